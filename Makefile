@@ -1,0 +1,38 @@
+# nmtdecode — the two commands a new machine needs: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup demo test test-fast bench demo-model clean
+
+setup: $(STAMP)
+
+# torch first, pinned: this pin resolves to a CPU wheel on our machines, while an
+# unpinned torch (pulled in by another package) would download a CUDA build.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+demo: setup
+	$(VENV)/bin/nmtdecode translate -c configs/demo.yaml --src data/demo/sample.en
+
+test: setup
+	$(PY) -m pytest
+
+test-fast: setup
+	$(PY) -m pytest -m "not slow"
+
+bench: setup
+	$(PY) -m pip install --quiet -e '.[bench]'
+	$(PY) bench/run.py
+
+# Rebuilds data/demo from Debian's FreeDict dictionaries (apt-get install dict-freedict-eng-deu dict-freedict-deu-eng).
+demo-model: setup
+	$(PY) scripts/train_demo.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -1,0 +1,145 @@
+"""Command line: `nmtdecode translate | score | inspect`.
+
+Thin by design: parse flags, merge them over the YAML file into a `Config`,
+call the library. Errors become one line on stderr and an exit code:
+2 for usage/configuration mistakes, 1 for runtime failures, 130 on Ctrl-C.
+`--debug` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+import click
+
+from .config import Config, ConfigError, default_of, load_yaml
+
+
+def _option(*names, key, type=None, help, flag=False):
+    """A flag whose value is None unless given, so the YAML file and model defaults can fill it."""
+    default = default_of(key)
+    shown = f" [default: {str(default).lower() if isinstance(default, bool) else default}]" if default is not None else ""
+    if flag:
+        long = names[0][2:]
+        return click.option(f"--{long}/--no-{long}", key, default=None, help=help + shown)
+    return click.option(*names, key, type=type, default=None, help=help + shown)
+
+
+DECODING_OPTIONS = [
+    _option("--beam-size", "-k", key="beam_size", type=int, help="Beam width; 1 runs greedy search."),
+    _option("--n-best", key="n_best", type=int, help="Hypotheses returned per input line (<= beam size)."),
+    _option("--max-length", key="max_length", type=int, help="Most decoding steps (target tokens, EOS included)."),
+    _option("--max-len-a", key="max_len_a", type=float, help="Step limit a*|src|+b: the a (with --max-len-b)."),
+    _option("--max-len-b", key="max_len_b", type=int, help="Step limit a*|src|+b: the b; enables the relative limit."),
+    _option("--min-length", key="min_length", type=int, help="Fewest target tokens before EOS may be chosen."),
+    _option("--length-penalty", key="length_penalty", type=click.Choice(["none", "avg", "wu"]),
+            help="Score normalisation: none, avg (total/len^alpha), wu (GNMT)."),
+    _option("--alpha", key="alpha", type=float, help="Length penalty strength."),
+    _option("--early-stopping", key="early_stopping", type=click.Choice(["true", "false", "never"]),
+            help="When a sentence stops (Hugging Face semantics)."),
+    _option("--no-repeat-ngram-size", key="no_repeat_ngram_size", type=int,
+            help="Never repeat an n-gram of this size (0: off)."),
+    _option("--ban-unk", key="ban_unk", flag=True, help="Never generate the unknown token."),
+    _option("--tgt-lang", key="tgt_lang", type=str, help="Target language tag for multilingual models."),
+]
+RUN_OPTIONS = [
+    _option("--model", "-m", key="model", type=str, help="Model directory (native or Hugging Face)."),
+    _option("--src", "-s", key="src", type=str, help="Input file, one sentence per line; - is stdin."),
+    _option("--output", "-o", key="output", type=str, help="Output file; - is stdout."),
+    _option("--format", key="format", type=click.Choice(["text", "nbest", "jsonl"]), help="Output format."),
+    _option("--token-scores", key="token_scores", flag=True, help="JSONL: add tokens and per-token log-probs."),
+    _option("--batch-size", "-b", key="batch_size", type=int, help="Sentences (or tokens) per batch."),
+    _option("--batch-type", key="batch_type", type=click.Choice(["sents", "tokens"]), help="Unit of --batch-size."),
+    _option("--max-src-length", key="max_src_length", type=int, help="Cut longer sources (tokens) with a warning."),
+    _option("--device", key="device", type=str, help="auto, cpu, cuda or cuda:N."),
+    _option("--dtype", key="dtype", type=click.Choice(["float32", "float16", "bfloat16"]), help="Compute precision."),
+    _option("--threads", key="threads", type=int, help="CPU threads (torch.set_num_threads)."),
+    _option("--quiet", "-q", key="quiet", flag=True, help="No progress bar or summary on stderr."),
+    _option("--debug", key="debug", flag=True, help="Show tracebacks on errors."),
+]
+
+
+def _apply(options):
+    def decorate(function):
+        for option in reversed(options):
+            function = option(function)
+        return function
+    return decorate
+
+
+def build_config(config_file: str | None, flags: dict) -> Config:
+    values = load_yaml(config_file) if config_file else {}
+    values.update({k: v for k, v in flags.items() if v is not None})
+    return Config.from_values(values)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="nmtdecode")
+def cli():
+    """Fast, exact decoding for encoder-decoder translation and summarization models."""
+
+
+@cli.command()
+@click.option("--config", "-c", "config_file", type=click.Path(dir_okay=False), help="YAML file of options.")
+@_apply(RUN_OPTIONS + DECODING_OPTIONS)
+def translate(config_file, **flags):
+    """Translate text files or stdin, one output entry per input line, in input order.
+
+    \b
+    Examples:
+      nmtdecode translate -c configs/demo.yaml --src data/demo/sample.en
+      echo "good morning" | nmtdecode translate --model data/demo --beam-size 5
+    """
+    from .run import translate_job
+
+    translate_job(build_config(config_file, flags))
+
+
+@cli.command()
+@click.option("--model", "-m", required=True, help="Model directory.")
+@click.option("--src", "-s", required=True, help="Source file, one sentence per line.")
+@click.option("--tgt", "-t", required=True, help="Target file, aligned with --src.")
+@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
+def score(model, src, tgt, device):
+    """Forced decoding: the total log-probability of each target line given its source."""
+    from .run import score_job
+
+    score_job(build_config(None, {"model": model, "device": device}), src, tgt)
+
+
+@cli.command()
+@click.argument("path")
+def inspect(path):
+    """Show a model's format, architecture, vocabulary, size and decoding defaults."""
+    from .models.inspect import describe
+
+    click.echo(describe(path))
+
+
+def main(argv=None):
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends quietly
+    argv = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in argv
+    try:
+        cli.main(args=argv, prog_name="nmtdecode", standalone_mode=False)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(2)
+    except click.Abort:
+        sys.exit(130)
+    except KeyboardInterrupt:
+        print("nmtdecode: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except ConfigError as e:
+        if debug:
+            raise
+        print(f"nmtdecode: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except Exception as e:  # runtime failures: one line, no traceback
+        if debug:
+            raise
+        print(f"nmtdecode: error: {e}", file=sys.stderr)
+        sys.exit(1)

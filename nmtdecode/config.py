@@ -1,0 +1,186 @@
+"""Configuration: one dataclass per concern, filled from YAML and command-line flags.
+
+Every option has the same name in YAML and on the command line (`-` -> `_`).
+Precedence, highest first: command line, YAML file, the model's own defaults
+(e.g. a Hugging Face `generation_config.json`), the defaults below.
+
+Validation happens before any model is loaded: unknown keys, wrong types and
+impossible values raise `ConfigError`, whose message names the key and the
+valid choices; the CLI turns it into exit code 2.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from dataclasses import MISSING, dataclass, field, fields, replace
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A usage or configuration mistake (exit code 2)."""
+
+
+def _check_choice(key, value, choices):
+    if value not in choices:
+        raise ConfigError(f"{key}: {value!r} is not one of {', '.join(map(str, choices))}")
+
+
+def _check_min(key, value, minimum):
+    if value is not None and value < minimum:
+        raise ConfigError(f"{key}: must be >= {minimum}, got {value}")
+
+
+@dataclass
+class DecodingConfig:
+    beam_size: int = 5
+    n_best: int = 1
+    max_length: int = 256
+    max_len_a: float = 0.0
+    max_len_b: int | None = None
+    min_length: int = 0
+    length_penalty: str = "avg"
+    alpha: float = 1.0
+    early_stopping: str = "false"
+    no_repeat_ngram_size: int = 0
+    ban_unk: bool = False
+    tgt_lang: str | None = None
+
+    def validate(self):
+        _check_min("beam_size", self.beam_size, 1)
+        _check_min("n_best", self.n_best, 1)
+        if self.n_best > self.beam_size:
+            raise ConfigError(f"n_best: {self.n_best} is greater than beam_size ({self.beam_size})")
+        _check_min("max_length", self.max_length, 1)
+        _check_min("max_len_a", self.max_len_a, 0)
+        _check_min("max_len_b", self.max_len_b, 0)
+        _check_min("min_length", self.min_length, 0)
+        if self.min_length >= self.max_length:
+            raise ConfigError(f"min_length: {self.min_length} is not smaller than max_length ({self.max_length})")
+        _check_choice("length_penalty", self.length_penalty, ["none", "avg", "wu"])
+        _check_choice("early_stopping", self.early_stopping, ["true", "false", "never"])
+        _check_min("no_repeat_ngram_size", self.no_repeat_ngram_size, 0)
+
+
+@dataclass
+class BatchingConfig:
+    batch_size: int = 32
+    batch_type: str = "sents"
+    max_src_length: int | None = None
+
+    def validate(self):
+        _check_min("batch_size", self.batch_size, 1)
+        _check_choice("batch_type", self.batch_type, ["sents", "tokens"])
+        _check_min("max_src_length", self.max_src_length, 1)
+
+
+@dataclass
+class RuntimeConfig:
+    device: str = "auto"
+    dtype: str = "float32"
+    threads: int | None = None
+    quiet: bool = False
+    debug: bool = False
+
+    def validate(self):
+        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
+            raise ConfigError(f"device: {self.device!r} is not one of auto, cpu, cuda, cuda:N")
+        _check_choice("dtype", self.dtype, ["float32", "float16", "bfloat16"])
+        _check_min("threads", self.threads, 1)
+
+
+@dataclass
+class IOConfig:
+    model: str | None = None
+    src: str = "-"
+    output: str = "-"
+    format: str = "text"
+    token_scores: bool = False
+
+    def validate(self):
+        _check_choice("format", self.format, ["text", "nbest", "jsonl"])
+
+
+SECTIONS = {"decoding": DecodingConfig, "batching": BatchingConfig, "runtime": RuntimeConfig, "io": IOConfig}
+KEY_SECTION = {f.name: name for name, cls in SECTIONS.items() for f in fields(cls)}
+
+
+def _coerce(key: str, value):
+    """Check a YAML/CLI value against the field's type; ints are accepted for floats."""
+    hint = typing.get_type_hints(SECTIONS[KEY_SECTION[key]])[key]
+    allowed = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+    if value is None and type(None) in allowed:
+        return None
+    if bool in allowed and isinstance(value, bool):
+        return value
+    if int in allowed and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if float in allowed and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if str in allowed:
+        if isinstance(value, bool):  # YAML reads `early_stopping: true` as a boolean
+            return str(value).lower()
+        if isinstance(value, (str, int, float)):
+            return str(value)
+    names = " or ".join(t.__name__ for t in allowed if t is not type(None))
+    raise ConfigError(f"{key}: expected {names}, got {value!r}")
+
+
+@dataclass
+class Config:
+    decoding: DecodingConfig = field(default_factory=DecodingConfig)
+    batching: BatchingConfig = field(default_factory=BatchingConfig)
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    io: IOConfig = field(default_factory=IOConfig)
+    user_keys: frozenset = frozenset()  # keys set by the YAML file or the command line
+
+    @classmethod
+    def from_values(cls, values: dict) -> "Config":
+        """Build and validate a config from flat {key: value} (YAML and CLI merged)."""
+        unknown = sorted(k for k in values if k not in KEY_SECTION)
+        if unknown:
+            raise ConfigError(f"unknown option {unknown[0]!r}; valid options: {', '.join(sorted(KEY_SECTION))}")
+        grouped = {name: {} for name in SECTIONS}
+        for key, value in values.items():
+            grouped[KEY_SECTION[key]][key] = _coerce(key, value)
+        config = cls(**{name: SECTIONS[name](**grouped[name]) for name in SECTIONS}, user_keys=frozenset(values))
+        config.validate()
+        return config
+
+    def validate(self):
+        for name in SECTIONS:
+            getattr(self, name).validate()
+
+    def with_model_defaults(self, defaults: dict) -> "Config":
+        """Fill the keys the user did not set from the model's own defaults, then re-validate."""
+        decoding = {k: v for k, v in defaults.items() if k not in self.user_keys}
+        unknown = sorted(k for k in decoding if KEY_SECTION.get(k) != "decoding")
+        if unknown:
+            raise ConfigError(f"model defaults name unknown decoding options: {', '.join(unknown)}")
+        coerced = {k: _coerce(k, v) for k, v in decoding.items()}
+        config = replace(self, decoding=replace(self.decoding, **coerced))
+        config.validate()
+        return config
+
+
+def load_yaml(path: str) -> dict:
+    """Read a YAML config file: a flat mapping of option names (`-` or `_`) to values."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file {path} is not valid YAML: {e}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must be a mapping of option: value")
+    return {str(k).replace("-", "_"): v for k, v in data.items()}
+
+
+def default_of(key: str):
+    """The built-in default of an option (for --help)."""
+    f = next(f for f in fields(SECTIONS[KEY_SECTION[key]]) if f.name == key)
+    return None if f.default is MISSING else f.default

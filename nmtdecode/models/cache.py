@@ -1,0 +1,72 @@
+"""Decoder state for incremental decoding.
+
+Rows are hypotheses: batch x beam, sentence-major (rows i*k .. i*k+k-1 belong
+to sentence i). Two kinds of state live here:
+
+* self-attention keys/values, one slot per decoded position. They are stored for
+  all layers in one tensor (layers, 2, N, H, capacity, hd) so that a beam
+  reorder is a single `index_select`. The capacity grows by doubling, so
+  appending is an in-place write, not a concatenation of the whole past.
+* cross-attention keys/values of the encoder output, computed once per batch by
+  `Transformer.init_cache`. They are the same for every beam of a sentence.
+
+`reorder(index)` follows the beams: row r takes the past of row index[r], which
+belongs to the same sentence, so only the self-attention state moves.
+`select(index)` gathers every piece of state, used when finished sentences
+leave the batch (index may be shorter than the number of rows).
+"""
+
+from __future__ import annotations
+
+import torch
+
+INITIAL_CAPACITY = 16
+
+
+class DecoderCache:
+    def __init__(self, cross_kv: torch.Tensor, memory_mask: torch.Tensor):
+        self.cross_kv = cross_kv  # (L, 2, N, H, S, hd)
+        self.memory_mask = memory_mask  # (N, 1, 1, S) bool, True = real source token
+        self.self_kv = None  # (L, 2, N, H, capacity, hd), allocated at the first step
+        self.length = 0  # positions decoded so far
+
+    @property
+    def rows(self) -> int:
+        return self.memory_mask.size(0)
+
+    def cross(self, layer: int):
+        """Encoder keys, values (N, H, S, hd) for `layer`."""
+        return self.cross_kv[layer, 0], self.cross_kv[layer, 1]
+
+    def append_self(self, layer: int, k: torch.Tensor, v: torch.Tensor):
+        """Store this step's k, v (N, H, 1, hd) for `layer`; return all keys/values so far."""
+        if self.self_kv is None or self.length == self.self_kv.size(4):
+            self._grow(k)
+        t = self.length
+        self.self_kv[layer, 0, :, :, t : t + 1] = k
+        self.self_kv[layer, 1, :, :, t : t + 1] = v
+        return self.self_kv[layer, 0, :, :, : t + 1], self.self_kv[layer, 1, :, :, : t + 1]
+
+    def advance(self):
+        """Called by the model once all layers have appended the current step."""
+        self.length += 1
+
+    def _grow(self, like: torch.Tensor):
+        n, h, _, hd = like.shape
+        layers = self.cross_kv.size(0)
+        capacity = max(INITIAL_CAPACITY, 2 * self.length)
+        grown = like.new_empty((layers, 2, n, h, capacity, hd))
+        if self.self_kv is not None:
+            grown[:, :, :, :, : self.length] = self.self_kv[:, :, :, :, : self.length]
+        self.self_kv = grown
+
+    def reorder(self, index: torch.Tensor):
+        """Beam reorder within sentences: row r continues the hypothesis of row index[r]."""
+        if self.self_kv is not None:
+            self.self_kv = self.self_kv.index_select(2, index)
+
+    def select(self, index: torch.Tensor):
+        """Keep (and reorder) rows `index` of all state, e.g. to drop finished sentences."""
+        self.reorder(index)
+        self.cross_kv = self.cross_kv.index_select(2, index)
+        self.memory_mask = self.memory_mask.index_select(0, index)

@@ -1,0 +1,331 @@
+"""One configurable encoder-decoder Transformer that every supported format maps onto.
+
+Vaswani et al. 2017, "Attention Is All You Need", with the switches that the
+published checkpoint families differ in: pre- or post-norm layers (Marian and
+BART are post-norm, mBART and M2M100 pre-norm), sinusoidal or learned
+positions with an index offset (BART's learned table starts at 2), embedding
+scale, a layer norm after the embeddings, biases, activation, shared and tied
+embeddings and a bias on the output logits.
+
+Incremental decoding: `init_cache` projects the encoder output to the
+cross-attention keys/values once per batch; `decode_step` feeds one token per
+row and appends that step's self-attention keys/values to the cache
+(`models/cache.py`). The model knows nothing about beams: the search reorders
+and shrinks the cache through `cache.reorder` / `cache.select`.
+
+Shapes: B batch rows, S source length, T target length, d model width,
+H heads, hd = d / H.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .cache import DecoderCache
+
+ACTIVATIONS = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,
+}
+POSITIONS = ("sinusoidal", "sinusoidal_interleaved", "sinusoidal_fairseq", "learned")
+
+
+@dataclass
+class TransformerConfig:
+    src_vocab_size: int
+    tgt_vocab_size: int
+    d_model: int = 512
+    heads: int = 8
+    encoder_layers: int = 6
+    decoder_layers: int = 6
+    ffn_dim: int = 2048
+    activation: str = "relu"
+    pre_norm: bool = True
+    # Pre-norm stacks end with a layer norm; post-norm ones usually do not.
+    encoder_final_norm: bool = True
+    decoder_final_norm: bool = True
+    positions: str = "sinusoidal"
+    position_offset: int = 0  # index of position 0 in the table (BART: 2, M2M100: pad_id + 1)
+    max_positions: int = 1024
+    embed_scale: float = 1.0  # sqrt(d_model) for Vaswani-style models
+    layernorm_embedding: bool = False  # BART/mBART normalise the embedding sum
+    share_embeddings: bool = False  # source and target token embeddings are one matrix
+    tie_output: bool = True  # output projection is the target embedding matrix
+    final_logits_bias: bool = False
+    bias: bool = True
+    norm_eps: float = 1e-5
+    dropout: float = 0.0  # used only when training (scripts/)
+    pad_id: int = 0
+    unk_id: int = 1
+    bos_id: int = 2
+    eos_id: int = 3
+    decoder_start_id: int = 2  # first decoder input (Marian: pad, BART: eos, native: bos)
+
+    def __post_init__(self):
+        if self.d_model % self.heads:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by heads ({self.heads})")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation {self.activation!r} is not one of {sorted(ACTIVATIONS)}")
+        if self.positions not in POSITIONS:
+            raise ValueError(f"positions {self.positions!r} is not one of {list(POSITIONS)}")
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise ValueError("share_embeddings needs equal source and target vocabulary sizes")
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "TransformerConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown model config keys: {', '.join(unknown)}")
+        return cls(**values)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def sinusoidal_table(length: int, dim: int, kind: str) -> torch.Tensor:
+    """Fixed position encodings, (length, dim), in the three published layouts.
+
+    sinusoidal: frequencies 10000^(-2i/dim), sines in the first half, cosines in
+        the second (tensor2tensor / Marian).
+    sinusoidal_interleaved: same frequencies, sin and cos alternating (the
+        paper's formula, OpenNMT-py).
+    sinusoidal_fairseq: frequencies 10000^(-i/(dim/2 - 1)), halves (fairseq, M2M100).
+    """
+    half = dim // 2
+    if kind == "sinusoidal_fairseq":
+        freqs = torch.exp(torch.arange(half, dtype=torch.float64) * -(math.log(10000.0) / (half - 1)))
+    else:
+        freqs = torch.pow(10000.0, -torch.arange(0, dim, 2, dtype=torch.float64)[:half] / dim)
+    angles = torch.arange(length, dtype=torch.float64)[:, None] * freqs[None, :]
+    table = torch.zeros(length, dim, dtype=torch.float64)
+    if kind == "sinusoidal_interleaved":
+        table[:, 0 : 2 * half : 2] = torch.sin(angles)
+        table[:, 1 : 2 * half : 2] = torch.cos(angles)
+    else:
+        table[:, :half] = torch.sin(angles)
+        table[:, half : 2 * half] = torch.cos(angles)
+    return table.float()
+
+
+class Embeddings(nn.Module):
+    """Token embedding * scale + position encoding (+ optional layer norm)."""
+
+    def __init__(self, cfg: TransformerConfig, tokens: nn.Embedding):
+        super().__init__()
+        self.tokens = tokens
+        self.scale = cfg.embed_scale
+        self.offset = cfg.position_offset
+        self.dropout = cfg.dropout
+        table_size = cfg.max_positions + cfg.position_offset
+        if cfg.positions == "learned":
+            self.positions = nn.Embedding(table_size, cfg.d_model)
+        else:
+            self.register_buffer(
+                "sinusoids", sinusoidal_table(table_size, cfg.d_model, cfg.positions), persistent=False
+            )
+            self.positions = None
+        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps) if cfg.layernorm_embedding else None
+
+    def position_table(self) -> torch.Tensor:
+        return self.positions.weight if self.positions is not None else self.sinusoids
+
+    def forward(self, ids: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """ids (B, T) -> (B, T, d); `start` is the position of ids[:, 0]."""
+        first = start + self.offset
+        if first + ids.size(1) > self.position_table().size(0):
+            raise ValueError(f"sequence longer than the model's {self.position_table().size(0) - self.offset} positions")
+        positions = self.position_table()[first : first + ids.size(1)]
+        x = self.tokens(ids) * self.scale + positions.to(self.tokens.weight.dtype)
+        if self.norm is not None:
+            x = self.norm(x)
+        return F.dropout(x, self.dropout, self.training)
+
+
+def split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
+    b, t, d = x.shape
+    return x.view(b, t, heads, d // heads).transpose(1, 2)  # (B, H, T, hd)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    b, h, t, hd = x.shape
+    return x.transpose(1, 2).reshape(b, t, h * hd)  # (B, T, d)
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention with the q, k and v projections fused in one matmul."""
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.heads = cfg.heads
+        self.dropout = cfg.dropout
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=cfg.bias)
+        self.out = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
+
+    def forward(self, x, mask=None, causal=False):
+        """Full-sequence attention; mask (B, 1, 1, T) bool, True = attend."""
+        q, k, v = (split_heads(t, self.heads) for t in self.qkv(x).chunk(3, dim=-1))
+        p = self.dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, dropout_p=p)
+        return self.out(merge_heads(y))
+
+    def step(self, x, cache: DecoderCache, layer: int):
+        """One new position per row, x (N, 1, d): attend over the cached past and itself."""
+        q, k, v = (split_heads(t, self.heads) for t in self.qkv(x).chunk(3, dim=-1))
+        keys, values = cache.append_self(layer, k, v)
+        return self.out(merge_heads(F.scaled_dot_product_attention(q, keys, values)))
+
+
+class CrossAttention(nn.Module):
+    """Decoder-to-encoder attention; keys/values of the memory are projected once per batch."""
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.heads = cfg.heads
+        self.dropout = cfg.dropout
+        self.q = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
+        self.kv = nn.Linear(cfg.d_model, 2 * cfg.d_model, bias=cfg.bias)
+        self.out = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
+
+    def project_memory(self, memory):
+        """memory (B, S, d) -> keys, values (B, H, S, hd)."""
+        k, v = self.kv(memory).chunk(2, dim=-1)
+        return split_heads(k, self.heads), split_heads(v, self.heads)
+
+    def forward(self, x, keys, values, mask):
+        p = self.dropout if self.training else 0.0
+        q = split_heads(self.q(x), self.heads)
+        y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, dropout_p=p)
+        return self.out(merge_heads(y))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.up = nn.Linear(cfg.d_model, cfg.ffn_dim, bias=cfg.bias)
+        self.down = nn.Linear(cfg.ffn_dim, cfg.d_model, bias=cfg.bias)
+        self.activation = ACTIVATIONS[cfg.activation]
+        self.dropout = cfg.dropout
+
+    def forward(self, x):
+        return self.down(F.dropout(self.activation(self.up(x)), self.dropout, self.training))
+
+
+class Residual(nn.Module):
+    """x + sublayer(x) with the layer norm before (pre-norm) or after (post-norm) it."""
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.pre_norm = cfg.pre_norm
+        self.dropout = cfg.dropout
+
+    def forward(self, x, sublayer):
+        if self.pre_norm:
+            return x + F.dropout(sublayer(self.norm(x)), self.dropout, self.training)
+        return self.norm(x + F.dropout(sublayer(x), self.dropout, self.training))
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.self_attn, self.ffn = SelfAttention(cfg), FeedForward(cfg)
+        self.attn_block, self.ffn_block = Residual(cfg), Residual(cfg)
+
+    def forward(self, x, mask):
+        x = self.attn_block(x, lambda h: self.self_attn(h, mask=mask))
+        return self.ffn_block(x, self.ffn)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.self_attn, self.cross_attn, self.ffn = SelfAttention(cfg), CrossAttention(cfg), FeedForward(cfg)
+        self.self_block, self.cross_block, self.ffn_block = Residual(cfg), Residual(cfg), Residual(cfg)
+
+    def forward(self, x, keys, values, memory_mask):
+        """Teacher-forced pass over a whole target prefix (training, scoring)."""
+        x = self.self_block(x, lambda h: self.self_attn(h, causal=True))
+        x = self.cross_block(x, lambda h: self.cross_attn(h, keys, values, memory_mask))
+        return self.ffn_block(x, self.ffn)
+
+    def step(self, x, cache: DecoderCache, layer: int):
+        """One incremental step; x (N, 1, d)."""
+        keys, values = cache.cross(layer)
+        x = self.self_block(x, lambda h: self.self_attn.step(h, cache, layer))
+        x = self.cross_block(x, lambda h: self.cross_attn(h, keys, values, cache.memory_mask))
+        return self.ffn_block(x, self.ffn)
+
+
+def padding_mask(src_mask: torch.Tensor) -> torch.Tensor:
+    """(B, S) bool, True = real token  ->  (B, 1, 1, S) attention mask broadcast over heads and queries."""
+    return src_mask[:, None, None, :]
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.cfg = cfg
+        src_tokens = nn.Embedding(cfg.src_vocab_size, cfg.d_model)
+        tgt_tokens = src_tokens if cfg.share_embeddings else nn.Embedding(cfg.tgt_vocab_size, cfg.d_model)
+        self.src_embed = Embeddings(cfg, src_tokens)
+        self.tgt_embed = Embeddings(cfg, tgt_tokens)
+        self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
+        self.encoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps) if cfg.encoder_final_norm else None
+        self.decoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps) if cfg.decoder_final_norm else None
+        self.output = nn.Linear(cfg.d_model, cfg.tgt_vocab_size, bias=False)
+        if cfg.tie_output:
+            self.output.weight = tgt_tokens.weight
+        if cfg.final_logits_bias:
+            self.register_buffer("final_logits_bias", torch.zeros(cfg.tgt_vocab_size))
+        else:
+            self.final_logits_bias = None
+
+    def encode(self, src_ids: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
+        """src_ids (B, S), src_mask (B, S) bool -> memory (B, S, d)."""
+        x = self.src_embed(src_ids)
+        mask = padding_mask(src_mask)
+        for layer in self.encoder_layers:
+            x = layer(x, mask)
+        return self.encoder_norm(x) if self.encoder_norm is not None else x
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        if self.decoder_norm is not None:
+            x = self.decoder_norm(x)
+        logits = self.output(x)
+        return logits + self.final_logits_bias if self.final_logits_bias is not None else logits
+
+    def init_cache(self, memory: torch.Tensor, src_mask: torch.Tensor, beam_size: int = 1) -> DecoderCache:
+        """Project the memory to cross-attention keys/values once, then repeat each
+        sentence's rows `beam_size` times (sentence-major: rows i*k .. i*k+k-1)."""
+        cross = torch.stack([torch.stack(layer.cross_attn.project_memory(memory)) for layer in self.decoder_layers])
+        return DecoderCache(
+            cross_kv=cross.repeat_interleave(beam_size, dim=2),  # (L, 2, B*k, H, S, hd)
+            memory_mask=padding_mask(src_mask).repeat_interleave(beam_size, dim=0),
+        )
+
+    def decode_step(self, tokens: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
+        """tokens (N,) at position cache.length -> next-token logits (N, V)."""
+        x = self.tgt_embed(tokens[:, None], start=cache.length)
+        for i, layer in enumerate(self.decoder_layers):
+            x = layer.step(x, cache, i)
+        cache.advance()
+        return self.logits(x[:, 0])
+
+    def forward(self, src_ids, src_mask, tgt_in):
+        """Teacher forcing: tgt_in (B, T) decoder inputs (start token first) -> logits (B, T, V)."""
+        memory = self.encode(src_ids, src_mask)
+        mask = padding_mask(src_mask)
+        x = self.tgt_embed(tgt_in)
+        for layer in self.decoder_layers:
+            keys, values = layer.cross_attn.project_memory(memory)
+            x = layer(x, keys, values, mask)
+        return self.logits(x)

@@ -1,0 +1,135 @@
+"""Logit processors: rules applied to each step's log-probabilities before the search.
+
+Every processor is a callable `(logprobs, step, rows) -> logprobs` that edits
+`logprobs` (N, V) in place (the tensor is fresh each step and owned by the
+loop, so no copy is made) and returns it. `step` is the 0-based decoding step;
+`rows` is the per-row state shared by all processors (`RowState`). A banned
+token gets -inf; a forced token gets log-prob 0 and every other token -inf, so
+reported scores are those of the processed distribution (as in Hugging Face's
+beam search).
+"""
+
+from __future__ import annotations
+
+import torch
+
+NEG_INF = float("-inf")
+
+
+class RowState:
+    """What processors may know about each row: its token history and its last step.
+
+    history (N, step+1): the decoder start token then every token chosen so
+    far, kept only when a processor asks for it. last_step (N,): the step at
+    which each row's sentence reaches its step limit.
+    """
+
+    def __init__(self, start_tokens: torch.Tensor, last_step: torch.Tensor, keep_history: bool):
+        self.history = start_tokens[:, None] if keep_history else None
+        self.last_step = last_step
+
+    def update(self, origin: torch.Tensor | None, shrunk: bool, tokens: torch.Tensor):
+        """Follow the search: row r of the next step continues row origin[r] and adds tokens[r]."""
+        if shrunk:
+            self.last_step = self.last_step.index_select(0, origin)
+        if self.history is not None:
+            past = self.history if origin is None else self.history.index_select(0, origin)
+            self.history = torch.cat([past, tokens[:, None]], dim=1)
+
+
+class MinLength:
+    """EOS is banned while fewer than `min_length` tokens have been generated (EOS not counted)."""
+
+    def __init__(self, min_length: int, eos_id: int):
+        if min_length < 0:
+            raise ValueError(f"min_length must be >= 0, got {min_length}")
+        self.min_length, self.eos_id = min_length, eos_id
+
+    def __call__(self, logprobs, step, rows):
+        if step < self.min_length:
+            logprobs[:, self.eos_id] = NEG_INF
+        return logprobs
+
+
+class BanTokens:
+    """These tokens are never generated (e.g. pad, or unk with --ban-unk)."""
+
+    def __init__(self, token_ids):
+        self.token_ids = sorted(set(token_ids))
+        self._index = None
+
+    def __call__(self, logprobs, step, rows):
+        if self._index is None or self._index.device != logprobs.device:
+            self._index = torch.tensor(self.token_ids, dtype=torch.long, device=logprobs.device)
+        return logprobs.index_fill_(1, self._index, NEG_INF)
+
+
+class ForceFirstToken:
+    """The first generated token is `token_id` (mBART/M2M100/NLLB target-language tag;
+    Hugging Face's `forced_bos_token_id`)."""
+
+    def __init__(self, token_id: int):
+        self.token_id = token_id
+
+    def __call__(self, logprobs, step, rows):
+        if step == 0:
+            logprobs.fill_(NEG_INF)[:, self.token_id] = 0.0
+        return logprobs
+
+
+class ForceEosAtLimit:
+    """A row at its last step must end with EOS (Hugging Face's `forced_eos_token_id`)."""
+
+    def __init__(self, eos_id: int):
+        self.eos_id = eos_id
+
+    def __call__(self, logprobs, step, rows):
+        at_limit = (rows.last_step == step)[:, None]  # (N, 1)
+        forced = torch.full_like(logprobs[:1], NEG_INF)
+        forced[0, self.eos_id] = 0.0
+        return torch.where(at_limit, forced, logprobs, out=logprobs)
+
+
+class NoRepeatNgram:
+    """No n-gram occurs twice in a row's history (Hugging Face's `no_repeat_ngram_size`;
+    the history starts with the decoder start token).
+
+    Example, n=2, history [s a b a]: the last token `a` was followed by `b`
+    before, so `b` is banned. Batched: compare every window of the history
+    with the last n-1 tokens and scatter -inf onto the tokens that followed
+    each match; no host copy.
+    """
+
+    needs_history = True
+
+    def __init__(self, ngram_size: int):
+        if ngram_size < 1:
+            raise ValueError(f"no_repeat_ngram_size must be >= 1, got {ngram_size}")
+        self.n = ngram_size
+
+    def __call__(self, logprobs, step, rows):
+        history = rows.history
+        if history.size(1) < self.n:
+            return logprobs
+        windows = history.unfold(1, self.n, 1)  # (N, W, n): every n-gram so far
+        prefix = history[:, history.size(1) - self.n + 1 :]  # (N, n-1): what the next n-gram starts with
+        matches = (windows[:, :, :-1] == prefix[:, None, :]).all(dim=2)  # (N, W)
+        penalty = torch.zeros(matches.shape, dtype=logprobs.dtype, device=logprobs.device)
+        return logprobs.scatter_add_(1, windows[:, :, -1], penalty.masked_fill_(matches, NEG_INF))
+
+
+class Processors:
+    """The processors of one batch, applied in order, and the row state they share."""
+
+    def __init__(self, processors: list, start_tokens, last_step):
+        self.processors = processors
+        keep_history = any(getattr(p, "needs_history", False) for p in processors)
+        self.rows = RowState(start_tokens, last_step, keep_history)
+
+    def __call__(self, logprobs, step):
+        for processor in self.processors:
+            logprobs = processor(logprobs, step, self.rows)
+        return logprobs
+
+    def update(self, origin, shrunk, tokens):
+        self.rows.update(origin, shrunk, tokens)

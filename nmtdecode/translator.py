@@ -1,0 +1,128 @@
+"""The decoding loop: encode, expand to batch x beam, step, reorder the cache, drop finished sentences.
+
+    memory = model.encode(src)                       # (B, S, d)
+    cache  = model.init_cache(memory, beam_size=k)   # cross-attention K/V once, rows B*k
+    for step in 0 .. max_steps-1:
+        logits   = model.decode_step(last_tokens, cache)
+        logprobs = processors(log_softmax(logits))   # min length, bans, forced tokens, n-gram blocking
+        out      = search.advance(logprobs, step)    # one topk, per-sentence Beams
+        cache.reorder(out.origin) / cache.select(out.origin) when sentences finished
+
+The search decides, the model computes, the translator only connects them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .config import DecodingConfig
+from .search.base import Hypothesis
+from .search.beam import BeamSearch
+from .search.penalties import LengthPenalty
+from .search.processors import BanTokens, ForceEosAtLimit, ForceFirstToken, MinLength, NoRepeatNgram, Processors
+from .search.sampling import GreedySearch
+
+
+@dataclass
+class ModelRules:
+    """Decoding rules that come with a model rather than from the user."""
+
+    banned_ids: tuple[int, ...] = ()  # never generated (e.g. pad)
+    forced_bos_id: int | None = None  # first generated token (target-language tag)
+    forced_eos: bool = False  # EOS forced at the step limit
+
+
+class Translator:
+    def __init__(self, model, decoding: DecodingConfig, rules: ModelRules | None = None, shrink: bool = True):
+        self.model = model
+        self.cfg = decoding
+        self.rules = rules or ModelRules()
+        self.shrink = shrink  # drop finished sentences from the batch (off only to test that it changes nothing)
+        self.penalty = LengthPenalty(decoding.length_penalty, decoding.alpha)
+        mc = model.cfg
+        self.start_id, self.eos_id = mc.decoder_start_id, mc.eos_id
+        self.pad_id, self.unk_id = mc.pad_id, mc.unk_id
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def max_steps(self, source_lengths: list[int]) -> list[int]:
+        """Step limit of each sentence: max_length, or max_len_a * |src| + max_len_b when
+        max_len_b is given (|src| counts the source tokens fed to the encoder, EOS included),
+        never more than the decoder has positions for."""
+        cfg, limit = self.cfg, self.model.cfg.max_positions
+        if cfg.max_len_b is None:
+            return [min(cfg.max_length, limit)] * len(source_lengths)
+        return [max(1, min(cfg.max_length, limit, int(cfg.max_len_a * n + cfg.max_len_b))) for n in source_lengths]
+
+    def make_search(self, batch_size: int, max_steps: list[int]):
+        common = dict(batch_size=batch_size, max_steps=max_steps, start_id=self.start_id, eos_id=self.eos_id,
+                      penalty=self.penalty, device=self.device)
+        if self.cfg.beam_size == 1:
+            search = GreedySearch(**common)
+        else:
+            search = BeamSearch(beam_size=self.cfg.beam_size, early_stopping=self.cfg.early_stopping, **common)
+        search.shrink = self.shrink
+        return search
+
+    def make_processors(self, search, max_steps: list[int]) -> Processors:
+        cfg, rules = self.cfg, self.rules
+        chain = []
+        if cfg.no_repeat_ngram_size:
+            chain.append(NoRepeatNgram(cfg.no_repeat_ngram_size))
+        banned = set(rules.banned_ids) | ({self.unk_id} if cfg.ban_unk else set())
+        if banned:
+            chain.append(BanTokens(banned))
+        if cfg.min_length:
+            chain.append(MinLength(cfg.min_length, self.eos_id))
+        if rules.forced_bos_id is not None:
+            chain.append(ForceFirstToken(rules.forced_bos_id))
+        if rules.forced_eos:
+            chain.append(ForceEosAtLimit(self.eos_id))
+        last_step = torch.tensor(max_steps, device=self.device).repeat_interleave(search.width) - 1
+        return Processors(chain, search.last_tokens, last_step)
+
+    def pad(self, sources: list[list[int]]):
+        longest = max(len(s) for s in sources)
+        ids = torch.full((len(sources), longest), self.pad_id, dtype=torch.long)
+        for row, source in enumerate(sources):
+            ids[row, : len(source)] = torch.tensor(source, dtype=torch.long)
+        ids = ids.to(self.device)
+        mask = torch.arange(longest, device=self.device)[None, :] < torch.tensor(
+            [len(s) for s in sources], device=self.device)[:, None]
+        return ids, mask
+
+    @torch.inference_mode()
+    def translate_batch(self, sources: list[list[int]]) -> list[list[Hypothesis]]:
+        """Source id sequences (EOS included) -> the n-best hypotheses of each, in the same order."""
+        src, src_mask = self.pad(sources)
+        memory = self.model.encode(src, src_mask)
+        max_steps = self.max_steps([len(s) for s in sources])
+        search = self.make_search(len(sources), max_steps)
+        cache = self.model.init_cache(memory, src_mask, search.width)
+        processors = self.make_processors(search, max_steps)
+        for step in range(max(max_steps)):
+            logits = self.model.decode_step(search.last_tokens, cache)
+            logprobs = processors(torch.log_softmax(logits.float(), dim=-1), step)
+            out = search.advance(logprobs, step)
+            if search.done:
+                break
+            if out.shrunk:
+                cache.select(out.origin)
+            elif out.origin is not None:
+                cache.reorder(out.origin)
+            processors.update(out.origin, out.shrunk, search.last_tokens)
+        return search.results(self.cfg.n_best)
+
+    @torch.inference_mode()
+    def score(self, sources: list[list[int]], targets: list[list[int]]) -> list[float]:
+        """Forced decoding: total log-prob of each target (EOS appended) given its source."""
+        src, src_mask = self.pad(sources)
+        tgt_in, _ = self.pad([[self.start_id] + t for t in targets])
+        gold, gold_mask = self.pad([t + [self.eos_id] for t in targets])
+        logprobs = torch.log_softmax(self.model(src, src_mask, tgt_in).float(), dim=-1)
+        token_logprobs = logprobs.gather(2, gold[:, :, None])[:, :, 0]
+        return token_logprobs.masked_fill(~gold_mask, 0.0).sum(dim=1).tolist()

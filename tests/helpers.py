@@ -1,0 +1,134 @@
+"""Test oracles: a hand-written probability-table model, brute-force search, tiny models.
+
+`TableModel` follows fairseq's probability-table decoder idea: the next-token
+distribution is written by hand for each (sentence, prefix), so every n-best
+list and score can be checked on paper. It implements the model contract the
+translator uses (encode / init_cache / decode_step, a cache with
+reorder / select), so the real search and translator loop run over it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from nmtdecode.models.transformer import Transformer, TransformerConfig
+
+PAD, UNK, BOS, EOS = 0, 1, 2, 3
+
+
+@dataclass
+class TableConfig:
+    tgt_vocab_size: int
+    pad_id: int = PAD
+    unk_id: int = UNK
+    bos_id: int = BOS
+    eos_id: int = EOS
+    decoder_start_id: int = BOS
+    max_positions: int = 1024
+
+
+class TableCache:
+    """Per-row state of TableModel: the sentence each row belongs to and the tokens fed so far."""
+
+    def __init__(self, sentences: list[int]):
+        self.sentences = sentences
+        self.fed = [() for _ in sentences]
+
+    def reorder(self, index):
+        self.fed = [self.fed[i] for i in index.tolist()]
+
+    def select(self, index):
+        index = index.tolist()
+        self.sentences = [self.sentences[i] for i in index]
+        self.fed = [self.fed[i] for i in index]
+
+
+class TableModel(nn.Module):
+    """tables[s][prefix] = {token: probability} for sentence s (source id s);
+    a prefix missing from the table gets `default` (EOS certain)."""
+
+    def __init__(self, vocab_size: int, tables: list[dict]):
+        super().__init__()
+        self.cfg = TableConfig(vocab_size)
+        self.tables = tables
+        self.anchor = nn.Parameter(torch.zeros(1))  # gives the model a device
+
+    def encode(self, src_ids, src_mask):
+        return src_ids[:, :1].float()  # the "memory" is the sentence id
+
+    def init_cache(self, memory, src_mask, beam_size=1):
+        sentences = memory[:, 0].long().repeat_interleave(beam_size).tolist()
+        return TableCache(sentences)
+
+    def distribution(self, sentence: int, prefix: tuple) -> torch.Tensor:
+        probs = self.tables[sentence].get(prefix, {EOS: 1.0})
+        row = torch.zeros(self.cfg.tgt_vocab_size)
+        for token, p in probs.items():
+            row[token] = p
+        return row
+
+    def decode_step(self, tokens, cache):
+        cache.fed = [fed + (t,) for fed, t in zip(cache.fed, tokens.tolist())]
+        rows = [self.distribution(s, fed[1:]) for s, fed in zip(cache.sentences, cache.fed)]  # without the start token
+        return torch.stack(rows).log()  # the translator's log_softmax keeps log-probs unchanged
+
+
+def tiny_config(vocab: int = 12, **overrides) -> TransformerConfig:
+    values = dict(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=32, heads=4, encoder_layers=2,
+                  decoder_layers=2, ffn_dim=64, pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS,
+                  decoder_start_id=BOS, max_positions=64)
+    values.update(overrides)
+    return TransformerConfig(**values)
+
+
+def tiny_transformer(seed: int = 0, vocab: int = 12, eos_bias: float = 0.0, **overrides) -> Transformer:
+    """A seeded random model; `eos_bias` raises EOS's logit so hypotheses end early."""
+    torch.manual_seed(seed)
+    model = Transformer(tiny_config(vocab, final_logits_bias=eos_bias != 0.0, **overrides)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.3)
+        if eos_bias:
+            model.final_logits_bias[EOS] = eos_bias
+    return model
+
+
+def random_sources(n: int, vocab: int, seed: int = 1, min_len: int = 1, max_len: int = 9) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    sources = []
+    for _ in range(n):
+        length = int(torch.randint(min_len, max_len + 1, (1,), generator=g))
+        sources.append(torch.randint(4, vocab, (length,), generator=g).tolist() + [EOS])
+    return sources
+
+
+def forced_total(model, source: list[int], target: list[int], ended: bool = True) -> list[float]:
+    """Per-token log-probs of `target` (+ EOS when ended) by a full teacher-forced pass."""
+    gold = target + ([EOS] if ended else [])
+    src = torch.tensor([source])
+    tgt_in = torch.tensor([[model.cfg.decoder_start_id] + gold[:-1]])
+    with torch.no_grad():
+        logprobs = torch.log_softmax(model(src, torch.ones_like(src, dtype=torch.bool), tgt_in).float(), -1)
+    return [logprobs[0, t, token].item() for t, token in enumerate(gold)]
+
+
+def brute_force(model, source: list[int], tokens: list[int], max_steps: int, score_fn):
+    """Every hypothesis over `tokens` (EOS-ended, or cut at max_steps), scored by teacher forcing.
+
+    Returns (best token list, its score); score_fn(total, length) is the length penalty.
+    """
+    best = (None, -math.inf)
+    content = [t for t in tokens if t != EOS]
+    for length in range(0, max_steps + 1):
+        ended = length < max_steps  # a hypothesis of max_steps tokens is cut there, without EOS
+        for body in itertools.product(content, repeat=length):
+            logprobs = forced_total(model, source, list(body), ended=ended)
+            score = score_fn(sum(logprobs), len(logprobs))
+            if score > best[1]:
+                best = (list(body), score)
+    return best

@@ -1,0 +1,122 @@
+"""Beam search on a hand-written probability table: every n-best list and score checked on paper."""
+
+import math
+
+import pytest
+import torch
+
+from nmtdecode.config import DecodingConfig
+from nmtdecode.search.beam import Beam
+from nmtdecode.search.penalties import LengthPenalty
+from nmtdecode.translator import ModelRules, Translator
+
+from .helpers import EOS, TableModel
+
+A, B = 4, 5
+BAN_SPECIALS = ModelRules(banned_ids=(0, 1, 2))
+
+# Sentence 0: two short hypotheses end at step 1 and fill the pool of 2.
+#   ()   -> a .6, b .3, eos .1
+#   (a)  -> eos .4, a .35, b .25
+#   (b)  -> eos .9, a .05, b .05
+TABLE_SHORT = {(): {A: 0.6, B: 0.3, EOS: 0.1}, (A,): {EOS: 0.4, A: 0.35, B: 0.25}, (B,): {EOS: 0.9, A: 0.05, B: 0.05}}
+# Sentence 1: the empty output has the best total, "a a a" the best per-token average.
+#   ()      -> eos .45, a .55
+#   (a)     -> eos .1, a .9
+#   (a a)   -> eos .1, a .9
+#   (a a a) -> eos 1
+TABLE_LENGTH = {(): {EOS: 0.45, A: 0.55}, (A,): {EOS: 0.1, A: 0.9}, (A, A): {EOS: 0.1, A: 0.9}}
+
+
+def run(tables, sources, beam_size=2, n_best=2, **decoding):
+    model = TableModel(6, tables)
+    cfg = DecodingConfig(beam_size=beam_size, n_best=n_best, max_length=10, **decoding)
+    return Translator(model, cfg, BAN_SPECIALS).translate_batch(sources)
+
+
+@pytest.mark.parametrize("penalty", ["none", "avg"])
+def test_hand_computed_nbest(penalty):
+    [hyps] = run([TABLE_SHORT], [[0, EOS]], length_penalty=penalty)
+    # step 1 candidates: (b eos) .27, (a eos) .24, (a a) .21, (a b) .15: both EOS ones finish,
+    # and the best alive (a a) .21 cannot beat .24, so the search stops there.
+    assert [h.tokens for h in hyps] == [[B], [A]]
+    divisor = 2 if penalty == "avg" else 1  # two generated tokens each, EOS counted
+    assert [h.score for h in hyps] == pytest.approx([math.log(0.27) / divisor, math.log(0.24) / divisor])
+    assert [h.total for h in hyps] == pytest.approx([math.log(0.27), math.log(0.24)])
+    assert hyps[0].token_scores == pytest.approx([math.log(0.3), math.log(0.9)])
+
+
+def test_length_penalty_flips_the_ranking():
+    [short] = run([{}, TABLE_LENGTH], [[1, EOS]], length_penalty="none")
+    [long] = run([{}, TABLE_LENGTH], [[1, EOS]], length_penalty="avg", alpha=1.0)
+    long_total = math.log(0.55 * 0.9 * 0.9)
+    assert [h.tokens for h in short] == [[], [A, A, A]]
+    assert [h.score for h in short] == pytest.approx([math.log(0.45), long_total])
+    assert long[0].tokens == [A, A, A]
+    assert long[0].score == pytest.approx(long_total / 4)  # three tokens + EOS
+    assert long[1].tokens == []
+    assert long[1].score == pytest.approx(math.log(0.45) / 1)
+
+
+def test_wu_penalty_is_gnmt_formula():
+    penalty = LengthPenalty("wu", 0.6)
+    assert penalty(-3.0, 4) == pytest.approx(-3.0 / ((5 + 4) / 6) ** 0.6)
+
+
+def test_two_sentences_in_one_batch_keep_their_own_results():
+    both = run([TABLE_SHORT, TABLE_LENGTH], [[0, EOS], [1, EOS]], length_penalty="avg")
+    alone = [run([TABLE_SHORT], [[0, EOS]], length_penalty="avg")[0],
+             run([{}, TABLE_LENGTH], [[1, EOS]], length_penalty="avg")[0]]
+    assert [[h.tokens for h in n] for n in both] == [[h.tokens for h in n] for n in alone]
+
+
+def make_pool(mode):
+    """Pool of 2 finished: totals -2.0 (2 tokens: -1.0 avg) and -4.5 (3 tokens: -1.5 avg)."""
+    beam = Beam(2, max_steps=10, penalty=LengthPenalty("avg", 1.0), early_stopping=mode)
+    beam.add_finished(step=1, prev=0, token=EOS, total=-2.0)
+    beam.add_finished(step=2, prev=0, token=EOS, total=-4.5)
+    return beam
+
+
+@pytest.mark.parametrize("mode, best_alive, stops", [
+    ("true", -1.0, True),     # full pool is enough
+    ("false", -5.0, False),   # -5/4 = -1.25 beats the worst, -1.5
+    ("false", -7.0, True),    # -7/4 = -1.75 does not
+    ("never", -7.0, False),   # at the step limit -7/10 = -0.7 still could
+    ("never", -16.0, True),   # -16/10 = -1.6 cannot, at any length
+])
+def test_early_stopping_modes(mode, best_alive, stops):
+    assert make_pool(mode).cannot_improve(step=3, best_alive=best_alive) is stops
+
+
+def test_pool_not_full_never_stops():
+    beam = Beam(2, max_steps=10, penalty=LengthPenalty("none"), early_stopping="true")
+    beam.add_finished(step=1, prev=0, token=EOS, total=-2.0)
+    assert not beam.cannot_improve(step=3, best_alive=-100.0)
+
+
+def test_more_than_k_eos_candidates_keep_k_alive():
+    """Both slots' best continuation is EOS: they finish, and k non-EOS slots stay alive."""
+    table = {(): {A: 0.5, B: 0.5 - 1e-3, EOS: 1e-3}, (A,): {EOS: 0.9, A: 0.1}, (B,): {EOS: 0.9, B: 0.1}}
+    [hyps] = run([table], [[0, EOS]], early_stopping="never", length_penalty="none")
+    assert [h.tokens for h in hyps] == [[A], [B]]
+    assert all(h.ended for h in hyps)
+
+
+def test_step_limit_returns_cut_hypotheses():
+    table = {(): {A: 1.0}, (A,): {A: 1.0}, (A, A): {A: 1.0}, (A, A, A): {A: 1.0}}
+    model = TableModel(6, [table])
+    for beam in (1, 2):
+        cfg = DecodingConfig(beam_size=beam, n_best=1, max_length=3)
+        [[hyp]] = Translator(model, cfg, BAN_SPECIALS).translate_batch([[0, EOS]])
+        assert hyp.tokens == [A, A, A] and not hyp.ended
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_min_length_prevents_early_eos(beam):
+    table = {(): {EOS: 0.9, A: 0.1}, (A,): {EOS: 0.9, A: 0.1}, (A, A): {EOS: 0.9, A: 0.1}}
+    model = TableModel(6, [table])
+    cfg = DecodingConfig(beam_size=beam, n_best=1, max_length=10, min_length=2)
+    [[hyp]] = Translator(model, cfg, BAN_SPECIALS).translate_batch([[0, EOS]])
+    assert hyp.tokens == [A, A]
+    assert hyp.total == pytest.approx(math.log(0.1 * 0.1 * 0.9))

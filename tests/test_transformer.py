@@ -1,0 +1,72 @@
+"""The model: cached incremental decoding equals the full pass; position tables are the published ones."""
+
+import math
+
+import pytest
+import torch
+
+from nmtdecode.models.transformer import Transformer, sinusoidal_table
+
+from .helpers import tiny_config
+
+
+@pytest.mark.parametrize("pre_norm", [True, False], ids=["pre-norm", "post-norm"])
+@pytest.mark.parametrize("positions", ["sinusoidal", "sinusoidal_interleaved", "sinusoidal_fairseq", "learned"])
+def test_cached_steps_equal_teacher_forced_pass(pre_norm, positions):
+    torch.manual_seed(0)
+    cfg = tiny_config(50, pre_norm=pre_norm, positions=positions, position_offset=2,
+                      layernorm_embedding=not pre_norm, final_logits_bias=True, embed_scale=2.0)
+    model = Transformer(cfg).eval()
+    src = torch.randint(4, 50, (3, 7))
+    mask = torch.ones(3, 7, dtype=torch.bool)
+    mask[1, 4:] = False  # a padded row
+    tgt = torch.randint(4, 50, (3, 6))
+    with torch.no_grad():
+        full = model(src, mask, tgt)
+        cache = model.init_cache(model.encode(src, mask), mask)
+        steps = torch.stack([model.decode_step(tgt[:, t], cache) for t in range(tgt.size(1))], dim=1)
+    assert full.abs().max() > 1.0  # logits of a real size, so 1e-5 is a tight bound
+    torch.testing.assert_close(steps, full, rtol=1e-5, atol=1e-5)
+
+
+def test_cache_reorder_and_select_follow_rows():
+    """Reordering rows of the cache equals decoding the reordered rows from the start."""
+    torch.manual_seed(0)
+    model = Transformer(tiny_config(30)).eval()
+    src = torch.randint(4, 30, (2, 5))
+    mask = torch.ones_like(src, dtype=torch.bool)
+    tgt = torch.randint(4, 30, (4, 3))  # rows: sentence 0 x 2 beams, sentence 1 x 2 beams
+    with torch.no_grad():
+        cache = model.init_cache(model.encode(src, mask), mask, beam_size=2)
+        for t in range(2):
+            model.decode_step(tgt[:, t], cache)
+        cache.reorder(torch.tensor([1, 0, 3, 3]))
+        reordered = model.decode_step(tgt[[1, 0, 3, 3], 2], cache)
+        cache.select(torch.tensor([2, 3]))
+        after_select = model.decode_step(torch.tensor([5, 6]), cache)
+        full = model(src.repeat_interleave(2, 0), mask.repeat_interleave(2, 0), tgt[[1, 0, 3, 3]])
+        full2 = model(src[[1, 1]], mask[[1, 1]], torch.cat([tgt[[3, 3]], torch.tensor([[5], [6]])], 1))
+    torch.testing.assert_close(reordered, full[:, 2], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(after_select, full2[:, 3], rtol=1e-5, atol=1e-5)
+
+
+def test_sinusoidal_layouts_match_their_formulas():
+    dim, pos = 8, 5
+    concat = sinusoidal_table(10, dim, "sinusoidal")
+    interleaved = sinusoidal_table(10, dim, "sinusoidal_interleaved")
+    fairseq = sinusoidal_table(10, dim, "sinusoidal_fairseq")
+    for i in range(dim // 2):
+        freq = 10000 ** (-2 * i / dim)
+        assert concat[pos, i] == pytest.approx(math.sin(pos * freq), abs=1e-6)
+        assert concat[pos, dim // 2 + i] == pytest.approx(math.cos(pos * freq), abs=1e-6)
+        assert interleaved[pos, 2 * i] == pytest.approx(math.sin(pos * freq), abs=1e-6)
+        assert interleaved[pos, 2 * i + 1] == pytest.approx(math.cos(pos * freq), abs=1e-6)
+        freq_fs = math.exp(-i * math.log(10000) / (dim // 2 - 1))
+        assert fairseq[pos, i] == pytest.approx(math.sin(pos * freq_fs), abs=1e-6)
+
+
+def test_too_long_input_fails_clearly():
+    model = Transformer(tiny_config(20, max_positions=8)).eval()
+    src = torch.full((1, 9), 5)
+    with pytest.raises(ValueError, match="longer than the model's 8 positions"):
+        model.encode(src, torch.ones_like(src, dtype=torch.bool))
