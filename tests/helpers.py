@@ -132,3 +132,37 @@ def brute_force(model, source: list[int], tokens: list[int], max_steps: int, sco
             if score > best[1]:
                 best = (list(body), score)
     return best
+
+
+WORDS = ("the house is red . a dog and a cat sleep in the garden . good morning , thank you . "
+         "water is cold . my friend reads a book . we go home now . where is the station ?").split()
+
+
+def train_sentencepiece(directory, vocab_size: int = 48) -> str:
+    """A tiny SentencePiece model with the native id convention (pad 0, unk 1, bos 2, eos 3)."""
+    import random
+
+    import sentencepiece as spm
+
+    rng = random.Random(0)
+    lines = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12))) for _ in range(400)]
+    prefix = str(directory / "spm")
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_prefix=prefix, vocab_size=vocab_size,
+                                   pad_id=0, unk_id=1, bos_id=2, eos_id=3, model_type="unigram",
+                                   character_coverage=1.0, minloglevel=2, num_threads=1)
+    return prefix + ".model"
+
+
+def build_native_model(directory, vocab_size: int = 48, seed: int = 0, decoding=None):
+    """Save a tiny random model in the native format; returns its directory."""
+    import shutil
+
+    from nmtdecode.models.formats import native
+
+    directory.mkdir(parents=True, exist_ok=True)
+    spm_file = train_sentencepiece(directory, vocab_size)
+    model = tiny_transformer(seed, vocab=vocab_size, eos_bias=2.0, max_positions=128)
+    shutil.move(spm_file, directory / "spm.model")
+    native.save(str(directory), model, {"source": "spm.model"}, decoding=decoding, banned_ids=[PAD, BOS],
+                dtype=torch.float32)
+    return directory

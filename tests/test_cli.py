@@ -1,0 +1,138 @@
+"""The command line, end to end, as a subprocess."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from nmtdecode.config import DecodingConfig
+from nmtdecode.models.loading import load_model
+from nmtdecode.translator import Translator
+
+from .helpers import build_native_model
+
+LINES = ["the house is red .", "", "a dog and a cat sleep in the garden .", "   ", "good morning",
+         "thank you", "where is the station ?", "water"]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return build_native_model(tmp_path_factory.mktemp("native") / "model")
+
+
+@pytest.fixture()
+def src_file(tmp_path):
+    path = tmp_path / "input.txt"
+    path.write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    return path
+
+
+def nmtdecode(*args, stdin=None):
+    return subprocess.run([sys.executable, "-m", "nmtdecode", *map(str, args)], input=stdin,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_text_output_one_line_per_input_line(model_dir, src_file):
+    run = nmtdecode("translate", "--model", model_dir, "--src", src_file, "--quiet")
+    assert run.returncode == 0, run.stderr
+    out = run.stdout.split("\n")
+    assert out[-1] == "" and len(out) - 1 == len(LINES)
+    assert out[1] == "" and out[3] == ""  # empty and blank lines stay empty, in place
+    assert all(out[i] for i in (0, 2, 4, 5, 6, 7))  # the model (EOS-biased) still says something
+
+
+def test_config_file_with_override_and_formats_agree(model_dir, src_file, tmp_path):
+    config = tmp_path / "job.yaml"
+    config.write_text(yaml.safe_dump({"model": str(model_dir), "beam-size": 4, "n_best": 3, "format": "jsonl",
+                                      "quiet": True}))
+    outputs = {}
+    for fmt in ("text", "nbest", "jsonl"):
+        run = nmtdecode("translate", "-c", config, "--src", src_file, "--format", fmt)
+        assert run.returncode == 0, run.stderr
+        outputs[fmt] = run.stdout.splitlines()
+    text, nbest, jsonl = outputs["text"], outputs["nbest"], [json.loads(line) for line in outputs["jsonl"]]
+    assert len(text) == len(jsonl) == len(LINES)
+    assert [r["index"] for r in jsonl] == list(range(len(LINES)))
+    parsed = [line.split(" ||| ") for line in nbest]
+    assert all(len(p) == 3 for p in parsed)
+    decoded = [i for i, line in enumerate(LINES) if line.strip()]
+    assert sorted({int(p[0]) for p in parsed}) == list(range(len(LINES)))
+    for i in decoded:
+        entries = [p for p in parsed if int(p[0]) == i]
+        assert len(entries) == 3 == len(jsonl[i]["hypotheses"])  # n_best from the file
+        assert [e[1] for e in entries] == [h["text"] for h in jsonl[i]["hypotheses"]]
+        assert [float(e[2]) for e in entries] == pytest.approx([h["score"] for h in jsonl[i]["hypotheses"]], abs=1e-5)
+        assert text[i] == entries[0][1]
+
+
+def test_cli_matches_library(model_dir, src_file):
+    loaded = load_model(str(model_dir))
+    cfg = DecodingConfig(beam_size=3)
+    expected = Translator(loaded.model, cfg, loaded.rules).translate_batch([loaded.tokenizer.encode(LINES[0])])
+    run = nmtdecode("translate", "--model", model_dir, "--beam-size", 3, "--format", "jsonl", "--token-scores",
+                    "--quiet", stdin=LINES[0] + "\n")
+    assert run.returncode == 0, run.stderr
+    [record] = [json.loads(line) for line in run.stdout.splitlines()]
+    assert record["hypotheses"][0]["tokens"] == expected[0][0].tokens
+    assert sum(record["hypotheses"][0]["token_scores"]) == pytest.approx(record["hypotheses"][0]["log_prob"])
+
+
+def test_output_file_and_summary(model_dir, src_file, tmp_path):
+    out = tmp_path / "out.txt"
+    run = nmtdecode("translate", "--model", model_dir, "--src", src_file, "--output", out, "--beam-size", 2)
+    assert run.returncode == 0, run.stderr
+    assert len(out.read_text(encoding="utf-8").splitlines()) == len(LINES)
+    assert not (tmp_path / "out.txt.tmp").exists()
+    assert f"{len(LINES)} sentences" in run.stderr and "tokens/s" in run.stderr
+
+
+@pytest.mark.parametrize("content, message", [
+    ({"beam_sise": 4}, "unknown option 'beam_sise'"),
+    ({"beam_size": 0}, "beam_size: must be >= 1"),
+    ({"beam_size": "five"}, "beam_size: expected int"),
+    ({"length_penalty": "log"}, "length_penalty: 'log' is not one of none, avg, wu"),
+    ({"n_best": 6, "beam_size": 5}, "n_best: 6 is greater than beam_size (5)"),
+])
+def test_bad_config_exits_2_before_loading(content, message, tmp_path):
+    config = tmp_path / "bad.yaml"
+    config.write_text(yaml.safe_dump({"model": str(tmp_path / "does-not-exist"), **content}))
+    run = nmtdecode("translate", "-c", config, stdin="")
+    assert run.returncode == 2
+    assert message in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_invalid_yaml_and_missing_model_exit_2(tmp_path):
+    config = tmp_path / "broken.yaml"
+    config.write_text("beam_size: [1\n")
+    run = nmtdecode("translate", "-c", config, stdin="")
+    assert run.returncode == 2 and "not valid YAML" in run.stderr
+    run = nmtdecode("translate", "--model", tmp_path / "nope", stdin="hello\n")
+    assert run.returncode == 2 and "does not exist" in run.stderr
+
+
+def test_bad_flag_value_exits_2(model_dir):
+    run = nmtdecode("translate", "--model", model_dir, "--early-stopping", "maybe", stdin="")
+    assert run.returncode == 2 and "maybe" in run.stderr
+
+
+def test_inspect(model_dir):
+    run = nmtdecode("inspect", model_dir)
+    assert run.returncode == 0, run.stderr
+    assert "format:        native" in run.stdout
+    assert "vocabulary:    source 48, target 48" in run.stdout
+
+
+def test_score_matches_library(model_dir, tmp_path):
+    src, tgt = tmp_path / "s.txt", tmp_path / "t.txt"
+    src.write_text("the house is red .\ngood morning\n")
+    tgt.write_text("a dog .\nthank you\n")
+    run = nmtdecode("score", "--model", model_dir, "--src", src, "--tgt", tgt)
+    assert run.returncode == 0, run.stderr
+    loaded = load_model(str(model_dir))
+    translator = Translator(loaded.model, DecodingConfig())
+    expected = translator.score([loaded.tokenizer.encode(s) for s in ("the house is red .", "good morning")],
+                                [loaded.tokenizer.encode_target(t) for t in ("a dog .", "thank you")])
+    assert [float(x) for x in run.stdout.split()] == pytest.approx(expected, abs=1e-5)

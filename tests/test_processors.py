@@ -1,0 +1,84 @@
+"""Logit processors against their definitions and Hugging Face's implementations."""
+
+import math
+
+import pytest
+import torch
+from transformers.generation.logits_process import NoRepeatNGramLogitsProcessor
+
+from nmtdecode.search.processors import (BanTokens, ForceEosAtLimit, ForceFirstToken, MinLength, NoRepeatNgram,
+                                         RowState)
+
+NEG_INF = -math.inf
+
+
+def rows(history=None, last_step=None, n=3):
+    state = RowState(torch.zeros(n, dtype=torch.long), torch.tensor(last_step or [9] * n), history is not None)
+    state.history = history
+    return state
+
+
+@pytest.mark.parametrize("ngram", [1, 2, 3, 4])
+@pytest.mark.parametrize("seed", range(5))
+def test_no_repeat_ngram_matches_transformers(ngram, seed):
+    g = torch.Generator().manual_seed(seed)
+    history = torch.randint(0, 5, (6, 12), generator=g)  # small vocabulary: many repeats
+    logprobs = torch.log_softmax(torch.randn(6, 8, generator=g), dim=-1)
+    expected = NoRepeatNGramLogitsProcessor(ngram)(history, logprobs.clone())
+    got = NoRepeatNgram(ngram)(logprobs.clone(), step=11, rows=rows(history, n=6))
+    assert torch.equal(torch.isinf(got), torch.isinf(expected))
+    torch.testing.assert_close(got[~torch.isinf(got)], expected[~torch.isinf(expected)])
+
+
+def test_no_repeat_ngram_worked_example():
+    """history [s a b a]: `a` was followed by `b`, so bigram blocking bans `b` only."""
+    s, a, b = 0, 1, 2
+    got = NoRepeatNgram(2)(torch.zeros(1, 4), step=3, rows=rows(torch.tensor([[s, a, b, a]]), n=1))
+    assert got.tolist() == [[0.0, 0.0, NEG_INF, 0.0]]
+
+
+def test_min_length_bans_eos_before_the_limit_only():
+    proc = MinLength(2, eos_id=3)
+    assert proc(torch.zeros(2, 5), step=1, rows=None)[:, 3].tolist() == [NEG_INF, NEG_INF]
+    assert proc(torch.zeros(2, 5), step=2, rows=None)[:, 3].tolist() == [0.0, 0.0]
+
+
+def test_ban_tokens():
+    got = BanTokens([0, 4, 4])(torch.zeros(2, 5), step=0, rows=None)
+    assert got.tolist() == [[NEG_INF, 0, 0, 0, NEG_INF]] * 2
+
+
+def test_force_first_token():
+    proc = ForceFirstToken(2)
+    first = proc(torch.full((2, 4), -1.0), step=0, rows=None)
+    assert first.tolist() == [[NEG_INF, NEG_INF, 0.0, NEG_INF]] * 2
+    assert proc(torch.full((2, 4), -1.0), step=1, rows=None).tolist() == [[-1.0] * 4] * 2
+
+
+def test_force_eos_only_on_rows_at_their_limit():
+    got = ForceEosAtLimit(eos_id=1)(torch.full((3, 3), -1.0), step=4, rows=rows(last_step=[4, 7, 4]))
+    assert got.tolist() == [[NEG_INF, 0.0, NEG_INF], [-1.0, -1.0, -1.0], [NEG_INF, 0.0, NEG_INF]]
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_no_repeat_ngram_in_decoding(beam):
+    """End to end: no output of a repetitive model repeats a bigram."""
+    from nmtdecode.config import DecodingConfig
+    from nmtdecode.translator import Translator
+
+    from .helpers import BOS, random_sources, tiny_transformer
+
+    model = tiny_transformer(3, vocab=8, eos_bias=-3.0)  # long outputs over 4 content tokens: repeats likely
+    cfg = DecodingConfig(beam_size=beam, n_best=beam, max_length=12)
+    plain = Translator(model, cfg).translate_batch(random_sources(6, 8, seed=3))
+
+    def bigrams(tokens):
+        seq = [BOS] + tokens
+        return list(zip(seq, seq[1:]))
+
+    assert any(len(set(bigrams(h.tokens))) < len(bigrams(h.tokens)) for n in plain for h in n)
+    cfg.no_repeat_ngram_size = 2
+    blocked = Translator(model, cfg).translate_batch(random_sources(6, 8, seed=3))
+    for hyps in blocked:
+        for h in hyps:
+            assert len(set(bigrams(h.tokens))) == len(bigrams(h.tokens))
