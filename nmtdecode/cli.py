@@ -41,7 +41,8 @@ DECODING_OPTIONS = [
     _option("--no-repeat-ngram-size", key="no_repeat_ngram_size", type=int,
             help="Never repeat an n-gram of this size (0: off)."),
     _option("--ban-unk", key="ban_unk", flag=True, help="Never generate the unknown token."),
-    _option("--tgt-lang", key="tgt_lang", type=str, help="Target language tag for multilingual models."),
+    _option("--src-lang", key="src_lang", type=str, help="Source language code (mBART, M2M100, NLLB)."),
+    _option("--tgt-lang", key="tgt_lang", type=str, help="Target language code for multilingual models."),
 ]
 RUN_OPTIONS = [
     _option("--model", "-m", key="model", type=str, help="Model directory (native or Hugging Face)."),

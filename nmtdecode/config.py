@@ -45,6 +45,7 @@ class DecodingConfig:
     early_stopping: str = "false"
     no_repeat_ngram_size: int = 0
     ban_unk: bool = False
+    src_lang: str | None = None
     tgt_lang: str | None = None
 
     def validate(self):

@@ -56,7 +56,7 @@ def prepare(config: Config) -> tuple[Config, LoadedModel, Translator]:
     loaded = load_model(config.io.model)
     config = config.with_model_defaults(loaded.defaults)
     loaded.model.to(device=device, dtype=DTYPES[config.runtime.dtype])
-    translator = Translator(loaded.model, config.decoding, loaded.rules_for(config.decoding.tgt_lang))
+    translator = Translator(loaded.model, config.decoding, loaded.rules_for(config.decoding.src_lang, config.decoding.tgt_lang))
     return config, loaded, translator
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import sentencepiece as spm
 
+from .config import ConfigError
+
 
 class SentencePieceTokenizer:
     def __init__(self, source_model: str, target_model: str | None = None, *, vocab: dict[str, int] | None = None,
@@ -39,6 +41,16 @@ class SentencePieceTokenizer:
         if self.vocab is None:
             return self.target.decode(ids)
         return self.target.decode_pieces([self.pieces[i] for i in ids if i in self.pieces])
+
+    def set_languages(self, src_lang: str | None, tgt_lang: str | None) -> int | None:
+        """Choose source/target languages; returns the token to force first on the target side.
+        A model without language tags accepts neither."""
+        if src_lang or tgt_lang:
+            raise ConfigError("src_lang/tgt_lang: this model has no language tags")
+        return None
+
+    def language_codes(self) -> list[str]:
+        return []
 
     def encode_target(self, text: str) -> list[int]:
         """Target text -> model ids (no EOS), for forced decoding and training."""

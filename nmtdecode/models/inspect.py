@@ -25,6 +25,7 @@ def describe(path: str) -> str:
     ]
     if loaded.defaults:
         lines.append("decoding defaults: " + ", ".join(f"{k}={v}" for k, v in sorted(loaded.defaults.items())))
-    if loaded.languages:
-        lines.append(f"target languages: {len(loaded.languages)} ({', '.join(sorted(loaded.languages)[:10])}, ...)")
+    codes = loaded.tokenizer.language_codes()
+    if codes:
+        lines.append(f"languages:     {len(codes)} ({', '.join(codes[:10])}{', ...' if len(codes) > 10 else ''})")
     return "\n".join(lines)

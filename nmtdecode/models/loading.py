@@ -31,17 +31,14 @@ class LoadedModel:
     path: str
     rules: ModelRules = field(default_factory=ModelRules)
     defaults: dict = field(default_factory=dict)  # decoding defaults shipped with the model
-    languages: dict = field(default_factory=dict)  # target-language code -> forced first token id
 
-    def rules_for(self, tgt_lang: str | None) -> ModelRules:
-        """The model's rules, with the target-language tag forced first when asked for."""
-        if tgt_lang is None:
+    def rules_for(self, src_lang: str | None, tgt_lang: str | None) -> ModelRules:
+        """Set the languages on the tokenizer; the model's rules, with the target-language
+        tag forced first where the family does that."""
+        forced = self.tokenizer.set_languages(src_lang, tgt_lang)
+        if forced is None:
             return self.rules
-        if not self.languages:
-            raise ConfigError(f"tgt_lang: this model ({self.format}) has no target-language tokens")
-        if tgt_lang not in self.languages:
-            raise ConfigError(f"tgt_lang: {tgt_lang!r} is not one of {', '.join(sorted(self.languages)[:20])}, ...")
-        return ModelRules(self.rules.banned_ids, self.languages[tgt_lang], self.rules.forced_eos)
+        return ModelRules(self.rules.banned_ids, forced, self.rules.forced_eos)
 
 
 def shared_names(model: torch.nn.Module) -> dict[str, str]:

@@ -55,6 +55,7 @@ class TransformerConfig:
     position_offset: int = 0  # index of position 0 in the table (BART: 2, M2M100: pad_id + 1)
     max_positions: int = 1024
     embed_scale: float = 1.0  # sqrt(d_model) for Vaswani-style models
+    zero_pad_positions: bool = False  # fairseq/M2M100: a pad token gets a zero position vector
     layernorm_embedding: bool = False  # BART/mBART normalise the embedding sum
     share_embeddings: bool = False  # source and target token embeddings are one matrix
     tie_output: bool = True  # output projection is the target embedding matrix
@@ -133,6 +134,7 @@ class Embeddings(nn.Module):
             )
             self.positions = None
         self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps) if cfg.layernorm_embedding else None
+        self.zero_pad_id = cfg.pad_id if cfg.zero_pad_positions else None
 
     def position_table(self) -> torch.Tensor:
         return self.positions.weight if self.positions is not None else self.sinusoids
@@ -142,8 +144,10 @@ class Embeddings(nn.Module):
         first = start + self.offset
         if first + ids.size(1) > self.position_table().size(0):
             raise ValueError(f"sequence longer than the model's {self.position_table().size(0) - self.offset} positions")
-        positions = self.position_table()[first : first + ids.size(1)]
-        x = self.tokens(ids) * self.scale + positions.to(self.tokens.weight.dtype)
+        positions = self.position_table()[first : first + ids.size(1)].to(self.tokens.weight.dtype)
+        if self.zero_pad_id is not None:
+            positions = positions * (ids != self.zero_pad_id)[..., None]
+        x = self.tokens(ids) * self.scale + positions
         if self.norm is not None:
             x = self.norm(x)
         return F.dropout(x, self.dropout, self.training)

@@ -1,6 +1,231 @@
-"""Hugging Face checkpoints (issue: HF formats)."""
-from ..loading import ModelError
+"""Hugging Face seq2seq directories (Marian, BART, mBART, M2M100/NLLB) mapped onto our Transformer.
+
+Read without importing `transformers`: `config.json` gives the architecture,
+`model.safetensors` (also sharded) or `pytorch_model.bin` (loaded with
+`weights_only=True`) the weights, `generation_config.json` the decoding
+defaults. What differs between the families is one row of `FAMILIES`; every
+other field of `config.json` that would change the computation and that we do
+not model fails by name.
+
+Conventions converted here: Hugging Face counts the decoder start token in
+`max_length` and `min_length`, we count generated tokens, so both lose one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+
+from ...translator import ModelRules
+from ..loading import LoadedModel, ModelError, load_weights, read_safetensors
+from ..transformer import Transformer, TransformerConfig
+
+# model_type -> how its Transformer differs. position_offset None: pad_token_id + 1 (fairseq).
+FAMILIES = {
+    "marian": dict(pre_norm=False, positions="sinusoidal", position_offset=0, layernorm_embedding=False),
+    "bart": dict(pre_norm=False, positions="learned", position_offset=2, layernorm_embedding=True),
+    "mbart": dict(pre_norm=True, positions="learned", position_offset=2, layernorm_embedding=True),
+    "m2m_100": dict(pre_norm=True, positions="sinusoidal_fairseq", position_offset=None, layernorm_embedding=False),
+}
+ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+               "swish": "silu", "silu": "silu"}
+# Fields that must agree because our layers use one value for encoder and decoder.
+SAME_FOR_BOTH = [("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")]
 
 
-def load(path):
-    raise ModelError(f"{path}: Hugging Face checkpoints are not supported yet")
+def read_json(path: str, required: bool = True) -> dict:
+    if not os.path.isfile(path):
+        if required:
+            raise ModelError(f"{path} is missing")
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise ModelError(f"{path} cannot be read: {e}") from None
+
+
+def model_config(hf: dict, path: str) -> TransformerConfig:
+    family = hf.get("model_type")
+    if family not in FAMILIES:
+        raise ModelError(f"{path}: model_type {family!r} is not supported (supported: {', '.join(FAMILIES)})")
+    for enc, dec in SAME_FOR_BOTH:
+        if hf.get(enc) != hf.get(dec):
+            raise ModelError(f"{path}: {enc}={hf.get(enc)} differs from {dec}={hf.get(dec)}, which is not supported")
+    if hf.get("encoder_layers") is None or hf.get("d_model") is None:
+        raise ModelError(f"{path}: config.json lacks d_model/encoder_layers")
+    activation = hf.get("activation_function", "gelu")
+    if activation not in ACTIVATIONS:
+        raise ModelError(f"{path}: activation_function {activation!r} is not supported ({', '.join(ACTIVATIONS)})")
+    shape = FAMILIES[family]
+    pad = hf.get("pad_token_id", 1)
+    shared = family != "marian" or hf.get("share_encoder_decoder_embeddings", True)
+    vocab = hf["vocab_size"]
+    return TransformerConfig(
+        src_vocab_size=vocab,
+        tgt_vocab_size=vocab if shared else hf.get("decoder_vocab_size") or vocab,
+        d_model=hf["d_model"],
+        heads=hf["encoder_attention_heads"],
+        encoder_layers=hf["encoder_layers"],
+        decoder_layers=hf["decoder_layers"],
+        ffn_dim=hf["encoder_ffn_dim"],
+        activation=ACTIVATIONS[activation],
+        pre_norm=shape["pre_norm"],
+        encoder_final_norm=shape["pre_norm"],
+        decoder_final_norm=shape["pre_norm"],
+        positions=shape["positions"],
+        position_offset=pad + 1 if shape["position_offset"] is None else shape["position_offset"],
+        max_positions=hf.get("max_position_embeddings", 1024),
+        embed_scale=hf["d_model"] ** 0.5 if hf.get("scale_embedding", False) else 1.0,
+        zero_pad_positions=family == "m2m_100",
+        layernorm_embedding=shape["layernorm_embedding"],
+        share_embeddings=shared,
+        tie_output=hf.get("tie_word_embeddings", True),
+        final_logits_bias=family != "m2m_100",
+        bias=True,
+        norm_eps=1e-5,
+        pad_id=pad,
+        unk_id=hf.get("unk_token_id", 3),
+        bos_id=hf.get("bos_token_id", 0) if hf.get("bos_token_id") is not None else pad,
+        eos_id=hf.get("eos_token_id", 2),
+        decoder_start_id=hf.get("decoder_start_token_id", hf.get("eos_token_id", 2)),
+    )
+
+
+def read_weights(path: str) -> dict[str, torch.Tensor]:
+    """All tensors of the checkpoint, from safetensors (single or sharded) or pytorch_model.bin."""
+    single, index = os.path.join(path, "model.safetensors"), os.path.join(path, "model.safetensors.index.json")
+    if os.path.isfile(single):
+        return read_safetensors(single)
+    if os.path.isfile(index):
+        tensors = {}
+        for shard in sorted(set(read_json(index)["weight_map"].values())):
+            tensors.update(read_safetensors(os.path.join(path, shard)))
+        return tensors
+    legacy = os.path.join(path, "pytorch_model.bin")
+    if os.path.isfile(legacy):
+        try:  # weights_only: tensors and plain containers, never pickled code
+            return torch.load(legacy, map_location="cpu", weights_only=True)
+        except Exception as e:
+            raise ModelError(f"cannot read weights {legacy}: {e}") from None
+    raise ModelError(f"{path}: no model.safetensors, model.safetensors.index.json or pytorch_model.bin")
+
+
+def _attention(ours: str, theirs: str, fused: dict[str, list[str]]) -> dict:
+    """Our fused projections <- concatenation of theirs: e.g. qkv <- q_proj, k_proj, v_proj."""
+    return {f"{ours}.{name}.{p}": [f"{theirs}.{part}_proj.{p}" for part in parts]
+            for name, parts in fused.items() for p in ("weight", "bias")}
+
+
+def weight_map(cfg: TransformerConfig) -> dict[str, list[str]]:
+    """Our parameter name -> the Hugging Face tensor(s) it is made of (concatenated on dim 0)."""
+    names = {}
+    for side, embed in (("encoder", "src_embed"), ("decoder", "tgt_embed")):
+        names[f"{embed}.tokens.weight"] = [f"model.{side}.embed_tokens.weight", "model.shared.weight"]
+        if cfg.positions == "learned":
+            names[f"{embed}.positions.weight"] = [f"model.{side}.embed_positions.weight"]
+        if cfg.layernorm_embedding:
+            for p in ("weight", "bias"):
+                names[f"{embed}.norm.{p}"] = [f"model.{side}.layernorm_embedding.{p}"]
+        if cfg.pre_norm:
+            for p in ("weight", "bias"):
+                names[f"{side}_norm.{p}"] = [f"model.{side}.layer_norm.{p}"]
+    for i in range(cfg.encoder_layers):
+        ours, theirs = f"encoder_layers.{i}", f"model.encoder.layers.{i}"
+        names.update(_attention(f"{ours}.self_attn", f"{theirs}.self_attn", {"qkv": ["q", "k", "v"], "out": ["out"]}))
+        names.update(_feed_forward(ours, theirs, {"attn_block": "self_attn_layer_norm", "ffn_block": "final_layer_norm"}))
+    for i in range(cfg.decoder_layers):
+        ours, theirs = f"decoder_layers.{i}", f"model.decoder.layers.{i}"
+        names.update(_attention(f"{ours}.self_attn", f"{theirs}.self_attn", {"qkv": ["q", "k", "v"], "out": ["out"]}))
+        names.update(_attention(f"{ours}.cross_attn", f"{theirs}.encoder_attn", {"q": ["q"], "kv": ["k", "v"], "out": ["out"]}))
+        names.update(_feed_forward(ours, theirs, {"self_block": "self_attn_layer_norm",
+                                                  "cross_block": "encoder_attn_layer_norm", "ffn_block": "final_layer_norm"}))
+    if not cfg.tie_output:
+        names["output.weight"] = ["lm_head.weight"]
+    if cfg.final_logits_bias:
+        names["final_logits_bias"] = ["final_logits_bias"]
+    return names
+
+
+def _feed_forward(ours: str, theirs: str, norms: dict[str, str]) -> dict:
+    names = {f"{ours}.ffn.{a}.{p}": [f"{theirs}.{b}.{p}"] for a, b in (("up", "fc1"), ("down", "fc2"))
+             for p in ("weight", "bias")}
+    names.update({f"{ours}.{block}.norm.{p}": [f"{theirs}.{norm}.{p}"] for block, norm in norms.items()
+                  for p in ("weight", "bias")})
+    return names
+
+
+def convert_weights(cfg: TransformerConfig, hf_tensors: dict[str, torch.Tensor], path: str) -> dict:
+    # Some checkpoints (a bare BartModel, old exports) store names without the "model." prefix.
+    tensors = {(k if k.startswith(("model.", "lm_head", "final_logits_bias")) else f"model.{k}"): v
+               for k, v in hf_tensors.items()}
+    ours = {}
+    for name, sources in weight_map(cfg).items():
+        if name.endswith("tokens.weight"):  # embeddings: the side's own matrix, else the shared one
+            found = next((tensors[s] for s in sources if s in tensors), None)
+            if found is None:
+                raise ModelError(f"{path}: no {' or '.join(sources)} in the checkpoint")
+            ours[name] = found
+            continue
+        missing = [s for s in sources if s not in tensors]
+        if missing:
+            raise ModelError(f"{path}: tensor {missing[0]} is missing from the checkpoint")
+        ours[name] = torch.cat([tensors[s] for s in sources], dim=0) if len(sources) > 1 else tensors[sources[0]]
+        if name == "final_logits_bias":
+            ours[name] = ours[name].reshape(-1)
+    if cfg.share_embeddings:
+        ours.pop("tgt_embed.tokens.weight")  # one matrix, stored under its first name
+    return ours
+
+
+def generation_settings(gen: dict, cfg: TransformerConfig) -> tuple[dict, ModelRules]:
+    """Decoding defaults and model rules from generation_config.json (or config.json)."""
+    defaults = {}
+    if gen.get("num_beams"):
+        defaults["beam_size"] = gen["num_beams"]
+    if gen.get("max_new_tokens"):
+        defaults["max_length"] = gen["max_new_tokens"]
+    elif gen.get("max_length"):
+        defaults["max_length"] = gen["max_length"] - 1  # theirs counts the decoder start token
+    if gen.get("min_length"):
+        defaults["min_length"] = max(0, gen["min_length"] - 1)
+    if "length_penalty" in gen:
+        defaults.update(length_penalty="avg", alpha=float(gen["length_penalty"]))
+    if gen.get("no_repeat_ngram_size"):
+        defaults["no_repeat_ngram_size"] = gen["no_repeat_ngram_size"]
+    if "early_stopping" in gen:
+        defaults["early_stopping"] = str(gen["early_stopping"]).lower()
+    banned = []
+    for sequence in gen.get("bad_words_ids") or []:
+        if len(sequence) != 1:
+            raise ModelError(f"bad_words_ids with multi-token sequences ({sequence}) are not supported")
+        banned.append(sequence[0])
+    forced_eos = gen.get("forced_eos_token_id")
+    if forced_eos not in (None, cfg.eos_id):
+        raise ModelError(f"forced_eos_token_id {forced_eos} differs from eos_token_id {cfg.eos_id}: not supported")
+    rules = ModelRules(tuple(banned), gen.get("forced_bos_token_id"), forced_eos is not None)
+    return defaults, rules
+
+
+def load_network(path: str, hf: dict) -> tuple[Transformer, dict, ModelRules]:
+    """The model with its weights, decoding defaults and rules; no tokenizer."""
+    cfg = model_config(hf, path)
+    generation = read_json(os.path.join(path, "generation_config.json"), required=False) or hf
+    if isinstance(generation.get("decoder_start_token_id"), int):  # generation_config.json wins, as in transformers
+        cfg.decoder_start_id = generation["decoder_start_token_id"]
+    model = Transformer(cfg)
+    load_weights(model, convert_weights(cfg, read_weights(path), path), path)
+    defaults, rules = generation_settings(generation, cfg)
+    return model.eval(), defaults, rules
+
+
+def load(path: str) -> LoadedModel:
+    hf = read_json(os.path.join(path, "config.json"))
+    model, defaults, rules = load_network(path, hf)
+    from .hf_tokenizers import load_tokenizer  # after the architecture checks: their errors come first
+
+    tokenizer = load_tokenizer(path, hf, model.cfg)
+    model.cfg.unk_id = tokenizer.unk_id
+    return LoadedModel(model, tokenizer, f"huggingface/{hf['model_type']}", path, rules, defaults)
