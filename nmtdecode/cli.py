@@ -50,6 +50,10 @@ RUN_OPTIONS = [
     _option("--output", "-o", key="output", type=str, help="Output file; - is stdout."),
     _option("--format", key="format", type=click.Choice(["text", "nbest", "jsonl"]), help="Output format."),
     _option("--token-scores", key="token_scores", flag=True, help="JSONL: add tokens and per-token log-probs."),
+    _option("--on-invalid-utf8", key="on_invalid_utf8", type=click.Choice(["error", "replace"]),
+            help="Invalid UTF-8 input: stop with the line number, or decode it as U+FFFD."),
+    _option("--resume", key="resume", flag=True, help="Continue an interrupted job from its partial --output."),
+    _option("--stream", key="stream", flag=True, help="Answer each input line as soon as it arrives."),
     _option("--batch-size", "-b", key="batch_size", type=int, help="Sentences (or tokens) per batch."),
     _option("--batch-type", key="batch_type", type=click.Choice(["sents", "tokens"]), help="Unit of --batch-size."),
     _option("--max-src-length", key="max_src_length", type=int, help="Cut longer sources (tokens) with a warning."),
@@ -118,8 +122,17 @@ def inspect(path):
     click.echo(describe(path))
 
 
+class Terminated(Exception):
+    """SIGTERM: stop like Ctrl-C, keeping partial output resumable."""
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated()
+
+
 def main(argv=None):
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends quietly
+    signal.signal(signal.SIGTERM, _on_sigterm)
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv
     try:
@@ -129,11 +142,12 @@ def main(argv=None):
     except click.ClickException as e:
         e.show()
         sys.exit(2)
-    except click.Abort:
+    except (KeyboardInterrupt, click.Abort):
+        print("nmtdecode: interrupted; partial output kept, rerun with --resume to continue", file=sys.stderr)
         sys.exit(130)
-    except KeyboardInterrupt:
-        print("nmtdecode: interrupted", file=sys.stderr)
-        sys.exit(130)
+    except Terminated:
+        print("nmtdecode: terminated; partial output kept, rerun with --resume to continue", file=sys.stderr)
+        sys.exit(143)
     except ConfigError as e:
         if debug:
             raise

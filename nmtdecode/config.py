@@ -98,9 +98,17 @@ class IOConfig:
     output: str = "-"
     format: str = "text"
     token_scores: bool = False
+    on_invalid_utf8: str = "error"
+    resume: bool = False
+    stream: bool = False
 
     def validate(self):
         _check_choice("format", self.format, ["text", "nbest", "jsonl"])
+        _check_choice("on_invalid_utf8", self.on_invalid_utf8, ["error", "replace"])
+        if self.resume and self.output == "-":
+            raise ConfigError("resume: needs an output file (--output FILE); stdout cannot be resumed")
+        if self.stream and self.resume:
+            raise ConfigError("stream: cannot be combined with resume")
 
 
 SECTIONS = {"decoding": DecodingConfig, "batching": BatchingConfig, "runtime": RuntimeConfig, "io": IOConfig}

@@ -17,10 +17,12 @@ in input order, one entry per input line.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
+from .config import ConfigError
 from .search.base import Hypothesis
 
 SORT_CHUNK_BATCHES = 32  # batches' worth of lines sorted together
@@ -45,22 +47,42 @@ class Result:
     texts: list[str] = field(default_factory=list)
 
 
-def read_lines(path: str) -> Iterator[str]:
-    """Lines of a UTF-8 file or of stdin (`-`), without line endings and BOM."""
-    stream = sys.stdin.buffer if path == "-" else _open(path)
-    name = "<stdin>" if path == "-" else path
-    try:
-        for number, raw in enumerate(stream, start=1):
-            if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
-                raw = raw[3:]
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise InputError(f"{name}:{number}: invalid UTF-8 at byte {e.start}") from None
-            yield text.rstrip("\r\n")
-    finally:
-        if stream is not sys.stdin.buffer:
-            stream.close()
+class LineReader:
+    """Lines of a UTF-8 file or of stdin (`-`), without line endings and BOM.
+
+    Invalid UTF-8 raises InputError naming the file and line, or with
+    on_invalid="replace" becomes U+FFFD and is counted in `replaced_lines`.
+    """
+
+    def __init__(self, path: str, on_invalid: str = "error"):
+        self.path, self.on_invalid = path, on_invalid
+        self.name = "<stdin>" if path == "-" else path
+        self.replaced_lines = 0
+
+    def __iter__(self) -> Iterator[str]:
+        stream = sys.stdin.buffer if self.path == "-" else _open(self.path)
+        try:
+            for number, raw in enumerate(stream, start=1):
+                if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                    raw = raw[3:]
+                yield self._decode(raw, number).rstrip("\r\n")
+        finally:
+            if stream is not sys.stdin.buffer:
+                stream.close()
+
+    def _decode(self, raw: bytes, number: int) -> str:
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            if self.on_invalid != "replace":
+                raise InputError(f"{self.name}:{number}: invalid UTF-8 at byte {e.start} "
+                                 "(--on-invalid-utf8 replace decodes it as U+FFFD)") from None
+            self.replaced_lines += 1
+            return raw.decode("utf-8", errors="replace")
+
+
+def read_lines(path: str, on_invalid: str = "error") -> Iterator[str]:
+    return iter(LineReader(path, on_invalid))
 
 
 def _open(path: str):
@@ -70,20 +92,32 @@ def _open(path: str):
         raise InputError(f"cannot read {path}: {e.strerror}") from None
 
 
+def chunk_size(batch_size: int, batch_type: str) -> int:
+    """Lines sorted together: enough for many full batches."""
+    return batch_size * SORT_CHUNK_BATCHES if batch_type == "sents" else max(batch_size, 1024)
+
+
+def chunks(items: Iterable, size: int) -> Iterator[list]:
+    """Consecutive lists of `size` items (the last may be shorter)."""
+    chunk = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
 def batches(examples: Iterable[Example], batch_size: int, batch_type: str = "sents") -> Iterator[list[Example]]:
     """Length-sorted batches, chunk by chunk. Examples with nothing to decode
     (ids None) come together in batches of their own."""
-    chunk_lines = batch_size * SORT_CHUNK_BATCHES if batch_type == "sents" else max(batch_size, 1024)
-    chunk: list[Example] = []
-    for example in examples:
-        chunk.append(example)
-        if len(chunk) >= chunk_lines:
-            yield from _cut(chunk, batch_size, batch_type)
-            chunk = []
-    yield from _cut(chunk, batch_size, batch_type)
+    for chunk in chunks(examples, chunk_size(batch_size, batch_type)):
+        yield from cut(chunk, batch_size, batch_type)
 
 
-def _cut(chunk: list[Example], batch_size: int, batch_type: str) -> Iterator[list[Example]]:
+def cut(chunk: list[Example], batch_size: int, batch_type: str) -> Iterator[list[Example]]:
+    """One chunk -> batches, longest sources first."""
     empty = [e for e in chunk if e.ids is None]
     if empty:
         yield empty  # a batch of lines with nothing to decode
@@ -117,12 +151,16 @@ def format_result(result: Result, fmt: str, token_scores: bool = False) -> str:
 
 
 class OrderedWriter:
-    """Writes results in input order, whatever order they arrive in."""
+    """Writes results in input order, whatever order they arrive in.
 
-    def __init__(self, stream, fmt: str, token_scores: bool = False):
+    `stream` is a text stream; `first_index` is the input line the output starts at
+    (not 0 when a job resumes).
+    """
+
+    def __init__(self, stream, fmt: str, token_scores: bool = False, first_index: int = 0):
         self.stream, self.fmt, self.token_scores = stream, fmt, token_scores
         self.pending: dict[int, Result] = {}
-        self.next_index = 0
+        self.next_index = first_index
 
     def put(self, result: Result):
         self.pending[result.index] = result
@@ -130,10 +168,102 @@ class OrderedWriter:
             self.stream.write(format_result(self.pending.pop(self.next_index), self.fmt, self.token_scores))
             self.next_index += 1
 
-    def flush(self):
-        self.stream.flush()
-
     def close(self):
         if self.pending:
             raise RuntimeError(f"results for lines {sorted(self.pending)[:5]}... could not be written in order")
-        self.flush()
+        self.stream.flush()
+
+
+class OutputFile:
+    """An output file that is only complete once renamed, and that an interrupted job resumes.
+
+    Results go to PATH.tmp; PATH.tmp.progress records, after each completed
+    chunk of input, how many input lines and bytes of PATH.tmp are final and
+    which options made them. `resume` truncates PATH.tmp to the recorded size
+    and reports where the input continues; as chunks are cut at the same lines
+    as in an uninterrupted run, the finished file is byte-identical to one.
+    `finish` renames PATH.tmp to PATH. `-` means stdout (no resume).
+    """
+
+    def __init__(self, path: str, signature: str):
+        self.path, self.signature = path, signature
+        self.tmp, self.journal = f"{path}.tmp", f"{path}.tmp.progress"
+        self.stream = None
+
+    def open(self, resume: bool) -> int:
+        """Open for writing; returns the number of input lines already done."""
+        if self.path == "-":
+            if resume:
+                raise ResumeError("--resume needs --output FILE (stdout cannot be resumed)")
+            self.stream = sys.stdout
+            return 0
+        done, size = self._recorded() if resume else (0, 0)
+        try:
+            mode = "r+b" if size else "wb"
+            raw = open(self.tmp, mode)
+        except OSError as e:
+            raise ResumeError(f"output: cannot write {self.tmp}: {e.strerror}") from None
+        raw.truncate(size)
+        raw.seek(size)
+        self.stream = _TextSink(raw)
+        return done
+
+    def _recorded(self) -> tuple[int, int]:
+        if not os.path.exists(self.journal) or not os.path.exists(self.tmp):
+            if os.path.exists(self.path):
+                raise ResumeError(f"--resume: {self.path} is already complete")
+            return 0, 0  # nothing was written yet: start from the beginning
+        with open(self.journal, encoding="utf-8") as f:
+            record = json.load(f)
+        if record.get("signature") != self.signature:
+            raise ResumeError(f"--resume: {self.tmp} was written with other options or another input; "
+                              "run without --resume to start over")
+        if os.path.getsize(self.tmp) < record["bytes"]:
+            raise ResumeError(f"--resume: {self.tmp} is shorter than its progress record")
+        return record["lines"], record["bytes"]
+
+    def checkpoint(self, lines_done: int):
+        """Everything up to input line `lines_done` is written: make it durable and record it."""
+        self.stream.flush()
+        if self.path == "-":
+            return
+        record = {"lines": lines_done, "bytes": self.stream.tell(), "signature": self.signature}
+        with open(self.journal + ".new", "w", encoding="utf-8") as f:
+            json.dump(record, f)
+        os.replace(self.journal + ".new", self.journal)
+
+    def finish(self):
+        self.stream.flush()
+        if self.path == "-":
+            return
+        self.stream.close()
+        os.replace(self.tmp, self.path)
+        os.remove(self.journal)
+
+    def abandon(self):
+        """After a failure: close, keeping PATH.tmp and its record for --resume."""
+        if self.stream is not None and self.path != "-":
+            self.stream.close()
+
+
+class ResumeError(ConfigError):
+    """The output cannot be opened or resumed as asked (usage error, exit code 2)."""
+
+
+class _TextSink:
+    """UTF-8 text onto a binary file, with `tell` in bytes (text-mode tell is an opaque cookie)."""
+
+    def __init__(self, raw):
+        self.raw = raw
+
+    def write(self, text: str):
+        self.raw.write(text.encode("utf-8"))
+
+    def flush(self):
+        self.raw.flush()
+
+    def tell(self) -> int:
+        return self.raw.tell()
+
+    def close(self):
+        self.raw.close()

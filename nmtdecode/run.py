@@ -1,20 +1,25 @@
-"""One `translate` job: load, read, batch, decode, write in input order, report.
+"""One `translate` (or `score`) job: load, read, batch, decode, write in input order, report.
 
 The CLI builds a `Config` and calls `translate_job`; nothing here parses flags.
+Input is read in chunks (`io.chunks`); each chunk is cut into length-sorted
+batches, decoded, written in input order, and checkpointed, so that an
+interrupted job resumes at a chunk boundary (`io.OutputFile`).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 from tqdm import tqdm
 
 from .config import Config, ConfigError, RuntimeConfig
-from .io import Example, OrderedWriter, Result, batches, read_lines
+from .io import Example, LineReader, OrderedWriter, OutputFile, Result, chunk_size, chunks, cut, read_lines
 from .models.loading import LoadedModel, load_model
 from .search.base import Hypothesis
 from .translator import Translator
@@ -27,6 +32,7 @@ class Summary:
     sentences: int = 0
     target_tokens: int = 0
     truncated: int = 0
+    replaced: int = 0
     seconds: float = 0.0
 
     def line(self) -> str:
@@ -35,7 +41,13 @@ class Summary:
                 f"in {self.seconds:.2f} s ({rate:.1f} tokens/s)")
         if self.truncated:
             text += f"; {self.truncated} source lines truncated"
+        if self.replaced:
+            text += f"; {self.replaced} lines with invalid UTF-8 replaced"
         return text
+
+
+def warn(message: str):
+    print(f"nmtdecode: warning: {message}", file=sys.stderr)
 
 
 def resolve_device(runtime: RuntimeConfig) -> torch.device:
@@ -56,8 +68,8 @@ def prepare(config: Config) -> tuple[Config, LoadedModel, Translator]:
     loaded = load_model(config.io.model)
     config = config.with_model_defaults(loaded.defaults)
     loaded.model.to(device=device, dtype=DTYPES[config.runtime.dtype])
-    translator = Translator(loaded.model, config.decoding, loaded.rules_for(config.decoding.src_lang, config.decoding.tgt_lang))
-    return config, loaded, translator
+    rules = loaded.rules_for(config.decoding.src_lang, config.decoding.tgt_lang)
+    return config, loaded, Translator(loaded.model, config.decoding, rules)
 
 
 def make_example(index: int, text: str, loaded: LoadedModel, max_src_length: int | None) -> Example:
@@ -72,56 +84,96 @@ def make_example(index: int, text: str, loaded: LoadedModel, max_src_length: int
     return Example(index, text, ids)
 
 
+def is_out_of_memory(error: BaseException) -> bool:
+    return isinstance(error, torch.cuda.OutOfMemoryError) or "out of memory" in str(error).lower()
+
+
 def decode_batch(batch: list[Example], translator: Translator, loaded: LoadedModel) -> list[Result]:
+    """Results for one batch. When the device runs out of memory the batch is split in
+    halves and retried, down to single sentences (which then fail, naming the line)."""
     if batch[0].ids is None:
         return [Result(e.index, [Hypothesis([], 0.0, 0.0)], [""]) for e in batch]
-    nbests = translator.translate_batch([e.ids for e in batch])
+    try:
+        nbests = translator.translate_batch([e.ids for e in batch])
+    except RuntimeError as error:  # torch.cuda.OutOfMemoryError is a RuntimeError
+        if not is_out_of_memory(error):
+            raise
+        if len(batch) == 1:
+            raise RuntimeError(f"out of memory on input line {batch[0].index + 1}, even alone; "
+                               "try --max-src-length or a smaller --max-length") from None
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        warn(f"out of memory on a batch of {len(batch)} sentences; retrying it in halves")
+        half = len(batch) // 2
+        return decode_batch(batch[:half], translator, loaded) + decode_batch(batch[half:], translator, loaded)
     return [Result(e.index, hyps, [loaded.tokenizer.decode(h.tokens) for h in hyps]) for e, hyps in zip(batch, nbests)]
 
 
-class AtomicOutput:
-    """Output written to `PATH.tmp` and renamed to PATH only when the job completes; `-` is stdout."""
+def _file_identity(path: str):
+    """Names, sizes and times of a file or of a directory's files: enough to notice a change."""
+    if path == "-" or not os.path.exists(path):
+        return path
+    if os.path.isdir(path):
+        return sorted(_file_identity(os.path.join(path, n)) + [n] for n in os.listdir(path)
+                      if os.path.isfile(os.path.join(path, n)))
+    return [os.path.getsize(path), os.path.getmtime(path)]
 
-    def __init__(self, path: str):
-        self.path = path
-        self.tmp = None if path == "-" else f"{path}.tmp"
 
-    def __enter__(self):
-        if self.tmp is None:
-            return sys.stdout
-        try:
-            self.stream = open(self.tmp, "w", encoding="utf-8", newline="\n")
-        except OSError as e:
-            raise ConfigError(f"output: cannot write {self.path}: {e.strerror}") from None
-        return self.stream
+def job_signature(config: Config) -> str:
+    """What the output depends on: options, model files, input file. A partial output is
+    only resumed by a job with the same signature."""
+    parts = {"decoding": asdict(config.decoding), "batching": asdict(config.batching), "dtype": config.runtime.dtype,
+             "format": config.io.format, "token_scores": config.io.token_scores,
+             "on_invalid_utf8": config.io.on_invalid_utf8, "model": _file_identity(config.io.model),
+             "src": [config.io.src, _file_identity(config.io.src)]}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
-    def __exit__(self, kind, value, tb):
-        if self.tmp is None:
-            sys.stdout.flush()
-            return False
-        self.stream.close()
-        if kind is None:
-            os.replace(self.tmp, self.path)
-        return False
+
+def read_size(config: Config) -> int:
+    """Lines read before decoding starts: a sort chunk from a file; from a pipe one batch's
+    worth, so results come out as batches fill; one line with --stream."""
+    if config.io.stream:
+        return 1
+    if config.io.src == "-":  # with a token budget, assume ~16 tokens a line
+        return config.batching.batch_size if config.batching.batch_type == "sents" else max(1, config.batching.batch_size // 16)
+    return chunk_size(config.batching.batch_size, config.batching.batch_type)
 
 
 def translate_job(config: Config) -> Summary:
     config, loaded, translator = prepare(config)
+    io_cfg, batching = config.io, config.batching
     summary, start = Summary(), time.perf_counter()
+    reader = LineReader(io_cfg.src, io_cfg.on_invalid_utf8)
+    output = OutputFile(io_cfg.output, job_signature(config))
+    done = output.open(io_cfg.resume)
+    if done:
+        warn(f"resuming after input line {done}")
+    examples = (make_example(i, line, loaded, batching.max_src_length) for i, line in enumerate(reader) if i >= done)
+    writer = OrderedWriter(output.stream, io_cfg.format, io_cfg.token_scores, first_index=done)
     show_progress = not config.runtime.quiet and sys.stderr.isatty()
-    lines = read_lines(config.io.src)
-    examples = (make_example(i, line, loaded, config.batching.max_src_length) for i, line in enumerate(lines))
-    with AtomicOutput(config.io.output) as stream, tqdm(unit=" lines", disable=not show_progress) as progress:
-        writer = OrderedWriter(stream, config.io.format, config.io.token_scores)
-        for batch in batches(examples, config.batching.batch_size, config.batching.batch_type):
-            for result in decode_batch(batch, translator, loaded):
-                writer.put(result)
-                summary.target_tokens += len(result.hypotheses[0].tokens)
-            summary.sentences += len(batch)
-            summary.truncated += sum(e.truncated for e in batch)
-            progress.update(len(batch))
+    try:
+        with tqdm(unit=" lines", disable=not show_progress, initial=done) as progress:
+            for chunk in chunks(examples, read_size(config)):
+                for batch in cut(chunk, batching.batch_size, batching.batch_type):
+                    for result in decode_batch(batch, translator, loaded):
+                        writer.put(result)
+                        summary.target_tokens += len(result.hypotheses[0].tokens)
+                output.checkpoint(lines_done=chunk[-1].index + 1)
+                newly_truncated = sum(e.truncated for e in chunk)
+                if newly_truncated and not summary.truncated:
+                    warn("source lines longer than the model's positions (or --max-src-length) are cut")
+                summary.sentences += len(chunk)
+                summary.truncated += newly_truncated
+                progress.update(len(chunk))
         writer.close()
+    except BaseException:
+        output.abandon()  # keeps PATH.tmp and its progress record for --resume
+        raise
+    output.finish()
+    summary.replaced = reader.replaced_lines
     summary.seconds = time.perf_counter() - start
+    if summary.replaced:
+        warn(f"{summary.replaced} lines had invalid UTF-8, decoded with U+FFFD")
     if not config.runtime.quiet:
         print(summary.line(), file=sys.stderr)
     return summary

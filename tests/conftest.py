@@ -1,5 +1,12 @@
+import os
+
 import pytest
 import torch
+
+# The test models are tiny: threads only add synchronisation, which on a busy machine costs
+# more than the work itself. Subprocesses (the CLI tests) inherit the variable.
+os.environ["OMP_NUM_THREADS"] = "1"
+torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,257 @@
+"""Nothing lost: bad input, bad setup, interruption and resume, memory faults, streaming.
+Each case runs the real CLI as a subprocess unless it needs to fake a fault."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from .helpers import build_native_model
+
+NORMAL = ["the house is red .", "a dog and a cat sleep in the garden .", "good morning", "thank you",
+          "where is the station ?", "water is cold .", "my friend reads a book ."]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return build_native_model(tmp_path_factory.mktemp("native") / "model")
+
+
+def nmtdecode(*args, stdin=None, **kwargs):
+    return subprocess.run([sys.executable, "-m", "nmtdecode", *map(str, args)], input=stdin, capture_output=True,
+                          timeout=600, **kwargs)
+
+
+def count_lines(data: bytes) -> int:
+    return data.count(b"\n") + (0 if data.endswith(b"\n") or not data else 1)
+
+
+def test_invalid_utf8_stops_with_file_and_line(model_dir, tmp_path):
+    src = tmp_path / "in.txt"
+    src.write_bytes(b"good morning\nbad \xff\xfe here\nthank you\n")
+    run = nmtdecode("translate", "--model", model_dir, "--src", src, "--output", tmp_path / "out.txt")
+    assert run.returncode == 1
+    assert f"{src}:2: invalid UTF-8".encode() in run.stderr
+    assert b"Traceback" not in run.stderr
+    assert not (tmp_path / "out.txt").exists()
+
+
+def test_invalid_utf8_replaced_and_counted(model_dir, tmp_path):
+    src = tmp_path / "in.txt"
+    src.write_bytes(b"good morning\nbad \xff\xfe here\nthank \xc3 you\nwater")
+    run = nmtdecode("translate", "--model", model_dir, "--src", src, "--on-invalid-utf8", "replace")
+    assert run.returncode == 0, run.stderr
+    assert count_lines(run.stdout) == 4
+    assert b"2 lines had invalid UTF-8" in run.stderr and b"2 lines with invalid UTF-8 replaced" in run.stderr
+
+
+def test_overlong_lines_are_cut_with_a_warning(model_dir, tmp_path):
+    src = tmp_path / "in.txt"
+    src.write_text("good morning\n" + "the house is red . " * 200 + "\nthank you\n", encoding="utf-8")
+    run = nmtdecode("translate", "--model", model_dir, "--src", src, "--max-src-length", 20)
+    assert run.returncode == 0, run.stderr
+    assert count_lines(run.stdout) == 3
+    assert b"are cut" in run.stderr and b"1 source lines truncated" in run.stderr
+    run = nmtdecode("translate", "--model", model_dir, "--src", src)  # the model's own 128 positions
+    assert run.returncode == 0 and count_lines(run.stdout) == 3 and b"1 source lines truncated" in run.stderr
+
+
+def test_truncated_weights_exit_1(model_dir, tmp_path):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for name in os.listdir(model_dir):
+        data = (model_dir / name).read_bytes()
+        (broken / name).write_bytes(data[: len(data) // 2] if name == "model.safetensors" else data)
+    run = nmtdecode("translate", "--model", broken, stdin=b"hello\n")
+    assert run.returncode == 1
+    assert b"cannot read weights" in run.stderr and b"Traceback" not in run.stderr
+    debug = nmtdecode("translate", "--model", broken, "--debug", stdin=b"hello\n")
+    assert b"Traceback" in debug.stderr
+
+
+def test_vocabulary_mismatch_exit_1(model_dir, tmp_path):
+    other = build_native_model(tmp_path / "other", vocab_size=40)
+    (other / "spm.model").write_bytes((model_dir / "spm.model").read_bytes())  # 48 pieces for 40 rows
+    run = nmtdecode("translate", "--model", other, stdin=b"hello\n")
+    assert run.returncode == 1 and b"48 pieces, the model 40" in run.stderr
+
+
+def test_not_a_model_directory_exit_2(tmp_path):
+    run = nmtdecode("translate", "--model", tmp_path, stdin=b"hello\n")
+    assert run.returncode == 2 and b"is not a model directory" in run.stderr
+
+
+def test_yaml_is_loaded_safely(tmp_path):
+    config = tmp_path / "evil.yaml"
+    config.write_text('beam_size: !!python/object/apply:os.system ["touch PWNED"]\n')
+    run = nmtdecode("translate", "-c", config, stdin=b"", cwd=tmp_path)
+    assert run.returncode == 2 and b"not valid YAML" in run.stderr
+    assert not (tmp_path / "PWNED").exists()
+
+
+def make_input(path, lines):
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def test_resume_after_kill_is_byte_identical(model_dir, tmp_path):
+    rng = random.Random(0)
+    make_input(tmp_path / "in.txt", [rng.choice(NORMAL + [""]) for _ in range(1500)])
+    args = ["translate", "--model", model_dir, "--src", tmp_path / "in.txt", "--beam-size", 3, "--batch-size", 4,
+            "--format", "jsonl", "--token-scores", "--quiet"]
+    reference = nmtdecode(*args, "--output", tmp_path / "reference.jsonl")
+    assert reference.returncode == 0, reference.stderr
+
+    out = tmp_path / "out.jsonl"
+    progress = tmp_path / "out.jsonl.tmp.progress"
+    proc = subprocess.Popen([sys.executable, "-m", "nmtdecode", *map(str, args), "--output", out],
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while time.time() < deadline and not (progress.exists() and json.loads(progress.read_text())["lines"] >= 256):
+        time.sleep(0.05)
+    proc.kill()  # kill -9: no chance to clean up
+    proc.wait()
+    assert not out.exists() and json.loads(progress.read_text())["lines"] < 1500  # really interrupted
+    resumed = nmtdecode(*args, "--output", out, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert b"resuming after input line" in resumed.stderr
+    assert out.read_bytes() == (tmp_path / "reference.jsonl").read_bytes()
+    assert not progress.exists() and not (tmp_path / "out.jsonl.tmp").exists()
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_interrupt_exits_cleanly_and_stays_resumable(model_dir, tmp_path, sig, code):
+    make_input(tmp_path / "in.txt", NORMAL * 200)
+    out = tmp_path / "out.txt"
+    args = ["translate", "--model", model_dir, "--src", tmp_path / "in.txt", "--batch-size", 4, "--output", out]
+    proc = subprocess.Popen([sys.executable, "-m", "nmtdecode", *map(str, args)], stderr=subprocess.PIPE)
+    progress = tmp_path / "out.txt.tmp.progress"
+    deadline = time.time() + 300
+    while time.time() < deadline and not progress.exists():
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == code
+    assert b"rerun with --resume" in stderr and b"Traceback" not in stderr
+    resumed = nmtdecode(*args, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert count_lines(out.read_bytes()) == len(NORMAL) * 200
+
+
+def test_resume_refuses_other_options(model_dir, tmp_path):
+    make_input(tmp_path / "in.txt", NORMAL)
+    out = tmp_path / "out.txt"
+    (tmp_path / "out.txt.tmp").write_text("partial\n")
+    (tmp_path / "out.txt.tmp.progress").write_text(json.dumps({"lines": 1, "bytes": 8, "signature": "other"}))
+    run = nmtdecode("translate", "--model", model_dir, "--src", tmp_path / "in.txt", "--output", out, "--resume")
+    assert run.returncode == 2 and b"written with other options" in run.stderr
+
+
+def test_resume_needs_an_output_file(model_dir):
+    run = nmtdecode("translate", "--model", model_dir, "--resume", stdin=b"hi\n")
+    assert run.returncode == 2 and b"needs an output file" in run.stderr
+
+
+@pytest.mark.slow
+def test_ten_thousand_mixed_lines_keep_their_count(model_dir, tmp_path):
+    rng = random.Random(1)
+    kinds = [lambda: b"", lambda: b"   \t", lambda: rng.choice(NORMAL).encode(),
+             lambda: b"bad \xff\xfe", lambda: (rng.choice(NORMAL) + " ") .encode() * 60]
+    data = b"\n".join(rng.choice(kinds)() for _ in range(10_000)) + b"\n"
+    (tmp_path / "in.txt").write_bytes(data)
+    for fmt in ("text", "jsonl"):
+        run = nmtdecode("translate", "--model", model_dir, "--src", tmp_path / "in.txt", "--beam-size", 2,
+                        "--batch-size", 64, "--on-invalid-utf8", "replace", "--format", fmt,
+                        "--max-src-length", 64)
+        assert run.returncode == 0, run.stderr
+        assert count_lines(run.stdout) == 10_000
+    assert [json.loads(line)["index"] for line in run.stdout.splitlines()] == list(range(10_000))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_bytes_never_crash_or_lose_lines(model_dir, seed):
+    rng = random.Random(seed)
+    alphabet = bytes(range(256))
+    data = b"".join(bytes(rng.choice(alphabet) for _ in range(rng.randint(0, 40))) + b"\n" for _ in range(60))
+    data += bytes(rng.choice(alphabet) for _ in range(7)).replace(b"\n", b"")  # no final newline
+    run = nmtdecode("translate", "--model", model_dir, "--on-invalid-utf8", "replace", "--format", "jsonl",
+                    stdin=data)
+    assert run.returncode == 0, run.stderr
+    assert count_lines(run.stdout) == count_lines(data)
+
+
+def test_stream_answers_each_line_as_it_arrives(model_dir):
+    proc = subprocess.Popen([sys.executable, "-m", "nmtdecode", "translate", "--model", str(model_dir), "--stream",
+                             "--quiet"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    answers = []
+    for line in ("good morning", "", "thank you"):
+        proc.stdin.write((line + "\n").encode())
+        proc.stdin.flush()
+        answers.append(proc.stdout.readline())  # blocks until this very line is answered
+    proc.stdin.close()
+    assert proc.wait(timeout=60) == 0
+    proc.stdout.close()
+    proc.stderr.close()
+    assert len(answers) == 3 and answers[1] == b"\n" and all(a.endswith(b"\n") for a in answers)
+
+
+def test_broken_pipe_is_quiet(model_dir, tmp_path):
+    make_input(tmp_path / "in.txt", NORMAL * 300)
+    shell = f"{sys.executable} -m nmtdecode translate --model {model_dir} --src {tmp_path / 'in.txt'} | head -1"
+    run = subprocess.run(shell, shell=True, capture_output=True, timeout=300)
+    assert count_lines(run.stdout) == 1
+    assert b"Traceback" not in run.stderr and b"Error" not in run.stderr
+
+
+def test_out_of_memory_splits_the_batch(model_dir, tmp_path, capsys):
+    """A fake device that fails on batches of more than 2 sentences: same output, with a warning."""
+    from nmtdecode.config import Config
+    from nmtdecode.run import translate_job
+    from nmtdecode.translator import Translator
+
+    make_input(tmp_path / "in.txt", NORMAL)
+    config = Config.from_values({"model": str(model_dir), "src": str(tmp_path / "in.txt"), "quiet": True,
+                                 "output": str(tmp_path / "plain.txt"), "batch_size": 8})
+    translate_job(config)
+    original = Translator.translate_batch
+
+    def fragile(self, sources):
+        if len(sources) > 2:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return original(self, sources)
+
+    Translator.translate_batch = fragile
+    try:
+        config.io.output = str(tmp_path / "split.txt")
+        translate_job(config)
+    finally:
+        Translator.translate_batch = original
+    assert (tmp_path / "split.txt").read_text() == (tmp_path / "plain.txt").read_text()
+    assert "retrying it in halves" in capsys.readouterr().err
+
+
+def test_out_of_memory_on_one_sentence_names_the_line(model_dir, tmp_path):
+    from nmtdecode.config import Config
+    from nmtdecode.run import translate_job
+    from nmtdecode.translator import Translator
+
+    make_input(tmp_path / "in.txt", NORMAL[:3])
+    config = Config.from_values({"model": str(model_dir), "src": str(tmp_path / "in.txt"), "quiet": True,
+                                 "output": str(tmp_path / "out.txt")})
+    original = Translator.translate_batch
+
+    def hopeless(self, sources):
+        if any(len(s) > 8 for s in sources):
+            raise RuntimeError("CUDA out of memory")
+        return original(self, sources)
+
+    Translator.translate_batch = hopeless
+    try:
+        with pytest.raises(RuntimeError, match="out of memory on input line 2, even alone"):
+            translate_job(config)
+    finally:
+        Translator.translate_batch = original
