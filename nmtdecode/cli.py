@@ -59,6 +59,8 @@ RUN_OPTIONS = [
     _option("--max-src-length", key="max_src_length", type=int, help="Cut longer sources (tokens) with a warning."),
     _option("--device", key="device", type=str, help="auto, cpu, cuda or cuda:N."),
     _option("--dtype", key="dtype", type=click.Choice(["float32", "float16", "bfloat16"]), help="Compute precision."),
+    _option("--quantize", key="quantize", type=click.Choice(["none", "int8"]),
+            help="int8: dynamic int8 quantization of the linear layers (CPU)."),
     _option("--threads", key="threads", type=int, help="CPU threads (torch.set_num_threads)."),
     _option("--quiet", "-q", key="quiet", flag=True, help="No progress bar or summary on stderr."),
     _option("--debug", key="debug", flag=True, help="Show tracebacks on errors."),

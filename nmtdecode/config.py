@@ -57,8 +57,8 @@ class DecodingConfig:
         _check_min("max_len_a", self.max_len_a, 0)
         _check_min("max_len_b", self.max_len_b, 0)
         _check_min("min_length", self.min_length, 0)
-        if self.min_length >= self.max_length:
-            raise ConfigError(f"min_length: {self.min_length} is not smaller than max_length ({self.max_length})")
+        if self.min_length > self.max_length:
+            raise ConfigError(f"min_length: {self.min_length} is greater than max_length ({self.max_length})")
         _check_choice("length_penalty", self.length_penalty, ["none", "avg", "wu"])
         _check_choice("early_stopping", self.early_stopping, ["true", "false", "never"])
         _check_min("no_repeat_ngram_size", self.no_repeat_ngram_size, 0)
@@ -80,6 +80,7 @@ class BatchingConfig:
 class RuntimeConfig:
     device: str = "auto"
     dtype: str = "float32"
+    quantize: str = "none"
     threads: int | None = None
     quiet: bool = False
     debug: bool = False
@@ -88,6 +89,9 @@ class RuntimeConfig:
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ConfigError(f"device: {self.device!r} is not one of auto, cpu, cuda, cuda:N")
         _check_choice("dtype", self.dtype, ["float32", "float16", "bfloat16"])
+        _check_choice("quantize", self.quantize, ["none", "int8"])
+        if self.quantize == "int8" and self.dtype != "float32":
+            raise ConfigError("quantize: int8 works with --dtype float32 (activations stay float32)")
         _check_min("threads", self.threads, 1)
 
 

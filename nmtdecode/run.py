@@ -21,6 +21,7 @@ from tqdm import tqdm
 from .config import Config, ConfigError, RuntimeConfig
 from .io import Example, LineReader, OrderedWriter, OutputFile, Result, chunk_size, chunks, cut, read_lines
 from .models.loading import LoadedModel, load_model
+from .models.quantize import quantize_int8
 from .search.base import Hypothesis
 from .translator import Translator
 
@@ -68,6 +69,10 @@ def prepare(config: Config) -> tuple[Config, LoadedModel, Translator]:
     loaded = load_model(config.io.model)
     config = config.with_model_defaults(loaded.defaults)
     loaded.model.to(device=device, dtype=DTYPES[config.runtime.dtype])
+    if config.runtime.quantize == "int8":
+        if device.type != "cpu":
+            raise ConfigError("quantize: int8 is for CPU decoding; on CUDA use --dtype float16 or bfloat16")
+        quantize_int8(loaded.model)
     rules = loaded.rules_for(config.decoding.src_lang, config.decoding.tgt_lang)
     return config, loaded, Translator(loaded.model, config.decoding, rules)
 

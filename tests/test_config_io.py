@@ -16,7 +16,7 @@ def test_yaml_booleans_and_numbers_are_coerced():
 
 
 @pytest.mark.parametrize("values, message", [
-    ({"min_length": 10, "max_length": 10}, "min_length: 10 is not smaller than max_length"),
+    ({"min_length": 11, "max_length": 10}, "min_length: 11 is greater than max_length"),
     ({"batch_type": "words"}, "batch_type: 'words' is not one of sents, tokens"),
     ({"device": "tpu"}, "device: 'tpu' is not one of"),
     ({"alpha": "high"}, "alpha: expected float"),

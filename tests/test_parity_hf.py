@@ -16,7 +16,8 @@ import transformers
 from transformers import GenerationConfig
 
 from nmtdecode.config import Config
-from nmtdecode.models.formats.huggingface import load_network, read_json
+from nmtdecode.models.formats.huggingface import load_network
+from nmtdecode.models.loading import read_json
 from nmtdecode.translator import Translator
 
 VOCAB, EOS, PAD = 64, 2, 1
@@ -202,3 +203,47 @@ def test_pickled_code_in_pytorch_bin_is_never_run(tmp_path, monkeypatch):
     with pytest.raises(ModelError, match="cannot read weights"):
         load_network(str(tmp_path / "model"), read_json(str(tmp_path / "model" / "config.json")))
     assert not (tmp_path / "PWNED").exists()
+
+
+@pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")
+def test_marian_directory_end_to_end_matches_transformers(tmp_path):
+    """A Marian checkpoint with its tokenizer files, through the CLI: same text as transformers."""
+    import subprocess
+    import sys
+
+    import sentencepiece as spm
+
+    from .helpers import WORDS
+
+    lines = [" ".join(WORDS[i : i + 5]) for i in range(0, len(WORDS) - 5, 3)]
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(lines * 20), model_prefix=str(tmp_path / "sp"),
+                                   vocab_size=40, minloglevel=2, num_threads=1)
+    sp = spm.SentencePieceProcessor(model_file=str(tmp_path / "sp.model"))
+    pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size()) if sp.id_to_piece(i) not in ("<s>", "</s>", "<unk>")]
+    vocab = {"</s>": 0, "<unk>": 1, **{p: i + 2 for i, p in enumerate(pieces)}}
+    vocab["<pad>"] = len(vocab)
+    (tmp_path / "vocab.json").write_text(json.dumps(vocab))
+    tokenizer = transformers.MarianTokenizer(str(tmp_path / "sp.model"), str(tmp_path / "sp.model"),
+                                             str(tmp_path / "vocab.json"))
+    model_dir = tmp_path / "marian"
+    torch.manual_seed(0)  # seed and scale chosen so that the outputs differ between inputs
+    config = transformers.MarianConfig(**{**COMMON, "vocab_size": len(vocab), "pad_token_id": len(vocab) - 1,
+                                          "eos_token_id": 0, "decoder_start_token_id": len(vocab) - 1,
+                                          "forced_eos_token_id": None})
+    hf = transformers.MarianMTModel(config).eval()
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if "embed_positions" not in name:
+                p.normal_(0.0, 1.0)
+    hf.generation_config = GenerationConfig(decoder_start_token_id=len(vocab) - 1, eos_token_id=0,
+                                            pad_token_id=len(vocab) - 1, num_beams=3, max_length=12,
+                                            bad_words_ids=[[len(vocab) - 1]])
+    hf.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    batch = tokenizer(lines[:6], return_tensors="pt", padding=True)
+    expected = tokenizer.batch_decode(hf.generate(**batch), skip_special_tokens=True)
+    run = subprocess.run([sys.executable, "-m", "nmtdecode", "translate", "--model", str(model_dir), "--quiet"],
+                         input="\n".join(lines[:6]) + "\n", capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == expected
+    assert len(set(expected)) > 1

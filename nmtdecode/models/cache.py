@@ -5,8 +5,10 @@ to sentence i). Two kinds of state live here:
 
 * self-attention keys/values, one slot per decoded position. They are stored for
   all layers in one tensor (layers, 2, N, H, capacity, hd) so that a beam
-  reorder is a single `index_select`. The capacity grows by doubling, so
-  appending is an in-place write, not a concatenation of the whole past.
+  reorder is a single `index_select`, and only the filled positions are
+  copied, into a second buffer that then takes the first one's place (no
+  allocation per step). The capacity doubles when full, so appending is an
+  in-place write, not a concatenation of the whole past.
 * cross-attention keys/values of the encoder output, computed once per batch by
   `Transformer.init_cache`. They are the same for every beam of a sentence.
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 import torch
 
 INITIAL_CAPACITY = 16
+ROWS = 2  # the row (batch x beam) axis of the stacked tensors
 
 
 class DecoderCache:
@@ -28,6 +31,7 @@ class DecoderCache:
         self.cross_kv = cross_kv  # (L, 2, N, H, S, hd)
         self.memory_mask = memory_mask  # (N, 1, 1, S) bool, True = real source token
         self.self_kv = None  # (L, 2, N, H, capacity, hd), allocated at the first step
+        self.spare = None  # a second buffer of the same shape, the target of the next reorder
         self.length = 0  # positions decoded so far
 
     @property
@@ -57,16 +61,29 @@ class DecoderCache:
         capacity = max(INITIAL_CAPACITY, 2 * self.length)
         grown = like.new_empty((layers, 2, n, h, capacity, hd))
         if self.self_kv is not None:
-            grown[:, :, :, :, : self.length] = self.self_kv[:, :, :, :, : self.length]
-        self.self_kv = grown
+            grown[..., : self.length, :] = self.self_kv[..., : self.length, :]
+        self.self_kv, self.spare = grown, None
+
+    def _gather_self(self, index: torch.Tensor):
+        """self_kv rows <- rows `index` of the filled positions, written into the spare buffer."""
+        if self.self_kv is None:
+            return
+        shape = list(self.self_kv.shape)
+        shape[ROWS] = index.numel()
+        if self.spare is None or list(self.spare.shape) != shape:
+            self.spare = self.self_kv.new_empty(shape)
+        t = self.length
+        torch.index_select(self.self_kv[..., :t, :], ROWS, index, out=self.spare[..., :t, :])
+        self.self_kv, self.spare = self.spare, self.self_kv
+        if self.spare.size(ROWS) != index.numel():
+            self.spare = None  # the batch shrank: the old buffer has the wrong size
 
     def reorder(self, index: torch.Tensor):
         """Beam reorder within sentences: row r continues the hypothesis of row index[r]."""
-        if self.self_kv is not None:
-            self.self_kv = self.self_kv.index_select(2, index)
+        self._gather_self(index)
 
     def select(self, index: torch.Tensor):
         """Keep (and reorder) rows `index` of all state, e.g. to drop finished sentences."""
-        self.reorder(index)
-        self.cross_kv = self.cross_kv.index_select(2, index)
+        self._gather_self(index)
+        self.cross_kv = self.cross_kv.index_select(ROWS, index)
         self.memory_mask = self.memory_mask.index_select(0, index)

@@ -7,6 +7,7 @@ a weight that is missing, unexpected or of the wrong shape fails by name.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 
@@ -58,6 +59,22 @@ def read_safetensors(path: str) -> dict[str, torch.Tensor]:
         return load_file(path)
     except (SafetensorError, OSError, ValueError) as e:
         raise ModelError(f"cannot read weights {path}: {e}") from None
+
+
+def read_json(path: str, required: bool = True) -> dict:
+    """A JSON object from a model directory; a missing optional file is {}."""
+    if not os.path.isfile(path):
+        if required:
+            raise ModelError(f"{path} is missing")
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ModelError(f"{path} cannot be read: {e}") from None
+    if not isinstance(data, dict):
+        raise ModelError(f"{path} cannot be read: expected a JSON object")
+    return data
 
 
 def load_weights(model: Transformer, tensors: dict[str, torch.Tensor], source: str):

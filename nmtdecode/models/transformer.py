@@ -163,6 +163,18 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(1, 2).reshape(b, t, h * hd)  # (B, T, d)
 
 
+def attend_one(q, keys, values, mask=None):
+    """Attention of a single query position, q (N, H, 1, hd), as two batched matmuls.
+
+    Same result as scaled_dot_product_attention; on CPU the fused kernel is
+    slower for one query against cache slices, which this is at every step.
+    """
+    scores = torch.matmul(q * q.size(-1) ** -0.5, keys.transpose(-1, -2))  # (N, H, 1, T)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.matmul(torch.softmax(scores, dim=-1), values)  # (N, H, 1, hd)
+
+
 class SelfAttention(nn.Module):
     """Multi-head self-attention with the q, k and v projections fused in one matmul."""
 
@@ -184,7 +196,7 @@ class SelfAttention(nn.Module):
         """One new position per row, x (N, 1, d): attend over the cached past and itself."""
         q, k, v = (split_heads(t, self.heads) for t in self.qkv(x).chunk(3, dim=-1))
         keys, values = cache.append_self(layer, k, v)
-        return self.out(merge_heads(F.scaled_dot_product_attention(q, keys, values)))
+        return self.out(merge_heads(attend_one(q, keys, values)))
 
 
 class CrossAttention(nn.Module):
@@ -204,8 +216,10 @@ class CrossAttention(nn.Module):
         return split_heads(k, self.heads), split_heads(v, self.heads)
 
     def forward(self, x, keys, values, mask):
-        p = self.dropout if self.training else 0.0
         q = split_heads(self.q(x), self.heads)
+        if q.size(2) == 1 and not self.training:  # an incremental step
+            return self.out(merge_heads(attend_one(q, keys, values, mask)))
+        p = self.dropout if self.training else 0.0
         y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, dropout_p=p)
         return self.out(merge_heads(y))
 

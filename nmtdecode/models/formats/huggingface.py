@@ -13,13 +13,12 @@ Conventions converted here: Hugging Face counts the decoder start token in
 
 from __future__ import annotations
 
-import json
 import os
 
 import torch
 
 from ...translator import ModelRules
-from ..loading import LoadedModel, ModelError, load_weights, read_safetensors
+from ..loading import LoadedModel, ModelError, load_weights, read_json, read_safetensors
 from ..transformer import Transformer, TransformerConfig
 
 # model_type -> how its Transformer differs. position_offset None: pad_token_id + 1 (fairseq).
@@ -33,18 +32,6 @@ ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_py
                "swish": "silu", "silu": "silu"}
 # Fields that must agree because our layers use one value for encoder and decoder.
 SAME_FOR_BOTH = [("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")]
-
-
-def read_json(path: str, required: bool = True) -> dict:
-    if not os.path.isfile(path):
-        if required:
-            raise ModelError(f"{path} is missing")
-        return {}
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, json.JSONDecodeError) as e:
-        raise ModelError(f"{path} cannot be read: {e}") from None
 
 
 def model_config(hf: dict, path: str) -> TransformerConfig:
