@@ -88,8 +88,8 @@ def to_ctranslate2(model: Transformer, tokens: list[str], path: str, quantizatio
                     norm(layer.ffn.layer_norm, f"{ours}.ffn_block.norm")
             spec.decoder.projection.weight = state["output.weight"] if "output.weight" in state else \
                 state["tgt_embed.tokens.weight"]
-            if cfg.final_logits_bias and state["final_logits_bias"].abs().sum() > 0:
-                spec.decoder.projection.bias = state["final_logits_bias"]
+            if cfg.final_logits_bias and state["output.bias"].abs().sum() > 0:
+                spec.decoder.projection.bias = state["output.bias"]
             spec.register_source_vocabulary(tokens[: cfg.src_vocab_size])
             spec.register_target_vocabulary(tokens[: cfg.tgt_vocab_size])
             spec.config.bos_token = tokens[cfg.bos_id]
@@ -154,8 +154,8 @@ def to_transformers(model: Transformer, path: str) -> str:
                                    f"{t}.encoder_attn_layer_norm.{p}": ours[f"{o}.cross_block.norm.{p}"]})
     theirs["lm_head.weight"] = ours["tgt_embed.tokens.weight"]
     theirs["model.shared.weight"] = ours["tgt_embed.tokens.weight"]
-    if "final_logits_bias" in ours:
-        theirs["final_logits_bias"] = ours["final_logits_bias"][None, :]
+    if "output.bias" in ours:
+        theirs["final_logits_bias"] = ours["output.bias"][None, :]
     missing, unexpected = hf.load_state_dict(theirs, strict=False)
     left = [m for m in missing if not m.endswith("final_logits_bias")]
     if left or unexpected:

@@ -88,13 +88,16 @@ def tiny_config(vocab: int = 12, **overrides) -> TransformerConfig:
 
 def tiny_transformer(seed: int = 0, vocab: int = 12, eos_bias: float = 0.0, **overrides) -> Transformer:
     """A seeded random model; `eos_bias` raises EOS's logit so hypotheses end early."""
-    torch.manual_seed(seed)
     model = Transformer(tiny_config(vocab, final_logits_bias=eos_bias != 0.0, **overrides)).eval()
+    torch.manual_seed(seed)  # after construction: the weights do not depend on how modules initialise
     with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0.0, 0.3)
+        for name, p in model.named_parameters():
+            if name != "output.bias":  # the logit bias stays zero, but for EOS
+                p.normal_(0.0, 0.3)
         if eos_bias:
-            model.final_logits_bias[EOS] = eos_bias
+            model.output.bias.zero_()[EOS] = eos_bias
+        elif model.output.bias is not None:
+            model.output.bias.zero_()
     return model
 
 

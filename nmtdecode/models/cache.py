@@ -10,12 +10,14 @@ to sentence i). Two kinds of state live here:
   allocation per step). The capacity doubles when full, so appending is an
   in-place write, not a concatenation of the whole past.
 * cross-attention keys/values of the encoder output, computed once per batch by
-  `Transformer.init_cache`. They are the same for every beam of a sentence.
+  `Transformer.init_cache`. They are the same for every beam of a sentence, so
+  they are kept once per sentence (B, not B x k), with the source mask.
 
 `reorder(index)` follows the beams: row r takes the past of row index[r], which
 belongs to the same sentence, so only the self-attention state moves.
 `select(index)` gathers every piece of state, used when finished sentences
-leave the batch (index may be shorter than the number of rows).
+leave the batch (index may be shorter than the number of rows; it keeps whole
+sentences, k rows each).
 """
 
 from __future__ import annotations
@@ -27,19 +29,16 @@ ROWS = 2  # the row (batch x beam) axis of the stacked tensors
 
 
 class DecoderCache:
-    def __init__(self, cross_kv: torch.Tensor, memory_mask: torch.Tensor):
-        self.cross_kv = cross_kv  # (L, 2, N, H, S, hd)
-        self.memory_mask = memory_mask  # (N, 1, 1, S) bool, True = real source token
+    def __init__(self, cross_kv: torch.Tensor, memory_mask: torch.Tensor, width: int = 1):
+        self.cross_kv = cross_kv  # (L, 2, B, H, S, hd), one entry per sentence
+        self.memory_mask = memory_mask  # (B, 1, 1, S) bool, True = real source token
+        self.width = width  # rows per sentence (the beam size)
         self.self_kv = None  # (L, 2, N, H, capacity, hd), allocated at the first step
         self.spare = None  # a second buffer of the same shape, the target of the next reorder
         self.length = 0  # positions decoded so far
 
-    @property
-    def rows(self) -> int:
-        return self.memory_mask.size(0)
-
     def cross(self, layer: int):
-        """Encoder keys, values (N, H, S, hd) for `layer`."""
+        """Encoder keys, values (B, H, S, hd) for `layer`."""
         return self.cross_kv[layer, 0], self.cross_kv[layer, 1]
 
     def append_self(self, layer: int, k: torch.Tensor, v: torch.Tensor):
@@ -85,5 +84,6 @@ class DecoderCache:
     def select(self, index: torch.Tensor):
         """Keep (and reorder) rows `index` of all state, e.g. to drop finished sentences."""
         self._gather_self(index)
-        self.cross_kv = self.cross_kv.index_select(ROWS, index)
-        self.memory_mask = self.memory_mask.index_select(0, index)
+        sentences = index[:: self.width] // self.width  # each kept sentence's first row -> its sentence
+        self.cross_kv = self.cross_kv.index_select(ROWS, sentences)
+        self.memory_mask = self.memory_mask.index_select(0, sentences)

@@ -59,7 +59,7 @@ class TransformerConfig:
     layernorm_embedding: bool = False  # BART/mBART normalise the embedding sum
     share_embeddings: bool = False  # source and target token embeddings are one matrix
     tie_output: bool = True  # output projection is the target embedding matrix
-    final_logits_bias: bool = False
+    final_logits_bias: bool = False  # a bias on the output logits (BART/Marian's final_logits_bias)
     bias: bool = True
     norm_eps: float = 1e-5
     dropout: float = 0.0  # used only when training (scripts/)
@@ -163,16 +163,16 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(1, 2).reshape(b, t, h * hd)  # (B, T, d)
 
 
-def attend_one(q, keys, values, mask=None):
-    """Attention of a single query position, q (N, H, 1, hd), as two batched matmuls.
+def attend(q, keys, values, mask=None):
+    """Unmasked-in-time attention as two batched matmuls: q (N, H, Q, hd) over keys (N, H, T, hd).
 
     Same result as scaled_dot_product_attention; on CPU the fused kernel is
-    slower for one query against cache slices, which this is at every step.
+    slower for the few queries against cache slices that a decoding step has.
     """
-    scores = torch.matmul(q * q.size(-1) ** -0.5, keys.transpose(-1, -2))  # (N, H, 1, T)
+    scores = torch.matmul(q * q.size(-1) ** -0.5, keys.transpose(-1, -2))  # (N, H, Q, T)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    return torch.matmul(torch.softmax(scores, dim=-1), values)  # (N, H, 1, hd)
+    return torch.matmul(torch.softmax(scores, dim=-1), values)  # (N, H, Q, hd)
 
 
 class SelfAttention(nn.Module):
@@ -196,7 +196,7 @@ class SelfAttention(nn.Module):
         """One new position per row, x (N, 1, d): attend over the cached past and itself."""
         q, k, v = (split_heads(t, self.heads) for t in self.qkv(x).chunk(3, dim=-1))
         keys, values = cache.append_self(layer, k, v)
-        return self.out(merge_heads(attend_one(q, keys, values)))
+        return self.out(merge_heads(attend(q, keys, values)))
 
 
 class CrossAttention(nn.Module):
@@ -216,12 +216,22 @@ class CrossAttention(nn.Module):
         return split_heads(k, self.heads), split_heads(v, self.heads)
 
     def forward(self, x, keys, values, mask):
+        """x (B, T, d) against one sentence's memory per row; keys, values (B, H, S, hd)."""
         q = split_heads(self.q(x), self.heads)
-        if q.size(2) == 1 and not self.training:  # an incremental step
-            return self.out(merge_heads(attend_one(q, keys, values, mask)))
         p = self.dropout if self.training else 0.0
-        y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, dropout_p=p)
-        return self.out(merge_heads(y))
+        return self.out(merge_heads(F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, dropout_p=p)))
+
+    def step(self, x, keys, values, mask):
+        """One position for each of the k rows (beams) of every sentence, x (B*k, 1, d).
+
+        The k beams of a sentence attend over the same memory, so they are
+        asked together, as k queries: keys/values (B, H, S, hd) are read once
+        per sentence, not once per beam.
+        """
+        rows, sentences = x.size(0), keys.size(0)
+        q = self.q(x).view(sentences, rows // sentences, self.heads, -1).transpose(1, 2)  # (B, H, k, hd)
+        y = attend(q, keys, values, mask).transpose(1, 2)  # (B, k, H, hd)
+        return self.out(y.reshape(rows, 1, -1))
 
 
 class FeedForward(nn.Module):
@@ -278,7 +288,7 @@ class DecoderLayer(nn.Module):
         """One incremental step; x (N, 1, d)."""
         keys, values = cache.cross(layer)
         x = self.self_block(x, lambda h: self.self_attn.step(h, cache, layer))
-        x = self.cross_block(x, lambda h: self.cross_attn(h, keys, values, cache.memory_mask))
+        x = self.cross_block(x, lambda h: self.cross_attn.step(h, keys, values, cache.memory_mask))
         return self.ffn_block(x, self.ffn)
 
 
@@ -299,13 +309,11 @@ class Transformer(nn.Module):
         self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
         self.encoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps) if cfg.encoder_final_norm else None
         self.decoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps) if cfg.decoder_final_norm else None
-        self.output = nn.Linear(cfg.d_model, cfg.tgt_vocab_size, bias=False)
+        self.output = nn.Linear(cfg.d_model, cfg.tgt_vocab_size, bias=cfg.final_logits_bias)  # bias fused in the matmul
         if cfg.tie_output:
             self.output.weight = tgt_tokens.weight
-        if cfg.final_logits_bias:
-            self.register_buffer("final_logits_bias", torch.zeros(cfg.tgt_vocab_size))
-        else:
-            self.final_logits_bias = None
+        if self.output.bias is not None:
+            nn.init.zeros_(self.output.bias)
 
     def encode(self, src_ids: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
         """src_ids (B, S), src_mask (B, S) bool -> memory (B, S, d)."""
@@ -318,17 +326,13 @@ class Transformer(nn.Module):
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
-        logits = self.output(x)
-        return logits + self.final_logits_bias if self.final_logits_bias is not None else logits
+        return self.output(x)
 
     def init_cache(self, memory: torch.Tensor, src_mask: torch.Tensor, beam_size: int = 1) -> DecoderCache:
-        """Project the memory to cross-attention keys/values once, then repeat each
-        sentence's rows `beam_size` times (sentence-major: rows i*k .. i*k+k-1)."""
+        """Project the memory to cross-attention keys/values once per sentence; decoding
+        then runs `beam_size` rows per sentence (sentence-major: rows i*k .. i*k+k-1)."""
         cross = torch.stack([torch.stack(layer.cross_attn.project_memory(memory)) for layer in self.decoder_layers])
-        return DecoderCache(
-            cross_kv=cross.repeat_interleave(beam_size, dim=2),  # (L, 2, B*k, H, S, hd)
-            memory_mask=padding_mask(src_mask).repeat_interleave(beam_size, dim=0),
-        )
+        return DecoderCache(cross_kv=cross, memory_mask=padding_mask(src_mask), width=beam_size)  # (L, 2, B, H, S, hd)
 
     def decode_step(self, tokens: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
         """tokens (N,) at position cache.length -> next-token logits (N, V)."""

@@ -132,7 +132,7 @@ def weight_map(cfg: TransformerConfig) -> dict[str, list[str]]:
     if not cfg.tie_output:
         names["output.weight"] = ["lm_head.weight"]
     if cfg.final_logits_bias:
-        names["final_logits_bias"] = ["final_logits_bias"]
+        names["output.bias"] = ["final_logits_bias"]
     return names
 
 
@@ -160,7 +160,7 @@ def convert_weights(cfg: TransformerConfig, hf_tensors: dict[str, torch.Tensor],
         if missing:
             raise ModelError(f"{path}: tensor {missing[0]} is missing from the checkpoint")
         ours[name] = torch.cat([tensors[s] for s in sources], dim=0) if len(sources) > 1 else tensors[sources[0]]
-        if name == "final_logits_bias":
+        if name == "output.bias":
             ours[name] = ours[name].reshape(-1)
     if cfg.share_embeddings:
         ours.pop("tgt_embed.tokens.weight")  # one matrix, stored under its first name
