@@ -247,3 +247,7 @@ def test_marian_directory_end_to_end_matches_transformers(tmp_path):
     assert run.returncode == 0, run.stderr
     assert run.stdout.splitlines() == expected
     assert len(set(expected)) > 1
+    inspect = subprocess.run([sys.executable, "-m", "nmtdecode", "inspect", str(model_dir)], capture_output=True,
+                             text=True, timeout=300)
+    assert "format:        huggingface/marian" in inspect.stdout
+    assert "beam_size=3" in inspect.stdout and "max_length=11" in inspect.stdout
