@@ -29,6 +29,7 @@ At its step limit every top-k candidate is finished, ended by EOS or not.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 import torch
@@ -40,7 +41,7 @@ NEG_INF = float("-inf")
 EARLY_STOPPING = ("true", "false", "never")
 
 
-@dataclass(order=True)
+@dataclass
 class Finished:
     score: float  # after the length penalty: the ranking key
     total: float  # sum of log-probs
@@ -83,8 +84,8 @@ class Beam:
         if total == NEG_INF:
             return  # unreachable continuation (masked token or empty slot)
         score = self.penalty(total, step + 1)
-        self.finished.append(Finished(score, total, step, prev, token))
-        self.finished.sort(reverse=True)  # pool of at most `size`: sorting it is cheap
+        # keep the pool sorted, best first; a tie goes after the earlier hypothesis
+        bisect.insort_right(self.finished, Finished(score, total, step, prev, token), key=lambda f: -f.score)
         del self.finished[self.size :]
 
     def cannot_improve(self, step: int, best_alive: float) -> bool:
