@@ -17,6 +17,7 @@ in input order, one entry per input line.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from dataclasses import dataclass, field
@@ -142,12 +143,17 @@ def format_result(result: Result, fmt: str, token_scores: bool = False) -> str:
         return "".join(f"{result.index} ||| {text} ||| {hyp.score:.6f}\n" for hyp, text in zip(result.hypotheses, result.texts))
     hyps = []
     for hyp, text in zip(result.hypotheses, result.texts):
-        entry = {"text": text, "score": hyp.score, "log_prob": hyp.total, "ended": hyp.ended}
+        entry = {"text": text, "score": _finite(hyp.score), "log_prob": _finite(hyp.total), "ended": hyp.ended}
         if token_scores:
             entry["tokens"] = hyp.tokens
             entry["token_scores"] = hyp.token_scores
         hyps.append(entry)
     return json.dumps({"index": result.index, "hypotheses": hyps}, ensure_ascii=False) + "\n"
+
+
+def _finite(x: float) -> float | None:
+    """JSON has no infinity: a hypothesis with no possible continuation reports null."""
+    return x if math.isfinite(x) else None
 
 
 class OrderedWriter:
@@ -238,7 +244,8 @@ class OutputFile:
             return
         self.stream.close()
         os.replace(self.tmp, self.path)
-        os.remove(self.journal)
+        if os.path.exists(self.journal):  # an empty input never checkpoints
+            os.remove(self.journal)
 
     def abandon(self):
         """After a failure: close, keeping PATH.tmp and its record for --resume."""

@@ -75,3 +75,12 @@ def test_ordered_writer_emits_in_input_order():
             assert out.getvalue() == "line 0\n"  # 0 is written at once, 2 waits for 1
     writer.close()
     assert out.getvalue() == "line 0\nline 1\nline 2\nline 3\n"
+
+
+def test_jsonl_writes_null_for_infinite_scores():
+    import json
+
+    from nmtdecode.io import format_result
+
+    line = format_result(Result(0, [Hypothesis([], float("-inf"), float("-inf"), [], False)], [""]), "jsonl")
+    assert json.loads(line)["hypotheses"][0]["score"] is None

@@ -81,6 +81,14 @@ def test_vocabulary_mismatch_exit_1(model_dir, tmp_path):
     assert run.returncode == 1 and b"48 pieces, the model 40" in run.stderr
 
 
+def test_empty_input_gives_empty_output(model_dir, tmp_path):
+    for content in (b"", b"\n\n  \n"):
+        (tmp_path / "in.txt").write_bytes(content)
+        run = nmtdecode("translate", "--model", model_dir, "--src", tmp_path / "in.txt", "--output", tmp_path / "o.txt")
+        assert run.returncode == 0, run.stderr
+        assert (tmp_path / "o.txt").read_bytes() == b"\n" * count_lines(content)
+
+
 def test_not_a_model_directory_exit_2(tmp_path):
     run = nmtdecode("translate", "--model", tmp_path, stdin=b"hello\n")
     assert run.returncode == 2 and b"is not a model directory" in run.stderr
