@@ -113,7 +113,7 @@ class Translator:
             if out.shrunk:
                 cache.select(out.origin)
             elif out.origin is not None:
-                cache.reorder(out.origin)
+                cache.reorder(out.origin, out.moved)
             processors.update(out.origin, out.shrunk, search.last_tokens)
         return search.results(self.cfg.n_best)
 

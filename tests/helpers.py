@@ -39,7 +39,7 @@ class TableCache:
         self.sentences = sentences
         self.fed = [() for _ in sentences]
 
-    def reorder(self, index):
+    def reorder(self, index, moved=None):
         self.fed = [self.fed[i] for i in index.tolist()]
 
     def select(self, index):

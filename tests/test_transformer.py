@@ -70,3 +70,21 @@ def test_too_long_input_fails_clearly():
     src = torch.full((1, 9), 5)
     with pytest.raises(ValueError, match="longer than the model's 8 positions"):
         model.encode(src, torch.ones_like(src, dtype=torch.bool))
+
+
+def test_partial_reorder_equals_full_reorder():
+    """Copying only the moved rows (in place) leaves the same cache as gathering all rows."""
+    torch.manual_seed(0)
+    model = Transformer(tiny_config(30)).eval()
+    src = torch.randint(4, 30, (2, 5))
+    mask = torch.ones_like(src, dtype=torch.bool)
+    tgt = torch.randint(4, 30, (8, 3))
+    caches = []
+    with torch.no_grad():
+        for moved in (None, [1, 6]):
+            cache = model.init_cache(model.encode(src, mask), mask, beam_size=4)
+            for t in range(3):
+                model.decode_step(tgt[:, t], cache)
+            cache.reorder(torch.tensor([0, 2, 2, 3, 4, 5, 4, 7]), moved)
+            caches.append(cache.self_kv[..., : cache.length, :].clone())
+    assert torch.equal(caches[0], caches[1])

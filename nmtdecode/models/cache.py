@@ -77,9 +77,18 @@ class DecoderCache:
         if self.spare.size(ROWS) != index.numel():
             self.spare = None  # the batch shrank: the old buffer has the wrong size
 
-    def reorder(self, index: torch.Tensor):
-        """Beam reorder within sentences: row r continues the hypothesis of row index[r]."""
-        self._gather_self(index)
+    def reorder(self, index: torch.Tensor, moved: list[int] | None = None):
+        """Beam reorder within sentences: row r continues the hypothesis of row index[r].
+
+        `moved` (optional) lists the rows with index[r] != r. When they are few, only
+        those rows are copied, in place; otherwise every row is gathered.
+        """
+        if moved is None or self.self_kv is None or 2 * len(moved) >= index.numel():
+            self._gather_self(index)
+        elif moved:
+            rows = torch.tensor(moved, dtype=torch.long, device=index.device)
+            past = self.self_kv[..., : self.length, :]
+            past.index_copy_(ROWS, rows, past.index_select(ROWS, index.index_select(0, rows)))
 
     def select(self, index: torch.Tensor):
         """Keep (and reorder) rows `index` of all state, e.g. to drop finished sentences."""

@@ -33,10 +33,13 @@ class StepOutput:
         when every row simply continues itself.
     shrunk: True when finished sentences left the batch; origin then lists only
         the surviving rows, so state must be gathered with it (cache.select).
+    moved: when not shrunk, the rows whose origin is another row (the others
+        continue themselves), if the strategy knows them; None: assume all.
     """
 
     origin: torch.Tensor | None
     shrunk: bool = False
+    moved: list[int] | None = None
 
 
 class Search:

@@ -17,6 +17,10 @@ continuation, hence at most k of the 2k candidates end, and at least k go on.
 As in Hugging Face, only EOS candidates ranked within the top k are kept as
 finished hypotheses.
 
+Which slot a continuing hypothesis occupies does not matter to the search,
+so it stays in the slot it extends where it can (`stable_slots`): then the
+decoder cache only has to move the rows of hypotheses that forked.
+
 When a sentence stops (the `early_stopping` modes of Hugging Face's
 `GenerationConfig`, with a pool of `beam_size` finished hypotheses):
     true   as soon as the pool holds beam_size finished hypotheses;
@@ -68,12 +72,12 @@ class Beam:
         return step + 1 >= self.max_steps
 
     def advance(self, step, tokens, prev, scores, ended):
-        """Record step `step`: the alive slots (tokens, prev, scores; best first) and
-        the hypotheses that ended at this step as (prev, token, total)."""
+        """Record step `step`: the alive slots (tokens, prev, scores) and the hypotheses
+        that ended at this step as (prev, token, total)."""
         for p, token, total in ended:
             self.add_finished(step, p, token, total)
         self.extend(tokens, prev, scores)
-        self.done = self.is_last_step(step) or self.cannot_improve(step, best_alive=scores[0])
+        self.done = self.is_last_step(step) or self.cannot_improve(step, best_alive=max(scores))
 
     def extend(self, tokens: list[int], prev: list[int], scores: list[float]):
         self.next_ys.append(tokens)
@@ -122,6 +126,27 @@ class Beam:
         return [self.hypothesis(f, eos_id) for f in self.finished[:n]]
 
 
+def stable_slots(prev: torch.Tensor) -> torch.Tensor:
+    """Slot assignment for the k continuing candidates of each sentence, given in rank order
+    with the slot each extends, prev (n, k). Returns perm (n, k): slot j gets candidate perm[j].
+
+    The best candidate extending slot p keeps slot p; the others (second children of a
+    slot) fill the slots whose hypothesis had no child, in order. E.g. prev [2, 2, 0, 3]:
+    slots 2, 0, 3 keep their candidates 0, 2, 3 and candidate 1 moves into free slot 1,
+    so perm = [2, 1, 0, 3].
+    """
+    n, k = prev.shape
+    rank = torch.arange(k, device=prev.device)
+    same_slot = prev[:, :, None] == prev[:, None, :]  # (n, k, k)
+    better = rank[None, :] < rank[:, None]  # [c, d]: d ranks before c
+    first = ~(same_slot & better).any(dim=2)  # (n, k): the best child of its slot
+    taken = torch.zeros_like(prev).scatter_reduce_(1, prev, first.long(), reduce="amax")
+    free = torch.argsort(taken, dim=1, stable=True)  # free slots first, in order
+    turn = (torch.cumsum(~first, dim=1) - 1).clamp(min=0)  # i-th candidate without a slot
+    target = torch.where(first, prev, free.gather(1, turn))  # slot of each candidate
+    return torch.empty_like(prev).scatter_(1, target, rank.expand(n, k))
+
+
 class BeamSearch(Search):
     """Beam search over a batch of sentences, k rows per sentence.
 
@@ -150,6 +175,7 @@ class BeamSearch(Search):
         cand_prev, cand_tokens = cand_ids // vocab, cand_ids % vocab
         # (2) the k best candidates not ending in EOS stay alive (stable: keeps rank order)
         keep = (cand_tokens == self.eos_id).to(torch.uint8).argsort(dim=1, stable=True)[:, :k]
+        keep = keep.gather(1, stable_slots(cand_prev.gather(1, keep)))  # ... each in its own slot if it can
         alive_scores, alive_tokens, alive_prev = (x.gather(1, keep) for x in (cand_scores, cand_tokens, cand_prev))
         # (3) one host copy: the top-k candidates (for finished hypotheses) and the alive slots
         packed = [cand_scores[:, :k], cand_tokens[:, :k], cand_prev[:, :k], alive_scores, alive_tokens, alive_prev]
@@ -168,7 +194,9 @@ class BeamSearch(Search):
             self.active = [self.active[i] for i in still]
         self.alive_scores = alive_scores.reshape(-1)
         self.last_tokens = alive_tokens.reshape(-1)
-        return StepOutput(origin=origin.reshape(-1), shrunk=shrunk)
+        moved = None if shrunk else [i * k + j for i, row in enumerate(rows) for j, p in enumerate(row[5 * k :])
+                                     if int(p) != j]
+        return StepOutput(origin=origin.reshape(-1), shrunk=shrunk, moved=moved)
 
     def _record(self, beam: Beam, step: int, row: list[float]):
         k = self.k
