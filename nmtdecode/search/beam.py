@@ -168,9 +168,10 @@ class BeamSearch(Search):
         self.last_tokens = torch.full((batch_size * beam_size,), start_id, dtype=torch.long, device=device)
 
     def advance(self, logprobs: torch.Tensor, step: int) -> StepOutput:
+        """logprobs (n*k, V) of this step; consumed (turned into totals in place)."""
         n, k, vocab = len(self.active), self.k, logprobs.size(1)
         # (1) every continuation of every slot, ranked per sentence: one topk
-        totals = (logprobs + self.alive_scores[:, None]).view(n, k * vocab)
+        totals = logprobs.add_(self.alive_scores[:, None]).view(n, k * vocab)
         cand_scores, cand_ids = totals.topk(2 * k, dim=1)  # (n, 2k), best first
         cand_prev, cand_tokens = cand_ids // vocab, cand_ids % vocab
         # (2) the k best candidates not ending in EOS stay alive (stable: keeps rank order)

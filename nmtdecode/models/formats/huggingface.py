@@ -70,7 +70,7 @@ def model_config(hf: dict, path: str) -> TransformerConfig:
         layernorm_embedding=shape["layernorm_embedding"],
         share_embeddings=shared,
         tie_output=hf.get("tie_word_embeddings", True),
-        final_logits_bias=family != "m2m_100",
+        final_logits_bias=False,  # set by load_network from the checkpoint's tensor
         bias=True,
         norm_eps=1e-5,
         pad_id=pad,
@@ -202,8 +202,12 @@ def load_network(path: str, hf: dict) -> tuple[Transformer, dict, ModelRules]:
     generation = read_json(os.path.join(path, "generation_config.json"), required=False) or hf
     if isinstance(generation.get("decoder_start_token_id"), int):  # generation_config.json wins, as in transformers
         cfg.decoder_start_id = generation["decoder_start_token_id"]
+    tensors = read_weights(path)
+    bias = tensors.get("final_logits_bias", tensors.get("model.final_logits_bias"))
+    # Most checkpoints store an all-zero final_logits_bias: adding it would cost a pass over every step's logits.
+    cfg.final_logits_bias = bias is not None and bool(bias.any())
     model = Transformer(cfg)
-    load_weights(model, convert_weights(cfg, read_weights(path), path), path)
+    load_weights(model, convert_weights(cfg, tensors, path), path)
     defaults, rules = generation_settings(generation, cfg)
     return model.eval(), defaults, rules
 
