@@ -53,18 +53,15 @@ def prepare_marian(n_sentences: int):
     return {"native": hf_dir, "transformers": hf_dir, "ctranslate2": ct2_dir}, task
 
 
-def prepare_demo(n_sentences: int):
+def prepare_demo(n_sentences: int, demo: str):
     from nmtdecode.models.loading import load_model
 
-    demo = os.path.join(ROOT, "data", "demo")
     loaded = load_model(demo)
     sp = loaded.tokenizer.target
     tokens = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
     hf_dir, ct2_dir = os.path.join(OUT, "demo-hf"), os.path.join(OUT, "demo-ct2")
-    if not os.path.isfile(os.path.join(hf_dir, "config.json")):
-        to_transformers(loaded.model, hf_dir)
-    if not os.path.isfile(os.path.join(ct2_dir, "model.bin")):
-        to_ctranslate2(loaded.model, tokens, ct2_dir)
+    to_transformers(loaded.model, hf_dir)  # converted every run: the demo model may have been retrained
+    to_ctranslate2(loaded.model, tokens, ct2_dir)
     with open(os.path.join(demo, "test.en"), encoding="utf-8") as f:
         lines = [line.rstrip("\n") for line in f][:n_sentences]
     task = {"format": "native", "sources": [loaded.tokenizer.encode(line) for line in lines], "tokens": tokens,
@@ -104,6 +101,7 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="few sentences: a smoke test of the harness")
     parser.add_argument("--models", default="marian-base,demo")
+    parser.add_argument("--demo", default=os.path.join(ROOT, "data", "demo"), help="the demo model directory")
     args = parser.parse_args()
     os.makedirs(OUT, exist_ok=True)
     rows, notes = [], []
@@ -114,9 +112,9 @@ def main():
             dirs, task = prepare_marian(n_marian)
             fixed = 32
         else:
-            dirs, task, loaded = prepare_demo(n_demo)
+            dirs, task, loaded = prepare_demo(n_demo, args.demo)
             fixed = 0
-            with open(os.path.join(ROOT, "data", "demo", "test.de"), encoding="utf-8") as f:
+            with open(os.path.join(args.demo, "test.de"), encoding="utf-8") as f:
                 references = [line.rstrip("\n") for line in f][:n_demo]
         task_file = os.path.join(OUT, f"{name}-task.json")
         with open(task_file, "w", encoding="utf-8") as f:
@@ -135,10 +133,25 @@ def main():
                 if references is not None:
                     row["bleu"], row["chrf"] = bleu_chrf(r["outputs"], loaded, references)
                 rows.append(row)
-    write_results(rows, args)
+    memory = memory_rows(args) if "demo" in args.models.split(",") else []
+    write_results(rows, memory, args)
 
 
-def write_results(rows, args):
+def memory_rows(args):
+    """Peak RSS of the whole CLI job on the demo test set and on ten times as many lines."""
+    with open(os.path.join(args.demo, "test.en"), encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    rows = []
+    for copies in (1, 10) if not args.quick else (1,):
+        path = os.path.join(OUT, f"demo-{copies}x.en")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("\n".join(lines * copies) + "\n")
+        print(f"memory: {len(lines) * copies} lines ...", file=sys.stderr, flush=True)
+        rows.append(measure("nmtdecode-file", args.demo, path, 5, args.threads))
+    return rows
+
+
+def write_results(rows, memory, args):
     lines = [f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
              f"{args.threads} threads; torch {torch.__version__}; {time.strftime('%Y-%m-%d')}",
              f"Command: `python bench/run.py --threads {args.threads}{' --quick' if args.quick else ''}`",
@@ -150,6 +163,10 @@ def write_results(rows, args):
         quality = f"{r['bleu']:.1f} | {r['chrf']:.1f}" if "bleu" in r else "– | –"
         lines.append(f"| {r['model']} | {r['beam']} | {r['system']} | {r['sent_s']:.2f} | {r['tok_s']:.1f} | "
                      f"{r['rss']:.0f} | {r['speedup']:.2f}× | {100 * r['same_as_fp32']:.0f}% | {quality} |")
+    if memory:
+        lines += ["", "Peak memory of the whole CLI job (demo model, beam 5, batch 32):", "",
+                  "| input lines | seconds | peak RSS MB |", "|---|---|---|"]
+        lines += [f"| {m['sentences']} | {m['seconds']:.1f} | {m['peak_rss_mb']:.0f} |" for m in memory]
     table = "\n".join(lines) + "\n"
     print(table)
     with open(os.path.join(HERE, "results.md"), "w", encoding="utf-8") as f:

@@ -6,6 +6,7 @@ beam size, length limits and thread count; tokenization is not timed.
 
     python bench/worker.py SYSTEM MODEL_DIR INPUT.json --beam 5 --batch 32 --threads 2 [--fixed-length N]
 SYSTEM: nmtdecode | nmtdecode-int8 | transformers | ctranslate2 | ctranslate2-int8
+        | nmtdecode-file (the CLI job on a text file INPUT; for peak memory against input size)
 """
 
 from __future__ import annotations
@@ -112,6 +113,25 @@ def run_ctranslate2(args, task):
     return seconds, [[index[t] for t in r.hypotheses[0]] for r in results]
 
 
+def run_file_job(args):
+    """The whole CLI job on a text file (reading, batching, writing): its peak memory should not
+    grow with the number of input lines."""
+    import tempfile
+
+    from nmtdecode.config import Config
+    from nmtdecode.run import translate_job
+
+    with tempfile.TemporaryDirectory() as tmp:
+        config = Config.from_values({"model": args.model, "src": args.task, "output": f"{tmp}/out.txt",
+                                     "beam_size": args.beam, "batch_size": args.batch, "threads": args.threads,
+                                     "quiet": True})
+        start = time.perf_counter()
+        summary = translate_job(config)
+        seconds = time.perf_counter() - start
+    return {"system": "nmtdecode-file", "seconds": seconds, "sentences": summary.sentences,
+            "target_tokens": summary.target_tokens, "peak_rss_mb": peak_rss_mb(), "outputs": []}
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("system")
@@ -125,6 +145,9 @@ def main():
     import torch
 
     torch.set_num_threads(args.threads)
+    if args.system == "nmtdecode-file":
+        json.dump(run_file_job(args), sys.stdout)
+        return
     with open(args.task, encoding="utf-8") as f:
         task = json.load(f)
     runner = {"nmtdecode": run_nmtdecode, "nmtdecode-int8": run_nmtdecode, "transformers": run_transformers,
