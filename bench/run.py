@@ -32,7 +32,7 @@ sys.path.insert(0, HERE)
 from convert import VOCAB_BASE, marian_base, to_ctranslate2, to_transformers, token_strings  # noqa: E402
 
 OUT = os.path.join(HERE, "out")
-SYSTEMS = ["nmtdecode", "transformers", "ctranslate2", "nmtdecode-int8", "ctranslate2-int8"]
+SYSTEMS = ["nmtdecode", "transformers", "ctranslate2", "nmtdecode-int8", "ctranslate2-int8", "nmtdecode-bf16"]
 
 
 def prepare_marian(n_sentences: int):

@@ -5,7 +5,7 @@ that system's own. Every system gets the same token ids, the same batch size,
 beam size, length limits and thread count; tokenization is not timed.
 
     python bench/worker.py SYSTEM MODEL_DIR INPUT.json --beam 5 --batch 32 --threads 2 [--fixed-length N]
-SYSTEM: nmtdecode | nmtdecode-int8 | transformers | ctranslate2 | ctranslate2-int8
+SYSTEM: nmtdecode | nmtdecode-int8 | nmtdecode-bf16 | transformers | ctranslate2 | ctranslate2-int8
         | nmtdecode-file (the CLI job on a text file INPUT; for peak memory against input size)
 """
 
@@ -46,6 +46,8 @@ def run_nmtdecode(args, task):
         model, defaults, rules = loaded.model, loaded.defaults, loaded.rules
     if args.system.endswith("int8"):
         quantize_int8(model)
+    elif args.system.endswith("bf16"):
+        model.to(torch.bfloat16)
     values = {"beam_size": args.beam, "max_length": task["max_length"], "length_penalty": "avg", "alpha": 1.0}
     if args.fixed_length:
         values.update(min_length=args.fixed_length, max_length=args.fixed_length)
@@ -150,7 +152,8 @@ def main():
         return
     with open(args.task, encoding="utf-8") as f:
         task = json.load(f)
-    runner = {"nmtdecode": run_nmtdecode, "nmtdecode-int8": run_nmtdecode, "transformers": run_transformers,
+    runner = {"nmtdecode": run_nmtdecode, "nmtdecode-int8": run_nmtdecode, "nmtdecode-bf16": run_nmtdecode,
+              "transformers": run_transformers,
               "ctranslate2": run_ctranslate2, "ctranslate2-int8": run_ctranslate2}[args.system]
     seconds, outputs = runner(args, task)
     json.dump({"system": args.system, "seconds": seconds, "sentences": len(outputs),
