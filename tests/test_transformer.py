@@ -36,6 +36,7 @@ def test_cache_reorder_and_select_follow_rows():
     src = torch.randint(4, 30, (2, 5))
     mask = torch.ones_like(src, dtype=torch.bool)
     tgt = torch.randint(4, 30, (4, 3))  # rows: sentence 0 x 2 beams, sentence 1 x 2 beams
+    tgt[:, 0] = 2  # beams start alike (the first step is computed once per sentence)
     with torch.no_grad():
         cache = model.init_cache(model.encode(src, mask), mask, beam_size=2)
         for t in range(2):
@@ -79,6 +80,7 @@ def test_partial_reorder_equals_full_reorder():
     src = torch.randint(4, 30, (2, 5))
     mask = torch.ones_like(src, dtype=torch.bool)
     tgt = torch.randint(4, 30, (8, 3))
+    tgt[:, 0] = 2
     caches = []
     with torch.no_grad():
         for moved in (None, [1, 6]):

@@ -63,6 +63,11 @@ class DecoderCache:
             grown[..., : self.length, :] = self.self_kv[..., : self.length, :]
         self.self_kv, self.spare = grown, None
 
+    def repeat_rows(self):
+        """After a first step computed once per sentence: give each sentence its k rows."""
+        self.self_kv = self.self_kv.repeat_interleave(self.width, dim=ROWS)
+        self.spare = None
+
     def _gather_self(self, index: torch.Tensor):
         """self_kv rows <- rows `index` of the filled positions, written into the spare buffer."""
         if self.self_kv is None:

@@ -335,7 +335,17 @@ class Transformer(nn.Module):
         return DecoderCache(cross_kv=cross, memory_mask=padding_mask(src_mask), width=beam_size)  # (L, 2, B, H, S, hd)
 
     def decode_step(self, tokens: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
-        """tokens (N,) at position cache.length -> next-token logits (N, V)."""
+        """tokens (N,) at position cache.length -> next-token logits (N, V).
+        At the first step, the k rows of a sentence must be given the same token."""
+        if cache.length == 0 and cache.width > 1:
+            # Every beam of a sentence starts from the same token and an empty past: compute
+            # one row per sentence, then copy it to the sentence's k rows.
+            logits = self._step(tokens[:: cache.width], cache)
+            cache.repeat_rows()
+            return logits.repeat_interleave(cache.width, dim=0)
+        return self._step(tokens, cache)
+
+    def _step(self, tokens: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
         x = self.tgt_embed(tokens[:, None], start=cache.length)
         for i, layer in enumerate(self.decoder_layers):
             x = layer.step(x, cache, i)
