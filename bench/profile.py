@@ -1,0 +1,64 @@
+"""Where nmtdecode's decoding time goes: torch.profiler over one benchmark batch.
+
+    python bench/profile.py [--beam 5] [--threads 2] [--int8]
+
+Decodes one batch of 32 marian-base sentences (the benchmark's model and inputs,
+every hypothesis 32 tokens long) and prints the operators by self CPU time, then
+the share of time in matrix products. This is the profile behind the README's
+note on what limits the speed-up over `transformers` and CTranslate2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+MATMULS = ("aten::addmm", "aten::mm", "aten::bmm", "aten::matmul", "aten::linear", "aten::baddbmm",
+           "quantized::linear_dynamic", "aten::_scaled_dot_product_flash_attention_for_cpu")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--beam", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--int8", action="store_true", help="profile the --quantize int8 model")
+    parser.add_argument("--rows", type=int, default=15, help="operators to list")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    from run import prepare_marian
+
+    from nmtdecode.config import Config
+    from nmtdecode.models.formats.huggingface import load_network
+    from nmtdecode.models.loading import read_json
+    from nmtdecode.models.quantize import quantize_int8
+    from nmtdecode.translator import Translator
+
+    dirs, task = prepare_marian(32)
+    model, _, rules = load_network(dirs["native"], read_json(os.path.join(dirs["native"], "config.json")))
+    if args.int8:
+        quantize_int8(model)
+    decoding = Config.from_values({"beam_size": args.beam, "min_length": 32, "max_length": 32,
+                                   "length_penalty": "avg", "alpha": 1.0}).decoding
+    translator = Translator(model, decoding, rules)
+    sources = task["sources"]
+    with torch.inference_mode():
+        translator.translate_batch(sources[:4])  # warm-up
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            translator.translate_batch(sources)
+    events = prof.key_averages()
+    print(events.table(sort_by="self_cpu_time_total", row_limit=args.rows))
+    total = sum(e.self_cpu_time_total for e in events)
+    matmul = sum(e.self_cpu_time_total for e in events if e.key in MATMULS)
+    print(f"matrix products (incl. attention kernels): {100 * matmul / total:.0f}% of self CPU time")
+
+
+if __name__ == "__main__":
+    main()
