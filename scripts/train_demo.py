@@ -13,7 +13,8 @@ directory (so a re-run or `--resume` continues where it stopped):
     3. spm     a joint SentencePiece model whose ids are the model's ids
     4. train   a small Transformer with teacher forcing, label smoothing and
                Adam with warmup, for a time budget (`--minutes`), with
-               periodic checkpoints that `--resume` continues from
+               periodic checkpoints that `--resume` continues from; the
+               last 15% of the steps favour everyday words and phrases
     5. export  the native model directory (fp16 safetensors + config.yaml +
                SentencePiece model), then beam-5 BLEU/chrF on the test split
                with the project's own decoder and a model card (README.md)
@@ -391,13 +392,30 @@ def train_spm(args, scratch: Path):
 
 
 def encode_split(sp, scratch: Path, name: str, max_tokens: int, copies: list[int] | None = None):
-    """Source ids + [eos] and target ids + [eos], each pair `copies[i]` times;
-    overlong pairs are dropped."""
+    """(source ids + [eos], target ids + [eos], copies) per pair; overlong pairs are dropped."""
     src = sp.encode(read_lines(scratch / f"{name}.en"))
     tgt = sp.encode(read_lines(scratch / f"{name}.de"))
     copies = copies or [1] * len(src)
-    return [(s + [EOS], t + [EOS]) for s, t, n in zip(src, tgt, copies)
-            for _ in range(n) if len(s) < max_tokens and len(t) < max_tokens]
+    return [(s + [EOS], t + [EOS], n) for s, t, n in zip(src, tgt, copies)
+            if len(s) < max_tokens and len(t) < max_tokens]
+
+
+def expand(pairs) -> list[tuple[list[int], list[int]]]:
+    """Training examples: each pair as many times as its copies."""
+    return [(s, t) for s, t, n in pairs for _ in range(n)]
+
+
+def polish_mix(pairs, seed: int) -> list[tuple[list[int], list[int]]]:
+    """The data of the final phase: the everyday pairs (with their copies) and half as
+    many other pairs drawn at random, so that the rest is not forgotten.
+
+    In the main phase a bare `dog` -> Hund competes with ~120 `dog ...` -> `Hunde...`
+    compounds and still came out as Hunde after 90 minutes; in this mix most of those
+    compounds are gone, so the last steps settle the everyday words.
+    """
+    everyday = expand(p for p in pairs if p[2] > 1)
+    rest = [(s, t) for s, t, n in pairs if n == 1]
+    return everyday + random.Random(seed).sample(rest, min(len(rest), len(everyday) // 2))
 
 
 def english_words(text: str) -> list[str]:
@@ -576,6 +594,13 @@ def load_checkpoint(path: Path, model, optimizer, args) -> tuple[list, dict]:
     return saved["ema"], saved["state"]
 
 
+def in_final_phase(state: dict, args, budget: float) -> bool:
+    """The last `--final-share` of the steps (or of the time budget) train on polish_mix."""
+    if args.max_steps:
+        return state["step"] >= (1 - args.final_share) * args.max_steps
+    return state["train_seconds"] >= (1 - args.final_share) * budget
+
+
 def out_of_time(state: dict, args, budget: float) -> bool:
     if args.max_steps:
         return state["step"] >= args.max_steps
@@ -589,14 +614,16 @@ def train(args, scratch: Path, budget: float):
 
     sp = spm.SentencePieceProcessor(model_file=str(scratch / "spm.model"))
     copies = everyday_copies(read_lines(scratch / "train.en"), args.max_copies)
-    examples = encode_split(sp, scratch, "train", args.max_tokens, copies)
-    valid = encode_split(sp, scratch, "valid", args.max_tokens)
+    pairs = encode_split(sp, scratch, "train", args.max_tokens, copies)
+    examples, polish = expand(pairs), polish_mix(pairs, args.seed)
+    valid = expand(encode_split(sp, scratch, "valid", args.max_tokens))
     log(f"{sum(c > 1 for c in copies):,} everyday pairs shown more than once per epoch")
     torch.manual_seed(args.seed)
     model = Transformer(model_config(args, sp.get_piece_size()))
     init_weights(model)
     params = list(model.parameters())
-    log(f"model: {sum(p.numel() for p in params):,} parameters; {len(examples):,} training examples per epoch")
+    log(f"model: {sum(p.numel() for p in params):,} parameters; {len(examples):,} training examples per epoch, "
+        f"{len(polish):,} in the final phase's")
     optimizer = torch.optim.Adam(params, lr=args.lr, betas=(0.9, 0.98), eps=1e-9)
     # An exponential moving average of the weights: a cheap ensemble over the
     # last few thousand steps, usually better than the last step of a short run.
@@ -610,19 +637,28 @@ def train(args, scratch: Path, budget: float):
         log("--resume: no checkpoint yet, starting from scratch")
 
     state["everyday_pairs"], state["epoch_examples"] = sum(c > 1 for c in copies), len(examples)
+    state["polish_examples"] = len(polish)
     model.train()
     started, base = time.monotonic(), state["train_seconds"]
     last_save = started
     window = [0.0, 0, 0]  # loss x tokens, target tokens, steps since the last report
-    batches, batches_epoch = None, None
+    batches, batches_key = None, None
     while not out_of_time(state, args, budget):
-        if batches_epoch != state["epoch"]:
-            batches, batches_epoch = epoch_batches(examples, state["epoch"], args.seed, args.batch_tokens), state["epoch"]
-            state["epoch_batches"] = len(batches)
-        if state["position"] >= len(batches):
-            state["epoch"], state["position"] = state["epoch"] + 1, 0
+        # The main phase's epoch and position live in `state`, the final phase's in state["polish"].
+        polishing = in_final_phase(state, args, budget)
+        if polishing and "polish" not in state:
+            state["polish"] = {"epoch": 0, "position": 0, "from_step": state["step"]}
+            log(f"final phase from step {state['step']}: everyday pairs and a sample of the rest")
+        data, cursor = (polish, state["polish"]) if polishing else (examples, state)
+        if batches_key != (polishing, cursor["epoch"]):
+            batches = epoch_batches(data, cursor["epoch"], args.seed + polishing, args.batch_tokens)
+            batches_key = (polishing, cursor["epoch"])
+            if not polishing:
+                state["epoch_batches"] = len(batches)
+        if cursor["position"] >= len(batches):
+            cursor["epoch"], cursor["position"] = cursor["epoch"] + 1, 0
             continue
-        src, mask, tgt_in, gold = collate(examples, batches[state["position"]])
+        src, mask, tgt_in, gold = collate(data, batches[cursor["position"]])
         step = state["step"] + 1
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, args.lr, args.warmup)
@@ -638,7 +674,7 @@ def train(args, scratch: Path, budget: float):
         optimizer.step()
         with torch.no_grad():
             torch._foreach_lerp_(ema, [p.detach() for p in params], 1.0 - args.ema_decay)
-        state["step"], state["position"] = step, state["position"] + 1
+        state["step"], cursor["position"] = step, cursor["position"] + 1
         state["train_seconds"] = base + time.monotonic() - started
 
         tokens = int((gold != PAD).sum())
@@ -810,6 +846,13 @@ def dictionary_facts(dict_dir: str) -> dict:
 
 def write_card(path: Path, *, args, command: str, facts: dict, sizes: dict, cfg, n_params: int, size: int,
                state: dict, timings: dict, weights: str, metrics: dict, chosen: list, demo: list):
+    if "polish" in state:
+        final_phase = (f"from step {state['polish']['from_step']:,} (the last {args.final_share:.0%} of "
+                       f"training), batches come from the everyday pairs with their copies plus half as "
+                       f"many other pairs drawn at random ({state['polish_examples']:,} examples per pass), so "
+                       f"that bare everyday words are not outvoted by the compounds built on them.")
+    else:
+        final_phase = "none (`--final-share 0`)."
     history = ", ".join(f"{nll:.2f} @ {step}" for step, nll in state["history"][-6:]) or "none recorded"
     epochs = state["epoch"] + state["position"] / max(1, state.get("epoch_batches", 1))
     examples = "\n".join(f"| {src} | {out} |" for src, out in demo)
@@ -880,6 +923,7 @@ is also the output layer. {n_params:,} parameters, stored as float16
   for its rarest word, at most 3): {state['everyday_pairs']:,} pairs, {state['epoch_examples']:,}
   examples per epoch. Without this, `dog` (one pair among hundreds of
   `dog …` → `Hunde…` compounds) came out as Hunde.
+* Final phase: {final_phase}
 * Teacher forcing, label smoothing {args.label_smoothing}, dropout {args.dropout}, {args.precision} compute
   ({'bfloat16 autocast, float32 weights' if args.precision == 'bf16' else 'float32'}), Adam (0.9, 0.98),
   learning rate {args.lr} after {args.warmup} warmup steps then inverse square root
@@ -955,6 +999,8 @@ def parse_args(argv=None):
     opt.add_argument("--batch-tokens", type=int, default=3000, help="rows x longest sequence per batch")
     opt.add_argument("--max-copies", type=int, default=40,
                      help="most copies per epoch of an everyday word or phrase (1: every pair once)")
+    opt.add_argument("--final-share", type=float, default=0.15,
+                     help="share of the training budget spent on everyday pairs at the end (0: none)")
     opt.add_argument("--precision", choices=["bf16", "fp32"], default="bf16",
                      help="compute precision of the training steps (bf16 autocast; weights stay fp32)")
     opt.add_argument("--lr", type=float, default=1e-3)
