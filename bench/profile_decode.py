@@ -1,6 +1,6 @@
 """Where nmtdecode's decoding time goes: torch.profiler over one benchmark batch.
 
-    python bench/profile.py [--beam 5] [--threads 2] [--int8]
+    python bench/profile_decode.py [--beam 5] [--threads 2] [--int8]
 
 Decodes one batch of 32 marian-base sentences (the benchmark's model and inputs,
 every hypothesis 32 tokens long) and prints the operators by self CPU time, then
