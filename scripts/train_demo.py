@@ -847,10 +847,10 @@ def dictionary_facts(dict_dir: str) -> dict:
 def write_card(path: Path, *, args, command: str, facts: dict, sizes: dict, cfg, n_params: int, size: int,
                state: dict, timings: dict, weights: str, metrics: dict, chosen: list, demo: list):
     if "polish" in state:
-        final_phase = (f"from step {state['polish']['from_step']:,} (the last {args.final_share:.0%} of "
-                       f"training), batches come from the everyday pairs with their copies plus half as "
-                       f"many other pairs drawn at random ({state['polish_examples']:,} examples per pass), so "
-                       f"that bare everyday words are not outvoted by the compounds built on them.")
+        final_phase = (f"from step {state['polish']['from_step']:,} (the last {args.final_share:.0%} of training), "
+                       "batches come\n  from the everyday pairs with their copies plus half as many other pairs\n"
+                       f"  drawn at random ({state['polish_examples']:,} examples per pass), so that bare everyday "
+                       "words\n  are not outvoted by the compounds built on them.")
     else:
         final_phase = "none (`--final-share 0`)."
     history = ", ".join(f"{nll:.2f} @ {step}" for step, nll in state["history"][-6:]) or "none recorded"

@@ -1,0 +1,69 @@
+"""The bundled demo model (data/demo): it loads, gets common words right, and its held-out
+chrF is the one its model card reports."""
+
+import os
+import re
+import subprocess
+import sys
+
+import sacrebleu
+
+from nmtdecode.config import Config
+from nmtdecode.run import make_example, prepare
+
+DEMO = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "demo")
+
+
+def translate(lines, beam=5):
+    config, loaded, translator = prepare(Config.from_values({"model": DEMO, "beam_size": beam}))
+    examples = [make_example(i, line, loaded, None) for i, line in enumerate(lines)]
+    outputs = []
+    for start in range(0, len(examples), 32):
+        batch = examples[start : start + 32]
+        outputs += [loaded.tokenizer.decode(n[0].tokens) for n in translator.translate_batch([e.ids for e in batch])]
+    return outputs
+
+
+def test_common_words_come_out_right():
+    with open(os.path.join(DEMO, "common_words.tsv"), encoding="utf-8") as f:
+        entries = [line.rstrip("\n").split("\t") for line in f if line.strip()]
+    assert len(entries) >= 15
+    sources = [english for english, _ in entries]
+    for (english, accepted), output in zip(entries, translate(sources)):
+        assert output in accepted.split("|"), f"{english!r} -> {output!r}, expected one of {accepted!r}"
+
+
+def test_common_words_are_held_out():
+    with open(os.path.join(DEMO, "common_words.tsv"), encoding="utf-8") as f:
+        words = {line.split("\t")[0] for line in f if line.strip()}
+    with open(os.path.join(DEMO, "test.en"), encoding="utf-8") as f:
+        test = set(f.read().splitlines())
+    assert words <= test
+
+
+def card_value(metric: str) -> float:
+    with open(os.path.join(DEMO, "README.md"), encoding="utf-8") as f:
+        match = re.search(rf"^\| {metric} \| ([0-9.]+) \|", f.read(), flags=re.MULTILINE)
+    assert match, f"the model card has no {metric} row"
+    return float(match.group(1))
+
+
+def test_heldout_chrf_matches_the_model_card():
+    with open(os.path.join(DEMO, "test.en"), encoding="utf-8") as f:
+        sources = f.read().splitlines()
+    with open(os.path.join(DEMO, "test.de"), encoding="utf-8") as f:
+        references = f.read().splitlines()
+    chrf = sacrebleu.corpus_chrf(translate(sources), [references]).score
+    assert abs(chrf - card_value("chrF")) <= 1.0
+
+
+def test_demo_command_translates_the_sample():
+    with open(os.path.join(DEMO, "sample.en"), encoding="utf-8") as f:
+        sample = f.read().splitlines()
+    run = subprocess.run([sys.executable, "-m", "nmtdecode", "translate", "-c", "configs/demo.yaml", "--src",
+                          "data/demo/sample.en", "--quiet"], cwd=os.path.dirname(os.path.dirname(DEMO)),
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    outputs = run.stdout.splitlines()
+    assert len(outputs) == len(sample) and all(outputs)
+    assert outputs == translate(sample)  # the config's settings are the ones the tests use
