@@ -117,6 +117,13 @@ def main():
             fixed = 0
             with open(os.path.join(args.demo, "test.de"), encoding="utf-8") as f:
                 references = [line.rstrip("\n") for line in f][:n_demo]
+        # Sources sorted by length, then cut into batches of 32 in that order, for every system:
+        # what the nmtdecode CLI and CTranslate2 (whose translate_batch sorts a long input by
+        # length before cutting it) do by themselves, so no system gets tighter batches.
+        order = sorted(range(len(task["sources"])), key=lambda i: len(task["sources"][i]))
+        task["sources"] = [task["sources"][i] for i in order]
+        if references is not None:
+            references = [references[i] for i in order]
         task_file = os.path.join(OUT, f"{name}-task.json")
         with open(task_file, "w", encoding="utf-8") as f:
             json.dump(task, f)
