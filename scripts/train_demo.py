@@ -720,6 +720,62 @@ def pick_weights(model, ema, sp, valid, args) -> str:
 DECODING = {"beam_size": 5, "max_len_a": 2.0, "max_len_b": 10}
 
 
+def _varint(data: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[i]
+        value |= (byte & 0x7F) << shift
+        i, shift = i + 1, shift + 7
+        if byte < 0x80:
+            return value, i
+
+
+def _encode_varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((value & 0x7F) | (0x80 if value > 0x7F else 0))
+        value >>= 7
+        if not value:
+            return bytes(out)
+
+
+def _fields(data: bytes):
+    """(field number, wire type, raw bytes of the whole field) of one protobuf message."""
+    i = 0
+    while i < len(data):
+        start = i
+        key, i = _varint(data, i)
+        wire = key & 7
+        if wire == 0:
+            _, i = _varint(data, i)
+        elif wire == 1:
+            i += 8
+        elif wire == 5:
+            i += 4
+        elif wire == 2:
+            size, i = _varint(data, i)
+            i += size
+        else:
+            raise ValueError(f"unexpected protobuf wire type {wire}")
+        yield key >> 3, wire, data[start:i]
+
+
+def without_training_paths(model: bytes) -> bytes:
+    """The SentencePiece model minus the paths it was trained from: its TrainerSpec
+    (field 2) records `input` (1) and `model_prefix` (2), absolute paths of the
+    machine that trained it. Pieces and normalizer are untouched. (Plain protobuf
+    wire format, so that the recipe needs no protobuf package.)"""
+    out = bytearray()
+    for number, wire, raw in _fields(model):
+        if number == 2 and wire == 2:
+            key_end = _varint(raw, 0)[1]
+            body = _varint(raw, key_end)[1]
+            spec = b"".join(r for n, _, r in _fields(raw[body:]) if n not in (1, 2))
+            raw = raw[:key_end] + _encode_varint(len(spec)) + spec
+        out += raw
+    return bytes(out)
+
+
 def export(model, scratch: Path, model_dir: Path):
     """Stage 5a: the native directory, fp16 weights. Dropout is a training setting:
     the exported config says 0."""
@@ -734,7 +790,7 @@ def export(model, scratch: Path, model_dir: Path):
     model_dir.mkdir(parents=True, exist_ok=True)
     native.save(str(model_dir), inference, spm_files={"source": "spm.model"}, decoding=DECODING,
                 banned_ids=[PAD, BOS], dtype=torch.float16)
-    shutil.copyfile(scratch / "spm.model", model_dir / "spm.model")
+    (model_dir / "spm.model").write_bytes(without_training_paths((scratch / "spm.model").read_bytes()))
     size = sum(f.stat().st_size for f in model_dir.iterdir() if f.name in ("model.safetensors", "config.yaml", "spm.model"))
     log(f"exported {os.path.relpath(model_dir, REPO)}: {size / 1e6:.1f} MB")
     return size
