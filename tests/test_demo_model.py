@@ -1,6 +1,7 @@
 """The bundled demo model (data/demo): it loads, gets common words right, and its held-out
 chrF is the one its model card reports."""
 
+import functools
 import os
 import re
 import subprocess
@@ -14,8 +15,15 @@ from nmtdecode.run import make_example, prepare
 DEMO = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "demo")
 
 
+@functools.lru_cache(maxsize=None)
+def demo_translator(beam: int):
+    """The demo model and its translator, loaded once for all tests of this file."""
+    _, loaded, translator = prepare(Config.from_values({"model": DEMO, "beam_size": beam}))
+    return loaded, translator
+
+
 def translate(lines, beam=5):
-    config, loaded, translator = prepare(Config.from_values({"model": DEMO, "beam_size": beam}))
+    loaded, translator = demo_translator(beam)
     examples = [make_example(i, line, loaded, None) for i, line in enumerate(lines)]
     outputs = []
     for start in range(0, len(examples), 32):
