@@ -1,28 +1,32 @@
-"""The decoding loop: encode, expand to batch x beam, step, reorder the cache, drop finished sentences.
+"""The decoding loop: encode, step, let every piece of row state follow the search.
 
     memory = model.encode(src)                       # (B, S, d)
-    cache  = model.init_cache(memory, beam_size=k)   # cross-attention K/V once, rows B*k
+    cache  = model.init_cache(memory, src_mask)      # cross-attention K/V once per sentence
+    tokens = search.start_tokens                     # (B,): one row per sentence at step 0
     for step in 0 .. max_steps-1:
-        logits   = model.decode_step(last_tokens, cache)
+        logits   = model.decode_step(tokens, cache)
         logprobs = processors(log_softmax(logits))   # min length, bans, forced tokens, n-gram blocking
-        out      = search.advance(logprobs, step)    # one topk, per-sentence Beams
-        cache.reorder(out.origin) / cache.select(out.origin) when sentences finished
+        out      = search.advance(logprobs, step)    # one topk, per-sentence Beams; k rows per sentence after step 0
+        cache.follow(out); processors.follow(out)    # reorder beams, widen after step 0, drop finished sentences
+        tokens   = out.tokens
 
-The search decides, the model computes, the translator only connects them.
+The search decides, the model computes, the translator only connects them
+(search/base.py has the step contract).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
 from .config import DecodingConfig
-from .search.base import Hypothesis
+from .search.base import Hypothesis, RowState, Search
 from .search.beam import BeamSearch
 from .search.penalties import LengthPenalty
 from .search.processors import BanTokens, ForceEosAtLimit, ForceFirstToken, MinLength, NoRepeatNgram, Processors
-from .search.sampling import GreedySearch
+from .search.greedy import GreedySearch
 
 
 @dataclass
@@ -34,8 +38,25 @@ class ModelRules:
     forced_eos: bool = False  # EOS forced at the step limit
 
 
+class Seq2SeqModel(Protocol):
+    """What the loop needs from a model (models/transformer.py; the tests' probability tables).
+
+    encode(src_ids (B, S), src_mask (B, S) bool) -> memory (B, S, d)
+    init_cache(memory, src_mask) -> decoder state for the B sentences, with `follow(StepOutput)`
+    decode_step(tokens (N,), cache) -> logits (N, V); N rows, each sentence's rows consecutive
+    """
+
+    cfg: object  # pad/unk/eos/decoder-start ids, max_positions
+
+    def encode(self, src_ids: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor: ...
+
+    def init_cache(self, memory: torch.Tensor, src_mask: torch.Tensor) -> RowState: ...
+
+    def decode_step(self, tokens: torch.Tensor, cache: RowState) -> torch.Tensor: ...
+
+
 class Translator:
-    def __init__(self, model, decoding: DecodingConfig, rules: ModelRules | None = None, shrink: bool = True):
+    def __init__(self, model: Seq2SeqModel, decoding: DecodingConfig, rules: ModelRules | None = None, shrink: bool = True):
         self.model = model
         self.cfg = decoding
         self.rules = rules or ModelRules()
@@ -58,7 +79,7 @@ class Translator:
             return [min(cfg.max_length, limit)] * len(source_lengths)
         return [max(1, min(cfg.max_length, limit, int(cfg.max_len_a * n + cfg.max_len_b))) for n in source_lengths]
 
-    def make_search(self, batch_size: int, max_steps: list[int]):
+    def make_search(self, batch_size: int, max_steps: list[int]) -> Search:
         common = dict(batch_size=batch_size, max_steps=max_steps, start_id=self.start_id, eos_id=self.eos_id,
                       penalty=self.penalty, device=self.device)
         if self.cfg.beam_size == 1:
@@ -68,7 +89,7 @@ class Translator:
         search.shrink = self.shrink
         return search
 
-    def make_processors(self, search, max_steps: list[int]) -> Processors:
+    def make_processors(self, search: Search, max_steps: list[int]) -> Processors:
         cfg, rules = self.cfg, self.rules
         chain = []
         if cfg.no_repeat_ngram_size:
@@ -82,8 +103,8 @@ class Translator:
             chain.append(ForceFirstToken(rules.forced_bos_id))
         if rules.forced_eos:
             chain.append(ForceEosAtLimit(self.eos_id))
-        last_step = torch.tensor(max_steps, device=self.device).repeat_interleave(search.width) - 1
-        return Processors(chain, search.last_tokens, last_step)
+        last_step = torch.tensor(max_steps, device=self.device) - 1
+        return Processors(chain, search.start_tokens, last_step)
 
     def pad(self, sources: list[list[int]]):
         longest = max(len(s) for s in sources)
@@ -102,19 +123,18 @@ class Translator:
         memory = self.model.encode(src, src_mask)
         max_steps = self.max_steps([len(s) for s in sources])
         search = self.make_search(len(sources), max_steps)
-        cache = self.model.init_cache(memory, src_mask, search.width)
+        cache = self.model.init_cache(memory, src_mask)
         processors = self.make_processors(search, max_steps)
+        tokens = search.start_tokens
         for step in range(max(max_steps)):
-            logits = self.model.decode_step(search.last_tokens, cache)
+            logits = self.model.decode_step(tokens, cache)
             logprobs = processors(torch.log_softmax(logits.float(), dim=-1), step)
             out = search.advance(logprobs, step)
             if search.done:
                 break
-            if out.shrunk:
-                cache.select(out.origin)
-            elif out.origin is not None:
-                cache.reorder(out.origin, out.moved)
-            processors.update(out.origin, out.shrunk, search.last_tokens)
+            for state in (cache, processors):
+                state.follow(out)
+            tokens = out.tokens
         return search.results(self.cfg.n_best)
 
     @torch.inference_mode()

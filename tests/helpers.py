@@ -3,8 +3,8 @@
 `TableModel` follows fairseq's probability-table decoder idea: the next-token
 distribution is written by hand for each (sentence, prefix), so every n-best
 list and score can be checked on paper. It implements the model contract the
-translator uses (encode / init_cache / decode_step, a cache with
-reorder / select), so the real search and translator loop run over it.
+translator uses (encode / init_cache / decode_step, a cache that follows
+the search), so the real search and translator loop run over it.
 """
 
 from __future__ import annotations
@@ -39,13 +39,11 @@ class TableCache:
         self.sentences = sentences
         self.fed = [() for _ in sentences]
 
-    def reorder(self, index, moved=None):
-        self.fed = [self.fed[i] for i in index.tolist()]
-
-    def select(self, index):
-        index = index.tolist()
-        self.sentences = [self.sentences[i] for i in index]
-        self.fed = [self.fed[i] for i in index]
+    def follow(self, out):
+        if out.origin is not None:
+            index = out.origin.tolist()
+            self.sentences = [self.sentences[i] for i in index]
+            self.fed = [self.fed[i] for i in index]
 
 
 class TableModel(nn.Module):
@@ -61,9 +59,8 @@ class TableModel(nn.Module):
     def encode(self, src_ids, src_mask):
         return src_ids[:, :1].float()  # the "memory" is the sentence id
 
-    def init_cache(self, memory, src_mask, beam_size=1):
-        sentences = memory[:, 0].long().repeat_interleave(beam_size).tolist()
-        return TableCache(sentences)
+    def init_cache(self, memory, src_mask):
+        return TableCache(memory[:, 0].long().tolist())
 
     def distribution(self, sentence: int, prefix: tuple) -> torch.Tensor:
         probs = self.tables[sentence].get(prefix, {EOS: 1.0})

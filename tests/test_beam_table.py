@@ -3,7 +3,6 @@
 import math
 
 import pytest
-import torch
 
 from nmtdecode.config import DecodingConfig
 from nmtdecode.search.beam import Beam
@@ -120,26 +119,3 @@ def test_min_length_prevents_early_eos(beam):
     [[hyp]] = Translator(model, cfg, BAN_SPECIALS).translate_batch([[0, EOS]])
     assert hyp.tokens == [A, A]
     assert hyp.total == pytest.approx(math.log(0.1 * 0.1 * 0.9))
-
-
-def test_stable_slots_worked_example():
-    from nmtdecode.search.beam import stable_slots
-
-    # candidates in rank order extend slots [2, 2, 0, 3]: the best child of slots 2, 0 and 3 stays,
-    # the second child of slot 2 takes the free slot 1.
-    assert stable_slots(torch.tensor([[2, 2, 0, 3]])).tolist() == [[2, 1, 0, 3]]
-
-
-def test_stable_slots_keep_every_first_child_and_permute():
-    from nmtdecode.search.beam import stable_slots
-
-    g = torch.Generator().manual_seed(0)
-    prev = torch.randint(0, 5, (200, 5), generator=g)
-    perm = stable_slots(prev)
-    for row_prev, row_perm in zip(prev.tolist(), perm.tolist()):
-        assert sorted(row_perm) == list(range(5))  # every candidate gets exactly one slot
-        firsts = {p: c for c, p in reversed(list(enumerate(row_prev)))}  # best child of each slot
-        for slot, candidate in firsts.items():
-            assert row_perm[slot] == candidate
-        movers = [row_perm[s] for s in range(5) if s not in firsts]
-        assert movers == sorted(movers)  # the others fill the free slots in rank order

@@ -7,13 +7,13 @@ import torch
 from transformers.generation.logits_process import NoRepeatNGramLogitsProcessor
 
 from nmtdecode.search.processors import (BanTokens, ForceEosAtLimit, ForceFirstToken, MinLength, NoRepeatNgram,
-                                         RowState)
+                                         RowHistory)
 
 NEG_INF = -math.inf
 
 
 def rows(history=None, last_step=None, n=3):
-    state = RowState(torch.zeros(n, dtype=torch.long), torch.tensor(last_step or [9] * n), history is not None)
+    state = RowHistory(torch.zeros(n, dtype=torch.long), torch.tensor(last_step or [9] * n), history is not None)
     state.history = history
     return state
 

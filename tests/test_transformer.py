@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from nmtdecode.models.transformer import Transformer, sinusoidal_table
+from nmtdecode.search.base import StepOutput
 
 from .helpers import tiny_config
 
@@ -29,26 +30,28 @@ def test_cached_steps_equal_teacher_forced_pass(pre_norm, positions):
     torch.testing.assert_close(steps, full, rtol=1e-5, atol=1e-5)
 
 
-def test_cache_reorder_and_select_follow_rows():
-    """Reordering rows of the cache equals decoding the reordered rows from the start."""
+def test_cache_follows_the_search():
+    """A cache that widened, reordered and dropped rows equals decoding the resulting rows from the start."""
     torch.manual_seed(0)
     model = Transformer(tiny_config(30)).eval()
     src = torch.randint(4, 30, (2, 5))
     mask = torch.ones_like(src, dtype=torch.bool)
-    tgt = torch.randint(4, 30, (4, 3))  # rows: sentence 0 x 2 beams, sentence 1 x 2 beams
-    tgt[:, 0] = 2  # beams start alike (the first step is computed once per sentence)
+    tgt = torch.randint(4, 30, (4, 3))  # final rows: sentence 0 x 2 beams, sentence 1 x 2 beams
+    tgt[:, 0] = 2  # every row of a sentence starts from the same token
     with torch.no_grad():
-        cache = model.init_cache(model.encode(src, mask), mask, beam_size=2)
-        for t in range(2):
-            model.decode_step(tgt[:, t], cache)
-        cache.reorder(torch.tensor([1, 0, 3, 3]))
+        cache = model.init_cache(model.encode(src, mask), mask)
+        model.decode_step(tgt[[0, 2], 0], cache)  # step 0: one row per sentence
+        cache.follow(StepOutput(tokens=tgt[:, 1], origin=torch.tensor([0, 0, 1, 1])))  # widen to 2 rows each
+        model.decode_step(tgt[:, 1], cache)
+        cache.follow(StepOutput(tokens=tgt[[1, 0, 3, 3], 2], origin=torch.tensor([1, 0, 3, 3])))  # reorder
         reordered = model.decode_step(tgt[[1, 0, 3, 3], 2], cache)
-        cache.select(torch.tensor([2, 3]))
-        after_select = model.decode_step(torch.tensor([5, 6]), cache)
+        # sentence 0 finishes: keep sentence 1 (position 1), whose rows are 2 and 3
+        cache.follow(StepOutput(tokens=torch.tensor([5, 6]), origin=torch.tensor([2, 3]), keep=torch.tensor([1])))
+        after_drop = model.decode_step(torch.tensor([5, 6]), cache)
         full = model(src.repeat_interleave(2, 0), mask.repeat_interleave(2, 0), tgt[[1, 0, 3, 3]])
         full2 = model(src[[1, 1]], mask[[1, 1]], torch.cat([tgt[[3, 3]], torch.tensor([[5], [6]])], 1))
     torch.testing.assert_close(reordered, full[:, 2], rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(after_select, full2[:, 3], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(after_drop, full2[:, 3], rtol=1e-5, atol=1e-5)
 
 
 def test_sinusoidal_layouts_match_their_formulas():
@@ -71,22 +74,3 @@ def test_too_long_input_fails_clearly():
     src = torch.full((1, 9), 5)
     with pytest.raises(ValueError, match="longer than the model's 8 positions"):
         model.encode(src, torch.ones_like(src, dtype=torch.bool))
-
-
-def test_partial_reorder_equals_full_reorder():
-    """Copying only the moved rows (in place) leaves the same cache as gathering all rows."""
-    torch.manual_seed(0)
-    model = Transformer(tiny_config(30)).eval()
-    src = torch.randint(4, 30, (2, 5))
-    mask = torch.ones_like(src, dtype=torch.bool)
-    tgt = torch.randint(4, 30, (8, 3))
-    tgt[:, 0] = 2
-    caches = []
-    with torch.no_grad():
-        for moved in (None, [1, 6]):
-            cache = model.init_cache(model.encode(src, mask), mask, beam_size=4)
-            for t in range(3):
-                model.decode_step(tgt[:, t], cache)
-            cache.reorder(torch.tensor([0, 2, 2, 3, 4, 5, 4, 7]), moved)
-            caches.append(cache.self_kv[..., : cache.length, :].clone())
-    assert torch.equal(caches[0], caches[1])

@@ -1,40 +1,42 @@
 """Decoder state for incremental decoding.
 
-Rows are hypotheses: batch x beam, sentence-major (rows i*k .. i*k+k-1 belong
-to sentence i). Two kinds of state live here:
+Rows are hypotheses, sentence-major (a sentence's rows are consecutive); how
+many rows a sentence has is the search's business (one at the first step,
+k after it in beam search). Two kinds of state live here:
 
 * self-attention keys/values, one slot per decoded position. They are stored for
-  all layers in one tensor (layers, 2, N, H, capacity, hd) so that a beam
-  reorder is a single `index_select`, and only the filled positions are
+  all layers in one tensor (layers, 2, N, H, capacity, hd) so that following
+  the search is a single `index_select`, and only the filled positions are
   copied, into a second buffer that then takes the first one's place (no
   allocation per step). The capacity doubles when full, so appending is an
   in-place write, not a concatenation of the whole past.
 * cross-attention keys/values of the encoder output, computed once per batch by
-  `Transformer.init_cache`. They are the same for every beam of a sentence, so
+  `Transformer.init_cache`. They are the same for every row of a sentence, so
   they are kept once per sentence (B, not B x k), with the source mask.
 
-`reorder(index)` follows the beams: row r takes the past of row index[r], which
-belongs to the same sentence, so only the self-attention state moves.
-`select(index)` gathers every piece of state, used when finished sentences
-leave the batch (index may be shorter than the number of rows; it keeps whole
-sentences, k rows each).
+`follow(out)` tracks one search step (search/base.py:StepOutput): row r of the
+next step continues row out.origin[r]; only the sentences out.keep stay.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
+
+if TYPE_CHECKING:  # the model does not depend on the search, only on this shape of its output
+    from ..search.base import StepOutput
 
 INITIAL_CAPACITY = 16
 ROWS = 2  # the row (batch x beam) axis of the stacked tensors
 
 
 class DecoderCache:
-    def __init__(self, cross_kv: torch.Tensor, memory_mask: torch.Tensor, width: int = 1):
+    def __init__(self, cross_kv: torch.Tensor, memory_mask: torch.Tensor):
         self.cross_kv = cross_kv  # (L, 2, B, H, S, hd), one entry per sentence
         self.memory_mask = memory_mask  # (B, 1, 1, S) bool, True = real source token
-        self.width = width  # rows per sentence (the beam size)
         self.self_kv = None  # (L, 2, N, H, capacity, hd), allocated at the first step
-        self.spare = None  # a second buffer of the same shape, the target of the next reorder
+        self.spare = None  # a second buffer of the same shape, the target of the next gather
         self.length = 0  # positions decoded so far
 
     def cross(self, layer: int):
@@ -63,41 +65,22 @@ class DecoderCache:
             grown[..., : self.length, :] = self.self_kv[..., : self.length, :]
         self.self_kv, self.spare = grown, None
 
-    def repeat_rows(self):
-        """After a first step computed once per sentence: give each sentence its k rows."""
-        self.self_kv = self.self_kv.repeat_interleave(self.width, dim=ROWS)
-        self.spare = None
+    def follow(self, out: "StepOutput"):
+        """Track one search step: gather rows by out.origin, sentences by out.keep."""
+        if out.keep is not None:
+            self.cross_kv = self.cross_kv.index_select(ROWS, out.keep)
+            self.memory_mask = self.memory_mask.index_select(0, out.keep)
+        if out.origin is not None and self.self_kv is not None:
+            self._gather_self(out.origin)
 
-    def _gather_self(self, index: torch.Tensor):
-        """self_kv rows <- rows `index` of the filled positions, written into the spare buffer."""
-        if self.self_kv is None:
-            return
+    def _gather_self(self, origin: torch.Tensor):
+        """self_kv rows <- rows `origin` of the filled positions, written into the spare buffer."""
         shape = list(self.self_kv.shape)
-        shape[ROWS] = index.numel()
+        shape[ROWS] = origin.numel()
         if self.spare is None or list(self.spare.shape) != shape:
             self.spare = self.self_kv.new_empty(shape)
         t = self.length
-        torch.index_select(self.self_kv[..., :t, :], ROWS, index, out=self.spare[..., :t, :])
+        torch.index_select(self.self_kv[..., :t, :], ROWS, origin, out=self.spare[..., :t, :])
         self.self_kv, self.spare = self.spare, self.self_kv
-        if self.spare.size(ROWS) != index.numel():
-            self.spare = None  # the batch shrank: the old buffer has the wrong size
-
-    def reorder(self, index: torch.Tensor, moved: list[int] | None = None):
-        """Beam reorder within sentences: row r continues the hypothesis of row index[r].
-
-        `moved` (optional) lists the rows with index[r] != r. When they are few, only
-        those rows are copied, in place; otherwise every row is gathered.
-        """
-        if moved is None or self.self_kv is None or 2 * len(moved) >= index.numel():
-            self._gather_self(index)
-        elif moved:
-            rows = torch.tensor(moved, dtype=torch.long, device=index.device)
-            past = self.self_kv[..., : self.length, :]
-            past.index_copy_(ROWS, rows, past.index_select(ROWS, index.index_select(0, rows)))
-
-    def select(self, index: torch.Tensor):
-        """Keep (and reorder) rows `index` of all state, e.g. to drop finished sentences."""
-        self._gather_self(index)
-        sentences = index[:: self.width] // self.width  # each kept sentence's first row -> its sentence
-        self.cross_kv = self.cross_kv.index_select(ROWS, sentences)
-        self.memory_mask = self.memory_mask.index_select(0, sentences)
+        if self.spare.size(ROWS) != origin.numel():
+            self.spare = None  # the number of rows changed: the old buffer has the wrong size

@@ -10,8 +10,8 @@ embeddings and a bias on the output logits.
 Incremental decoding: `init_cache` projects the encoder output to the
 cross-attention keys/values once per batch; `decode_step` feeds one token per
 row and appends that step's self-attention keys/values to the cache
-(`models/cache.py`). The model knows nothing about beams: the search reorders
-and shrinks the cache through `cache.reorder` / `cache.select`.
+(`models/cache.py`). The model knows nothing about beams: the cache follows
+the search's decisions through `cache.follow(step_output)`.
 
 Shapes: B batch rows, S source length, T target length, d model width,
 H heads, hd = d / H.
@@ -224,9 +224,9 @@ class CrossAttention(nn.Module):
     def step(self, x, keys, values, mask):
         """One position for each of the k rows (beams) of every sentence, x (B*k, 1, d).
 
-        The k beams of a sentence attend over the same memory, so they are
+        The k rows of a sentence attend over the same memory, so they are
         asked together, as k queries: keys/values (B, H, S, hd) are read once
-        per sentence, not once per beam.
+        per sentence, not once per row.
         """
         rows, sentences = x.size(0), keys.size(0)
         q = self.q(x).view(sentences, rows // sentences, self.heads, -1).transpose(1, 2)  # (B, H, k, hd)
@@ -328,24 +328,14 @@ class Transformer(nn.Module):
             x = self.decoder_norm(x)
         return self.output(x)
 
-    def init_cache(self, memory: torch.Tensor, src_mask: torch.Tensor, beam_size: int = 1) -> DecoderCache:
-        """Project the memory to cross-attention keys/values once per sentence; decoding
-        then runs `beam_size` rows per sentence (sentence-major: rows i*k .. i*k+k-1)."""
+    def init_cache(self, memory: torch.Tensor, src_mask: torch.Tensor) -> DecoderCache:
+        """Project the memory to cross-attention keys/values, once per sentence."""
         cross = torch.stack([torch.stack(layer.cross_attn.project_memory(memory)) for layer in self.decoder_layers])
-        return DecoderCache(cross_kv=cross, memory_mask=padding_mask(src_mask), width=beam_size)  # (L, 2, B, H, S, hd)
+        return DecoderCache(cross_kv=cross, memory_mask=padding_mask(src_mask))  # (L, 2, B, H, S, hd)
 
     def decode_step(self, tokens: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
-        """tokens (N,) at position cache.length -> next-token logits (N, V).
-        At the first step, the k rows of a sentence must be given the same token."""
-        if cache.length == 0 and cache.width > 1:
-            # Every beam of a sentence starts from the same token and an empty past: compute
-            # one row per sentence, then copy it to the sentence's k rows.
-            logits = self._step(tokens[:: cache.width], cache)
-            cache.repeat_rows()
-            return logits.repeat_interleave(cache.width, dim=0)
-        return self._step(tokens, cache)
-
-    def _step(self, tokens: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
+        """tokens (N,) at position cache.length -> next-token logits (N, V); appends to the cache.
+        N is a multiple of the cache's sentences: each sentence's rows are consecutive."""
         x = self.tgt_embed(tokens[:, None], start=cache.length)
         for i, layer in enumerate(self.decoder_layers):
             x = layer.step(x, cache, i)

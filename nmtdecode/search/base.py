@@ -1,19 +1,32 @@
-"""What every search strategy shares: the hypothesis record and the step contract.
+"""The step contract between the decoding loop, the search strategies and every piece of row state.
 
-The translator drives a strategy with one call per decoding step:
+Rows are hypotheses, sentence-major. At step 0 there is one row per sentence
+(every hypothesis of a sentence starts from the same decoder start token, so
+the first step is computed once); a strategy may then widen each sentence to
+`width` rows (beam search: k). The loop is
 
-    out = search.advance(logprobs, step)   # logprobs (rows, V), rows = active sentences x width
-    # then reorders its state with out.origin (see StepOutput)
+    tokens = search.start_tokens                      # (B,) one row per sentence
+    for step in range(limit):
+        logprobs = ...model.decode_step(tokens, cache)   # (rows, V)
+        out = search.advance(logprobs, step)          # StepOutput
+        if search.done: break
+        cache.follow(out); processors.follow(out)     # every piece of row state, one call
+        tokens = out.tokens
 
-and reads `search.last_tokens` (the tokens to feed next), `search.done` and,
-at the end, `search.results()`: one n-best list per input sentence.
+`StepOutput` says how the rows of the next step come from the rows of this
+one: `origin` for per-row state (the self-attention cache, token histories),
+`keep` for per-sentence state (the encoder memory and its mask). Only the
+search knows about beams; state that follows it needs nothing else.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
+
+NEG_INF = float("-inf")  # the one "impossible" score: banned tokens, empty slots, unreachable hypotheses
 
 
 @dataclass
@@ -27,24 +40,48 @@ class Hypothesis:
 
 @dataclass
 class StepOutput:
-    """How the rows of the next step relate to the rows of this one.
+    """What one search step decided, for everything indexed by row or sentence.
 
-    origin: (new_rows,) row of this step that each new row continues, or None
-        when every row simply continues itself.
-    shrunk: True when finished sentences left the batch; origin then lists only
-        the surviving rows, so state must be gathered with it (cache.select).
-    moved: when not shrunk, the rows whose origin is another row (the others
-        continue themselves), if the strategy knows them; None: assume all.
+    tokens: (next_rows,) long, the token each row of the next step is fed.
+    origin: (next_rows,) long, the row of this step that each next row continues
+        (a beam reorder, the first step's widening to k rows, dropped
+        sentences); None when every row simply continues itself.
+    keep:   (next_sentences,) long, positions in this step's batch of the
+        sentences still searched; None when none left the batch.
     """
 
-    origin: torch.Tensor | None
-    shrunk: bool = False
-    moved: list[int] | None = None
+    tokens: torch.Tensor
+    origin: torch.Tensor | None = None
+    keep: torch.Tensor | None = None
 
 
-class Search:
-    """Shared by the strategies: `beams` holds one per-sentence record (search/beam.py:Beam)
-    for every input sentence; `active` the sentence index of every sentence still searched."""
+class RowState(Protocol):
+    """Anything indexed by row or sentence that must track the search (decoder cache, processor history)."""
+
+    def follow(self, out: StepOutput) -> None: ...
+
+
+class Search(Protocol):
+    """A decoding strategy (greedy, beam search): chooses tokens, keeps per-sentence records.
+
+    start_tokens: (B,) the first decoder input, one row per sentence.
+    advance(logprobs, step): logprobs (rows, V) of this step's rows (may be
+        modified in place); records the step and says how rows continue.
+    done: every sentence has finished.
+    results(n_best): one list of at most n_best hypotheses per sentence, best first.
+    """
+
+    start_tokens: torch.Tensor
+    done: bool
+
+    def advance(self, logprobs: torch.Tensor, step: int) -> StepOutput: ...
+
+    def results(self, n_best: int) -> list[list[Hypothesis]]: ...
+
+
+class SentenceRecords:
+    """Shared by the strategies: one record per input sentence (search/beam.py:Beam) and the
+    sentence index of each sentence still in the batch."""
 
     beams: list
     active: list[int]
@@ -64,3 +101,16 @@ class Search:
     def results(self, n_best: int) -> list[list[Hypothesis]]:
         """The n best finished hypotheses of every sentence, best first."""
         return [beam.nbest(n_best, self.eos_id) for beam in self.beams]
+
+
+def to_host(**tensors: torch.Tensor) -> dict[str, list[list]]:
+    """One device->host copy of several (n, m_i) tensors; returns each, by name, as nested lists.
+
+    Values travel as float64, which holds every token id and float32 score exactly; integer
+    tensors come back as ints.
+    """
+    widths = [t.size(1) for t in tensors.values()]
+    packed = torch.cat([t.double() for t in tensors.values()], dim=1).cpu()
+    parts = packed.split(widths, dim=1)
+    return {name: (part.tolist() if t.is_floating_point() else part.long().tolist())
+            for (name, t), part in zip(tensors.items(), parts)}

@@ -5,10 +5,15 @@ sentence keeps, for every step t and beam slot j, the token chosen
 (`next_ys[t][j]`) and the slot of step t-1 it extends (`prev_ks[t][j]`);
 `get_hyp` walks these backpointers to rebuild a hypothesis.
 
-The arithmetic is batched as in fairseq / Hugging Face / CTranslate2: per step
-one add of the running scores, one `topk` of 2k candidates over the k*V
-continuations of every active sentence, and one small device->host copy that
-the `Beam` objects read their rows from.
+The arithmetic is batched as in fairseq / Hugging Face / CTranslate2. A step is
+two parts:
+
+1. `select_candidates`: add each row's running score to its log-probs and
+   take, with one `topk`, the 2k best continuations of every sentence. This is
+   the part another strategy (sampling, diverse groups) would replace.
+2. `commit`: the k best candidates not ending in EOS stay alive; the EOS
+   candidates ranked within the top k finish; one small device->host copy
+   hands each sentence's rows to its `Beam`; finished sentences leave.
 
 Why 2k candidates: a candidate that ends in EOS leaves the beam for the
 `finished` pool, and its slot is refilled from the next best non-EOS
@@ -17,9 +22,8 @@ continuation, hence at most k of the 2k candidates end, and at least k go on.
 As in Hugging Face, only EOS candidates ranked within the top k are kept as
 finished hypotheses.
 
-Which slot a continuing hypothesis occupies does not matter to the search,
-so it stays in the slot it extends where it can (`stable_slots`): then the
-decoder cache only has to move the rows of hypotheses that forked.
+Step 0 has one row per sentence (all k hypotheses would start alike), and its
+2k best continuations seed the k slots; from step 1 on a sentence has k rows.
 
 When a sentence stops (the `early_stopping` modes of Hugging Face's
 `GenerationConfig`, with a pool of `beam_size` finished hypotheses):
@@ -37,11 +41,11 @@ import bisect
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
-from .base import Hypothesis, Search, StepOutput
+from .base import NEG_INF, Hypothesis, SentenceRecords, StepOutput, to_host
 from .penalties import LengthPenalty
 
-NEG_INF = float("-inf")
 EARLY_STOPPING = ("true", "false", "never")
 
 
@@ -71,7 +75,8 @@ class Beam:
     def is_last_step(self, step: int) -> bool:
         return step + 1 >= self.max_steps
 
-    def advance(self, step, tokens, prev, scores, ended):
+    def advance(self, step: int, tokens: list[int], prev: list[int], scores: list[float],
+                ended: list[tuple[int, int, float]]):
         """Record step `step`: the alive slots (tokens, prev, scores) and the hypotheses
         that ended at this step as (prev, token, total)."""
         for p, token, total in ended:
@@ -126,85 +131,90 @@ class Beam:
         return [self.hypothesis(f, eos_id) for f in self.finished[:n]]
 
 
-def stable_slots(prev: torch.Tensor) -> torch.Tensor:
-    """Slot assignment for the k continuing candidates of each sentence, given in rank order
-    with the slot each extends, prev (n, k). Returns perm (n, k): slot j gets candidate perm[j].
+@dataclass
+class Candidates:
+    """Continuations of each active sentence, best first; every field (n, c)."""
 
-    The best candidate extending slot p keeps slot p; the others (second children of a
-    slot) fill the slots whose hypothesis had no child, in order. E.g. prev [2, 2, 0, 3]:
-    slots 2, 0, 3 keep their candidates 0, 2, 3 and candidate 1 moves into free slot 1,
-    so perm = [2, 1, 0, 3].
-    """
-    n, k = prev.shape
-    rank = torch.arange(k, device=prev.device)
-    same_slot = prev[:, :, None] == prev[:, None, :]  # (n, k, k)
-    better = rank[None, :] < rank[:, None]  # [c, d]: d ranks before c
-    first = ~(same_slot & better).any(dim=2)  # (n, k): the best child of its slot
-    taken = torch.zeros_like(prev).scatter_reduce_(1, prev, first.long(), reduce="amax")
-    free = torch.argsort(taken, dim=1, stable=True)  # free slots first, in order
-    turn = (torch.cumsum(~first, dim=1) - 1).clamp(min=0)  # i-th candidate without a slot
-    target = torch.where(first, prev, free.gather(1, turn))  # slot of each candidate
-    return torch.empty_like(prev).scatter_(1, target, rank.expand(n, k))
+    scores: torch.Tensor  # total log-prob of the extended hypothesis
+    tokens: torch.Tensor  # the token it adds
+    prev: torch.Tensor  # the slot (row of its sentence) of this step that it extends
+
+    def take(self, index: torch.Tensor) -> "Candidates":
+        """Columns `index` (n, c') of each row."""
+        return Candidates(self.scores.gather(1, index), self.tokens.gather(1, index), self.prev.gather(1, index))
+
+    def rows(self, index: torch.Tensor) -> "Candidates":
+        """Rows (sentences) `index`."""
+        return Candidates(self.scores[index], self.tokens[index], self.prev[index])
 
 
-class BeamSearch(Search):
-    """Beam search over a batch of sentences, k rows per sentence.
+class BeamSearch(SentenceRecords):
+    """Beam search over a batch of sentences: one row per sentence at step 0, then k.
 
-    Rows are sentence-major (rows i*k .. i*k+k-1 are sentence i's slots).
-    `alive_scores` holds each row's total log-prob; at the start only slot 0
-    is live (-inf elsewhere) so step 0 does not pick k copies of one token.
+    Rows are sentence-major (rows i*k .. i*k+k-1 are sentence i's slots);
+    `alive_scores` (rows,) holds each row's total log-prob.
     """
 
     def __init__(self, *, batch_size, beam_size, max_steps, start_id, eos_id, penalty, early_stopping, device):
         if early_stopping not in EARLY_STOPPING:
             raise ValueError(f"early_stopping {early_stopping!r} is not one of {list(EARLY_STOPPING)}")
-        self.k = self.width = beam_size
+        self.k = beam_size
+        self.width = 1  # rows per sentence in the current step
         self.eos_id = eos_id
         self.beams = [Beam(beam_size, m, penalty, early_stopping) for m in max_steps]
         self.active = list(range(batch_size))  # sentence index of each active sentence
-        scores = torch.full((batch_size, beam_size), NEG_INF, device=device)
-        scores[:, 0] = 0.0
-        self.alive_scores = scores.view(-1)
-        self.last_tokens = torch.full((batch_size * beam_size,), start_id, dtype=torch.long, device=device)
+        self.alive_scores = torch.zeros(batch_size, device=device)
+        self.start_tokens = torch.full((batch_size,), start_id, dtype=torch.long, device=device)
 
     def advance(self, logprobs: torch.Tensor, step: int) -> StepOutput:
-        """logprobs (n*k, V) of this step; consumed (turned into totals in place)."""
-        n, k, vocab = len(self.active), self.k, logprobs.size(1)
-        # (1) every continuation of every slot, ranked per sentence: one topk
-        totals = logprobs.add_(self.alive_scores[:, None]).view(n, k * vocab)
-        cand_scores, cand_ids = totals.topk(2 * k, dim=1)  # (n, 2k), best first
-        cand_prev, cand_tokens = cand_ids // vocab, cand_ids % vocab
-        # (2) the k best candidates not ending in EOS stay alive (stable: keeps rank order)
-        keep = (cand_tokens == self.eos_id).to(torch.uint8).argsort(dim=1, stable=True)[:, :k]
-        keep = keep.gather(1, stable_slots(cand_prev.gather(1, keep)))  # ... each in its own slot if it can
-        alive_scores, alive_tokens, alive_prev = (x.gather(1, keep) for x in (cand_scores, cand_tokens, cand_prev))
-        # (3) one host copy: the top-k candidates (for finished hypotheses) and the alive slots
-        packed = [cand_scores[:, :k], cand_tokens[:, :k], cand_prev[:, :k], alive_scores, alive_tokens, alive_prev]
-        rows = torch.cat([x.double() for x in packed], dim=1).cpu().tolist()
-        # (4) per-sentence bookkeeping
-        for sentence, row in zip(self.active, rows):
-            if not self.beams[sentence].done:
-                self._record(self.beams[sentence], step, row)
-        # (5) sentences that are done leave the batch
-        still = self.survivors()
-        origin = (torch.arange(n, device=keep.device)[:, None] * k + alive_prev)  # (n, k) rows of this step
-        shrunk = len(still) < n
-        if shrunk:
-            index = torch.tensor(still, dtype=torch.long, device=keep.device)
-            origin, alive_scores, alive_tokens = (x.index_select(0, index) for x in (origin, alive_scores, alive_tokens))
-            self.active = [self.active[i] for i in still]
-        self.alive_scores = alive_scores.reshape(-1)
-        self.last_tokens = alive_tokens.reshape(-1)
-        moved = None if shrunk else [i * k + j for i, row in enumerate(rows) for j, p in enumerate(row[5 * k :])
-                                     if int(p) != j]
-        return StepOutput(origin=origin.reshape(-1), shrunk=shrunk, moved=moved)
+        """logprobs (n*width, V) of this step; consumed (turned into totals in place)."""
+        return self.commit(self.select_candidates(logprobs), step)
 
-    def _record(self, beam: Beam, step: int, row: list[float]):
+    def select_candidates(self, logprobs: torch.Tensor) -> Candidates:
+        """The 2k best continuations of every sentence over all its rows: one topk of (n, width*V)."""
+        n, vocab, wanted = len(self.active), logprobs.size(1), 2 * self.k
+        totals = logprobs.add_(self.alive_scores[:, None]).view(n, -1)
+        scores, ids = totals.topk(min(wanted, totals.size(1)), dim=1)
+        tokens, prev = ids % vocab, ids // vocab
+        if scores.size(1) < wanted:  # a vocabulary smaller than 2k: pad with impossible EOS candidates
+            missing = (0, wanted - scores.size(1))
+            scores = F.pad(scores, missing, value=NEG_INF)
+            tokens, prev = F.pad(tokens, missing, value=self.eos_id), F.pad(prev, missing, value=0)
+        return Candidates(scores, tokens, prev)
+
+    def commit(self, candidates: Candidates, step: int) -> StepOutput:
+        """Keep k alive, hand finished ones to the Beams, drop sentences that are done."""
         k = self.k
-        scores, tokens, prev = row[:k], row[k : 2 * k], row[2 * k : 3 * k]
+        ends = candidates.tokens == self.eos_id
+        # the k best candidates not ending in EOS stay alive (a stable sort keeps rank order);
+        # an EOS candidate only fills a slot when fewer than k could go on, as an empty slot
+        order = ends.to(torch.uint8).argsort(dim=1, stable=True)[:, :k]
+        alive = candidates.take(order)
+        alive.scores.masked_fill_(alive.tokens == self.eos_id, NEG_INF)
+        host = to_host(top_scores=candidates.scores[:, :k], top_tokens=candidates.tokens[:, :k],
+                       top_prev=candidates.prev[:, :k], scores=alive.scores, tokens=alive.tokens, prev=alive.prev)
+        for i, sentence in enumerate(self.active):
+            if not self.beams[sentence].done:
+                self._record(self.beams[sentence], step, {name: rows[i] for name, rows in host.items()})
+        return self._next_rows(alive)
+
+    def _record(self, beam: Beam, step: int, row: dict):
+        """One sentence's share of the host copy -> its Beam."""
         last = beam.is_last_step(step)
-        ended = [
-            (int(p), int(t), s) for s, t, p in zip(scores, tokens, prev) if last or int(t) == self.eos_id
-        ]
-        alive = row[3 * k :]
-        beam.advance(step, [int(t) for t in alive[k : 2 * k]], [int(p) for p in alive[2 * k :]], alive[:k], ended)
+        ended = [(p, t, s) for s, t, p in zip(row["top_scores"], row["top_tokens"], row["top_prev"])
+                 if last or t == self.eos_id]
+        beam.advance(step, row["tokens"], row["prev"], row["scores"], ended)
+
+    def _next_rows(self, alive: Candidates) -> StepOutput:
+        """Rows of the next step: k per sentence still searched, each continuing the row it extends."""
+        n = len(self.active)
+        origin = torch.arange(n, device=alive.prev.device)[:, None] * self.width + alive.prev  # (n, k)
+        still = self.survivors()
+        keep = None
+        if len(still) < n:
+            keep = torch.tensor(still, dtype=torch.long, device=origin.device)
+            origin, alive = origin[keep], alive.rows(keep)
+            self.active = [self.active[i] for i in still]
+        self.width = self.k
+        self.alive_scores = alive.scores.reshape(-1)
+        return StepOutput(tokens=alive.tokens.reshape(-1), origin=origin.reshape(-1), keep=keep)

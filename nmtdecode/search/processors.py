@@ -3,7 +3,7 @@
 Every processor is a callable `(logprobs, step, rows) -> logprobs` that edits
 `logprobs` (N, V) in place (the tensor is fresh each step and owned by the
 loop, so no copy is made) and returns it. `step` is the 0-based decoding step;
-`rows` is the per-row state shared by all processors (`RowState`). A banned
+`rows` is the per-row state shared by all processors (`RowHistory`). A banned
 token gets -inf; a forced token gets log-prob 0 and every other token -inf, so
 reported scores are those of the processed distribution (as in Hugging Face's
 beam search).
@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import torch
 
-NEG_INF = float("-inf")
+from .base import NEG_INF, StepOutput
 
 
-class RowState:
+class RowHistory:
     """What processors may know about each row: its token history and its last step.
 
     history (N, step+1): the decoder start token then every token chosen so
@@ -28,13 +28,13 @@ class RowState:
         self.history = start_tokens[:, None] if keep_history else None
         self.last_step = last_step
 
-    def update(self, origin: torch.Tensor | None, shrunk: bool, tokens: torch.Tensor):
-        """Follow the search: row r of the next step continues row origin[r] and adds tokens[r]."""
-        if shrunk:
-            self.last_step = self.last_step.index_select(0, origin)
+    def follow(self, out: StepOutput):
+        """Row r of the next step continues row out.origin[r] and adds out.tokens[r]."""
+        if out.origin is not None:
+            self.last_step = self.last_step.index_select(0, out.origin)
         if self.history is not None:
-            past = self.history if origin is None else self.history.index_select(0, origin)
-            self.history = torch.cat([past, tokens[:, None]], dim=1)
+            past = self.history if out.origin is None else self.history.index_select(0, out.origin)
+            self.history = torch.cat([past, out.tokens[:, None]], dim=1)
 
 
 class MinLength:
@@ -124,12 +124,12 @@ class Processors:
     def __init__(self, processors: list, start_tokens, last_step):
         self.processors = processors
         keep_history = any(getattr(p, "needs_history", False) for p in processors)
-        self.rows = RowState(start_tokens, last_step, keep_history)
+        self.rows = RowHistory(start_tokens, last_step, keep_history)
 
     def __call__(self, logprobs, step):
         for processor in self.processors:
             logprobs = processor(logprobs, step, self.rows)
         return logprobs
 
-    def update(self, origin, shrunk, tokens):
-        self.rows.update(origin, shrunk, tokens)
+    def follow(self, out: StepOutput):
+        self.rows.follow(out)

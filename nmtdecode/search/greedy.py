@@ -9,31 +9,26 @@ from __future__ import annotations
 
 import torch
 
-from .base import Search, StepOutput
+from .base import SentenceRecords, StepOutput, to_host
 from .beam import Beam
 from .penalties import LengthPenalty
 
 
-class GreedySearch(Search):
-    width = 1
-
+class GreedySearch(SentenceRecords):
     def __init__(self, *, batch_size, max_steps, start_id, eos_id, penalty: LengthPenalty, device):
         self.eos_id = eos_id
         self.beams = [Beam(1, m, penalty) for m in max_steps]
         self.active = list(range(batch_size))
         self.alive_scores = torch.zeros(batch_size, device=device)
-        self.last_tokens = torch.full((batch_size,), start_id, dtype=torch.long, device=device)
-
-    def choose(self, logprobs: torch.Tensor) -> torch.Tensor:
-        """The next token of every row: the arg-max."""
-        return logprobs.argmax(dim=1)
+        self.start_tokens = torch.full((batch_size,), start_id, dtype=torch.long, device=device)
 
     def advance(self, logprobs: torch.Tensor, step: int) -> StepOutput:
-        tokens = self.choose(logprobs)
+        """logprobs (n, V): each row takes its arg-max."""
+        tokens = logprobs.argmax(dim=1)
         totals = self.alive_scores + logprobs.gather(1, tokens[:, None])[:, 0]
-        host = torch.stack([totals.double(), tokens.double()]).cpu().tolist()  # one host copy
-        for sentence, total, token in zip(self.active, *host):
-            beam, token = self.beams[sentence], int(token)
+        host = to_host(totals=totals[:, None], tokens=tokens[:, None])
+        for sentence, [total], [token] in zip(self.active, host["totals"], host["tokens"]):
+            beam = self.beams[sentence]
             if beam.done:
                 continue
             if token == self.eos_id or beam.is_last_step(step):
@@ -41,11 +36,11 @@ class GreedySearch(Search):
                 beam.done = True
             else:
                 beam.extend([token], [0], [total])
-        self.alive_scores, self.last_tokens = totals, tokens
         still = self.survivors()
         if len(still) == len(self.active):
-            return StepOutput(origin=None)
-        index = torch.tensor(still, dtype=torch.long, device=tokens.device)
-        self.alive_scores, self.last_tokens = totals[index], tokens[index]
+            self.alive_scores = totals
+            return StepOutput(tokens=tokens)
+        keep = torch.tensor(still, dtype=torch.long, device=tokens.device)
+        self.alive_scores = totals[keep]
         self.active = [self.active[i] for i in still]
-        return StepOutput(origin=index, shrunk=True)
+        return StepOutput(tokens=tokens[keep], origin=keep, keep=keep)
