@@ -85,7 +85,8 @@ class Translator:
         if self.cfg.beam_size == 1:
             search = GreedySearch(**common)
         else:
-            search = BeamSearch(beam_size=self.cfg.beam_size, early_stopping=self.cfg.early_stopping, **common)
+            search = BeamSearch(beam_size=self.cfg.beam_size, early_stopping=self.cfg.early_stopping,
+                                n_best=self.cfg.n_best, **common)
         search.shrink = self.shrink
         return search
 

@@ -119,3 +119,46 @@ def test_min_length_prevents_early_eos(beam):
     [[hyp]] = Translator(model, cfg, BAN_SPECIALS).translate_batch([[0, EOS]])
     assert hyp.tokens == [A, A]
     assert hyp.total == pytest.approx(math.log(0.1 * 0.1 * 0.9))
+
+
+# `top`: stop once the top-ranked candidate of a step has ended and n_best are finished.
+#   ()    -> a .6, b .4
+#   (a)   -> eos .6, a .4     step 1 ranks (a eos) .36 first: `top` stops with "a"
+#   (b)   -> b .85, eos .15
+#   (b b) -> eos 1            (b b eos) .34 is the better average: log(.34)/3 > log(.36)/2
+TABLE_TOP = {(): {A: 0.6, B: 0.4}, (A,): {EOS: 0.6, A: 0.4}, (B,): {B: 0.85, EOS: 0.15}, (B, B): {EOS: 1.0}}
+
+
+def test_top_stops_when_the_top_candidate_ends():
+    [top] = run([TABLE_TOP], [[0, EOS]], n_best=1, early_stopping="top", length_penalty="avg")
+    [false] = run([TABLE_TOP], [[0, EOS]], n_best=1, early_stopping="false", length_penalty="avg")
+    assert [h.tokens for h in top] == [[A]]
+    assert top[0].score == pytest.approx(math.log(0.36) / 2)
+    assert [h.tokens for h in false] == [[B, B]]  # the pool of 2 was not full: it searched on
+    assert false[0].score == pytest.approx(math.log(0.34) / 3)
+
+
+def test_top_keeps_searching_until_n_best_are_finished():
+    """n_best 2: after step 1 only (a eos) is finished; step 2 ends (b b) and (a a), and the
+    pool keeps the two best averages."""
+    [hyps] = run([TABLE_TOP], [[0, EOS]], n_best=2, early_stopping="top", length_penalty="avg")
+    assert [h.tokens for h in hyps] == [[B, B], [A, A]]
+    assert [h.score for h in hyps] == pytest.approx([math.log(0.34) / 3, math.log(0.24) / 3])
+
+
+def test_top_ignores_endings_below_the_top_candidate():
+    """(a eos) ends at step 1 ranked second, behind (b b): the search goes on and finds (b b)."""
+    table = {(): {A: 0.5, B: 0.4, EOS: 0.1}, (A,): {EOS: 0.6, A: 0.4}, (B,): {B: 0.9, EOS: 0.1}}
+    [hyps] = run([table], [[0, EOS]], n_best=1, early_stopping="top", length_penalty="none")
+    # step 1: (b b) .36, (a eos) .30, (a a) .20, (b eos) .04; step 2 ends (b b) at .36
+    assert [h.tokens for h in hyps] == [[B, B]]
+    assert hyps[0].total == pytest.approx(math.log(0.36))
+
+
+@pytest.mark.parametrize("top_ended, finished, stops", [(False, 2, False), (True, 0, False), (True, 1, True)])
+def test_top_rule_needs_both_conditions(top_ended, finished, stops):
+    beam = Beam(2, max_steps=10, penalty=LengthPenalty("none"), early_stopping="top", n_best=1)
+    beam.top_ended = top_ended
+    for i in range(finished):
+        beam.add_finished(step=1, prev=i, token=EOS, total=-1.0 - i)
+    assert beam.cannot_improve(step=3, best_alive=0.0) is stops

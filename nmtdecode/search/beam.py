@@ -25,14 +25,23 @@ finished hypotheses.
 Step 0 has one row per sentence (all k hypotheses would start alike), and its
 2k best continuations seed the k slots; from step 1 on a sentence has k rows.
 
-When a sentence stops (the `early_stopping` modes of Hugging Face's
-`GenerationConfig`, with a pool of `beam_size` finished hypotheses):
+When a sentence stops. The pool keeps the `beam_size` best finished
+hypotheses; `true`, `false` and `never` are the `early_stopping` modes of
+Hugging Face's `GenerationConfig`, `top` is the rule of OpenNMT's `Beam`
+(`eos_top`), OpenNMT-py and CTranslate2:
+    top    once the top-ranked candidate of a step has ended (at this step or
+           an earlier one) and the pool holds n_best hypotheses;
     true   as soon as the pool holds beam_size finished hypotheses;
     false  when the pool is full and the best alive hypothesis, scored at its
            current length, does not beat the worst finished one (a heuristic);
     never  when the pool is full and no alive hypothesis can beat the worst
            finished one at any length up to the step limit (exact).
 At its step limit every top-k candidate is finished, ended by EOS or not.
+
+Peers on `top`: CTranslate2 applies it only without length or coverage
+penalty (otherwise it waits for beam_size x patience finished hypotheses)
+and remembers that the top candidate ended, as here; OpenNMT-py asks that the
+top candidate end at the very step it stops, which only differs for n_best > 1.
 """
 
 from __future__ import annotations
@@ -46,7 +55,7 @@ import torch.nn.functional as F
 from .base import NEG_INF, Hypothesis, SentenceRecords, StepOutput, to_host
 from .penalties import LengthPenalty
 
-EARLY_STOPPING = ("true", "false", "never")
+EARLY_STOPPING = ("top", "true", "false", "never")
 
 
 @dataclass
@@ -61,11 +70,14 @@ class Finished:
 class Beam:
     """Search state of one source sentence."""
 
-    def __init__(self, size: int, max_steps: int, penalty: LengthPenalty, early_stopping: str = "false"):
+    def __init__(self, size: int, max_steps: int, penalty: LengthPenalty, early_stopping: str = "false",
+                 n_best: int = 1):
         self.size = size
         self.max_steps = max_steps
         self.penalty = penalty
         self.early_stopping = early_stopping
+        self.n_best = n_best
+        self.top_ended = False  # the top-ranked candidate of some step has ended (rule `top`)
         self.next_ys: list[list[int]] = []  # next_ys[t][j]: token of slot j at step t
         self.prev_ks: list[list[int]] = []  # prev_ks[t][j]: slot at step t-1 that slot j extends
         self.scores: list[list[float]] = []  # scores[t][j]: total log-prob of slot j after step t
@@ -76,9 +88,10 @@ class Beam:
         return step + 1 >= self.max_steps
 
     def advance(self, step: int, tokens: list[int], prev: list[int], scores: list[float],
-                ended: list[tuple[int, int, float]]):
-        """Record step `step`: the alive slots (tokens, prev, scores) and the hypotheses
-        that ended at this step as (prev, token, total)."""
+                ended: list[tuple[int, int, float]], top_ended: bool = False):
+        """Record step `step`: the alive slots (tokens, prev, scores), the hypotheses that
+        ended at this step as (prev, token, total), and whether the top-ranked one did."""
+        self.top_ended = self.top_ended or top_ended
         for p, token, total in ended:
             self.add_finished(step, p, token, total)
         self.extend(tokens, prev, scores)
@@ -98,6 +111,8 @@ class Beam:
         del self.finished[self.size :]
 
     def cannot_improve(self, step: int, best_alive: float) -> bool:
+        if self.early_stopping == "top":
+            return self.top_ended and len(self.finished) >= self.n_best
         if len(self.finished) < self.size:
             return False
         if self.early_stopping == "true":
@@ -155,13 +170,14 @@ class BeamSearch(SentenceRecords):
     `alive_scores` (rows,) holds each row's total log-prob.
     """
 
-    def __init__(self, *, batch_size, beam_size, max_steps, start_id, eos_id, penalty, early_stopping, device):
+    def __init__(self, *, batch_size, beam_size, max_steps, start_id, eos_id, penalty, early_stopping, device,
+                 n_best=1):
         if early_stopping not in EARLY_STOPPING:
             raise ValueError(f"early_stopping {early_stopping!r} is not one of {list(EARLY_STOPPING)}")
         self.k = beam_size
         self.width = 1  # rows per sentence in the current step
         self.eos_id = eos_id
-        self.beams = [Beam(beam_size, m, penalty, early_stopping) for m in max_steps]
+        self.beams = [Beam(beam_size, m, penalty, early_stopping, n_best) for m in max_steps]
         self.active = list(range(batch_size))  # sentence index of each active sentence
         self.alive_scores = torch.zeros(batch_size, device=device)
         self.start_tokens = torch.full((batch_size,), start_id, dtype=torch.long, device=device)
@@ -203,7 +219,8 @@ class BeamSearch(SentenceRecords):
         last = beam.is_last_step(step)
         ended = [(p, t, s) for s, t, p in zip(row["top_scores"], row["top_tokens"], row["top_prev"])
                  if last or t == self.eos_id]
-        beam.advance(step, row["tokens"], row["prev"], row["scores"], ended)
+        top_ended = last or row["top_tokens"][0] == self.eos_id
+        beam.advance(step, row["tokens"], row["prev"], row["scores"], ended, top_ended)
 
     def _next_rows(self, alive: Candidates) -> StepOutput:
         """Rows of the next step: k per sentence still searched, each continuing the row it extends."""
