@@ -13,25 +13,15 @@ The search decides, the model computes, the translator only connects them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from .config import DecodingConfig
+from .models.checkpoint import ModelRules
 from .search.base import Hypothesis
 from .search.beam import BeamSearch
 from .search.penalties import LengthPenalty
 from .search.processors import BanTokens, ForceEosAtLimit, ForceFirstToken, MinLength, NoRepeatNgram, Processors
 from .search.sampling import GreedySearch
-
-
-@dataclass
-class ModelRules:
-    """Decoding rules that come with a model rather than from the user."""
-
-    banned_ids: tuple[int, ...] = ()  # never generated (e.g. pad)
-    forced_bos_id: int | None = None  # first generated token (target-language tag)
-    forced_eos: bool = False  # EOS forced at the step limit
 
 
 class Translator:
