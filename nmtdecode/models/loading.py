@@ -1,8 +1,10 @@
-"""load_model(path): detect the checkpoint format, build the Transformer, load weights safely.
+"""load_model(path): find the format that recognises a model directory and let it load the model.
 
-Weights are read from safetensors, or with `torch.load(weights_only=True)`,
-never by unpickling code. Every format maps onto the same `Transformer`;
-a weight that is missing, unexpected or of the wrong shape fails by name.
+The dispatcher on top of the loading layer: it imports the formats
+(`formats/*.py`, each with `detect(path)` and `load(path)`), which import only
+`checkpoint.py` and `transformer.py`, so nothing here is imported back. The
+safe readers and the `LoadedModel` record live in `checkpoint.py`; the names
+re-exported below are for callers outside the package.
 """
 
 from __future__ import annotations
@@ -10,17 +12,20 @@ from __future__ import annotations
 import os
 
 from ..config import ConfigError
-from .checkpoint import LoadedModel, ModelError, load_weights, read_json, read_safetensors, shared_names  # noqa: F401
+from .checkpoint import LoadedModel, ModelError, read_json
+from .formats import huggingface, native
+
+__all__ = ["FORMATS", "LoadedModel", "ModelError", "load_model", "read_json"]
+
+# Tried in order; the first whose detect() accepts the directory loads it (native wins over config.json).
+FORMATS = [native, huggingface]
 
 
 def load_model(path: str) -> LoadedModel:
-    from .formats import huggingface, native
-
     if not os.path.exists(path):
         raise ConfigError(f"model: {path} does not exist")
-    if os.path.isfile(os.path.join(path, "config.yaml")):
-        return native.load(path)
-    if os.path.isfile(os.path.join(path, "config.json")):
-        return huggingface.load(path)
+    for fmt in FORMATS:
+        if fmt.detect(path):
+            return fmt.load(path)
     raise ConfigError(f"model: {path} is not a model directory (no config.yaml for the native format, "
                       "no config.json for Hugging Face)")
