@@ -6,9 +6,10 @@ import pytest
 import torch
 
 from nmtdecode.config import DecodingConfig
+from nmtdecode.models.checkpoint import ModelRules
 from nmtdecode.search.beam import Beam
 from nmtdecode.search.penalties import LengthPenalty
-from nmtdecode.translator import ModelRules, Translator
+from nmtdecode.translator import Translator
 
 from .helpers import EOS, TableModel
 
