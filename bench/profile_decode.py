@@ -36,8 +36,8 @@ def main():
     from run import prepare_marian
 
     from nmtdecode.config import Config
+    from nmtdecode.models.checkpoint import read_json
     from nmtdecode.models.formats.huggingface import load_network
-    from nmtdecode.models.loading import read_json
     from nmtdecode.models.quantize import quantize_int8
     from nmtdecode.translator import Translator
 

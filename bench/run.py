@@ -36,8 +36,8 @@ SYSTEMS = ["nmtdecode", "transformers", "ctranslate2", "nmtdecode-int8", "ctrans
 
 
 def prepare_marian(n_sentences: int):
+    from nmtdecode.models.checkpoint import read_json
     from nmtdecode.models.formats.huggingface import load_network
-    from nmtdecode.models.loading import read_json
 
     hf_dir = marian_base(os.path.join(OUT, "marian-base"))
     model, _, _ = load_network(hf_dir, read_json(os.path.join(hf_dir, "config.json")))

@@ -38,8 +38,8 @@ def run_nmtdecode(args, task):
 
     loaded = load_model(args.model) if task["format"] == "native" else None
     if loaded is None:
+        from nmtdecode.models.checkpoint import read_json
         from nmtdecode.models.formats.huggingface import load_network
-        from nmtdecode.models.loading import read_json
 
         model, defaults, rules = load_network(args.model, read_json(f"{args.model}/config.json"))
     else:

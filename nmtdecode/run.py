@@ -20,7 +20,8 @@ from tqdm import tqdm
 
 from .config import Config, ConfigError, RuntimeConfig
 from .io import Example, LineReader, OrderedWriter, OutputFile, Result, chunk_size, chunks, cut, read_lines
-from .models.loading import LoadedModel, load_model
+from .models.checkpoint import LoadedModel
+from .models.loading import load_model
 from .models.quantize import quantize_int8
 from .search.base import Hypothesis
 from .translator import Translator

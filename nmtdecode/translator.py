@@ -16,26 +16,17 @@ The search decides, the model computes, the translator only connects them
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 
 from .config import DecodingConfig
+from .models.checkpoint import ModelRules
 from .search.base import Hypothesis, RowState, Search
 from .search.beam import BeamSearch
+from .search.greedy import GreedySearch
 from .search.penalties import LengthPenalty
 from .search.processors import BanTokens, ForceEosAtLimit, ForceFirstToken, MinLength, NoRepeatNgram, Processors
-from .search.greedy import GreedySearch
-
-
-@dataclass
-class ModelRules:
-    """Decoding rules that come with a model rather than from the user."""
-
-    banned_ids: tuple[int, ...] = ()  # never generated (e.g. pad)
-    forced_bos_id: int | None = None  # first generated token (target-language tag)
-    forced_eos: bool = False  # EOS forced at the step limit
 
 
 class Seq2SeqModel(Protocol):
@@ -56,7 +47,8 @@ class Seq2SeqModel(Protocol):
 
 
 class Translator:
-    def __init__(self, model: Seq2SeqModel, decoding: DecodingConfig, rules: ModelRules | None = None, shrink: bool = True):
+    def __init__(self, model: Seq2SeqModel, decoding: DecodingConfig, rules: ModelRules | None = None,
+                 shrink: bool = True):
         self.model = model
         self.cfg = decoding
         self.rules = rules or ModelRules()

@@ -556,7 +556,8 @@ PROBES = ["dog", "cat", "house", "water", "good morning", "thank you", "the chil
 def probe(model, sp, texts=PROBES) -> str:
     """Greedy translations with the project's own Translator: a quick sign of life."""
     from nmtdecode.config import DecodingConfig
-    from nmtdecode.translator import ModelRules, Translator
+    from nmtdecode.models.checkpoint import ModelRules
+    from nmtdecode.translator import Translator
 
     was_training = model.training
     model.eval()

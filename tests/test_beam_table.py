@@ -5,9 +5,10 @@ import math
 import pytest
 
 from nmtdecode.config import DecodingConfig
+from nmtdecode.models.checkpoint import ModelRules
 from nmtdecode.search.beam import Beam
 from nmtdecode.search.penalties import LengthPenalty
-from nmtdecode.translator import ModelRules, Translator
+from nmtdecode.translator import Translator
 
 from .helpers import EOS, TableModel
 

@@ -24,8 +24,8 @@ import pytest
 import sentencepiece as spm
 
 from nmtdecode.config import ConfigError
+from nmtdecode.models.checkpoint import ModelError
 from nmtdecode.models.formats.hf_tokenizers import load_tokenizer
-from nmtdecode.models.loading import ModelError
 from nmtdecode.models.transformer import TransformerConfig
 
 # The test extra pins transformers 5: its tokenizers are the reference.

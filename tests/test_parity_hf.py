@@ -16,8 +16,8 @@ import transformers
 from transformers import GenerationConfig
 
 from nmtdecode.config import Config
+from nmtdecode.models.checkpoint import read_json
 from nmtdecode.models.formats.huggingface import load_network
-from nmtdecode.models.loading import read_json
 from nmtdecode.translator import Translator
 
 VOCAB, EOS, PAD = 64, 2, 1
@@ -166,7 +166,8 @@ def test_marian_bans_pad_through_bad_words(tmp_path):
 
 def test_unsupported_architecture_fails_by_name(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "t5", "d_model": 8}))
-    from nmtdecode.models.loading import ModelError, load_model
+    from nmtdecode.models.checkpoint import ModelError
+    from nmtdecode.models.loading import load_model
 
     with pytest.raises(ModelError, match="model_type 't5' is not supported"):
         load_model(str(tmp_path))
@@ -194,7 +195,7 @@ class Exploit:
 
 
 def test_pickled_code_in_pytorch_bin_is_never_run(tmp_path, monkeypatch):
-    from nmtdecode.models.loading import ModelError
+    from nmtdecode.models.checkpoint import ModelError
 
     hf, _, _, _ = build("bart", tmp_path / "model")
     (tmp_path / "model" / "model.safetensors").unlink()

@@ -4,9 +4,10 @@ import pytest
 import torch
 
 from nmtdecode.config import DecodingConfig
+from nmtdecode.models.checkpoint import ModelRules
 from nmtdecode.search.beam import BeamSearch
 from nmtdecode.search.penalties import LengthPenalty
-from nmtdecode.translator import ModelRules, Translator
+from nmtdecode.translator import Translator
 
 from .helpers import BOS, EOS, brute_force, forced_total, random_sources, tiny_transformer
 

@@ -30,7 +30,7 @@ import re
 import sentencepiece as spm
 
 from ...config import ConfigError
-from ..loading import ModelError, read_json
+from ..checkpoint import ModelError, read_json
 
 # Language codes, in the order that gives their ids (taken as data from transformers 5).
 M2M100_CODES = {

@@ -17,9 +17,12 @@ import os
 
 import torch
 
-from ...translator import ModelRules
-from ..loading import LoadedModel, ModelError, load_weights, read_json, read_safetensors
+from ..checkpoint import (LoadedModel, ModelError, ModelRules, load_weights, read_json, read_safetensors,
+                          read_torch_weights)
 from ..transformer import Transformer, TransformerConfig
+from .hf_tokenizers import load_tokenizer
+
+FORMAT = "huggingface"  # LoadedModel.format adds the family: "huggingface/marian", ...
 
 # model_type -> how its Transformer differs. position_offset None: pad_token_id + 1 (fairseq).
 FAMILIES = {
@@ -32,6 +35,11 @@ ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_py
                "swish": "silu", "silu": "silu"}
 # Fields that must agree because our layers use one value for encoder and decoder.
 SAME_FOR_BOTH = [("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")]
+
+
+def detect(path: str) -> bool:
+    """A Hugging Face directory is recognised by its config.json."""
+    return os.path.isfile(os.path.join(path, "config.json"))
 
 
 def model_config(hf: dict, path: str) -> TransformerConfig:
@@ -93,10 +101,7 @@ def read_weights(path: str) -> dict[str, torch.Tensor]:
         return tensors
     legacy = os.path.join(path, "pytorch_model.bin")
     if os.path.isfile(legacy):
-        try:  # weights_only: tensors and plain containers, never pickled code
-            return torch.load(legacy, map_location="cpu", weights_only=True)
-        except Exception as e:
-            raise ModelError(f"cannot read weights {legacy}: {e}") from None
+        return read_torch_weights(legacy)
     raise ModelError(f"{path}: no model.safetensors, model.safetensors.index.json or pytorch_model.bin")
 
 
@@ -214,9 +219,7 @@ def load_network(path: str, hf: dict) -> tuple[Transformer, dict, ModelRules]:
 
 def load(path: str) -> LoadedModel:
     hf = read_json(os.path.join(path, "config.json"))
-    model, defaults, rules = load_network(path, hf)
-    from .hf_tokenizers import load_tokenizer  # after the architecture checks: their errors come first
-
+    model, defaults, rules = load_network(path, hf)  # architecture and weight errors come before tokenizer ones
     tokenizer = load_tokenizer(path, hf, model.cfg)
     model.cfg.unk_id = tokenizer.unk_id
-    return LoadedModel(model, tokenizer, f"huggingface/{hf['model_type']}", path, rules, defaults)
+    return LoadedModel(model, tokenizer, f"{FORMAT}/{hf['model_type']}", path, rules, defaults)

@@ -15,11 +15,15 @@ import yaml
 from safetensors.torch import save_file
 
 from ...tokenizer import SentencePieceTokenizer
-from ...translator import ModelRules
-from ..loading import LoadedModel, ModelError, load_weights, read_safetensors, shared_names
+from ..checkpoint import LoadedModel, ModelError, ModelRules, load_weights, read_safetensors, shared_names
 from ..transformer import Transformer, TransformerConfig
 
 FORMAT = "native"
+
+
+def detect(path: str) -> bool:
+    """A native model directory is recognised by its config.yaml."""
+    return os.path.isfile(os.path.join(path, "config.yaml"))
 
 
 def read_config(path: str) -> dict:

@@ -1,0 +1,111 @@
+"""What every checkpoint format builds on: the loaded-model record, its errors and the safe readers.
+
+A leaf of the loading layer: the formats (`models/formats/*`) import from here,
+the dispatcher (`loading.py`) imports the formats, so neither imports the other
+and reading a checkpoint never pulls in the search or the decoding loop.
+Weights are read from safetensors, or with `torch.load(weights_only=True)`,
+never by unpickling code; a weight that is missing, unexpected or of the
+wrong shape fails by name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+
+from .transformer import Transformer
+
+
+class ModelError(RuntimeError):
+    """The model cannot be loaded (runtime error, exit code 1)."""
+
+
+@dataclass
+class ModelRules:
+    """Decoding rules that come with a model rather than from the user."""
+
+    banned_ids: tuple[int, ...] = ()  # never generated (e.g. pad)
+    forced_bos_id: int | None = None  # first generated token (target-language tag)
+    forced_eos: bool = False  # EOS forced at the step limit
+
+
+@dataclass
+class LoadedModel:
+    model: Transformer
+    tokenizer: object  # tokenizer.SentencePieceTokenizer or compatible
+    format: str  # "native", "huggingface/marian", ...
+    path: str
+    rules: ModelRules = field(default_factory=ModelRules)
+    defaults: dict = field(default_factory=dict)  # decoding defaults shipped with the model
+
+    def rules_for(self, src_lang: str | None, tgt_lang: str | None) -> ModelRules:
+        """Set the languages on the tokenizer; the model's rules, with the target-language
+        tag forced first where the family does that."""
+        forced = self.tokenizer.set_languages(src_lang, tgt_lang)
+        if forced is None:
+            return self.rules
+        return ModelRules(self.rules.banned_ids, forced, self.rules.forced_eos)
+
+
+def read_json(path: str, required: bool = True) -> dict:
+    """A JSON object from a model directory; a missing optional file is {}."""
+    if not os.path.isfile(path):
+        if required:
+            raise ModelError(f"{path} is missing")
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ModelError(f"{path} cannot be read: {e}") from None
+    if not isinstance(data, dict):
+        raise ModelError(f"{path} cannot be read: expected a JSON object")
+    return data
+
+
+def read_safetensors(path: str) -> dict[str, torch.Tensor]:
+    try:
+        return load_file(path)
+    except (SafetensorError, OSError, ValueError) as e:
+        raise ModelError(f"cannot read weights {path}: {e}") from None
+
+
+def read_torch_weights(path: str) -> dict[str, torch.Tensor]:
+    """A `pytorch_model.bin`-style file: tensors and plain containers only, never pickled code."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # the unpickler raises many types; all mean "not readable as weights"
+        raise ModelError(f"cannot read weights {path}: {e}") from None
+
+
+def shared_names(model: torch.nn.Module) -> dict[str, str]:
+    """Parameter names that alias an earlier one (tied embeddings): alias -> first name."""
+    first, aliases = {}, {}
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        key = (tensor.data_ptr(), tuple(tensor.shape))
+        if key in first:
+            aliases[name] = first[key]
+        else:
+            first[key] = name
+    return aliases
+
+
+def load_weights(model: Transformer, tensors: dict[str, torch.Tensor], source: str):
+    """Copy `tensors` (our parameter names) into `model`, strictly."""
+    aliases = shared_names(model)
+    expected = {n: t for n, t in model.state_dict().items() if n not in aliases}
+    missing = sorted(set(expected) - set(tensors))
+    unexpected = sorted(set(tensors) - set(expected) - set(aliases))
+    if missing or unexpected:
+        raise ModelError(f"{source}: weights do not match the architecture; "
+                         f"missing: {missing[:5]}, unexpected: {unexpected[:5]}")
+    for name, tensor in expected.items():
+        if tuple(tensors[name].shape) != tuple(tensor.shape):
+            raise ModelError(f"{source}: {name} has shape {tuple(tensors[name].shape)}, "
+                             f"the config implies {tuple(tensor.shape)}")
+    model.load_state_dict({n: tensors[n] for n in expected}, strict=False)

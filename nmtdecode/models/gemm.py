@@ -1,0 +1,176 @@
+"""Matrix products on the CPU: torch's own `linear`, or oneDNN with weights packed once at load.
+
+torch's float32 `linear` calls its BLAS (MKL's sgemm on x86 builds). MKL picks
+its fastest kernels by CPU vendor, and on other vendors' CPUs it can run far
+below what the hardware does: on an AMD EPYC (Zen 5) with 2 threads, oneDNN
+with prepacked weights was 2.5-4x faster on decoder-shaped products
+(bench/gemm.py). CTranslate2 makes the same split, MKL on Intel CPUs and
+oneDNN elsewhere. Which one wins depends on the machine, so `auto` measures
+both on the model's own shapes once and remembers the answer per machine
+(`cache_dir()`/gemm.json); `--gemm onednn|torch` forces either.
+
+`use_onednn(model)` swaps every `nn.Linear` for a `PackedLinear`: the weight is
+reordered into oneDNN's blocked layout once (`torch.ops.mkldnn` is what torch's
+own compiler, inductor, uses for the same purpose), so no product re-packs it.
+float32 and bfloat16 are supported; a build without the op keeps `linear`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+
+import torch
+from torch import nn
+
+BACKENDS = ("auto", "onednn", "torch")
+PROBE_ROWS = (8, 160)  # decoder rows per step: a few sentences, and a batch of 32 x beam 5
+
+
+def onednn_available() -> bool:
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+class PackedLinear(nn.Module):
+    """y = x W^T + b with W held in oneDNN's packed layout (CPU, float32 or bfloat16)."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        weight = linear.weight.detach()
+        self.register_buffer("packed_weight", torch.ops.mkldnn._reorder_linear_weight(weight, None), persistent=False)
+        self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach(), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, self.bias, "none", [], "")
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, onednn packed"
+
+
+def use_onednn(model: nn.Module) -> nn.Module:
+    """Replace every nn.Linear of `model` (in place) by a PackedLinear of the same weights."""
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is nn.Linear:
+                setattr(parent, name, PackedLinear(child))
+    return model
+
+
+def linear_shapes(model: nn.Module) -> dict[tuple[int, int], int]:
+    """(out_features, in_features) -> how many linear layers have that shape."""
+    shapes: dict[tuple[int, int], int] = {}
+    for module in model.modules():
+        if type(module) is nn.Linear:
+            key = (module.out_features, module.in_features)
+            shapes[key] = shapes.get(key, 0) + 1
+    return shapes
+
+
+def _seconds(function, budget: float = 0.01) -> float:
+    """Best time of a call, repeated within about `budget` seconds (at least 3 times)."""
+    function()  # warm-up: first-call allocations and kernel selection
+    best, spent, calls = float("inf"), 0.0, 0
+    while calls < 3 or spent < budget:
+        start = time.perf_counter()
+        function()
+        elapsed = time.perf_counter() - start
+        best, spent, calls = min(best, elapsed), spent + elapsed, calls + 1
+    return best
+
+
+def measure(shapes: dict[tuple[int, int], int], dtype: torch.dtype) -> dict[str, float]:
+    """Seconds one decoding step's products would take with each backend, on random data."""
+    totals = {"torch": 0.0, "onednn": 0.0}
+    generator = torch.Generator().manual_seed(0)
+    with torch.inference_mode():
+        for (out_features, in_features), count in shapes.items():
+            weight = torch.randn(out_features, in_features, generator=generator).to(dtype)
+            bias = torch.randn(out_features, generator=generator).to(dtype)
+            packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
+            for rows in PROBE_ROWS:
+                x = torch.randn(rows, in_features, generator=generator).to(dtype)
+                totals["torch"] += count * _seconds(lambda: torch.nn.functional.linear(x, weight, bias))
+                totals["onednn"] += count * _seconds(
+                    lambda: torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], ""))
+    return totals
+
+
+def cpu_description() -> str:
+    """Vendor and model name of this machine's CPU (from /proc/cpuinfo where there is one)."""
+    fields = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
+                if not line.strip():
+                    break  # the first processor is enough
+    except OSError:
+        return platform.processor() or platform.machine()
+    name = fields.get("model name") or platform.processor() or platform.machine()
+    family = f" (family {fields['cpu family']} model {fields['model']})" if "cpu family" in fields else ""
+    return f"{fields.get('vendor_id', 'unknown vendor')} {name}{family}"
+
+
+def cache_dir() -> str:
+    """Where per-machine measurements are kept: $NMTDECODE_CACHE, else $XDG_CACHE_HOME/nmtdecode."""
+    explicit = os.environ.get("NMTDECODE_CACHE")
+    if explicit:
+        return explicit
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "nmtdecode")
+
+
+def _read_cache(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_cache(path: str, data: dict):
+    """Best effort: a read-only home only means measuring again next time."""
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def auto_backend(model: nn.Module, dtype: torch.dtype) -> str:
+    """The faster backend for this model's shapes on this machine, measured once and remembered."""
+    shapes = linear_shapes(model)
+    key = "|".join([cpu_description(), f"torch {torch.__version__}", str(dtype), f"threads {torch.get_num_threads()}",
+                    ",".join(f"{o}x{i}" for o, i in sorted(shapes))])
+    path = os.path.join(cache_dir(), "gemm.json")
+    cached = _read_cache(path)
+    if key in cached and cached[key].get("backend") in ("torch", "onednn"):
+        return cached[key]["backend"]
+    seconds = measure(shapes, dtype)
+    backend = min(seconds, key=seconds.get)
+    cached[key] = {"backend": backend, "seconds": seconds}
+    _write_cache(path, cached)
+    return backend
+
+
+def choose_backend(model: nn.Module, requested: str, device: torch.device, dtype: torch.dtype) -> str:
+    """The backend the products will use: `torch` off the CPU, for float16, or without oneDNN."""
+    if requested not in BACKENDS:
+        raise ValueError(f"gemm {requested!r} is not one of {', '.join(BACKENDS)}")
+    if device.type != "cpu" or dtype not in (torch.float32, torch.bfloat16) or not onednn_available():
+        return "torch"
+    if requested == "auto":
+        return auto_backend(model, dtype)
+    return requested
+
+
+def apply_backend(model: nn.Module, backend: str) -> nn.Module:
+    return use_onednn(model) if backend == "onednn" else model
