@@ -1,0 +1,1 @@
+"""Reproducible build steps for data/ (run from a checkout; not installed with nmtdecode)."""

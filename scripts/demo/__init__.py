@@ -1,0 +1,1 @@
+"""The demo model recipe, one module per stage; `scripts/train_demo.py` runs them in order."""
