@@ -110,13 +110,6 @@ def chunks(items: Iterable, size: int) -> Iterator[list]:
         yield chunk
 
 
-def batches(examples: Iterable[Example], batch_size: int, batch_type: str = "sents") -> Iterator[list[Example]]:
-    """Length-sorted batches, chunk by chunk. Examples with nothing to decode
-    (ids None) come together in batches of their own."""
-    for chunk in chunks(examples, chunk_size(batch_size, batch_type)):
-        yield from cut(chunk, batch_size, batch_type)
-
-
 def cut(chunk: list[Example], batch_size: int, batch_type: str) -> Iterator[list[Example]]:
     """One chunk -> batches, longest sources first."""
     empty = [e for e in chunk if e.ids is None]

@@ -5,7 +5,7 @@ import io
 import pytest
 
 from nmtdecode.config import Config, ConfigError
-from nmtdecode.io import Example, InputError, OrderedWriter, Result, batches, read_lines
+from nmtdecode.io import Example, InputError, OrderedWriter, Result, cut, read_lines
 from nmtdecode.search.base import Hypothesis
 
 
@@ -53,7 +53,7 @@ def examples(lengths):
 
 
 def test_batches_are_sorted_longest_first_and_cover_every_line():
-    got = list(batches(examples([3, 0, 9, 1, 5, 5, 0, 2]), batch_size=3))
+    got = list(cut(examples([3, 0, 9, 1, 5, 5, 0, 2]), batch_size=3, batch_type="sents"))
     assert sorted(e.index for b in got for e in b) == list(range(8))
     decoded = [b for b in got if b[0].ids is not None]
     assert [[len(e.ids) for e in b] for b in decoded] == [[9, 5, 5], [3, 2, 1]]
@@ -61,7 +61,7 @@ def test_batches_are_sorted_longest_first_and_cover_every_line():
 
 
 def test_token_batches_count_padding():
-    got = list(batches(examples([10, 4, 4, 4, 4, 3]), batch_size=12, batch_type="tokens"))
+    got = list(cut(examples([10, 4, 4, 4, 4, 3]), batch_size=12, batch_type="tokens"))
     # 10 alone (a second row would make 2 x 10); then 3 rows x 4 = 12; then 4 and 3 (2 x 4 = 8)
     assert [[len(e.ids) for e in b] for b in got] == [[10], [4, 4, 4], [4, 3]]
 

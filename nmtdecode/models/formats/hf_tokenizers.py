@@ -23,7 +23,6 @@ before the language codes.
 from __future__ import annotations
 
 import difflib
-import json
 import os
 import re
 

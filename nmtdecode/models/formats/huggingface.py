@@ -17,8 +17,15 @@ import os
 
 import torch
 
-from ..checkpoint import (LoadedModel, ModelError, ModelRules, load_weights, read_json, read_safetensors,
-                          read_torch_weights)
+from ..checkpoint import (
+    LoadedModel,
+    ModelError,
+    ModelRules,
+    load_weights,
+    read_json,
+    read_safetensors,
+    read_torch_weights,
+)
 from ..transformer import Transformer, TransformerConfig
 from .hf_tokenizers import load_tokenizer
 

@@ -15,7 +15,14 @@ import yaml
 from safetensors.torch import save_file
 
 from ...tokenizer import SentencePieceTokenizer
-from ..checkpoint import LoadedModel, ModelError, ModelRules, load_weights, read_safetensors, shared_names
+from ..checkpoint import (
+    LoadedModel,
+    ModelError,
+    ModelRules,
+    load_weights,
+    read_safetensors,
+    shared_names,
+)
 from ..transformer import Transformer, TransformerConfig
 
 FORMAT = "native"
@@ -52,7 +59,7 @@ def load(path: str) -> LoadedModel:
     for spm_file in filter(None, [source, target]):
         if not os.path.isfile(spm_file):
             raise ModelError(f"{path}: SentencePiece model {os.path.basename(spm_file)} is missing")
-    tokenizer = SentencePieceTokenizer(source, target, unk_id=cfg.unk_id, eos_id=cfg.eos_id,
+    tokenizer = SentencePieceTokenizer(source, target, eos_id=cfg.eos_id,
                                        special_ids={cfg.pad_id, cfg.bos_id, cfg.decoder_start_id})
     if tokenizer.target.get_piece_size() != cfg.tgt_vocab_size:
         raise ModelError(f"{path}: the target SentencePiece model has {tokenizer.target.get_piece_size()} pieces, "
