@@ -5,6 +5,7 @@ import functools
 import os
 import re
 
+import pytest
 import sacrebleu
 
 from nmtdecode.config import Config
@@ -54,6 +55,7 @@ def card_value(metric: str) -> float:
     return float(match.group(1))
 
 
+@pytest.mark.slow  # 1,000 sentences at beam 5: ~5 s
 def test_heldout_chrf_matches_the_model_card():
     with open(os.path.join(DEMO, "test.en"), encoding="utf-8") as f:
         sources = f.read().splitlines()
