@@ -77,7 +77,8 @@ def cli(monkeypatch, capsysbinary):
     stdin (bytes, or str encoded as UTF-8) becomes `sys.stdin.buffer`; stdout and stderr are
     captured as bytes and decoded as UTF-8 with text=True; cwd is the working directory
     during the call. An exception that escapes `run` (only with --debug) is printed as the
-    interpreter prints it, with exit code 1, as a process would end.
+    interpreter prints it, with exit code 1, as a process would end. The capture is
+    pytest's capsysbinary, so a test using `cli` cannot also ask for capsys.
     """
 
     def invoke(*args, stdin=b"", text=False, cwd=None):
