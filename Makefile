@@ -24,7 +24,7 @@ test: setup
 	$(PY) -m pytest
 
 test-fast: setup
-	$(PY) -m pytest -m "not slow"
+	$(PY) -m pytest -m "not slow and not subprocess"
 
 bench: setup
 	$(PY) -m pip install --quiet -e '.[bench]'

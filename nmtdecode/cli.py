@@ -2,8 +2,11 @@
 
 Thin by design: parse flags, merge them over the YAML file into a `Config`,
 call the library. Errors become one line on stderr and an exit code:
-2 for usage/configuration mistakes, 1 for runtime failures, 130 on Ctrl-C.
-`--debug` shows the traceback instead.
+2 for usage/configuration mistakes, 1 for runtime failures, 130 on Ctrl-C, 143 on
+SIGTERM. `--debug` shows the traceback instead.
+
+`run` does one command in this process and returns its exit code; `main`, the
+program, adds the signal handlers and exits with it.
 """
 
 from __future__ import annotations
@@ -132,31 +135,41 @@ def _on_sigterm(signum, frame):
     raise Terminated()
 
 
-def main(argv=None):
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends quietly
-    signal.signal(signal.SIGTERM, _on_sigterm)
-    argv = sys.argv[1:] if argv is None else argv
+def run(argv: list[str]) -> int:
+    """Parse and run one command in this process; returns its exit code.
+
+    Errors become one line on stderr (the traceback with --debug, which re-raises).
+    Never exits: `main` does, and tests call this directly.
+    """
     debug = "--debug" in argv
     try:
-        cli.main(args=argv, prog_name="nmtdecode", standalone_mode=False)
+        cli.main(args=list(argv), prog_name="nmtdecode", standalone_mode=False)
     except click.exceptions.Exit as e:
-        sys.exit(e.exit_code)
+        return e.exit_code
     except click.ClickException as e:
         e.show()
-        sys.exit(2)
+        return 2
     except (KeyboardInterrupt, click.Abort):
         print("nmtdecode: interrupted; partial output kept, rerun with --resume to continue", file=sys.stderr)
-        sys.exit(130)
+        return 130
     except Terminated:
         print("nmtdecode: terminated; partial output kept, rerun with --resume to continue", file=sys.stderr)
-        sys.exit(143)
+        return 143
     except ConfigError as e:
         if debug:
             raise
         print(f"nmtdecode: error: {e}", file=sys.stderr)
-        sys.exit(2)
+        return 2
     except Exception as e:  # runtime failures: one line, no traceback
         if debug:
             raise
         print(f"nmtdecode: error: {e}", file=sys.stderr)
-        sys.exit(1)
+        return 1
+    return 0
+
+
+def main(argv=None):
+    """The `nmtdecode` program: process-wide signal handling around `run`."""
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends quietly
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    sys.exit(run(sys.argv[1:] if argv is None else argv))

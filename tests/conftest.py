@@ -1,7 +1,21 @@
+"""Shared fixtures: determinism, one tiny native model for the session, the CLI run in-process.
+
+Most CLI behaviour (exit codes, messages, outputs) is checked with `cli`, which runs
+`nmtdecode.cli.run` in this process: no interpreter start, no torch import per call.
+Tests that need a real process (signals, kill -9, pipes, line-by-line streaming, and
+one `python -m nmtdecode` smoke test) are marked `subprocess`.
+"""
+
+import io
 import os
+import sys
+import traceback
+from dataclasses import dataclass
 
 import pytest
 import torch
+
+from nmtdecode.cli import run
 
 # The test models are tiny: threads only add synchronisation, which on a busy machine costs
 # more than the work itself. Subprocesses (the CLI tests) inherit the variable.
@@ -23,3 +37,63 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "cuda" in item.keywords:
                 item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory):
+    """A tiny random native model (`build_native_model` defaults: 48 pieces), built once per
+    session and shared: tests read it, never change it (copy it first)."""
+    from .helpers import build_native_model
+
+    return build_native_model(tmp_path_factory.mktemp("native") / "model")
+
+
+@pytest.fixture()
+def lines_file(tmp_path):
+    """`lines_file(lines, name="in.txt")`: writes the lines, each ending in a newline, to a
+    file in tmp_path and returns its path."""
+
+    def write(lines, name="in.txt"):
+        path = tmp_path / name
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        return path
+
+    return write
+
+
+@dataclass
+class CliResult:
+    """What `subprocess.run` would report: exit code, stdout and stderr (bytes, or str with text=True)."""
+
+    returncode: int
+    stdout: bytes | str
+    stderr: bytes | str
+
+
+@pytest.fixture()
+def cli(monkeypatch, capsysbinary):
+    """`cli(*args, stdin=b"", text=False, cwd=None)`: `nmtdecode ARGS` run in this process.
+
+    stdin (bytes, or str encoded as UTF-8) becomes `sys.stdin.buffer`; stdout and stderr are
+    captured as bytes and decoded as UTF-8 with text=True; cwd is the working directory
+    during the call. An exception that escapes `run` (only with --debug) is printed as the
+    interpreter prints it, with exit code 1, as a process would end. The capture is
+    pytest's capsysbinary, so a test using `cli` cannot also ask for capsys.
+    """
+
+    def invoke(*args, stdin=b"", text=False, cwd=None):
+        data = stdin.encode("utf-8") if isinstance(stdin, str) else stdin
+        capsysbinary.readouterr()  # drop whatever the test printed before
+        with monkeypatch.context() as patch:
+            patch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
+            if cwd is not None:
+                patch.chdir(cwd)
+            try:
+                code = run([str(arg) for arg in args])
+            except Exception:
+                traceback.print_exc()
+                code = 1
+        out, err = capsysbinary.readouterr()
+        return CliResult(code, out.decode("utf-8"), err.decode("utf-8")) if text else CliResult(code, out, err)
+
+    return invoke

@@ -1,4 +1,4 @@
-"""The command line, end to end, as a subprocess."""
+"""The command line, end to end: in this process (the `cli` fixture), and once as `python -m nmtdecode`."""
 
 import json
 import subprocess
@@ -11,30 +11,22 @@ from nmtdecode.config import DecodingConfig
 from nmtdecode.models.loading import load_model
 from nmtdecode.translator import Translator
 
-from .helpers import build_native_model
-
 LINES = ["the house is red .", "", "a dog and a cat sleep in the garden .", "   ", "good morning",
          "thank you", "where is the station ?", "water"]
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return build_native_model(tmp_path_factory.mktemp("native") / "model")
+@pytest.fixture()
+def src_file(lines_file):
+    return lines_file(LINES, "input.txt")
 
 
 @pytest.fixture()
-def src_file(tmp_path):
-    path = tmp_path / "input.txt"
-    path.write_text("\n".join(LINES) + "\n", encoding="utf-8")
-    return path
+def nmtdecode(cli):
+    """`nmtdecode ARGS`, in this process, text in and out."""
+    return lambda *args, stdin="": cli(*args, stdin=stdin, text=True)
 
 
-def nmtdecode(*args, stdin=None):
-    return subprocess.run([sys.executable, "-m", "nmtdecode", *map(str, args)], input=stdin,
-                          capture_output=True, text=True, timeout=300)
-
-
-def test_text_output_one_line_per_input_line(model_dir, src_file):
+def test_text_output_one_line_per_input_line(model_dir, src_file, nmtdecode):
     run = nmtdecode("translate", "--model", model_dir, "--src", src_file, "--quiet")
     assert run.returncode == 0, run.stderr
     out = run.stdout.split("\n")
@@ -43,7 +35,7 @@ def test_text_output_one_line_per_input_line(model_dir, src_file):
     assert all(out[i] for i in (0, 2, 4, 5, 6, 7))  # the model (EOS-biased) still says something
 
 
-def test_config_file_with_override_and_formats_agree(model_dir, src_file, tmp_path):
+def test_config_file_with_override_and_formats_agree(model_dir, src_file, tmp_path, nmtdecode):
     config = tmp_path / "job.yaml"
     config.write_text(yaml.safe_dump({"model": str(model_dir), "beam-size": 4, "n_best": 3, "format": "jsonl",
                                       "quiet": True}))
@@ -67,7 +59,7 @@ def test_config_file_with_override_and_formats_agree(model_dir, src_file, tmp_pa
         assert text[i] == entries[0][1]
 
 
-def test_cli_matches_library(model_dir, src_file):
+def test_cli_matches_library(model_dir, src_file, nmtdecode):
     loaded = load_model(str(model_dir))
     cfg = DecodingConfig(beam_size=3)
     expected = Translator(loaded.model, cfg, loaded.rules).translate_batch([loaded.tokenizer.encode(LINES[0])])
@@ -79,7 +71,7 @@ def test_cli_matches_library(model_dir, src_file):
     assert sum(record["hypotheses"][0]["token_scores"]) == pytest.approx(record["hypotheses"][0]["log_prob"])
 
 
-def test_output_file_and_summary(model_dir, src_file, tmp_path):
+def test_output_file_and_summary(model_dir, src_file, tmp_path, nmtdecode):
     out = tmp_path / "out.txt"
     run = nmtdecode("translate", "--model", model_dir, "--src", src_file, "--output", out, "--beam-size", 2)
     assert run.returncode == 0, run.stderr
@@ -95,7 +87,7 @@ def test_output_file_and_summary(model_dir, src_file, tmp_path):
     ({"length_penalty": "log"}, "length_penalty: 'log' is not one of none, avg, wu"),
     ({"n_best": 6, "beam_size": 5}, "n_best: 6 is greater than beam_size (5)"),
 ])
-def test_bad_config_exits_2_before_loading(content, message, tmp_path):
+def test_bad_config_exits_2_before_loading(content, message, tmp_path, nmtdecode):
     config = tmp_path / "bad.yaml"
     config.write_text(yaml.safe_dump({"model": str(tmp_path / "does-not-exist"), **content}))
     run = nmtdecode("translate", "-c", config, stdin="")
@@ -104,7 +96,7 @@ def test_bad_config_exits_2_before_loading(content, message, tmp_path):
     assert "Traceback" not in run.stderr
 
 
-def test_invalid_yaml_and_missing_model_exit_2(tmp_path):
+def test_invalid_yaml_and_missing_model_exit_2(tmp_path, nmtdecode):
     config = tmp_path / "broken.yaml"
     config.write_text("beam_size: [1\n")
     run = nmtdecode("translate", "-c", config, stdin="")
@@ -113,19 +105,19 @@ def test_invalid_yaml_and_missing_model_exit_2(tmp_path):
     assert run.returncode == 2 and "does not exist" in run.stderr
 
 
-def test_bad_flag_value_exits_2(model_dir):
+def test_bad_flag_value_exits_2(model_dir, nmtdecode):
     run = nmtdecode("translate", "--model", model_dir, "--early-stopping", "maybe", stdin="")
     assert run.returncode == 2 and "maybe" in run.stderr
 
 
-def test_inspect(model_dir):
+def test_inspect(model_dir, nmtdecode):
     run = nmtdecode("inspect", model_dir)
     assert run.returncode == 0, run.stderr
     assert "format:        native" in run.stdout
     assert "vocabulary:    source 48, target 48" in run.stdout
 
 
-def test_score_matches_library(model_dir, tmp_path):
+def test_score_matches_library(model_dir, tmp_path, nmtdecode):
     src, tgt = tmp_path / "s.txt", tmp_path / "t.txt"
     src.write_text("the house is red .\ngood morning\n")
     tgt.write_text("a dog .\nthank you\n")
@@ -136,3 +128,15 @@ def test_score_matches_library(model_dir, tmp_path):
     expected = translator.score([loaded.tokenizer.encode(s) for s in ("the house is red .", "good morning")],
                                 [loaded.tokenizer.encode_target(t) for t in ("a dog .", "thank you")])
     assert [float(x) for x in run.stdout.split()] == pytest.approx(expected, abs=1e-5)
+
+
+@pytest.mark.subprocess
+def test_python_m_nmtdecode_gives_what_the_in_process_run_gives(model_dir, nmtdecode):
+    """Smoke test of the program itself: `python -m nmtdecode translate` as a real process."""
+    args = ["translate", "--model", str(model_dir), "--beam-size", "2", "--quiet"]
+    stdin = "\n".join(LINES) + "\n"
+    process = subprocess.run([sys.executable, "-m", "nmtdecode", *args], input=stdin, capture_output=True,
+                             text=True, timeout=300)
+    assert process.returncode == 0, process.stderr
+    assert len(process.stdout.splitlines()) == len(LINES)
+    assert process.stdout == nmtdecode(*args, stdin=stdin).stdout

@@ -4,9 +4,8 @@ chrF is the one its model card reports."""
 import functools
 import os
 import re
-import subprocess
-import sys
 
+import pytest
 import sacrebleu
 
 from nmtdecode.config import Config
@@ -56,6 +55,7 @@ def card_value(metric: str) -> float:
     return float(match.group(1))
 
 
+@pytest.mark.slow  # 1,000 sentences at beam 5: ~5 s
 def test_heldout_chrf_matches_the_model_card():
     with open(os.path.join(DEMO, "test.en"), encoding="utf-8") as f:
         sources = f.read().splitlines()
@@ -65,12 +65,11 @@ def test_heldout_chrf_matches_the_model_card():
     assert abs(chrf - card_value("chrF")) <= 1.0
 
 
-def test_demo_command_translates_the_sample():
+def test_demo_command_translates_the_sample(cli):
     with open(os.path.join(DEMO, "sample.en"), encoding="utf-8") as f:
         sample = f.read().splitlines()
-    run = subprocess.run([sys.executable, "-m", "nmtdecode", "translate", "-c", "configs/demo.yaml", "--src",
-                          "data/demo/sample.en", "--quiet"], cwd=os.path.dirname(os.path.dirname(DEMO)),
-                         capture_output=True, text=True, timeout=300)
+    run = cli("translate", "-c", "configs/demo.yaml", "--src", "data/demo/sample.en", "--quiet",
+              cwd=os.path.dirname(os.path.dirname(DEMO)), text=True)
     assert run.returncode == 0, run.stderr
     outputs = run.stdout.splitlines()
     assert len(outputs) == len(sample) and all(outputs)

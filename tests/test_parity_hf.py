@@ -207,11 +207,8 @@ def test_pickled_code_in_pytorch_bin_is_never_run(tmp_path, monkeypatch):
 
 
 @pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")
-def test_marian_directory_end_to_end_matches_transformers(tmp_path):
+def test_marian_directory_end_to_end_matches_transformers(tmp_path, cli):
     """A Marian checkpoint with its tokenizer files, through the CLI: same text as transformers."""
-    import subprocess
-    import sys
-
     import sentencepiece as spm
 
     from .helpers import WORDS
@@ -243,12 +240,10 @@ def test_marian_directory_end_to_end_matches_transformers(tmp_path):
     tokenizer.save_pretrained(model_dir)
     batch = tokenizer(lines[:6], return_tensors="pt", padding=True)
     expected = tokenizer.batch_decode(hf.generate(**batch), skip_special_tokens=True)
-    run = subprocess.run([sys.executable, "-m", "nmtdecode", "translate", "--model", str(model_dir), "--quiet"],
-                         input="\n".join(lines[:6]) + "\n", capture_output=True, text=True, timeout=300)
+    run = cli("translate", "--model", model_dir, "--quiet", stdin="\n".join(lines[:6]) + "\n", text=True)
     assert run.returncode == 0, run.stderr
     assert run.stdout.splitlines() == expected
     assert len(set(expected)) > 1
-    inspect = subprocess.run([sys.executable, "-m", "nmtdecode", "inspect", str(model_dir)], capture_output=True,
-                             text=True, timeout=300)
+    inspect = cli("inspect", model_dir, text=True)
     assert "format:        huggingface/marian" in inspect.stdout
     assert "beam_size=3" in inspect.stdout and "max_length=11" in inspect.stdout

@@ -1,5 +1,6 @@
 """Nothing lost: bad input, bad setup, interruption and resume, memory faults, streaming.
-Each case runs the real CLI as a subprocess unless it needs to fake a fault."""
+Each case runs the CLI in this process (the `cli` fixture) unless a real process is the
+point: signals, kill -9, a closed pipe, line-by-line streaming (marked `subprocess`)."""
 
 import json
 import os
@@ -17,21 +18,22 @@ NORMAL = ["the house is red .", "a dog and a cat sleep in the garden .", "good m
           "where is the station ?", "water is cold .", "my friend reads a book ."]
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return build_native_model(tmp_path_factory.mktemp("native") / "model")
+@pytest.fixture()
+def nmtdecode(cli):
+    """`nmtdecode ARGS`, in this process, bytes in and out."""
+    return cli
 
 
-def nmtdecode(*args, stdin=None, **kwargs):
-    return subprocess.run([sys.executable, "-m", "nmtdecode", *map(str, args)], input=stdin, capture_output=True,
-                          timeout=600, **kwargs)
+def command(*args):
+    """The command line of `python -m nmtdecode ARGS`, for tests that need a real process."""
+    return [sys.executable, "-m", "nmtdecode", *map(str, args)]
 
 
 def count_lines(data: bytes) -> int:
     return data.count(b"\n") + (0 if data.endswith(b"\n") or not data else 1)
 
 
-def test_invalid_utf8_stops_with_file_and_line(model_dir, tmp_path):
+def test_invalid_utf8_stops_with_file_and_line(model_dir, tmp_path, nmtdecode):
     src = tmp_path / "in.txt"
     src.write_bytes(b"good morning\nbad \xff\xfe here\nthank you\n")
     run = nmtdecode("translate", "--model", model_dir, "--src", src, "--output", tmp_path / "out.txt")
@@ -41,7 +43,7 @@ def test_invalid_utf8_stops_with_file_and_line(model_dir, tmp_path):
     assert not (tmp_path / "out.txt").exists()
 
 
-def test_invalid_utf8_replaced_and_counted(model_dir, tmp_path):
+def test_invalid_utf8_replaced_and_counted(model_dir, tmp_path, nmtdecode):
     src = tmp_path / "in.txt"
     src.write_bytes(b"good morning\nbad \xff\xfe here\nthank \xc3 you\nwater")
     run = nmtdecode("translate", "--model", model_dir, "--src", src, "--on-invalid-utf8", "replace")
@@ -50,7 +52,7 @@ def test_invalid_utf8_replaced_and_counted(model_dir, tmp_path):
     assert b"2 lines had invalid UTF-8" in run.stderr and b"2 lines with invalid UTF-8 replaced" in run.stderr
 
 
-def test_overlong_lines_are_cut_with_a_warning(model_dir, tmp_path):
+def test_overlong_lines_are_cut_with_a_warning(model_dir, tmp_path, nmtdecode):
     src = tmp_path / "in.txt"
     src.write_text("good morning\n" + "the house is red . " * 200 + "\nthank you\n", encoding="utf-8")
     run = nmtdecode("translate", "--model", model_dir, "--src", src, "--max-src-length", 20)
@@ -61,7 +63,7 @@ def test_overlong_lines_are_cut_with_a_warning(model_dir, tmp_path):
     assert run.returncode == 0 and count_lines(run.stdout) == 3 and b"1 source lines truncated" in run.stderr
 
 
-def test_truncated_weights_exit_1(model_dir, tmp_path):
+def test_truncated_weights_exit_1(model_dir, tmp_path, nmtdecode):
     broken = tmp_path / "broken"
     broken.mkdir()
     for name in os.listdir(model_dir):
@@ -74,14 +76,14 @@ def test_truncated_weights_exit_1(model_dir, tmp_path):
     assert b"Traceback" in debug.stderr
 
 
-def test_vocabulary_mismatch_exit_1(model_dir, tmp_path):
+def test_vocabulary_mismatch_exit_1(model_dir, tmp_path, nmtdecode):
     other = build_native_model(tmp_path / "other", vocab_size=40)
     (other / "spm.model").write_bytes((model_dir / "spm.model").read_bytes())  # 48 pieces for 40 rows
     run = nmtdecode("translate", "--model", other, stdin=b"hello\n")
     assert run.returncode == 1 and b"48 pieces, the model 40" in run.stderr
 
 
-def test_empty_input_gives_empty_output(model_dir, tmp_path):
+def test_empty_input_gives_empty_output(model_dir, tmp_path, nmtdecode):
     for content in (b"", b"\n\n  \n"):
         (tmp_path / "in.txt").write_bytes(content)
         run = nmtdecode("translate", "--model", model_dir, "--src", tmp_path / "in.txt", "--output", tmp_path / "o.txt")
@@ -89,12 +91,12 @@ def test_empty_input_gives_empty_output(model_dir, tmp_path):
         assert (tmp_path / "o.txt").read_bytes() == b"\n" * count_lines(content)
 
 
-def test_not_a_model_directory_exit_2(tmp_path):
+def test_not_a_model_directory_exit_2(tmp_path, nmtdecode):
     run = nmtdecode("translate", "--model", tmp_path, stdin=b"hello\n")
     assert run.returncode == 2 and b"is not a model directory" in run.stderr
 
 
-def test_yaml_is_loaded_safely(tmp_path):
+def test_yaml_is_loaded_safely(tmp_path, nmtdecode):
     config = tmp_path / "evil.yaml"
     config.write_text('beam_size: !!python/object/apply:os.system ["touch PWNED"]\n')
     run = nmtdecode("translate", "-c", config, stdin=b"", cwd=tmp_path)
@@ -102,22 +104,18 @@ def test_yaml_is_loaded_safely(tmp_path):
     assert not (tmp_path / "PWNED").exists()
 
 
-def make_input(path, lines):
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-
-
-def test_resume_after_kill_is_byte_identical(model_dir, tmp_path):
+@pytest.mark.subprocess
+def test_resume_after_kill_is_byte_identical(model_dir, tmp_path, lines_file, nmtdecode):
     rng = random.Random(0)
-    make_input(tmp_path / "in.txt", [rng.choice(NORMAL + [""]) for _ in range(1500)])
-    args = ["translate", "--model", model_dir, "--src", tmp_path / "in.txt", "--beam-size", 3, "--batch-size", 4,
+    src = lines_file([rng.choice(NORMAL + [""]) for _ in range(1500)])
+    args = ["translate", "--model", model_dir, "--src", src, "--beam-size", 3, "--batch-size", 4,
             "--format", "jsonl", "--token-scores", "--quiet"]
     reference = nmtdecode(*args, "--output", tmp_path / "reference.jsonl")
     assert reference.returncode == 0, reference.stderr
 
     out = tmp_path / "out.jsonl"
     progress = tmp_path / "out.jsonl.tmp.progress"
-    proc = subprocess.Popen([sys.executable, "-m", "nmtdecode", *map(str, args), "--output", out],
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(command(*args, "--output", out), stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
     while time.time() < deadline and not (progress.exists() and json.loads(progress.read_text())["lines"] >= 256):
         time.sleep(0.05)
@@ -131,12 +129,13 @@ def test_resume_after_kill_is_byte_identical(model_dir, tmp_path):
     assert not progress.exists() and not (tmp_path / "out.jsonl.tmp").exists()
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_interrupt_exits_cleanly_and_stays_resumable(model_dir, tmp_path, sig, code):
-    make_input(tmp_path / "in.txt", NORMAL * 200)
+def test_interrupt_exits_cleanly_and_stays_resumable(model_dir, tmp_path, lines_file, sig, code, nmtdecode):
+    src = lines_file(NORMAL * 200)
     out = tmp_path / "out.txt"
-    args = ["translate", "--model", model_dir, "--src", tmp_path / "in.txt", "--batch-size", 4, "--output", out]
-    proc = subprocess.Popen([sys.executable, "-m", "nmtdecode", *map(str, args)], stderr=subprocess.PIPE)
+    args = ["translate", "--model", model_dir, "--src", src, "--batch-size", 4, "--output", out]
+    proc = subprocess.Popen(command(*args), stderr=subprocess.PIPE)
     progress = tmp_path / "out.txt.tmp.progress"
     deadline = time.time() + 300
     while time.time() < deadline and not progress.exists():
@@ -150,22 +149,22 @@ def test_interrupt_exits_cleanly_and_stays_resumable(model_dir, tmp_path, sig, c
     assert count_lines(out.read_bytes()) == len(NORMAL) * 200
 
 
-def test_resume_refuses_other_options(model_dir, tmp_path):
-    make_input(tmp_path / "in.txt", NORMAL)
+def test_resume_refuses_other_options(model_dir, tmp_path, lines_file, nmtdecode):
+    src = lines_file(NORMAL)
     out = tmp_path / "out.txt"
     (tmp_path / "out.txt.tmp").write_text("partial\n")
     (tmp_path / "out.txt.tmp.progress").write_text(json.dumps({"lines": 1, "bytes": 8, "signature": "other"}))
-    run = nmtdecode("translate", "--model", model_dir, "--src", tmp_path / "in.txt", "--output", out, "--resume")
+    run = nmtdecode("translate", "--model", model_dir, "--src", src, "--output", out, "--resume")
     assert run.returncode == 2 and b"written with other options" in run.stderr
 
 
-def test_resume_needs_an_output_file(model_dir):
+def test_resume_needs_an_output_file(model_dir, nmtdecode):
     run = nmtdecode("translate", "--model", model_dir, "--resume", stdin=b"hi\n")
     assert run.returncode == 2 and b"needs an output file" in run.stderr
 
 
 @pytest.mark.slow
-def test_ten_thousand_mixed_lines_keep_their_count(model_dir, tmp_path):
+def test_ten_thousand_mixed_lines_keep_their_count(model_dir, tmp_path, nmtdecode):
     rng = random.Random(1)
     kinds = [lambda: b"", lambda: b"   \t", lambda: rng.choice(NORMAL).encode(),
              lambda: b"bad \xff\xfe", lambda: (rng.choice(NORMAL) + " ") .encode() * 60]
@@ -181,7 +180,7 @@ def test_ten_thousand_mixed_lines_keep_their_count(model_dir, tmp_path):
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_random_bytes_never_crash_or_lose_lines(model_dir, seed):
+def test_random_bytes_never_crash_or_lose_lines(model_dir, seed, nmtdecode):
     rng = random.Random(seed)
     alphabet = bytes(range(256))
     data = b"".join(bytes(rng.choice(alphabet) for _ in range(rng.randint(0, 40))) + b"\n" for _ in range(60))
@@ -192,9 +191,10 @@ def test_random_bytes_never_crash_or_lose_lines(model_dir, seed):
     assert count_lines(run.stdout) == count_lines(data)
 
 
+@pytest.mark.subprocess
 def test_stream_answers_each_line_as_it_arrives(model_dir):
-    proc = subprocess.Popen([sys.executable, "-m", "nmtdecode", "translate", "--model", str(model_dir), "--stream",
-                             "--quiet"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(command("translate", "--model", model_dir, "--stream", "--quiet"),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     answers = []
     for line in ("good morning", "", "thank you"):
         proc.stdin.write((line + "\n").encode())
@@ -207,22 +207,23 @@ def test_stream_answers_each_line_as_it_arrives(model_dir):
     assert len(answers) == 3 and answers[1] == b"\n" and all(a.endswith(b"\n") for a in answers)
 
 
-def test_broken_pipe_is_quiet(model_dir, tmp_path):
-    make_input(tmp_path / "in.txt", NORMAL * 300)
-    shell = f"{sys.executable} -m nmtdecode translate --model {model_dir} --src {tmp_path / 'in.txt'} | head -1"
+@pytest.mark.subprocess
+def test_broken_pipe_is_quiet(model_dir, lines_file):
+    src = lines_file(NORMAL * 300)
+    shell = f"{sys.executable} -m nmtdecode translate --model {model_dir} --src {src} | head -1"
     run = subprocess.run(shell, shell=True, capture_output=True, timeout=300)
     assert count_lines(run.stdout) == 1
     assert b"Traceback" not in run.stderr and b"Error" not in run.stderr
 
 
-def test_out_of_memory_splits_the_batch(model_dir, tmp_path, capsys):
+def test_out_of_memory_splits_the_batch(model_dir, tmp_path, lines_file, capsys, monkeypatch):
     """A fake device that fails on batches of more than 2 sentences: same output, with a warning."""
     from nmtdecode.config import Config
     from nmtdecode.run import translate_job
     from nmtdecode.translator import Translator
 
-    make_input(tmp_path / "in.txt", NORMAL)
-    config = Config.from_values({"model": str(model_dir), "src": str(tmp_path / "in.txt"), "quiet": True,
+    src = lines_file(NORMAL)
+    config = Config.from_values({"model": str(model_dir), "src": str(src), "quiet": True,
                                  "output": str(tmp_path / "plain.txt"), "batch_size": 8})
     translate_job(config)
     original = Translator.translate_batch
@@ -232,23 +233,20 @@ def test_out_of_memory_splits_the_batch(model_dir, tmp_path, capsys):
             raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
         return original(self, sources)
 
-    Translator.translate_batch = fragile
-    try:
-        config.io.output = str(tmp_path / "split.txt")
-        translate_job(config)
-    finally:
-        Translator.translate_batch = original
+    monkeypatch.setattr(Translator, "translate_batch", fragile)
+    config.io.output = str(tmp_path / "split.txt")
+    translate_job(config)
     assert (tmp_path / "split.txt").read_text() == (tmp_path / "plain.txt").read_text()
     assert "retrying it in halves" in capsys.readouterr().err
 
 
-def test_out_of_memory_on_one_sentence_names_the_line(model_dir, tmp_path):
+def test_out_of_memory_on_one_sentence_names_the_line(model_dir, tmp_path, lines_file, monkeypatch):
     from nmtdecode.config import Config
     from nmtdecode.run import translate_job
     from nmtdecode.translator import Translator
 
-    make_input(tmp_path / "in.txt", NORMAL[:3])
-    config = Config.from_values({"model": str(model_dir), "src": str(tmp_path / "in.txt"), "quiet": True,
+    src = lines_file(NORMAL[:3])
+    config = Config.from_values({"model": str(model_dir), "src": str(src), "quiet": True,
                                  "output": str(tmp_path / "out.txt")})
     original = Translator.translate_batch
 
@@ -257,9 +255,6 @@ def test_out_of_memory_on_one_sentence_names_the_line(model_dir, tmp_path):
             raise RuntimeError("CUDA out of memory")
         return original(self, sources)
 
-    Translator.translate_batch = hopeless
-    try:
-        with pytest.raises(RuntimeError, match="out of memory on input line 2, even alone"):
-            translate_job(config)
-    finally:
-        Translator.translate_batch = original
+    monkeypatch.setattr(Translator, "translate_batch", hopeless)
+    with pytest.raises(RuntimeError, match="out of memory on input line 2, even alone"):
+        translate_job(config)
