@@ -36,6 +36,7 @@ def imported_after(statement: str) -> list[str]:
     return json.loads(run.stdout.splitlines()[-1])
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("module", LAYER)
 def test_loading_a_checkpoint_imports_nothing_above_the_loading_layer(module):
     modules = imported_after(f"import {module}")
@@ -43,6 +44,7 @@ def test_loading_a_checkpoint_imports_nothing_above_the_loading_layer(module):
     assert not [m for m in modules if m.startswith(ABOVE_LOADING)]
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("first", ["", "import nmtdecode.models.formats.native; ",
                                    "import nmtdecode.models.formats.huggingface; "])
 def test_loading_imports_the_formats_at_the_top_without_a_cycle(first):
