@@ -66,8 +66,9 @@ RUN_OPTIONS = [
             help="int8: dynamic int8 quantization of the linear layers (CPU)."),
     _option("--threads", key="threads", type=int, help="CPU threads (torch.set_num_threads)."),
     _option("--quiet", "-q", key="quiet", flag=True, help="No progress bar or summary on stderr."),
-    _option("--debug", key="debug", flag=True, help="Show tracebacks on errors."),
 ]
+# Command line only (not a config key): `run` looks for it before anything is parsed.
+DEBUG = click.option("--debug", is_flag=True, help="Show tracebacks on errors (command line only).")
 
 
 def _apply(options):
@@ -93,7 +94,8 @@ def cli():
 @cli.command()
 @click.option("--config", "-c", "config_file", type=click.Path(dir_okay=False), help="YAML file of options.")
 @_apply(RUN_OPTIONS + DECODING_OPTIONS)
-def translate(config_file, **flags):
+@DEBUG
+def translate(config_file, debug, **flags):
     """Translate text files or stdin, one output entry per input line, in input order.
 
     \b
@@ -111,7 +113,8 @@ def translate(config_file, **flags):
 @click.option("--src", "-s", required=True, help="Source file, one sentence per line.")
 @click.option("--tgt", "-t", required=True, help="Target file, aligned with --src.")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
-def score(model, src, tgt, device):
+@DEBUG
+def score(model, src, tgt, device, debug):
     """Forced decoding: the total log-probability of each target line given its source."""
     from .run import score_job
 
@@ -120,7 +123,8 @@ def score(model, src, tgt, device):
 
 @cli.command()
 @click.argument("path")
-def inspect(path):
+@DEBUG
+def inspect(path, debug):
     """Show a model's format, architecture, vocabulary, size and decoding defaults."""
     from .models.inspect import describe
 

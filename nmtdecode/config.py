@@ -83,7 +83,6 @@ class RuntimeConfig:
     quantize: str = "none"
     threads: int | None = None
     quiet: bool = False
-    debug: bool = False
 
     def validate(self):
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):

@@ -82,6 +82,7 @@ def test_output_file_and_summary(model_dir, src_file, tmp_path, nmtdecode):
 
 @pytest.mark.parametrize("content, message", [
     ({"beam_sise": 4}, "unknown option 'beam_sise'"),
+    ({"debug": True}, "unknown option 'debug'"),  # --debug is for the command line only
     ({"beam_size": 0}, "beam_size: must be >= 1"),
     ({"beam_size": "five"}, "beam_size: expected int"),
     ({"length_penalty": "log"}, "length_penalty: 'log' is not one of none, avg, wu"),
