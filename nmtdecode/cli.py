@@ -39,7 +39,7 @@ DECODING_OPTIONS = [
     _option("--length-penalty", key="length_penalty", type=click.Choice(["none", "avg", "wu"]),
             help="Score normalisation: none, avg (total/len^alpha), wu (GNMT)."),
     _option("--alpha", key="alpha", type=float, help="Length penalty strength."),
-    _option("--early-stopping", key="early_stopping", type=click.Choice(["true", "false", "never"]),
+    _option("--early-stopping", key="early_stopping", type=click.Choice(["top", "true", "false", "never"]),
             help="When a sentence stops (Hugging Face semantics)."),
     _option("--no-repeat-ngram-size", key="no_repeat_ngram_size", type=int,
             help="Never repeat an n-gram of this size (0: off)."),
@@ -64,6 +64,9 @@ RUN_OPTIONS = [
     _option("--dtype", key="dtype", type=click.Choice(["float32", "float16", "bfloat16"]), help="Compute precision."),
     _option("--quantize", key="quantize", type=click.Choice(["none", "int8"]),
             help="int8: dynamic int8 quantization of the linear layers (CPU)."),
+    _option("--gemm", key="gemm", type=click.Choice(["auto", "onednn", "torch"]),
+            help="CPU matrix products: oneDNN with prepacked weights, torch's linear (MKL on x86), "
+                 "or auto: the faster on this machine, measured once and remembered."),
     _option("--threads", key="threads", type=int, help="CPU threads (torch.set_num_threads)."),
     _option("--quiet", "-q", key="quiet", flag=True, help="No progress bar or summary on stderr."),
 ]

@@ -42,7 +42,7 @@ class DecodingConfig:
     min_length: int = 0
     length_penalty: str = "avg"
     alpha: float = 1.0
-    early_stopping: str = "false"
+    early_stopping: str = "top"
     no_repeat_ngram_size: int = 0
     ban_unk: bool = False
     src_lang: str | None = None
@@ -60,7 +60,7 @@ class DecodingConfig:
         if self.min_length > self.max_length:
             raise ConfigError(f"min_length: {self.min_length} is greater than max_length ({self.max_length})")
         _check_choice("length_penalty", self.length_penalty, ["none", "avg", "wu"])
-        _check_choice("early_stopping", self.early_stopping, ["true", "false", "never"])
+        _check_choice("early_stopping", self.early_stopping, ["top", "true", "false", "never"])
         _check_min("no_repeat_ngram_size", self.no_repeat_ngram_size, 0)
 
 
@@ -81,6 +81,7 @@ class RuntimeConfig:
     device: str = "auto"
     dtype: str = "float32"
     quantize: str = "none"
+    gemm: str = "auto"
     threads: int | None = None
     quiet: bool = False
 
@@ -91,6 +92,7 @@ class RuntimeConfig:
         _check_choice("quantize", self.quantize, ["none", "int8"])
         if self.quantize == "int8" and self.dtype != "float32":
             raise ConfigError("quantize: int8 works with --dtype float32 (activations stay float32)")
+        _check_choice("gemm", self.gemm, ["auto", "onednn", "torch"])
         _check_min("threads", self.threads, 1)
 
 

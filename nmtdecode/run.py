@@ -22,6 +22,7 @@ from .config import Config, ConfigError, RuntimeConfig
 from .io import Example, LineReader, OrderedWriter, OutputFile, Result, chunk_size, chunks, cut, read_lines
 from .models.checkpoint import LoadedModel
 from .models.loading import load_model
+from .models.gemm import apply_backend, choose_backend
 from .models.quantize import quantize_int8
 from .search.base import Hypothesis
 from .translator import Translator
@@ -69,11 +70,15 @@ def prepare(config: Config) -> tuple[Config, LoadedModel, Translator]:
         raise ConfigError("model: no model given (--model PATH or `model:` in the config file)")
     loaded = load_model(config.io.model)
     config = config.with_model_defaults(loaded.defaults)
-    loaded.model.to(device=device, dtype=DTYPES[config.runtime.dtype])
+    dtype = DTYPES[config.runtime.dtype]
+    loaded.model.to(device=device, dtype=dtype)
     if config.runtime.quantize == "int8":
         if device.type != "cpu":
             raise ConfigError("quantize: int8 is for CPU decoding; on CUDA use --dtype float16 or bfloat16")
         quantize_int8(loaded.model)
+    else:
+        loaded.gemm = choose_backend(loaded.model, config.runtime.gemm, device, dtype)
+        apply_backend(loaded.model, loaded.gemm)
     rules = loaded.rules_for(config.decoding.src_lang, config.decoding.tgt_lang)
     return config, loaded, Translator(loaded.model, config.decoding, rules)
 

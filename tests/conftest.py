@@ -8,6 +8,7 @@ one `python -m nmtdecode` smoke test) are marked `subprocess`.
 
 import io
 import os
+import tempfile
 import sys
 import traceback
 from dataclasses import dataclass
@@ -20,6 +21,8 @@ from nmtdecode.cli import run
 # The test models are tiny: threads only add synchronisation, which on a busy machine costs
 # more than the work itself. Subprocesses (the CLI tests) inherit the variable.
 os.environ["OMP_NUM_THREADS"] = "1"
+# Per-machine measurements (models/gemm.py) go to a fresh folder, not the user's cache.
+os.environ["NMTDECODE_CACHE"] = tempfile.mkdtemp(prefix="nmtdecode-test-cache-")
 torch.set_num_threads(1)
 
 

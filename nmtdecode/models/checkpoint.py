@@ -42,6 +42,7 @@ class LoadedModel:
     path: str
     rules: ModelRules = field(default_factory=ModelRules)
     defaults: dict = field(default_factory=dict)  # decoding defaults shipped with the model
+    gemm: str = "torch"  # how the CPU runs its linear layers (models/gemm.py), chosen by run.prepare
 
     def rules_for(self, src_lang: str | None, tgt_lang: str | None) -> ModelRules:
         """Set the languages on the tokenizer; the model's rules, with the target-language

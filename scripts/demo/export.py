@@ -42,38 +42,44 @@ def export(model, scratch: Path, model_dir: Path):
     return size
 
 
-def translate(model_dir: Path, src: Path, beam_size: int, threads: int) -> list[str]:
+def translate(model_dir: Path, src: Path, beam_size: int, threads: int, *options: str) -> list[str]:
     """Run the project's decoder exactly as a user would (the `nmtdecode translate` CLI)."""
     import subprocess
 
     command = [sys.executable, "-m", "nmtdecode", "translate", "--model", str(model_dir), "--src", str(src),
-               "--beam-size", str(beam_size), "--threads", str(threads), "--quiet"]
+               "--beam-size", str(beam_size), "--threads", str(threads), "--quiet", *options]
     result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, encoding="utf-8")
     if result.returncode != 0:
         raise SystemExit(f"nmtdecode translate failed ({result.returncode}): {result.stderr.strip()}")
     return result.stdout.split("\n")[:-1]
 
 
-def evaluate(args, scratch: Path, model_dir: Path) -> tuple[dict, list[str], list[str], dict]:
-    """Stage 5b: BLEU and chrF of beam-5 output on the held-out test split."""
+def scores(sources, hyps, refs, accepted) -> dict:
     import sacrebleu
 
-    shutil.copyfile(scratch / "test.en", model_dir / "test.en")
-    shutil.copyfile(scratch / "test.de", model_dir / "test.de")
-    sources, refs = read_lines(model_dir / "test.en"), read_lines(model_dir / "test.de")
-    started = time.monotonic()
-    hyps = translate(model_dir, model_dir / "test.en", 5, args.threads)
-    seconds = time.monotonic() - started
-    write_lines(scratch / "test.hyp.de", hyps)
-    with open(scratch / "accepted.json", encoding="utf-8") as f:
-        accepted = json.load(f)
-    metrics = {
+    return {
         "bleu": round(sacrebleu.corpus_bleu(hyps, [refs]).score, 1),
         "chrf": round(sacrebleu.corpus_chrf(hyps, [refs]).score, 1),
         "exact": round(100 * sum(h == r for h, r in zip(hyps, refs)) / len(refs), 1),
         "accepted": round(100 * sum(h in accepted[s] for s, h in zip(sources, hyps)) / len(refs), 1),
-        "decode_seconds": round(seconds, 1),
     }
+
+
+def evaluate(args, scratch: Path, model_dir: Path) -> tuple[dict, list[str], list[str], dict]:
+    """Stage 5b: BLEU and chrF of beam-5 output on the held-out test split, with the decoder's
+    defaults (stop rule `top`) and, for comparison, with `--early-stopping false`."""
+    shutil.copyfile(scratch / "test.en", model_dir / "test.en")
+    shutil.copyfile(scratch / "test.de", model_dir / "test.de")
+    sources, refs = read_lines(model_dir / "test.en"), read_lines(model_dir / "test.de")
+    with open(scratch / "accepted.json", encoding="utf-8") as f:
+        accepted = json.load(f)
+    started = time.monotonic()
+    hyps = translate(model_dir, model_dir / "test.en", 5, args.threads)
+    seconds = time.monotonic() - started
+    write_lines(scratch / "test.hyp.de", hyps)
+    metrics = {**scores(sources, hyps, refs, accepted), "decode_seconds": round(seconds, 1)}
+    searched_on = translate(model_dir, model_dir / "test.en", 5, args.threads, "--early-stopping", "false")
+    metrics["false"] = scores(sources, searched_on, refs, accepted)
     log(f"test (beam 5): {metrics}")
     return metrics, sources, hyps, accepted
 

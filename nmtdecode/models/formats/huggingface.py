@@ -194,8 +194,8 @@ def generation_settings(gen: dict, cfg: TransformerConfig) -> tuple[dict, ModelR
         defaults.update(length_penalty="avg", alpha=float(gen["length_penalty"]))
     if gen.get("no_repeat_ngram_size"):
         defaults["no_repeat_ngram_size"] = gen["no_repeat_ngram_size"]
-    if "early_stopping" in gen:
-        defaults["early_stopping"] = str(gen["early_stopping"]).lower()
+    # transformers' own default is early_stopping=False; ours (`top`) is not theirs, so it is always set
+    defaults["early_stopping"] = str(gen.get("early_stopping", False)).lower()
     banned = []
     for sequence in gen.get("bad_words_ids") or []:
         if len(sequence) != 1:

@@ -1,0 +1,134 @@
+"""CPU matrix-product backends (models/gemm.py): oneDNN's prepacked products compute what
+`nn.Linear` computes, and `auto` measures once per machine and remembers."""
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from nmtdecode.config import DecodingConfig
+from nmtdecode.models import gemm
+from nmtdecode.translator import Translator
+
+from .helpers import random_sources, tiny_transformer
+
+needs_onednn = pytest.mark.skipif(not gemm.onednn_available(), reason="this torch build has no oneDNN linear")
+
+
+@needs_onednn
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("shape", [(1, 32), (7, 32), (3, 5, 32)])
+def test_packed_linear_equals_linear_in_float32(shape, bias):
+    torch.manual_seed(0)
+    linear = nn.Linear(32, 48, bias=bias)
+    x = torch.randn(*shape, 32)
+    with torch.inference_mode():
+        expected = linear(x)
+        got = gemm.PackedLinear(linear)(x)
+    assert got.shape == expected.shape
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@needs_onednn
+def test_packed_linear_in_bfloat16_rounds_like_bfloat16():
+    torch.manual_seed(0)
+    linear = nn.Linear(64, 96).to(torch.bfloat16)
+    x = torch.randn(10, 64).to(torch.bfloat16)
+    with torch.inference_mode():
+        exact = nn.functional.linear(x.float(), linear.weight.float(), linear.bias.float())
+        got = gemm.PackedLinear(linear)(x)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), exact, rtol=2e-2, atol=5e-2)  # bfloat16 keeps 8 bits of mantissa
+
+
+@needs_onednn
+def test_onednn_model_decodes_like_the_plain_model():
+    plain = tiny_transformer(2, vocab=24, eos_bias=0.8)
+    packed = gemm.use_onednn(tiny_transformer(2, vocab=24, eos_bias=0.8))
+    assert not any(type(m) is nn.Linear for m in packed.modules())
+    assert sum(isinstance(m, gemm.PackedLinear) for m in packed.modules()) == sum(gemm.linear_shapes(plain).values())
+    src = torch.tensor(random_sources(3, 24, seed=2, min_len=6, max_len=6))
+    mask = torch.ones_like(src, dtype=torch.bool)
+    tgt = torch.randint(4, 24, (3, 5))
+    with torch.inference_mode():
+        torch.testing.assert_close(packed(src, mask, tgt), plain(src, mask, tgt), rtol=1e-5, atol=1e-5)
+    sources = random_sources(12, 24, seed=3)
+    cfg = DecodingConfig(beam_size=4, n_best=4, max_length=20)
+    expected = Translator(plain, cfg).translate_batch(sources)
+    got = Translator(packed, cfg).translate_batch(sources)
+    assert [[h.tokens for h in n] for n in got] == [[h.tokens for h in n] for n in expected]
+
+
+def test_backend_is_torch_off_the_cpu_for_float16_or_without_onednn(monkeypatch):
+    model = tiny_transformer(0)
+    assert gemm.choose_backend(model, "onednn", torch.device("cuda"), torch.float32) == "torch"
+    assert gemm.choose_backend(model, "onednn", torch.device("cpu"), torch.float16) == "torch"
+    monkeypatch.setattr(gemm, "onednn_available", lambda: False)
+    assert gemm.choose_backend(model, "onednn", torch.device("cpu"), torch.float32) == "torch"
+    assert gemm.choose_backend(model, "auto", torch.device("cpu"), torch.float32) == "torch"
+
+
+@needs_onednn
+@pytest.mark.parametrize("requested", ["onednn", "torch"])
+def test_a_forced_backend_is_used_without_measuring(requested, monkeypatch):
+    monkeypatch.setattr(gemm, "measure", lambda *a: pytest.fail("measured although the backend was forced"))
+    assert gemm.choose_backend(tiny_transformer(0), requested, torch.device("cpu"), torch.float32) == requested
+
+
+@needs_onednn
+def test_auto_measures_once_per_machine_and_remembers(tmp_path, monkeypatch):
+    monkeypatch.setenv("NMTDECODE_CACHE", str(tmp_path / "cache"))
+    calls = []
+
+    def fake_measure(shapes, dtype):
+        calls.append(dict(shapes))
+        return {"torch": 2.0, "onednn": 1.0}
+
+    monkeypatch.setattr(gemm, "measure", fake_measure)
+    model = tiny_transformer(0)
+    assert gemm.choose_backend(model, "auto", torch.device("cpu"), torch.float32) == "onednn"
+    assert gemm.choose_backend(model, "auto", torch.device("cpu"), torch.float32) == "onednn"
+    assert calls == [gemm.linear_shapes(model)]  # measured once, on the model's own shapes
+    [entry] = json.loads((tmp_path / "cache" / "gemm.json").read_text()).values()
+    assert entry == {"backend": "onednn", "seconds": {"torch": 2.0, "onednn": 1.0}}
+    gemm.choose_backend(model, "auto", torch.device("cpu"), torch.bfloat16)
+    assert len(calls) == 2  # another precision is another measurement
+
+
+@needs_onednn
+def test_auto_survives_a_corrupt_or_unwritable_cache(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "gemm.json").write_text("{not json")
+    monkeypatch.setenv("NMTDECODE_CACHE", str(cache))
+    monkeypatch.setattr(gemm, "measure", lambda shapes, dtype: {"torch": 1.0, "onednn": 3.0})
+    assert gemm.choose_backend(tiny_transformer(0), "auto", torch.device("cpu"), torch.float32) == "torch"
+    assert json.loads((cache / "gemm.json").read_text())  # rewritten as valid JSON
+    blocked = tmp_path / "file"
+    blocked.write_text("")  # a file where the cache directory should be: nothing can be written
+    monkeypatch.setenv("NMTDECODE_CACHE", str(blocked / "cache"))
+    assert gemm.choose_backend(tiny_transformer(0), "auto", torch.device("cpu"), torch.float32) == "torch"
+
+
+@needs_onednn
+def test_measure_times_both_backends_on_every_shape():
+    seconds = gemm.measure({(48, 32): 2, (32, 48): 1}, torch.float32)
+    assert set(seconds) == {"torch", "onednn"} and all(s > 0 for s in seconds.values())
+
+
+def test_cpu_description_names_a_vendor_or_machine():
+    assert gemm.cpu_description().strip()
+
+
+@needs_onednn
+def test_cli_backends_give_the_same_output(cli, model_dir, lines_file):
+    src = lines_file(["the house is red .", "good morning", "where is the station ?"])
+    outputs = {}
+    for backend in ("onednn", "torch"):
+        run = cli("translate", "--model", model_dir, "--src", src, "--gemm", backend, "--format", "jsonl", "--quiet")
+        assert run.returncode == 0, run.stderr
+        outputs[backend] = [[h["text"] for h in json.loads(line)["hypotheses"]] for line in run.stdout.splitlines()]
+    assert outputs["onednn"] == outputs["torch"]
+    bad = cli("translate", "--model", model_dir, "--gemm", "blas", stdin=b"")
+    assert bad.returncode == 2 and b"blas" in bad.stderr
