@@ -162,3 +162,42 @@ def to_transformers(model: Transformer, path: str) -> str:
         raise ValueError(f"Blenderbot export: missing {left}, unexpected {unexpected}")
     hf.save_pretrained(path)
     return path
+
+
+def to_marian(model: Transformer, path: str) -> str:
+    """A post-norm native model (scripts/train_demo.py --architecture marian) as a Hugging Face
+    Marian checkpoint: the inverse of nmtdecode's own Marian mapping (formats/huggingface.py)."""
+    import transformers
+
+    from nmtdecode.models.formats.huggingface import weight_map
+
+    cfg = model.cfg
+    if cfg.pre_norm or cfg.encoder_final_norm or cfg.positions != "sinusoidal" or cfg.share_embeddings:
+        raise ValueError("to_marian handles post-norm models with Marian's sinusoids and separate vocabularies")
+    config = transformers.MarianConfig(
+        vocab_size=cfg.src_vocab_size, decoder_vocab_size=cfg.tgt_vocab_size, share_encoder_decoder_embeddings=False,
+        d_model=cfg.d_model, encoder_layers=cfg.encoder_layers, decoder_layers=cfg.decoder_layers,
+        encoder_attention_heads=cfg.heads, decoder_attention_heads=cfg.heads, encoder_ffn_dim=cfg.ffn_dim,
+        decoder_ffn_dim=cfg.ffn_dim, max_position_embeddings=cfg.max_positions,
+        activation_function={"silu": "swish", "gelu_tanh": "gelu_new"}.get(cfg.activation, cfg.activation),
+        scale_embedding=cfg.embed_scale != 1.0, pad_token_id=cfg.pad_id, bos_token_id=cfg.bos_id,
+        eos_token_id=cfg.eos_id, decoder_start_token_id=cfg.decoder_start_id, forced_eos_token_id=None,
+        tie_word_embeddings=cfg.tie_output, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
+    hf = transformers.MarianMTModel(config).eval()
+    ours = {k: v.detach().float() for k, v in model.state_dict().items()}
+    theirs = {}
+    for name, sources in weight_map(cfg).items():
+        if name.endswith("tokens.weight"):
+            theirs[sources[0]] = ours[name]  # the side's own matrix (not model.shared)
+        else:
+            theirs.update(zip(sources, ours[name].chunk(len(sources))))  # fused projections, split again
+    theirs["final_logits_bias"] = (ours["output.bias"] if "output.bias" in ours
+                                   else torch.zeros(cfg.tgt_vocab_size))[None, :]
+    missing, unexpected = hf.load_state_dict(theirs, strict=False)
+    left = [m for m in missing if "embed_positions" not in m and m not in ("lm_head.weight", "model.shared.weight")]
+    if left or unexpected:
+        raise ValueError(f"Marian export: missing {left}, unexpected {unexpected}")
+    hf.generation_config = transformers.GenerationConfig(decoder_start_token_id=cfg.decoder_start_id,
+                                                         eos_token_id=cfg.eos_id, pad_token_id=cfg.pad_id)
+    hf.save_pretrained(path)
+    return path

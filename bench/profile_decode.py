@@ -20,7 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-MATMULS = ("aten::addmm", "aten::mm", "aten::bmm", "aten::matmul", "aten::linear", "aten::baddbmm",
+MATMULS = ("mkldnn::_linear_pointwise", "aten::addmm", "aten::mm", "aten::bmm", "aten::matmul", "aten::linear", "aten::baddbmm",
            "quantized::linear_dynamic", "aten::_scaled_dot_product_flash_attention_for_cpu")
 
 
@@ -29,6 +29,7 @@ def main():
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--int8", action="store_true", help="profile the --quantize int8 model")
+    parser.add_argument("--gemm", default="auto", choices=["auto", "onednn", "torch"], help="CPU matrix products")
     parser.add_argument("--rows", type=int, default=15, help="operators to list")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -38,6 +39,7 @@ def main():
     from nmtdecode.config import Config
     from nmtdecode.models.checkpoint import read_json
     from nmtdecode.models.formats.huggingface import load_network
+    from nmtdecode.models.gemm import apply_backend, choose_backend, cpu_description
     from nmtdecode.models.quantize import quantize_int8
     from nmtdecode.translator import Translator
 
@@ -45,6 +47,10 @@ def main():
     model, _, rules = load_network(dirs["native"], read_json(os.path.join(dirs["native"], "config.json")))
     if args.int8:
         quantize_int8(model)
+    else:
+        backend = choose_backend(model, args.gemm, torch.device("cpu"), torch.float32)
+        apply_backend(model, backend)
+        print(f"gemm: {backend} ({cpu_description()})")
     decoding = Config.from_values({"beam_size": args.beam, "min_length": 32, "max_length": 32,
                                    "length_penalty": "avg", "alpha": 1.0}).decoding
     translator = Translator(model, decoding, rules)

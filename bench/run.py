@@ -1,15 +1,27 @@
-"""Speed benchmark: nmtdecode against transformers `generate` and CTranslate2, in one run.
+"""Speed benchmark: nmtdecode against CTranslate2 and `transformers` `generate`, in one run.
 
     make bench                     # or: python bench/run.py [--quick] [--threads 2] [--repeat 3]
 
-Two models, each converted to every system (bench/convert.py):
-  marian-base  Transformer-base shaped Marian with seeded random weights; every
-               hypothesis is forced to the same length (EOS banned until then), so all
-               systems do the same work;
-  demo         the bundled English->German model on its held-out test set, natural lengths.
-Beam 1 and 5, batch 32, float32 and int8, on CPU with --threads threads. Each
-measurement runs in its own process (bench/worker.py) so peak memory is its own.
-Prints one table and writes it to bench/results.md.
+Models, each converted to every system (bench/convert.py):
+  marian-base    Transformer-base shaped Marian with seeded random weights; every hypothesis
+                 is forced to 32 tokens (EOS banned until then), so all systems do the same work;
+  demo           the bundled English->German model on its 1,000 held-out test lines, natural lengths;
+  marian-demo    a Hugging Face Marian checkpoint trained by the demo recipe
+                 (`scripts/train_demo.py --architecture marian`, see MARIAN_DEMO), same test
+                 lines, natural lengths; skipped with a note when it has not been trained.
+Beam 1 and 5, batches of 32 cut from the length-sorted input, float32, int8 and bfloat16, on
+CPU with --threads threads. Each measurement runs in its own process (bench/worker.py), so
+peak memory is its own; systems are interleaved and the fastest of --repeat runs is kept.
+
+Which rows are compared: nmtdecode with its defaults (stop rule `top`, average length
+penalty) against CTranslate2 with its defaults, in float32 and int8; nmtdecode with
+Hugging Face's stop rule (`--early-stopping false`) against `transformers`; and, on the
+natural-length models, both with the `top` rule and no length penalty (CTranslate2 applies
+its early exit only then), where the outputs should agree.
+
+Also the whole command-line job on the demo test set (process start, model load, reading,
+decoding, writing) and peak memory against input size. Writes bench/results.md
+(bench/out/results-quick.md with --quick).
 """
 
 from __future__ import annotations
@@ -17,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -29,10 +40,44 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 
-from convert import VOCAB_BASE, marian_base, to_ctranslate2, to_transformers, token_strings  # noqa: E402
+from convert import VOCAB_BASE, marian_base, to_ctranslate2, to_marian, to_transformers, token_strings  # noqa: E402
+from report import machine_lines, write_results  # noqa: E402
 
 OUT = os.path.join(HERE, "out")
-SYSTEMS = ["nmtdecode", "transformers", "ctranslate2", "nmtdecode-int8", "ctranslate2-int8", "nmtdecode-bf16"]
+MARIAN_DEMO = os.path.join(OUT, "marian-demo-native")
+MARIAN_DEMO_RECIPE = ("python scripts/train_demo.py --architecture marian --minutes 50 --max-steps 4000 "
+                      "--scratch scripts/out/marian --model-dir bench/out/marian-demo-native")
+
+# (label, system, worker options, label of the row it is compared with)
+COMPARED = [
+    ("nmtdecode", "nmtdecode", {}, None),
+    ("nmtdecode --gemm torch", "nmtdecode", {"gemm": "torch"}, "nmtdecode"),
+    ("ctranslate2", "ctranslate2", {}, "nmtdecode"),
+    ("nmtdecode int8", "nmtdecode", {"precision": "int8"}, None),
+    ("ctranslate2 int8", "ctranslate2", {"precision": "int8"}, "nmtdecode int8"),
+    ("nmtdecode bf16", "nmtdecode", {"precision": "bfloat16"}, "nmtdecode"),
+    ("nmtdecode --early-stopping false", "nmtdecode", {"rule": "false"}, None),
+    ("transformers", "transformers", {}, "nmtdecode --early-stopping false"),
+]
+SAME_RULE = [  # natural lengths, beam > 1: the `top` rule on both sides
+    ("nmtdecode top, no length penalty", "nmtdecode", {"length_penalty": 0.0}, None),
+    ("ctranslate2 length_penalty 0", "ctranslate2", {"length_penalty": 0.0}, "nmtdecode top, no length penalty"),
+]
+
+
+def rows_for(beam: int, natural: bool):
+    if beam == 1:  # greedy: no stop rule or length penalty to tell apart
+        rows = [r for r in COMPARED if "early-stopping" not in r[0]]
+        return [(lab, sys_, opt, "nmtdecode" if lab == "transformers" else ref) for lab, sys_, opt, ref in rows]
+    return COMPARED + (SAME_RULE if natural else [])
+
+
+def sorted_task(sources, **task):
+    """Sources sorted by length (then cut into batches of 32 in that order, for every system):
+    what the nmtdecode CLI and CTranslate2 (which sorts a long input itself) do, so no system
+    gets tighter batches. Returns the task and the order (to sort references alike)."""
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+    return {**task, "sources": [sources[i] for i in order]}, order
 
 
 def prepare_marian(n_sentences: int):
@@ -48,106 +93,87 @@ def prepare_marian(n_sentences: int):
     g = torch.Generator().manual_seed(1)
     sources = [torch.randint(2, VOCAB_BASE - 1, (int(torch.randint(10, 40, (1,), generator=g)),),
                              generator=g).tolist() + [0] for _ in range(n_sentences)]
-    task = {"format": "huggingface", "sources": sources, "tokens": tokens, "max_length": 256,
-            "banned": [VOCAB_BASE - 1]}
-    return {"native": hf_dir, "transformers": hf_dir, "ctranslate2": ct2_dir}, task
+    task, _ = sorted_task(sources, format="huggingface", tokens=tokens, max_length=256, banned=[VOCAB_BASE - 1])
+    return {"nmtdecode": hf_dir, "transformers": hf_dir, "ctranslate2": ct2_dir}, task
 
 
-def prepare_demo(n_sentences: int, demo: str):
+def test_lines(demo_dir: str, n: int):
+    with open(os.path.join(demo_dir, "test.en"), encoding="utf-8") as f:
+        sources = [line.rstrip("\n") for line in f][:n]
+    with open(os.path.join(demo_dir, "test.de"), encoding="utf-8") as f:
+        references = [line.rstrip("\n") for line in f][:n]
+    return sources, references
+
+
+def prepare_natural(name: str, n: int, demo: str):
+    """demo or marian-demo: directories per system, the task, the loaded model, references."""
     from nmtdecode.models.loading import load_model
 
-    loaded = load_model(demo)
+    native_dir = demo if name == "demo" else MARIAN_DEMO
+    loaded = load_model(native_dir)
     sp = loaded.tokenizer.target
     tokens = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
-    hf_dir, ct2_dir = os.path.join(OUT, "demo-hf"), os.path.join(OUT, "demo-ct2")
-    to_transformers(loaded.model, hf_dir)  # converted every run: the demo model may have been retrained
+    hf_dir, ct2_dir = os.path.join(OUT, f"{name}-hf"), os.path.join(OUT, f"{name}-ct2")
+    (to_transformers if name == "demo" else to_marian)(loaded.model, hf_dir)  # rebuilt: the model may be new
     to_ctranslate2(loaded.model, tokens, ct2_dir)
-    with open(os.path.join(demo, "test.en"), encoding="utf-8") as f:
-        lines = [line.rstrip("\n") for line in f][:n_sentences]
-    task = {"format": "native", "sources": [loaded.tokenizer.encode(line) for line in lines], "tokens": tokens,
-            "max_length": 64, "banned": list(loaded.rules.banned_ids)}
-    return {"native": demo, "transformers": hf_dir, "ctranslate2": ct2_dir}, task, loaded
+    lines, references = test_lines(demo, n)
+    task, order = sorted_task([loaded.tokenizer.encode(line) for line in lines], format="native", tokens=tokens,
+                              max_length=64, banned=list(loaded.rules.banned_ids))
+    dirs = {"nmtdecode": native_dir, "transformers": hf_dir, "ctranslate2": ct2_dir}
+    return dirs, task, loaded, [references[i] for i in order]
 
 
-def measure(system, model_dir, task_file, beam, threads, fixed_length=0):
+def measure(system, model_dir, task_file, beam, threads, options, fixed_length=0):
     cmd = [sys.executable, os.path.join(HERE, "worker.py"), system, model_dir, task_file, "--beam", str(beam),
            "--threads", str(threads), "--batch", "32"]
+    cmd += [f"--{key.replace('_', '-')}={value}" for key, value in options.items()]
     if fixed_length:
         cmd += ["--fixed-length", str(fixed_length)]
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS=str(threads))
     run = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if run.returncode != 0:
-        raise RuntimeError(f"{system} failed:\n{run.stderr[-3000:]}")
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{run.stderr[-3000:]}")
     return json.loads(run.stdout.splitlines()[-1])
-
-
-def directory_for(system, dirs):
-    return dirs["native"] if system.startswith("nmtdecode") else dirs[system.split("-")[0]]
 
 
 def bleu_chrf(outputs, loaded, references):
     import sacrebleu
 
     hyps = [loaded.tokenizer.decode(o) for o in outputs]
-    return (sacrebleu.corpus_bleu(hyps, [references]).score, sacrebleu.corpus_chrf(hyps, [references]).score)
+    return sacrebleu.corpus_bleu(hyps, [references]).score, sacrebleu.corpus_chrf(hyps, [references]).score
 
 
 def agreement(a, b):
     return sum(x == y for x, y in zip(a, b)) / len(a)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--quick", action="store_true", help="few sentences: a smoke test of the harness")
-    parser.add_argument("--repeat", type=int, default=3, help="runs per system; the fastest is reported")
-    parser.add_argument("--models", default="marian-base,demo")
-    parser.add_argument("--demo", default=os.path.join(ROOT, "data", "demo"), help="the demo model directory")
-    args = parser.parse_args()
-    os.makedirs(OUT, exist_ok=True)
-    rows, notes = [], []
-    n_marian, n_demo = (8, 16) if args.quick else (64, 1000)
-    for name in args.models.split(","):
-        loaded, references = None, None
-        if name == "marian-base":
-            dirs, task = prepare_marian(n_marian)
-            fixed = 32
-        else:
-            dirs, task, loaded = prepare_demo(n_demo, args.demo)
-            fixed = 0
-            with open(os.path.join(args.demo, "test.de"), encoding="utf-8") as f:
-                references = [line.rstrip("\n") for line in f][:n_demo]
-        # Sources sorted by length, then cut into batches of 32 in that order, for every system:
-        # what the nmtdecode CLI and CTranslate2 (whose translate_batch sorts a long input by
-        # length before cutting it) do by themselves, so no system gets tighter batches.
-        order = sorted(range(len(task["sources"])), key=lambda i: len(task["sources"][i]))
-        task["sources"] = [task["sources"][i] for i in order]
+def benchmark_model(name, dirs, task, beam, args, loaded=None, references=None, fixed=0):
+    """One model at one beam size: every row of rows_for, interleaved, fastest of --repeat."""
+    rows = rows_for(beam, natural=not fixed)
+    task_file = os.path.join(OUT, f"{name}-task.json")
+    with open(task_file, "w", encoding="utf-8") as f:
+        json.dump(task, f)
+    best = {}
+    for repeat in range(args.repeat):  # interleaved: on a shared machine the speed drifts over minutes
+        for label, system, options, _ in rows:
+            print(f"{name} beam {beam}: {label} (run {repeat + 1}) ...", file=sys.stderr, flush=True)
+            r = measure(system, dirs[system], task_file, beam, args.threads, options, fixed)
+            if label not in best or r["seconds"] < best[label]["seconds"]:
+                best[label] = r
+    table = []
+    for label, _, _, reference in rows:
+        r = best[label]
+        row = {"model": name, "beam": beam, "system": label, "sent_s": r["sentences"] / r["seconds"],
+               "tok_s": r["target_tokens"] / r["seconds"], "rss": r["peak_rss_mb"], "gemm": r["gemm"],
+               "vs": reference}
+        if reference:
+            ref = best[reference]
+            row["ratio"] = r["seconds"] / ref["seconds"]  # > 1: the reference (an nmtdecode row) is faster
+            row["same"] = agreement(r["outputs"], ref["outputs"])
         if references is not None:
-            references = [references[i] for i in order]
-        task_file = os.path.join(OUT, f"{name}-task.json")
-        with open(task_file, "w", encoding="utf-8") as f:
-            json.dump(task, f)
-        for beam in (1, 5):
-            # Round-robin repeats, fastest run kept: on a shared machine the speed drifts by
-            # 10-20% over minutes, and interleaving gives every system the same conditions.
-            results = {}
-            for repeat in range(args.repeat):
-                for system in SYSTEMS:
-                    print(f"{name} beam {beam}: {system} (run {repeat + 1}) ...", file=sys.stderr, flush=True)
-                    r = measure(system, directory_for(system, dirs), task_file, beam, args.threads, fixed)
-                    if system not in results or r["seconds"] < results[system]["seconds"]:
-                        results[system] = r
-            ours = results["nmtdecode"]
-            for system, r in results.items():
-                row = {"model": name, "beam": beam, "system": system, "sent_s": r["sentences"] / r["seconds"],
-                       "tok_s": r["target_tokens"] / r["seconds"], "rss": r["peak_rss_mb"],
-                       "speedup": (ours["target_tokens"] / ours["seconds"]) / (r["target_tokens"] / r["seconds"]),
-                       "same_as_fp32": agreement(r["outputs"], ours["outputs"])}
-                if references is not None:
-                    row["bleu"], row["chrf"] = bleu_chrf(r["outputs"], loaded, references)
-                rows.append(row)
-    memory = memory_rows(args) if "demo" in args.models.split(",") else []
-    write_results(rows, memory, args)
+            row["bleu"], row["chrf"] = bleu_chrf(r["outputs"], loaded, references)
+        table.append(row)
+    return table
 
 
 def memory_rows(args):
@@ -160,31 +186,67 @@ def memory_rows(args):
         with open(path, "w", encoding="utf-8") as f:
             f.write("\n".join(lines * copies) + "\n")
         print(f"memory: {len(lines) * copies} lines ...", file=sys.stderr, flush=True)
-        rows.append(measure("nmtdecode-file", args.demo, path, 5, args.threads))
+        rows.append(measure("nmtdecode-file", args.demo, path, 5, args.threads, {}))
     return rows
 
 
-def write_results(rows, memory, args):
-    lines = [f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-             f"{args.threads} threads; torch {torch.__version__}; {time.strftime('%Y-%m-%d')}",
-             f"Command: `python bench/run.py --threads {args.threads} --repeat {args.repeat}"
-             f"{' --quick' if args.quick else ''}` (fastest of {args.repeat} interleaved runs per system)",
-             "",
-             "| model | beam | system | sentences/s | target tokens/s | peak RSS MB | nmtdecode speed / this | "
-             "same output as nmtdecode fp32 | BLEU | chrF |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        quality = f"{r['bleu']:.1f} | {r['chrf']:.1f}" if "bleu" in r else "– | –"
-        lines.append(f"| {r['model']} | {r['beam']} | {r['system']} | {r['sent_s']:.2f} | {r['tok_s']:.1f} | "
-                     f"{r['rss']:.0f} | {r['speedup']:.2f}× | {100 * r['same_as_fp32']:.0f}% | {quality} |")
-    if memory:
-        lines += ["", "Peak memory of the whole CLI job (demo model, beam 5, batch 32):", "",
-                  "| input lines | seconds | peak RSS MB |", "|---|---|---|"]
-        lines += [f"| {m['sentences']} | {m['seconds']:.1f} | {m['peak_rss_mb']:.0f} |" for m in memory]
-    table = "\n".join(lines) + "\n"
-    print(table)
-    with open(os.path.join(HERE, "results.md"), "w", encoding="utf-8") as f:
-        f.write("# Benchmark results\n\n" + table)
+def whole_job_rows(args, n: int):
+    """Wall time of whole processes translating the demo test file: nmtdecode's CLI, and the
+    same job written for CTranslate2 and transformers (bench/peer_job.py), fastest of --repeat."""
+    lines, _ = test_lines(args.demo, n)
+    src = os.path.join(OUT, "demo-test.en")
+    with open(src, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    out = os.path.join(OUT, "job-output.txt")
+    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS=str(args.threads))
+    jobs = {
+        "nmtdecode translate (CLI)": [sys.executable, "-m", "nmtdecode", "translate", "--model", args.demo,
+                                      "--src", src, "--output", out, "--threads", str(args.threads), "--quiet"],
+        "ctranslate2 (Python job)": [sys.executable, os.path.join(HERE, "peer_job.py"), "ctranslate2",
+                                     os.path.join(OUT, "demo-ct2"), args.demo, src, out, str(args.threads)],
+        "transformers (Python job)": [sys.executable, os.path.join(HERE, "peer_job.py"), "transformers",
+                                      os.path.join(OUT, "demo-hf"), args.demo, src, out, str(args.threads)],
+    }
+    best = {}
+    for repeat in range(args.repeat):
+        for label, cmd in jobs.items():
+            print(f"whole job: {label} (run {repeat + 1}) ...", file=sys.stderr, flush=True)
+            start = time.perf_counter()
+            run = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+            seconds = time.perf_counter() - start
+            if run.returncode != 0:
+                raise RuntimeError(f"{label} failed:\n{run.stderr[-3000:]}")
+            best[label] = min(best.get(label, float("inf")), seconds)
+    return [{"job": label, "lines": len(lines), "seconds": s, "ratio": s / best["nmtdecode translate (CLI)"]}
+            for label, s in best.items()]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="few sentences: a smoke test of the harness")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per system; the fastest is reported")
+    parser.add_argument("--models", default="marian-base,demo,marian-demo")
+    parser.add_argument("--demo", default=os.path.join(ROOT, "data", "demo"), help="the demo model directory")
+    args = parser.parse_args()
+    os.makedirs(OUT, exist_ok=True)
+    rows, notes = [], []
+    n_marian, n_natural = (8, 16) if args.quick else (64, 1000)
+    for name in args.models.split(","):
+        if name == "marian-demo" and not os.path.isfile(os.path.join(MARIAN_DEMO, "model.safetensors")):
+            notes.append(f"marian-demo skipped: train it first with `{MARIAN_DEMO_RECIPE}`")
+            continue
+        for beam in (1, 5):
+            if name == "marian-base":
+                dirs, task = prepare_marian(n_marian)
+                rows += benchmark_model(name, dirs, task, beam, args, fixed=32)
+            else:
+                dirs, task, loaded, references = prepare_natural(name, n_natural, args.demo)
+                rows += benchmark_model(name, dirs, task, beam, args, loaded, references)
+    jobs = whole_job_rows(args, n_natural) if "demo" in args.models.split(",") else []
+    memory = memory_rows(args) if "demo" in args.models.split(",") else []
+    path = os.path.join(OUT, "results-quick.md") if args.quick else os.path.join(HERE, "results.md")
+    write_results(path, machine_lines(args), rows, jobs, memory, notes)
 
 
 if __name__ == "__main__":

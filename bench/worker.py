@@ -1,12 +1,18 @@
 """Decode one input set with one system and print a JSON result line.
 
-Run as a separate process per measurement, so that peak memory (ru_maxrss) is
-that system's own. Every system gets the same token ids, the same batch size,
+Run as a separate process per measurement, so that peak memory (VmHWM) is
+that system's own. Every system gets the same token ids, the same batches,
 beam size, length limits and thread count; tokenization is not timed.
 
-    python bench/worker.py SYSTEM MODEL_DIR INPUT.json --beam 5 --batch 32 --threads 2 [--fixed-length N]
-SYSTEM: nmtdecode | nmtdecode-int8 | nmtdecode-bf16 | transformers | ctranslate2 | ctranslate2-int8
-        | nmtdecode-file (the CLI job on a text file INPUT; for peak memory against input size)
+    python bench/worker.py SYSTEM MODEL_DIR TASK.json --beam 5 --batch 32 --threads 2
+        [--precision float32|int8|bfloat16] [--rule top|true|false|never] [--gemm auto|onednn|torch]
+        [--length-penalty A] [--fixed-length N]
+SYSTEM: nmtdecode | transformers | ctranslate2
+        | nmtdecode-file (the CLI job on a text file TASK; for peak memory against input size)
+
+--rule is nmtdecode's stop rule (transformers always runs early_stopping=False, CTranslate2
+its own rule); --length-penalty is the exponent alpha of the average length penalty
+(nmtdecode: 0 means `none`; CTranslate2: 0 switches it to its early-exit rule, OpenNMT's `top`).
 """
 
 from __future__ import annotations
@@ -28,39 +34,52 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def decode_in_batches(translate, sources, batch_size):
+    """Warm up on a few sentences, then time `translate` over the batches; returns (seconds, outputs)."""
+    translate(sources[: min(4, len(sources))])
+    start = time.perf_counter()
+    outputs = []
+    for i in range(0, len(sources), batch_size):
+        outputs += translate(sources[i : i + batch_size])
+    return time.perf_counter() - start, outputs
+
+
 def run_nmtdecode(args, task):
     import torch
 
     from nmtdecode.config import Config
+    from nmtdecode.models.checkpoint import read_json
+    from nmtdecode.models.formats.huggingface import load_network
+    from nmtdecode.models.gemm import apply_backend, choose_backend
     from nmtdecode.models.loading import load_model
     from nmtdecode.models.quantize import quantize_int8
     from nmtdecode.translator import Translator
 
-    loaded = load_model(args.model) if task["format"] == "native" else None
-    if loaded is None:
-        from nmtdecode.models.checkpoint import read_json
-        from nmtdecode.models.formats.huggingface import load_network
-
-        model, defaults, rules = load_network(args.model, read_json(f"{args.model}/config.json"))
+    if task["format"] == "native":
+        loaded = load_model(args.model)
+        model, rules = loaded.model, loaded.rules
     else:
-        model, defaults, rules = loaded.model, loaded.defaults, loaded.rules
-    if args.system.endswith("int8"):
+        model, _, rules = load_network(args.model, read_json(f"{args.model}/config.json"))
+    backend = "int8 (torch dynamic quantization)"
+    if args.precision == "int8":
         quantize_int8(model)
-    elif args.system.endswith("bf16"):
-        model.to(torch.bfloat16)
-    values = {"beam_size": args.beam, "max_length": task["max_length"], "length_penalty": "avg", "alpha": 1.0}
+    else:
+        dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.precision]
+        model.to(dtype)
+        backend = choose_backend(model, args.gemm, torch.device("cpu"), dtype)
+        apply_backend(model, backend)
+    values = {"beam_size": args.beam, "max_length": task["max_length"], "early_stopping": args.rule,
+              "length_penalty": "avg" if args.length_penalty else "none", "alpha": args.length_penalty or 1.0}
     if args.fixed_length:
         values.update(min_length=args.fixed_length, max_length=args.fixed_length)
-    decoding = Config.from_values(values).decoding
-    translator = Translator(model, decoding, rules)
-    sources = task["sources"]
-    translator.translate_batch(sources[: min(4, len(sources))])  # warm-up
-    start = time.perf_counter()
-    outputs = []
+    translator = Translator(model, Config.from_values(values).decoding, rules)
+
+    def translate(batch):
+        return [n[0].tokens for n in translator.translate_batch(batch)]
+
     with torch.inference_mode():
-        for i in range(0, len(sources), args.batch):
-            outputs += [h[0].tokens for h in translator.translate_batch(sources[i : i + args.batch])]
-    return time.perf_counter() - start, outputs
+        seconds, outputs = decode_in_batches(translate, task["sources"], args.batch)
+    return seconds, outputs, backend
 
 
 def run_transformers(args, task):
@@ -70,12 +89,12 @@ def run_transformers(args, task):
     model = transformers.AutoModelForSeq2SeqLM.from_pretrained(args.model).eval()
     pad = model.config.pad_token_id
     eos = model.config.eos_token_id
-    kwargs = dict(num_beams=args.beam, do_sample=False, length_penalty=1.0, early_stopping=False,
+    kwargs = dict(num_beams=args.beam, do_sample=False, length_penalty=args.length_penalty, early_stopping=False,
                   max_new_tokens=task["max_length"], bad_words_ids=[[t] for t in task["banned"]] or None)
     if args.fixed_length:
         kwargs.update(min_new_tokens=args.fixed_length, max_new_tokens=args.fixed_length)
 
-    def generate(batch):
+    def translate(batch):
         ids = torch.full((len(batch), max(map(len, batch))), pad)
         for row, source in enumerate(batch):
             ids[row, : len(source)] = torch.tensor(source)
@@ -85,34 +104,28 @@ def run_transformers(args, task):
             result.append(row[: row.index(eos)] if eos in row else [t for t in row if t != pad])
         return result
 
-    sources = task["sources"]
     with torch.inference_mode():
-        generate(sources[:4])
-        start = time.perf_counter()
-        outputs = []
-        for i in range(0, len(sources), args.batch):
-            outputs += generate(sources[i : i + args.batch])
-    return time.perf_counter() - start, outputs
+        seconds, outputs = decode_in_batches(translate, task["sources"], args.batch)
+    return seconds, outputs, "torch"
 
 
 def run_ctranslate2(args, task):
     import ctranslate2
 
-    compute = "int8" if args.system.endswith("int8") else "float32"
-    translator = ctranslate2.Translator(args.model, device="cpu", compute_type=compute, intra_threads=args.threads,
-                                        inter_threads=1)
+    translator = ctranslate2.Translator(args.model, device="cpu", compute_type=args.precision,
+                                        intra_threads=args.threads, inter_threads=1)
     tokens = task["tokens"]
     sources = [[tokens[i] for i in s] for s in task["sources"]]
     index = {t: i for i, t in enumerate(tokens)}
-    kwargs = dict(beam_size=args.beam, max_batch_size=args.batch, length_penalty=1.0,
+    kwargs = dict(beam_size=args.beam, max_batch_size=args.batch, length_penalty=args.length_penalty,
                   max_decoding_length=task["max_length"], suppress_sequences=[[tokens[t]] for t in task["banned"]] or None)
     if args.fixed_length:
         kwargs.update(min_decoding_length=args.fixed_length, max_decoding_length=args.fixed_length)
     translator.translate_batch(sources[:4], **kwargs)
     start = time.perf_counter()
-    results = translator.translate_batch(sources, **kwargs)
+    results = translator.translate_batch(sources, **kwargs)  # sources are length-sorted: its batches are ours
     seconds = time.perf_counter() - start
-    return seconds, [[index[t] for t in r.hypotheses[0]] for r in results]
+    return seconds, [[index[t] for t in r.hypotheses[0]] for r in results], "ctranslate2's own"
 
 
 def run_file_job(args):
@@ -135,14 +148,18 @@ def run_file_job(args):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("system")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("system", choices=["nmtdecode", "transformers", "ctranslate2", "nmtdecode-file"])
     parser.add_argument("model")
     parser.add_argument("task")
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--fixed-length", type=int, default=0)
+    parser.add_argument("--precision", default="float32", choices=["float32", "int8", "bfloat16"])
+    parser.add_argument("--rule", default="top", choices=["top", "true", "false", "never"])
+    parser.add_argument("--gemm", default="auto", choices=["auto", "onednn", "torch"])
+    parser.add_argument("--length-penalty", type=float, default=1.0)
     args = parser.parse_args()
     import torch
 
@@ -152,11 +169,9 @@ def main():
         return
     with open(args.task, encoding="utf-8") as f:
         task = json.load(f)
-    runner = {"nmtdecode": run_nmtdecode, "nmtdecode-int8": run_nmtdecode, "nmtdecode-bf16": run_nmtdecode,
-              "transformers": run_transformers,
-              "ctranslate2": run_ctranslate2, "ctranslate2-int8": run_ctranslate2}[args.system]
-    seconds, outputs = runner(args, task)
-    json.dump({"system": args.system, "seconds": seconds, "sentences": len(outputs),
+    runner = {"nmtdecode": run_nmtdecode, "transformers": run_transformers, "ctranslate2": run_ctranslate2}
+    seconds, outputs, backend = runner[args.system](args, task)
+    json.dump({"system": args.system, "seconds": seconds, "sentences": len(outputs), "gemm": backend,
                "target_tokens": sum(map(len, outputs)), "peak_rss_mb": peak_rss_mb(), "outputs": outputs},
               sys.stdout)
 

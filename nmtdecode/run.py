@@ -8,6 +8,7 @@ interrupted job resumes at a chunk boundary (`io.OutputFile`).
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
@@ -80,6 +81,10 @@ def prepare(config: Config) -> tuple[Config, LoadedModel, Translator]:
         loaded.gemm = choose_backend(loaded.model, config.runtime.gemm, device, dtype)
         apply_backend(loaded.model, loaded.gemm)
     rules = loaded.rules_for(config.decoding.src_lang, config.decoding.tgt_lang)
+    # What is loaded now lives as long as the job: exempt it from the cyclic garbage collector,
+    # whose full passes over the model's objects otherwise interrupt decoding.
+    gc.collect()
+    gc.freeze()
     return config, loaded, Translator(loaded.model, config.decoding, rules)
 
 

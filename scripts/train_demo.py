@@ -69,6 +69,8 @@ def parse_args(argv=None):
     data.add_argument("--n-valid", type=int, default=1000)
     data.add_argument("--vocab-size", type=int, default=6000)
     model = parser.add_argument_group("model")
+    model.add_argument("--architecture", choices=["demo", "marian"], default="demo",
+                       help="demo: pre-norm; marian: post-norm Marian layers (for bench/convert.py's Marian export)")
     model.add_argument("--d-model", type=int, default=256)
     model.add_argument("--heads", type=int, default=4)
     model.add_argument("--encoder-layers", type=int, default=3)

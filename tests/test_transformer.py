@@ -74,3 +74,36 @@ def test_too_long_input_fails_clearly():
     src = torch.full((1, 9), 5)
     with pytest.raises(ValueError, match="longer than the model's 8 positions"):
         model.encode(src, torch.ones_like(src, dtype=torch.bool))
+
+
+def test_cache_paths_follow_many_reorders():
+    """Six steps of random within-sentence reorders (and a dropped sentence): every row's logits
+    equal a teacher-forced pass over that row's own history."""
+    torch.manual_seed(1)
+    model = Transformer(tiny_config(30)).eval()
+    src = torch.randint(4, 30, (3, 6))
+    mask = torch.ones_like(src, dtype=torch.bool)
+    mask[2, 4:] = False  # a padded sentence
+    k, g = 3, torch.Generator().manual_seed(2)
+    histories = [[2] for _ in range(3)]  # one row per sentence at step 0
+    sentences = [0, 1, 2]
+    with torch.no_grad():
+        cache = model.init_cache(model.encode(src, mask), mask)
+        tokens = torch.tensor([2, 2, 2])
+        for step in range(6):
+            logits = model.decode_step(tokens, cache)
+            width = len(histories) // len(sentences)
+            for row, history in enumerate(histories):
+                b = sentences[row // width]
+                full = model(src[b : b + 1], mask[b : b + 1], torch.tensor([history]))[0, -1]
+                torch.testing.assert_close(logits[row], full, rtol=1e-5, atol=1e-5)
+            keep = None
+            if step == 3:  # sentence at position 1 finishes
+                keep = torch.tensor([0, 2])
+                sentences = [sentences[0], sentences[2]]
+            kept = keep.tolist() if keep is not None else list(range(len(sentences)))  # positions before the drop
+            origin = torch.tensor([p * width + int(torch.randint(0, width, (1,), generator=g))
+                                   for p in kept for _ in range(k)])
+            tokens = torch.randint(4, 30, (origin.numel(),), generator=g)
+            histories = [histories[o] + [t] for o, t in zip(origin.tolist(), tokens.tolist())]
+            cache.follow(StepOutput(tokens=tokens, origin=origin, keep=keep))

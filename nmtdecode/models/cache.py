@@ -1,18 +1,25 @@
 """Decoder state for incremental decoding.
 
-Rows are hypotheses, sentence-major (a sentence's rows are consecutive); how
-many rows a sentence has is the search's business (one at the first step,
-k after it in beam search). Two kinds of state live here:
+Rows are hypotheses, sentence-major: sentence b has `width` consecutive rows
+(one at the first step; k after it in beam search; the search decides). Two
+kinds of state live here:
 
-* self-attention keys/values, one slot per decoded position. They are stored for
-  all layers in one tensor (layers, 2, N, H, capacity, hd) so that following
-  the search is a single `index_select`, and only the filled positions are
-  copied, into a second buffer that then takes the first one's place (no
-  allocation per step). The capacity doubles when full, so appending is an
+* self-attention keys/values, for all layers in one tensor
+  (layers, 2, B, H, capacity, width, hd): position-major within a sentence, so
+  that the keys of all of a sentence's rows up to position t form one
+  contiguous block. The capacity doubles when full, so appending is an
   in-place write, not a concatenation of the whole past.
 * cross-attention keys/values of the encoder output, computed once per batch by
-  `Transformer.init_cache`. They are the same for every row of a sentence, so
-  they are kept once per sentence (B, not B x k), with the source mask.
+  `Transformer.init_cache`, kept once per sentence (B, not B x k), with the
+  source mask.
+
+A beam search reorders its hypotheses every step. Copying every row's past to
+where its hypothesis went (an `index_select` over all positions, every step)
+costs time proportional to the length decoded; instead, what was written stays
+where it is and each row keeps its *path*: at every past position, the slot
+(row of its sentence) that held its ancestor. A row attends over all of its
+sentence's slots with the others masked out (`self_mask`), which is the same
+attention. Only when finished sentences leave the batch is anything copied.
 
 `follow(out)` tracks one search step (search/base.py:StepOutput): row r of the
 next step continues row out.origin[r]; only the sentences out.keep stay.
@@ -23,64 +30,106 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import torch
+import torch.nn.functional as F
 
 if TYPE_CHECKING:  # the model does not depend on the search, only on this shape of its output
     from ..search.base import StepOutput
 
 INITIAL_CAPACITY = 16
-ROWS = 2  # the row (batch x beam) axis of the stacked tensors
+SENTENCES, POSITIONS, SLOTS = 2, 4, 5  # axes of self_kv
 
 
 class DecoderCache:
-    def __init__(self, cross_kv: torch.Tensor, memory_mask: torch.Tensor):
+    def __init__(self, cross_kv: torch.Tensor, memory_mask: torch.Tensor | None):
         self.cross_kv = cross_kv  # (L, 2, B, H, S, hd), one entry per sentence
-        self.memory_mask = memory_mask  # (B, 1, 1, S) bool, True = real source token
-        self.self_kv = None  # (L, 2, N, H, capacity, hd), allocated at the first step
-        self.spare = None  # a second buffer of the same shape, the target of the next gather
+        self.memory_mask = memory_mask  # (B, 1, 1, S) bool, True = real source token; None: no padding
+        self.self_kv = None  # (L, 2, B, H, capacity, width, hd), allocated at the first step
+        self.width = 1  # rows per sentence
+        self.path = None  # (N, length): slot of each row's ancestor at each position; None while width is 1
         self.length = 0  # positions decoded so far
+        self._mask = None  # (B, 1, width, (length+1)*width) bool, this step's self_mask
 
     def cross(self, layer: int):
         """Encoder keys, values (B, H, S, hd) for `layer`."""
         return self.cross_kv[layer, 0], self.cross_kv[layer, 1]
 
-    def append_self(self, layer: int, k: torch.Tensor, v: torch.Tensor):
-        """Store this step's k, v (N, H, 1, hd) for `layer`; return all keys/values so far."""
-        if self.self_kv is None or self.length == self.self_kv.size(4):
-            self._grow(k)
-        t = self.length
-        self.self_kv[layer, 0, :, :, t : t + 1] = k
-        self.self_kv[layer, 1, :, :, t : t + 1] = v
-        return self.self_kv[layer, 0, :, :, : t + 1], self.self_kv[layer, 1, :, :, : t + 1]
+    def append_self(self, layer: int, kv: torch.Tensor):
+        """Store this step's keys and values, kv (N, 2, H, hd), for `layer` (one copy). Returns the
+        keys and values of every position so far, (B, H, (t+1)*width, hd), each sentence's slots
+        side by side, and the mask of what each row may attend to (None when width is 1)."""
+        if self.self_kv is None or self.length == self.self_kv.size(POSITIONS):
+            self._grow(kv)
+        t, (n, _, heads, hd) = self.length, kv.shape
+        sentences = n // self.width
+        # (N, 2, H, hd) -> (2, B, H, width, hd): row b*width + j goes to sentence b, slot j
+        self.self_kv[layer, :, :, :, t] = kv.view(sentences, self.width, 2, heads, hd).permute(2, 0, 3, 1, 4)
+        past = self.self_kv[layer, :, :, :, : t + 1].flatten(3, 4)  # (2, B, H, (t+1)*width, hd)
+        return past[0], past[1], self.self_mask()
+
+    def self_mask(self) -> torch.Tensor | None:
+        """Which (position, slot) each row attends to: its ancestors', and its own at this step."""
+        if self.path is None:
+            return None
+        if self._mask is None or self._mask.size(-1) != (self.length + 1) * self.width:
+            n = self.path.size(0)
+            own = torch.arange(n, device=self.path.device) % self.width
+            slots = torch.cat([self.path, own[:, None]], dim=1)  # (N, t+1)
+            allowed = F.one_hot(slots, self.width).bool()  # (N, t+1, width)
+            self._mask = allowed.view(n // self.width, 1, self.width, -1)
+        return self._mask
 
     def advance(self):
         """Called by the model once all layers have appended the current step."""
         self.length += 1
 
     def _grow(self, like: torch.Tensor):
-        n, h, _, hd = like.shape
-        layers = self.cross_kv.size(0)
-        capacity = max(INITIAL_CAPACITY, 2 * self.length)
-        grown = like.new_empty((layers, 2, n, h, capacity, hd))
+        n, _, heads, hd = like.shape
+        layers, capacity = self.cross_kv.size(0), max(INITIAL_CAPACITY, 2 * self.length)
+        grown = like.new_empty((layers, 2, n // self.width, heads, capacity, self.width, hd))
         if self.self_kv is not None:
-            grown[..., : self.length, :] = self.self_kv[..., : self.length, :]
-        self.self_kv, self.spare = grown, None
+            grown[:, :, :, :, : self.length] = self.self_kv[:, :, :, :, : self.length]
+        self.self_kv = grown
 
     def follow(self, out: "StepOutput"):
-        """Track one search step: gather rows by out.origin, sentences by out.keep."""
+        """Track one search step: keep the sentences out.keep, and give row r the path of row
+        out.origin[r] extended by the slot that row held at the step just decoded."""
         if out.keep is not None:
-            self.cross_kv = self.cross_kv.index_select(ROWS, out.keep)
-            self.memory_mask = self.memory_mask.index_select(0, out.keep)
-        if out.origin is not None and self.self_kv is not None:
-            self._gather_self(out.origin)
+            self.cross_kv = self.cross_kv.index_select(SENTENCES, out.keep)
+            if self.memory_mask is not None:
+                self.memory_mask = self.memory_mask.index_select(0, out.keep)
+            if self.self_kv is not None:
+                self._keep_sentences(out.keep)
+        self._mask = None
+        if out.origin is None or self.self_kv is None:
+            return
+        width = out.origin.numel() // self.cross_kv.size(SENTENCES)
+        if width == 1 and self.path is None:
+            return  # one row per sentence: every row attends to its own slot only
+        slot = out.origin % self.width  # (N',) the slot each new row's parent held
+        if self.path is None:
+            past = slot.new_zeros((slot.numel(), self.length - 1))  # everything so far was slot 0
+        else:
+            past = self.path.index_select(0, out.origin)
+        self.path = torch.cat([past, slot[:, None]], dim=1)  # (N', length)
+        if width != self.width:
+            self._widen(width)
 
-    def _gather_self(self, origin: torch.Tensor):
-        """self_kv rows <- rows `origin` of the filled positions, written into the spare buffer."""
+    def _keep_sentences(self, keep: torch.Tensor):
+        """Copy the filled positions of the sentences `keep` into a buffer of the same capacity."""
         shape = list(self.self_kv.shape)
-        shape[ROWS] = origin.numel()
-        if self.spare is None or list(self.spare.shape) != shape:
-            self.spare = self.self_kv.new_empty(shape)
+        shape[SENTENCES] = keep.numel()
+        kept = self.self_kv.new_empty(shape)
         t = self.length
-        torch.index_select(self.self_kv[..., :t, :], ROWS, origin, out=self.spare[..., :t, :])
-        self.self_kv, self.spare = self.spare, self.self_kv
-        if self.spare.size(ROWS) != origin.numel():
-            self.spare = None  # the number of rows changed: the old buffer has the wrong size
+        torch.index_select(self.self_kv[:, :, :, :, :t], SENTENCES, keep, out=kept[:, :, :, :, :t])
+        self.self_kv = kept
+
+    def _widen(self, width: int):
+        """More rows per sentence (after the first step): same positions, more slots. The new
+        slots start at zero, not uninitialised: masked-out keys must still be finite."""
+        if width < self.width:
+            raise ValueError(f"rows per sentence went down from {self.width} to {width}")
+        shape = list(self.self_kv.shape)
+        shape[SLOTS] = width
+        wider = self.self_kv.new_zeros(shape)
+        wider[:, :, :, :, : self.length, : self.width] = self.self_kv[:, :, :, :, : self.length]
+        self.self_kv, self.width = wider, width

@@ -33,26 +33,37 @@ def onednn_available() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
-class PackedLinear(nn.Module):
-    """y = x W^T + b with W held in oneDNN's packed layout (CPU, float32 or bfloat16)."""
+# Activations oneDNN applies inside the product (a "post-op"): (name, algorithm) of _linear_pointwise.
+POST_OPS = {"relu": ("relu", ""), "gelu": ("gelu", "none"), "gelu_tanh": ("gelu", "tanh"), "silu": ("swish", "")}
 
-    def __init__(self, linear: nn.Linear):
+
+class PackedLinear(nn.Module):
+    """y = activation(x W^T + b) with W held in oneDNN's packed layout (CPU, float32 or bfloat16);
+    `activation` is one of POST_OPS or None."""
+
+    def __init__(self, linear: nn.Linear, activation: str | None = None):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         weight = linear.weight.detach()
         self.register_buffer("packed_weight", torch.ops.mkldnn._reorder_linear_weight(weight, None), persistent=False)
         self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach(), requires_grad=False)
+        self.activation = activation
+        self.post_op, self.algorithm = POST_OPS[activation] if activation else ("none", "")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, self.bias, "none", [], "")
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, self.bias, self.post_op, [], self.algorithm)
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, onednn packed"
+        fused = f", then {self.activation}" if self.activation else ""
+        return f"in_features={self.in_features}, out_features={self.out_features}, onednn packed{fused}"
 
 
 def use_onednn(model: nn.Module) -> nn.Module:
-    """Replace every nn.Linear of `model` (in place) by a PackedLinear of the same weights."""
+    """Replace every nn.Linear of `model` (in place) by a PackedLinear of the same weights; a
+    feed-forward block's activation moves into its first product."""
     for parent in list(model.modules()):
+        if type(getattr(parent, "up", None)) is nn.Linear and getattr(parent, "activation_name", None) in POST_OPS:
+            parent.up, parent.activation = PackedLinear(parent.up, parent.activation_name), None
         for name, child in list(parent.named_children()):
             if type(child) is nn.Linear:
                 setattr(parent, name, PackedLinear(child))

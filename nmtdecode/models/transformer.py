@@ -150,7 +150,16 @@ class Embeddings(nn.Module):
         x = self.tokens(ids) * self.scale + positions
         if self.norm is not None:
             x = self.norm(x)
-        return F.dropout(x, self.dropout, self.training)
+        return dropout(x, self.dropout, self.training)
+
+    def step(self, ids: torch.Tensor, position: int) -> torch.Tensor:
+        """One token per row at `position`: ids (N,) -> (N, d)."""
+        return self(ids[:, None], start=position)[:, 0]
+
+
+def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """F.dropout, with no call at all when decoding (every step saves a few dispatches)."""
+    return F.dropout(x, p, True) if training and p > 0 else x
 
 
 def split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
@@ -164,14 +173,15 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
 
 
 def attend(q, keys, values, mask=None):
-    """Unmasked-in-time attention as two batched matmuls: q (N, H, Q, hd) over keys (N, H, T, hd).
+    """Unmasked-in-time attention as two batched matmuls: q (N, H, Q, hd) over keys (N, H, T, hd);
+    mask (N, 1, 1, T) bool (True = attend) or None.
 
     Same result as scaled_dot_product_attention; on CPU the fused kernel is
     slower for the few queries against cache slices that a decoding step has.
     """
     scores = torch.matmul(q * q.size(-1) ** -0.5, keys.transpose(-1, -2))  # (N, H, Q, T)
     if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
+        scores.masked_fill_(~mask, float("-inf"))
     return torch.matmul(torch.softmax(scores, dim=-1), values)  # (N, H, Q, hd)
 
 
@@ -193,10 +203,18 @@ class SelfAttention(nn.Module):
         return self.out(merge_heads(y))
 
     def step(self, x, cache: DecoderCache, layer: int):
-        """One new position per row, x (N, 1, d): attend over the cached past and itself."""
-        q, k, v = (split_heads(t, self.heads) for t in self.qkv(x).chunk(3, dim=-1))
-        keys, values = cache.append_self(layer, k, v)
-        return self.out(merge_heads(attend(q, keys, values)))
+        """One new position per row, x (N, d): attend over the cached past and itself.
+
+        As in cross-attention, the rows of a sentence ask together: the cache hands
+        back every slot of the sentence, masked down to each row's own ancestors.
+        """
+        n = x.size(0)
+        qkv = self.qkv(x).view(n, 3, self.heads, -1)  # (N, 3, H, hd): one query, key and value per row
+        keys, values, mask = cache.append_self(layer, qkv[:, 1:])  # (B, H, T*width, hd)
+        sentences = keys.size(0)
+        q = qkv[:, 0].view(sentences, n // sentences, self.heads, -1).transpose(1, 2)  # (B, H, width, hd)
+        y = attend(q, keys, values, mask).transpose(1, 2)  # (B, width, H, hd)
+        return self.out(y.reshape(n, -1))
 
 
 class CrossAttention(nn.Module):
@@ -222,16 +240,16 @@ class CrossAttention(nn.Module):
         return self.out(merge_heads(F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, dropout_p=p)))
 
     def step(self, x, keys, values, mask):
-        """One position for each of the k rows (beams) of every sentence, x (B*k, 1, d).
+        """One position for each of the k rows (beams) of every sentence, x (B*k, d).
 
         The k rows of a sentence attend over the same memory, so they are
         asked together, as k queries: keys/values (B, H, S, hd) are read once
-        per sentence, not once per row.
+        per sentence, not once per row. mask: None when no source is padded.
         """
         rows, sentences = x.size(0), keys.size(0)
         q = self.q(x).view(sentences, rows // sentences, self.heads, -1).transpose(1, 2)  # (B, H, k, hd)
         y = attend(q, keys, values, mask).transpose(1, 2)  # (B, k, H, hd)
-        return self.out(y.reshape(rows, 1, -1))
+        return self.out(y.reshape(rows, -1))
 
 
 class FeedForward(nn.Module):
@@ -239,11 +257,15 @@ class FeedForward(nn.Module):
         super().__init__()
         self.up = nn.Linear(cfg.d_model, cfg.ffn_dim, bias=cfg.bias)
         self.down = nn.Linear(cfg.ffn_dim, cfg.d_model, bias=cfg.bias)
-        self.activation = ACTIVATIONS[cfg.activation]
+        self.activation_name = cfg.activation
+        self.activation = ACTIVATIONS[cfg.activation]  # None once fused into `up` (models/gemm.py)
         self.dropout = cfg.dropout
 
     def forward(self, x):
-        return self.down(F.dropout(self.activation(self.up(x)), self.dropout, self.training))
+        h = self.up(x)
+        if self.activation is not None:
+            h = self.activation(h)
+        return self.down(dropout(h, self.dropout, self.training))
 
 
 class Residual(nn.Module):
@@ -255,10 +277,11 @@ class Residual(nn.Module):
         self.pre_norm = cfg.pre_norm
         self.dropout = cfg.dropout
 
-    def forward(self, x, sublayer):
+    def forward(self, x, sublayer, *args):
+        """sublayer(x, *args) with the norm and the residual connection around it."""
         if self.pre_norm:
-            return x + F.dropout(sublayer(self.norm(x)), self.dropout, self.training)
-        return self.norm(x + F.dropout(sublayer(x), self.dropout, self.training))
+            return x + dropout(sublayer(self.norm(x), *args), self.dropout, self.training)
+        return self.norm(x + dropout(sublayer(x, *args), self.dropout, self.training))
 
 
 class EncoderLayer(nn.Module):
@@ -285,10 +308,10 @@ class DecoderLayer(nn.Module):
         return self.ffn_block(x, self.ffn)
 
     def step(self, x, cache: DecoderCache, layer: int):
-        """One incremental step; x (N, 1, d)."""
+        """One incremental step; x (N, d)."""
         keys, values = cache.cross(layer)
-        x = self.self_block(x, lambda h: self.self_attn.step(h, cache, layer))
-        x = self.cross_block(x, lambda h: self.cross_attn.step(h, keys, values, cache.memory_mask))
+        x = self.self_block(x, self.self_attn.step, cache, layer)
+        x = self.cross_block(x, self.cross_attn.step, keys, values, cache.memory_mask)
         return self.ffn_block(x, self.ffn)
 
 
@@ -318,7 +341,7 @@ class Transformer(nn.Module):
     def encode(self, src_ids: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
         """src_ids (B, S), src_mask (B, S) bool -> memory (B, S, d)."""
         x = self.src_embed(src_ids)
-        mask = padding_mask(src_mask)
+        mask = None if bool(src_mask.all()) else padding_mask(src_mask)  # no padding: the unmasked kernel
         for layer in self.encoder_layers:
             x = layer(x, mask)
         return self.encoder_norm(x) if self.encoder_norm is not None else x
@@ -329,18 +352,20 @@ class Transformer(nn.Module):
         return self.output(x)
 
     def init_cache(self, memory: torch.Tensor, src_mask: torch.Tensor) -> DecoderCache:
-        """Project the memory to cross-attention keys/values, once per sentence."""
+        """Project the memory to cross-attention keys/values, once per sentence. Length-sorted
+        batches often have no padding: then no step needs the mask."""
         cross = torch.stack([torch.stack(layer.cross_attn.project_memory(memory)) for layer in self.decoder_layers])
-        return DecoderCache(cross_kv=cross, memory_mask=padding_mask(src_mask))  # (L, 2, B, H, S, hd)
+        mask = None if bool(src_mask.all()) else padding_mask(src_mask)
+        return DecoderCache(cross_kv=cross, memory_mask=mask)  # (L, 2, B, H, S, hd)
 
     def decode_step(self, tokens: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
         """tokens (N,) at position cache.length -> next-token logits (N, V); appends to the cache.
         N is a multiple of the cache's sentences: each sentence's rows are consecutive."""
-        x = self.tgt_embed(tokens[:, None], start=cache.length)
+        x = self.tgt_embed.step(tokens, cache.length)  # (N, d)
         for i, layer in enumerate(self.decoder_layers):
             x = layer.step(x, cache, i)
         cache.advance()
-        return self.logits(x[:, 0])
+        return self.logits(x)
 
     def forward(self, src_ids, src_mask, tgt_in):
         """Teacher forcing: tgt_in (B, T) decoder inputs (start token first) -> logits (B, T, V)."""

@@ -25,6 +25,14 @@ from .common import BOS, EOS, PAD, UNK, log, read_lines
 # --------------------------------------------------------------------------- model
 
 
+# --architecture: the demo model's pre-norm layers, or Marian's (post-norm, no final layer
+# norms, swish), which bench/convert.py exports as a Hugging Face Marian checkpoint.
+ARCHITECTURES = {
+    "demo": dict(activation="relu", pre_norm=True, encoder_final_norm=True, decoder_final_norm=True),
+    "marian": dict(activation="silu", pre_norm=False, encoder_final_norm=False, decoder_final_norm=False),
+}
+
+
 def model_config(args, vocab_size: int):
     from nmtdecode.models.transformer import TransformerConfig
 
@@ -34,7 +42,7 @@ def model_config(args, vocab_size: int):
     return TransformerConfig(
         src_vocab_size=vocab_size, tgt_vocab_size=vocab_size, d_model=args.d_model, heads=args.heads,
         encoder_layers=args.encoder_layers, decoder_layers=args.decoder_layers, ffn_dim=args.ffn_dim,
-        activation="relu", pre_norm=True, positions="sinusoidal", max_positions=args.max_tokens,
+        positions="sinusoidal", max_positions=args.max_tokens, **ARCHITECTURES[args.architecture],
         embed_scale=math.sqrt(args.d_model), share_embeddings=False, tie_output=True, dropout=args.dropout,
         pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS, decoder_start_id=BOS,
     )
@@ -98,7 +106,7 @@ def probe(model, sp, texts=PROBES) -> str:
 # Options that must not change between a checkpoint and the run that resumes it.
 RESUME_KEYS = ("seed", "vocab_size", "d_model", "heads", "encoder_layers", "decoder_layers", "ffn_dim",
                "max_tokens", "dropout", "label_smoothing", "lr", "warmup", "batch_tokens", "ema_decay", "precision",
-               "max_copies")
+               "max_copies", "architecture")
 
 
 def save_checkpoint(path: Path, model, optimizer, ema, state: dict, args):
