@@ -1,0 +1,53 @@
+"""The stop rule `top` against CTranslate2's own implementation of it, on the demo model.
+
+CTranslate2 stops a sentence once its top-ranked candidate has ended and enough hypotheses
+are finished, but only without a length penalty (`length_penalty=0`); nmtdecode's `top`
+with `--length-penalty none` is the same search. Both decode the same held-out lines with
+the same weights (converted by bench/convert.py); the 1-best outputs must agree.
+"""
+
+import os
+import sys
+
+import pytest
+
+from nmtdecode.config import Config
+from nmtdecode.models.loading import load_model
+from nmtdecode.translator import Translator
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEMO = os.path.join(ROOT, "data", "demo")
+ctranslate2 = pytest.importorskip("ctranslate2")  # in the test extra: never skipped by `make test`
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    from convert import to_ctranslate2
+
+    loaded = load_model(DEMO)
+    sp = loaded.tokenizer.target
+    tokens = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+    path = to_ctranslate2(loaded.model, tokens, str(tmp_path_factory.mktemp("ct2") / "demo"))
+    return loaded, tokens, ctranslate2.Translator(path, device="cpu", intra_threads=1)
+
+
+@pytest.mark.parametrize("beam, n_best", [(1, 1), (4, 1), (4, 3)])
+def test_top_rule_agrees_with_ctranslate2(converted, beam, n_best):
+    loaded, tokens, ct2 = converted
+    with open(os.path.join(DEMO, "test.en"), encoding="utf-8") as f:
+        lines = [line.rstrip("\n") for line in f][:200]
+    sources = [loaded.tokenizer.encode(line) for line in lines]
+    config = Config.from_values({"beam_size": beam, "n_best": n_best, "early_stopping": "top",
+                                 "length_penalty": "none", "max_length": 48})
+    translator = Translator(loaded.model, config.decoding, loaded.rules)
+    ours = [[h.tokens for h in n] for start in range(0, len(sources), 25)
+            for n in translator.translate_batch(sources[start : start + 25])]
+    banned = [[tokens[t]] for t in loaded.rules.banned_ids]
+    results = ct2.translate_batch([[tokens[i] for i in s] for s in sources], beam_size=beam, length_penalty=0.0,
+                                  max_decoding_length=48, suppress_sequences=banned, max_batch_size=25,
+                                  num_hypotheses=n_best)
+    index = {t: i for i, t in enumerate(tokens)}
+    theirs = [[[index[t] for t in h] for h in r.hypotheses] for r in results]
+    same = sum(a == b for a, b in zip(ours, theirs)) / len(ours)
+    assert same >= 0.99, f"{100 * same:.1f}% of the n-best lists agree"
