@@ -135,7 +135,8 @@ def main():
     for name, model, rules, sources, decoding in cases():
         backend = choose_backend(model, args.gemm, torch.device("cpu"), torch.float32)
         apply_backend(model, backend)
-        variants = {"paths": Translator(model, decoding, rules), "gather": Translator(GatherModel(model), decoding, rules)}
+        variants = {"paths": Translator(model, decoding, rules),
+                    "gather": Translator(GatherModel(model), decoding, rules)}
         best, outputs = dict.fromkeys(variants, float("inf")), {}
         for _ in range(args.repeat):  # interleaved: both see the same machine conditions
             for variant, translator in variants.items():

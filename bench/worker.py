@@ -118,7 +118,8 @@ def run_ctranslate2(args, task):
     sources = [[tokens[i] for i in s] for s in task["sources"]]
     index = {t: i for i, t in enumerate(tokens)}
     kwargs = dict(beam_size=args.beam, max_batch_size=args.batch, length_penalty=args.length_penalty,
-                  max_decoding_length=task["max_length"], suppress_sequences=[[tokens[t]] for t in task["banned"]] or None)
+                  max_decoding_length=task["max_length"],
+                  suppress_sequences=[[tokens[t]] for t in task["banned"]] or None)
     if args.fixed_length:
         kwargs.update(min_decoding_length=args.fixed_length, max_decoding_length=args.fixed_length)
     translator.translate_batch(sources[:4], **kwargs)

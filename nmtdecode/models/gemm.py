@@ -4,7 +4,7 @@ torch's float32 `linear` calls its BLAS (MKL's sgemm on x86 builds). MKL picks
 its fastest kernels by CPU vendor, and on other vendors' CPUs it can run far
 below what the hardware does: on an AMD EPYC (Zen 5) with 2 threads, oneDNN
 with prepacked weights was 2.5-4x faster on decoder-shaped products
-(bench/gemm.py). CTranslate2 makes the same split, MKL on Intel CPUs and
+(`python bench/gemm.py`). CTranslate2 makes the same split, MKL on Intel CPUs and
 oneDNN elsewhere. Which one wins depends on the machine, so `auto` measures
 both on the model's own shapes once and remembers the answer per machine
 (`cache_dir()`/gemm.json); `--gemm onednn|torch` forces either.
@@ -80,16 +80,19 @@ def linear_shapes(model: nn.Module) -> dict[tuple[int, int], int]:
     return shapes
 
 
-def _seconds(function, budget: float = 0.01) -> float:
-    """Best time of a call, repeated within about `budget` seconds (at least 3 times)."""
-    function()  # warm-up: first-call allocations and kernel selection
-    best, spent, calls = float("inf"), 0.0, 0
+def _best_of_both(first, second, budget: float = 0.01) -> tuple[float, float]:
+    """Best time of each of two calls, alternated (so both see the same machine load) for
+    about `budget` seconds, at least 3 times each."""
+    first(), second()  # warm-up: first-call allocations and kernel selection
+    best, spent, calls = [float("inf"), float("inf")], 0.0, 0
     while calls < 3 or spent < budget:
-        start = time.perf_counter()
-        function()
-        elapsed = time.perf_counter() - start
-        best, spent, calls = min(best, elapsed), spent + elapsed, calls + 1
-    return best
+        for i, function in enumerate((first, second)):
+            start = time.perf_counter()
+            function()
+            elapsed = time.perf_counter() - start
+            best[i], spent = min(best[i], elapsed), spent + elapsed
+        calls += 1
+    return best[0], best[1]
 
 
 def measure(shapes: dict[tuple[int, int], int], dtype: torch.dtype) -> dict[str, float]:
@@ -103,9 +106,11 @@ def measure(shapes: dict[tuple[int, int], int], dtype: torch.dtype) -> dict[str,
             packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
             for rows in PROBE_ROWS:
                 x = torch.randn(rows, in_features, generator=generator).to(dtype)
-                totals["torch"] += count * _seconds(lambda: torch.nn.functional.linear(x, weight, bias))
-                totals["onednn"] += count * _seconds(
+                plain, onednn = _best_of_both(
+                    lambda: torch.nn.functional.linear(x, weight, bias),
                     lambda: torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], ""))
+                totals["torch"] += count * plain
+                totals["onednn"] += count * onednn
     return totals
 
 

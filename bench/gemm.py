@@ -1,0 +1,72 @@
+"""torch's `linear` against oneDNN's prepacked product on decoder-shaped matrices, on this CPU.
+
+    python bench/gemm.py [--threads 2] [--model marian-base|demo]
+
+For every weight shape of the model and a few row counts (one sentence at beam 1,
+a batch of 32 at beam 1 and at beam 5, an encoder batch), the best time of each
+backend, its GFLOP/s and the ratio. This is the measurement `--gemm auto` makes in
+short at load (models/gemm.py), printed in full, with the CPU it ran on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+from nmtdecode.models.gemm import _best_of_both, cpu_description, linear_shapes, onednn_available  # noqa: E402
+
+ROWS = (1, 32, 160, 1024)
+
+
+def model_shapes(name: str) -> dict:
+    sys.path.insert(0, HERE)
+    if name == "demo":
+        from nmtdecode.models.loading import load_model
+
+        return linear_shapes(load_model(os.path.join(os.path.dirname(HERE), "data", "demo")).model)
+    from run import prepare_marian
+
+    from nmtdecode.models.checkpoint import read_json
+    from nmtdecode.models.formats.huggingface import load_network
+
+    dirs, _ = prepare_marian(1)
+    model, _, _ = load_network(dirs["nmtdecode"], read_json(os.path.join(dirs["nmtdecode"], "config.json")))
+    return linear_shapes(model)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--model", default="marian-base", choices=["marian-base", "demo"])
+    args = parser.parse_args()
+    if not onednn_available():
+        raise SystemExit("this torch build has no oneDNN linear")
+    torch.set_num_threads(args.threads)
+    print(f"CPU: {cpu_description()}; {args.threads} threads; torch {torch.__version__}; model {args.model}\n")
+    print("| weight (out x in) | rows | torch µs | GFLOP/s | onednn µs | GFLOP/s | torch ÷ onednn |")
+    print("|---|---|---|---|---|---|---|")
+    g = torch.Generator().manual_seed(0)
+    with torch.inference_mode():
+        for (out_features, in_features) in sorted(model_shapes(args.model)):
+            weight = torch.randn(out_features, in_features, generator=g)
+            bias = torch.randn(out_features, generator=g)
+            packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
+            for rows in ROWS:
+                x = torch.randn(rows, in_features, generator=g)
+                plain, onednn = _best_of_both(
+                    lambda: F.linear(x, weight, bias),
+                    lambda: torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], ""), budget=0.1)
+                flop = 2 * rows * in_features * out_features
+                print(f"| {out_features} x {in_features} | {rows} | {plain * 1e6:.0f} | {flop / plain / 1e9:.0f} | "
+                      f"{onednn * 1e6:.0f} | {flop / onednn / 1e9:.0f} | {plain / onednn:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
