@@ -164,9 +164,10 @@ def to_transformers(model: Transformer, path: str) -> str:
     return path
 
 
-def to_marian(model: Transformer, path: str) -> str:
+def to_marian(model: Transformer, path: str, banned_ids=()) -> str:
     """A post-norm native model (scripts/train_demo.py --architecture marian) as a Hugging Face
-    Marian checkpoint: the inverse of nmtdecode's own Marian mapping (formats/huggingface.py)."""
+    Marian checkpoint: the inverse of nmtdecode's own Marian mapping (formats/huggingface.py).
+    `banned_ids` (never generated) become the generation config's bad_words_ids."""
     import transformers
 
     from nmtdecode.models.formats.huggingface import weight_map
@@ -197,7 +198,8 @@ def to_marian(model: Transformer, path: str) -> str:
     left = [m for m in missing if "embed_positions" not in m and m not in ("lm_head.weight", "model.shared.weight")]
     if left or unexpected:
         raise ValueError(f"Marian export: missing {left}, unexpected {unexpected}")
-    hf.generation_config = transformers.GenerationConfig(decoder_start_token_id=cfg.decoder_start_id,
-                                                         eos_token_id=cfg.eos_id, pad_token_id=cfg.pad_id)
+    hf.generation_config = transformers.GenerationConfig(
+        decoder_start_token_id=cfg.decoder_start_id, eos_token_id=cfg.eos_id, pad_token_id=cfg.pad_id,
+        bad_words_ids=[[t] for t in banned_ids] or None)
     hf.save_pretrained(path)
     return path

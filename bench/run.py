@@ -45,7 +45,7 @@ from report import machine_lines, write_results  # noqa: E402
 
 OUT = os.path.join(HERE, "out")
 MARIAN_DEMO = os.path.join(OUT, "marian-demo-native")
-MARIAN_DEMO_RECIPE = ("python scripts/train_demo.py --architecture marian --minutes 50 --max-steps 4000 "
+MARIAN_DEMO_RECIPE = ("python scripts/train_demo.py --architecture marian --minutes 600 --max-steps 3000 "
                       "--scratch scripts/out/marian --model-dir bench/out/marian-demo-native")
 
 # (label, system, worker options, label of the row it is compared with)
@@ -114,12 +114,17 @@ def prepare_natural(name: str, n: int, demo: str):
     sp = loaded.tokenizer.target
     tokens = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
     hf_dir, ct2_dir = os.path.join(OUT, f"{name}-hf"), os.path.join(OUT, f"{name}-ct2")
-    (to_transformers if name == "demo" else to_marian)(loaded.model, hf_dir)  # rebuilt: the model may be new
+    banned = list(loaded.rules.banned_ids)
+    if name == "demo":  # rebuilt every run: the model may be new
+        to_transformers(loaded.model, hf_dir)
+    else:
+        to_marian(loaded.model, hf_dir, banned)
     to_ctranslate2(loaded.model, tokens, ct2_dir)
     lines, references = test_lines(demo, n)
-    task, order = sorted_task([loaded.tokenizer.encode(line) for line in lines], format="native", tokens=tokens,
-                              max_length=64, banned=list(loaded.rules.banned_ids))
-    dirs = {"nmtdecode": native_dir, "transformers": hf_dir, "ctranslate2": ct2_dir}
+    # demo: nmtdecode reads the native directory; marian-demo: the Hugging Face Marian checkpoint
+    task, order = sorted_task([loaded.tokenizer.encode(line) for line in lines], tokens=tokens, max_length=64,
+                              banned=banned, format="native" if name == "demo" else "huggingface")
+    dirs = {"nmtdecode": native_dir if name == "demo" else hf_dir, "transformers": hf_dir, "ctranslate2": ct2_dir}
     return dirs, task, loaded, [references[i] for i in order]
 
 
