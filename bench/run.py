@@ -233,6 +233,8 @@ def main():
     parser.add_argument("--repeat", type=int, default=3, help="runs per system; the fastest is reported")
     parser.add_argument("--models", default="marian-base,demo,marian-demo")
     parser.add_argument("--demo", default=os.path.join(ROOT, "data", "demo"), help="the demo model directory")
+    parser.add_argument("--output", default=os.path.join(HERE, "results.md"),
+                        help="the results file (one per CPU is kept in bench/: results-VENDOR-MODEL.md)")
     args = parser.parse_args()
     os.makedirs(OUT, exist_ok=True)
     rows, notes = [], []
@@ -250,7 +252,7 @@ def main():
                 rows += benchmark_model(name, dirs, task, beam, args, loaded, references)
     jobs = whole_job_rows(args, n_natural) if "demo" in args.models.split(",") else []
     memory = memory_rows(args) if "demo" in args.models.split(",") else []
-    path = os.path.join(OUT, "results-quick.md") if args.quick else os.path.join(HERE, "results.md")
+    path = os.path.join(OUT, "results-quick.md") if args.quick else args.output
     write_results(path, machine_lines(args), rows, jobs, memory, notes)
 
 
