@@ -1,10 +1,11 @@
 """Where nmtdecode's decoding time goes: torch.profiler over one benchmark batch.
 
-    python bench/profile_decode.py [--beam 5] [--threads 2] [--int8]
+    python bench/profile_decode.py [--model marian-base|demo] [--beam 5] [--threads 2] [--int8]
 
-Decodes one batch of 32 marian-base sentences (the benchmark's model and inputs,
-every hypothesis 32 tokens long) and prints the operators by self CPU time, then
-the share of time in matrix products. This is the profile behind the README's
+Decodes one batch of 32 sentences, marian-base (the benchmark's model and inputs,
+every hypothesis 32 tokens long) or the demo model (32 test lines of the median
+length, natural lengths), and prints the operators by self CPU time, then the
+share of time in matrix products and the operator calls per decoding step. This is the profile behind the README's
 note on what limits the speed-up over `transformers` and CTranslate2.
 """
 
@@ -28,6 +29,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--model", default="marian-base", choices=["marian-base", "demo"])
     parser.add_argument("--int8", action="store_true", help="profile the --quantize int8 model")
     parser.add_argument("--gemm", default="auto", choices=["auto", "onednn", "torch"], help="CPU matrix products")
     parser.add_argument("--rows", type=int, default=15, help="operators to list")
@@ -43,18 +45,20 @@ def main():
     from nmtdecode.models.quantize import quantize_int8
     from nmtdecode.translator import Translator
 
-    dirs, task = prepare_marian(32)
-    model, _, rules = load_network(dirs["native"], read_json(os.path.join(dirs["native"], "config.json")))
+    if args.model == "demo":
+        model, rules, sources, forced = demo_batch()
+    else:
+        dirs, task = prepare_marian(32)
+        model, _, rules = load_network(dirs["nmtdecode"], read_json(os.path.join(dirs["nmtdecode"], "config.json")))
+        sources, forced = task["sources"], {"min_length": 32, "max_length": 32}
     if args.int8:
         quantize_int8(model)
     else:
         backend = choose_backend(model, args.gemm, torch.device("cpu"), torch.float32)
         apply_backend(model, backend)
         print(f"gemm: {backend} ({cpu_description()})")
-    decoding = Config.from_values({"beam_size": args.beam, "min_length": 32, "max_length": 32,
-                                   "length_penalty": "avg", "alpha": 1.0}).decoding
+    decoding = Config.from_values({"beam_size": args.beam, "length_penalty": "avg", "alpha": 1.0, **forced}).decoding
     translator = Translator(model, decoding, rules)
-    sources = task["sources"]
     with torch.inference_mode():
         translator.translate_batch(sources[:4])  # warm-up
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
@@ -64,6 +68,23 @@ def main():
     total = sum(e.self_cpu_time_total for e in events)
     matmul = sum(e.self_cpu_time_total for e in events if e.key in MATMULS)
     print(f"matrix products (incl. attention kernels): {100 * matmul / total:.0f}% of self CPU time")
+    steps = next((e.count for e in events if e.key == "aten::topk"), 0)
+    calls = sum(e.count for e in events if e.key.startswith(("aten::", "mkldnn::", "quantized::")))
+    if steps:
+        print(f"{steps} decoding steps, {total / steps / 1000:.2f} ms and ~{calls / steps:.0f} operator calls "
+              "(nested ones included) per step")
+
+
+def demo_batch():
+    """The bundled model and 32 of its test lines around the median length."""
+    from nmtdecode.models.loading import load_model
+
+    demo = os.path.join(os.path.dirname(HERE), "data", "demo")
+    loaded = load_model(demo)
+    with open(os.path.join(demo, "test.en"), encoding="utf-8") as f:
+        sources = sorted((loaded.tokenizer.encode(line.rstrip("\n")) for line in f), key=len)
+    middle = len(sources) // 2
+    return loaded.model, loaded.rules, sources[middle - 16: middle + 16], {}
 
 
 if __name__ == "__main__":

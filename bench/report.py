@@ -44,7 +44,8 @@ def machine_lines(args) -> list[str]:
             f"{platform.machine()}",
             f"Threads: {args.threads}; {versions()}; {time.strftime('%Y-%m-%d')}",
             f"Command: `python bench/run.py --threads {args.threads} --repeat {args.repeat}"
-            f"{' --quick' if args.quick else ''}` (fastest of {args.repeat} interleaved runs per system)"]
+            f" --models {args.models}{' --quick' if args.quick else ''}` "
+            f"(fastest of {args.repeat} interleaved runs per system)"]
 
 
 def speed_table(rows) -> list[str]:

@@ -20,8 +20,9 @@ natural-length models, both with the `top` rule and no length penalty (CTranslat
 its early exit only then), where the outputs should agree.
 
 Also the whole command-line job on the demo test set (process start, model load, reading,
-decoding, writing) and peak memory against input size. Writes bench/results.md
-(bench/out/results-quick.md with --quick).
+decoding, writing) and peak memory against input size. Writes --output (bench/results.md;
+bench/out/results-quick.md with --quick). The README's figures come from the per-CPU copies
+kept in bench/ (results-intel-xeon-amx.md, results-amd-epyc-zen5.md).
 """
 
 from __future__ import annotations

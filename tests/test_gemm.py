@@ -97,6 +97,33 @@ def test_auto_measures_once_per_machine_and_remembers(tmp_path, monkeypatch):
 
 
 @needs_onednn
+@pytest.mark.parametrize("onednn_seconds, expected", [(0.89, "onednn"), (0.90, "onednn"), (0.95, "torch"),
+                                                       (1.2, "torch")])
+def test_auto_wants_onednn_clearly_faster(onednn_seconds, expected, tmp_path, monkeypatch):
+    """oneDNN's kernel compilation per row count and its memory are not in the measurement:
+    it is chosen only at 90% of torch's time or less."""
+    monkeypatch.setenv("NMTDECODE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(gemm, "measure", lambda shapes, dtype: {"torch": 1.0, "onednn": onednn_seconds})
+    assert gemm.choose_backend(tiny_transformer(0), "auto", torch.device("cpu"), torch.float32) == expected
+
+
+@needs_onednn
+def test_auto_decides_from_remembered_times(tmp_path, monkeypatch):
+    """A cache written under an older rule (backend recorded, times kept) is decided by today's rule."""
+    monkeypatch.setenv("NMTDECODE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(gemm, "measure", lambda shapes, dtype: {"torch": 1.0, "onednn": 0.95})
+    model = tiny_transformer(0)
+    assert gemm.choose_backend(model, "auto", torch.device("cpu"), torch.float32) == "torch"
+    path = tmp_path / "cache" / "gemm.json"
+    cached = json.loads(path.read_text())
+    for entry in cached.values():
+        entry["backend"] = "onednn"  # what the old rule (the faster, whatever the margin) wrote
+    path.write_text(json.dumps(cached))
+    monkeypatch.setattr(gemm, "measure", lambda shapes, dtype: pytest.fail("measured again"))
+    assert gemm.choose_backend(model, "auto", torch.device("cpu"), torch.float32) == "torch"
+
+
+@needs_onednn
 def test_auto_survives_a_corrupt_or_unwritable_cache(tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     cache.mkdir()
