@@ -228,6 +228,16 @@ def test_input_that_the_job_would_overwrite_is_refused(job, src, tmp_path, how):
     assert named.read_bytes() == data and sorted(tmp_path.iterdir()) == files
 
 
+@pytest.mark.subprocess
+def test_stdin_redirected_from_the_output_is_refused(model_dir, src, tmp_path):
+    data = src.read_bytes()
+    with open(src, "rb") as stdin:
+        run = subprocess.run(command("translate", "--model", model_dir, "--output", src, *ARGS), stdin=stdin,
+                             capture_output=True, timeout=300)
+    assert run.returncode == 2 and b"would be overwritten before it is read" in run.stderr, run.stderr
+    assert src.read_bytes() == data
+
+
 # --- 5. resume accepts only the same job ----------------------------------------------------
 
 def test_resume_refuses_another_quantization(job, src, tmp_path):
