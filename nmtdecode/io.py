@@ -11,19 +11,21 @@ that finish first are at the end) and cut into batches of N sentences or of
 at most N tokens counting padding (rows x longest source).
 
 Writing: `OrderedWriter` takes results in any order and emits them strictly
-in input order, one entry per input line.
+in input order, one entry per input line. The output file itself (temporary
+file, journal, lock, resume) is `output.py`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
+import stat
 import sys
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
-from .config import ConfigError
 from .search.base import Hypothesis
 
 SORT_CHUNK_BATCHES = 32  # batches' worth of lines sorted together
@@ -53,17 +55,26 @@ class LineReader:
 
     Invalid UTF-8 raises InputError naming the file and line, or with
     on_invalid="replace" becomes U+FFFD and is counted in `replaced_lines`.
+    `position()` is the bytes read so far and their hash: what identifies the
+    input lines already translated when a job resumes.
     """
 
     def __init__(self, path: str, on_invalid: str = "error"):
         self.path, self.on_invalid = path, on_invalid
         self.name = "<stdin>" if path == "-" else path
         self.replaced_lines = 0
+        self.consumed, self.hash = 0, hashlib.blake2b(digest_size=16)
+
+    def position(self) -> tuple[int, str]:
+        """(bytes read, blake2b of those bytes) up to the end of the last line read."""
+        return self.consumed, self.hash.hexdigest()
 
     def __iter__(self) -> Iterator[str]:
         stream = sys.stdin.buffer if self.path == "-" else _open(self.path)
         try:
             for number, raw in enumerate(stream, start=1):
+                self.consumed += len(raw)
+                self.hash.update(raw)
                 if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
                     raw = raw[3:]
                 yield self._decode(raw, number).rstrip("\r\n")
@@ -84,6 +95,23 @@ class LineReader:
 
 def read_lines(path: str, on_invalid: str = "error") -> Iterator[str]:
     return iter(LineReader(path, on_invalid))
+
+
+def check_readable(path: str):
+    """Fail early (before a model loads) on an input that cannot be read. A FIFO is not
+    opened here: opening and closing it would disturb the process writing into it."""
+    if path == "-":
+        return
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        raise InputError(f"cannot read {path}: {e.strerror}") from None
+    if stat.S_ISDIR(mode):
+        raise InputError(f"cannot read {path}: it is a directory")
+    if stat.S_ISREG(mode):
+        _open(path).close()
+    elif not os.access(path, os.R_OK):
+        raise InputError(f"cannot read {path}: permission denied")
 
 
 def _open(path: str):
@@ -171,99 +199,3 @@ class OrderedWriter:
         if self.pending:
             raise RuntimeError(f"results for lines {sorted(self.pending)[:5]}... could not be written in order")
         self.stream.flush()
-
-
-class OutputFile:
-    """An output file that is only complete once renamed, and that an interrupted job resumes.
-
-    Results go to PATH.tmp; PATH.tmp.progress records, after each completed
-    chunk of input, how many input lines and bytes of PATH.tmp are final and
-    which options made them. `resume` truncates PATH.tmp to the recorded size
-    and reports where the input continues; as chunks are cut at the same lines
-    as in an uninterrupted run, the finished file is byte-identical to one.
-    `finish` renames PATH.tmp to PATH. `-` means stdout (no resume).
-    """
-
-    def __init__(self, path: str, signature: str):
-        self.path, self.signature = path, signature
-        self.tmp, self.journal = f"{path}.tmp", f"{path}.tmp.progress"
-        self.stream = None
-
-    def open(self, resume: bool) -> int:
-        """Open for writing; returns the number of input lines already done."""
-        if self.path == "-":
-            if resume:
-                raise ResumeError("--resume needs --output FILE (stdout cannot be resumed)")
-            self.stream = sys.stdout
-            return 0
-        done, size = self._recorded() if resume else (0, 0)
-        try:
-            mode = "r+b" if size else "wb"
-            raw = open(self.tmp, mode)
-        except OSError as e:
-            raise ResumeError(f"output: cannot write {self.tmp}: {e.strerror}") from None
-        raw.truncate(size)
-        raw.seek(size)
-        self.stream = _TextSink(raw)
-        return done
-
-    def _recorded(self) -> tuple[int, int]:
-        if not os.path.exists(self.journal) or not os.path.exists(self.tmp):
-            if os.path.exists(self.path):
-                raise ResumeError(f"--resume: {self.path} is already complete")
-            return 0, 0  # nothing was written yet: start from the beginning
-        with open(self.journal, encoding="utf-8") as f:
-            record = json.load(f)
-        if record.get("signature") != self.signature:
-            raise ResumeError(f"--resume: {self.tmp} was written with other options or another input; "
-                              "run without --resume to start over")
-        if os.path.getsize(self.tmp) < record["bytes"]:
-            raise ResumeError(f"--resume: {self.tmp} is shorter than its progress record")
-        return record["lines"], record["bytes"]
-
-    def checkpoint(self, lines_done: int):
-        """Everything up to input line `lines_done` is written: make it durable and record it."""
-        self.stream.flush()
-        if self.path == "-":
-            return
-        record = {"lines": lines_done, "bytes": self.stream.tell(), "signature": self.signature}
-        with open(self.journal + ".new", "w", encoding="utf-8") as f:
-            json.dump(record, f)
-        os.replace(self.journal + ".new", self.journal)
-
-    def finish(self):
-        self.stream.flush()
-        if self.path == "-":
-            return
-        self.stream.close()
-        os.replace(self.tmp, self.path)
-        if os.path.exists(self.journal):  # an empty input never checkpoints
-            os.remove(self.journal)
-
-    def abandon(self):
-        """After a failure: close, keeping PATH.tmp and its record for --resume."""
-        if self.stream is not None and self.path != "-":
-            self.stream.close()
-
-
-class ResumeError(ConfigError):
-    """The output cannot be opened or resumed as asked (usage error, exit code 2)."""
-
-
-class _TextSink:
-    """UTF-8 text onto a binary file, with `tell` in bytes (text-mode tell is an opaque cookie)."""
-
-    def __init__(self, raw):
-        self.raw = raw
-
-    def write(self, text: str):
-        self.raw.write(text.encode("utf-8"))
-
-    def flush(self):
-        self.raw.flush()
-
-    def tell(self) -> int:
-        return self.raw.tell()
-
-    def close(self):
-        self.raw.close()

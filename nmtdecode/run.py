@@ -3,7 +3,8 @@
 The CLI builds a `Config` and calls `translate_job`; nothing here parses flags.
 Input is read in chunks (`io.chunks`); each chunk is cut into length-sorted
 batches, decoded, written in input order, and checkpointed, so that an
-interrupted job resumes at a chunk boundary (`io.OutputFile`).
+interrupted job resumes at a chunk boundary (`output.OutputFile`). The input
+and the output are checked, and the output locked, before the model loads.
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ import torch
 from tqdm import tqdm
 
 from .config import Config, ConfigError, RuntimeConfig
-from .io import Example, LineReader, OrderedWriter, OutputFile, Result, chunk_size, chunks, cut, read_lines
+from . import __version__
+from .io import Example, LineReader, OrderedWriter, Result, check_readable, chunk_size, chunks, cut, read_lines
 from .models.checkpoint import LoadedModel
 from .models.loading import load_model
 from .models.gemm import apply_backend, choose_backend
 from .models.quantize import quantize_int8
+from .output import OutputFile
 from .search.base import Hypothesis
 from .translator import Translator
 
@@ -125,23 +128,44 @@ def decode_batch(batch: list[Example], translator: Translator, loaded: LoadedMod
     return [Result(e.index, hyps, [loaded.tokenizer.decode(h.tokens) for h in hyps]) for e, hyps in zip(batch, nbests)]
 
 
-def _file_identity(path: str):
-    """Names, sizes and times of a file or of a directory's files: enough to notice a change."""
-    if path == "-" or not os.path.exists(path):
-        return path
-    if os.path.isdir(path):
-        return sorted(_file_identity(os.path.join(path, n)) + [n] for n in os.listdir(path)
-                      if os.path.isfile(os.path.join(path, n)))
-    return [os.path.getsize(path), os.path.getmtime(path)]
+HASHED_WHOLE = 64 << 20  # model files up to this size are identified by their whole content
+
+
+def _content_identity(path: str) -> list:
+    """A model file by content: its hash; a larger one by size, time and its first and last MiB."""
+    st = os.stat(path)
+    digest = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as f:
+        if st.st_size <= HASHED_WHOLE:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+            return [digest.hexdigest()]
+        digest.update(f.read(1 << 20))
+        f.seek(-(1 << 20), os.SEEK_END)
+        digest.update(f.read(1 << 20))
+    return [digest.hexdigest(), st.st_size, st.st_mtime_ns]
+
+
+def model_identity(path: str) -> list:
+    """The files of a model directory (or one file), each by content."""
+    if not os.path.isdir(path):
+        return _content_identity(path)
+    names = sorted(n for n in os.listdir(path) if os.path.isfile(os.path.join(path, n)))
+    return [[n, *_content_identity(os.path.join(path, n))] for n in names]
 
 
 def job_signature(config: Config) -> str:
-    """What the output depends on: options, model files, input file. A partial output is
-    only resumed by a job with the same signature."""
-    parts = {"decoding": asdict(config.decoding), "batching": asdict(config.batching), "dtype": config.runtime.dtype,
-             "format": config.io.format, "token_scores": config.io.token_scores,
-             "on_invalid_utf8": config.io.on_invalid_utf8, "model": _file_identity(config.io.model),
-             "src": [config.io.src, _file_identity(config.io.src)]}
+    """What the output depends on: every option that changes it, the model files and the
+    nmtdecode version. A partial output is only resumed by a job with the same signature;
+    the input is checked separately, by the hash of the lines already done (`output.py`).
+
+    Left out on purpose: device, threads and gemm choose how the same numbers are computed,
+    not which; they differ only in rounding (about 1e-6), as two runs on different machines
+    do. quantize and dtype change the numbers themselves and are in."""
+    parts = {"version": __version__, "decoding": asdict(config.decoding), "batching": asdict(config.batching),
+             "dtype": config.runtime.dtype, "quantize": config.runtime.quantize, "format": config.io.format,
+             "token_scores": config.io.token_scores, "on_invalid_utf8": config.io.on_invalid_utf8,
+             "stdin": config.io.src == "-", "model": model_identity(config.io.model)}
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -156,15 +180,31 @@ def read_size(config: Config) -> int:
 
 
 def translate_job(config: Config) -> Summary:
+    """Check the input and the output and lock the output (before the model loads), then
+    translate; the lock is released however the job ends."""
+    io_cfg = config.io
+    check_readable(io_cfg.src)
+    output = OutputFile(io_cfg.output)
+    output.refuse_source(io_cfg.src)
+    try:
+        if output.claim(io_cfg.resume):
+            if not config.runtime.quiet:
+                print(f"nmtdecode: {io_cfg.output} is complete (no {output.tmp} to resume); nothing to do",
+                      file=sys.stderr)
+            return Summary()
+        return _translate(config, output)
+    finally:
+        output.release()
+
+
+def _translate(config: Config, output: OutputFile) -> Summary:
     config, loaded, translator = prepare(config)
     io_cfg, batching = config.io, config.batching
     summary, start = Summary(), time.perf_counter()
     reader = LineReader(io_cfg.src, io_cfg.on_invalid_utf8)
-    output = OutputFile(io_cfg.output, job_signature(config))
-    done = output.open(io_cfg.resume)
-    if done:
-        warn(f"resuming after input line {done}")
-    examples = (make_example(i, line, loaded, batching.max_src_length) for i, line in enumerate(reader) if i >= done)
+    done = output.open(io_cfg.resume, job_signature(config))
+    lines = output.unfinished(reader, on_resume=lambda n: warn(f"resuming after input line {n}"))
+    examples = (make_example(i, line, loaded, batching.max_src_length) for i, line in lines)
     writer = OrderedWriter(output.stream, io_cfg.format, io_cfg.token_scores, first_index=done)
     show_progress = not config.runtime.quiet and sys.stderr.isatty()
     try:
@@ -174,7 +214,7 @@ def translate_job(config: Config) -> Summary:
                     for result in decode_batch(batch, translator, loaded):
                         writer.put(result)
                         summary.target_tokens += len(result.hypotheses[0].tokens)
-                output.checkpoint(lines_done=chunk[-1].index + 1)
+                output.checkpoint(chunk[-1].index + 1, reader.position())
                 newly_truncated = sum(e.truncated for e in chunk)
                 if newly_truncated and not summary.truncated:
                     warn("source lines longer than the model's positions (or --max-src-length) are cut")
@@ -183,7 +223,7 @@ def translate_job(config: Config) -> Summary:
                 progress.update(len(chunk))
         writer.close()
     except BaseException:
-        output.abandon()  # keeps PATH.tmp and its progress record for --resume
+        output.abandon()  # keeps FILE.tmp and its journal for --resume
         raise
     output.finish()
     summary.replaced = reader.replaced_lines

@@ -1,0 +1,377 @@
+"""The output file of a job: complete or resumable, never two jobs spliced, never the input.
+
+`--output FILE` (a regular file, or a name not taken yet) is written as
+FILE.tmp and renamed to FILE when the job completes. FILE.tmp.progress, the
+journal, records after each chunk of input how many input lines and bytes of
+FILE.tmp are final, the job signature (what the output depends on) and a hash
+of the input bytes those lines came from. `--resume` truncates FILE.tmp to the
+recorded size, re-reads and re-hashes the input up to the recorded line and
+continues; so the finished file is byte-identical to an uninterrupted run.
+
+Misuse is refused or made harmless:
+
+* A job holds an exclusive lock on FILE.lock (flock) from before the model
+  loads until it ends; a second job on the same FILE fails at once (exit 2).
+* `--src` naming FILE or one of the files beside it (same inode, through
+  links) is refused before anything is opened for writing.
+* Files beside FILE are created exclusively (O_EXCL | O_NOFOLLOW) after
+  unlinking whatever held the name: a planted link is removed, never followed.
+* A new job removes the journal before it writes anything, so a later
+  `--resume` never continues one job's output with another's.
+* FILE that is a symbolic link or not a regular file (a device such as
+  /dev/null or /dev/stdout, a FIFO) is written through: no temporary file,
+  no rename, no lock and no resume.
+* FILE, when replaced, keeps its permission bits.
+* `--resume` when FILE exists and neither FILE.tmp nor the journal does: the
+  job completed, there is nothing to do.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import stat
+import sys
+from dataclasses import dataclass
+
+from .config import ConfigError
+
+JOURNAL_LIMIT = 1 << 16  # a progress record is a few hundred bytes
+
+
+class OutputRefused(ConfigError):
+    """The output cannot be opened or resumed as asked (usage error, exit code 2)."""
+
+
+class OutputWriteError(RuntimeError):
+    """Writing the output failed, e.g. the disk is full (runtime error, exit code 1)."""
+
+
+@dataclass
+class Progress:
+    """What a journal records: the first `lines` input lines (`input_bytes` bytes, hashed as
+    `input_hash`) have their output in the first `bytes` bytes of FILE.tmp."""
+
+    lines: int = 0
+    bytes: int = 0
+    input_bytes: int = 0
+    input_hash: str = ""
+
+
+class OutputFile:
+    """One job's `--output`. Use: refuse_source, claim, open, checkpoint..., finish or
+    abandon, and release (always)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.tmp, self.journal, self.lock_path = f"{path}.tmp", f"{path}.tmp.progress", f"{path}.lock"
+        self.direct = path == "-" or _written_through(path)
+        self.stream = None
+        self.resumed = Progress()
+        self._lock_fd: int | None = None
+
+    def refuse_source(self, src: str):
+        """Refuse an input that this job would overwrite before reading it: the output itself
+        or a file beside it, compared by device and inode (so through links as well)."""
+        if self.path == "-":
+            return
+        source = _regular_identity(src)
+        if source is None:
+            return
+        for name in (self.path, self.tmp, self.journal, self.journal + ".new", self.lock_path):
+            try:
+                st = os.stat(name)
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) == source:
+                what = "the output file" if name == self.path else f"{name}, a file the job writes for --output"
+                raise OutputRefused(f"--src {src} is {what}; it would be overwritten before it is read: "
+                                    "choose another --output")
+
+    def claim(self, resume: bool) -> bool:
+        """Before the model loads: lock FILE (a second job fails at once) and check that the
+        directory is writable. Returns True when --resume finds the job already complete."""
+        if self.direct:
+            if resume:
+                raise OutputRefused(f"--resume: {self.path} is not a regular file (a link, device or pipe is "
+                                    "written directly, without FILE.tmp), so there is nothing to resume")
+            if os.path.exists(self.path) and not os.access(self.path, os.W_OK):
+                raise OutputRefused(f"output: cannot write {self.path}: permission denied")
+            return False
+        self._lock_fd = _lock(self.lock_path, self.path)
+        return resume and os.path.lexists(self.path) and not (
+            os.path.lexists(self.tmp) or os.path.lexists(self.journal))
+
+    def open(self, resume: bool, signature: str) -> int:
+        """Open for writing; returns the number of input lines already done."""
+        self.signature = signature
+        if self.path == "-":
+            self.stream = sys.stdout
+            return 0
+        if self.direct:
+            self.stream = _Sink(_open_through(self.path), self.path)
+            return 0
+        if resume and os.path.lexists(self.tmp) and os.path.lexists(self.journal):
+            self.resumed = self._read_journal()
+            self.stream = _Sink(self._reopen_tmp(self.resumed.bytes), self.tmp, self.resumed.bytes)
+            return self.resumed.lines
+        _remove(self.journal)  # an earlier job's record must never describe this job's FILE.tmp
+        self.stream = _Sink(_create(self.tmp), self.tmp)
+        return 0
+
+    def unfinished(self, reader, on_resume=None):
+        """(index, line) of the input lines after those already done, checking on the way that
+        the lines skipped are the input the partial output was made from; then
+        `on_resume(lines_done)` is called."""
+        done, seen = self.resumed.lines, 0
+        for index, line in enumerate(reader):
+            seen = index + 1
+            if seen == done:
+                self._check_input(*reader.position())
+                if on_resume is not None:
+                    on_resume(done)
+            if index >= done:
+                yield index, line
+        if seen < done:
+            self._check_input(*reader.position())
+
+    def checkpoint(self, lines_done: int, input_position: tuple[int, str]):
+        """Everything up to input line `lines_done` is written: make it durable and record it."""
+        self.stream.flush()
+        if self.direct:
+            return
+        input_bytes, input_hash = input_position
+        record = {"lines": lines_done, "bytes": self.stream.tell(), "input_bytes": input_bytes,
+                  "input_hash": input_hash, "signature": self.signature}
+        new = self.journal + ".new"
+        sink = _Sink(_create(new), new)
+        sink.write(json.dumps(record))
+        sink.close()
+        _replace(new, self.journal)
+
+    def finish(self):
+        self.stream.flush()
+        if self.path == "-":
+            return
+        if not self.direct:
+            _keep_mode(self.path, self.stream.fd)
+        self.stream.close()
+        if not self.direct:
+            _replace(self.tmp, self.path)
+            _remove(self.journal)  # an empty input never checkpoints
+
+    def abandon(self):
+        """After a failure: close, keeping FILE.tmp and its journal for --resume; a FILE.tmp
+        with no journal holds nothing final and is removed."""
+        if self.stream is None or self.path == "-":
+            return
+        self.stream.close(quietly=True)
+        if not self.direct and not os.path.lexists(self.journal):
+            _remove(self.tmp, quietly=True)
+
+    def release(self):
+        """Give up the lock (and its file) at the end of the job, whatever happened."""
+        if self._lock_fd is not None:
+            _remove(self.lock_path, quietly=True)  # while still holding it: see _lock
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def _read_journal(self) -> Progress:
+        name = self.journal
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as e:
+            raise OutputRefused(f"--resume: cannot read {name}: {_reason(e)}") from None
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OutputRefused(f"--resume: {name} is not a regular file")
+            data = f.read(JOURNAL_LIMIT + 1)
+        try:
+            record = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            record = None
+        if not isinstance(record, dict):
+            raise OutputRefused(f"--resume: {name} is not a valid progress record (not a JSON object); "
+                                "run without --resume to start over")
+        if record.get("signature") != self.signature:
+            raise OutputRefused(f"--resume: {self.tmp} was written with other options or another model; "
+                                "run without --resume to start over")
+        try:
+            progress = Progress(**{k: record[k] for k in ("lines", "bytes", "input_bytes", "input_hash")})
+        except KeyError as e:
+            raise OutputRefused(f"--resume: {name} is not a valid progress record (no {e.args[0]!r}); "
+                                "run without --resume to start over") from None
+        if not (all(type(v) is int and v >= 0 for v in (progress.lines, progress.bytes, progress.input_bytes))
+                and isinstance(progress.input_hash, str)):
+            raise OutputRefused(f"--resume: {name} is not a valid progress record (bad values); "
+                                "run without --resume to start over")
+        return progress
+
+    def _reopen_tmp(self, size: int) -> int:
+        try:
+            fd = os.open(self.tmp, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as e:
+            raise OutputRefused(f"--resume: cannot open {self.tmp}: {_reason(e)}") from None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size < size:
+            os.close(fd)
+            problem = "is not a regular file" if not stat.S_ISREG(st.st_mode) else "is shorter than its progress record"
+            raise OutputRefused(f"--resume: {self.tmp} {problem}")
+        os.set_blocking(fd, True)
+        os.ftruncate(fd, size)
+        os.lseek(fd, size, os.SEEK_SET)
+        return fd
+
+    def _check_input(self, input_bytes: int, input_hash: str):
+        expected = self.resumed
+        if (input_bytes, input_hash) != (expected.input_bytes, expected.input_hash):
+            raise OutputRefused(f"--resume: the input is not the one {self.tmp} was made from (its first "
+                                f"{expected.lines} lines differ); run without --resume to start over")
+
+
+def _written_through(path: str) -> bool:
+    """True for a link or a special file (written directly); False for a regular file or a free name."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return False
+    except OSError as e:
+        raise OutputRefused(f"output: cannot use {path}: {_reason(e)}") from None
+    if stat.S_ISDIR(mode):
+        raise OutputRefused(f"output: {path} is a directory")
+    return not stat.S_ISREG(mode)
+
+
+def _regular_identity(src: str) -> tuple[int, int] | None:
+    """(device, inode) of the input when it is a regular file (a path, or stdin redirected from one)."""
+    try:
+        st = os.stat(src) if src != "-" else os.fstat(sys.stdin.fileno())
+    except (OSError, ValueError, AttributeError):  # no such file, or a stdin without a descriptor
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
+
+
+def _lock(lock_path: str, path: str) -> int:
+    """An exclusive, non-blocking flock on `lock_path`. The file is removed by its holder at the
+    end, so after locking check that the name still leads to the file locked (else retry)."""
+    while True:
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+        except OSError as e:
+            raise OutputRefused(f"output: cannot create {lock_path}: {_reason(e)}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            holder = os.read(fd, 32).decode("ascii", "replace").strip()
+            os.close(fd)
+            if e.errno not in (errno.EAGAIN, errno.EACCES):
+                raise OutputRefused(f"output: cannot lock {lock_path}: {_reason(e)}") from None
+            who = f"another job (process {holder})" if holder.isdigit() else "another job"
+            raise OutputRefused(f"output: {path} is being written by {who}; it holds {lock_path}") from None
+        try:
+            same = os.path.samestat(os.stat(lock_path, follow_symlinks=False), os.fstat(fd))
+        except FileNotFoundError:
+            same = False
+        if same:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+            return fd
+        os.close(fd)
+
+
+def _create(path: str) -> int:
+    """A new, empty file at `path`, whatever held the name before (a link is removed, not followed)."""
+    _remove(path)
+    try:
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    except OSError as e:
+        raise OutputRefused(f"output: cannot create {path}: {_reason(e)}") from None
+
+
+def _open_through(path: str) -> int:
+    try:
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+    except OSError as e:
+        raise OutputRefused(f"output: cannot write {path}: {_reason(e)}") from None
+
+
+def _remove(path: str, quietly: bool = False):
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        if not quietly:
+            raise OutputRefused(f"output: cannot remove {path}: {_reason(e)}") from None
+
+
+def _replace(source: str, target: str):
+    try:
+        os.replace(source, target)
+    except OSError as e:
+        raise OutputWriteError(f"cannot rename {source} to {target}: {_reason(e)}") from None
+
+
+def _keep_mode(path: str, fd: int):
+    """Give the new file the permission bits of the regular file it replaces."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return
+    if stat.S_ISREG(st.st_mode):
+        os.fchmod(fd, stat.S_IMODE(st.st_mode))
+
+
+def _reason(error: OSError) -> str:
+    return error.strerror or str(error)
+
+
+class _Sink:
+    """UTF-8 text onto a file descriptor, buffered, with `tell` in bytes; a failed write names
+    the file (a full disk is an OutputWriteError, not a bare errno)."""
+
+    BUFFER = 1 << 16
+
+    def __init__(self, fd: int, name: str, offset: int = 0):
+        self.fd, self.name = fd, name
+        self.written, self.pending, self.pending_size = offset, [], 0
+
+    def write(self, text: str):
+        data = text.encode("utf-8")
+        self.pending.append(data)
+        self.pending_size += len(data)
+        if self.pending_size >= self.BUFFER:
+            self.flush()
+
+    def flush(self):
+        view = memoryview(b"".join(self.pending))
+        self.pending, self.pending_size = [], 0
+        while view:
+            try:
+                count = os.write(self.fd, view)
+            except OSError as e:
+                raise OutputWriteError(f"cannot write {self.name}: {_reason(e)}") from None
+            self.written += count
+            view = view[count:]
+
+    def tell(self) -> int:
+        return self.written + self.pending_size
+
+    def close(self, quietly: bool = False):
+        """Flush and close; `quietly` (after a failure) ignores errors on the way."""
+        if self.fd < 0:
+            return
+        fd, error = self.fd, None
+        try:
+            self.flush()
+        except OutputWriteError as e:
+            error = e
+        self.fd = -1
+        try:
+            os.close(fd)
+        except OSError as e:
+            error = error or OutputWriteError(f"cannot write {self.name}: {_reason(e)}")
+        if error is not None and not quietly:
+            raise error

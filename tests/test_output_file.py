@@ -1,0 +1,391 @@
+"""Nothing lost under misuse: the output file's lock, temporary files, journal and resume (issue 18).
+
+Each case is what a hostile but realistic user does: two jobs on one output, a stale
+journal, planted links, special files, the input named as the output, a resume with
+other options or another input, a full disk. Jobs run in this process (`cli`); an
+interruption is a KeyboardInterrupt raised from a decoding call, as Ctrl-C would.
+Only the two-real-jobs case needs processes (marked `subprocess`).
+"""
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import stat
+import subprocess
+import threading
+import time
+
+import pytest
+
+from .test_reliability import NORMAL, command, count_lines
+
+LINES = NORMAL * 10  # 70 lines: with --batch-size 1, chunks (32 batches) of 32, 32 and 6 lines
+ARGS = ["--beam-size", 2, "--batch-size", 1, "--max-length", 8, "--quiet"]
+
+
+@pytest.fixture()
+def job(model_dir, cli):
+    """`job(src, out, *more)`: `nmtdecode translate` with the small fixed options above."""
+
+    def run(src, out, *more, stdin=b""):
+        return cli("translate", "--model", model_dir, "--src", src, "--output", out, *ARGS, *more, stdin=stdin)
+
+    return run
+
+
+@pytest.fixture()
+def src(lines_file):
+    return lines_file(LINES)
+
+
+@pytest.fixture()
+def reference(job, src, tmp_path):
+    """The output of an uninterrupted job."""
+    run = job(src, tmp_path / "reference.txt")
+    assert run.returncode == 0, run.stderr
+    return (tmp_path / "reference.txt").read_bytes()
+
+
+@pytest.fixture()
+def short(lines_file, job, tmp_path):
+    """(a short input, its output) for the cases that need no interruption."""
+    src = lines_file(NORMAL, name="short.txt")
+    assert job(src, tmp_path / "short-reference.txt").returncode == 0
+    return src, (tmp_path / "short-reference.txt").read_bytes()
+
+
+@contextlib.contextmanager
+def interrupted_after(calls: int):
+    """Ctrl-C instead of the decoding call after `calls` of them (32 calls per chunk of a file here)."""
+    from nmtdecode.translator import Translator
+
+    original, count = Translator.translate_batch, 0
+
+    def fragile(self, sources):
+        nonlocal count
+        count += 1
+        if count > calls:
+            raise KeyboardInterrupt
+        return original(self, sources)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Translator, "translate_batch", fragile)
+        yield
+
+
+@pytest.fixture()
+def no_model_load(monkeypatch):
+    """Fails the test if a model is loaded: the error must come before."""
+    import nmtdecode.run
+
+    def refuse(path):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(nmtdecode.run, "load_model", refuse)
+
+
+def journal_of(out):
+    return out.with_name(out.name + ".tmp.progress")
+
+
+def one_line(stderr: bytes) -> bool:
+    return stderr.count(b"\n") == 1 and b"Traceback" not in stderr
+
+
+# --- 1. two jobs, one output ---------------------------------------------------------------
+
+def test_second_job_on_a_locked_output_fails_at_once(job, src, tmp_path, no_model_load):
+    out = tmp_path / "out.txt"
+    with open(tmp_path / "out.txt.lock", "w") as holder:  # what a running job holds
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        run = job(src, out)
+    assert run.returncode == 2 and one_line(run.stderr), run.stderr
+    assert b"is being written by another job" in run.stderr and str(out).encode() in run.stderr
+    assert not out.exists() and not (tmp_path / "out.txt.tmp").exists()
+
+
+def test_lock_is_released_when_a_job_ends(job, src, tmp_path, reference):
+    out = tmp_path / "out.txt"
+    with interrupted_after(40):
+        assert job(src, out).returncode == 130
+    assert not (tmp_path / "out.txt.lock").exists()
+    run = job(src, out, "--resume")
+    assert run.returncode == 0, run.stderr
+    assert out.read_bytes() == reference and not (tmp_path / "out.txt.lock").exists()
+
+
+@pytest.mark.subprocess
+def test_two_real_jobs_on_one_output(model_dir, tmp_path, lines_file, cli):
+    src = lines_file(NORMAL * 100)
+    out = tmp_path / "out.txt"
+    first = subprocess.Popen(command("translate", "--model", model_dir, "--src", src, "--output", out, *ARGS),
+                             stderr=subprocess.PIPE)
+    deadline = time.time() + 300
+    while time.time() < deadline and not (tmp_path / "out.txt.tmp").exists() and first.poll() is None:
+        time.sleep(0.02)
+    second = cli("translate", "--model", model_dir, "--src", src, "--output", out, *ARGS, "--format", "jsonl")
+    _, stderr = first.communicate(timeout=300)
+    assert first.returncode == 0, stderr
+    assert second.returncode == 2 and b"is being written by another job (process" in second.stderr
+    assert out.read_bytes().count(b"\n") == len(NORMAL) * 100 and b"{" not in out.read_bytes()
+
+
+# --- 2. a stale journal ------------------------------------------------------------------
+
+def test_new_job_removes_a_stale_journal(job, src, tmp_path, reference):
+    out = tmp_path / "out.txt"
+    with interrupted_after(40):  # an earlier job, interrupted after its first checkpoint
+        assert job(src, out).returncode == 130
+    assert json.loads(journal_of(out).read_text())["lines"] == 32
+    with interrupted_after(5):  # a new job, interrupted before its first checkpoint
+        assert job(src, out).returncode == 130
+    assert not journal_of(out).exists()
+    run = job(src, out, "--resume")  # starts over: nothing of either job is final
+    assert run.returncode == 0, run.stderr
+    assert b"resuming" not in run.stderr and out.read_bytes() == reference
+
+
+# --- 3. links and special files ------------------------------------------------------------
+
+@pytest.mark.parametrize("planted", ["out.txt.tmp", "out.txt.tmp.progress.new", "out.txt.tmp.progress"])
+def test_planted_links_are_not_followed(job, short, tmp_path, planted):
+    src, reference = short
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    (tmp_path / planted).symlink_to(victim)
+    out = tmp_path / "out.txt"
+    run = job(src, out)
+    assert run.returncode == 0, run.stderr
+    assert victim.read_text() == "precious\n"
+    assert not out.is_symlink() and out.read_bytes() == reference
+
+
+def test_link_to_a_device_is_written_through(job, lines_file, tmp_path):
+    src = lines_file(NORMAL)
+    link = tmp_path / "out.txt"
+    link.symlink_to(os.devnull)
+    run = job(src, link)
+    assert run.returncode == 0, run.stderr
+    assert link.is_symlink() and os.readlink(link) == os.devnull
+    assert not (tmp_path / "out.txt.tmp").exists() and not journal_of(link).exists()
+    run = job(src, link, "--resume")
+    assert run.returncode == 2 and one_line(run.stderr) and b"is not a regular file" in run.stderr
+    assert link.is_symlink()
+
+
+def test_fifo_output_is_written_through(job, short, tmp_path):
+    src, reference = short
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    try:
+        run = job(src, fifo)
+        reader.join(timeout=10)  # the job has ended: the reader has its end of file
+    finally:
+        if reader.is_alive():  # the job never opened the FIFO: let the reader go
+            with contextlib.suppress(OSError):
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    assert run.returncode == 0, run.stderr
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert received == [reference]
+
+
+def test_replaced_output_keeps_its_mode(job, short, tmp_path):
+    src, reference = short
+    out = tmp_path / "out.txt"
+    out.write_text("old\n")
+    out.chmod(0o640)
+    run = job(src, out)
+    assert run.returncode == 0, run.stderr
+    assert out.read_bytes() == reference and stat.S_IMODE(out.stat().st_mode) == 0o640
+
+
+# --- 4. the input destroyed ----------------------------------------------------------------
+
+@pytest.mark.parametrize("how", ["temp file", "same path", "link", "hard link"])
+def test_input_that_the_job_would_overwrite_is_refused(job, src, tmp_path, how):
+    data = src.read_bytes()  # in.txt
+    if how == "temp file":
+        out = tmp_path / "x.txt"
+        named = tmp_path / "x.txt.tmp"
+        os.replace(src, named)
+    else:
+        out, named = src, src
+        if how == "link":
+            named = tmp_path / "link.txt"
+            named.symlink_to(src)
+        elif how == "hard link":
+            named = tmp_path / "hard.txt"
+            os.link(src, named)
+    files = sorted(tmp_path.iterdir())
+    run = job(named, out)
+    assert run.returncode == 2 and one_line(run.stderr), run.stderr
+    assert b"would be overwritten before it is read" in run.stderr
+    assert named.read_bytes() == data and sorted(tmp_path.iterdir()) == files
+
+
+@pytest.mark.subprocess
+def test_stdin_redirected_from_the_output_is_refused(model_dir, src, tmp_path):
+    data = src.read_bytes()
+    with open(src, "rb") as stdin:
+        run = subprocess.run(command("translate", "--model", model_dir, "--output", src, *ARGS), stdin=stdin,
+                             capture_output=True, timeout=300)
+    assert run.returncode == 2 and b"would be overwritten before it is read" in run.stderr, run.stderr
+    assert src.read_bytes() == data
+
+
+# --- 5. resume accepts only the same job ----------------------------------------------------
+
+def test_resume_refuses_another_quantization(job, src, tmp_path):
+    out = tmp_path / "out.txt"
+    with interrupted_after(40):
+        assert job(src, out).returncode == 130
+    run = job(src, out, "--resume", "--quantize", "int8")
+    assert run.returncode == 2 and b"written with other options" in run.stderr
+    assert json.loads(journal_of(out).read_text())["lines"] == 32  # still resumable as it was
+
+
+def test_resume_refuses_an_input_edited_in_place(job, src, tmp_path):
+    out = tmp_path / "out.txt"
+    with interrupted_after(40):
+        assert job(src, out).returncode == 130
+    before = src.stat()
+    data = src.read_bytes()
+    edited = data.replace(b"the house is red .", b"the mouse is red .", 1)
+    assert len(edited) == len(data) and edited != data
+    src.write_bytes(edited)
+    os.utime(src, ns=(before.st_atime_ns, before.st_mtime_ns))  # size and time as before
+    run = job(src, out, "--resume")
+    assert run.returncode == 2 and one_line(run.stderr), run.stderr
+    assert b"the input is not the one" in run.stderr and b"first 32 lines" in run.stderr
+
+
+def test_resume_from_stdin_checks_the_lines_fed_again(job, src, tmp_path):
+    out = tmp_path / "out.txt"
+    data = src.read_bytes()
+    with interrupted_after(40):
+        assert job("-", out, stdin=data).returncode == 130
+    other = data.replace(b"good morning", b"good evening", 1)
+    run = job("-", out, "--resume", stdin=other)
+    assert run.returncode == 2 and b"the input is not the one" in run.stderr
+    run = job("-", out, "--resume", stdin=data[:100])  # fewer lines than were done
+    assert run.returncode == 2 and b"the input is not the one" in run.stderr
+    run = job("-", out, "--resume", stdin=data)
+    assert run.returncode == 0, run.stderr
+    assert b"resuming after input line" in run.stderr
+    stdin_reference = tmp_path / "stdin-reference.txt"  # stdin is read in smaller chunks than a file
+    assert job("-", stdin_reference, stdin=data).returncode == 0
+    assert out.read_bytes() == stdin_reference.read_bytes()
+
+
+def test_interrupted_job_resumes_byte_identical(job, src, tmp_path):
+    out = tmp_path / "out.jsonl"
+    more = ["--format", "jsonl", "--token-scores"]
+    jsonl_reference = tmp_path / "reference.jsonl"
+    assert job(src, jsonl_reference, *more).returncode == 0
+    with interrupted_after(40):
+        assert job(src, out, *more).returncode == 130
+    with interrupted_after(35):  # interrupted again, in the third chunk
+        assert job(src, out, *more, "--resume").returncode == 130
+    assert json.loads(journal_of(out).read_text())["lines"] == 64
+    run = job(src, out, *more, "--resume")
+    assert run.returncode == 0, run.stderr
+    assert out.read_bytes() == jsonl_reference.read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.jsonl", "reference.jsonl"]
+
+
+# --- 6. smaller promises -------------------------------------------------------------------
+
+def test_missing_input_is_found_before_the_model_loads(job, tmp_path, no_model_load):
+    out = tmp_path / "out.txt"
+    run = job(tmp_path / "missing.txt", out)
+    assert run.returncode == 1 and one_line(run.stderr) and b"cannot read" in run.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("where", ["missing directory", "file as directory"])
+def test_unwritable_output_is_found_before_the_model_loads(job, src, tmp_path, where, no_model_load):
+    (tmp_path / "file").write_text("")
+    out = tmp_path / ("missing" if where == "missing directory" else "file") / "out.txt"
+    run = job(src, out)
+    assert run.returncode == 2 and one_line(run.stderr) and b"output: cannot" in run.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "in.txt"]
+
+
+def test_resume_of_a_completed_job_does_nothing(short, tmp_path, cli, model_dir):
+    src, reference = short
+    out = tmp_path / "short-reference.txt"  # completed by the fixture
+    import nmtdecode.run
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(nmtdecode.run, "load_model", lambda path: pytest.fail("the model was loaded"))
+        run = cli("translate", "--model", model_dir, "--src", src, "--output", out, "--resume")
+    assert run.returncode == 0, run.stderr
+    assert b"is complete" in run.stderr and out.read_bytes() == reference
+
+
+@pytest.mark.parametrize("content", [b"{not json", b"[1, 2]", b'{"signature": 7', b"\xff\xfe"])
+def test_corrupt_journal_is_named(job, src, tmp_path, content):
+    out = tmp_path / "out.txt"
+    (tmp_path / "out.txt.tmp").write_text("partial\n")
+    journal_of(out).write_bytes(content)
+    run = job(src, out, "--resume")
+    assert run.returncode == 2 and one_line(run.stderr), run.stderr
+    assert str(journal_of(out)).encode() in run.stderr and b"not a valid progress record" in run.stderr
+
+
+def test_journal_missing_a_field_is_named(job, src, tmp_path):
+    out = tmp_path / "out.txt"
+    with interrupted_after(40):
+        assert job(src, out).returncode == 130
+    record = json.loads(journal_of(out).read_text())
+    del record["bytes"]
+    journal_of(out).write_text(json.dumps(record))
+    run = job(src, out, "--resume")
+    assert run.returncode == 2 and b"not a valid progress record (no 'bytes')" in run.stderr
+
+
+def test_full_disk_names_the_file_and_stays_resumable(job, src, tmp_path, reference):
+    out = tmp_path / "out.txt"
+    real_write, tmp = os.write, str(tmp_path / "out.txt.tmp")
+    writes = 0
+
+    def full_after_first_chunk(fd, data):
+        nonlocal writes
+        try:
+            ours = os.readlink(f"/proc/self/fd/{fd}") == tmp
+        except OSError:
+            ours = False
+        writes += ours
+        if ours and writes > 1:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "write", full_after_first_chunk)
+        run = job(src, out)
+    assert run.returncode == 1 and one_line(run.stderr), run.stderr
+    assert f"cannot write {tmp}: No space left on device".encode() in run.stderr
+    run = job(src, out, "--resume")  # once there is room again
+    assert run.returncode == 0, run.stderr
+    assert out.read_bytes() == reference
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_full_device_names_the_file(job, lines_file, tmp_path):
+    src = lines_file(NORMAL)
+    link = tmp_path / "out.txt"
+    link.symlink_to("/dev/full")
+    run = job(src, link)
+    assert run.returncode == 1 and one_line(run.stderr), run.stderr
+    assert f"cannot write {link}: No space left on device".encode() in run.stderr
+    assert link.is_symlink()
+
+
+def test_stdout_output_still_works(model_dir, cli):
+    run = cli("translate", "--model", model_dir, *ARGS, stdin=b"good morning\n\nthank you\n")
+    assert run.returncode == 0 and count_lines(run.stdout) == 3
