@@ -107,8 +107,9 @@ def is_out_of_memory(error: BaseException) -> bool:
 def decode_batch(batch: list[Example], translator: Translator, loaded: LoadedModel) -> list[Result]:
     """Results for one batch. When the device runs out of memory the batch is split in
     halves and retried, down to single sentences (which then fail, naming the line)."""
-    if batch[0].ids is None:
-        return [Result(e.index, [Hypothesis([], 0.0, 0.0)], [""]) for e in batch]
+    if batch[0].ids is None:  # empty lines: n_best empty hypotheses each, as for any other line
+        n = translator.cfg.n_best
+        return [Result(e.index, [Hypothesis([], 0.0, 0.0) for _ in range(n)], [""] * n) for e in batch]
     try:
         nbests = translator.translate_batch([e.ids for e in batch])
     except RuntimeError as error:  # torch.cuda.OutOfMemoryError is a RuntimeError
