@@ -82,3 +82,68 @@ def test_paths_in_a_config_file_are_relative_to_it_and_flags_to_the_cwd(model_di
     run = nmtdecode("translate", "-c", config, "--src", "other.txt", "--output", "flag.txt", cwd=elsewhere)
     assert run.returncode == 0, run.stderr
     assert len((elsewhere / "flag.txt").read_text().splitlines()) == 1  # flags: relative to the cwd
+
+
+def native_copy(model_dir, tmp_path, edit):
+    """A copy of the test model whose config.yaml went through `edit(data)`."""
+    copy = tmp_path / "model"
+    shutil.copytree(model_dir, copy)
+    data = yaml.safe_load((copy / "config.yaml").read_text())
+    edit(data)
+    (copy / "config.yaml").write_text(yaml.safe_dump(data))
+    return copy
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d["model"].pop("src_vocab_size"), "src_vocab_size is missing"),
+    (lambda d: d["model"].update(heads=0), "heads: must be >= 1, got 0"),
+    (lambda d: d["model"].update(heads=5), "d_model (32) must be divisible by heads (5)"),
+    (lambda d: d["model"].update(d_model="32"), "d_model: expected int, got '32'"),
+    (lambda d: d["model"].update(decoder_layers=-1), "decoder_layers: must be >= 1, got -1"),
+    (lambda d: d["model"].update(eos_id=48), "eos_id: 48 is outside the source vocabulary (48 tokens)"),
+    (lambda d: d["model"].update(norm_eps=float("nan")), "norm_eps: expected a finite float, got nan"),
+    (lambda d: d.update(banned_ids=[0, 999]), "banned_ids: 999 is outside the target vocabulary"),
+    (lambda d: d.update(banned_ids="pad"), "banned_ids: expected a list of token ids"),
+    (lambda d: d.update(tokenizer=["spm.model"]), "tokenizer: expected a mapping"),
+])
+def test_malformed_native_config_names_file_and_key(model_dir, tmp_path, nmtdecode, edit, message):
+    broken = native_copy(model_dir, tmp_path, edit)
+    run = nmtdecode("translate", "--model", broken)
+    assert run.returncode == 1
+    line = one_line(run.stderr)
+    assert f"{broken}/config.yaml: " in line and message in line
+
+
+def test_native_config_with_invalid_utf8_names_the_file(model_dir, tmp_path, nmtdecode):
+    broken = native_copy(model_dir, tmp_path, lambda d: None)
+    with open(broken / "config.yaml", "ab") as f:
+        f.write(b"# caf\xe9\n")
+    run = nmtdecode("translate", "--model", broken)
+    assert run.returncode == 1 and f"{broken}/config.yaml cannot be read" in one_line(run.stderr)
+
+
+MARIAN = {"model_type": "marian", "vocab_size": 64, "d_model": 16, "encoder_attention_heads": 2,
+          "decoder_attention_heads": 2, "encoder_layers": 1, "decoder_layers": 1, "encoder_ffn_dim": 32,
+          "decoder_ffn_dim": 32, "max_position_embeddings": 64, "pad_token_id": 63, "eos_token_id": 0,
+          "decoder_start_token_id": 63}
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"vocab_size": None}, "vocab_size is missing"),
+    ({"encoder_attention_heads": 0, "decoder_attention_heads": 0},
+     "encoder_attention_heads: expected a positive integer, got 0"),
+    ({"encoder_attention_heads": 3, "decoder_attention_heads": 3},
+     "d_model (16) is not divisible by encoder_attention_heads (3)"),
+    ({"d_model": 16.5}, "d_model: expected a positive integer, got 16.5"),
+    ({"max_position_embeddings": -2}, "max_position_embeddings: expected a positive integer, got -2"),
+    ({"eos_token_id": 64}, "eos_id: 64 is outside the source vocabulary (64 tokens)"),
+])
+def test_malformed_hugging_face_config_names_file_and_key(tmp_path, nmtdecode, change, message):
+    model = tmp_path / "hf"
+    model.mkdir()
+    config = {k: v for k, v in {**MARIAN, **change}.items() if v is not None}
+    (model / "config.json").write_text(json.dumps(config))
+    run = nmtdecode("translate", "--model", model)
+    assert run.returncode == 1
+    line = one_line(run.stderr)
+    assert f"{model}/config.json: " in line and message in line
