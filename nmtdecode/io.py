@@ -61,14 +61,14 @@ class LineReader:
         self.replaced_lines = 0
 
     def __iter__(self) -> Iterator[str]:
-        stream = sys.stdin.buffer if self.path == "-" else _open(self.path)
+        stream = _stdin() if self.path == "-" else _open(self.path)
         try:
             for number, raw in enumerate(stream, start=1):
                 if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
                     raw = raw[3:]
                 yield self._decode(raw, number).rstrip("\r\n")
         finally:
-            if stream is not sys.stdin.buffer:
+            if self.path != "-":
                 stream.close()
 
     def _decode(self, raw: bytes, number: int) -> str:
@@ -84,6 +84,12 @@ class LineReader:
 
 def read_lines(path: str, on_invalid: str = "error") -> Iterator[str]:
     return iter(LineReader(path, on_invalid))
+
+
+def _stdin():
+    if sys.stdin is None:  # started with standard input closed (`<&-`)
+        raise InputError("cannot read <stdin>: standard input is closed (give --src FILE)")
+    return sys.stdin.buffer
 
 
 def _open(path: str):

@@ -8,6 +8,7 @@ said as such. Each case runs the CLI in this process (the `cli` fixture).
 import json
 import os
 import shutil
+import subprocess
 import sys
 
 import pytest
@@ -147,3 +148,20 @@ def test_malformed_hugging_face_config_names_file_and_key(tmp_path, nmtdecode, c
     assert run.returncode == 1
     line = one_line(run.stderr)
     assert f"{model}/config.json: " in line and message in line
+
+
+def test_closed_stdin_is_said_clearly(model_dir, monkeypatch, capsysbinary):
+    """`nmtdecode translate <&-`: Python starts with sys.stdin None."""
+    monkeypatch.setattr(sys, "stdin", None)
+    code = run(["translate", "--model", str(model_dir), "--quiet"])
+    err = capsysbinary.readouterr().err.decode()
+    assert code == 1
+    assert one_line(err) == "nmtdecode: error: cannot read <stdin>: standard input is closed (give --src FILE)"
+
+
+@pytest.mark.subprocess
+def test_closed_stdin_in_a_real_process(model_dir):
+    shell = f"{sys.executable} -m nmtdecode translate --model {model_dir} --quiet <&-"
+    done = subprocess.run(shell, shell=True, capture_output=True, timeout=300)
+    assert done.returncode == 1 and b"standard input is closed" in done.stderr
+    assert len(done.stderr.splitlines()) == 1
