@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 import torch
 from tqdm import tqdm
 
+from . import signals
 from .config import Config, ConfigError, RuntimeConfig
 from .io import Example, LineReader, OrderedWriter, OutputFile, Result, chunk_size, chunks, cut, read_lines
 from .models.checkpoint import LoadedModel
@@ -162,6 +163,7 @@ def translate_job(config: Config) -> Summary:
     summary, start = Summary(), time.perf_counter()
     reader = LineReader(io_cfg.src, io_cfg.on_invalid_utf8)
     output = OutputFile(io_cfg.output, job_signature(config))
+    signals.job_started()  # from here a signal unwinds the job, keeping its output resumable
     done = output.open(io_cfg.resume)
     if done:
         warn(f"resuming after input line {done}")
@@ -203,6 +205,7 @@ def score_job(config: Config, src_path: str, tgt_path: str):
     if len(sources) != len(targets):
         raise ConfigError(f"--src has {len(sources)} lines but --tgt has {len(targets)}")
     size = config.batching.batch_size
+    signals.job_started()
     for start in range(0, len(sources), size):
         src = [loaded.tokenizer.encode(s) for s in sources[start : start + size]]
         tgt = [loaded.tokenizer.encode_target(t) for t in targets[start : start + size]]
