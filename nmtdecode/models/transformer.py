@@ -403,6 +403,19 @@ class Transformer(nn.Module):
         cache.advance()
         return self.logits(x)
 
+    def decoding_bytes(self, sentences: int, width: int, positions: int, dtype: torch.dtype) -> int:
+        """A lower bound of the memory that decoding step `positions - 1` of `sentences`
+        sentences, `width` rows each, holds at once: the self-attention cache, plus the larger
+        of one layer's self-attention scores with their softmax (each row attends over all
+        of its sentence's `positions * width` slots, models/cache.py) and the logits with
+        their float32 log-probabilities (translator.py)."""
+        cfg, size = self.cfg, torch.finfo(dtype).bits // 8
+        rows = sentences * width
+        cache = cfg.decoder_layers * 2 * rows * positions * cfg.d_model * size
+        attention = 2 * sentences * cfg.heads * width * positions * width * size
+        logits = rows * cfg.tgt_vocab_size * (size + 4)
+        return cache + max(attention, logits)
+
     def forward(self, src_ids, src_mask, tgt_in):
         """Teacher forcing: tgt_in (B, T) decoder inputs (start token first) -> logits (B, T, V)."""
         memory = self.encode(src_ids, src_mask)
