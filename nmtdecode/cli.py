@@ -3,7 +3,8 @@
 Thin by design: parse flags, merge them over the YAML file into a `Config`,
 call the library. Errors become one line on stderr and an exit code:
 2 for usage/configuration mistakes, 1 for runtime failures, 130 on Ctrl-C, 143 on
-SIGTERM. `--debug` shows the traceback instead.
+SIGTERM (signals.py: at once during start-up, unwinding the job after it). `--debug`
+shows the traceback instead.
 
 `run` does one command in this process and returns its exit code; `main`, the
 program, adds the signal handlers and exits with it.
@@ -16,7 +17,9 @@ import sys
 
 import click
 
+from . import signals
 from .config import Config, ConfigError, default_of, load_yaml
+from .signals import Terminated
 
 
 def _option(*names, key, type=None, help, flag=False):
@@ -134,14 +137,6 @@ def inspect(path, debug):
     click.echo(describe(path))
 
 
-class Terminated(Exception):
-    """SIGTERM: stop like Ctrl-C, keeping partial output resumable."""
-
-
-def _on_sigterm(signum, frame):
-    raise Terminated()
-
-
 def run(argv: list[str]) -> int:
     """Parse and run one command in this process; returns its exit code.
 
@@ -176,7 +171,9 @@ def run(argv: list[str]) -> int:
 
 
 def main(argv=None):
-    """The `nmtdecode` program: process-wide signal handling around `run`."""
+    """The `nmtdecode` program: process-wide signal handling around `run` (signals.py)."""
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends quietly
-    signal.signal(signal.SIGTERM, _on_sigterm)
-    sys.exit(run(sys.argv[1:] if argv is None else argv))
+    signals.install()
+    code = run(sys.argv[1:] if argv is None else argv)
+    signals.ignore()  # the job is over: exit with its code
+    sys.exit(code)

@@ -11,6 +11,8 @@ valid choices; the CLI turns it into exit code 2.
 
 from __future__ import annotations
 
+import math
+import os
 import types
 import typing
 from dataclasses import MISSING, dataclass, field, fields, replace
@@ -131,6 +133,8 @@ def _coerce(key: str, value):
     if int in allowed and isinstance(value, int) and not isinstance(value, bool):
         return value
     if float in allowed and isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not math.isfinite(value):  # YAML's .nan and .inf, or `--alpha nan` on the command line
+            raise ConfigError(f"{key}: must be a finite number, got {value}")
         return float(value)
     if str in allowed:
         if isinstance(value, bool):  # YAML reads `early_stopping: true` as a boolean
@@ -178,20 +182,39 @@ class Config:
         return config
 
 
+# Options naming files: in a config file, a relative path is relative to that file's directory.
+PATH_KEYS = ("model", "src", "output")
+
+
 def load_yaml(path: str) -> dict:
-    """Read a YAML config file: a flat mapping of option names (`-` or `_`) to values."""
+    """Read a YAML config file: a flat mapping of option names (`-` or `_`) to values.
+
+    Relative paths in it (`PATH_KEYS`) are resolved from the file's own directory, so a
+    config works from any working directory; `-` (stdin/stdout) stays as it is.
+    """
     try:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
+        with open(path, "rb") as f:
+            raw = f.read()
     except OSError as e:
         raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
+    try:
+        data = yaml.safe_load(raw.decode("utf-8"))  # a leading BOM is read by YAML itself
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise ConfigError(f"config file {path}:{line}: invalid UTF-8 at byte {e.start}") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"config file {path} is not valid YAML: {e}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must be a mapping of option: value")
-    return {str(k).replace("-", "_"): v for k, v in data.items()}
+    values = {str(k).replace("-", "_"): v for k, v in data.items()}
+    base = os.path.dirname(path)
+    for key in PATH_KEYS:
+        value = values.get(key)
+        if isinstance(value, str) and value != "-":
+            values[key] = os.path.join(base, os.path.expanduser(value))  # join keeps an absolute path
+    return values
 
 
 def default_of(key: str):

@@ -70,7 +70,7 @@ class LineReader:
         return self.consumed, self.hash.hexdigest()
 
     def __iter__(self) -> Iterator[str]:
-        stream = sys.stdin.buffer if self.path == "-" else _open(self.path)
+        stream = _stdin() if self.path == "-" else _open(self.path)
         try:
             for number, raw in enumerate(stream, start=1):
                 self.consumed += len(raw)
@@ -79,7 +79,7 @@ class LineReader:
                     raw = raw[3:]
                 yield self._decode(raw, number).rstrip("\r\n")
         finally:
-            if stream is not sys.stdin.buffer:
+            if self.path != "-":
                 stream.close()
 
     def _decode(self, raw: bytes, number: int) -> str:
@@ -112,6 +112,12 @@ def check_readable(path: str):
         _open(path).close()
     elif not os.access(path, os.R_OK):
         raise InputError(f"cannot read {path}: permission denied")
+
+
+def _stdin():
+    if sys.stdin is None:  # started with standard input closed (`<&-`)
+        raise InputError("cannot read <stdin>: standard input is closed (give --src FILE)")
+    return sys.stdin.buffer
 
 
 def _open(path: str):

@@ -20,8 +20,8 @@ from dataclasses import asdict, dataclass
 import torch
 from tqdm import tqdm
 
+from . import __version__, memory, signals
 from .config import Config, ConfigError, RuntimeConfig
-from . import __version__
 from .io import Example, LineReader, OrderedWriter, Result, check_readable, chunk_size, chunks, cut, read_lines
 from .models.checkpoint import LoadedModel
 from .models.loading import load_model
@@ -74,6 +74,7 @@ def prepare(config: Config) -> tuple[Config, LoadedModel, Translator]:
         raise ConfigError("model: no model given (--model PATH or `model:` in the config file)")
     loaded = load_model(config.io.model)
     config = config.with_model_defaults(loaded.defaults)
+    check_fits(config, loaded, device)
     dtype = DTYPES[config.runtime.dtype]
     loaded.model.to(device=device, dtype=dtype)
     if config.runtime.quantize == "int8":
@@ -103,26 +104,57 @@ def make_example(index: int, text: str, loaded: LoadedModel, max_src_length: int
     return Example(index, text, ids)
 
 
-def is_out_of_memory(error: BaseException) -> bool:
-    return isinstance(error, torch.cuda.OutOfMemoryError) or "out of memory" in str(error).lower()
+def check_fits(config: Config, loaded: LoadedModel, device: torch.device):
+    """On CPU, refuse before decoding a beam that not even one sentence could be decoded with
+    (memory.py: an allocation that large may end in the kernel's OOM killer, not an error)."""
+    decoding, total = config.decoding, memory.total_bytes()
+    if device.type != "cpu" or total is None or decoding.beam_size == 1 or decoding.max_length < 2:
+        return
+    need = loaded.model.decoding_bytes(1, decoding.beam_size, 2, DTYPES[config.runtime.dtype])
+    if need > total:
+        raise ConfigError(f"beam_size: {decoding.beam_size} needs at least {memory.gigabytes(need)} for one "
+                          f"sentence's second decoding step, more than the {memory.gigabytes(total)} "
+                          "this process can use; choose a smaller beam")
+
+
+def too_big(batch: list[Example], translator: Translator, loaded: LoadedModel) -> str | None:
+    """Why a CPU batch may not fit in the memory available now (a warning), or None: its need at
+    the step limit, which decides a split, never a refusal (its sentences may end sooner)."""
+    available = memory.available_bytes()
+    if translator.device.type != "cpu" or available is None or len(batch) == 1:
+        return None
+    positions = max(translator.max_steps([len(e.ids) for e in batch]))
+    dtype = next(loaded.model.parameters()).dtype
+    need = loaded.model.decoding_bytes(len(batch), translator.cfg.beam_size, positions, dtype)
+    if need <= available:
+        return None
+    return (f"a batch of {len(batch)} sentences may need {memory.gigabytes(need)} by its step limit, more than the "
+            f"{memory.gigabytes(available)} available; decoding it in halves")
 
 
 def decode_batch(batch: list[Example], translator: Translator, loaded: LoadedModel) -> list[Result]:
-    """Results for one batch. When the device runs out of memory the batch is split in
-    halves and retried, down to single sentences (which then fail, naming the line)."""
-    if batch[0].ids is None:
-        return [Result(e.index, [Hypothesis([], 0.0, 0.0)], [""]) for e in batch]
-    try:
-        nbests = translator.translate_batch([e.ids for e in batch])
-    except RuntimeError as error:  # torch.cuda.OutOfMemoryError is a RuntimeError
-        if not is_out_of_memory(error):
-            raise
+    """Results for one batch. When the device runs out of memory (or on CPU, would certainly
+    run out) the batch is split in halves and retried, down to single sentences (which then
+    fail, naming the line)."""
+    if batch[0].ids is None:  # empty lines: n_best empty hypotheses each, as for any other line
+        n = translator.cfg.n_best
+        return [Result(e.index, [Hypothesis([], 0.0, 0.0) for _ in range(n)], [""] * n) for e in batch]
+    nbests, split = None, too_big(batch, translator, loaded)
+    if split is None:
+        try:
+            nbests = translator.translate_batch([e.ids for e in batch])
+        except (RuntimeError, MemoryError) as error:  # torch.OutOfMemoryError is a RuntimeError
+            if not memory.is_out_of_memory(error):
+                raise
+            split = f"out of memory on a batch of {len(batch)} sentences; retrying it in halves"
+        # retried only out here: inside `except`, the traceback keeps the failed attempt's tensors alive
+    if nbests is None:
         if len(batch) == 1:
             raise RuntimeError(f"out of memory on input line {batch[0].index + 1}, even alone; "
-                               "try --max-src-length or a smaller --max-length") from None
+                               "try a smaller --beam-size, --max-src-length or --max-length")
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-        warn(f"out of memory on a batch of {len(batch)} sentences; retrying it in halves")
+        warn(split)
         half = len(batch) // 2
         return decode_batch(batch[:half], translator, loaded) + decode_batch(batch[half:], translator, loaded)
     return [Result(e.index, hyps, [loaded.tokenizer.decode(h.tokens) for h in hyps]) for e, hyps in zip(batch, nbests)]
@@ -202,6 +234,7 @@ def _translate(config: Config, output: OutputFile) -> Summary:
     io_cfg, batching = config.io, config.batching
     summary, start = Summary(), time.perf_counter()
     reader = LineReader(io_cfg.src, io_cfg.on_invalid_utf8)
+    signals.job_started()  # from here a signal unwinds the job, keeping its output resumable
     done = output.open(io_cfg.resume, job_signature(config))
     lines = output.unfinished(reader, on_resume=lambda n: warn(f"resuming after input line {n}"))
     examples = (make_example(i, line, loaded, batching.max_src_length) for i, line in lines)
@@ -242,6 +275,7 @@ def score_job(config: Config, src_path: str, tgt_path: str):
     if len(sources) != len(targets):
         raise ConfigError(f"--src has {len(sources)} lines but --tgt has {len(targets)}")
     size = config.batching.batch_size
+    signals.job_started()
     for start in range(0, len(sources), size):
         src = [loaded.tokenizer.encode(s) for s in sources[start : start + size]]
         tgt = [loaded.tokenizer.encode_target(t) for t in targets[start : start + size]]

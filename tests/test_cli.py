@@ -141,3 +141,23 @@ def test_python_m_nmtdecode_gives_what_the_in_process_run_gives(model_dir, nmtde
     assert process.returncode == 0, process.stderr
     assert len(process.stdout.splitlines()) == len(LINES)
     assert process.stdout == nmtdecode(*args, stdin=stdin).stdout
+
+
+@pytest.mark.parametrize("fmt", ["nbest", "jsonl"])
+@pytest.mark.parametrize("beam, n_best, max_length", [(4, 3, 20), (48, 48, 1)])
+def test_n_best_entries_for_every_line_blank_ones_included(model_dir, src_file, nmtdecode, fmt, beam, n_best,
+                                                            max_length):
+    """n_best entries per input line: blank lines give empty hypotheses (score 0); a sentence with
+    fewer reachable hypotheses (beam = vocabulary, banned tokens) is filled with impossible ones."""
+    run = nmtdecode("translate", "--model", model_dir, "--src", src_file, "--format", fmt, "--quiet",
+                    "--beam-size", beam, "--n-best", n_best, "--max-length", max_length)
+    assert run.returncode == 0, run.stderr
+    if fmt == "nbest":
+        indices = [int(line.split(" ||| ")[0]) for line in run.stdout.splitlines()]
+        assert indices == [i for i in range(len(LINES)) for _ in range(n_best)]
+        blank = [line for line in run.stdout.splitlines() if line.startswith("1 ||| ")]
+        assert blank == ["1 |||  ||| 0.000000"] * n_best
+    else:
+        records = [json.loads(line) for line in run.stdout.splitlines()]
+        assert [len(r["hypotheses"]) for r in records] == [n_best] * len(LINES)
+        assert records[3]["hypotheses"] == [{"text": "", "score": 0.0, "log_prob": 0.0, "ended": True}] * n_best

@@ -258,3 +258,33 @@ def test_out_of_memory_on_one_sentence_names_the_line(model_dir, tmp_path, lines
     monkeypatch.setattr(Translator, "translate_batch", hopeless)
     with pytest.raises(RuntimeError, match="out of memory on input line 2, even alone"):
         translate_job(config)
+
+
+def catches_sigterm(pid: int) -> bool:
+    """Whether process `pid` has its own SIGTERM handler yet (Linux: SigCgt in /proc/PID/status)."""
+    with open(f"/proc/{pid}/status") as f:
+        mask = next(int(line.split()[1], 16) for line in f if line.startswith("SigCgt:"))
+    return bool(mask >> (signal.SIGTERM - 1) & 1)
+
+
+@pytest.mark.subprocess
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads /proc")
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signal_during_start_up_ends_at_once_with_one_line(tmp_path, lines_file, sig, code):
+    """While torch imports and the model loads, a signal ends the program: never swallowed by
+    an `except` inside an import, never a half-imported module, never a traceback."""
+    demo = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "demo")
+    src, out = lines_file(NORMAL), tmp_path / "out.txt"
+    for delay in (0.0, 0.1, 0.25):  # after the handlers are in place: torch alone takes longer to import
+        proc = subprocess.Popen(command("translate", "--model", demo, "--src", src, "--output", out),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.time() + 60
+        while proc.poll() is None and not catches_sigterm(proc.pid) and time.time() < deadline:
+            time.sleep(0.002)
+        time.sleep(delay)
+        proc.send_signal(sig)
+        stdout, stderr = proc.communicate(timeout=120)
+        assert proc.returncode == code, (delay, stderr)
+        assert stderr.splitlines() == [f"nmtdecode: {'interrupted' if code == 130 else 'terminated'} "
+                                       "during start-up; nothing was written".encode()], (delay, stderr)
+        assert stdout == b"" and not out.exists() and not (tmp_path / "out.txt.tmp").exists()

@@ -20,7 +20,7 @@ H heads, hd = d / H.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 
 import torch
 import torch.nn.functional as F
@@ -70,6 +70,25 @@ class TransformerConfig:
     decoder_start_id: int = 2  # first decoder input (Marian: pad, BART: eos, native: bos)
 
     def __post_init__(self):
+        """Every field checked by name (ValueError), so that a malformed model config fails
+        with its key, not later with a division by zero or an index out of range."""
+        for f in fields(self):
+            _check_type(f.name, getattr(self, f.name), f.type)
+        for key in ("src_vocab_size", "tgt_vocab_size", "d_model", "heads", "encoder_layers", "decoder_layers",
+                    "ffn_dim", "max_positions"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"{key}: must be >= 1, got {getattr(self, key)}")
+        if self.position_offset < 0:
+            raise ValueError(f"position_offset: must be >= 0, got {self.position_offset}")
+        if not (self.norm_eps > 0 and 0 <= self.dropout < 1):
+            raise ValueError(f"norm_eps ({self.norm_eps}) must be > 0 and dropout ({self.dropout}) in [0, 1)")
+        # the special tokens each side looks up: source padding and EOS; the target's start,
+        # EOS, and the pad and unknown tokens that may be banned
+        for side, size, keys in (("source", self.src_vocab_size, ("pad_id", "eos_id")),
+                                 ("target", self.tgt_vocab_size, ("pad_id", "unk_id", "eos_id", "decoder_start_id"))):
+            for key in keys:
+                if not 0 <= getattr(self, key) < size:
+                    raise ValueError(f"{key}: {getattr(self, key)} is outside the {side} vocabulary ({size} tokens)")
         if self.d_model % self.heads:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by heads ({self.heads})")
         if self.activation not in ACTIVATIONS:
@@ -85,10 +104,23 @@ class TransformerConfig:
         unknown = sorted(set(values) - known)
         if unknown:
             raise ValueError(f"unknown model config keys: {', '.join(unknown)}")
+        missing = [f.name for f in fields(cls) if f.default is MISSING and f.name not in values]
+        if missing:
+            raise ValueError(f"{missing[0]} is missing")
         return cls(**values)
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def _check_type(key: str, value, kind: str):
+    """kind: a field's annotation ("int", "float", "bool", "str"); ints count as floats."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    valid = {"int": isinstance(value, int) and not isinstance(value, bool),
+             "float": number and math.isfinite(value), "bool": isinstance(value, bool),
+             "str": isinstance(value, str)}[kind]
+    if not valid:
+        raise ValueError(f"{key}: expected {'a finite float' if kind == 'float' else kind}, got {value!r}")
 
 
 def sinusoidal_table(length: int, dim: int, kind: str) -> torch.Tensor:
@@ -370,6 +402,19 @@ class Transformer(nn.Module):
             x = layer.step(x, cache, i)
         cache.advance()
         return self.logits(x)
+
+    def decoding_bytes(self, sentences: int, width: int, positions: int, dtype: torch.dtype) -> int:
+        """A lower bound of the memory that decoding step `positions - 1` of `sentences`
+        sentences, `width` rows each, holds at once: the self-attention cache, plus the larger
+        of one layer's self-attention scores with their softmax (each row attends over all
+        of its sentence's `positions * width` slots, models/cache.py) and the logits with
+        their float32 log-probabilities (translator.py)."""
+        cfg, size = self.cfg, torch.finfo(dtype).bits // 8
+        rows = sentences * width
+        cache = cfg.decoder_layers * 2 * rows * positions * cfg.d_model * size
+        attention = 2 * sentences * cfg.heads * width * positions * width * size
+        logits = rows * cfg.tgt_vocab_size * (size + 4)
+        return cache + max(attention, logits)
 
     def forward(self, src_ids, src_mask, tgt_in):
         """Teacher forcing: tgt_in (B, T) decoder inputs (start token first) -> logits (B, T, V)."""

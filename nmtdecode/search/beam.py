@@ -141,9 +141,10 @@ class Beam:
         return Hypothesis(tokens[:-1] if ended else tokens, f.score, f.total, token_scores, ended)
 
     def nbest(self, n: int, eos_id: int) -> list[Hypothesis]:
-        if not self.finished:  # every continuation was masked: an empty output keeps the line
-            return [Hypothesis([], NEG_INF, NEG_INF, [], False)]
-        return [self.hypothesis(f, eos_id) for f in self.finished[:n]]
+        """Always n hypotheses, best first: when fewer than n were reachable (the other
+        continuations masked), impossible empty ones (score -inf) keep n entries a line."""
+        found = [self.hypothesis(f, eos_id) for f in self.finished[:n]]
+        return found + [Hypothesis([], NEG_INF, NEG_INF, [], False) for _ in range(n - len(found))]
 
 
 @dataclass

@@ -49,15 +49,35 @@ def detect(path: str) -> bool:
     return os.path.isfile(os.path.join(path, "config.json"))
 
 
+# Sizes every config.json must give, each a positive integer.
+REQUIRED_SIZES = ("vocab_size", "d_model", "encoder_attention_heads", "decoder_attention_heads", "encoder_layers",
+                  "decoder_layers", "encoder_ffn_dim", "decoder_ffn_dim")
+
+
+def check_sizes(hf: dict, path: str):
+    """The architecture's sizes, by their config.json names, before anything is built from them."""
+    where = os.path.join(path, "config.json")
+    for key in REQUIRED_SIZES + ("max_position_embeddings", "decoder_vocab_size"):
+        value = hf.get(key)
+        if value is None and key not in REQUIRED_SIZES:
+            continue
+        if value is None:
+            raise ModelError(f"{where}: {key} is missing")
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ModelError(f"{where}: {key}: expected a positive integer, got {value!r}")
+    if hf["d_model"] % hf["encoder_attention_heads"]:
+        raise ModelError(f"{where}: d_model ({hf['d_model']}) is not divisible by "
+                         f"encoder_attention_heads ({hf['encoder_attention_heads']})")
+
+
 def model_config(hf: dict, path: str) -> TransformerConfig:
     family = hf.get("model_type")
     if family not in FAMILIES:
         raise ModelError(f"{path}: model_type {family!r} is not supported (supported: {', '.join(FAMILIES)})")
+    check_sizes(hf, path)
     for enc, dec in SAME_FOR_BOTH:
         if hf.get(enc) != hf.get(dec):
             raise ModelError(f"{path}: {enc}={hf.get(enc)} differs from {dec}={hf.get(dec)}, which is not supported")
-    if hf.get("encoder_layers") is None or hf.get("d_model") is None:
-        raise ModelError(f"{path}: config.json lacks d_model/encoder_layers")
     activation = hf.get("activation_function", "gelu")
     if activation not in ACTIVATIONS:
         raise ModelError(f"{path}: activation_function {activation!r} is not supported ({', '.join(ACTIVATIONS)})")
@@ -89,7 +109,7 @@ def model_config(hf: dict, path: str) -> TransformerConfig:
         bias=True,
         norm_eps=1e-5,
         pad_id=pad,
-        unk_id=hf.get("unk_token_id", 3),
+        unk_id=hf.get("unk_token_id") if hf.get("unk_token_id") is not None else 3,  # the tokenizer's wins
         bos_id=hf.get("bos_token_id", 0) if hf.get("bos_token_id") is not None else pad,
         eos_id=hf.get("eos_token_id", 2),
         decoder_start_id=hf.get("decoder_start_token_id", hf.get("eos_token_id", 2)),
@@ -103,7 +123,10 @@ def read_weights(path: str) -> dict[str, torch.Tensor]:
         return read_safetensors(single)
     if os.path.isfile(index):
         tensors = {}
-        for shard in sorted(set(read_json(index)["weight_map"].values())):
+        weight_map = read_json(index).get("weight_map")
+        if not isinstance(weight_map, dict):
+            raise ModelError(f"{index}: weight_map is missing")
+        for shard in sorted(set(weight_map.values())):
             tensors.update(read_safetensors(os.path.join(path, shard)))
         return tensors
     legacy = os.path.join(path, "pytorch_model.bin")
@@ -210,7 +233,10 @@ def generation_settings(gen: dict, cfg: TransformerConfig) -> tuple[dict, ModelR
 
 def load_network(path: str, hf: dict) -> tuple[Transformer, dict, ModelRules]:
     """The model with its weights, decoding defaults and rules; no tokenizer."""
-    cfg = model_config(hf, path)
+    try:
+        cfg = model_config(hf, path)
+    except ValueError as e:  # what check_sizes does not cover (a token id out of range...), by our name for it
+        raise ModelError(f"{os.path.join(path, 'config.json')}: {e}") from None
     generation = read_json(os.path.join(path, "generation_config.json"), required=False) or hf
     if isinstance(generation.get("decoder_start_token_id"), int):  # generation_config.json wins, as in transformers
         cfg.decoder_start_id = generation["decoder_start_token_id"]

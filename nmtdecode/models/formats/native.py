@@ -37,10 +37,19 @@ def read_config(path: str) -> dict:
     try:
         with open(os.path.join(path, "config.yaml"), encoding="utf-8") as f:
             data = yaml.safe_load(f)
-    except (OSError, yaml.YAMLError) as e:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise ModelError(f"{path}/config.yaml cannot be read: {e}") from None
     if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
         raise ModelError(f"{path}/config.yaml has no `model:` section")
+    for key in ("tokenizer", "decoding"):
+        if not isinstance(data.get(key) or {}, dict):
+            raise ModelError(f"{path}/config.yaml: {key}: expected a mapping, got {data[key]!r}")
+    for role, name in (data.get("tokenizer") or {}).items():
+        if not isinstance(name, str) and name is not None:
+            raise ModelError(f"{path}/config.yaml: tokenizer.{role}: expected a file name, got {name!r}")
+    banned = data.get("banned_ids", [])
+    if not isinstance(banned, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in banned):
+        raise ModelError(f"{path}/config.yaml: banned_ids: expected a list of token ids, got {banned!r}")
     return data
 
 
@@ -53,7 +62,7 @@ def load(path: str) -> LoadedModel:
     model = Transformer(cfg)
     load_weights(model, read_safetensors(os.path.join(path, "model.safetensors")), path)
     model.eval()
-    tok = data.get("tokenizer", {})
+    tok = data.get("tokenizer") or {}
     source = os.path.join(path, tok.get("source", "spm.model"))
     target = os.path.join(path, tok["target"]) if tok.get("target") else None
     for spm_file in filter(None, [source, target]):
@@ -64,7 +73,12 @@ def load(path: str) -> LoadedModel:
     if tokenizer.target.get_piece_size() != cfg.tgt_vocab_size:
         raise ModelError(f"{path}: the target SentencePiece model has {tokenizer.target.get_piece_size()} pieces, "
                          f"the model {cfg.tgt_vocab_size}")
-    rules = ModelRules(banned_ids=tuple(data.get("banned_ids", [cfg.pad_id])))
+    banned = data.get("banned_ids", [cfg.pad_id])
+    outside = [i for i in banned if not 0 <= i < cfg.tgt_vocab_size]
+    if outside:
+        raise ModelError(f"{path}/config.yaml: banned_ids: {outside[0]} is outside the target vocabulary "
+                         f"({cfg.tgt_vocab_size} tokens)")
+    rules = ModelRules(banned_ids=tuple(banned))
     return LoadedModel(model, tokenizer, FORMAT, path, rules, dict(data.get("decoding") or {}))
 
 

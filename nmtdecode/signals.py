@@ -1,0 +1,55 @@
+"""SIGINT and SIGTERM: the program ends with exit code 130 or 143 and one line, whenever they come.
+
+Two phases, because what is safe to do differs:
+
+* start-up (imports, model loading): nothing has been written yet, and an exception
+  raised inside an import can be swallowed by a library's `except` or leave a half
+  initialised extension module behind (which then fails to load "more than once per
+  process"). So the process says so and ends at once (`os._exit`).
+* the job (from `job_started()`, called just before the output is opened): the signal
+  is raised as KeyboardInterrupt or `Terminated`, which unwind through the job so that
+  partial output is kept resumable; the CLI turns them into the exit code.
+
+A signal that the process inherited as ignored (`nohup`, `cmd &` in a script for SIGINT)
+stays ignored, as the shell asked. Only `install` (the program, not the library) sets
+handlers; with none installed, nothing here has an effect.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
+_in_job = False
+
+
+class Terminated(BaseException):
+    """SIGTERM during a job: stop like Ctrl-C. A BaseException, as KeyboardInterrupt is, so that
+    no `except Exception` on the way (in torch, in a library) swallows it."""
+
+
+def install():
+    for signum in EXIT_CODES:
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, _handle)
+
+
+def job_started():
+    """From now on a signal unwinds the job instead of ending the process at once."""
+    global _in_job
+    _in_job = True
+
+
+def ignore():
+    """After the job, while the process exits with the job's own code."""
+    for signum in EXIT_CODES:
+        signal.signal(signum, signal.SIG_IGN)
+
+
+def _handle(signum, frame):
+    if _in_job:
+        raise KeyboardInterrupt() if signum == signal.SIGINT else Terminated()
+    what = "interrupted" if signum == signal.SIGINT else "terminated"
+    os.write(2, f"nmtdecode: {what} during start-up; nothing was written\n".encode())
+    os._exit(EXIT_CODES[signum])

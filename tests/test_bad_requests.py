@@ -1,0 +1,167 @@
+"""Requests that must be refused with one clear line, and the paths of a config file.
+
+Bad numbers and files in the configuration exit 2 naming the key or the file; a model
+whose own configuration is malformed exits 1 naming its file and key; a closed stdin is
+said as such. Each case runs the CLI in this process (the `cli` fixture).
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from nmtdecode.cli import run
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture()
+def nmtdecode(cli):
+    """`nmtdecode ARGS`, in this process, text in and out."""
+    return lambda *args, stdin="hello\n", cwd=None: cli(*args, stdin=stdin, text=True, cwd=cwd)
+
+
+def one_line(stderr: str) -> str:
+    lines = stderr.splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("nmtdecode: error: "), stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("key, value", [("alpha", ".nan"), ("alpha", ".inf"), ("alpha", "-.inf"),
+                                        ("max_len_a", ".nan"), ("max_len_a", ".inf")])
+def test_non_finite_numbers_in_a_config_file_are_refused(model_dir, tmp_path, nmtdecode, key, value):
+    config = tmp_path / "job.yaml"
+    config.write_text(f"model: {model_dir}\n{key}: {value}\n")
+    run = nmtdecode("translate", "-c", config)
+    assert run.returncode == 2 and run.stdout == ""
+    assert f"{key}: must be a finite number" in one_line(run.stderr)
+
+
+@pytest.mark.parametrize("flag", ["--alpha", "--max-len-a"])
+def test_non_finite_numbers_on_the_command_line_are_refused(model_dir, nmtdecode, flag):
+    run = nmtdecode("translate", "--model", model_dir, flag, "nan")
+    assert run.returncode == 2
+    assert f"{flag[2:].replace('-', '_')}: must be a finite number" in one_line(run.stderr)
+
+
+def test_config_file_with_invalid_utf8_exits_2_naming_it(tmp_path, nmtdecode):
+    config = tmp_path / "job.yaml"
+    config.write_bytes(b"beam_size: 4\nsrc_lang: caf\xe9\n")  # Latin-1, not UTF-8
+    run = nmtdecode("translate", "-c", config)
+    assert run.returncode == 2
+    assert f"config file {config}:2: invalid UTF-8" in one_line(run.stderr)
+
+
+def test_demo_config_works_from_another_directory(tmp_path, nmtdecode):
+    """configs/demo.yaml names its model relative to itself, not to the working directory."""
+    sample = os.path.join(REPO, "data", "demo", "sample.en")
+    run = nmtdecode("translate", "-c", os.path.join(REPO, "configs", "demo.yaml"), "--src", sample, "--quiet",
+                    cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    with open(sample, encoding="utf-8") as f:
+        assert len(run.stdout.splitlines()) == len(f.read().splitlines())
+
+
+def test_paths_in_a_config_file_are_relative_to_it_and_flags_to_the_cwd(model_dir, tmp_path, nmtdecode):
+    jobs, elsewhere = tmp_path / "jobs", tmp_path / "elsewhere"
+    jobs.mkdir()
+    elsewhere.mkdir()
+    (jobs / "in.txt").write_text("good morning\nthank you\n")
+    (elsewhere / "other.txt").write_text("water\n")
+    config = jobs / "job.yaml"
+    config.write_text(yaml.safe_dump({"model": os.path.relpath(model_dir, jobs), "src": "in.txt",
+                                      "output": "out.txt", "quiet": True}))
+    run = nmtdecode("translate", "-c", config, cwd=elsewhere)
+    assert run.returncode == 0, run.stderr
+    assert len((jobs / "out.txt").read_text().splitlines()) == 2  # beside the config, not in the cwd
+    assert not (elsewhere / "out.txt").exists()
+    run = nmtdecode("translate", "-c", config, "--src", "other.txt", "--output", "flag.txt", cwd=elsewhere)
+    assert run.returncode == 0, run.stderr
+    assert len((elsewhere / "flag.txt").read_text().splitlines()) == 1  # flags: relative to the cwd
+
+
+def native_copy(model_dir, tmp_path, edit):
+    """A copy of the test model whose config.yaml went through `edit(data)`."""
+    copy = tmp_path / "model"
+    shutil.copytree(model_dir, copy)
+    data = yaml.safe_load((copy / "config.yaml").read_text())
+    edit(data)
+    (copy / "config.yaml").write_text(yaml.safe_dump(data))
+    return copy
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d["model"].pop("src_vocab_size"), "src_vocab_size is missing"),
+    (lambda d: d["model"].update(heads=0), "heads: must be >= 1, got 0"),
+    (lambda d: d["model"].update(heads=5), "d_model (32) must be divisible by heads (5)"),
+    (lambda d: d["model"].update(d_model="32"), "d_model: expected int, got '32'"),
+    (lambda d: d["model"].update(decoder_layers=-1), "decoder_layers: must be >= 1, got -1"),
+    (lambda d: d["model"].update(eos_id=48), "eos_id: 48 is outside the source vocabulary (48 tokens)"),
+    (lambda d: d["model"].update(norm_eps=float("nan")), "norm_eps: expected a finite float, got nan"),
+    (lambda d: d.update(banned_ids=[0, 999]), "banned_ids: 999 is outside the target vocabulary"),
+    (lambda d: d.update(banned_ids="pad"), "banned_ids: expected a list of token ids"),
+    (lambda d: d.update(tokenizer=["spm.model"]), "tokenizer: expected a mapping"),
+])
+def test_malformed_native_config_names_file_and_key(model_dir, tmp_path, nmtdecode, edit, message):
+    broken = native_copy(model_dir, tmp_path, edit)
+    run = nmtdecode("translate", "--model", broken)
+    assert run.returncode == 1
+    line = one_line(run.stderr)
+    assert f"{broken}/config.yaml: " in line and message in line
+
+
+def test_native_config_with_invalid_utf8_names_the_file(model_dir, tmp_path, nmtdecode):
+    broken = native_copy(model_dir, tmp_path, lambda d: None)
+    with open(broken / "config.yaml", "ab") as f:
+        f.write(b"# caf\xe9\n")
+    run = nmtdecode("translate", "--model", broken)
+    assert run.returncode == 1 and f"{broken}/config.yaml cannot be read" in one_line(run.stderr)
+
+
+MARIAN = {"model_type": "marian", "vocab_size": 64, "d_model": 16, "encoder_attention_heads": 2,
+          "decoder_attention_heads": 2, "encoder_layers": 1, "decoder_layers": 1, "encoder_ffn_dim": 32,
+          "decoder_ffn_dim": 32, "max_position_embeddings": 64, "pad_token_id": 63, "eos_token_id": 0,
+          "decoder_start_token_id": 63}
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"vocab_size": None}, "vocab_size is missing"),
+    ({"encoder_attention_heads": 0, "decoder_attention_heads": 0},
+     "encoder_attention_heads: expected a positive integer, got 0"),
+    ({"encoder_attention_heads": 3, "decoder_attention_heads": 3},
+     "d_model (16) is not divisible by encoder_attention_heads (3)"),
+    ({"d_model": 16.5}, "d_model: expected a positive integer, got 16.5"),
+    ({"max_position_embeddings": -2}, "max_position_embeddings: expected a positive integer, got -2"),
+    ({"eos_token_id": 64}, "eos_id: 64 is outside the source vocabulary (64 tokens)"),
+])
+def test_malformed_hugging_face_config_names_file_and_key(tmp_path, nmtdecode, change, message):
+    model = tmp_path / "hf"
+    model.mkdir()
+    config = {k: v for k, v in {**MARIAN, **change}.items() if v is not None}
+    (model / "config.json").write_text(json.dumps(config))
+    run = nmtdecode("translate", "--model", model)
+    assert run.returncode == 1
+    line = one_line(run.stderr)
+    assert f"{model}/config.json: " in line and message in line
+
+
+def test_closed_stdin_is_said_clearly(model_dir, monkeypatch, capsysbinary):
+    """`nmtdecode translate <&-`: Python starts with sys.stdin None."""
+    monkeypatch.setattr(sys, "stdin", None)
+    code = run(["translate", "--model", str(model_dir), "--quiet"])
+    err = capsysbinary.readouterr().err.decode()
+    assert code == 1
+    assert one_line(err) == "nmtdecode: error: cannot read <stdin>: standard input is closed (give --src FILE)"
+
+
+@pytest.mark.subprocess
+def test_closed_stdin_in_a_real_process(model_dir):
+    shell = f"{sys.executable} -m nmtdecode translate --model {model_dir} --quiet <&-"
+    done = subprocess.run(shell, shell=True, capture_output=True, timeout=300)
+    assert done.returncode == 1 and b"standard input is closed" in done.stderr
+    assert len(done.stderr.splitlines()) == 1
