@@ -27,8 +27,8 @@ def _option(*names, key, type=None, help, flag=False):
     default = default_of(key)
     shown = f" [default: {str(default).lower() if isinstance(default, bool) else default}]" if default is not None else ""
     if flag:
-        long = names[0][2:]
-        return click.option(f"--{long}/--no-{long}", key, default=None, help=help + shown)
+        long = names[0][2:]  # --NAME/--no-NAME, and a short name (e.g. -q) switches it on
+        return click.option(f"--{long}/--no-{long}", *names[1:], key, default=None, help=help + shown)
     return click.option(*names, key, type=type, default=None, help=help + shown)
 
 

@@ -26,6 +26,15 @@ def nmtdecode(cli):
     return lambda *args, stdin="": cli(*args, stdin=stdin, text=True)
 
 
+@pytest.mark.parametrize("quiet", ["-q", "--quiet"])
+def test_quiet_short_and_long_silence_the_summary(model_dir, src_file, nmtdecode, quiet):
+    """The README's option table names -q; flags with a --no- form keep their short names."""
+    loud = nmtdecode("translate", "--model", model_dir, "--src", src_file)
+    run = nmtdecode("translate", "--model", model_dir, "--src", src_file, quiet)
+    assert loud.returncode == run.returncode == 0, run.stderr
+    assert "sentences" in loud.stderr and run.stderr == "" and run.stdout == loud.stdout
+
+
 def test_text_output_one_line_per_input_line(model_dir, src_file, nmtdecode):
     run = nmtdecode("translate", "--model", model_dir, "--src", src_file, "--quiet")
     assert run.returncode == 0, run.stderr
