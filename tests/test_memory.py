@@ -28,7 +28,8 @@ def sentences(n: int, seed: int = 0) -> list[str]:
     return [" ".join(rng.choice(WORDS) for _ in range(8)) for _ in range(n)]
 
 
-CPU_ERRORS = [
+OUT_OF_MEMORY_ERRORS = [  # CUDA's, then the CPU allocator's forms
+    lambda: RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"),
     lambda: RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: "
                          "you tried to allocate 25769803776 bytes. Error code 12 (Cannot allocate memory)"),
     lambda: RuntimeError("DefaultCPUAllocator: not enough memory: you tried to allocate 123 bytes."),
@@ -37,8 +38,8 @@ CPU_ERRORS = [
 ]
 
 
-@pytest.mark.parametrize("error", CPU_ERRORS)
-def test_cpu_out_of_memory_splits_the_batch(model_dir, tmp_path, lines_file, capsys, monkeypatch, error):
+@pytest.mark.parametrize("error", OUT_OF_MEMORY_ERRORS)
+def test_out_of_memory_splits_the_batch(model_dir, tmp_path, lines_file, capsys, monkeypatch, error):
     src = lines_file(sentences(7))
     config = Config.from_values({"model": str(model_dir), "src": str(src), "quiet": True,
                                  "output": str(tmp_path / "plain.txt"), "batch_size": 8})

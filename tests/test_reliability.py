@@ -216,30 +216,6 @@ def test_broken_pipe_is_quiet(model_dir, lines_file):
     assert b"Traceback" not in run.stderr and b"Error" not in run.stderr
 
 
-def test_out_of_memory_splits_the_batch(model_dir, tmp_path, lines_file, capsys, monkeypatch):
-    """A fake device that fails on batches of more than 2 sentences: same output, with a warning."""
-    from nmtdecode.config import Config
-    from nmtdecode.run import translate_job
-    from nmtdecode.translator import Translator
-
-    src = lines_file(NORMAL)
-    config = Config.from_values({"model": str(model_dir), "src": str(src), "quiet": True,
-                                 "output": str(tmp_path / "plain.txt"), "batch_size": 8})
-    translate_job(config)
-    original = Translator.translate_batch
-
-    def fragile(self, sources):
-        if len(sources) > 2:
-            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return original(self, sources)
-
-    monkeypatch.setattr(Translator, "translate_batch", fragile)
-    config.io.output = str(tmp_path / "split.txt")
-    translate_job(config)
-    assert (tmp_path / "split.txt").read_text() == (tmp_path / "plain.txt").read_text()
-    assert "retrying it in halves" in capsys.readouterr().err
-
-
 def test_out_of_memory_on_one_sentence_names_the_line(model_dir, tmp_path, lines_file, monkeypatch):
     from nmtdecode.config import Config
     from nmtdecode.run import translate_job
