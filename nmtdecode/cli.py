@@ -18,7 +18,7 @@ import sys
 import click
 
 from . import signals
-from .config import Config, ConfigError, default_of, load_yaml
+from .config import Config, ConfigError, default_of, load_yaml, plan_jobs
 from .signals import Terminated
 
 
@@ -52,8 +52,15 @@ DECODING_OPTIONS = [
 ]
 RUN_OPTIONS = [
     _option("--model", "-m", key="model", type=str, help="Model directory (native or Hugging Face)."),
-    _option("--src", "-s", key="src", type=str, help="Input file, one sentence per line; - is stdin."),
-    _option("--output", "-o", key="output", type=str, help="Output file; - is stdout."),
+    click.option("--src", "-s", "src", multiple=True,
+                 help="Input file(s), one sentence per line; - is stdin. Several: --src a.en b.en, one job each, "
+                      "one model load.  [default: -]"),
+    click.option("--output", "-o", "output", multiple=True,
+                 help="Output file(s), one per --src; - is stdout.  [default: -]"),
+    click.option("--output-dir", "output_dir", default=None,
+                 help="Instead of --output: each input's output is DIR/its name (with --suffix).  [default: the input's directory]"),
+    click.option("--suffix", "suffix", default=None,
+                 help="Instead of --output: the input name's last extension replaced by SUFFIX (a.en -> a.de with .de)."),
     _option("--format", key="format", type=click.Choice(["text", "nbest", "jsonl"]), help="Output format."),
     _option("--token-scores", key="token_scores", flag=True, help="JSONL: add tokens and per-token log-probs."),
     _option("--on-invalid-utf8", key="on_invalid_utf8", type=click.Choice(["error", "replace"]),
@@ -91,13 +98,57 @@ def build_config(config_file: str | None, flags: dict) -> Config:
     return Config.from_values(values)
 
 
+def build_jobs(config_file: str | None, flags: dict) -> list[Config]:
+    """The jobs of one `translate` run: the config file's, with the command line's flags over them."""
+    given = {k: (list(v) if isinstance(v, tuple) else v) for k, v in flags.items() if v is not None and v != ()}
+    return plan_jobs(load_yaml(config_file) if config_file else {}, given)
+
+
+# Options that take several values: `--src a b` is read as `--src a --src b`.
+MANY_VALUED = ("--src", "-s", "--output", "-o")
+
+
+def spread_values(args: list[str]) -> list[str]:
+    """`--src a.en b.en` -> `--src a.en --src b.en`: click's options take one value each.
+    The values of --src/--output run up to the next option (`-` alone is a value)."""
+    spread, option, has_value = [], None, False
+    for arg in args:
+        if option is not None and (arg == "-" or not arg.startswith("-")):
+            spread += [option, arg] if has_value else [arg]
+            has_value = True
+            continue
+        name = arg.split("=", 1)[0] if arg.startswith("--") else arg
+        option, has_value = (name, name != arg) if name in MANY_VALUED else (None, False)
+        spread.append(arg)
+    return spread
+
+
+class OneValueCommand(click.Command):
+    """A command whose single-valued options are refused when given twice (click keeps the
+    last silently), and whose --src/--output take several values."""
+
+    def parse_args(self, ctx, args):
+        args = spread_values(args)
+        _, _, order = self.make_parser(ctx).parse_args(args=list(args))
+        seen = set()
+        for param in order:
+            if param in seen and not param.multiple and not getattr(param, "is_flag", False):
+                name = max(param.opts, key=len)
+                if param.name == "model":
+                    raise click.UsageError(f"{name}: given more than once; ensembles are not supported, "
+                                           "give one model")
+                raise click.UsageError(f"{name}: given more than once; give it once")
+            seen.add(param)
+        return super().parse_args(ctx, args)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="nmtdecode")
 def cli():
     """Fast, exact decoding for encoder-decoder translation and summarization models."""
 
 
-@cli.command()
+@cli.command(cls=OneValueCommand)
 @click.option("--config", "-c", "config_file", type=click.Path(dir_okay=False), help="YAML file of options.")
 @_apply(RUN_OPTIONS + DECODING_OPTIONS)
 @DEBUG
@@ -111,7 +162,7 @@ def translate(config_file, debug, **flags):
     """
     from .run import translate_job
 
-    translate_job(build_config(config_file, flags))
+    translate_job(build_jobs(config_file, flags))
 
 
 @cli.command()

@@ -170,6 +170,10 @@ class Config:
         for name in SECTIONS:
             getattr(self, name).validate()
 
+    def values(self) -> dict:
+        """The options set by the YAML file or the command line, as flat {key: value}."""
+        return {key: getattr(getattr(self, KEY_SECTION[key]), key) for key in self.user_keys}
+
     def with_model_defaults(self, defaults: dict) -> "Config":
         """Fill the keys the user did not set from the model's own defaults, then re-validate."""
         decoding = {k: v for k, v in defaults.items() if k not in self.user_keys}
@@ -183,7 +187,94 @@ class Config:
 
 
 # Options naming files: in a config file, a relative path is relative to that file's directory.
-PATH_KEYS = ("model", "src", "output")
+PATH_KEYS = ("model", "src", "output", "output_dir")
+# Keys that plan a run of many files (`plan_jobs`), not options of one job.
+PLAN_KEYS = ("jobs", "output_dir", "suffix")
+# What an item of `jobs:` may set for itself: its files and what needs no other model load.
+ITEM_KEYS = frozenset({"src", "output", "format", "token_scores", "on_invalid_utf8"}
+                      | {f.name for f in fields(DecodingConfig)} | {f.name for f in fields(BatchingConfig)})
+
+
+def _as_list(key: str, value) -> list[str]:
+    values = value if isinstance(value, (list, tuple)) else [value]
+    if not values or not all(isinstance(v, str) for v in values):
+        raise ConfigError(f"{key}: expected a file name or a list of file names, got {value!r}")
+    return list(values)
+
+
+def output_name(src: str, output_dir: str | None, suffix: str | None) -> str:
+    """The output of `src` by the --output-dir/--suffix rule: the input's name in `output_dir`
+    (default: the input's own directory), its last extension replaced by `suffix` if given."""
+    if src == "-":
+        raise ConfigError("output_dir: stdin (-) has no name to derive an output from; use --output")
+    name = os.path.basename(src)
+    if suffix is not None:
+        name = os.path.splitext(name)[0] + suffix
+    return os.path.join(output_dir if output_dir is not None else os.path.dirname(src), name)
+
+
+def _items(values: dict) -> list[dict]:
+    """The {src, output, overrides...} of each job, from `jobs:` or from src/output lists."""
+    output_dir, suffix = values.pop("output_dir", None), values.pop("suffix", None)
+    for key, value in (("output_dir", output_dir), ("suffix", suffix)):
+        if value is not None and not isinstance(value, str):
+            raise ConfigError(f"{key}: expected a string, got {value!r}")
+    derive = output_dir is not None or suffix is not None
+    jobs = values.pop("jobs", None)
+    if jobs is not None:
+        if not isinstance(jobs, list) or not jobs:
+            raise ConfigError("jobs: expected a list of {src: FILE, output: FILE, ...} items")
+        items = []
+        for n, item in enumerate(jobs, 1):
+            if not isinstance(item, dict) or "src" not in item:
+                raise ConfigError(f"jobs: item {n} must be a mapping with at least src: FILE")
+            item = {str(k).replace("-", "_"): v for k, v in item.items()}
+            refused = sorted(k for k in item if k not in ITEM_KEYS)
+            if refused:
+                where = "set it at the top of the file" if refused[0] in KEY_SECTION else "unknown option"
+                raise ConfigError(f"jobs: item {n} sets {refused[0]!r}, which cannot differ between the jobs of "
+                                  f"one run (one model load): {where}; an item may set {', '.join(sorted(ITEM_KEYS))}")
+            if "output" not in item:
+                if not derive:
+                    raise ConfigError(f"jobs: item {n} has no output (give output:, or output_dir:/suffix: at the top)")
+                item["output"] = output_name(item["src"], output_dir, suffix)
+            items.append(item)
+        return items
+    sources = _as_list("src", values.pop("src", "-"))
+    outputs = values.pop("output", None)
+    if derive:
+        if outputs is not None:
+            raise ConfigError("output: give either --output or --output-dir/--suffix, not both")
+        outputs = [output_name(s, output_dir, suffix) for s in sources]
+    outputs = _as_list("output", "-" if outputs is None else outputs)
+    if len(outputs) != len(sources):
+        raise ConfigError(f"output: {len(sources)} input files but {len(outputs)} outputs; give one output per "
+                          "input, or --output-dir DIR / --suffix SUFFIX")
+    return [{"src": s, "output": o} for s, o in zip(sources, outputs)]
+
+
+def plan_jobs(file_values: dict, flags: dict) -> list[Config]:
+    """The jobs of one run, each a complete `Config`: the config file's values, an item's own
+    (`jobs:`), then the command line's, which override both. Inputs given on the command
+    line replace the file's; every job has its own output file (or the only one stdout)."""
+    values = dict(file_values)
+    if "src" in flags:
+        values.pop("jobs", None)
+    values.update(flags)
+    items = _items(values)
+    overrides = {k: v for k, v in flags.items() if k not in ("src", "output", *PLAN_KEYS)}
+    jobs = [Config.from_values({**values, **item, **overrides}) for item in items]
+    if len(jobs) > 1:
+        seen = set()
+        for job in jobs:
+            if job.io.src == "-" or job.io.output == "-":
+                raise ConfigError("src: with several inputs each needs its own output file; stdin and stdout "
+                                  "serve only a single job")
+            key = os.path.normpath(job.io.output)
+            if key in seen:
+                raise ConfigError(f"output: {job.io.output} is the output of two jobs")
+            seen.add(key)
+    return jobs
 
 
 def load_yaml(path: str) -> dict:
@@ -210,11 +301,24 @@ def load_yaml(path: str) -> dict:
         raise ConfigError(f"config file {path} must be a mapping of option: value")
     values = {str(k).replace("-", "_"): v for k, v in data.items()}
     base = os.path.dirname(path)
-    for key in PATH_KEYS:
-        value = values.get(key)
-        if isinstance(value, str) and value != "-":
-            values[key] = os.path.join(base, os.path.expanduser(value))  # join keeps an absolute path
+    _resolve_paths(values, base)
+    for item in values.get("jobs") or []:
+        if isinstance(item, dict):
+            _resolve_paths(item, base)
     return values
+
+
+def _resolve_paths(values: dict, base: str):
+    """File names (`PATH_KEYS`, alone or in a list) relative to `base`; `-` stays as it is."""
+    def resolve(value):
+        if isinstance(value, str) and value != "-":
+            return os.path.join(base, os.path.expanduser(value))  # join keeps an absolute path
+        return value
+
+    for key in PATH_KEYS:
+        if key in values:
+            value = values[key]
+            values[key] = [resolve(v) for v in value] if isinstance(value, list) else resolve(value)
 
 
 def default_of(key: str):

@@ -42,6 +42,10 @@ class Summary:
     replaced: int = 0
     seconds: float = 0.0
 
+    def add(self, other: "Summary"):
+        for name in ("sentences", "target_tokens", "truncated", "replaced", "seconds"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
     def line(self) -> str:
         rate = self.target_tokens / self.seconds if self.seconds > 0 else 0.0
         text = (f"nmtdecode: {self.sentences} sentences, {self.target_tokens} target tokens "
@@ -65,16 +69,14 @@ def resolve_device(runtime: RuntimeConfig) -> torch.device:
     return torch.device(runtime.device)
 
 
-def prepare(config: Config) -> tuple[Config, LoadedModel, Translator]:
-    """Load the model onto its device and build the translator with the effective config."""
+def load(config: Config) -> tuple[LoadedModel, torch.device]:
+    """Load the model onto its device, in its dtype, with its matrix-product backend."""
     if config.runtime.threads:
         torch.set_num_threads(config.runtime.threads)
     device = resolve_device(config.runtime)
     if config.io.model is None:
         raise ConfigError("model: no model given (--model PATH or `model:` in the config file)")
     loaded = load_model(config.io.model)
-    config = config.with_model_defaults(loaded.defaults)
-    check_fits(config, loaded, device)
     dtype = DTYPES[config.runtime.dtype]
     loaded.model.to(device=device, dtype=dtype)
     if config.runtime.quantize == "int8":
@@ -84,12 +86,26 @@ def prepare(config: Config) -> tuple[Config, LoadedModel, Translator]:
     else:
         loaded.gemm = choose_backend(loaded.model, config.runtime.gemm, device, dtype)
         apply_backend(loaded.model, loaded.gemm)
-    rules = loaded.rules_for(config.decoding.src_lang, config.decoding.tgt_lang)
     # What is loaded now lives as long as the job: exempt it from the cyclic garbage collector,
     # whose full passes over the model's objects otherwise interrupt decoding.
     gc.collect()
     gc.freeze()
-    return config, loaded, Translator(loaded.model, config.decoding, rules)
+    return loaded, device
+
+
+def decoder(config: Config, loaded: LoadedModel, device: torch.device) -> tuple[Config, Translator]:
+    """The effective config of one job (the model's defaults filled in) and its decoding loop."""
+    config = config.with_model_defaults(loaded.defaults)
+    check_fits(config, loaded, device)
+    rules = loaded.rules_for(config.decoding.src_lang, config.decoding.tgt_lang)
+    return config, Translator(loaded.model, config.decoding, rules)
+
+
+def prepare(config: Config) -> tuple[Config, LoadedModel, Translator]:
+    """Load the model onto its device and build the translator with the effective config."""
+    loaded, device = load(config)
+    config, translator = decoder(config, loaded, device)
+    return config, loaded, translator
 
 
 def make_example(index: int, text: str, loaded: LoadedModel, max_src_length: int | None) -> Example:
@@ -211,26 +227,43 @@ def read_size(config: Config) -> int:
     return chunk_size(config.batching.batch_size, config.batching.batch_type)
 
 
-def translate_job(config: Config) -> Summary:
-    """Check the input and the output and lock the output (before the model loads), then
-    translate; the lock is released however the job ends."""
-    io_cfg = config.io
-    check_readable(io_cfg.src)
-    output = OutputFile(io_cfg.output)
-    output.refuse_source(io_cfg.src)
+def translate_job(jobs: Config | list[Config], translator=None) -> Summary:
+    """Run one job or several with one model load (`translator`, an `api.Translator`, or
+    loaded here from the first job's config, and only when some job has work to do).
+
+    Every job's input and output are checked and every output locked before the model
+    loads; a job complete under --resume is skipped; the locks are released however the
+    run ends. Returns the summary of all jobs together."""
+    jobs = [jobs] if isinstance(jobs, Config) else list(jobs)
+    outputs, pending = [], []
     try:
-        if output.claim(io_cfg.resume):
-            if not config.runtime.quiet:
-                print(f"nmtdecode: {io_cfg.output} is complete (no {output.tmp} to resume); nothing to do",
+        for job in jobs:
+            check_readable(job.io.src)
+            output = OutputFile(job.io.output)
+            outputs.append(output)
+            for other in jobs:
+                output.refuse_source(other.io.src)
+            if not output.claim(job.io.resume):
+                pending.append((job, output))
+            elif not job.runtime.quiet:
+                print(f"nmtdecode: {job.io.output} is complete (no {output.tmp} to resume); nothing to do",
                       file=sys.stderr)
-            return Summary()
-        return _translate(config, output)
+        total = Summary()
+        if pending and translator is None:
+            from .api import Translator as PublicTranslator
+
+            translator = PublicTranslator.from_config(pending[0][0])
+        for job, output in pending:
+            total.add(_translate(job, output, translator))
+        return total
     finally:
-        output.release()
+        for output in outputs:
+            output.release()
 
 
-def _translate(config: Config, output: OutputFile) -> Summary:
-    config, loaded, translator = prepare(config)
+def _translate(config: Config, output: OutputFile, model) -> Summary:
+    loaded = model.loaded
+    config, translator = decoder(config, loaded, model.device)
     io_cfg, batching = config.io, config.batching
     summary, start = Summary(), time.perf_counter()
     reader = LineReader(io_cfg.src, io_cfg.on_invalid_utf8)
@@ -270,14 +303,23 @@ def _translate(config: Config, output: OutputFile) -> Summary:
 
 def score_job(config: Config, src_path: str, tgt_path: str):
     """Print the forced-decoding log-probability of each (source, target) line pair."""
-    config, loaded, translator = prepare(config)
+    from .api import Translator as PublicTranslator
+
     sources, targets = list(read_lines(src_path)), list(read_lines(tgt_path))
     if len(sources) != len(targets):
         raise ConfigError(f"--src has {len(sources)} lines but --tgt has {len(targets)}")
-    size = config.batching.batch_size
+    translator = PublicTranslator.from_config(config)
     signals.job_started()
-    for start in range(0, len(sources), size):
-        src = [loaded.tokenizer.encode(s) for s in sources[start : start + size]]
-        tgt = [loaded.tokenizer.encode_target(t) for t in targets[start : start + size]]
-        for total in translator.score(src, tgt):
-            print(f"{total:.6f}")
+    for total in translator.score(sources, targets):
+        print(f"{total:.6f}")
+
+
+def score_pairs(loaded: LoadedModel, translator: Translator, sources: list[str], targets: list[str],
+                batch_size: int) -> list[float]:
+    """Forced-decoding log-probabilities of (source, target) pairs, `batch_size` pairs at a time."""
+    totals = []
+    for start in range(0, len(sources), batch_size):
+        src = [loaded.tokenizer.encode(s) for s in sources[start : start + batch_size]]
+        tgt = [loaded.tokenizer.encode_target(t) for t in targets[start : start + batch_size]]
+        totals += translator.score(src, tgt)
+    return totals

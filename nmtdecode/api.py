@@ -1,0 +1,109 @@
+"""The Python API: load a model once, then translate lists of strings, files, or score pairs.
+
+    import nmtdecode
+    translator = nmtdecode.Translator.load("data/demo", beam_size=4)
+    translator.translate(["good morning", "thank you"])        # ['guten Morgen', 'danke']
+
+Options are the keys of the YAML config (`beam_size`, `n_best`, `device`, `dtype`, ...):
+given to `load` they hold for every call; given to a call they hold for that call, and
+may be any option that needs no other model load (decoding, batching, format). The
+command line runs its jobs through this class (`run.translate_job`), so a file
+translated here and by `nmtdecode translate` with the same options is the same.
+
+Not to be confused with `translator.Translator`, the decoding loop of one batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .config import ITEM_KEYS, KEY_SECTION, Config, ConfigError
+
+# Options a call may change; the others (model, device, dtype, ...) are fixed by `load`.
+CALL_KEYS = ITEM_KEYS - {"src", "output"}
+
+
+@dataclass
+class Translation:
+    """One hypothesis, as `translate` returns them when asked for scores or an n-best list."""
+
+    text: str
+    score: float  # the ranking score: total log-probability after the length penalty
+    log_prob: float  # sum of the token log-probabilities, EOS included
+    tokens: list[int] = field(default_factory=list)  # target token ids, without EOS
+    token_scores: list[float] = field(default_factory=list)  # log-probability of each token, EOS included
+    ended: bool = True  # False when the step limit cut it before EOS
+
+
+class Translator:
+    """A loaded model with its options. Build it with `Translator.load(path, **options)`."""
+
+    def __init__(self, config: Config, loaded, device):
+        self.config, self.loaded, self.device = config, loaded, device
+
+    @classmethod
+    def load(cls, path: str, **options) -> "Translator":
+        """Load the model at `path` (a native or Hugging Face directory) with `options`, the
+        config file's keys; `quiet` defaults to True (no summary on stderr)."""
+        files = sorted(k for k in options if k in ("model", "src", "output"))
+        if files:
+            raise ConfigError(f"{files[0]}: not an option of load(); give the model as `path` and files "
+                              "to translate_file()")
+        return cls.from_config(Config.from_values({"quiet": True, **options, "model": path}))
+
+    @classmethod
+    def from_config(cls, config: Config) -> "Translator":
+        from . import run  # torch is imported here, not by `import nmtdecode`
+
+        loaded, device = run.load(config)
+        return cls(config, loaded, device)
+
+    def translate(self, sources: list[str], scores: bool = False, **options) -> list:
+        """Translate a list of sentences (sorted by length and batched inside).
+
+        Returns a list of strings, one per source, the best translation of each; with
+        `scores=True` or `n_best` > 1, a list of lists of `Translation`, the n-best
+        hypotheses of each source, best first. An empty or blank source gives "" (score 0)."""
+        from . import run
+        from .io import cut
+
+        if isinstance(sources, str):
+            raise TypeError("translate() takes a list of strings, not one string")
+        config, decoder = run.decoder(self._call_config(options), self.loaded, self.device)
+        batching = config.batching
+        examples = [run.make_example(i, text, self.loaded, batching.max_src_length) for i, text in enumerate(sources)]
+        results = [None] * len(examples)
+        for batch in cut(examples, batching.batch_size, batching.batch_type):
+            for result in run.decode_batch(batch, decoder, self.loaded):
+                results[result.index] = result
+        if not scores and config.decoding.n_best == 1:
+            return [result.texts[0] for result in results]
+        return [[Translation(text, hyp.score, hyp.total, hyp.tokens, hyp.token_scores, hyp.ended)
+                 for hyp, text in zip(result.hypotheses, result.texts)] for result in results]
+
+    def translate_file(self, src: str, output: str, resume: bool = False, **options):
+        """Translate the file `src` into `output` as `nmtdecode translate` does: locked,
+        written through OUTPUT.tmp, resumable with `resume=True` (and skipped when complete).
+        Returns the job's `run.Summary` (sentences, target tokens, seconds)."""
+        from . import run
+
+        job = self._call_config(options, {"src": src, "output": output, "resume": resume})
+        return run.translate_job(job, translator=self)
+
+    def score(self, sources: list[str], targets: list[str]) -> list[float]:
+        """The total log-probability of each target (EOS included) given its source."""
+        from . import run
+
+        if len(sources) != len(targets):
+            raise ValueError(f"score() got {len(sources)} sources but {len(targets)} targets")
+        config, decoder = run.decoder(self.config, self.loaded, self.device)
+        return run.score_pairs(self.loaded, decoder, list(sources), list(targets), config.batching.batch_size)
+
+    def _call_config(self, options: dict, files: dict | None = None) -> Config:
+        """This translator's config with one call's options over it."""
+        fixed = sorted(k for k in options if k not in CALL_KEYS)
+        if fixed:
+            what = "is fixed when the model loads: give it to Translator.load()" if fixed[0] in KEY_SECTION else \
+                "is not an option"
+            raise ConfigError(f"{fixed[0]}: {what}")
+        return Config.from_values({**self.config.values(), **options, **(files or {})})

@@ -1,0 +1,152 @@
+"""Many files with one model load (issue 21): `--src a b --output x y`, `--output-dir`/`--suffix`,
+a config file's `jobs:` list, and single-valued options refused when repeated.
+
+Each file is a job of its own for output safety: locked, written through FILE.tmp, resumable
+on its own and skipped under --resume when complete. Jobs run in this process (`cli`).
+"""
+
+import pytest
+import yaml
+
+from .test_output_file import ARGS, LINES, interrupted_after
+from .test_reliability import NORMAL
+
+
+@pytest.fixture()
+def loads(monkeypatch):
+    """The number of model loads so far, as a one-element list."""
+    import nmtdecode.run
+
+    count, original = [0], nmtdecode.run.load_model
+
+    def counting(path):
+        count[0] += 1
+        return original(path)
+
+    monkeypatch.setattr(nmtdecode.run, "load_model", counting)
+    return count
+
+
+@pytest.fixture()
+def translate(model_dir, cli):
+    """`translate(*more)`: `nmtdecode translate --model MODEL` with the small fixed options."""
+    return lambda *more: cli("translate", "--model", model_dir, *ARGS, *more)
+
+
+@pytest.fixture()
+def two_inputs(lines_file):
+    return lines_file(NORMAL, "a.en"), lines_file(list(reversed(NORMAL)) + ["", "water"], "b.en")
+
+
+def single(translate, src, out):
+    run = translate("--src", src, "--output", out)
+    assert run.returncode == 0, run.stderr
+    return out.read_bytes()
+
+
+def test_several_inputs_are_translated_with_one_model_load(translate, two_inputs, tmp_path, loads):
+    a, b = two_inputs
+    expected = [single(translate, a, tmp_path / "ref-a.de"), single(translate, b, tmp_path / "ref-b.de")]
+    loads[0] = 0
+    run = translate("--src", a, b, "--output", tmp_path / "a.de", tmp_path / "b.de")
+    assert run.returncode == 0, run.stderr
+    assert [(tmp_path / "a.de").read_bytes(), (tmp_path / "b.de").read_bytes()] == expected
+    assert loads[0] == 1
+
+
+def test_output_dir_and_suffix_name_the_outputs(translate, two_inputs, tmp_path):
+    a, b = two_inputs
+    expected = single(translate, b, tmp_path / "ref-b.de")
+    out = tmp_path / "out"
+    out.mkdir()
+    run = translate("--src", a, b, "--output-dir", out, "--suffix", ".de")
+    assert run.returncode == 0, run.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["a.de", "b.de"]
+    assert (out / "b.de").read_bytes() == expected
+    run = translate("--src", a, "--suffix", ".fr")  # no --output-dir: beside the input
+    assert run.returncode == 0 and (tmp_path / "a.fr").exists()
+
+
+@pytest.mark.parametrize("outputs", [["x.de"], ["x.de", "y.de", "z.de"]])
+def test_one_output_per_input_or_a_clear_error(translate, two_inputs, tmp_path, outputs, loads):
+    run = translate("--src", *two_inputs, "--output", *[tmp_path / o for o in outputs])
+    assert run.returncode == 2 and b"2 input files but" in run.stderr and loads[0] == 0
+
+
+def test_several_inputs_to_stdout_or_one_output_twice_are_refused(translate, two_inputs, tmp_path, loads):
+    assert translate("--src", *two_inputs).returncode == 2
+    run = translate("--src", *two_inputs, "--output", tmp_path / "x.de", tmp_path / "x.de")
+    assert run.returncode == 2 and b"output of two jobs" in run.stderr and loads[0] == 0
+
+
+def test_an_input_that_another_job_writes_is_refused(translate, two_inputs, loads):
+    a, b = two_inputs
+    run = translate("--src", a, b, "--output", b, a.with_name("c.de"))
+    assert run.returncode == 2 and b"overwritten before it is read" in run.stderr and loads[0] == 0
+
+
+def test_each_file_resumes_on_its_own_and_complete_ones_are_skipped(translate, lines_file, tmp_path, loads):
+    a, b = lines_file(NORMAL, "a.en"), lines_file(LINES, "b.en")  # b: 70 lines, chunks of 32
+    expected = single(translate, b, tmp_path / "ref-b.de")
+    outputs = [tmp_path / "a.de", tmp_path / "b.de"]
+    with interrupted_after(len(NORMAL) + 40):  # a completes, b stops after its first chunk
+        assert translate("--src", a, b, "--output", *outputs).returncode == 130
+    assert outputs[0].exists() and not outputs[1].exists()
+    loads[0] = 0
+    run = translate("--src", a, b, "--output", *outputs, "--resume")
+    assert run.returncode == 0, run.stderr
+    assert outputs[1].read_bytes() == expected and loads[0] == 1
+    run = translate("--src", a, b, "--output", *outputs, "--resume", "--no-quiet")
+    assert run.returncode == 0 and run.stderr.count(b"is complete") == 2 and loads[0] == 1  # no load at all
+
+
+@pytest.mark.parametrize("args, named", [
+    (["-m", "A", "--model", "B"], b"--model"),
+    (["--beam-size", "4", "--beam-size", "5"], b"--beam-size"),
+    (["-k", "4", "--beam-size", "4"], b"--beam-size"),
+    (["--format", "text", "--format", "jsonl"], b"--format"),
+])
+def test_a_single_valued_option_given_twice_is_refused_by_name(cli, lines_file, args, named):
+    run = cli("translate", "--src", lines_file(NORMAL), *args)
+    assert run.returncode == 2 and named in run.stderr and run.stderr.count(b"\n") == 1
+    if named == b"--model":
+        assert b"ensembles are not supported" in run.stderr
+
+
+def test_config_jobs_share_options_and_override_per_item(model_dir, translate, two_inputs, tmp_path, cli, loads):
+    a, b = two_inputs
+    expected_a = single(translate, a, tmp_path / "ref-a.de")
+    run = cli("translate", "--model", model_dir, "--src", b, "--output", tmp_path / "ref-b.jsonl", "--format", "jsonl",
+              "--n-best", 2, "--beam-size", 2, "--batch-size", 1, "--max-length", 8)
+    assert run.returncode == 0, run.stderr
+    expected_b = (tmp_path / "ref-b.jsonl").read_bytes()
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    config = tmp_path / "sub" / "jobs.yaml"  # relative paths are the config file's
+    config.write_text(yaml.safe_dump({
+        "model": str(model_dir), "beam_size": 2, "batch_size": 1, "max_length": 8, "quiet": True,
+        "jobs": [{"src": "../a.en", "output": "a.de"},
+                 {"src": "../b.en", "output": "b.jsonl", "format": "jsonl", "n_best": 2}]}))
+    loads[0] = 0
+    run = cli("translate", "-c", config, cwd=tmp_path / "elsewhere")
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / "sub" / "a.de").read_bytes() == expected_a
+    assert (tmp_path / "sub" / "b.jsonl").read_bytes() == expected_b
+    assert loads[0] == 1
+
+
+def test_config_jobs_may_not_change_the_model_load(model_dir, lines_file, tmp_path, cli, loads):
+    config = tmp_path / "jobs.yaml"
+    config.write_text(yaml.safe_dump({"model": str(model_dir), "jobs": [
+        {"src": str(lines_file(NORMAL)), "output": "x.de", "device": "cpu"}]}))
+    run = cli("translate", "-c", config)
+    assert run.returncode == 2 and b"item 1 sets 'device'" in run.stderr and loads[0] == 0
+
+
+def test_command_line_inputs_replace_the_config_jobs(model_dir, translate, two_inputs, tmp_path, cli):
+    a, b = two_inputs
+    config = tmp_path / "jobs.yaml"
+    config.write_text(yaml.safe_dump({"model": str(model_dir), "jobs": [{"src": "a.en", "output": "never.de"}]}))
+    run = cli("translate", "-c", config, *ARGS, "--src", b, "--output", tmp_path / "b.de")
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / "b.de").exists() and not (tmp_path / "never.de").exists()
