@@ -1,0 +1,52 @@
+"""The examples/ pipeline (issue 21): the Makefile's pattern rule under `make -j`, and the jobs
+config, both giving what `nmtdecode translate` gives file by file."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES, DEMO = ROOT / "examples", ROOT / "data" / "demo"
+NAMES = ["animals", "drinks", "greetings"]
+
+
+@pytest.fixture()
+def corpus(tmp_path):
+    """A copy of examples/corpus (the tests never write into the repository)."""
+    shutil.copytree(EXAMPLES / "corpus", tmp_path / "corpus", ignore=shutil.ignore_patterns("*.de", "*.jsonl"))
+    return tmp_path / "corpus"
+
+
+def expected(cli, src, *more):
+    run = cli("translate", "--model", DEMO, "--src", src, "--quiet", *more, text=True)
+    assert run.returncode == 0, run.stderr
+    return run.stdout
+
+
+@pytest.mark.subprocess
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_makefile_translates_a_directory_in_parallel_and_redoes_only_edited_sources(corpus, cli):
+    make = ["make", "-s", "-C", str(EXAMPLES), "-j3", f"DIR={corpus}", f"MODEL={DEMO}",
+            f"NMTDECODE={sys.executable} -m nmtdecode"]
+    assert subprocess.run(make, capture_output=True).returncode == 0
+    for name in NAMES:
+        assert (corpus / f"{name}.de").read_text(encoding="utf-8") == expected(cli, corpus / f"{name}.en",
+                                                                               "--beam-size", 5)
+    (corpus / "drinks.en").write_text("water\n", encoding="utf-8")  # newer than its output
+    run = subprocess.run(make + ["--no-print-directory"], capture_output=True, text=True)
+    assert run.returncode == 0 and (corpus / "drinks.de").read_text() == expected(cli, corpus / "drinks.en",
+                                                                                  "--beam-size", 5)
+    assert sorted(p.name for p in corpus.iterdir()) == sorted([f"{n}.{e}" for n in NAMES for e in ("en", "de")])
+
+
+def test_jobs_config_runs_every_item_with_its_own_options(corpus, tmp_path, cli):
+    config = tmp_path / "jobs.yaml"
+    config.write_text((EXAMPLES / "jobs.yaml").read_text().replace("../data/demo", str(DEMO)))
+    assert cli("translate", "-c", config).returncode == 0
+    assert (corpus / "greetings.de").read_text() == expected(cli, corpus / "greetings.en", "--beam-size", 5)
+    assert (corpus / "animals.de").read_text() == expected(cli, corpus / "animals.en", "--beam-size", 2)
+    assert (corpus / "drinks.jsonl").read_text() == expected(cli, corpus / "drinks.en", "--format", "jsonl",
+                                                             "--n-best", 3)
