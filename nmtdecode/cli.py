@@ -52,14 +52,14 @@ DECODING_OPTIONS = [
 ]
 RUN_OPTIONS = [
     _option("--model", "-m", key="model", type=str, help="Model directory (native or Hugging Face)."),
-    click.option("--src", "-s", "src", multiple=True,
+    click.option("--src", "-s", "src", multiple=True, metavar="FILE...",
                  help="Input file(s), one sentence per line; - is stdin. Several: --src a.en b.en, one job each, "
                       "one model load.  [default: -]"),
-    click.option("--output", "-o", "output", multiple=True,
+    click.option("--output", "-o", "output", multiple=True, metavar="FILE...",
                  help="Output file(s), one per --src; - is stdout.  [default: -]"),
-    click.option("--output-dir", "output_dir", default=None,
+    click.option("--output-dir", "output_dir", default=None, metavar="DIR",
                  help="Instead of --output: each input's output is DIR/its name (with --suffix).  [default: the input's directory]"),
-    click.option("--suffix", "suffix", default=None,
+    click.option("--suffix", "suffix", default=None, metavar="SUFFIX",
                  help="Instead of --output: the input name's last extension replaced by SUFFIX (a.en -> a.de with .de)."),
     _option("--format", key="format", type=click.Choice(["text", "nbest", "jsonl"]), help="Output format."),
     _option("--token-scores", key="token_scores", flag=True, help="JSONL: add tokens and per-token log-probs."),
@@ -159,13 +159,14 @@ def translate(config_file, debug, **flags):
     Examples:
       nmtdecode translate -c configs/demo.yaml --src data/demo/sample.en
       echo "good morning" | nmtdecode translate --model data/demo --beam-size 5
+      nmtdecode translate -m data/demo --src a.en b.en --output-dir out --suffix .de
     """
     from .run import translate_job
 
     translate_job(build_jobs(config_file, flags))
 
 
-@cli.command()
+@cli.command(cls=OneValueCommand)
 @click.option("--model", "-m", required=True, help="Model directory.")
 @click.option("--src", "-s", required=True, help="Source file, one sentence per line.")
 @click.option("--tgt", "-t", required=True, help="Target file, aligned with --src.")

@@ -158,7 +158,8 @@ class Config:
         """Build and validate a config from flat {key: value} (YAML and CLI merged)."""
         unknown = sorted(k for k in values if k not in KEY_SECTION)
         if unknown:
-            raise ConfigError(f"unknown option {unknown[0]!r}; valid options: {', '.join(sorted(KEY_SECTION))}")
+            raise ConfigError(f"unknown option {unknown[0]!r}; valid options: "
+                              f"{', '.join(sorted([*KEY_SECTION, *PLAN_KEYS]))}")
         grouped = {name: {} for name in SECTIONS}
         for key, value in values.items():
             grouped[KEY_SECTION[key]][key] = _coerce(key, value)

@@ -150,3 +150,23 @@ def test_command_line_inputs_replace_the_config_jobs(model_dir, translate, two_i
     run = cli("translate", "-c", config, *ARGS, "--src", b, "--output", tmp_path / "b.de")
     assert run.returncode == 0, run.stderr
     assert (tmp_path / "b.de").exists() and not (tmp_path / "never.de").exists()
+
+
+def test_config_file_lists_inputs_and_derives_outputs_beside_it(model_dir, translate, two_inputs, tmp_path, cli):
+    a, b = two_inputs
+    expected = single(translate, b, tmp_path / "ref-b.de")
+    config = tmp_path / "files.yaml"
+    config.write_text(yaml.safe_dump({"model": str(model_dir), "beam_size": 2, "batch_size": 1, "max_length": 8,
+                                      "src": ["a.en", "b.en"], "output_dir": "out", "suffix": ".de"}))
+    (tmp_path / "out").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    run = cli("translate", "-c", config, "--quiet", cwd=tmp_path / "elsewhere")
+    assert run.returncode == 0, run.stderr
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.de", "b.de"]
+    assert (tmp_path / "out" / "b.de").read_bytes() == expected
+
+
+def test_score_refuses_a_second_model_too(cli, lines_file):
+    src = lines_file(NORMAL)
+    run = cli("score", "-m", "A", "-m", "B", "--src", src, "--tgt", src)
+    assert run.returncode == 2 and b"ensembles are not supported" in run.stderr
