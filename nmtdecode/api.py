@@ -2,7 +2,7 @@
 
     import nmtdecode
     translator = nmtdecode.Translator.load("data/demo", beam_size=4)
-    translator.translate(["good morning", "thank you"])        # ['guten Morgen', 'danke']
+    translator.translate(["good morning", "thank you"])        # ['Guten Morgen', 'Danke']
 
 Options are the keys of the YAML config (`beam_size`, `n_best`, `device`, `dtype`, ...):
 given to `load` they hold for every call; given to a call they hold for that call, and

@@ -221,37 +221,44 @@ def _items(values: dict) -> list[dict]:
         if value is not None and not isinstance(value, str):
             raise ConfigError(f"{key}: expected a string, got {value!r}")
     derive = output_dir is not None or suffix is not None
-    jobs = values.pop("jobs", None)
-    if jobs is not None:
-        if not isinstance(jobs, list) or not jobs:
-            raise ConfigError("jobs: expected a list of {src: FILE, output: FILE, ...} items")
-        items = []
-        for n, item in enumerate(jobs, 1):
-            if not isinstance(item, dict) or "src" not in item:
-                raise ConfigError(f"jobs: item {n} must be a mapping with at least src: FILE")
-            item = {str(k).replace("-", "_"): v for k, v in item.items()}
-            refused = sorted(k for k in item if k not in ITEM_KEYS)
-            if refused:
-                where = "set it at the top of the file" if refused[0] in KEY_SECTION else "unknown option"
-                raise ConfigError(f"jobs: item {n} sets {refused[0]!r}, which cannot differ between the jobs of "
-                                  f"one run (one model load): {where}; an item may set {', '.join(sorted(ITEM_KEYS))}")
-            if "output" not in item:
-                if not derive:
-                    raise ConfigError(f"jobs: item {n} has no output (give output:, or output_dir:/suffix: at the top)")
-                item["output"] = output_name(item["src"], output_dir, suffix)
-            items.append(item)
-        return items
-    sources = _as_list("src", values.pop("src", "-"))
-    outputs = values.pop("output", None)
-    if derive:
-        if outputs is not None:
-            raise ConfigError("output: give either --output or --output-dir/--suffix, not both")
-        outputs = [output_name(s, output_dir, suffix) for s in sources]
+    sources, outputs = values.pop("src", None), values.pop("output", None)
+    if derive and outputs is not None:
+        raise ConfigError("output: give either --output or --output-dir/--suffix, not both")
+    if "jobs" in values:
+        if sources is not None or outputs is not None:
+            raise ConfigError("jobs: give either jobs: or src:/output: at the top of the file, not both")
+        return [_job_item(n, item, output_dir, suffix) for n, item in enumerate(_job_list(values.pop("jobs")), 1)]
+    sources = _as_list("src", "-" if sources is None else sources)
+    outputs = [output_name(s, output_dir, suffix) for s in sources] if derive else outputs
     outputs = _as_list("output", "-" if outputs is None else outputs)
     if len(outputs) != len(sources):
         raise ConfigError(f"output: {len(sources)} input files but {len(outputs)} outputs; give one output per "
                           "input, or --output-dir DIR / --suffix SUFFIX")
     return [{"src": s, "output": o} for s, o in zip(sources, outputs)]
+
+
+def _job_list(jobs) -> list:
+    if not isinstance(jobs, list) or not jobs:
+        raise ConfigError("jobs: expected a list of {src: FILE, output: FILE, ...} items")
+    return jobs
+
+
+def _job_item(n: int, item, output_dir: str | None, suffix: str | None) -> dict:
+    """Item `n` of `jobs:` checked: a src, an output (or the output_dir/suffix rule's), and only
+    options that need no other model load."""
+    if not isinstance(item, dict) or "src" not in item:
+        raise ConfigError(f"jobs: item {n} must be a mapping with at least src: FILE")
+    item = {str(k).replace("-", "_"): v for k, v in item.items()}
+    refused = sorted(k for k in item if k not in ITEM_KEYS)
+    if refused:
+        where = "set it at the top of the file" if refused[0] in KEY_SECTION else "unknown option"
+        raise ConfigError(f"jobs: item {n} sets {refused[0]!r}, which cannot differ between the jobs of "
+                          f"one run (one model load): {where}; an item may set {', '.join(sorted(ITEM_KEYS))}")
+    if "output" not in item:
+        if output_dir is None and suffix is None:
+            raise ConfigError(f"jobs: item {n} has no output (give output:, or output_dir:/suffix: at the top)")
+        item["output"] = output_name(item["src"], output_dir, suffix)
+    return item
 
 
 def plan_jobs(file_values: dict, flags: dict) -> list[Config]:
@@ -261,6 +268,8 @@ def plan_jobs(file_values: dict, flags: dict) -> list[Config]:
     values = dict(file_values)
     if "src" in flags:
         values.pop("jobs", None)
+    elif "output" in flags and "jobs" in values:
+        raise ConfigError("output: the config file lists jobs, each with its output; give --src with --output")
     values.update(flags)
     items = _items(values)
     overrides = {k: v for k, v in flags.items() if k not in ("src", "output", *PLAN_KEYS)}

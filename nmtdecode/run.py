@@ -261,9 +261,9 @@ def translate_job(jobs: Config | list[Config], translator=None) -> Summary:
             output.release()
 
 
-def _translate(config: Config, output: OutputFile, model) -> Summary:
-    loaded = model.loaded
-    config, translator = decoder(config, loaded, model.device)
+def _translate(config: Config, output: OutputFile, loaded_translator) -> Summary:
+    loaded = loaded_translator.loaded
+    config, translator = decoder(config, loaded, loaded_translator.device)
     io_cfg, batching = config.io, config.batching
     summary, start = Summary(), time.perf_counter()
     reader = LineReader(io_cfg.src, io_cfg.on_invalid_utf8)

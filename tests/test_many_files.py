@@ -170,3 +170,15 @@ def test_score_refuses_a_second_model_too(cli, lines_file):
     src = lines_file(NORMAL)
     run = cli("score", "-m", "A", "-m", "B", "--src", src, "--tgt", src)
     assert run.returncode == 2 and b"ensembles are not supported" in run.stderr
+
+
+@pytest.mark.parametrize("top, flags, message", [
+    ({"src": "x.en"}, [], b"give either jobs: or src:/output:"),
+    ({}, ["--output", "y.de"], b"give --src with --output"),
+    ({"suffix": 3}, [], b"suffix: expected a string"),
+])
+def test_ambiguous_job_lists_are_refused(model_dir, tmp_path, cli, top, flags, message, loads):
+    config = tmp_path / "jobs.yaml"
+    config.write_text(yaml.safe_dump({"model": str(model_dir), **top, "jobs": [{"src": "a.en", "output": "a.de"}]}))
+    run = cli("translate", "-c", config, *flags)
+    assert run.returncode == 2 and message in run.stderr and loads[0] == 0
