@@ -248,7 +248,7 @@ def _job_item(n: int, item, output_dir: str | None, suffix: str | None) -> dict:
     options that need no other model load."""
     if not isinstance(item, dict) or "src" not in item:
         raise ConfigError(f"jobs: item {n} must be a mapping with at least src: FILE")
-    item = {str(k).replace("-", "_"): v for k, v in item.items()}
+    item = _option_names(item, f"jobs: item {n}")
     refused = sorted(k for k in item if k not in ITEM_KEYS)
     if refused:
         where = "set it at the top of the file" if refused[0] in KEY_SECTION else "unknown option"
@@ -287,6 +287,35 @@ def plan_jobs(file_values: dict, flags: dict) -> list[Config]:
     return jobs
 
 
+class _KeyTwice(Exception):
+    def __init__(self, key, line: int):
+        super().__init__(key, line)
+        self.key, self.line = key, line
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.safe_load, except that a key given twice in a mapping is an error (naming it and its
+    line) instead of the last one silently winning, as on the command line."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise _KeyTwice(key, key_node.start_mark.line + 1)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _option_names(data: dict, where: str) -> dict:
+    """Keys as option names (`-` -> `_`); `beam-size` and `beam_size` together are one key twice."""
+    values = {str(k).replace("-", "_"): v for k, v in data.items()}
+    if len(values) < len(data):
+        twice = next(k for k in values if sum(str(o).replace("-", "_") == k for o in data) > 1)
+        raise ConfigError(f"{where}: {twice!r} is given twice (spelt with - and with _)")
+    return values
+
+
 def load_yaml(path: str) -> dict:
     """Read a YAML config file: a flat mapping of option names (`-` or `_`) to values.
 
@@ -299,17 +328,19 @@ def load_yaml(path: str) -> dict:
     except OSError as e:
         raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
     try:
-        data = yaml.safe_load(raw.decode("utf-8"))  # a leading BOM is read by YAML itself
+        data = yaml.load(raw.decode("utf-8"), Loader=_UniqueKeyLoader)  # a leading BOM is read by YAML itself
     except UnicodeDecodeError as e:
         line = raw[: e.start].count(b"\n") + 1
         raise ConfigError(f"config file {path}:{line}: invalid UTF-8 at byte {e.start}") from None
+    except _KeyTwice as e:
+        raise ConfigError(f"config file {path}:{e.line}: {e.key!r} is given twice") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"config file {path} is not valid YAML: {e}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must be a mapping of option: value")
-    values = {str(k).replace("-", "_"): v for k, v in data.items()}
+    values = _option_names(data, f"config file {path}")
     base = os.path.dirname(path)
     _resolve_paths(values, base)
     for item in values.get("jobs") or []:

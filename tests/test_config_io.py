@@ -84,3 +84,16 @@ def test_jsonl_writes_null_for_infinite_scores():
 
     line = format_result(Result(0, [Hypothesis([], float("-inf"), float("-inf"), [], False)], [""]), "jsonl")
     assert json.loads(line)["hypotheses"][0]["score"] is None
+
+
+@pytest.mark.parametrize("text, message", [
+    ("beam_size: 4\nalpha: 1\nbeam_size: 5\n", "job.yaml:3: 'beam_size' is given twice"),
+    ("beam-size: 4\nbeam_size: 5\n", "'beam_size' is given twice (spelt with - and with _)"),
+    ("jobs:\n  - {src: a, output: b, n_best: 1, n-best: 2}\n", "item 1: 'n_best' is given twice"),
+])
+def test_a_key_given_twice_in_a_config_file_is_refused(tmp_path, cli, text, message):
+    """As on the command line, a repeated option is an error, not the last one winning."""
+    path = tmp_path / "job.yaml"
+    path.write_text(text)
+    run = cli("translate", "-c", path, text=True)
+    assert run.returncode == 2 and message in run.stderr and run.stderr.count("\n") == 1
