@@ -18,7 +18,8 @@ import sys
 import click
 
 from . import signals
-from .config import Config, ConfigError, default_of, load_yaml
+from .config import Config, ConfigError, default_of, expand_aliases, load_yaml
+from .usage import UsageError, check_spelling, one_line
 from .signals import Terminated
 
 
@@ -39,8 +40,8 @@ DECODING_OPTIONS = [
     _option("--max-len-a", key="max_len_a", type=float, help="Step limit a*|src|+b: the a (with --max-len-b)."),
     _option("--max-len-b", key="max_len_b", type=int, help="Step limit a*|src|+b: the b; enables the relative limit."),
     _option("--min-length", key="min_length", type=int, help="Fewest target tokens before EOS may be chosen."),
-    _option("--length-penalty", key="length_penalty", type=click.Choice(["none", "avg", "wu"]),
-            help="Score normalisation: none, avg (total/len^alpha), wu (GNMT)."),
+    _option("--length-penalty", key="length_penalty", type=str,
+            help="Score normalisation: none, avg (total/len^alpha), wu (GNMT); a number A means avg with alpha A."),
     _option("--alpha", key="alpha", type=float, help="Length penalty strength."),
     _option("--early-stopping", key="early_stopping", type=click.Choice(["top", "true", "false", "never"]),
             help="When a sentence stops (Hugging Face semantics)."),
@@ -64,7 +65,8 @@ RUN_OPTIONS = [
     _option("--batch-type", key="batch_type", type=click.Choice(["sents", "tokens"]), help="Unit of --batch-size."),
     _option("--max-src-length", key="max_src_length", type=int, help="Cut longer sources (tokens) with a warning."),
     _option("--device", key="device", type=str, help="auto, cpu, cuda or cuda:N."),
-    _option("--dtype", key="dtype", type=click.Choice(["float32", "float16", "bfloat16"]), help="Compute precision."),
+    _option("--dtype", key="dtype", type=str,
+            help="Compute precision: float32 (fp32), float16 (fp16, half) or bfloat16 (bf16)."),
     _option("--quantize", key="quantize", type=click.Choice(["none", "int8"]),
             help="int8: dynamic int8 quantization of the linear layers (CPU)."),
     _option("--gemm", key="gemm", type=click.Choice(["auto", "onednn", "torch"]),
@@ -75,6 +77,9 @@ RUN_OPTIONS = [
 ]
 # Command line only (not a config key): `run` looks for it before anything is parsed.
 DEBUG = click.option("--debug", is_flag=True, help="Show tracebacks on errors (command line only).")
+DUMP_CONFIG = click.option("--dump-config", is_flag=True,
+                           help="Print the effective options (flags over -c file over the model's defaults) "
+                                "as YAML and exit; loads the model's defaults, decodes nothing (command line only).")
 
 
 def _apply(options):
@@ -87,7 +92,7 @@ def _apply(options):
 
 def build_config(config_file: str | None, flags: dict) -> Config:
     values = load_yaml(config_file) if config_file else {}
-    values.update({k: v for k, v in flags.items() if v is not None})
+    values.update(expand_aliases({k: v for k, v in flags.items() if v is not None}))
     return Config.from_values(values)
 
 
@@ -100,8 +105,9 @@ def cli():
 @cli.command()
 @click.option("--config", "-c", "config_file", type=click.Path(dir_okay=False), help="YAML file of options.")
 @_apply(RUN_OPTIONS + DECODING_OPTIONS)
+@DUMP_CONFIG
 @DEBUG
-def translate(config_file, debug, **flags):
+def translate(config_file, dump_config, debug, **flags):
     """Translate text files or stdin, one output entry per input line, in input order.
 
     \b
@@ -109,9 +115,15 @@ def translate(config_file, debug, **flags):
       nmtdecode translate -c configs/demo.yaml --src data/demo/sample.en
       echo "good morning" | nmtdecode translate --model data/demo --beam-size 5
     """
+    config = build_config(config_file, flags)
+    if dump_config:
+        from .usage import dump
+
+        click.echo(dump(config), nl=False)
+        return
     from .run import translate_job
 
-    translate_job(build_config(config_file, flags))
+    translate_job(config)
 
 
 @cli.command()
@@ -145,11 +157,15 @@ def run(argv: list[str]) -> int:
     """
     debug = "--debug" in argv
     try:
+        check_spelling(cli, list(argv))
         cli.main(args=list(argv), prog_name="nmtdecode", standalone_mode=False)
     except click.exceptions.Exit as e:
         return e.exit_code
-    except click.ClickException as e:
+    except click.exceptions.NoArgsIsHelpError as e:  # `nmtdecode` alone: the help, as click shows it
         e.show()
+        return 2
+    except (click.ClickException, UsageError) as e:  # click's usage errors: one line, as all ours
+        print(f"nmtdecode: error: {one_line(e)}", file=sys.stderr)
         return 2
     except (KeyboardInterrupt, click.Abort):
         print("nmtdecode: interrupted; partial output kept, rerun with --resume to continue", file=sys.stderr)

@@ -30,6 +30,7 @@ from .models.quantize import quantize_int8
 from .output import OutputFile
 from .search.base import Hypothesis
 from .translator import Translator
+from .usage import ineffective
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -74,6 +75,8 @@ def prepare(config: Config) -> tuple[Config, LoadedModel, Translator]:
         raise ConfigError("model: no model given (--model PATH or `model:` in the config file)")
     loaded = load_model(config.io.model)
     config = config.with_model_defaults(loaded.defaults)
+    for note in ineffective(config, loaded.model.cfg.max_positions, device.type):
+        warn(note)
     check_fits(config, loaded, device)
     dtype = DTYPES[config.runtime.dtype]
     loaded.model.to(device=device, dtype=dtype)
