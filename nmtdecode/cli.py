@@ -18,7 +18,7 @@ import sys
 import click
 
 from . import signals
-from .config import Config, ConfigError, default_of, expand_aliases, load_yaml
+from .config import FORMATS, Config, ConfigError, default_of, expand_aliases, load_yaml
 from .usage import UsageError, check_spelling, one_line
 from .signals import Terminated
 
@@ -55,7 +55,7 @@ RUN_OPTIONS = [
     _option("--model", "-m", key="model", type=str, help="Model directory (native or Hugging Face)."),
     _option("--src", "-s", key="src", type=str, help="Input file, one sentence per line; - is stdin."),
     _option("--output", "-o", key="output", type=str, help="Output file; - is stdout."),
-    _option("--format", key="format", type=click.Choice(["text", "nbest", "jsonl"]), help="Output format."),
+    _option("--format", key="format", type=click.Choice(FORMATS), help="Output format."),
     _option("--token-scores", key="token_scores", flag=True, help="JSONL: add tokens and per-token log-probs."),
     _option("--on-invalid-utf8", key="on_invalid_utf8", type=click.Choice(["error", "replace"]),
             help="Invalid UTF-8 input: stop with the line number, or decode it as U+FFFD."),
@@ -140,13 +140,16 @@ def score(model, src, tgt, device, debug):
 
 
 @cli.command()
-@click.argument("path")
+@click.argument("path", required=False)
+@click.option("--model", "-m", help="Model directory (or give it as PATH).")
 @DEBUG
-def inspect(path, debug):
-    """Show a model's format, architecture, vocabulary, size and decoding defaults."""
+def inspect(path, model, debug):
+    """Show a model's format, architecture, vocabulary, stored dtype, target language and decoding defaults."""
+    if (path is None) == (model is None):
+        raise UsageError("inspect: give the model once, as --model PATH or as PATH")
     from .models.inspect import describe
 
-    click.echo(describe(path))
+    click.echo(describe(path or model))
 
 
 def run(argv: list[str]) -> int:

@@ -100,6 +100,9 @@ class RuntimeConfig:
         _check_min("threads", self.threads, 1)
 
 
+FORMATS = ["text", "nbest", "nbest-marian", "jsonl"]
+
+
 @dataclass
 class IOConfig:
     model: str | None = None
@@ -112,7 +115,7 @@ class IOConfig:
     stream: bool = False
 
     def validate(self):
-        _check_choice("format", self.format, ["text", "nbest", "jsonl"])
+        _check_choice("format", self.format, FORMATS)
         _check_choice("on_invalid_utf8", self.on_invalid_utf8, ["error", "replace"])
         if self.resume and self.output == "-":
             raise ConfigError("resume: needs an output file (--output FILE); stdout cannot be resumed")

@@ -181,6 +181,9 @@ def format_result(result: Result, fmt: str, token_scores: bool = False) -> str:
         return (result.texts[0] if result.texts else "") + "\n"
     if fmt == "nbest":
         return "".join(f"{result.index} ||| {text} ||| {hyp.score:.6f}\n" for hyp, text in zip(result.hypotheses, result.texts))
+    if fmt == "nbest-marian":  # Marian's: the model's total log-prob as feature F0, then the ranking score
+        return "".join(f"{result.index} ||| {text} ||| F0= {hyp.total:.6f} ||| {hyp.score:.6f}\n"
+                       for hyp, text in zip(result.hypotheses, result.texts))
     hyps = []
     for hyp, text in zip(result.hypotheses, result.texts):
         entry = {"text": text, "score": _finite(hyp.score), "log_prob": _finite(hyp.total), "ended": hyp.ended}
