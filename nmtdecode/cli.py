@@ -12,13 +12,15 @@ program, adds the signal handlers and exits with it.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
 import click
 
 from . import signals
-from .config import Config, ConfigError, default_of, load_yaml, plan_jobs
+from .config import FORMATS, Config, ConfigError, default_of, expand_aliases, load_yaml, plan_jobs
+from .usage import UsageError, check_spelling, one_line
 from .signals import Terminated
 
 
@@ -39,8 +41,8 @@ DECODING_OPTIONS = [
     _option("--max-len-a", key="max_len_a", type=float, help="Step limit a*|src|+b: the a (with --max-len-b)."),
     _option("--max-len-b", key="max_len_b", type=int, help="Step limit a*|src|+b: the b; enables the relative limit."),
     _option("--min-length", key="min_length", type=int, help="Fewest target tokens before EOS may be chosen."),
-    _option("--length-penalty", key="length_penalty", type=click.Choice(["none", "avg", "wu"]),
-            help="Score normalisation: none, avg (total/len^alpha), wu (GNMT)."),
+    _option("--length-penalty", key="length_penalty", type=str,
+            help="Score normalisation: none, avg (total/len^alpha), wu (GNMT); a number A means avg with alpha A."),
     _option("--alpha", key="alpha", type=float, help="Length penalty strength."),
     _option("--early-stopping", key="early_stopping", type=click.Choice(["top", "true", "false", "never"]),
             help="When a sentence stops (Hugging Face semantics)."),
@@ -61,7 +63,7 @@ RUN_OPTIONS = [
                  help="Instead of --output: each input's output is DIR/its name (with --suffix).  [default: the input's directory]"),
     click.option("--suffix", "suffix", default=None, metavar="SUFFIX",
                  help="Instead of --output: the input name's last extension replaced by SUFFIX (a.en -> a.de with .de)."),
-    _option("--format", key="format", type=click.Choice(["text", "nbest", "jsonl"]), help="Output format."),
+    _option("--format", key="format", type=click.Choice(FORMATS), help="Output format."),
     _option("--token-scores", key="token_scores", flag=True, help="JSONL: add tokens and per-token log-probs."),
     _option("--on-invalid-utf8", key="on_invalid_utf8", type=click.Choice(["error", "replace"]),
             help="Invalid UTF-8 input: stop with the line number, or decode it as U+FFFD."),
@@ -71,7 +73,8 @@ RUN_OPTIONS = [
     _option("--batch-type", key="batch_type", type=click.Choice(["sents", "tokens"]), help="Unit of --batch-size."),
     _option("--max-src-length", key="max_src_length", type=int, help="Cut longer sources (tokens) with a warning."),
     _option("--device", key="device", type=str, help="auto, cpu, cuda or cuda:N."),
-    _option("--dtype", key="dtype", type=click.Choice(["float32", "float16", "bfloat16"]), help="Compute precision."),
+    _option("--dtype", key="dtype", type=str,
+            help="Compute precision: float32 (fp32), float16 (fp16, half) or bfloat16 (bf16)."),
     _option("--quantize", key="quantize", type=click.Choice(["none", "int8"]),
             help="int8: dynamic int8 quantization of the linear layers (CPU)."),
     _option("--gemm", key="gemm", type=click.Choice(["auto", "onednn", "torch"]),
@@ -82,6 +85,9 @@ RUN_OPTIONS = [
 ]
 # Command line only (not a config key): `run` looks for it before anything is parsed.
 DEBUG = click.option("--debug", is_flag=True, help="Show tracebacks on errors (command line only).")
+DUMP_CONFIG = click.option("--dump-config", is_flag=True,
+                           help="Print the effective options (flags over -c file over the model's defaults) "
+                                "as YAML and exit; loads the model's defaults, decodes nothing (command line only).")
 
 
 def _apply(options):
@@ -94,14 +100,14 @@ def _apply(options):
 
 def build_config(config_file: str | None, flags: dict) -> Config:
     values = load_yaml(config_file) if config_file else {}
-    values.update({k: v for k, v in flags.items() if v is not None})
+    values.update(expand_aliases({k: v for k, v in flags.items() if v is not None}))
     return Config.from_values(values)
 
 
 def build_jobs(config_file: str | None, flags: dict) -> list[Config]:
     """The jobs of one `translate` run: the config file's, with the command line's flags over them."""
     given = {k: (list(v) if isinstance(v, tuple) else v) for k, v in flags.items() if v is not None and v != ()}
-    return plan_jobs(load_yaml(config_file) if config_file else {}, given)
+    return plan_jobs(load_yaml(config_file) if config_file else {}, expand_aliases(given))
 
 
 # Options that take several values: `--src a b` is read as `--src a --src b`.
@@ -151,8 +157,9 @@ def cli():
 @cli.command(cls=OneValueCommand)
 @click.option("--config", "-c", "config_file", type=click.Path(dir_okay=False), help="YAML file of options.")
 @_apply(RUN_OPTIONS + DECODING_OPTIONS)
+@DUMP_CONFIG
 @DEBUG
-def translate(config_file, debug, **flags):
+def translate(config_file, dump_config, debug, **flags):
     """Translate text files or stdin, one output entry per input line, in input order.
 
     \b
@@ -161,9 +168,17 @@ def translate(config_file, debug, **flags):
       echo "good morning" | nmtdecode translate --model data/demo --beam-size 5
       nmtdecode translate -m data/demo --src a.en b.en --output-dir out --suffix .de
     """
+    jobs = build_jobs(config_file, flags)
+    if dump_config:
+        from .usage import dump
+
+        if len(jobs) > 1:
+            raise ConfigError(f"--dump-config shows one job's configuration; this run has {len(jobs)} (give one --src)")
+        click.echo(dump(jobs[0]), nl=False)
+        return
     from .run import translate_job
 
-    translate_job(build_jobs(config_file, flags))
+    translate_job(jobs)
 
 
 @cli.command(cls=OneValueCommand)
@@ -180,13 +195,16 @@ def score(model, src, tgt, device, debug):
 
 
 @cli.command()
-@click.argument("path")
+@click.argument("path", required=False)
+@click.option("--model", "-m", help="Model directory (or give it as PATH).")
 @DEBUG
-def inspect(path, debug):
-    """Show a model's format, architecture, vocabulary, size and decoding defaults."""
+def inspect(path, model, debug):
+    """Show a model's format, architecture, vocabulary, stored dtype, target language and decoding defaults."""
+    if (path is None) == (model is None):
+        raise UsageError("inspect: give the model once, as --model PATH or as PATH")
     from .models.inspect import describe
 
-    click.echo(describe(path))
+    click.echo(describe(path or model))
 
 
 def run(argv: list[str]) -> int:
@@ -197,11 +215,15 @@ def run(argv: list[str]) -> int:
     """
     debug = "--debug" in argv
     try:
+        check_spelling(cli, list(argv))
         cli.main(args=list(argv), prog_name="nmtdecode", standalone_mode=False)
     except click.exceptions.Exit as e:
         return e.exit_code
-    except click.ClickException as e:
+    except click.exceptions.NoArgsIsHelpError as e:  # `nmtdecode` alone: the help, as click shows it
         e.show()
+        return 2
+    except (click.ClickException, UsageError) as e:  # click's usage errors: one line, as all ours
+        print(f"nmtdecode: error: {one_line(e)}", file=sys.stderr)
         return 2
     except (KeyboardInterrupt, click.Abort):
         print("nmtdecode: interrupted; partial output kept, rerun with --resume to continue", file=sys.stderr)
@@ -222,8 +244,24 @@ def run(argv: list[str]) -> int:
     return 0
 
 
+# Variables by which a user has already chosen how OpenMP's idle workers wait (libgomp, which
+# torch's CPU wheels use, and Intel's OpenMP).
+OPENMP_WAIT_SETTINGS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
+
+
+def openmp_environment(environ, torch_loaded: bool) -> dict:
+    """What the program adds to its environment before torch loads: OMP_WAIT_POLICY=PASSIVE, so
+    OpenMP workers sleep between operations instead of spinning, unless the user chose (README,
+    Speed: default threads were 2-4x slower than --threads 1 on a busy machine). Read once, when
+    torch's OpenMP starts, so nothing is added once torch is loaded."""
+    if torch_loaded or any(name in environ for name in OPENMP_WAIT_SETTINGS):
+        return {}
+    return {"OMP_WAIT_POLICY": "PASSIVE"}
+
+
 def main(argv=None):
     """The `nmtdecode` program: process-wide signal handling around `run` (signals.py)."""
+    os.environ.update(openmp_environment(os.environ, "torch" in sys.modules))
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends quietly
     signals.install()
     code = run(sys.argv[1:] if argv is None else argv)

@@ -90,12 +90,17 @@ class RuntimeConfig:
     def validate(self):
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ConfigError(f"device: {self.device!r} is not one of auto, cpu, cuda, cuda:N")
-        _check_choice("dtype", self.dtype, ["float32", "float16", "bfloat16"])
+        if self.dtype not in ("float32", "float16", "bfloat16"):
+            raise ConfigError(f"dtype: {self.dtype!r} is not one of float32 (fp32, float), float16 (fp16, half), "
+                              "bfloat16 (bf16)")
         _check_choice("quantize", self.quantize, ["none", "int8"])
         if self.quantize == "int8" and self.dtype != "float32":
             raise ConfigError("quantize: int8 works with --dtype float32 (activations stay float32)")
         _check_choice("gemm", self.gemm, ["auto", "onednn", "torch"])
         _check_min("threads", self.threads, 1)
+
+
+FORMATS = ["text", "nbest", "nbest-marian", "jsonl"]
 
 
 @dataclass
@@ -110,12 +115,44 @@ class IOConfig:
     stream: bool = False
 
     def validate(self):
-        _check_choice("format", self.format, ["text", "nbest", "jsonl"])
+        _check_choice("format", self.format, FORMATS)
         _check_choice("on_invalid_utf8", self.on_invalid_utf8, ["error", "replace"])
         if self.resume and self.output == "-":
             raise ConfigError("resume: needs an output file (--output FILE); stdout cannot be resumed")
         if self.stream and self.resume:
             raise ConfigError("stream: cannot be combined with resume")
+
+
+# Other tools' spellings of a dtype (PyTorch, Hugging Face, CTranslate2), each unambiguous.
+DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "fp16": "float16", "half": "float16",
+                 "bf16": "bfloat16"}
+
+
+def _number(value) -> float | None:
+    """A number given as one (YAML) or as text (a flag), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
+def expand_aliases(values: dict) -> dict:
+    """One layer of options (a YAML file, or the flags) with other tools' spellings made ours:
+    `dtype: fp16` -> float16, and a numeric `length_penalty: 0.6` (as transformers,
+    CTranslate2 and fairseq give it) -> `length_penalty: avg, alpha: 0.6`."""
+    values = dict(values)
+    dtype = values.get("dtype")
+    if isinstance(dtype, str) and dtype.lower() in DTYPE_ALIASES:
+        values["dtype"] = DTYPE_ALIASES[dtype.lower()]
+    alpha = _number(values.get("length_penalty"))
+    if alpha is not None:
+        if values.get("alpha") is not None:
+            raise ConfigError(f"length_penalty: a number ({values['length_penalty']}) means avg with that alpha; "
+                              "give it or alpha, not both")
+        values["length_penalty"], values["alpha"] = "avg", alpha
+    return values
 
 
 SECTIONS = {"decoding": DecodingConfig, "batching": BatchingConfig, "runtime": RuntimeConfig, "io": IOConfig}
@@ -155,7 +192,9 @@ class Config:
 
     @classmethod
     def from_values(cls, values: dict) -> "Config":
-        """Build and validate a config from flat {key: value} (YAML and CLI merged)."""
+        """Build and validate a config from flat {key: value} (YAML and CLI merged, each layer
+        through `expand_aliases` first)."""
+        values = expand_aliases(values)
         unknown = sorted(k for k in values if k not in KEY_SECTION)
         if unknown:
             raise ConfigError(f"unknown option {unknown[0]!r}; valid options: "
@@ -340,7 +379,7 @@ def load_yaml(path: str) -> dict:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must be a mapping of option: value")
-    values = _option_names(data, f"config file {path}")
+    values = expand_aliases(_option_names(data, f"config file {path}"))
     base = os.path.dirname(path)
     _resolve_paths(values, base)
     for item in values.get("jobs") or []:
@@ -360,6 +399,11 @@ def _resolve_paths(values: dict, base: str):
         if key in values:
             value = values[key]
             values[key] = [resolve(v) for v in value] if isinstance(value, list) else resolve(value)
+
+
+def flat_values(config: Config) -> dict:
+    """Every option and its value, by section order: what `--dump-config` prints (a valid `-c` file)."""
+    return {f.name: getattr(getattr(config, name), f.name) for name, cls in SECTIONS.items() for f in fields(cls)}
 
 
 def default_of(key: str):

@@ -114,6 +114,19 @@ def check_readable(path: str):
         raise InputError(f"cannot read {path}: permission denied")
 
 
+def count_lines(path: str) -> int | None:
+    """Lines in a regular file (a last line without a newline counts), read in blocks; None for
+    stdin, pipes and devices, which cannot be read twice."""
+    if path == "-" or not os.path.isfile(path):
+        return None
+    lines, last = 0, b"\n"
+    with _open(path) as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            lines += block.count(b"\n")
+            last = block[-1:]
+    return lines + (last != b"\n")
+
+
 def _stdin():
     if sys.stdin is None:  # started with standard input closed (`<&-`)
         raise InputError("cannot read <stdin>: standard input is closed (give --src FILE)")
@@ -168,6 +181,9 @@ def format_result(result: Result, fmt: str, token_scores: bool = False) -> str:
         return (result.texts[0] if result.texts else "") + "\n"
     if fmt == "nbest":
         return "".join(f"{result.index} ||| {text} ||| {hyp.score:.6f}\n" for hyp, text in zip(result.hypotheses, result.texts))
+    if fmt == "nbest-marian":  # Marian's: the model's total log-prob as feature F0, then the ranking score
+        return "".join(f"{result.index} ||| {text} ||| F0= {hyp.total:.6f} ||| {hyp.score:.6f}\n"
+                       for hyp, text in zip(result.hypotheses, result.texts))
     hyps = []
     for hyp, text in zip(result.hypotheses, result.texts):
         entry = {"text": text, "score": _finite(hyp.score), "log_prob": _finite(hyp.total), "ended": hyp.ended}

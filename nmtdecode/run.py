@@ -15,14 +15,15 @@ import json
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import torch
 from tqdm import tqdm
 
 from . import __version__, memory, signals
 from .config import Config, ConfigError, RuntimeConfig
-from .io import Example, LineReader, OrderedWriter, Result, check_readable, chunk_size, chunks, cut, read_lines
+from .io import (Example, LineReader, OrderedWriter, Result, check_readable, chunk_size, chunks, count_lines, cut,
+                 read_lines)
 from .models.checkpoint import LoadedModel
 from .models.loading import load_model
 from .models.gemm import apply_backend, choose_backend
@@ -30,6 +31,7 @@ from .models.quantize import quantize_int8
 from .output import OutputFile
 from .search.base import Hypothesis
 from .translator import Translator
+from .usage import ineffective
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -48,13 +50,17 @@ class Summary:
 
     def line(self) -> str:
         rate = self.target_tokens / self.seconds if self.seconds > 0 else 0.0
-        text = (f"nmtdecode: {self.sentences} sentences, {self.target_tokens} target tokens "
+        text = (f"nmtdecode: {_count(self.sentences, 'sentence')}, {_count(self.target_tokens, 'target token')} "
                 f"in {self.seconds:.2f} s ({rate:.1f} tokens/s)")
         if self.truncated:
-            text += f"; {self.truncated} source lines truncated"
+            text += f"; {_count(self.truncated, 'source line')} truncated"
         if self.replaced:
-            text += f"; {self.replaced} lines with invalid UTF-8 replaced"
+            text += f"; {_count(self.replaced, 'line')} with invalid UTF-8 replaced"
         return text
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def warn(message: str):
@@ -96,6 +102,8 @@ def load(config: Config) -> tuple[LoadedModel, torch.device]:
 def decoder(config: Config, loaded: LoadedModel, device: torch.device) -> tuple[Config, Translator]:
     """The effective config of one job (the model's defaults filled in) and its decoding loop."""
     config = config.with_model_defaults(loaded.defaults)
+    for note in ineffective(config, loaded.model.cfg.max_positions, device.type):
+        warn(note)
     check_fits(config, loaded, device)
     rules = loaded.rules_for(config.decoding.src_lang, config.decoding.tgt_lang)
     return config, Translator(loaded.model, config.decoding, rules)
@@ -227,6 +235,30 @@ def read_size(config: Config) -> int:
     return chunk_size(config.batching.batch_size, config.batching.batch_type)
 
 
+def stdin_is_terminal() -> bool:
+    return sys.stdin is not None and sys.stdin.isatty()
+
+
+def stderr_is_terminal() -> bool:
+    return sys.stderr is not None and sys.stderr.isatty()
+
+
+def interactive(config: Config) -> Config:
+    """Typed input (stdin a terminal) is answered line by line, as with --stream."""
+    io_cfg = config.io
+    if io_cfg.src == "-" and not io_cfg.stream and not io_cfg.resume and stdin_is_terminal():
+        return replace(config, io=replace(io_cfg, stream=True))
+    return config
+
+
+def progress_bar(config: Config, done: int) -> tqdm:
+    """Lines done, of how many (a regular file is counted first: percent and ETA), and tokens/s;
+    on a terminal only, and not while answering line by line (it would mix with the typing)."""
+    shown = not config.runtime.quiet and not config.io.stream and stderr_is_terminal()
+    total = count_lines(config.io.src) if shown else None
+    return tqdm(total=total, initial=done, unit=" lines", disable=not shown, dynamic_ncols=True)
+
+
 def translate_job(jobs: Config | list[Config], translator=None) -> Summary:
     """Run one job or several with one model load (`translator`, an `api.Translator`, or
     loaded here from the first job's config, and only when some job has work to do).
@@ -234,7 +266,7 @@ def translate_job(jobs: Config | list[Config], translator=None) -> Summary:
     Every job's input and output are checked and every output locked before the model
     loads; a job complete under --resume is skipped; the locks are released however the
     run ends. Returns the summary of all jobs together."""
-    jobs = [jobs] if isinstance(jobs, Config) else list(jobs)
+    jobs = [interactive(job) for job in ([jobs] if isinstance(jobs, Config) else jobs)]
     outputs, pending = [], []
     try:
         for job in jobs:
@@ -272,21 +304,22 @@ def _translate(config: Config, output: OutputFile, loaded_translator) -> Summary
     lines = output.unfinished(reader, on_resume=lambda n: warn(f"resuming after input line {n}"))
     examples = (make_example(i, line, loaded, batching.max_src_length) for i, line in lines)
     writer = OrderedWriter(output.stream, io_cfg.format, io_cfg.token_scores, first_index=done)
-    show_progress = not config.runtime.quiet and sys.stderr.isatty()
     try:
-        with tqdm(unit=" lines", disable=not show_progress, initial=done) as progress:
+        with progress_bar(config, done) as progress:
             for chunk in chunks(examples, read_size(config)):
                 for batch in cut(chunk, batching.batch_size, batching.batch_type):
                     for result in decode_batch(batch, translator, loaded):
                         writer.put(result)
                         summary.target_tokens += len(result.hypotheses[0].tokens)
+                    rate = summary.target_tokens / max(time.perf_counter() - start, 1e-9)
+                    progress.set_postfix_str(f"{rate:.0f} tokens/s", refresh=False)
+                    progress.update(len(batch))
                 output.checkpoint(chunk[-1].index + 1, reader.position())
                 newly_truncated = sum(e.truncated for e in chunk)
                 if newly_truncated and not summary.truncated:
                     warn("source lines longer than the model's positions (or --max-src-length) are cut")
                 summary.sentences += len(chunk)
                 summary.truncated += newly_truncated
-                progress.update(len(chunk))
         writer.close()
     except BaseException:
         output.abandon()  # keeps FILE.tmp and its journal for --resume

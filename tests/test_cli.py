@@ -170,3 +170,21 @@ def test_n_best_entries_for_every_line_blank_ones_included(model_dir, src_file, 
         records = [json.loads(line) for line in run.stdout.splitlines()]
         assert [len(r["hypotheses"]) for r in records] == [n_best] * len(LINES)
         assert records[3]["hypotheses"] == [{"text": "", "score": 0.0, "log_prob": 0.0, "ended": True}] * n_best
+
+
+def test_nbest_marian_fields_are_log_prob_and_ranking_score(model_dir, src_file, nmtdecode):
+    """Marian's 4-field n-best: INDEX ||| TEXT ||| F0= TOTAL_LOG_PROB ||| RANKING_SCORE."""
+    common = ["translate", "--model", model_dir, "--src", src_file, "--quiet", "--beam-size", 3, "--n-best", 2]
+    marian = nmtdecode(*common, "--format", "nbest-marian")
+    jsonl = nmtdecode(*common, "--format", "jsonl")
+    assert marian.returncode == 0, marian.stderr
+    records = [json.loads(line) for line in jsonl.stdout.splitlines()]
+    rows = [line.split(" ||| ") for line in marian.stdout.splitlines()]
+    assert len(rows) == 2 * len(LINES) and all(len(row) == 4 for row in rows)
+    hyps = [h for r in records for h in r["hypotheses"]]
+    assert [int(row[0]) for row in rows] == [r["index"] for r in records for _ in r["hypotheses"]]
+    assert [row[1] for row in rows] == [h["text"] for h in hyps]
+    assert all(row[2].startswith("F0= ") for row in rows)
+    assert [float(row[2][4:]) for row in rows] == pytest.approx([h["log_prob"] for h in hyps], abs=1e-5)
+    assert [float(row[3]) for row in rows] == pytest.approx([h["score"] for h in hyps], abs=1e-5)
+    assert rows[2] == ["1", "", "F0= 0.000000", "0.000000"]  # the empty line

@@ -58,9 +58,9 @@ def test_overlong_lines_are_cut_with_a_warning(model_dir, tmp_path, nmtdecode):
     run = nmtdecode("translate", "--model", model_dir, "--src", src, "--max-src-length", 20)
     assert run.returncode == 0, run.stderr
     assert count_lines(run.stdout) == 3
-    assert b"are cut" in run.stderr and b"1 source lines truncated" in run.stderr
+    assert b"are cut" in run.stderr and b"1 source line truncated" in run.stderr
     run = nmtdecode("translate", "--model", model_dir, "--src", src)  # the model's own 128 positions
-    assert run.returncode == 0 and count_lines(run.stdout) == 3 and b"1 source lines truncated" in run.stderr
+    assert run.returncode == 0 and count_lines(run.stdout) == 3 and b"1 source line truncated" in run.stderr
 
 
 def test_truncated_weights_exit_1(model_dir, tmp_path, nmtdecode):

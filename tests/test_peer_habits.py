@@ -1,0 +1,119 @@
+"""Habits users bring from other tools: their spellings, one-line usage errors, warnings for
+options that do nothing, and `--dump-config`."""
+
+import shutil
+
+import pytest
+import yaml
+
+
+@pytest.fixture()
+def nmtdecode(cli):
+    return lambda *args, stdin="": cli(*args, stdin=stdin, text=True)
+
+
+def dumped(run) -> dict:
+    assert run.returncode == 0, run.stderr
+    return yaml.safe_load(run.stdout)
+
+
+@pytest.mark.parametrize("args, names", [
+    (["translate", "--bogus"], "--bogus"),
+    (["translate", "--beam-size", "x"], "--beam-size"),
+    (["translate", "--format", "xml"], "xml"),
+    (["bogus"], "bogus"),
+    (["score", "--src", "a"], "--model"),
+])
+def test_usage_errors_are_one_line(args, names, nmtdecode):
+    run = nmtdecode(*args)
+    assert run.returncode == 2
+    assert run.stderr.startswith("nmtdecode: error: ") and run.stderr.count("\n") == 1, run.stderr
+    assert names in run.stderr and "Usage:" not in run.stderr
+
+
+@pytest.mark.parametrize("args, ours", [
+    (["-beam_size", "5"], "--beam-size"),
+    (["-src", "in.txt"], "--src"),
+    (["-n_best", "2"], "--n-best"),
+    (["-gpu", "0"], "--device cuda:N"),
+    (["-replace_unk"], "translate --help"),
+])
+def test_opennmt_single_dash_options_name_ours(args, ours, nmtdecode):
+    run = nmtdecode("translate", "--model", "m", *args)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+    assert ours in run.stderr and args[0] in run.stderr
+
+
+@pytest.mark.parametrize("spelling, dtype", [("fp16", "float16"), ("half", "float16"), ("bf16", "bfloat16"),
+                                             ("BF16", "bfloat16"), ("fp32", "float32"), ("float", "float32"),
+                                             ("bfloat16", "bfloat16")])
+def test_dtype_spellings_of_other_tools(spelling, dtype, tmp_path, nmtdecode):
+    assert dumped(nmtdecode("translate", "--dtype", spelling, "--dump-config"))["dtype"] == dtype
+    config = tmp_path / "job.yaml"
+    config.write_text(f"dtype: {spelling}\n")
+    assert dumped(nmtdecode("translate", "-c", config, "--dump-config"))["dtype"] == dtype
+
+
+def test_unknown_dtype_lists_the_spellings(nmtdecode):
+    run = nmtdecode("translate", "--dtype", "fp8", "--dump-config")
+    assert run.returncode == 2 and "dtype: 'fp8' is not one of float32 (fp32, float)" in run.stderr
+
+
+def test_numeric_length_penalty_is_avg_with_that_alpha(model_dir, nmtdecode):
+    values = dumped(nmtdecode("translate", "--length-penalty", "0.6", "--dump-config"))
+    assert (values["length_penalty"], values["alpha"]) == ("avg", 0.6)
+    common = ["translate", "--model", model_dir, "--format", "nbest", "--n-best", "3", "--beam-size", "4", "-q"]
+    stdin = "the house is red .\ngood morning\n"
+    numeric = nmtdecode(*common, "--length-penalty", "0.6", stdin=stdin)
+    named = nmtdecode(*common, "--length-penalty", "avg", "--alpha", "0.6", stdin=stdin)
+    default = nmtdecode(*common, stdin=stdin)
+    assert numeric.returncode == 0, numeric.stderr
+    assert numeric.stdout == named.stdout != default.stdout
+
+
+def test_numeric_length_penalty_layers(tmp_path, nmtdecode):
+    """In YAML too; a flag overrides the file's alpha; a number and alpha in one layer conflict."""
+    config = tmp_path / "job.yaml"
+    config.write_text("length_penalty: 0.6\n")
+    assert dumped(nmtdecode("translate", "-c", config, "--alpha", "2", "--dump-config"))["alpha"] == 2.0
+    config.write_text("alpha: 2\nlength_penalty: wu\n")
+    values = dumped(nmtdecode("translate", "-c", config, "--length-penalty", "0.6", "--dump-config"))
+    assert (values["length_penalty"], values["alpha"]) == ("avg", 0.6)
+    run = nmtdecode("translate", "--length-penalty", "0.6", "--alpha", "1", "--dump-config")
+    assert run.returncode == 2 and "give it or alpha, not both" in run.stderr
+
+
+@pytest.mark.parametrize("args, warning", [
+    (["--n-best", "2", "--beam-size", "2"], "n_best: 2 has no effect with --format text"),
+    (["--token-scores"], "token_scores: has no effect with --format text"),
+    (["--token-scores", "--format", "nbest"], "token_scores: has no effect with --format nbest"),
+    (["--max-length", "500"], "max_length: 500 is above the model's 128 target positions"),
+    (["--dtype", "fp16", "--device", "cpu"], "dtype: float16 on CPU"),
+])
+def test_options_without_effect_are_warned_about(model_dir, args, warning, nmtdecode):
+    run = nmtdecode("translate", "--model", model_dir, "-q", *args, stdin="good morning\n")
+    assert run.returncode == 0, run.stderr
+    assert f"nmtdecode: warning: {warning}" in run.stderr
+
+
+def test_no_warning_when_options_take_effect(model_dir, nmtdecode):
+    run = nmtdecode("translate", "--model", model_dir, "-q", "--n-best", "2", "--beam-size", "2", "--format",
+                    "jsonl", "--token-scores", "--max-length", "128", stdin="good morning\n")
+    assert run.returncode == 0 and run.stderr == "", run.stderr
+
+
+def test_dump_config_flags_over_file_over_model_defaults(model_dir, tmp_path, nmtdecode):
+    model = tmp_path / "model"
+    shutil.copytree(model_dir, model)
+    card = yaml.safe_load((model / "config.yaml").read_text())
+    card["decoding"] = {"beam_size": 3, "alpha": 0.7, "min_length": 2}
+    (model / "config.yaml").write_text(yaml.safe_dump(card))
+    config = tmp_path / "job.yaml"
+    config.write_text(yaml.safe_dump({"model": str(model), "beam_size": 4, "min_length": 1}))
+    run = nmtdecode("translate", "-c", config, "--min-length", "0", "--dump-config", stdin="not read\n")
+    values = dumped(run)
+    assert (values["min_length"], values["beam_size"], values["alpha"]) == (0, 4, 0.7)
+    assert values["n_best"] == 1 and values["model"] == str(model) and run.stderr == ""
+    again = tmp_path / "dumped.yaml"
+    again.write_text(run.stdout)  # the dump is itself a valid config file
+    assert dumped(nmtdecode("translate", "-c", again, "--dump-config")) == values

@@ -1,0 +1,70 @@
+"""The progress bar and the summary line: a file is counted first (total, percent, ETA), the bar
+moves per batch and shows tokens/s; no bar when answering line by line; typed input is streamed."""
+
+import pytest
+
+from nmtdecode import io as nio
+from nmtdecode import run as nrun
+
+LINES = ["the house is red .", "", "a dog and a cat sleep in the garden .", "good morning", "thank you",
+         "where is the station ?", "water", "   "]
+
+
+@pytest.mark.parametrize("content, lines", [(b"", 0), (b"\n", 1), (b"a\nb", 2), (b"a\nb\n", 2),
+                                            (b"\n\n\n", 3), (b"a\r\nb\r\n", 2), (b"x" * (3 << 20) + b"\ny", 2)])
+def test_count_lines_of_a_regular_file(tmp_path, content, lines):
+    path = tmp_path / "in.txt"
+    path.write_bytes(content)
+    assert nio.count_lines(str(path)) == lines
+    assert len(list(nio.read_lines(str(path)))) == lines  # what the reader will deliver
+
+
+def test_count_lines_is_none_for_stdin():
+    assert nio.count_lines("-") is None
+
+
+@pytest.fixture()
+def bar_updates(monkeypatch):
+    """stderr a terminal; the updates of the job's progress bar, recorded."""
+    monkeypatch.setattr(nrun, "stderr_is_terminal", lambda: True)
+    updates, original = [], nrun.progress_bar
+
+    def spy(config, done):
+        bar = original(config, done)
+        real = bar.update
+        bar.update = lambda n=1: (updates.append(n), real(n))[1]
+        return bar
+
+    monkeypatch.setattr(nrun, "progress_bar", spy)
+    return updates
+
+
+def test_bar_has_a_total_moves_per_batch_and_shows_tokens_per_second(model_dir, lines_file, cli, bar_updates):
+    src = lines_file(LINES)
+    run = cli("translate", "--model", model_dir, "--src", src, "--batch-size", "2", "--beam-size", "2", text=True)
+    assert run.returncode == 0, run.stderr
+    assert sum(bar_updates) == len(LINES) and len(bar_updates) == 4  # blank lines, then 3 batches of 2
+    assert "100%" in run.stderr and f"{len(LINES)}/{len(LINES)}" in run.stderr and "tokens/s" in run.stderr
+
+
+@pytest.mark.parametrize("args", [["--stream"], ["--quiet"]])
+def test_no_bar_when_streaming_or_quiet(model_dir, lines_file, cli, bar_updates, args):
+    run = cli("translate", "--model", model_dir, "--src", lines_file(LINES), *args, text=True)
+    assert run.returncode == 0, run.stderr
+    assert "%" not in run.stderr and "lines/s" not in run.stderr and "it/s" not in run.stderr
+
+
+def test_typed_input_is_answered_line_by_line_without_a_bar(model_dir, cli, bar_updates, monkeypatch):
+    monkeypatch.setattr(nrun, "stdin_is_terminal", lambda: True)
+    sizes, original = [], nrun.chunks
+    monkeypatch.setattr(nrun, "chunks", lambda items, size: (sizes.append(size), original(items, size))[1])
+    run = cli("translate", "--model", model_dir, stdin="good morning\nwater\n", text=True)
+    assert run.returncode == 0, run.stderr
+    assert sizes == [1] and len(run.stdout.splitlines()) == 2
+    assert "%" not in run.stderr and "2 sentences," in run.stderr
+
+
+def test_summary_says_one_sentence(model_dir, cli):
+    run = cli("translate", "--model", model_dir, "--max-length", "1", stdin="good morning\n", text=True)
+    assert run.returncode == 0, run.stderr
+    assert "nmtdecode: 1 sentence, 1 target token in" in run.stderr
