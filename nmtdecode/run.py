@@ -28,6 +28,7 @@ from .models.loading import load_model
 from .models.gemm import apply_backend, choose_backend
 from .models.quantize import quantize_int8
 from .output import OutputFile
+from .ranks import Ranks, check_layout, translate_ranks
 from .search.base import Hypothesis
 from .translator import Translator
 
@@ -213,13 +214,20 @@ def read_size(config: Config) -> int:
 
 def translate_job(config: Config) -> Summary:
     """Check the input and the output and lock the output (before the model loads), then
-    translate; the lock is released however the job ends."""
+    translate; the lock is released however the job ends. Under torchrun each process
+    decodes its share (ranks.py)."""
+    ranks = Ranks.from_env()
+    if ranks is not None:
+        return translate_ranks(config, ranks)
     io_cfg = config.io
     check_readable(io_cfg.src)
     output = OutputFile(io_cfg.output)
     output.refuse_source(io_cfg.src)
     try:
-        if output.claim(io_cfg.resume):
+        complete = output.claim(io_cfg.resume)
+        if not output.direct:
+            check_layout(io_cfg.output, 1, io_cfg.resume)
+        if complete:
             if not config.runtime.quiet:
                 print(f"nmtdecode: {io_cfg.output} is complete (no {output.tmp} to resume); nothing to do",
                       file=sys.stderr)

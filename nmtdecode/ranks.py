@@ -1,0 +1,277 @@
+"""One job in several processes, started by torchrun: each decodes a share, rank 0 merges.
+
+`torchrun --nproc-per-node N -m nmtdecode translate --src IN --output OUT ...` starts
+N copies of the program with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE and
+MASTER_ADDR/PORT set. Each process reads the whole input and keeps its share: the
+input's sort chunks (`run.read_size` lines, the chunks one process would sort and
+batch) in turn, chunk c to rank c % WORLD_SIZE. So every sentence is batched with
+the same neighbours as in one process, and the output is byte-identical to it.
+
+Each rank writes its part, OUT.part-RANK-of-WORLD, through `output.OutputFile`
+(its own FILE.tmp, progress journal, lock and --resume). A part is a sequence of
+chunks, each a header line `FIRST_LINE LINES BYTES` and the chunk's output in the
+job's format. When every part is complete, rank 0 interleaves the chunks back into
+input order in OUT (written as OUT.tmp and renamed) and removes the parts.
+
+The processes wait for each other through a torch.distributed process group on
+gloo, also on GPUs: they exchange no tensors, only wait (at start, when the parts
+are complete, when OUT is written), and gloo's waits need no device and may last
+as long as the longest share (NCCL's watchdog would end them).
+
+--resume continues every rank's part with the same number of processes; a job begun
+with another number of processes (or in one process) is refused, naming it (exit 2).
+"""
+
+from __future__ import annotations
+
+import datetime
+import glob
+import io
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass, replace
+
+from . import signals
+from .config import Config, ConfigError
+from .io import LineReader, OrderedWriter, check_readable, cut
+from .output import OutputFile, OutputRefused, _remove
+
+WAIT = datetime.timedelta(days=7)  # a rank may wait for the others as long as their share takes
+PART = re.compile(r"\.part-(\d+)-of-(\d+)(\.tmp|\.tmp\.progress)?$")
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """This process's place among those torchrun started."""
+
+    rank: int
+    world: int
+    local_rank: int
+    local_world: int
+
+    @classmethod
+    def from_env(cls, environ=None) -> "Ranks | None":
+        """The ranks torchrun set, or None for a single process (WORLD_SIZE unset or 1)."""
+        env = os.environ if environ is None else environ
+        try:
+            world = int(env.get("WORLD_SIZE", "1"))
+            if world <= 1:
+                return None
+            rank, local_rank = int(env["RANK"]), int(env.get("LOCAL_RANK", env["RANK"]))
+            local_world = int(env.get("LOCAL_WORLD_SIZE", world))
+        except (KeyError, ValueError):
+            raise ConfigError("WORLD_SIZE is set but RANK, LOCAL_RANK or LOCAL_WORLD_SIZE is missing or not "
+                              "a number: start several processes with torchrun") from None
+        return cls(rank, world, local_rank, local_world)
+
+    def part(self, output: str) -> str:
+        return f"{output}.part-{self.rank}-of-{self.world}"
+
+    def summary_prefix(self) -> str:
+        return f"nmtdecode: rank {self.rank} of {self.world}:"
+
+
+def layouts(output: str) -> dict[int, list[str]]:
+    """Unfinished or unmerged work on `output`, by how many processes made it (1: one process's
+    FILE.tmp and journal; N: parts of a torchrun job of N processes)."""
+    found: dict[int, list[str]] = {}
+    for name in (f"{output}.tmp", f"{output}.tmp.progress"):
+        if os.path.lexists(name):
+            found.setdefault(1, []).append(name)
+    for name in sorted(glob.glob(glob.escape(output) + ".part-*-of-*")):
+        match = PART.search(name[len(output):])
+        if match and name[len(output):] == match.group(0):
+            found.setdefault(int(match.group(2)), []).append(name)
+    return found
+
+
+def check_layout(output: str, world: int, resume: bool, remove: bool = True):
+    """Before anything is written (the output locked): --resume of work begun with another number
+    of processes is refused; a new job (its process holding the lock, `remove`) removes such
+    leftovers, so that a later --resume never mixes them."""
+    others = {n: names for n, names in layouts(output).items() if n != world}
+    if not others:
+        return
+    if resume:
+        n = max(others)
+        how = "one process" if n == 1 else f"{n} processes (torchrun --nproc-per-node/--nnodes giving {n})"
+        now = "one process" if world == 1 else f"{world} processes"
+        raise OutputRefused(f"--resume: {output} was begun by {how} ({others[n][0]}, ...); resume it with the same "
+                            f"number, not {now}, or run without --resume to start over")
+    for names in others.values() if remove else ():
+        for name in names:
+            _remove(name)
+
+
+def threads_for(config: Config, ranks: Ranks) -> int:
+    """--threads, or this machine's CPUs shared among the processes on it."""
+    if config.runtime.threads:
+        return config.runtime.threads
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cpus // ranks.local_world)
+
+
+def device_for(config: Config, ranks: Ranks) -> str:
+    """auto or cuda: GPU LOCAL_RANK (several processes per GPU when there are fewer GPUs than
+    processes); cpu and cuda:N stay as given."""
+    import torch
+
+    device = config.runtime.device
+    if device in ("auto", "cuda") and torch.cuda.is_available():
+        return f"cuda:{ranks.local_rank % torch.cuda.device_count()}"
+    return device
+
+
+def translate_ranks(config: Config, ranks: Ranks):
+    """This rank's share of the job, then (rank 0) the merge; every rank returns its own
+    `run.Summary` when OUT is written."""
+    from .run import Summary
+
+    io_cfg = config.io
+    if io_cfg.src == "-":
+        raise ConfigError("under torchrun every process reads the whole input: give --src FILE, not stdin")
+    check_readable(io_cfg.src)
+    output = OutputFile(io_cfg.output)
+    if output.direct:
+        raise ConfigError("under torchrun --output must be a file (each process writes FILE.part-RANK-of-WORLD "
+                          "beside it), not stdout, a link or a device")
+    runtime = replace(config.runtime, threads=threads_for(config, ranks), device=device_for(config, ranks))
+    config = replace(config, runtime=runtime)
+    part = OutputFile(ranks.part(io_cfg.output))
+    for target in (output, part):
+        target.refuse_source(io_cfg.src)
+    group = _join()
+    try:
+        if ranks.rank == 0:
+            output.claim(False)  # the lock: one job on OUT, whatever its number of processes
+        part_complete = part.claim(io_cfg.resume)
+        check_layout(io_cfg.output, ranks.world, io_cfg.resume, remove=ranks.rank == 0)
+        complete = io_cfg.resume and os.path.lexists(io_cfg.output) and ranks.world not in layouts(io_cfg.output)
+        if _all(group, complete):
+            if ranks.rank == 0 and not config.runtime.quiet:
+                print(f"nmtdecode: {io_cfg.output} is complete (no parts to resume); nothing to do", file=sys.stderr)
+            return Summary()
+        summary = Summary() if part_complete else _decode_share(config, part, ranks)
+        group.barrier()  # every part complete
+        if ranks.rank == 0:
+            merge(output, [OutputFile(f"{io_cfg.output}.part-{r}-of-{ranks.world}") for r in range(ranks.world)])
+        group.barrier()  # OUT written: the job ends for all
+        return summary
+    finally:
+        part.release()
+        output.release()
+        _leave()
+
+
+def _join():
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", timeout=WAIT)
+    return dist
+
+
+def _leave():
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _all(dist, flag: bool) -> bool:
+    """True when `flag` is true on every rank (also a barrier)."""
+    import torch
+
+    value = torch.tensor([1 if flag else 0])
+    dist.all_reduce(value, op=dist.ReduceOp.MIN)
+    return bool(value.item())
+
+
+def _shares(lines, size: int, ranks: Ranks, reader: LineReader):
+    """(chunk, input position at its end) for this rank's chunks of the (index, line) pairs:
+    chunk c is lines [c*size, (c+1)*size), this rank's when c % world == rank."""
+    chunk = []
+    for index, line in lines:
+        if (index // size) % ranks.world == ranks.rank:
+            chunk.append((index, line))
+        if (index + 1) % size == 0 and chunk:
+            yield chunk, reader.position()
+            chunk = []
+    if chunk:
+        yield chunk, reader.position()
+
+
+def _decode_share(config: Config, part: OutputFile, ranks: Ranks):
+    """Decode this rank's chunks into its part, checkpointing after each (as run._translate does)."""
+    from .run import Summary, decode_batch, job_signature, make_example, prepare, read_size, warn
+
+    config, loaded, translator = prepare(config)
+    io_cfg, batching = config.io, config.batching
+    summary, start = Summary(), time.perf_counter()
+    reader = LineReader(io_cfg.src, io_cfg.on_invalid_utf8)
+    signals.job_started()
+    part.open(io_cfg.resume, job_signature(config))
+    lines = part.unfinished(reader, on_resume=lambda n: warn(f"{part.path}: resuming after input line {n}"))
+    try:
+        for share, position in _shares(lines, read_size(config), ranks, reader):
+            chunk = [make_example(i, line, loaded, batching.max_src_length) for i, line in share]
+            text = io.StringIO()
+            writer = OrderedWriter(text, io_cfg.format, io_cfg.token_scores, first_index=chunk[0].index)
+            for batch in cut(chunk, batching.batch_size, batching.batch_type):
+                for result in decode_batch(batch, translator, loaded):
+                    writer.put(result)
+                    summary.target_tokens += len(result.hypotheses[0].tokens)
+            writer.close()
+            body = text.getvalue()
+            part.stream.write(f"{chunk[0].index} {len(chunk)} {len(body.encode('utf-8'))}\n{body}")
+            part.checkpoint(chunk[-1].index + 1, position)
+            truncated = sum(e.truncated for e in chunk)
+            if truncated and not summary.truncated:
+                warn("source lines longer than the model's positions (or --max-src-length) are cut")
+            summary.sentences += len(chunk)
+            summary.truncated += truncated
+    except BaseException:
+        part.abandon()
+        raise
+    part.finish()
+    summary.replaced, summary.seconds = reader.replaced_lines, time.perf_counter() - start
+    if not config.runtime.quiet:
+        print(summary.line().replace("nmtdecode:", ranks.summary_prefix(), 1), file=sys.stderr)
+    return summary
+
+
+def merge(output: OutputFile, parts: list[OutputFile]):
+    """Interleave the parts' chunks (chunk c from part c % len(parts)) into `output` in input
+    order, checking that each chunk starts where the previous one ended; then remove the parts."""
+    files = []
+    try:
+        for p in parts:
+            files.append(open(p.path, "rb"))
+        output.open(False, "merge")
+        expected, c = 0, 0
+        while True:
+            source = files[c % len(files)]
+            header = source.readline()
+            if not header:
+                break
+            first, count, size = (int(x) for x in header.split())
+            data = source.read(size)
+            if first != expected or len(data) != size:
+                raise RuntimeError(f"{parts[c % len(files)].path} is not the part expected (chunk at input line "
+                                   f"{first + 1}, expected {expected + 1}); run without --resume to start over")
+            output.stream.write(data.decode("utf-8"))
+            expected, c = expected + count, c + 1
+        if any(f.read(1) for f in files):
+            raise RuntimeError(f"the parts of {output.path} have chunks after input line {expected}; "
+                               "run without --resume to start over")
+    except BaseException:
+        output.abandon()
+        raise
+    finally:
+        for f in files:
+            f.close()
+    output.finish()
+    for p in parts:
+        _remove(p.path)
