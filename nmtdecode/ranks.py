@@ -96,7 +96,7 @@ def check_layout(output: str, world: int, resume: bool, remove: bool = True):
         return
     if resume:
         n = max(others)
-        how = "one process" if n == 1 else f"{n} processes (torchrun --nproc-per-node/--nnodes giving {n})"
+        how = "one process" if n == 1 else f"{n} processes (torchrun's WORLD_SIZE {n})"
         now = "one process" if world == 1 else f"{world} processes"
         raise OutputRefused(f"--resume: {output} was begun by {how} ({others[n][0]}, ...); resume it with the same "
                             f"number, not {now}, or run without --resume to start over")

@@ -1,0 +1,152 @@
+"""torchrun: several processes on one job give the output of one process, and lose nothing.
+
+The byte-identity and kill tests start two CPU ranks with torchrun (gloo) in a subprocess
+(marked `subprocess`); the refusals and the chunk sharing run in this process, with the
+variables torchrun would set."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from nmtdecode.ranks import Ranks, _shares, check_layout
+
+NORMAL = ["the house is red .", "a dog and a cat sleep in the garden .", "good morning", "thank you",
+          "where is the station ?", "water is cold .", "my friend reads a book .", "", "  "]
+FORMATS = {"text": [], "nbest": ["--n-best", 2], "jsonl": ["--token-scores"]}
+
+
+def torchrun(*args, nproc=2):
+    """The command line of `torchrun --nproc-per-node N --standalone -m nmtdecode ARGS`."""
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--standalone",
+            "-m", "nmtdecode", *map(str, args)]
+
+
+def job_args(model_dir, src, fmt):
+    return ["translate", "--model", model_dir, "--src", src, "--beam-size", 3, "--batch-size", 2,
+            "--threads", 1, "--format", fmt, *FORMATS[fmt], "--quiet"]
+
+
+def leftovers(tmp_path, name):
+    return sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(name + "."))
+
+
+@pytest.fixture()
+def torchrun_env(monkeypatch):
+    """This process as rank 0 of 2, as torchrun would start it."""
+    for key, value in {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2",
+                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}.items():
+        monkeypatch.setenv(key, value)
+
+
+def test_ranks_come_from_torchrun_variables():
+    assert Ranks.from_env({}) is None and Ranks.from_env({"WORLD_SIZE": "1", "RANK": "0"}) is None
+    env = {"WORLD_SIZE": "4", "RANK": "3", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}
+    assert Ranks.from_env(env) == Ranks(3, 4, 1, 2)
+    assert Ranks.from_env(env).part("out.txt") == "out.txt.part-3-of-4"
+
+
+class _Position:
+    def __init__(self):
+        self.index = -1
+
+    def position(self):
+        return self.index
+
+
+def test_each_rank_takes_every_worlds_chunk_and_resumes_on_its_boundary():
+    reader = _Position()
+
+    def lines(start, end):
+        for i in range(start, end):
+            reader.index = i
+            yield i, f"line {i}"
+
+    shares = [[([i for i, _ in chunk], end) for chunk, end in _shares(lines(0, 10), 3, Ranks(r, 2, r, 2), reader)]
+              for r in (0, 1)]
+    assert shares[0] == [([0, 1, 2], 2), ([6, 7, 8], 8)]
+    assert shares[1] == [([3, 4, 5], 5), ([9], 9)]
+    # resumed after its first chunk, rank 1 reads on from line 6 and keeps the same chunks
+    assert [[i for i, _ in c] for c, _ in _shares(lines(6, 10), 3, Ranks(1, 2, 1, 2), reader)] == [[9]]
+
+
+def test_stdin_and_stdout_are_refused_under_torchrun(model_dir, lines_file, torchrun_env, cli):
+    run = cli("translate", "--model", model_dir, "--src", "-", "--output", "out.txt", stdin=b"hello\n", text=True)
+    assert run.returncode == 2 and "give --src FILE, not stdin" in run.stderr
+    run = cli("translate", "--model", model_dir, "--src", lines_file(["hello"]), text=True)
+    assert run.returncode == 2 and "--output must be a file" in run.stderr
+
+
+def test_resume_with_another_number_of_processes_is_refused(model_dir, lines_file, tmp_path, cli):
+    src, out = lines_file(NORMAL), tmp_path / "out.txt"
+    (tmp_path / "out.txt.part-1-of-2.tmp.progress").write_text("{}")
+    run = cli("translate", "--model", model_dir, "--src", src, "--output", out, "--resume", text=True)
+    assert run.returncode == 2
+    assert "was begun by 2 processes" in run.stderr and "not one process" in run.stderr
+    with pytest.raises(Exception, match="was begun by 2 processes .*not 3 processes"):
+        check_layout(str(out), 3, resume=True)
+    run = cli("translate", "--model", model_dir, "--src", src, "--output", out, text=True)  # a new job starts over
+    assert run.returncode == 0, run.stderr
+    assert leftovers(tmp_path, "out.txt") == []
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_two_ranks_write_what_one_process_writes(model_dir, lines_file, tmp_path, cli, fmt):
+    rng = random.Random(1)
+    src = lines_file([rng.choice(NORMAL) for _ in range(150)])  # 3 chunks of 64 lines: 2 for rank 0
+    args = job_args(model_dir, src, fmt)
+    reference = cli(*args, "--output", tmp_path / "reference")
+    assert reference.returncode == 0, reference.stderr
+    run = subprocess.run(torchrun(*args, "--output", tmp_path / "out"), capture_output=True, timeout=300)
+    assert run.returncode == 0, run.stderr.decode()
+    assert (tmp_path / "out").read_bytes() == (tmp_path / "reference").read_bytes()
+    assert leftovers(tmp_path, "out") == []
+    if fmt == "jsonl":  # the global input line, not the line within a rank's share
+        assert [json.loads(line)["index"] for line in (tmp_path / "out").read_text().splitlines()] == list(range(150))
+
+
+def _wait_for(path, lines, proc, deadline=300):
+    end = time.time() + deadline
+    while time.time() < end and proc.poll() is None:
+        try:
+            if json.loads(path.read_text())["lines"] >= lines:
+                return
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never recorded {lines} lines")
+
+
+@pytest.mark.subprocess
+@pytest.mark.slow
+@pytest.mark.parametrize("victim", ["one rank", "the whole group"])
+def test_killed_ranks_resume_byte_identical(model_dir, lines_file, tmp_path, cli, victim):
+    rng = random.Random(2)
+    src = lines_file([rng.choice(NORMAL) for _ in range(800)])  # 13 chunks of 64 lines
+    args = job_args(model_dir, src, "jsonl")
+    reference = cli(*args, "--output", tmp_path / "reference")
+    assert reference.returncode == 0, reference.stderr
+
+    out = tmp_path / "out"
+    proc = subprocess.Popen(torchrun(*args, "--output", out), stderr=subprocess.PIPE, start_new_session=True)
+    _wait_for(tmp_path / "out.part-1-of-2.tmp.progress", 128, proc)  # rank 1's first chunk is lines 64-127
+    ranks = [int((tmp_path / f"out.part-{r}-of-2.lock").read_text()) for r in (0, 1)]  # their pids
+    if victim == "the whole group":  # torchrun first (its workers run in their own sessions), then the ranks
+        proc.kill()
+    for pid in ranks[1:] if victim == "one rank" else ranks:  # one rank: torchrun stops the other
+        os.kill(pid, signal.SIGKILL)
+    proc.communicate(timeout=120)
+    assert proc.returncode != 0 and not out.exists()
+    assert json.loads((tmp_path / "out.part-1-of-2.tmp.progress").read_text())["lines"] < 800
+
+    resumed = subprocess.run(torchrun(*args, "--output", out, "--resume"), capture_output=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr.decode()
+    assert b"out.part-1-of-2: resuming after input line" in resumed.stderr
+    assert out.read_bytes() == (tmp_path / "reference").read_bytes()
+    assert leftovers(tmp_path, "out") == []
