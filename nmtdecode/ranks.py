@@ -237,6 +237,8 @@ def _decode_share(config: Config, part: OutputFile, ranks: Ranks):
         raise
     part.finish()
     summary.replaced, summary.seconds = reader.replaced_lines, time.perf_counter() - start
+    if summary.replaced and ranks.rank == 0:  # every rank reads (and counts) the whole input
+        warn(f"{summary.replaced} lines had invalid UTF-8, decoded with U+FFFD")
     if not config.runtime.quiet:
         print(summary.line().replace("nmtdecode:", ranks.summary_prefix(), 1), file=sys.stderr)
     return summary

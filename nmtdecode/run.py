@@ -278,6 +278,8 @@ def _translate(config: Config, output: OutputFile) -> Summary:
 
 def score_job(config: Config, src_path: str, tgt_path: str):
     """Print the forced-decoding log-probability of each (source, target) line pair."""
+    if Ranks.from_env() is not None:  # every rank would print every score
+        raise ConfigError("score runs in one process: start it without torchrun")
     config, loaded, translator = prepare(config)
     sources, targets = list(read_lines(src_path)), list(read_lines(tgt_path))
     if len(sources) != len(targets):

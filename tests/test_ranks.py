@@ -75,11 +75,14 @@ def test_each_rank_takes_every_worlds_chunk_and_resumes_on_its_boundary():
     assert [[i for i, _ in c] for c, _ in _shares(lines(6, 10), 3, Ranks(1, 2, 1, 2), reader)] == [[9]]
 
 
-def test_stdin_and_stdout_are_refused_under_torchrun(model_dir, lines_file, torchrun_env, cli):
+def test_stdin_stdout_and_score_are_refused_under_torchrun(model_dir, lines_file, torchrun_env, cli):
     run = cli("translate", "--model", model_dir, "--src", "-", "--output", "out.txt", stdin=b"hello\n", text=True)
     assert run.returncode == 2 and "give --src FILE, not stdin" in run.stderr
     run = cli("translate", "--model", model_dir, "--src", lines_file(["hello"]), text=True)
     assert run.returncode == 2 and "--output must be a file" in run.stderr
+    src = lines_file(["hello"])
+    run = cli("score", "--model", model_dir, "--src", src, "--tgt", src, text=True)
+    assert run.returncode == 2 and "start it without torchrun" in run.stderr
 
 
 def test_resume_with_another_number_of_processes_is_refused(model_dir, lines_file, tmp_path, cli):
