@@ -66,8 +66,9 @@ class Ranks:
                               "a number: start several processes with torchrun") from None
         return cls(rank, world, local_rank, local_world)
 
-    def part(self, output: str) -> str:
-        return f"{output}.part-{self.rank}-of-{self.world}"
+    def part(self, output: str, rank: int | None = None) -> str:
+        """The part file of this rank (or of `rank`) of the job writing `output`."""
+        return f"{output}.part-{self.rank if rank is None else rank}-of-{self.world}"
 
     def summary_prefix(self) -> str:
         return f"nmtdecode: rank {self.rank} of {self.world}:"
@@ -156,7 +157,7 @@ def translate_ranks(config: Config, ranks: Ranks):
         summary = Summary() if part_complete else _decode_share(config, part, ranks)
         group.barrier()  # every part complete
         if ranks.rank == 0:
-            merge(output, [OutputFile(f"{io_cfg.output}.part-{r}-of-{ranks.world}") for r in range(ranks.world)])
+            merge(output, [ranks.part(io_cfg.output, r) for r in range(ranks.world)])
         group.barrier()  # OUT written: the job ends for all
         return summary
     finally:
@@ -244,13 +245,13 @@ def _decode_share(config: Config, part: OutputFile, ranks: Ranks):
     return summary
 
 
-def merge(output: OutputFile, parts: list[OutputFile]):
+def merge(output: OutputFile, parts: list[str]):
     """Interleave the parts' chunks (chunk c from part c % len(parts)) into `output` in input
     order, checking that each chunk starts where the previous one ended; then remove the parts."""
     files = []
     try:
-        for p in parts:
-            files.append(open(p.path, "rb"))
+        for name in parts:
+            files.append(open(name, "rb"))
         output.open(False, "merge")
         expected, c = 0, 0
         while True:
@@ -258,11 +259,12 @@ def merge(output: OutputFile, parts: list[OutputFile]):
             header = source.readline()
             if not header:
                 break
-            first, count, size = (int(x) for x in header.split())
+            first, count, size = _header(header)
             data = source.read(size)
             if first != expected or len(data) != size:
-                raise RuntimeError(f"{parts[c % len(files)].path} is not the part expected (chunk at input line "
-                                   f"{first + 1}, expected {expected + 1}); run without --resume to start over")
+                found = f"at input line {first + 1}" if first >= 0 else "not readable"
+                raise RuntimeError(f"{parts[c % len(files)]} is not the part expected (a chunk {found}, expected "
+                                   f"at input line {expected + 1}); run without --resume to start over")
             output.stream.write(data.decode("utf-8"))
             expected, c = expected + count, c + 1
         if any(f.read(1) for f in files):
@@ -275,5 +277,14 @@ def merge(output: OutputFile, parts: list[OutputFile]):
         for f in files:
             f.close()
     output.finish()
-    for p in parts:
-        _remove(p.path)
+    for name in parts:
+        _remove(name)
+
+
+def _header(line: bytes) -> tuple[int, int, int]:
+    """A chunk header's first input line, line count and output bytes; (-1, 0, 0) if malformed."""
+    try:
+        first, count, size = (int(x) for x in line.split())
+    except ValueError:
+        return -1, 0, 0
+    return first, count, size

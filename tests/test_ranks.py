@@ -14,7 +14,8 @@ import time
 
 import pytest
 
-from nmtdecode.ranks import Ranks, _shares, check_layout
+from nmtdecode.output import OutputFile
+from nmtdecode.ranks import Ranks, _shares, check_layout, merge
 
 NORMAL = ["the house is red .", "a dog and a cat sleep in the garden .", "good morning", "thank you",
           "where is the station ?", "water is cold .", "my friend reads a book .", "", "  "]
@@ -73,6 +74,21 @@ def test_each_rank_takes_every_worlds_chunk_and_resumes_on_its_boundary():
     assert shares[1] == [([3, 4, 5], 5), ([9], 9)]
     # resumed after its first chunk, rank 1 reads on from line 6 and keeps the same chunks
     assert [[i for i, _ in c] for c, _ in _shares(lines(6, 10), 3, Ranks(1, 2, 1, 2), reader)] == [[9]]
+
+
+def test_merge_interleaves_the_parts_chunks_in_input_order(tmp_path):
+    parts = [tmp_path / "out.part-0-of-2", tmp_path / "out.part-1-of-2"]
+    parts[0].write_bytes("0 2 6\na\nbé\n4 1 2\ne\n".encode())
+    parts[1].write_bytes(b"2 2 4\nc\nd\n")
+    merge(OutputFile(str(tmp_path / "out")), [str(p) for p in parts])
+    assert (tmp_path / "out").read_bytes() == "a\nbé\nc\nd\ne\n".encode()
+    assert not any(p.exists() for p in parts)
+
+    parts[0].write_bytes(b"0 2 4\na\nb\n")
+    parts[1].write_bytes(b"3 2 4\nc\nd\n")  # not the chunk that follows line 2
+    with pytest.raises(RuntimeError, match="is not the part expected"):
+        merge(OutputFile(str(tmp_path / "out2")), [str(p) for p in parts])
+    assert not (tmp_path / "out2").exists() and not (tmp_path / "out2.tmp").exists() and parts[0].exists()
 
 
 def test_stdin_stdout_and_score_are_refused_under_torchrun(model_dir, lines_file, torchrun_env, cli):
