@@ -29,6 +29,7 @@ import glob
 import io
 import os
 import re
+import stat
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -134,6 +135,9 @@ def translate_ranks(config: Config, ranks: Ranks):
     if io_cfg.src == "-":
         raise ConfigError("under torchrun every process reads the whole input: give --src FILE, not stdin")
     check_readable(io_cfg.src)
+    if not stat.S_ISREG(os.stat(io_cfg.src).st_mode):
+        raise ConfigError(f"under torchrun every process reads the whole input: --src {io_cfg.src} must be a "
+                          "regular file, not a pipe or device")
     output = OutputFile(io_cfg.output)
     if output.direct:
         raise ConfigError("under torchrun --output must be a file (each process writes FILE.part-RANK-of-WORLD "

@@ -15,7 +15,8 @@ import time
 import pytest
 
 from nmtdecode.output import OutputFile
-from nmtdecode.ranks import Ranks, _shares, check_layout, merge
+from nmtdecode.config import Config
+from nmtdecode.ranks import Ranks, _shares, check_layout, merge, threads_for
 
 NORMAL = ["the house is red .", "a dog and a cat sleep in the garden .", "good morning", "thank you",
           "where is the station ?", "water is cold .", "my friend reads a book .", "", "  "]
@@ -50,6 +51,12 @@ def test_ranks_come_from_torchrun_variables():
     env = {"WORLD_SIZE": "4", "RANK": "3", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}
     assert Ranks.from_env(env) == Ranks(3, 4, 1, 2)
     assert Ranks.from_env(env).part("out.txt") == "out.txt.part-3-of-4"
+
+
+def test_each_process_gets_its_share_of_the_cpus_unless_threads_is_given():
+    cpus = len(os.sched_getaffinity(0))
+    assert threads_for(Config.from_values({}), Ranks(5, 8, 1, 4)) == max(1, cpus // 4)
+    assert threads_for(Config.from_values({"threads": 3}), Ranks(5, 8, 1, 4)) == 3
 
 
 class _Position:
@@ -91,11 +98,15 @@ def test_merge_interleaves_the_parts_chunks_in_input_order(tmp_path):
     assert not (tmp_path / "out2").exists() and not (tmp_path / "out2.tmp").exists() and parts[0].exists()
 
 
-def test_stdin_stdout_and_score_are_refused_under_torchrun(model_dir, lines_file, torchrun_env, cli):
+def test_stdin_stdout_and_score_are_refused_under_torchrun(model_dir, lines_file, tmp_path, torchrun_env, cli):
     run = cli("translate", "--model", model_dir, "--src", "-", "--output", "out.txt", stdin=b"hello\n", text=True)
     assert run.returncode == 2 and "give --src FILE, not stdin" in run.stderr
     run = cli("translate", "--model", model_dir, "--src", lines_file(["hello"]), text=True)
     assert run.returncode == 2 and "--output must be a file" in run.stderr
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    run = cli("translate", "--model", model_dir, "--src", fifo, "--output", tmp_path / "out.txt", text=True)
+    assert run.returncode == 2 and "must be a regular file" in run.stderr
     src = lines_file(["hello"])
     run = cli("score", "--model", model_dir, "--src", src, "--tgt", src, text=True)
     assert run.returncode == 2 and "start it without torchrun" in run.stderr
