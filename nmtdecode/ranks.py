@@ -7,11 +7,13 @@ input's sort chunks (`run.read_size` lines, the chunks one process would sort an
 batch) in turn, chunk c to rank c % WORLD_SIZE. So every sentence is batched with
 the same neighbours as in one process, and the output is byte-identical to it.
 
-Each rank writes its part, OUT.part-RANK-of-WORLD, through `output.OutputFile`
-(its own FILE.tmp, progress journal, lock and --resume). A part is a sequence of
-chunks, each a header line `FIRST_LINE LINES BYTES` and the chunk's output in the
-job's format. When every part is complete, rank 0 interleaves the chunks back into
-input order in OUT (written as OUT.tmp and renamed) and removes the parts.
+Each rank writes its part through `output.OutputFile`: OUT.part-RANK-of-WORLD.tmp,
+its progress journal (whose last record covers the whole input, so that a resumed
+rank with nothing left to do still checks that the input is the same) and its lock.
+A part is a sequence of chunks, each a header line `FIRST_LINE LINES BYTES` and the
+chunk's output in the job's format. When every part is complete, rank 0 interleaves
+the chunks back into input order in OUT (written as OUT.tmp and renamed) and removes
+the parts.
 
 The processes wait for each other through a torch.distributed process group on
 gloo, also on GPUs: they exchange no tensors, only wait (at start, when the parts
@@ -151,14 +153,14 @@ def translate_ranks(config: Config, ranks: Ranks):
     try:
         if ranks.rank == 0:
             output.claim(False)  # the lock: one job on OUT, whatever its number of processes
-        part_complete = part.claim(io_cfg.resume)
+        part.claim(io_cfg.resume)
         check_layout(io_cfg.output, ranks.world, io_cfg.resume, remove=ranks.rank == 0)
         complete = io_cfg.resume and os.path.lexists(io_cfg.output) and ranks.world not in layouts(io_cfg.output)
         if _all(group, complete):
             if ranks.rank == 0 and not config.runtime.quiet:
                 print(f"nmtdecode: {io_cfg.output} is complete (no parts to resume); nothing to do", file=sys.stderr)
             return Summary()
-        summary = Summary() if part_complete else _decode_share(config, part, ranks)
+        summary = _decode_share(config, part, ranks)
         group.barrier()  # every part complete
         if ranks.rank == 0:
             merge(output, [ranks.part(io_cfg.output, r) for r in range(ranks.world)])
@@ -194,53 +196,44 @@ def _all(dist, flag: bool) -> bool:
     return bool(value.item())
 
 
-def _shares(lines, size: int, ranks: Ranks, reader: LineReader):
-    """(chunk, input position at its end) for this rank's chunks of the (index, line) pairs:
-    chunk c is lines [c*size, (c+1)*size), this rank's when c % world == rank."""
-    chunk = []
+def _shares(lines, size: int, ranks: Ranks, reader: LineReader, start: int = 0):
+    """(chunk, lines read, input position) for this rank's chunks of the (index, line) pairs from
+    input line `start` on: chunk c is lines [c*size, (c+1)*size), this rank's when c % world ==
+    rank. The last has all the input read (its chunk may be empty): a part's last checkpoint
+    covers the whole input, so that a rank resumed with nothing left to do still checks it."""
+    chunk, read = [], start
     for index, line in lines:
+        read = index + 1
         if (index // size) % ranks.world == ranks.rank:
             chunk.append((index, line))
-        if (index + 1) % size == 0 and chunk:
-            yield chunk, reader.position()
+        if read % size == 0 and chunk:
+            yield chunk, read, reader.position()
             chunk = []
-    if chunk:
-        yield chunk, reader.position()
+    yield chunk, read, reader.position()
 
 
 def _decode_share(config: Config, part: OutputFile, ranks: Ranks):
-    """Decode this rank's chunks into its part, checkpointing after each (as run._translate does)."""
-    from .run import Summary, decode_batch, job_signature, make_example, prepare, read_size, warn
+    """Decode this rank's chunks into its part, checkpointing after each (as run._translate does).
+    The part stays FILE.tmp with its journal until the merge: a resumed rank checks its input."""
+    from .run import Summary, job_signature, make_example, prepare, read_size, warn
 
     config, loaded, translator = prepare(config)
     io_cfg, batching = config.io, config.batching
     summary, start = Summary(), time.perf_counter()
     reader = LineReader(io_cfg.src, io_cfg.on_invalid_utf8)
     signals.job_started()
-    part.open(io_cfg.resume, job_signature(config))
+    done = part.open(io_cfg.resume, job_signature(config))
     lines = part.unfinished(reader, on_resume=lambda n: warn(f"{part.path}: resuming after input line {n}"))
     try:
-        for share, position in _shares(lines, read_size(config), ranks, reader):
-            chunk = [make_example(i, line, loaded, batching.max_src_length) for i, line in share]
-            text = io.StringIO()
-            writer = OrderedWriter(text, io_cfg.format, io_cfg.token_scores, first_index=chunk[0].index)
-            for batch in cut(chunk, batching.batch_size, batching.batch_type):
-                for result in decode_batch(batch, translator, loaded):
-                    writer.put(result)
-                    summary.target_tokens += len(result.hypotheses[0].tokens)
-            writer.close()
-            body = text.getvalue()
-            part.stream.write(f"{chunk[0].index} {len(chunk)} {len(body.encode('utf-8'))}\n{body}")
-            part.checkpoint(chunk[-1].index + 1, position)
-            truncated = sum(e.truncated for e in chunk)
-            if truncated and not summary.truncated:
-                warn("source lines longer than the model's positions (or --max-src-length) are cut")
-            summary.sentences += len(chunk)
-            summary.truncated += truncated
+        for share, read, position in _shares(lines, read_size(config), ranks, reader, done):
+            if share:
+                chunk = [make_example(i, line, loaded, batching.max_src_length) for i, line in share]
+                part.stream.write(_decode_chunk(chunk, config, loaded, translator, summary))
+            part.checkpoint(read, position)
+        part.stream.close()
     except BaseException:
         part.abandon()
         raise
-    part.finish()
     summary.replaced, summary.seconds = reader.replaced_lines, time.perf_counter() - start
     if summary.replaced and ranks.rank == 0:  # every rank reads (and counts) the whole input
         warn(f"{summary.replaced} lines had invalid UTF-8, decoded with U+FFFD")
@@ -249,13 +242,34 @@ def _decode_share(config: Config, part: OutputFile, ranks: Ranks):
     return summary
 
 
+def _decode_chunk(chunk, config: Config, loaded, translator, summary) -> str:
+    """One chunk's header line and output, in input order; counted in `summary`."""
+    from .run import decode_batch, warn
+
+    text, io_cfg, batching = io.StringIO(), config.io, config.batching
+    writer = OrderedWriter(text, io_cfg.format, io_cfg.token_scores, first_index=chunk[0].index)
+    for batch in cut(chunk, batching.batch_size, batching.batch_type):
+        for result in decode_batch(batch, translator, loaded):
+            writer.put(result)
+            summary.target_tokens += len(result.hypotheses[0].tokens)
+    writer.close()
+    truncated = sum(e.truncated for e in chunk)
+    if truncated and not summary.truncated:
+        warn("source lines longer than the model's positions (or --max-src-length) are cut")
+    summary.sentences += len(chunk)
+    summary.truncated += truncated
+    body = text.getvalue()
+    return f"{chunk[0].index} {len(chunk)} {len(body.encode('utf-8'))}\n{body}"
+
+
 def merge(output: OutputFile, parts: list[str]):
-    """Interleave the parts' chunks (chunk c from part c % len(parts)) into `output` in input
-    order, checking that each chunk starts where the previous one ended; then remove the parts."""
+    """Interleave the chunks of the parts (PART.tmp; chunk c from part c % len(parts)) into
+    `output` in input order, checking that each chunk starts where the previous one ended; then
+    remove the parts and their journals."""
     files = []
     try:
         for name in parts:
-            files.append(open(name, "rb"))
+            files.append(open(f"{name}.tmp", "rb"))
         output.open(False, "merge")
         expected, c = 0, 0
         while True:
@@ -267,7 +281,7 @@ def merge(output: OutputFile, parts: list[str]):
             data = source.read(size)
             if first != expected or len(data) != size:
                 found = f"at input line {first + 1}" if first >= 0 else "not readable"
-                raise RuntimeError(f"{parts[c % len(files)]} is not the part expected (a chunk {found}, expected "
+                raise RuntimeError(f"{parts[c % len(files)]}.tmp is not the part expected (a chunk {found}, expected "
                                    f"at input line {expected + 1}); run without --resume to start over")
             output.stream.write(data.decode("utf-8"))
             expected, c = expected + count, c + 1
@@ -282,7 +296,8 @@ def merge(output: OutputFile, parts: list[str]):
             f.close()
     output.finish()
     for name in parts:
-        _remove(name)
+        _remove(f"{name}.tmp")
+        _remove(f"{name}.tmp.progress")
 
 
 def _header(line: bytes) -> tuple[int, int, int]:

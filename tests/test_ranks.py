@@ -75,26 +75,29 @@ def test_each_rank_takes_every_worlds_chunk_and_resumes_on_its_boundary():
             reader.index = i
             yield i, f"line {i}"
 
-    shares = [[([i for i, _ in chunk], end) for chunk, end in _shares(lines(0, 10), 3, Ranks(r, 2, r, 2), reader)]
-              for r in (0, 1)]
-    assert shares[0] == [([0, 1, 2], 2), ([6, 7, 8], 8)]
-    assert shares[1] == [([3, 4, 5], 5), ([9], 9)]
+    def shares(rank, start, end):
+        return [([i for i, _ in chunk], read, position)
+                for chunk, read, position in _shares(lines(start, end), 3, Ranks(rank, 2, rank, 2), reader, start)]
+
+    assert shares(0, 0, 10) == [([0, 1, 2], 3, 2), ([6, 7, 8], 9, 8), ([], 10, 9)]  # the last: all input read
+    assert shares(1, 0, 10) == [([3, 4, 5], 6, 5), ([9], 10, 9)]
     # resumed after its first chunk, rank 1 reads on from line 6 and keeps the same chunks
-    assert [[i for i, _ in c] for c, _ in _shares(lines(6, 10), 3, Ranks(1, 2, 1, 2), reader)] == [[9]]
+    assert shares(1, 6, 10) == [([9], 10, 9)]
+    assert shares(1, 10, 10) == [([], 10, 9)]  # resumed with nothing left: the whole input is checked
 
 
 def test_merge_interleaves_the_parts_chunks_in_input_order(tmp_path):
-    parts = [tmp_path / "out.part-0-of-2", tmp_path / "out.part-1-of-2"]
+    parts = [tmp_path / "out.part-0-of-2.tmp", tmp_path / "out.part-1-of-2.tmp"]
     parts[0].write_bytes("0 2 6\na\nbé\n4 1 2\ne\n".encode())
     parts[1].write_bytes(b"2 2 4\nc\nd\n")
-    merge(OutputFile(str(tmp_path / "out")), [str(p) for p in parts])
+    merge(OutputFile(str(tmp_path / "out")), [str(p)[:-4] for p in parts])
     assert (tmp_path / "out").read_bytes() == "a\nbé\nc\nd\ne\n".encode()
     assert not any(p.exists() for p in parts)
 
     parts[0].write_bytes(b"0 2 4\na\nb\n")
     parts[1].write_bytes(b"3 2 4\nc\nd\n")  # not the chunk that follows line 2
     with pytest.raises(RuntimeError, match="is not the part expected"):
-        merge(OutputFile(str(tmp_path / "out2")), [str(p) for p in parts])
+        merge(OutputFile(str(tmp_path / "out2")), [str(p)[:-4] for p in parts])
     assert not (tmp_path / "out2").exists() and not (tmp_path / "out2.tmp").exists() and parts[0].exists()
 
 
