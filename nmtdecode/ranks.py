@@ -2,18 +2,23 @@
 
 `torchrun --nproc-per-node N -m nmtdecode translate --src IN --output OUT ...` starts
 N copies of the program with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE and
-MASTER_ADDR/PORT set. Each process reads the whole input and keeps its share: the
-input's sort chunks (`run.read_size` lines, the chunks one process would sort and
-batch) in turn, chunk c to rank c % WORLD_SIZE. So every sentence is batched with
-the same neighbours as in one process, and the output is byte-identical to it.
+MASTER_ADDR/PORT set. Every process reads the whole input in the chunks one process
+would read (`run.read_size` lines), sorts and cuts each into the same batches, and
+decodes its share of them: batch b of a chunk (longest first) goes to rank `owner(b)`,
+dealt back and forth. So every sentence is decoded in the batch it has in one process
+and the output is byte-identical to one process's, while the ranks share even a
+single chunk (1,024 lines at the default batch size) and get long and short batches
+alike. (Whole chunks in turn, which the first version dealt, left a 1,000-line input
+to one rank.) Tokenizing every line of a chunk on every rank, to sort it, costs little
+beside decoding.
 
 Each rank writes its part through `output.OutputFile`: OUT.part-RANK-of-WORLD.tmp,
-its progress journal (whose last record covers the whole input, so that a resumed
-rank with nothing left to do still checks that the input is the same) and its lock.
-A part is a sequence of chunks, each a header line `FIRST_LINE LINES BYTES` and the
-chunk's output in the job's format. When every part is complete, rank 0 interleaves
-the chunks back into input order in OUT (written as OUT.tmp and renamed) and removes
-the parts.
+its progress journal (checkpointed after each chunk, the last record covering the
+whole input, so that a rank resumed with nothing left to do still checks that the
+input is the same) and its lock. A part is, for each of the rank's lines in input
+order, a header line `INDEX BYTES` and the line's output in the job's format. When
+every part is complete, rank 0 merges them by index into OUT (written as OUT.tmp and
+renamed) and removes them.
 
 The processes wait for each other through a torch.distributed process group on
 gloo, also on GPUs: they exchange no tensors, only wait (at start, when the parts
@@ -28,7 +33,7 @@ from __future__ import annotations
 
 import datetime
 import glob
-import io
+import heapq
 import os
 import re
 import stat
@@ -38,7 +43,7 @@ from dataclasses import dataclass, replace
 
 from . import signals
 from .config import Config, ConfigError
-from .io import LineReader, OrderedWriter, check_readable, cut
+from .io import LineReader, check_readable, chunks, cut, format_result
 from .output import OutputFile, OutputRefused, _remove
 
 WAIT = datetime.timedelta(days=7)  # a rank may wait for the others as long as their share takes
@@ -136,6 +141,8 @@ def translate_ranks(config: Config, ranks: Ranks):
     io_cfg = config.io
     if io_cfg.src == "-":
         raise ConfigError("under torchrun every process reads the whole input: give --src FILE, not stdin")
+    if io_cfg.stream:
+        raise ConfigError("--stream answers each line as it arrives, in one process: under torchrun leave it out")
     check_readable(io_cfg.src)
     if not stat.S_ISREG(os.stat(io_cfg.src).st_mode):
         raise ConfigError(f"under torchrun every process reads the whole input: --src {io_cfg.src} must be a "
@@ -160,10 +167,10 @@ def translate_ranks(config: Config, ranks: Ranks):
             if ranks.rank == 0 and not config.runtime.quiet:
                 print(f"nmtdecode: {io_cfg.output} is complete (no parts to resume); nothing to do", file=sys.stderr)
             return Summary()
-        summary = _decode_share(config, part, ranks)
+        summary, lines = _decode_share(config, part, ranks)
         group.barrier()  # every part complete
         if ranks.rank == 0:
-            merge(output, [ranks.part(io_cfg.output, r) for r in range(ranks.world)])
+            merge(output, [ranks.part(io_cfg.output, r) for r in range(ranks.world)], lines)
         group.barrier()  # OUT written: the job ends for all
         return summary
     finally:
@@ -196,25 +203,18 @@ def _all(dist, flag: bool) -> bool:
     return bool(value.item())
 
 
-def _shares(lines, size: int, ranks: Ranks, reader: LineReader, start: int = 0):
-    """(chunk, lines read, input position) for this rank's chunks of the (index, line) pairs from
-    input line `start` on: chunk c is lines [c*size, (c+1)*size), this rank's when c % world ==
-    rank. The last has all the input read (its chunk may be empty): a part's last checkpoint
-    covers the whole input, so that a rank resumed with nothing left to do still checks it."""
-    chunk, read = [], start
-    for index, line in lines:
-        read = index + 1
-        if (index // size) % ranks.world == ranks.rank:
-            chunk.append((index, line))
-        if read % size == 0 and chunk:
-            yield chunk, read, reader.position()
-            chunk = []
-    yield chunk, read, reader.position()
+def owner(batch: int, world: int) -> int:
+    """The rank that decodes a chunk's batch number `batch` (longest first): dealt back and forth,
+    0 1 .. w-1 w-1 .. 1 0 0 1 .., so that every rank gets long and short ones alike."""
+    turn = batch % (2 * world)
+    return turn if turn < world else 2 * world - 1 - turn
 
 
-def _decode_share(config: Config, part: OutputFile, ranks: Ranks):
-    """Decode this rank's chunks into its part, checkpointing after each (as run._translate does).
-    The part stays FILE.tmp with its journal until the merge: a resumed rank checks its input."""
+def _decode_share(config: Config, part: OutputFile, ranks: Ranks) -> tuple:
+    """Decode this rank's batches of every chunk into its part, checkpointing after each chunk
+    (as run._translate does); returns the rank's `run.Summary` and the input's line count.
+    The part stays PART.tmp with its journal until the merge, the last record covering the whole
+    input: a rank resumed with nothing left to do still checks that the input is the same."""
     from .run import Summary, job_signature, make_example, prepare, read_size, warn
 
     config, loaded, translator = prepare(config)
@@ -222,14 +222,16 @@ def _decode_share(config: Config, part: OutputFile, ranks: Ranks):
     summary, start = Summary(), time.perf_counter()
     reader = LineReader(io_cfg.src, io_cfg.on_invalid_utf8)
     signals.job_started()
-    done = part.open(io_cfg.resume, job_signature(config))
+    lines_done = part.open(io_cfg.resume, job_signature(config))
     lines = part.unfinished(reader, on_resume=lambda n: warn(f"{part.path}: resuming after input line {n}"))
+    examples = (make_example(i, line, loaded, batching.max_src_length) for i, line in lines)
     try:
-        for share, read, position in _shares(lines, read_size(config), ranks, reader, done):
-            if share:
-                chunk = [make_example(i, line, loaded, batching.max_src_length) for i, line in share]
-                part.stream.write(_decode_chunk(chunk, config, loaded, translator, summary))
-            part.checkpoint(read, position)
+        for chunk in chunks(examples, read_size(config)):
+            batches = cut(chunk, batching.batch_size, batching.batch_type)
+            mine = [batch for b, batch in enumerate(batches) if owner(b, ranks.world) == ranks.rank]
+            part.stream.write(_decode_batches(mine, config, loaded, translator, summary))
+            lines_done = chunk[-1].index + 1
+            part.checkpoint(lines_done, reader.position())
         part.stream.close()
     except BaseException:
         part.abandon()
@@ -239,54 +241,63 @@ def _decode_share(config: Config, part: OutputFile, ranks: Ranks):
         warn(f"{summary.replaced} lines had invalid UTF-8, decoded with U+FFFD")
     if not config.runtime.quiet:
         print(summary.line().replace("nmtdecode:", ranks.summary_prefix(), 1), file=sys.stderr)
-    return summary
+    return summary, lines_done
 
 
-def _decode_chunk(chunk, config: Config, loaded, translator, summary) -> str:
-    """One chunk's header line and output, in input order; counted in `summary`."""
+def _decode_batches(batches: list, config: Config, loaded, translator, summary) -> str:
+    """The part's records of these batches' lines, in input order: for each line a header
+    `INDEX BYTES` and its output in the job's format; counted in `summary`."""
     from .run import decode_batch, warn
 
-    text, io_cfg, batching = io.StringIO(), config.io, config.batching
-    writer = OrderedWriter(text, io_cfg.format, io_cfg.token_scores, first_index=chunk[0].index)
-    for batch in cut(chunk, batching.batch_size, batching.batch_type):
-        for result in decode_batch(batch, translator, loaded):
-            writer.put(result)
-            summary.target_tokens += len(result.hypotheses[0].tokens)
-    writer.close()
-    truncated = sum(e.truncated for e in chunk)
+    results = sorted((r for batch in batches for r in decode_batch(batch, translator, loaded)), key=lambda r: r.index)
+    truncated = sum(e.truncated for batch in batches for e in batch)
     if truncated and not summary.truncated:
         warn("source lines longer than the model's positions (or --max-src-length) are cut")
-    summary.sentences += len(chunk)
+    summary.sentences += len(results)
     summary.truncated += truncated
-    body = text.getvalue()
-    return f"{chunk[0].index} {len(chunk)} {len(body.encode('utf-8'))}\n{body}"
+    records = []
+    for result in results:
+        summary.target_tokens += len(result.hypotheses[0].tokens)
+        text = format_result(result, config.io.format, config.io.token_scores)
+        records.append(f"{result.index} {len(text.encode('utf-8'))}\n{text}")
+    return "".join(records)
 
 
-def merge(output: OutputFile, parts: list[str]):
-    """Interleave the chunks of the parts (PART.tmp; chunk c from part c % len(parts)) into
-    `output` in input order, checking that each chunk starts where the previous one ended; then
-    remove the parts and their journals."""
+def _records(name: str, f):
+    """(input line, its output bytes) of a part, checking the headers."""
+    while header := f.readline():
+        try:
+            index, size = (int(x) for x in header.split())
+        except ValueError:
+            raise RuntimeError(f"{name} is not a part (a record header {header[:40]!r}); "
+                               "run without --resume to start over") from None
+        data = f.read(size)
+        if len(data) != size:
+            raise RuntimeError(f"{name} ends inside the output of input line {index + 1}; "
+                               "run without --resume to start over")
+        yield index, data
+
+
+def merge(output: OutputFile, parts: list[str], lines: int):
+    """Write the `lines` input lines' outputs from the parts (PART.tmp, each in input order) into
+    `output` in input order, checking that every line is there once; then remove the parts and
+    their journals."""
     files = []
     try:
         for name in parts:
             files.append(open(f"{name}.tmp", "rb"))
         output.open(False, "merge")
-        expected, c = 0, 0
-        while True:
-            source = files[c % len(files)]
-            header = source.readline()
-            if not header:
-                break
-            first, count, size = _header(header)
-            data = source.read(size)
-            if first != expected or len(data) != size:
-                found = f"at input line {first + 1}" if first >= 0 else "not readable"
-                raise RuntimeError(f"{parts[c % len(files)]}.tmp is not the part expected (a chunk {found}, expected "
-                                   f"at input line {expected + 1}); run without --resume to start over")
+        expected = 0
+        streams = [_records(f"{name}.tmp", f) for name, f in zip(parts, files)]
+        for index, data in heapq.merge(*streams, key=lambda record: record[0]):
+            if index != expected:
+                raise RuntimeError(f"the parts of {output.path} have {'no' if index > expected else 'a second'} "
+                                   f"output for input line {min(index, expected) + 1}; run without --resume to "
+                                   "start over")
             output.stream.write(data.decode("utf-8"))
-            expected, c = expected + count, c + 1
-        if any(f.read(1) for f in files):
-            raise RuntimeError(f"the parts of {output.path} have chunks after input line {expected}; "
+            expected += 1
+        if expected != lines:
+            raise RuntimeError(f"the parts of {output.path} end at input line {expected}, not {lines}; "
                                "run without --resume to start over")
     except BaseException:
         output.abandon()
@@ -298,12 +309,3 @@ def merge(output: OutputFile, parts: list[str]):
     for name in parts:
         _remove(f"{name}.tmp")
         _remove(f"{name}.tmp.progress")
-
-
-def _header(line: bytes) -> tuple[int, int, int]:
-    """A chunk header's first input line, line count and output bytes; (-1, 0, 0) if malformed."""
-    try:
-        first, count, size = (int(x) for x in line.split())
-    except ValueError:
-        return -1, 0, 0
-    return first, count, size

@@ -16,7 +16,7 @@ import pytest
 
 from nmtdecode.output import OutputFile
 from nmtdecode.config import Config
-from nmtdecode.ranks import Ranks, _shares, check_layout, merge, threads_for
+from nmtdecode.ranks import Ranks, check_layout, merge, owner, threads_for
 
 NORMAL = ["the house is red .", "a dog and a cat sleep in the garden .", "good morning", "thank you",
           "where is the station ?", "water is cold .", "my friend reads a book .", "", "  "]
@@ -59,53 +59,39 @@ def test_each_process_gets_its_share_of_the_cpus_unless_threads_is_given():
     assert threads_for(Config.from_values({"threads": 3}), Ranks(5, 8, 1, 4)) == 3
 
 
-class _Position:
-    def __init__(self):
-        self.index = -1
-
-    def position(self):
-        return self.index
+def test_batches_are_dealt_back_and_forth():
+    assert [owner(b, 2) for b in range(6)] == [0, 1, 1, 0, 0, 1]
+    assert [owner(b, 3) for b in range(7)] == [0, 1, 2, 2, 1, 0, 0]
 
 
-def test_each_rank_takes_every_worlds_chunk_and_resumes_on_its_boundary():
-    reader = _Position()
-
-    def lines(start, end):
-        for i in range(start, end):
-            reader.index = i
-            yield i, f"line {i}"
-
-    def shares(rank, start, end):
-        return [([i for i, _ in chunk], read, position)
-                for chunk, read, position in _shares(lines(start, end), 3, Ranks(rank, 2, rank, 2), reader, start)]
-
-    assert shares(0, 0, 10) == [([0, 1, 2], 3, 2), ([6, 7, 8], 9, 8), ([], 10, 9)]  # the last: all input read
-    assert shares(1, 0, 10) == [([3, 4, 5], 6, 5), ([9], 10, 9)]
-    # resumed after its first chunk, rank 1 reads on from line 6 and keeps the same chunks
-    assert shares(1, 6, 10) == [([9], 10, 9)]
-    assert shares(1, 10, 10) == [([], 10, 9)]  # resumed with nothing left: the whole input is checked
-
-
-def test_merge_interleaves_the_parts_chunks_in_input_order(tmp_path):
+def test_merge_puts_the_parts_lines_in_input_order(tmp_path):
     parts = [tmp_path / "out.part-0-of-2.tmp", tmp_path / "out.part-1-of-2.tmp"]
-    parts[0].write_bytes("0 2 6\na\nbé\n4 1 2\ne\n".encode())
-    parts[1].write_bytes(b"2 2 4\nc\nd\n")
-    merge(OutputFile(str(tmp_path / "out")), [str(p)[:-4] for p in parts])
-    assert (tmp_path / "out").read_bytes() == "a\nbé\nc\nd\ne\n".encode()
+    parts[0].write_bytes("0 2\na\n3 4\nbé\n4 2\ne\n".encode())
+    parts[1].write_bytes(b"1 2\nc\n2 4\nd\nd\n")
+    merge(OutputFile(str(tmp_path / "out")), [str(p)[:-4] for p in parts], 5)
+    assert (tmp_path / "out").read_bytes() == "a\nc\nd\nd\nbé\ne\n".encode()
     assert not any(p.exists() for p in parts)
 
-    parts[0].write_bytes(b"0 2 4\na\nb\n")
-    parts[1].write_bytes(b"3 2 4\nc\nd\n")  # not the chunk that follows line 2
-    with pytest.raises(RuntimeError, match="is not the part expected"):
-        merge(OutputFile(str(tmp_path / "out2")), [str(p)[:-4] for p in parts])
-    assert not (tmp_path / "out2").exists() and not (tmp_path / "out2.tmp").exists() and parts[0].exists()
+    for broken, lines, message in [(b"0 2\na\n2 2\nd\n", 3, "no output for input line 2"),
+                                   (b"0 2\na\n0 2\nd\n", 2, "a second output for input line 1"),
+                                   (b"0 2\na\n1 2\nd\n", 3, "end at input line 2, not 3"),
+                                   (b"0 2\na\n1 9\nd\n", 2, "ends inside the output of input line 2"),
+                                   (b"0 2\na\nxyz\n", 2, "is not a part")]:
+        parts[0].write_bytes(broken)
+        parts[1].write_bytes(b"")
+        with pytest.raises(RuntimeError, match=message):
+            merge(OutputFile(str(tmp_path / "out2")), [str(p)[:-4] for p in parts], lines)
+        assert not (tmp_path / "out2").exists() and not (tmp_path / "out2.tmp").exists() and parts[0].exists()
 
 
-def test_stdin_stdout_and_score_are_refused_under_torchrun(model_dir, lines_file, tmp_path, torchrun_env, cli):
+def test_stdin_stdout_stream_and_score_are_refused_under_torchrun(model_dir, lines_file, tmp_path, torchrun_env, cli):
     run = cli("translate", "--model", model_dir, "--src", "-", "--output", "out.txt", stdin=b"hello\n", text=True)
     assert run.returncode == 2 and "give --src FILE, not stdin" in run.stderr
     run = cli("translate", "--model", model_dir, "--src", lines_file(["hello"]), text=True)
     assert run.returncode == 2 and "--output must be a file" in run.stderr
+    run = cli("translate", "--model", model_dir, "--src", lines_file(["hello"]), "--output", tmp_path / "out.txt",
+              "--stream", text=True)
+    assert run.returncode == 2 and "under torchrun leave it out" in run.stderr
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     run = cli("translate", "--model", model_dir, "--src", fifo, "--output", tmp_path / "out.txt", text=True)
@@ -132,7 +118,7 @@ def test_resume_with_another_number_of_processes_is_refused(model_dir, lines_fil
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_two_ranks_write_what_one_process_writes(model_dir, lines_file, tmp_path, cli, fmt):
     rng = random.Random(1)
-    src = lines_file([rng.choice(NORMAL) for _ in range(150)])  # 3 chunks of 64 lines: 2 for rank 0
+    src = lines_file([rng.choice(NORMAL) for _ in range(150)])  # 3 chunks of 64 lines, in batches of 2
     args = job_args(model_dir, src, fmt)
     reference = cli(*args, "--output", tmp_path / "reference")
     assert reference.returncode == 0, reference.stderr
