@@ -29,6 +29,7 @@ from .models.loading import load_model
 from .models.gemm import apply_backend, choose_backend
 from .models.quantize import quantize_int8
 from .output import OutputFile
+from .ranks import Ranks, check_layout, translate_ranks
 from .search.base import Hypothesis
 from .translator import Translator
 from .usage import ineffective
@@ -267,6 +268,11 @@ def translate_job(jobs: Config | list[Config], translator=None) -> Summary:
     loads; a job complete under --resume is skipped; the locks are released however the
     run ends. Returns the summary of all jobs together."""
     jobs = [interactive(job) for job in ([jobs] if isinstance(jobs, Config) else jobs)]
+    ranks = Ranks.from_env()
+    if ranks is not None:  # under torchrun each process decodes its share (ranks.py)
+        if len(jobs) > 1:
+            raise ConfigError("under torchrun a run translates one input: give one --src")
+        return translate_ranks(jobs[0], ranks)
     outputs, pending = [], []
     try:
         for job in jobs:
@@ -275,7 +281,10 @@ def translate_job(jobs: Config | list[Config], translator=None) -> Summary:
             outputs.append(output)
             for other in jobs:
                 output.refuse_source(other.io.src)
-            if not output.claim(job.io.resume):
+            complete = output.claim(job.io.resume)
+            if not output.direct:  # parts of an earlier torchrun job with this output
+                check_layout(job.io.output, 1, job.io.resume)
+            if not complete:
                 pending.append((job, output))
             elif not job.runtime.quiet:
                 print(f"nmtdecode: {job.io.output} is complete (no {output.tmp} to resume); nothing to do",
@@ -336,6 +345,8 @@ def _translate(config: Config, output: OutputFile, loaded_translator) -> Summary
 
 def score_job(config: Config, src_path: str, tgt_path: str):
     """Print the forced-decoding log-probability of each (source, target) line pair."""
+    if Ranks.from_env() is not None:  # every rank would print every score
+        raise ConfigError("score runs in one process: start it without torchrun")
     from .api import Translator as PublicTranslator
 
     sources, targets = list(read_lines(src_path)), list(read_lines(tgt_path))

@@ -1,0 +1,311 @@
+"""One job in several processes, started by torchrun: each decodes a share, rank 0 merges.
+
+`torchrun --nproc-per-node N -m nmtdecode translate --src IN --output OUT ...` starts
+N copies of the program with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE and
+MASTER_ADDR/PORT set. Every process reads the whole input in the chunks one process
+would read (`run.read_size` lines), sorts and cuts each into the same batches, and
+decodes its share of them: batch b of a chunk (longest first) goes to rank `owner(b)`,
+dealt back and forth. So every sentence is decoded in the batch it has in one process
+and the output is byte-identical to one process's, while the ranks share even a
+single chunk (1,024 lines at the default batch size) and get long and short batches
+alike. (Whole chunks in turn, which the first version dealt, left a 1,000-line input
+to one rank.) Tokenizing every line of a chunk on every rank, to sort it, costs little
+beside decoding.
+
+Each rank writes its part through `output.OutputFile`: OUT.part-RANK-of-WORLD.tmp,
+its progress journal (checkpointed after each chunk, the last record covering the
+whole input, so that a rank resumed with nothing left to do still checks that the
+input is the same) and its lock. A part is, for each of the rank's lines in input
+order, a header line `INDEX BYTES` and the line's output in the job's format. When
+every part is complete, rank 0 merges them by index into OUT (written as OUT.tmp and
+renamed) and removes them.
+
+The processes wait for each other through a torch.distributed process group on
+gloo, also on GPUs: they exchange no tensors, only wait (at start, when the parts
+are complete, when OUT is written), and gloo's waits need no device and may last
+as long as the longest share (NCCL's watchdog would end them).
+
+--resume continues every rank's part with the same number of processes; a job begun
+with another number of processes (or in one process) is refused, naming it (exit 2).
+"""
+
+from __future__ import annotations
+
+import datetime
+import glob
+import heapq
+import os
+import re
+import stat
+import sys
+import time
+from dataclasses import dataclass, replace
+
+from . import signals
+from .config import Config, ConfigError
+from .io import LineReader, check_readable, chunks, cut, format_result
+from .output import OutputFile, OutputRefused, _remove
+
+WAIT = datetime.timedelta(days=7)  # a rank may wait for the others as long as their share takes
+PART = re.compile(r"\.part-(\d+)-of-(\d+)(\.tmp|\.tmp\.progress)?$")
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """This process's place among those torchrun started."""
+
+    rank: int
+    world: int
+    local_rank: int
+    local_world: int
+
+    @classmethod
+    def from_env(cls, environ=None) -> "Ranks | None":
+        """The ranks torchrun set, or None for a single process (WORLD_SIZE unset or 1)."""
+        env = os.environ if environ is None else environ
+        try:
+            world = int(env.get("WORLD_SIZE", "1"))
+            if world <= 1:
+                return None
+            rank, local_rank = int(env["RANK"]), int(env.get("LOCAL_RANK", env["RANK"]))
+            local_world = int(env.get("LOCAL_WORLD_SIZE", world))
+        except (KeyError, ValueError):
+            raise ConfigError("WORLD_SIZE is set but RANK, LOCAL_RANK or LOCAL_WORLD_SIZE is missing or not "
+                              "a number: start several processes with torchrun") from None
+        return cls(rank, world, local_rank, local_world)
+
+    def part(self, output: str, rank: int | None = None) -> str:
+        """The part file of this rank (or of `rank`) of the job writing `output`."""
+        return f"{output}.part-{self.rank if rank is None else rank}-of-{self.world}"
+
+    def summary_prefix(self) -> str:
+        return f"nmtdecode: rank {self.rank} of {self.world}:"
+
+
+def layouts(output: str) -> dict[int, list[str]]:
+    """Unfinished or unmerged work on `output`, by how many processes made it (1: one process's
+    FILE.tmp and journal; N: parts of a torchrun job of N processes)."""
+    found: dict[int, list[str]] = {}
+    for name in (f"{output}.tmp", f"{output}.tmp.progress"):
+        if os.path.lexists(name):
+            found.setdefault(1, []).append(name)
+    for name in sorted(glob.glob(glob.escape(output) + ".part-*-of-*")):
+        match = PART.search(name[len(output):])
+        if match and name[len(output):] == match.group(0):
+            found.setdefault(int(match.group(2)), []).append(name)
+    return found
+
+
+def check_layout(output: str, world: int, resume: bool, remove: bool = True):
+    """Before anything is written (the output locked): --resume of work begun with another number
+    of processes is refused; a new job (its process holding the lock, `remove`) removes such
+    leftovers, so that a later --resume never mixes them."""
+    others = {n: names for n, names in layouts(output).items() if n != world}
+    if not others:
+        return
+    if resume:
+        n = max(others)
+        how = "one process" if n == 1 else f"{n} processes (torchrun's WORLD_SIZE {n})"
+        now = "one process" if world == 1 else f"{world} processes"
+        raise OutputRefused(f"--resume: {output} was begun by {how} ({others[n][0]}, ...); resume it with the same "
+                            f"number, not {now}, or run without --resume to start over")
+    for names in others.values() if remove else ():
+        for name in names:
+            _remove(name)
+
+
+def threads_for(config: Config, ranks: Ranks) -> int:
+    """--threads, or this machine's CPUs shared among the processes on it."""
+    if config.runtime.threads:
+        return config.runtime.threads
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cpus // ranks.local_world)
+
+
+def device_for(config: Config, ranks: Ranks) -> str:
+    """auto or cuda: GPU LOCAL_RANK (several processes per GPU when there are fewer GPUs than
+    processes); cpu and cuda:N stay as given."""
+    import torch
+
+    device = config.runtime.device
+    if device in ("auto", "cuda") and torch.cuda.is_available():
+        return f"cuda:{ranks.local_rank % torch.cuda.device_count()}"
+    return device
+
+
+def translate_ranks(config: Config, ranks: Ranks):
+    """This rank's share of the job, then (rank 0) the merge; every rank returns its own
+    `run.Summary` when OUT is written."""
+    from .run import Summary
+
+    io_cfg = config.io
+    if io_cfg.src == "-":
+        raise ConfigError("under torchrun every process reads the whole input: give --src FILE, not stdin")
+    if io_cfg.stream:
+        raise ConfigError("--stream answers each line as it arrives, in one process: under torchrun leave it out")
+    check_readable(io_cfg.src)
+    if not stat.S_ISREG(os.stat(io_cfg.src).st_mode):
+        raise ConfigError(f"under torchrun every process reads the whole input: --src {io_cfg.src} must be a "
+                          "regular file, not a pipe or device")
+    output = OutputFile(io_cfg.output)
+    if output.direct:
+        raise ConfigError("under torchrun --output must be a file (each process writes FILE.part-RANK-of-WORLD "
+                          "beside it), not stdout, a link or a device")
+    runtime = replace(config.runtime, threads=threads_for(config, ranks), device=device_for(config, ranks))
+    config = replace(config, runtime=runtime)
+    part = OutputFile(ranks.part(io_cfg.output))
+    for target in (output, part):
+        target.refuse_source(io_cfg.src)
+    group = _join()
+    try:
+        if ranks.rank == 0:
+            output.claim(False)  # the lock: one job on OUT, whatever its number of processes
+        part.claim(io_cfg.resume)
+        check_layout(io_cfg.output, ranks.world, io_cfg.resume, remove=ranks.rank == 0)
+        complete = io_cfg.resume and os.path.lexists(io_cfg.output) and ranks.world not in layouts(io_cfg.output)
+        if _all(group, complete):
+            if ranks.rank == 0 and not config.runtime.quiet:
+                print(f"nmtdecode: {io_cfg.output} is complete (no parts to resume); nothing to do", file=sys.stderr)
+            return Summary()
+        summary, lines = _decode_share(config, part, ranks)
+        group.barrier()  # every part complete
+        if ranks.rank == 0:
+            merge(output, [ranks.part(io_cfg.output, r) for r in range(ranks.world)], lines)
+        group.barrier()  # OUT written: the job ends for all
+        return summary
+    finally:
+        part.release()
+        output.release()
+        _leave()
+
+
+def _join():
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", timeout=WAIT)
+    return dist
+
+
+def _leave():
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _all(dist, flag: bool) -> bool:
+    """True when `flag` is true on every rank (also a barrier)."""
+    import torch
+
+    value = torch.tensor([1 if flag else 0])
+    dist.all_reduce(value, op=dist.ReduceOp.MIN)
+    return bool(value.item())
+
+
+def owner(batch: int, world: int) -> int:
+    """The rank that decodes a chunk's batch number `batch` (longest first): dealt back and forth,
+    0 1 .. w-1 w-1 .. 1 0 0 1 .., so that every rank gets long and short ones alike."""
+    turn = batch % (2 * world)
+    return turn if turn < world else 2 * world - 1 - turn
+
+
+def _decode_share(config: Config, part: OutputFile, ranks: Ranks) -> tuple:
+    """Decode this rank's batches of every chunk into its part, checkpointing after each chunk
+    (as run._translate does); returns the rank's `run.Summary` and the input's line count.
+    The part stays PART.tmp with its journal until the merge, the last record covering the whole
+    input: a rank resumed with nothing left to do still checks that the input is the same."""
+    from .run import Summary, job_signature, make_example, prepare, read_size, warn
+
+    config, loaded, translator = prepare(config)
+    io_cfg, batching = config.io, config.batching
+    summary, start = Summary(), time.perf_counter()
+    reader = LineReader(io_cfg.src, io_cfg.on_invalid_utf8)
+    signals.job_started()
+    lines_done = part.open(io_cfg.resume, job_signature(config))
+    lines = part.unfinished(reader, on_resume=lambda n: warn(f"{part.path}: resuming after input line {n}"))
+    examples = (make_example(i, line, loaded, batching.max_src_length) for i, line in lines)
+    try:
+        for chunk in chunks(examples, read_size(config)):
+            batches = cut(chunk, batching.batch_size, batching.batch_type)
+            mine = [batch for b, batch in enumerate(batches) if owner(b, ranks.world) == ranks.rank]
+            part.stream.write(_decode_batches(mine, config, loaded, translator, summary))
+            lines_done = chunk[-1].index + 1
+            part.checkpoint(lines_done, reader.position())
+        part.stream.close()
+    except BaseException:
+        part.abandon()
+        raise
+    summary.replaced, summary.seconds = reader.replaced_lines, time.perf_counter() - start
+    if summary.replaced and ranks.rank == 0:  # every rank reads (and counts) the whole input
+        warn(f"{summary.replaced} lines had invalid UTF-8, decoded with U+FFFD")
+    if not config.runtime.quiet:
+        print(summary.line().replace("nmtdecode:", ranks.summary_prefix(), 1), file=sys.stderr)
+    return summary, lines_done
+
+
+def _decode_batches(batches: list, config: Config, loaded, translator, summary) -> str:
+    """The part's records of these batches' lines, in input order: for each line a header
+    `INDEX BYTES` and its output in the job's format; counted in `summary`."""
+    from .run import decode_batch, warn
+
+    results = sorted((r for batch in batches for r in decode_batch(batch, translator, loaded)), key=lambda r: r.index)
+    truncated = sum(e.truncated for batch in batches for e in batch)
+    if truncated and not summary.truncated:
+        warn("source lines longer than the model's positions (or --max-src-length) are cut")
+    summary.sentences += len(results)
+    summary.truncated += truncated
+    records = []
+    for result in results:
+        summary.target_tokens += len(result.hypotheses[0].tokens)
+        text = format_result(result, config.io.format, config.io.token_scores)
+        records.append(f"{result.index} {len(text.encode('utf-8'))}\n{text}")
+    return "".join(records)
+
+
+def _records(name: str, f):
+    """(input line, its output bytes) of a part, checking the headers."""
+    while header := f.readline():
+        try:
+            index, size = (int(x) for x in header.split())
+        except ValueError:
+            raise RuntimeError(f"{name} is not a part (a record header {header[:40]!r}); "
+                               "run without --resume to start over") from None
+        data = f.read(size)
+        if len(data) != size:
+            raise RuntimeError(f"{name} ends inside the output of input line {index + 1}; "
+                               "run without --resume to start over")
+        yield index, data
+
+
+def merge(output: OutputFile, parts: list[str], lines: int):
+    """Write the `lines` input lines' outputs from the parts (PART.tmp, each in input order) into
+    `output` in input order, checking that every line is there once; then remove the parts and
+    their journals."""
+    files = []
+    try:
+        for name in parts:
+            files.append(open(f"{name}.tmp", "rb"))
+        output.open(False, "merge")
+        expected = 0
+        streams = [_records(f"{name}.tmp", f) for name, f in zip(parts, files)]
+        for index, data in heapq.merge(*streams, key=lambda record: record[0]):
+            if index != expected:
+                raise RuntimeError(f"the parts of {output.path} have {'no' if index > expected else 'a second'} "
+                                   f"output for input line {min(index, expected) + 1}; run without --resume to "
+                                   "start over")
+            output.stream.write(data.decode("utf-8"))
+            expected += 1
+        if expected != lines:
+            raise RuntimeError(f"the parts of {output.path} end at input line {expected}, not {lines}; "
+                               "run without --resume to start over")
+    except BaseException:
+        output.abandon()
+        raise
+    finally:
+        for f in files:
+            f.close()
+    output.finish()
+    for name in parts:
+        _remove(f"{name}.tmp")
+        _remove(f"{name}.tmp.progress")

@@ -1,0 +1,171 @@
+"""torchrun: several processes on one job give the output of one process, and lose nothing.
+
+The byte-identity and kill tests start two CPU ranks with torchrun (gloo) in a subprocess
+(marked `subprocess`); the refusals and the chunk sharing run in this process, with the
+variables torchrun would set."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from nmtdecode.output import OutputFile
+from nmtdecode.config import Config
+from nmtdecode.ranks import Ranks, check_layout, merge, owner, threads_for
+
+NORMAL = ["the house is red .", "a dog and a cat sleep in the garden .", "good morning", "thank you",
+          "where is the station ?", "water is cold .", "my friend reads a book .", "", "  "]
+FORMATS = {"text": [], "nbest": ["--n-best", 2], "jsonl": ["--token-scores"]}
+
+
+def torchrun(*args, nproc=2):
+    """The command line of `torchrun --nproc-per-node N --standalone -m nmtdecode ARGS`."""
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--standalone",
+            "-m", "nmtdecode", *map(str, args)]
+
+
+def job_args(model_dir, src, fmt):
+    return ["translate", "--model", model_dir, "--src", src, "--beam-size", 3, "--batch-size", 2,
+            "--threads", 1, "--format", fmt, *FORMATS[fmt], "--quiet"]
+
+
+def leftovers(tmp_path, name):
+    return sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(name + "."))
+
+
+@pytest.fixture()
+def torchrun_env(monkeypatch):
+    """This process as rank 0 of 2, as torchrun would start it."""
+    for key, value in {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2",
+                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}.items():
+        monkeypatch.setenv(key, value)
+
+
+def test_ranks_come_from_torchrun_variables():
+    assert Ranks.from_env({}) is None and Ranks.from_env({"WORLD_SIZE": "1", "RANK": "0"}) is None
+    env = {"WORLD_SIZE": "4", "RANK": "3", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}
+    assert Ranks.from_env(env) == Ranks(3, 4, 1, 2)
+    assert Ranks.from_env(env).part("out.txt") == "out.txt.part-3-of-4"
+
+
+def test_each_process_gets_its_share_of_the_cpus_unless_threads_is_given():
+    cpus = len(os.sched_getaffinity(0))
+    assert threads_for(Config.from_values({}), Ranks(5, 8, 1, 4)) == max(1, cpus // 4)
+    assert threads_for(Config.from_values({"threads": 3}), Ranks(5, 8, 1, 4)) == 3
+
+
+def test_batches_are_dealt_back_and_forth():
+    assert [owner(b, 2) for b in range(6)] == [0, 1, 1, 0, 0, 1]
+    assert [owner(b, 3) for b in range(7)] == [0, 1, 2, 2, 1, 0, 0]
+
+
+def test_merge_puts_the_parts_lines_in_input_order(tmp_path):
+    parts = [tmp_path / "out.part-0-of-2.tmp", tmp_path / "out.part-1-of-2.tmp"]
+    parts[0].write_bytes("0 2\na\n3 4\nbé\n4 2\ne\n".encode())
+    parts[1].write_bytes(b"1 2\nc\n2 4\nd\nd\n")
+    merge(OutputFile(str(tmp_path / "out")), [str(p)[:-4] for p in parts], 5)
+    assert (tmp_path / "out").read_bytes() == "a\nc\nd\nd\nbé\ne\n".encode()
+    assert not any(p.exists() for p in parts)
+
+    for broken, lines, message in [(b"0 2\na\n2 2\nd\n", 3, "no output for input line 2"),
+                                   (b"0 2\na\n0 2\nd\n", 2, "a second output for input line 1"),
+                                   (b"0 2\na\n1 2\nd\n", 3, "end at input line 2, not 3"),
+                                   (b"0 2\na\n1 9\nd\n", 2, "ends inside the output of input line 2"),
+                                   (b"0 2\na\nxyz\n", 2, "is not a part")]:
+        parts[0].write_bytes(broken)
+        parts[1].write_bytes(b"")
+        with pytest.raises(RuntimeError, match=message):
+            merge(OutputFile(str(tmp_path / "out2")), [str(p)[:-4] for p in parts], lines)
+        assert not (tmp_path / "out2").exists() and not (tmp_path / "out2.tmp").exists() and parts[0].exists()
+
+
+def test_stdin_stdout_stream_and_score_are_refused_under_torchrun(model_dir, lines_file, tmp_path, torchrun_env, cli):
+    run = cli("translate", "--model", model_dir, "--src", "-", "--output", "out.txt", stdin=b"hello\n", text=True)
+    assert run.returncode == 2 and "give --src FILE, not stdin" in run.stderr
+    run = cli("translate", "--model", model_dir, "--src", lines_file(["hello"]), text=True)
+    assert run.returncode == 2 and "--output must be a file" in run.stderr
+    run = cli("translate", "--model", model_dir, "--src", lines_file(["hello"]), "--output", tmp_path / "out.txt",
+              "--stream", text=True)
+    assert run.returncode == 2 and "under torchrun leave it out" in run.stderr
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    run = cli("translate", "--model", model_dir, "--src", fifo, "--output", tmp_path / "out.txt", text=True)
+    assert run.returncode == 2 and "must be a regular file" in run.stderr
+    src = lines_file(["hello"])
+    run = cli("score", "--model", model_dir, "--src", src, "--tgt", src, text=True)
+    assert run.returncode == 2 and "start it without torchrun" in run.stderr
+
+
+def test_resume_with_another_number_of_processes_is_refused(model_dir, lines_file, tmp_path, cli):
+    src, out = lines_file(NORMAL), tmp_path / "out.txt"
+    (tmp_path / "out.txt.part-1-of-2.tmp.progress").write_text("{}")
+    run = cli("translate", "--model", model_dir, "--src", src, "--output", out, "--resume", text=True)
+    assert run.returncode == 2
+    assert "was begun by 2 processes" in run.stderr and "not one process" in run.stderr
+    with pytest.raises(Exception, match="was begun by 2 processes .*not 3 processes"):
+        check_layout(str(out), 3, resume=True)
+    run = cli("translate", "--model", model_dir, "--src", src, "--output", out, text=True)  # a new job starts over
+    assert run.returncode == 0, run.stderr
+    assert leftovers(tmp_path, "out.txt") == []
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_two_ranks_write_what_one_process_writes(model_dir, lines_file, tmp_path, cli, fmt):
+    rng = random.Random(1)
+    src = lines_file([rng.choice(NORMAL) for _ in range(150)])  # 3 chunks of 64 lines, in batches of 2
+    args = job_args(model_dir, src, fmt)
+    reference = cli(*args, "--output", tmp_path / "reference")
+    assert reference.returncode == 0, reference.stderr
+    run = subprocess.run(torchrun(*args, "--output", tmp_path / "out"), capture_output=True, timeout=300)
+    assert run.returncode == 0, run.stderr.decode()
+    assert (tmp_path / "out").read_bytes() == (tmp_path / "reference").read_bytes()
+    assert leftovers(tmp_path, "out") == []
+    if fmt == "jsonl":  # the global input line, not the line within a rank's share
+        assert [json.loads(line)["index"] for line in (tmp_path / "out").read_text().splitlines()] == list(range(150))
+
+
+def _wait_for(path, lines, proc, deadline=300):
+    end = time.time() + deadline
+    while time.time() < end and proc.poll() is None:
+        try:
+            if json.loads(path.read_text())["lines"] >= lines:
+                return
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never recorded {lines} lines")
+
+
+@pytest.mark.subprocess
+@pytest.mark.slow
+@pytest.mark.parametrize("victim", ["one rank", "the whole group"])
+def test_killed_ranks_resume_byte_identical(model_dir, lines_file, tmp_path, cli, victim):
+    rng = random.Random(2)
+    src = lines_file([rng.choice(NORMAL) for _ in range(800)])  # 13 chunks of 64 lines
+    args = job_args(model_dir, src, "jsonl")
+    reference = cli(*args, "--output", tmp_path / "reference")
+    assert reference.returncode == 0, reference.stderr
+
+    out = tmp_path / "out"
+    proc = subprocess.Popen(torchrun(*args, "--output", out), stderr=subprocess.PIPE, start_new_session=True)
+    _wait_for(tmp_path / "out.part-1-of-2.tmp.progress", 128, proc)  # rank 1's first chunk is lines 64-127
+    ranks = [int((tmp_path / f"out.part-{r}-of-2.lock").read_text()) for r in (0, 1)]  # their pids
+    if victim == "the whole group":  # torchrun first (its workers run in their own sessions), then the ranks
+        proc.kill()
+    for pid in ranks[1:] if victim == "one rank" else ranks:  # one rank: torchrun stops the other
+        os.kill(pid, signal.SIGKILL)
+    proc.communicate(timeout=120)
+    assert proc.returncode != 0 and not out.exists()
+    assert json.loads((tmp_path / "out.part-1-of-2.tmp.progress").read_text())["lines"] < 800
+
+    resumed = subprocess.run(torchrun(*args, "--output", out, "--resume"), capture_output=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr.decode()
+    assert b"out.part-1-of-2: resuming after input line" in resumed.stderr
+    assert out.read_bytes() == (tmp_path / "reference").read_bytes()
+    assert leftovers(tmp_path, "out") == []
