@@ -133,11 +133,24 @@ def device_for(config: Config, ranks: Ranks) -> str:
     return device
 
 
-def translate_ranks(config: Config, ranks: Ranks):
-    """This rank's share of the job, then (rank 0) the merge; every rank returns its own
-    `run.Summary` when OUT is written."""
+def translate_ranks(jobs: list[Config], ranks: Ranks):
+    """This rank's share of every job, one after the other with one model load, each followed
+    (rank 0) by its merge; returns this rank's `run.Summary` of them all."""
     from .run import Summary
 
+    total, model = Summary(), {}
+    for config in jobs:
+        _check_input_and_output(config)
+    _join()
+    try:
+        for config in jobs:
+            total.add(_translate_one(config, ranks, model))
+        return total
+    finally:
+        _leave()
+
+
+def _check_input_and_output(config: Config):
     io_cfg = config.io
     if io_cfg.src == "-":
         raise ConfigError("under torchrun every process reads the whole input: give --src FILE, not stdin")
@@ -147,16 +160,23 @@ def translate_ranks(config: Config, ranks: Ranks):
     if not stat.S_ISREG(os.stat(io_cfg.src).st_mode):
         raise ConfigError(f"under torchrun every process reads the whole input: --src {io_cfg.src} must be a "
                           "regular file, not a pipe or device")
-    output = OutputFile(io_cfg.output)
-    if output.direct:
+    if OutputFile(io_cfg.output).direct:
         raise ConfigError("under torchrun --output must be a file (each process writes FILE.part-RANK-of-WORLD "
                           "beside it), not stdout, a link or a device")
+
+
+def _translate_one(config: Config, ranks: Ranks, model: dict):
+    """One job: this rank's part, then (rank 0) the merge into OUT. `model` holds the loaded
+    model once the first job has loaded it."""
+    from .run import Summary
+
+    io_cfg, group = config.io, _join()
+    output = OutputFile(io_cfg.output)
     runtime = replace(config.runtime, threads=threads_for(config, ranks), device=device_for(config, ranks))
     config = replace(config, runtime=runtime)
     part = OutputFile(ranks.part(io_cfg.output))
     for target in (output, part):
         target.refuse_source(io_cfg.src)
-    group = _join()
     try:
         if ranks.rank == 0:
             output.claim(False)  # the lock: one job on OUT, whatever its number of processes
@@ -167,7 +187,7 @@ def translate_ranks(config: Config, ranks: Ranks):
             if ranks.rank == 0 and not config.runtime.quiet:
                 print(f"nmtdecode: {io_cfg.output} is complete (no parts to resume); nothing to do", file=sys.stderr)
             return Summary()
-        summary, lines = _decode_share(config, part, ranks)
+        summary, lines = _decode_share(config, part, ranks, model)
         group.barrier()  # every part complete
         if ranks.rank == 0:
             merge(output, [ranks.part(io_cfg.output, r) for r in range(ranks.world)], lines)
@@ -176,7 +196,6 @@ def translate_ranks(config: Config, ranks: Ranks):
     finally:
         part.release()
         output.release()
-        _leave()
 
 
 def _join():
@@ -210,14 +229,17 @@ def owner(batch: int, world: int) -> int:
     return turn if turn < world else 2 * world - 1 - turn
 
 
-def _decode_share(config: Config, part: OutputFile, ranks: Ranks) -> tuple:
+def _decode_share(config: Config, part: OutputFile, ranks: Ranks, model: dict) -> tuple:
     """Decode this rank's batches of every chunk into its part, checkpointing after each chunk
     (as run._translate does); returns the rank's `run.Summary` and the input's line count.
     The part stays PART.tmp with its journal until the merge, the last record covering the whole
     input: a rank resumed with nothing left to do still checks that the input is the same."""
-    from .run import Summary, job_signature, make_example, prepare, read_size, warn
+    from .run import Summary, decoder, job_signature, load, make_example, read_size, warn
 
-    config, loaded, translator = prepare(config)
+    if not model:  # the first job loads it; the others decode with it
+        model["loaded"], model["device"] = load(config)
+    loaded = model["loaded"]
+    config, translator = decoder(config, loaded, model["device"])
     io_cfg, batching = config.io, config.batching
     summary, start = Summary(), time.perf_counter()
     reader = LineReader(io_cfg.src, io_cfg.on_invalid_utf8)

@@ -269,10 +269,8 @@ def translate_job(jobs: Config | list[Config], translator=None) -> Summary:
     run ends. Returns the summary of all jobs together."""
     jobs = [interactive(job) for job in ([jobs] if isinstance(jobs, Config) else jobs)]
     ranks = Ranks.from_env()
-    if ranks is not None:  # under torchrun each process decodes its share (ranks.py)
-        if len(jobs) > 1:
-            raise ConfigError("under torchrun a run translates one input: give one --src")
-        return translate_ranks(jobs[0], ranks)
+    if ranks is not None:  # under torchrun each process decodes its share of every job (ranks.py)
+        return translate_ranks(jobs, ranks)
     outputs, pending = [], []
     try:
         for job in jobs:

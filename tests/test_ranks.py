@@ -130,6 +130,29 @@ def test_two_ranks_write_what_one_process_writes(model_dir, lines_file, tmp_path
         assert [json.loads(line)["index"] for line in (tmp_path / "out").read_text().splitlines()] == list(range(150))
 
 
+@pytest.mark.subprocess
+def test_two_ranks_translate_several_files_as_one_process_does(model_dir, lines_file, tmp_path, cli):
+    """Many files in one run (one model load) under torchrun: each file's output as one process
+    writes it, the first file's in jsonl by a per-item option of a jobs config."""
+    rng = random.Random(2)
+    sources = [lines_file([rng.choice(NORMAL) for _ in range(n)], name=f"in{i}.txt") for i, n in enumerate((70, 9))]
+    config = tmp_path / "jobs.yaml"
+    config.write_text(f"model: {model_dir}\nbeam_size: 3\nbatch_size: 2\nthreads: 1\nquiet: true\njobs:\n"
+                      f"  - {{src: {sources[0]}, output: OUT0, format: jsonl}}\n"
+                      f"  - {{src: {sources[1]}, output: OUT1}}\n")
+    for prefix in ("reference", "out"):
+        (tmp_path / prefix).mkdir()
+        text = config.read_text().replace("OUT", str(tmp_path / prefix / "o"))
+        (tmp_path / f"{prefix}.yaml").write_text(text)
+    reference = cli("translate", "-c", tmp_path / "reference.yaml")
+    assert reference.returncode == 0, reference.stderr
+    run = subprocess.run(torchrun("translate", "-c", tmp_path / "out.yaml"), capture_output=True, timeout=300)
+    assert run.returncode == 0, run.stderr.decode()
+    for name in ("o0", "o1"):
+        assert (tmp_path / "out" / name).read_bytes() == (tmp_path / "reference" / name).read_bytes()
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["o0", "o1"]
+
+
 def _wait_for(path, lines, proc, deadline=300):
     end = time.time() + deadline
     while time.time() < end and proc.poll() is None:
