@@ -87,3 +87,92 @@ def test_native_score_of_own_translations_is_their_log_prob(model_dir, lines_fil
     assert loaded.rules.forced_bos_id is None  # native models force nothing
     scores = Translator(loaded.model, DecodingConfig(), loaded.rules).score(sources, targets)
     assert scores == pytest.approx(totals, abs=1e-4)
+
+
+def m2m100_directory(root):
+    """A seeded random M2M100 model with its tokenizer files (SentencePiece, vocab.json, language codes)."""
+    import transformers
+
+    from .test_hf_tokenizers import _quiet, _train
+
+    root.mkdir()
+    sp = _train(root / "sentencepiece.bpe.model", "bpe")
+    pieces = sorted(sp.id_to_piece(i) for i in range(3, sp.get_piece_size()))
+    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, **{p: 4 + i for i, p in enumerate(pieces)}}
+    (root / "vocab.json").write_text(json.dumps(vocab))
+    tokenizer = transformers.M2M100Tokenizer(str(root / "vocab.json"), str(root / "sentencepiece.bpe.model"),
+                                             src_lang="en", language_codes="m2m100")
+    _quiet(lambda: tokenizer.save_pretrained(str(root)))
+    torch.manual_seed(0)
+    vocab_size = max(tokenizer.get_lang_id(code) for code in tokenizer.lang_code_to_id) + 9  # + 8 "madeupword"s
+    config = transformers.M2M100Config(vocab_size=vocab_size, d_model=32, encoder_layers=2, decoder_layers=2,
+                                       encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
+                                       decoder_ffn_dim=64, max_position_embeddings=128, dropout=0.0,
+                                       forced_eos_token_id=None)
+    hf = transformers.M2M100ForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.normal_(0.0, 0.4)
+    hf.generation_config = transformers.GenerationConfig(decoder_start_token_id=2, eos_token_id=2, pad_token_id=1)
+    hf.save_pretrained(root)
+    return root, hf, tokenizer
+
+
+def test_cli_score_forces_the_tgt_lang_tag(tmp_path, lines_file, cli):
+    """`score --tgt-lang` scores after the target-language tag, as translate decodes; the tag's own
+    probability is not counted, and the score is transformers' sum over the same decoder input."""
+    root, hf, tokenizer = m2m100_directory(tmp_path / "m2m")
+    sources, targets = ["The small cat walks.", "Hello world."], ["A green river!", "Bread and water"]
+    src, tgt = lines_file(sources, "src.txt"), lines_file(targets, "tgt.txt")
+    scores = {}
+    for lang in ("fr", "de"):
+        run = cli("score", "-m", root, "-s", src, "-t", tgt, "--tgt-lang", lang, "--src-lang", "en", "-b", 1,
+                  "--device", "cpu", text=True)
+        assert run.returncode == 0, run.stderr
+        scores[lang] = [float(x) for x in run.stdout.split()]
+        expected = []
+        tokenizer.tgt_lang = lang
+        with torch.no_grad():
+            for source, target in zip(sources, targets):
+                ids = tokenizer(source).input_ids  # __en__ ... </s>
+                labels = tokenizer(text_target=target).input_ids[1:]  # __fr__ ... </s> without the tag
+                decoder_input = [2, tokenizer.get_lang_id(lang)] + labels[:-1]
+                logits = hf(input_ids=torch.tensor([ids]), decoder_input_ids=torch.tensor([decoder_input])).logits[0]
+                logprobs = torch.log_softmax(logits, dim=-1)[1:]
+                expected.append(logprobs.gather(1, torch.tensor(labels)[:, None]).sum().item())
+        assert scores[lang] == pytest.approx(expected, abs=1e-4)
+    assert all(abs(a - b) > 1e-3 for a, b in zip(scores["fr"], scores["de"]))  # the tag is fed
+
+
+def test_cli_score_options(model_dir, tmp_path, lines_file, cli):
+    """--batch-size does not change a score; -c gives the model and options (a translate config's
+    other keys are left to translate); --dtype computes in that precision; flags win over the file."""
+    sources = ["the house is red .", "good morning", "a dog and a cat sleep in the garden .", "water"]
+    src, tgt = lines_file(sources, "src.txt"), lines_file(["a dog .", "thank you", "the cat", "red"], "tgt.txt")
+
+    def score(*args):
+        run = cli("score", "-s", src, "-t", tgt, "--device", "cpu", *args, text=True)
+        assert run.returncode == 0, run.stderr
+        return [float(x) for x in run.stdout.split()]
+
+    base = score("-m", model_dir)
+    assert len(base) == 4
+    assert score("-m", model_dir, "--batch-size", 1) == pytest.approx(base, abs=1e-5)
+    config = tmp_path / "sub" / "c.yaml"
+    config.parent.mkdir()
+    config.write_text(f"model: ../{model_dir.name}\nbeam_size: 4\nsrc: in.en\nbatch_size: 3\n")
+    (tmp_path / model_dir.name).symlink_to(model_dir)
+    assert score("-c", config) == pytest.approx(base, abs=1e-5)
+    half = score("-c", config, "--dtype", "bf16", "-b", 2)
+    assert half == pytest.approx(base, abs=0.1) and half != base
+
+
+def test_cli_score_usage_errors(model_dir, tmp_path, lines_file, cli):
+    src, tgt = lines_file(["good morning"], "src.txt"), lines_file(["thank you"], "tgt.txt")
+    run = cli("score", "-s", src, "-t", tgt, text=True)
+    assert run.returncode == 2 and "give the model" in run.stderr
+    run = cli("score", "-m", model_dir, "-s", src, "-t", tgt, "--tgt-lang", "de", text=True)
+    assert run.returncode == 2 and "has no language tags" in run.stderr
+    (tmp_path / "bad.yaml").write_text("modle: x\n")
+    run = cli("score", "-c", tmp_path / "bad.yaml", "-m", model_dir, "-s", src, "-t", tgt, text=True)
+    assert run.returncode == 2 and "unknown option 'modle'" in run.stderr
