@@ -197,9 +197,13 @@ SCORE_KEYS = ("batch_size", "device", "dtype", "src_lang", "tgt_lang")
 @click.option("--model", "-m", "model", default=None, help="Model directory (or `model:` in the -c file).")
 @click.option("--src", "-s", "src", default=None, help="Source file, one sentence per line.  [required]")
 @click.option("--tgt", "-t", "tgt", default=None, help="Target file, aligned with --src.  [required]")
+@click.option("--output", "-o", "output", default="-", show_default=True,
+              help="Output file (written whole, through OUTPUT.tmp); - is stdout.")
+@click.option("--format", "fmt", type=click.Choice(["text", "jsonl"]), default="text", show_default=True,
+              help="text: one log-prob a line; jsonl: also tokens and per-token log-probs.")
 @_apply([OPTION_OF_KEY[key] for key in SCORE_KEYS])
 @DEBUG
-def score(config_file, model, src, tgt, debug, **flags):
+def score(config_file, model, src, tgt, output, fmt, debug, **flags):
     """Forced decoding: the total log-probability of each target line given its source
     (natural log, EOS included; a forced target-language tag or BOS counts 0, as in translate)."""
     from .run import score_job
@@ -214,7 +218,7 @@ def score(config_file, model, src, tgt, debug, **flags):
         raise UsageError("score: give the model as --model DIR (or `model:` in the -c file)")
     if src is None or tgt is None:
         raise UsageError(f"score: give {'--src' if src is None else '--tgt'} FILE")
-    score_job(Config.from_values(values), src, tgt)
+    score_job(Config.from_values(values), src, tgt, output, fmt)
 
 
 @cli.command()

@@ -39,7 +39,7 @@ def test_score_of_own_translations_is_their_log_prob_and_transformers_sum(family
     prefix = prefix_of(ours, rules)
     rows, _, _ = batch(BATCH[family])
     nbest = ours_generate(ours, defaults, rules, rows, n_best=4)
-    sources, targets, totals, decoder_inputs = [], [], [], []
+    sources, targets, totals, decoder_inputs, hyps_scored = [], [], [], [], []
     for row, hyps in zip(rows, nbest):
         for hyp in hyps:
             # ended with EOS, and before the step limit (where no EOS would be forced)
@@ -50,11 +50,16 @@ def test_score_of_own_translations_is_their_log_prob_and_transformers_sum(family
             sources.append(row)
             targets.append(target)
             totals.append(hyp.total)
+            hyps_scored.append(hyp)
             decoder_inputs.append(prefix + target)
     assert len(sources) >= 6 and len({len(t) for t in targets}) > 2  # padded batch of mixed lengths
 
-    scores = Translator(ours, DecodingConfig(), rules).score(sources, targets)
+    translator = Translator(ours, DecodingConfig(), rules)
+    scores = translator.score(sources, targets)
     assert scores == pytest.approx(totals, abs=1e-4)
+    # per token (the JSONL of `score`), as translate's hypotheses: the forced token first, scored 0
+    for (tokens, token_scores), hyp in zip(translator.score_tokens(sources, targets), hyps_scored):
+        assert tokens == hyp.tokens and token_scores == pytest.approx(hyp.token_scores, abs=1e-4)
 
     expected = []
     with torch.no_grad():
@@ -176,3 +181,33 @@ def test_cli_score_usage_errors(model_dir, tmp_path, lines_file, cli):
     (tmp_path / "bad.yaml").write_text("modle: x\n")
     run = cli("score", "-c", tmp_path / "bad.yaml", "-m", model_dir, "-s", src, "-t", tgt, text=True)
     assert run.returncode == 2 and "unknown option 'modle'" in run.stderr
+
+
+def test_cli_score_jsonl_per_token_and_output_file(tmp_path, lines_file, cli):
+    """--format jsonl: tokens (the forced tag first, no EOS) and token_scores (the tag's 0 first, EOS's
+    last), the shape of translate's JSONL hypotheses; each token's log-prob is transformers'; --output
+    writes the file (through OUTPUT.tmp) and nothing to stdout."""
+    root, hf, tokenizer = m2m100_directory(tmp_path / "m2m")
+    sources, targets = ["The small cat walks.", "Hello world.", "Green tree!"], ["A green river!", "Bread", ""]
+    common = ("-m", root, "-s", lines_file(sources, "src.txt"), "-t", lines_file(targets, "tgt.txt"),
+              "--tgt-lang", "fr", "--device", "cpu")
+    out = tmp_path / "scores.jsonl"
+    run = cli("score", *common, "--format", "jsonl", "--output", out, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == "" and not (tmp_path / "scores.jsonl.tmp").exists()
+    records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [r["index"] for r in records] == [0, 1, 2]
+    tag = tokenizer.get_lang_id("fr")
+    tokenizer.tgt_lang = "fr"
+    with torch.no_grad():
+        for record, source, target in zip(records, sources, targets):
+            labels = tokenizer(text_target=target).input_ids[1:]  # __fr__ ... </s> without the tag
+            assert record["tokens"] == [tag] + labels[:-1]
+            assert len(record["token_scores"]) == len(record["tokens"]) + 1 and record["token_scores"][0] == 0.0
+            assert sum(record["token_scores"]) == pytest.approx(record["log_prob"], abs=1e-9)
+            logits = hf(input_ids=torch.tensor([tokenizer(source).input_ids]),
+                        decoder_input_ids=torch.tensor([[2] + record["tokens"]])).logits[0]
+            expected = torch.log_softmax(logits, dim=-1)[1:].gather(1, torch.tensor(labels)[:, None])[:, 0]
+            assert record["token_scores"][1:] == pytest.approx(expected.tolist(), abs=1e-4)
+    text = cli("score", *common, text=True)
+    assert [float(x) for x in text.stdout.split()] == pytest.approx([r["log_prob"] for r in records], abs=1e-5)
