@@ -19,9 +19,13 @@ import sys
 import click
 
 from . import signals
-from .config import FORMATS, Config, ConfigError, default_of, expand_aliases, load_yaml, plan_jobs
+from .config import (FORMATS, KEY_SECTION, PLAN_KEYS, Config, ConfigError, default_of, expand_aliases, load_yaml,
+                     plan_jobs)
 from .usage import UsageError, check_spelling, one_line
 from .signals import Terminated
+
+
+OPTION_OF_KEY = {}  # config key -> its click option, for commands that take a few of them
 
 
 def _option(*names, key, type=None, help, flag=False):
@@ -30,8 +34,11 @@ def _option(*names, key, type=None, help, flag=False):
     shown = f" [default: {str(default).lower() if isinstance(default, bool) else default}]" if default is not None else ""
     if flag:
         long = names[0][2:]  # --NAME/--no-NAME, and a short name (e.g. -q) switches it on
-        return click.option(f"--{long}/--no-{long}", *names[1:], key, default=None, help=help + shown)
-    return click.option(*names, key, type=type, default=None, help=help + shown)
+        option = click.option(f"--{long}/--no-{long}", *names[1:], key, default=None, help=help + shown)
+    else:
+        option = click.option(*names, key, type=type, default=None, help=help + shown)
+    OPTION_OF_KEY[key] = option
+    return option
 
 
 DECODING_OPTIONS = [
@@ -181,17 +188,37 @@ def translate(config_file, dump_config, debug, **flags):
     translate_job(jobs)
 
 
+SCORE_KEYS = ("batch_size", "device", "dtype", "src_lang", "tgt_lang")
+
+
 @cli.command(cls=OneValueCommand)
-@click.option("--model", "-m", required=True, help="Model directory.")
-@click.option("--src", "-s", required=True, help="Source file, one sentence per line.")
-@click.option("--tgt", "-t", required=True, help="Target file, aligned with --src.")
-@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
+@click.option("--config", "-c", "config_file", type=click.Path(dir_okay=False),
+              help="YAML file of options (model, batch_size, device, dtype, src_lang, tgt_lang).")
+@click.option("--model", "-m", "model", default=None, help="Model directory (or `model:` in the -c file).")
+@click.option("--src", "-s", "src", default=None, help="Source file, one sentence per line.  [required]")
+@click.option("--tgt", "-t", "tgt", default=None, help="Target file, aligned with --src.  [required]")
+@click.option("--output", "-o", "output", default="-", show_default=True,
+              help="Output file (written whole, through OUTPUT.tmp); - is stdout.")
+@click.option("--format", "fmt", type=click.Choice(["text", "jsonl"]), default="text", show_default=True,
+              help="text: one log-prob a line; jsonl: also tokens and per-token log-probs.")
+@_apply([OPTION_OF_KEY[key] for key in SCORE_KEYS])
 @DEBUG
-def score(model, src, tgt, device, debug):
-    """Forced decoding: the total log-probability of each target line given its source."""
+def score(config_file, model, src, tgt, output, fmt, debug, **flags):
+    """Forced decoding: the total log-probability of each target line given its source
+    (natural log, EOS included; a forced target-language tag or BOS counts 0, as in translate)."""
     from .run import score_job
 
-    score_job(build_config(None, {"model": model, "device": device}), src, tgt)
+    values = expand_aliases(load_yaml(config_file)) if config_file else {}
+    unknown = {k: v for k, v in values.items() if k not in KEY_SECTION and k not in PLAN_KEYS}
+    if unknown:
+        Config.from_values(unknown)  # names the unknown option
+    values.update(expand_aliases({k: v for k, v in {"model": model, **flags}.items() if v is not None}))
+    values = {k: v for k, v in values.items() if k in ("model",) + SCORE_KEYS}  # the file's others: translate's
+    if "model" not in values:
+        raise UsageError("score: give the model as --model DIR (or `model:` in the -c file)")
+    if src is None or tgt is None:
+        raise UsageError(f"score: give {'--src' if src is None else '--tgt'} FILE")
+    score_job(Config.from_values(values), src, tgt, output, fmt)
 
 
 @cli.command()

@@ -341,8 +341,9 @@ def _translate(config: Config, output: OutputFile, loaded_translator) -> Summary
     return summary
 
 
-def score_job(config: Config, src_path: str, tgt_path: str):
-    """Print the forced-decoding log-probability of each (source, target) line pair."""
+def score_job(config: Config, src_path: str, tgt_path: str, output: str = "-", fmt: str = "text"):
+    """Write the forced-decoding log-probability of each (source, target) line pair: one number a
+    line (text), or JSONL records with the tokens and per-token log-probs as translate gives them."""
     if Ranks.from_env() is not None:  # every rank would print every score
         raise ConfigError("score runs in one process: start it without torchrun")
     from .api import Translator as PublicTranslator
@@ -352,16 +353,35 @@ def score_job(config: Config, src_path: str, tgt_path: str):
         raise ConfigError(f"--src has {len(sources)} lines but --tgt has {len(targets)}")
     translator = PublicTranslator.from_config(config)
     signals.job_started()
-    for total in translator.score(sources, targets):
-        print(f"{total:.6f}")
+    if fmt == "jsonl":
+        config, decoder = decoder_of(translator)
+        scored = score_pairs(translator.loaded, decoder, sources, targets, config.batching.batch_size, tokens=True)
+        lines = [json.dumps({"index": i, "log_prob": sum(s), "tokens": t, "token_scores": s}, ensure_ascii=False)
+                 for i, (t, s) in enumerate(scored)]
+    else:
+        lines = [f"{total:.6f}" for total in translator.score(sources, targets)]
+    text = "".join(line + "\n" for line in lines)
+    if output == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    with open(output + ".tmp", "w", encoding="utf-8") as f:  # a complete file or none
+        f.write(text)
+    os.replace(output + ".tmp", output)
+
+
+def decoder_of(translator) -> tuple[Config, Translator]:
+    """The effective config and decoding loop of a public `api.Translator`."""
+    return decoder(translator.config, translator.loaded, translator.device)
 
 
 def score_pairs(loaded: LoadedModel, translator: Translator, sources: list[str], targets: list[str],
-                batch_size: int) -> list[float]:
-    """Forced-decoding log-probabilities of (source, target) pairs, `batch_size` pairs at a time."""
-    totals = []
+                batch_size: int, tokens: bool = False) -> list:
+    """Forced-decoding log-probabilities of (source, target) pairs, `batch_size` pairs at a time:
+    totals, or with `tokens` each pair's (tokens, token_scores) as `Translator.score_tokens` gives them."""
+    results = []
     for start in range(0, len(sources), batch_size):
         src = [loaded.tokenizer.encode(s) for s in sources[start : start + batch_size]]
         tgt = [loaded.tokenizer.encode_target(t) for t in targets[start : start + batch_size]]
-        totals += translator.score(src, tgt)
-    return totals
+        results += translator.score_tokens(src, tgt) if tokens else translator.score(src, tgt)
+    return results

@@ -130,12 +130,39 @@ class Translator:
             tokens = out.tokens
         return search.results(self.cfg.n_best)
 
+    def forced_prefix(self) -> list[int]:
+        """What the decoder is fed before any target token: the decoder start token, then the
+        token forced at step 0 when the model has one (target-language tag, BART's BOS)."""
+        forced = self.rules.forced_bos_id
+        return [self.start_id] + ([] if forced is None else [forced])
+
     @torch.inference_mode()
     def score(self, sources: list[list[int]], targets: list[list[int]]) -> list[float]:
-        """Forced decoding: total log-prob of each target (EOS appended) given its source."""
-        src, src_mask = self.pad(sources)
-        tgt_in, _ = self.pad([[self.start_id] + t for t in targets])
-        gold, gold_mask = self.pad([t + [self.eos_id] for t in targets])
-        logprobs = torch.log_softmax(self.model(src, src_mask, tgt_in).float(), dim=-1)
-        token_logprobs = logprobs.gather(2, gold[:, :, None])[:, :, 0]
+        """Forced decoding: total log-prob of each target (EOS appended) given its source.
+
+        Targets are the tokens after any forced first token (as `encode_target` gives them). The
+        decoder input is what `translate_batch` feeds: the forced prefix, the target, then EOS is
+        predicted. The forced token counts 0, as in `translate_batch` (it is forced, not chosen),
+        so the score of a translation's own ended 1-best equals its `total`."""
+        token_logprobs, gold_mask = self._forced(sources, targets)
         return token_logprobs.masked_fill(~gold_mask, 0.0).sum(dim=1).tolist()
+
+    @torch.inference_mode()
+    def score_tokens(self, sources: list[list[int]], targets: list[list[int]]) -> list[tuple[list[int], list[float]]]:
+        """Per token, as `translate_batch`'s hypotheses give them: (tokens, token_scores) of each
+        target, tokens with the forced first token and without EOS, token_scores with the forced
+        token's 0 and EOS's log-prob last."""
+        token_logprobs, _ = self._forced(sources, targets)
+        forced = self.forced_prefix()[1:]
+        rows = token_logprobs.tolist()
+        return [(forced + t, [0.0] * len(forced) + row[: len(t) + 1]) for t, row in zip(targets, rows)]
+
+    def _forced(self, sources, targets):
+        """(B, T) log-prob of each target token and EOS after the forced prefix, and its mask."""
+        prefix = self.forced_prefix()
+        src, src_mask = self.pad(sources)
+        tgt_in, _ = self.pad([prefix + t for t in targets])
+        gold, gold_mask = self.pad([t + [self.eos_id] for t in targets])
+        logits = self.model(src, src_mask, tgt_in)[:, len(prefix) - 1 :]  # the positions that predict gold
+        logprobs = torch.log_softmax(logits.float(), dim=-1)
+        return logprobs.gather(2, gold[:, :, None])[:, :, 0], gold_mask

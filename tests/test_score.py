@@ -1,0 +1,213 @@
+"""`score` feeds the decoder what `translate` feeds it, and counts what `translate` counts (issue 19).
+
+The decoder input of a scored target is the decoder start token, then the token
+forced at step 0 where the model has one (mBART-50/M2M100/NLLB's target-language
+tag, BART's BOS), then the target; EOS is predicted last. The forced token counts
+0, as in `translate` (it is forced, not chosen). So, for every family, the score of
+the model's own ended translation equals translate's `log_prob`, and equals the sum
+of the `transformers` model's log-softmax over the same decoder input.
+"""
+
+import json
+
+import pytest
+import torch
+
+from nmtdecode.config import DecodingConfig
+from nmtdecode.models.loading import load_model
+from nmtdecode.translator import Translator
+
+from .test_parity_hf import EOS, batch, build, ours_generate
+
+# The generation settings that make each family force a first token as its real checkpoints do:
+# BART (bart-large-cnn) forces BOS, mBART-50 and M2M100/NLLB the target-language tag. The tags and
+# the input batches (seeds) are chosen so that the random models end hypotheses at many lengths.
+FORCED = {"marian": {}, "bart": {"forced_bos_token_id": 0}, "mbart": {"forced_bos_token_id": 60},
+          "m2m_100": {"forced_bos_token_id": 30}}
+BATCH = {"marian": 0, "bart": 3, "mbart": 0, "m2m_100": 2}
+MAX_LENGTH = 20
+
+
+def prefix_of(model, rules) -> list[int]:
+    return [model.cfg.decoder_start_id] + ([] if rules.forced_bos_id is None else [rules.forced_bos_id])
+
+
+@pytest.mark.parametrize("family", FORCED)
+def test_score_of_own_translations_is_their_log_prob_and_transformers_sum(family, tmp_path):
+    hf, ours, defaults, rules = build(family, tmp_path, num_beams=4, max_length=MAX_LENGTH, **FORCED[family])
+    assert (rules.forced_bos_id is None) == (family == "marian")
+    prefix = prefix_of(ours, rules)
+    rows, _, _ = batch(BATCH[family])
+    nbest = ours_generate(ours, defaults, rules, rows, n_best=4)
+    sources, targets, totals, decoder_inputs, hyps_scored = [], [], [], [], []
+    for row, hyps in zip(rows, nbest):
+        for hyp in hyps:
+            # ended with EOS, and before the step limit (where no EOS would be forced)
+            if not hyp.ended or len(hyp.tokens) + 1 >= MAX_LENGTH - 1:
+                continue
+            forced, target = hyp.tokens[: len(prefix) - 1], hyp.tokens[len(prefix) - 1 :]
+            assert forced == prefix[1:]  # translate generated the forced token first
+            sources.append(row)
+            targets.append(target)
+            totals.append(hyp.total)
+            hyps_scored.append(hyp)
+            decoder_inputs.append(prefix + target)
+    assert len(sources) >= 6 and len({len(t) for t in targets}) > 2  # padded batch of mixed lengths
+
+    translator = Translator(ours, DecodingConfig(), rules)
+    scores = translator.score(sources, targets)
+    assert scores == pytest.approx(totals, abs=1e-4)
+    # per token (the JSONL of `score`), as translate's hypotheses: the forced token first, scored 0
+    for (tokens, token_scores), hyp in zip(translator.score_tokens(sources, targets), hyps_scored):
+        assert tokens == hyp.tokens and token_scores == pytest.approx(hyp.token_scores, abs=1e-4)
+
+    expected = []
+    with torch.no_grad():
+        for source, target, decoder_input in zip(sources, targets, decoder_inputs):
+            logits = hf(input_ids=torch.tensor([source]), decoder_input_ids=torch.tensor([decoder_input])).logits[0]
+            logprobs = torch.log_softmax(logits.float(), dim=-1)[len(prefix) - 1 :]  # after the forced token
+            gold = torch.tensor(target + [EOS])
+            expected.append(logprobs.gather(1, gold[:, None]).sum().item())
+    assert scores == pytest.approx(expected, abs=1e-4)
+
+
+def test_native_score_of_own_translations_is_their_log_prob(model_dir, lines_file, cli):
+    """translate's JSONL tokens and log_prob from the command line, scored through the decoder that
+    `score` runs (the random model's text does not re-tokenize to the same ids, so ids are scored)."""
+    from .test_cli import LINES
+
+    lines = [line for line in LINES if line.strip()] + ["the dog is in the house .", "a red cat"]
+    run = cli("translate", "--model", model_dir, "--src", lines_file(lines), "--beam-size", 4, "--n-best", 4,
+              "--max-length", 30, "--format", "jsonl", "--token-scores", "--quiet", text=True)
+    assert run.returncode == 0, run.stderr
+    loaded = load_model(str(model_dir))
+    sources, targets, totals = [], [], []
+    for line, record in zip(lines, run.stdout.splitlines()):
+        for hyp in json.loads(record)["hypotheses"]:
+            if hyp["ended"]:
+                sources.append(loaded.tokenizer.encode(line))
+                targets.append(hyp["tokens"])
+                totals.append(hyp["log_prob"])
+    assert len(sources) >= 8 and len({len(t) for t in targets}) > 1
+    assert loaded.rules.forced_bos_id is None  # native models force nothing
+    scores = Translator(loaded.model, DecodingConfig(), loaded.rules).score(sources, targets)
+    assert scores == pytest.approx(totals, abs=1e-4)
+
+
+def m2m100_directory(root):
+    """A seeded random M2M100 model with its tokenizer files (SentencePiece, vocab.json, language codes)."""
+    import transformers
+
+    from .test_hf_tokenizers import _quiet, _train
+
+    root.mkdir()
+    sp = _train(root / "sentencepiece.bpe.model", "bpe")
+    pieces = sorted(sp.id_to_piece(i) for i in range(3, sp.get_piece_size()))
+    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, **{p: 4 + i for i, p in enumerate(pieces)}}
+    (root / "vocab.json").write_text(json.dumps(vocab))
+    tokenizer = transformers.M2M100Tokenizer(str(root / "vocab.json"), str(root / "sentencepiece.bpe.model"),
+                                             src_lang="en", language_codes="m2m100")
+    _quiet(lambda: tokenizer.save_pretrained(str(root)))
+    torch.manual_seed(0)
+    vocab_size = max(tokenizer.get_lang_id(code) for code in tokenizer.lang_code_to_id) + 9  # + 8 "madeupword"s
+    config = transformers.M2M100Config(vocab_size=vocab_size, d_model=32, encoder_layers=2, decoder_layers=2,
+                                       encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
+                                       decoder_ffn_dim=64, max_position_embeddings=128, dropout=0.0,
+                                       forced_eos_token_id=None)
+    hf = transformers.M2M100ForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.normal_(0.0, 0.4)
+    hf.generation_config = transformers.GenerationConfig(decoder_start_token_id=2, eos_token_id=2, pad_token_id=1)
+    hf.save_pretrained(root)
+    return root, hf, tokenizer
+
+
+def test_cli_score_forces_the_tgt_lang_tag(tmp_path, lines_file, cli):
+    """`score --tgt-lang` scores after the target-language tag, as translate decodes; the tag's own
+    probability is not counted, and the score is transformers' sum over the same decoder input."""
+    root, hf, tokenizer = m2m100_directory(tmp_path / "m2m")
+    sources, targets = ["The small cat walks.", "Hello world."], ["A green river!", "Bread and water"]
+    src, tgt = lines_file(sources, "src.txt"), lines_file(targets, "tgt.txt")
+    scores = {}
+    for lang in ("fr", "de"):
+        run = cli("score", "-m", root, "-s", src, "-t", tgt, "--tgt-lang", lang, "--src-lang", "en", "-b", 1,
+                  "--device", "cpu", text=True)
+        assert run.returncode == 0, run.stderr
+        scores[lang] = [float(x) for x in run.stdout.split()]
+        expected = []
+        tokenizer.tgt_lang = lang
+        with torch.no_grad():
+            for source, target in zip(sources, targets):
+                ids = tokenizer(source).input_ids  # __en__ ... </s>
+                labels = tokenizer(text_target=target).input_ids[1:]  # __fr__ ... </s> without the tag
+                decoder_input = [2, tokenizer.get_lang_id(lang)] + labels[:-1]
+                logits = hf(input_ids=torch.tensor([ids]), decoder_input_ids=torch.tensor([decoder_input])).logits[0]
+                logprobs = torch.log_softmax(logits, dim=-1)[1:]
+                expected.append(logprobs.gather(1, torch.tensor(labels)[:, None]).sum().item())
+        assert scores[lang] == pytest.approx(expected, abs=1e-4)
+    assert all(abs(a - b) > 1e-3 for a, b in zip(scores["fr"], scores["de"]))  # the tag is fed
+
+
+def test_cli_score_options(model_dir, tmp_path, lines_file, cli):
+    """--batch-size does not change a score; -c gives the model and options (a translate config's
+    other keys are left to translate); --dtype computes in that precision; flags win over the file."""
+    sources = ["the house is red .", "good morning", "a dog and a cat sleep in the garden .", "water"]
+    src, tgt = lines_file(sources, "src.txt"), lines_file(["a dog .", "thank you", "the cat", "red"], "tgt.txt")
+
+    def score(*args):
+        run = cli("score", "-s", src, "-t", tgt, "--device", "cpu", *args, text=True)
+        assert run.returncode == 0, run.stderr
+        return [float(x) for x in run.stdout.split()]
+
+    base = score("-m", model_dir)
+    assert len(base) == 4
+    assert score("-m", model_dir, "--batch-size", 1) == pytest.approx(base, abs=1e-5)
+    config = tmp_path / "sub" / "c.yaml"
+    config.parent.mkdir()
+    config.write_text(f"model: ../{model_dir.name}\nbeam_size: 4\nsrc: in.en\nbatch_size: 3\n")
+    (tmp_path / model_dir.name).symlink_to(model_dir)
+    assert score("-c", config) == pytest.approx(base, abs=1e-5)
+    half = score("-c", config, "--dtype", "bf16", "-b", 2)
+    assert half == pytest.approx(base, abs=0.1) and half != base
+
+
+def test_cli_score_usage_errors(model_dir, tmp_path, lines_file, cli):
+    src, tgt = lines_file(["good morning"], "src.txt"), lines_file(["thank you"], "tgt.txt")
+    run = cli("score", "-s", src, "-t", tgt, text=True)
+    assert run.returncode == 2 and "give the model" in run.stderr
+    run = cli("score", "-m", model_dir, "-s", src, "-t", tgt, "--tgt-lang", "de", text=True)
+    assert run.returncode == 2 and "has no language tags" in run.stderr
+    (tmp_path / "bad.yaml").write_text("modle: x\n")
+    run = cli("score", "-c", tmp_path / "bad.yaml", "-m", model_dir, "-s", src, "-t", tgt, text=True)
+    assert run.returncode == 2 and "unknown option 'modle'" in run.stderr
+
+
+def test_cli_score_jsonl_per_token_and_output_file(tmp_path, lines_file, cli):
+    """--format jsonl: tokens (the forced tag first, no EOS) and token_scores (the tag's 0 first, EOS's
+    last), the shape of translate's JSONL hypotheses; each token's log-prob is transformers'; --output
+    writes the file (through OUTPUT.tmp) and nothing to stdout."""
+    root, hf, tokenizer = m2m100_directory(tmp_path / "m2m")
+    sources, targets = ["The small cat walks.", "Hello world.", "Green tree!"], ["A green river!", "Bread", ""]
+    common = ("-m", root, "-s", lines_file(sources, "src.txt"), "-t", lines_file(targets, "tgt.txt"),
+              "--tgt-lang", "fr", "--device", "cpu")
+    out = tmp_path / "scores.jsonl"
+    run = cli("score", *common, "--format", "jsonl", "--output", out, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == "" and not (tmp_path / "scores.jsonl.tmp").exists()
+    records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [r["index"] for r in records] == [0, 1, 2]
+    tag = tokenizer.get_lang_id("fr")
+    tokenizer.tgt_lang = "fr"
+    with torch.no_grad():
+        for record, source, target in zip(records, sources, targets):
+            labels = tokenizer(text_target=target).input_ids[1:]  # __fr__ ... </s> without the tag
+            assert record["tokens"] == [tag] + labels[:-1]
+            assert len(record["token_scores"]) == len(record["tokens"]) + 1 and record["token_scores"][0] == 0.0
+            assert sum(record["token_scores"]) == pytest.approx(record["log_prob"], abs=1e-9)
+            logits = hf(input_ids=torch.tensor([tokenizer(source).input_ids]),
+                        decoder_input_ids=torch.tensor([[2] + record["tokens"]])).logits[0]
+            expected = torch.log_softmax(logits, dim=-1)[1:].gather(1, torch.tensor(labels)[:, None])[:, 0]
+            assert record["token_scores"][1:] == pytest.approx(expected.tolist(), abs=1e-4)
+    text = cli("score", *common, text=True)
+    assert [float(x) for x in text.stdout.split()] == pytest.approx([r["log_prob"] for r in records], abs=1e-5)
