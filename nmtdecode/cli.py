@@ -105,12 +105,6 @@ def _apply(options):
     return decorate
 
 
-def build_config(config_file: str | None, flags: dict) -> Config:
-    values = load_yaml(config_file) if config_file else {}
-    values.update(expand_aliases({k: v for k, v in flags.items() if v is not None}))
-    return Config.from_values(values)
-
-
 def build_jobs(config_file: str | None, flags: dict) -> list[Config]:
     """The jobs of one `translate` run: the config file's, with the command line's flags over them."""
     given = {k: (list(v) if isinstance(v, tuple) else v) for k, v in flags.items() if v is not None and v != ()}
