@@ -343,36 +343,40 @@ def _translate(config: Config, output: OutputFile, loaded_translator) -> Summary
 
 def score_job(config: Config, src_path: str, tgt_path: str, output: str = "-", fmt: str = "text"):
     """Write the forced-decoding log-probability of each (source, target) line pair: one number a
-    line (text), or JSONL records with the tokens and per-token log-probs as translate gives them."""
+    line (text), or JSONL records with the tokens and per-token log-probs as translate gives them.
+    The output is translate's (`OutputFile`: locked, written through FILE.tmp, links not followed),
+    checked and locked before the model loads; it is written whole, with no --resume."""
     if Ranks.from_env() is not None:  # every rank would print every score
         raise ConfigError("score runs in one process: start it without torchrun")
     from .api import Translator as PublicTranslator
 
-    sources, targets = list(read_lines(src_path)), list(read_lines(tgt_path))
-    if len(sources) != len(targets):
-        raise ConfigError(f"--src has {len(sources)} lines but --tgt has {len(targets)}")
-    translator = PublicTranslator.from_config(config)
-    signals.job_started()
-    if fmt == "jsonl":
-        config, decoder = decoder_of(translator)
-        scored = score_pairs(translator.loaded, decoder, sources, targets, config.batching.batch_size, tokens=True)
-        lines = [json.dumps({"index": i, "log_prob": sum(s), "tokens": t, "token_scores": s}, ensure_ascii=False)
-                 for i, (t, s) in enumerate(scored)]
-    else:
-        lines = [f"{total:.6f}" for total in translator.score(sources, targets)]
-    text = "".join(line + "\n" for line in lines)
-    if output == "-":
-        sys.stdout.write(text)
-        sys.stdout.flush()
-        return
-    with open(output + ".tmp", "w", encoding="utf-8") as f:  # a complete file or none
-        f.write(text)
-    os.replace(output + ".tmp", output)
-
-
-def decoder_of(translator) -> tuple[Config, Translator]:
-    """The effective config and decoding loop of a public `api.Translator`."""
-    return decoder(translator.config, translator.loaded, translator.device)
+    out = OutputFile(output)
+    for path in (src_path, tgt_path):
+        out.refuse_source(path)
+    out.claim(False)
+    try:
+        sources, targets = list(read_lines(src_path)), list(read_lines(tgt_path))
+        if len(sources) != len(targets):
+            raise ConfigError(f"--src has {len(sources)} lines but --tgt has {len(targets)}")
+        translator = PublicTranslator.from_config(config)
+        signals.job_started()
+        if fmt == "jsonl":
+            config, loop = decoder(translator.config, translator.loaded, translator.device)
+            scored = score_pairs(translator.loaded, loop, sources, targets, config.batching.batch_size,
+                                 tokens=True)
+            lines = [json.dumps({"index": i, "log_prob": sum(s), "tokens": t, "token_scores": s},
+                                ensure_ascii=False) for i, (t, s) in enumerate(scored)]
+        else:
+            lines = [f"{total:.6f}" for total in translator.score(sources, targets)]
+        out.open(False, signature="")  # no checkpoints: a complete file or none
+        try:
+            out.stream.write("".join(line + "\n" for line in lines))
+        except BaseException:
+            out.abandon()  # with no journal, FILE.tmp is removed
+            raise
+        out.finish()
+    finally:
+        out.release()
 
 
 def score_pairs(loaded: LoadedModel, translator: Translator, sources: list[str], targets: list[str],
