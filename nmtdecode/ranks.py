@@ -269,14 +269,10 @@ def _decode_share(config: Config, part: OutputFile, ranks: Ranks, model: dict) -
 def _decode_batches(batches: list, config: Config, loaded, translator, summary) -> str:
     """The part's records of these batches' lines, in input order: for each line a header
     `INDEX BYTES` and its output in the job's format; counted in `summary`."""
-    from .run import decode_batch, warn
+    from .run import decode_batch
 
     results = sorted((r for batch in batches for r in decode_batch(batch, translator, loaded)), key=lambda r: r.index)
-    truncated = sum(e.truncated for batch in batches for e in batch)
-    if truncated and not summary.truncated:
-        warn("source lines longer than the model's positions (or --max-src-length) are cut")
-    summary.sentences += len(results)
-    summary.truncated += truncated
+    summary.count([e for batch in batches for e in batch])
     records = []
     for result in results:
         summary.target_tokens += len(result.hypotheses[0].tokens)

@@ -49,6 +49,15 @@ class Summary:
         for name in ("sentences", "target_tokens", "truncated", "replaced", "seconds"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
+    def count(self, examples: list[Example]):
+        """Count decoded source lines, and those cut to the model's length; the first cut one
+        of the job gets a warning."""
+        truncated = sum(e.truncated for e in examples)
+        if truncated and not self.truncated:
+            warn("source lines longer than the model's positions (or --max-src-length) are cut")
+        self.sentences += len(examples)
+        self.truncated += truncated
+
     def line(self) -> str:
         rate = self.target_tokens / self.seconds if self.seconds > 0 else 0.0
         text = (f"nmtdecode: {_count(self.sentences, 'sentence')}, {_count(self.target_tokens, 'target token')} "
@@ -322,11 +331,7 @@ def _translate(config: Config, output: OutputFile, loaded_translator) -> Summary
                     progress.set_postfix_str(f"{rate:.0f} tokens/s", refresh=False)
                     progress.update(len(batch))
                 output.checkpoint(chunk[-1].index + 1, reader.position())
-                newly_truncated = sum(e.truncated for e in chunk)
-                if newly_truncated and not summary.truncated:
-                    warn("source lines longer than the model's positions (or --max-src-length) are cut")
-                summary.sentences += len(chunk)
-                summary.truncated += newly_truncated
+                summary.count(chunk)
         writer.close()
     except BaseException:
         output.abandon()  # keeps FILE.tmp and its journal for --resume
