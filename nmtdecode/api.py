@@ -58,20 +58,26 @@ class Translator:
         loaded, device = run.load(config)
         return cls(config, loaded, device)
 
-    def translate(self, sources: list[str], scores: bool = False, **options) -> list:
+    def translate(self, sources: list[str], scores: bool = False, prefixes: list[str] | None = None,
+                  **options) -> list:
         """Translate a list of sentences (sorted by length and batched inside).
 
         Returns a list of strings, one per source, the best translation of each; with
         `scores=True` or `n_best` > 1, a list of lists of `Translation`, the n-best
-        hypotheses of each source, best first. An empty or blank source gives "" (score 0)."""
+        hypotheses of each source, best first. An empty or blank source gives "" (score 0),
+        or its prefix. `prefixes`: one target prefix per source (may be ""), as --prefix.
+        With `sampling=True`, source i draws as line i of a file would."""
         from . import run
         from .io import cut
 
         if isinstance(sources, str):
             raise TypeError("translate() takes a list of strings, not one string")
+        if prefixes is not None and len(prefixes) != len(sources):
+            raise ValueError(f"translate() got {len(sources)} sources but {len(prefixes)} prefixes")
         config, decoder = run.decoder(self._call_config(options), self.loaded, self.device)
         batching = config.batching
-        examples = [run.make_example(i, text, self.loaded, batching.max_src_length) for i, text in enumerate(sources)]
+        examples = [run.make_example(i, text, self.loaded, batching.max_src_length,
+                                     None if prefixes is None else prefixes[i]) for i, text in enumerate(sources)]
         results = [None] * len(examples)
         for batch in cut(examples, batching.batch_size, batching.batch_type):
             for result in run.decode_batch(batch, decoder, self.loaded):

@@ -49,11 +49,22 @@ class DecodingConfig:
     ban_unk: bool = False
     src_lang: str | None = None
     tgt_lang: str | None = None
+    sampling: bool = False  # random sampling (search/sampling.py): n_best samples per line
+    temperature: float = 1.0
+    top_k: int = 0  # 0: off
+    top_p: float = 1.0  # 1.0: off
+    seed: int = 0
+
+    @property
+    def rows_per_sentence(self) -> int:
+        """Hypotheses decoded side by side for each sentence: the beam, or the samples."""
+        return self.n_best if self.sampling else self.beam_size
 
     def validate(self):
         _check_min("beam_size", self.beam_size, 1)
         _check_min("n_best", self.n_best, 1)
-        if self.n_best > self.beam_size:
+        self._validate_sampling()
+        if self.n_best > self.beam_size and not self.sampling:
             raise ConfigError(f"n_best: {self.n_best} is greater than beam_size ({self.beam_size})")
         _check_min("max_length", self.max_length, 1)
         _check_min("max_len_a", self.max_len_a, 0)
@@ -64,6 +75,16 @@ class DecodingConfig:
         _check_choice("length_penalty", self.length_penalty, ["none", "avg", "wu"])
         _check_choice("early_stopping", self.early_stopping, ["top", "true", "false", "never"])
         _check_min("no_repeat_ngram_size", self.no_repeat_ngram_size, 0)
+
+    def _validate_sampling(self):
+        if not self.temperature > 0:
+            raise ConfigError(f"temperature: must be > 0, got {self.temperature} (for the most probable token at "
+                              "every step, leave out --sampling and use --beam-size 1)")
+        _check_min("top_k", self.top_k, 0)
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"top_p: must be in (0, 1], got {self.top_p}")
+        if not 0 <= self.seed < 2**64:
+            raise ConfigError(f"seed: must be in [0, 2^64), got {self.seed}")
 
 
 @dataclass
@@ -113,6 +134,7 @@ class IOConfig:
     on_invalid_utf8: str = "error"
     resume: bool = False
     stream: bool = False
+    prefix: str | None = None  # file of target prefixes, one per source line
 
     def validate(self):
         _check_choice("format", self.format, FORMATS)
@@ -121,6 +143,8 @@ class IOConfig:
             raise ConfigError("resume: needs an output file (--output FILE); stdout cannot be resumed")
         if self.stream and self.resume:
             raise ConfigError("stream: cannot be combined with resume")
+        if self.prefix == "-":
+            raise ConfigError("prefix: needs a file (stdin is the source's)")
 
 
 # Other tools' spellings of a dtype (PyTorch, Hugging Face, CTranslate2), each unambiguous.
@@ -209,6 +233,9 @@ class Config:
     def validate(self):
         for name in SECTIONS:
             getattr(self, name).validate()
+        if self.decoding.sampling and "beam_size" in self.user_keys and self.decoding.beam_size > 1:
+            raise ConfigError(f"beam_size: {self.decoding.beam_size} with sampling; sampling draws --n-best "
+                              "independent samples (no beam sampling): leave out --beam-size or give 1")
 
     def values(self) -> dict:
         """The options set by the YAML file or the command line, as flat {key: value}."""
@@ -227,11 +254,11 @@ class Config:
 
 
 # Options naming files: in a config file, a relative path is relative to that file's directory.
-PATH_KEYS = ("model", "src", "output", "output_dir")
+PATH_KEYS = ("model", "src", "output", "output_dir", "prefix")
 # Keys that plan a run of many files (`plan_jobs`), not options of one job.
 PLAN_KEYS = ("jobs", "output_dir", "suffix")
 # What an item of `jobs:` may set for itself: its files and what needs no other model load.
-ITEM_KEYS = frozenset({"src", "output", "format", "token_scores", "on_invalid_utf8"}
+ITEM_KEYS = frozenset({"src", "output", "format", "token_scores", "on_invalid_utf8", "prefix"}
                       | {f.name for f in fields(DecodingConfig)} | {f.name for f in fields(BatchingConfig)})
 
 
@@ -311,6 +338,9 @@ def plan_jobs(file_values: dict, flags: dict) -> list[Config]:
         raise ConfigError("output: the config file lists jobs, each with its output; give --src with --output")
     values.update(flags)
     items = _items(values)
+    if len(items) > 1 and values.get("prefix") is not None:
+        raise ConfigError("prefix: a prefix file goes with one input; with several, give each its own "
+                          "(prefix: in each item of jobs:)")
     overrides = {k: v for k, v in flags.items() if k not in ("src", "output", *PLAN_KEYS)}
     jobs = [Config.from_values({**values, **item, **overrides}) for item in items]
     if len(jobs) > 1:

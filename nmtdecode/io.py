@@ -26,6 +26,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
+from .config import ConfigError
 from .search.base import Hypothesis
 
 SORT_CHUNK_BATCHES = 32  # batches' worth of lines sorted together
@@ -41,6 +42,7 @@ class Example:
     text: str
     ids: list[int] | None = None  # None: nothing to decode (empty line)
     truncated: bool = False
+    prefix: list[int] | None = None  # target ids the output must start with (--prefix)
 
 
 @dataclass
@@ -112,6 +114,40 @@ def check_readable(path: str):
         _open(path).close()
     elif not os.access(path, os.R_OK):
         raise InputError(f"cannot read {path}: permission denied")
+
+
+class PrefixLines:
+    """The --prefix file, read in step with the source: `line(i)` for increasing line indices i
+    (lines a resumed job skips are read past). It must have exactly one line per source line:
+    checked before decoding when both are regular files (`check_prefix`), else as they are read."""
+
+    def __init__(self, path: str, on_invalid: str = "error"):
+        self.path, self.lines, self.read = path, iter(LineReader(path, on_invalid)), 0
+
+    def line(self, index: int) -> str:
+        for _ in range(index - self.read + 1):
+            current = next(self.lines, None)
+            if current is None:
+                raise InputError(f"--prefix {self.path} has {self.read} lines, fewer than the source "
+                                 f"(line {index + 1}); give one prefix line per source line")
+            self.read += 1
+        return current
+
+    def check_end(self):
+        """After the last source line: the prefix file has no more lines."""
+        if next(self.lines, None) is not None:
+            raise InputError(f"--prefix {self.path} has more lines than the source ({self.read}); "
+                             "give one prefix line per source line")
+
+
+def check_prefix(src: str, prefix: str):
+    """Before the model loads: the prefix file is readable and, when the source is a regular
+    file too, has as many lines."""
+    check_readable(prefix)
+    counts = count_lines(src), count_lines(prefix)
+    if None not in counts and counts[0] != counts[1]:
+        raise ConfigError(f"prefix: {prefix} has {counts[1]} lines but {src} has {counts[0]}; "
+                         "give one prefix line per source line")
 
 
 def count_lines(path: str) -> int | None:

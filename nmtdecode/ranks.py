@@ -43,7 +43,7 @@ from dataclasses import dataclass, replace
 
 from . import signals
 from .config import Config, ConfigError
-from .io import LineReader, check_readable, chunks, cut, format_result
+from .io import LineReader, check_prefix, check_readable, chunks, cut, format_result
 from .output import OutputFile, OutputRefused, _remove
 
 WAIT = datetime.timedelta(days=7)  # a rank may wait for the others as long as their share takes
@@ -157,6 +157,8 @@ def _check_input_and_output(config: Config):
     if io_cfg.stream:
         raise ConfigError("--stream answers each line as it arrives, in one process: under torchrun leave it out")
     check_readable(io_cfg.src)
+    if io_cfg.prefix is not None:
+        check_prefix(io_cfg.src, io_cfg.prefix)
     if not stat.S_ISREG(os.stat(io_cfg.src).st_mode):
         raise ConfigError(f"under torchrun every process reads the whole input: --src {io_cfg.src} must be a "
                           "regular file, not a pipe or device")
@@ -234,7 +236,7 @@ def _decode_share(config: Config, part: OutputFile, ranks: Ranks, model: dict) -
     (as run._translate does); returns the rank's `run.Summary` and the input's line count.
     The part stays PART.tmp with its journal until the merge, the last record covering the whole
     input: a rank resumed with nothing left to do still checks that the input is the same."""
-    from .run import Summary, decoder, job_signature, load, make_example, read_size, warn
+    from .run import Summary, decoder, job_examples, job_signature, load, read_size, warn
 
     if not model:  # the first job loads it; the others decode with it
         model["loaded"], model["device"] = load(config)
@@ -246,7 +248,7 @@ def _decode_share(config: Config, part: OutputFile, ranks: Ranks, model: dict) -
     signals.job_started()
     lines_done = part.open(io_cfg.resume, job_signature(config))
     lines = part.unfinished(reader, on_resume=lambda n: warn(f"{part.path}: resuming after input line {n}"))
-    examples = (make_example(i, line, loaded, batching.max_src_length) for i, line in lines)
+    examples = job_examples(config, lines, loaded)
     try:
         for chunk in chunks(examples, read_size(config)):
             batches = cut(chunk, batching.batch_size, batching.batch_type)

@@ -22,8 +22,8 @@ from tqdm import tqdm
 
 from . import __version__, memory, signals
 from .config import Config, ConfigError, RuntimeConfig
-from .io import (Example, LineReader, OrderedWriter, Result, check_readable, chunk_size, chunks, count_lines, cut,
-                 read_lines)
+from .io import (Example, LineReader, OrderedWriter, PrefixLines, Result, check_prefix, check_readable, chunk_size,
+                 chunks, count_lines, cut, read_lines)
 from .models.checkpoint import LoadedModel
 from .models.loading import load_model
 from .models.gemm import apply_backend, choose_backend
@@ -126,27 +126,44 @@ def prepare(config: Config) -> tuple[Config, LoadedModel, Translator]:
     return config, loaded, translator
 
 
-def make_example(index: int, text: str, loaded: LoadedModel, max_src_length: int | None) -> Example:
-    """Tokenize one line; whitespace-only lines get nothing to decode; long ones are cut (EOS kept)."""
+def make_example(index: int, text: str, loaded: LoadedModel, max_src_length: int | None,
+                 prefix: str | None = None) -> Example:
+    """Tokenize one line; whitespace-only lines get nothing to decode; long ones are cut (EOS kept).
+    A target prefix is tokenized with the target tokenizer, without EOS."""
+    prefix_ids = loaded.tokenizer.encode_target(prefix) if prefix and prefix.strip() else None
     if not text.strip():
-        return Example(index, text)
+        return Example(index, text, prefix=prefix_ids)
     ids = loaded.tokenizer.encode(text)
     cfg = loaded.model.cfg
     limit = min(max_src_length or cfg.max_positions, cfg.max_positions)
     if len(ids) > limit:
-        return Example(index, text, ids[: limit - 1] + [cfg.eos_id], truncated=True)
-    return Example(index, text, ids)
+        return Example(index, text, ids[: limit - 1] + [cfg.eos_id], truncated=True, prefix=prefix_ids)
+    return Example(index, text, ids, prefix=prefix_ids)
+
+
+def job_examples(config: Config, lines, loaded: LoadedModel):
+    """The Examples of a job's (index, line) pairs, each with its line of the --prefix file."""
+    max_src_length = config.batching.max_src_length
+    if config.io.prefix is None:
+        yield from (make_example(i, line, loaded, max_src_length) for i, line in lines)
+        return
+    prefixes = PrefixLines(config.io.prefix, config.io.on_invalid_utf8)
+    for i, line in lines:
+        yield make_example(i, line, loaded, max_src_length, prefixes.line(i))
+    prefixes.check_end()
 
 
 def check_fits(config: Config, loaded: LoadedModel, device: torch.device):
     """On CPU, refuse before decoding a beam that not even one sentence could be decoded with
     (memory.py: an allocation that large may end in the kernel's OOM killer, not an error)."""
     decoding, total = config.decoding, memory.total_bytes()
-    if device.type != "cpu" or total is None or decoding.beam_size == 1 or decoding.max_length < 2:
+    width = decoding.rows_per_sentence
+    if device.type != "cpu" or total is None or width == 1 or decoding.max_length < 2:
         return
-    need = loaded.model.decoding_bytes(1, decoding.beam_size, 2, DTYPES[config.runtime.dtype])
+    need = loaded.model.decoding_bytes(1, width, 2, DTYPES[config.runtime.dtype])
     if need > total:
-        raise ConfigError(f"beam_size: {decoding.beam_size} needs at least {memory.gigabytes(need)} for one "
+        key = "n_best" if decoding.sampling else "beam_size"
+        raise ConfigError(f"{key}: {width} needs at least {memory.gigabytes(need)} for one "
                           f"sentence's second decoding step, more than the {memory.gigabytes(total)} "
                           "this process can use; choose a smaller beam")
 
@@ -159,7 +176,7 @@ def too_big(batch: list[Example], translator: Translator, loaded: LoadedModel) -
         return None
     positions = max(translator.max_steps([len(e.ids) for e in batch]))
     dtype = next(loaded.model.parameters()).dtype
-    need = loaded.model.decoding_bytes(len(batch), translator.cfg.beam_size, positions, dtype)
+    need = loaded.model.decoding_bytes(len(batch), translator.cfg.rows_per_sentence, positions, dtype)
     if need <= available:
         return None
     return (f"a batch of {len(batch)} sentences may need {memory.gigabytes(need)} by its step limit, more than the "
@@ -170,13 +187,16 @@ def decode_batch(batch: list[Example], translator: Translator, loaded: LoadedMod
     """Results for one batch. When the device runs out of memory (or on CPU, would certainly
     run out) the batch is split in halves and retried, down to single sentences (which then
     fail, naming the line)."""
-    if batch[0].ids is None:  # empty lines: n_best empty hypotheses each, as for any other line
-        n = translator.cfg.n_best
-        return [Result(e.index, [Hypothesis([], 0.0, 0.0) for _ in range(n)], [""] * n) for e in batch]
+    if batch[0].ids is None:  # empty lines: n_best hypotheses each, empty or their prefix (as CTranslate2)
+        n, decode = translator.cfg.n_best, loaded.tokenizer.decode
+        prefix = [e.prefix or [] for e in batch]
+        return [Result(e.index, [Hypothesis(list(p), 0.0, 0.0, [0.0] * len(p)) for _ in range(n)],
+                       [decode(p)] * n) for e, p in zip(batch, prefix)]
     nbests, split = None, too_big(batch, translator, loaded)
     if split is None:
         try:
-            nbests = translator.translate_batch([e.ids for e in batch])
+            prefixes = [e.prefix or [] for e in batch] if any(e.prefix for e in batch) else None
+            nbests = translator.translate_batch([e.ids for e in batch], [e.index for e in batch], prefixes)
         except (RuntimeError, MemoryError) as error:  # torch.OutOfMemoryError is a RuntimeError
             if not memory.is_out_of_memory(error):
                 raise
@@ -232,6 +252,8 @@ def job_signature(config: Config) -> str:
              "dtype": config.runtime.dtype, "quantize": config.runtime.quantize, "format": config.io.format,
              "token_scores": config.io.token_scores, "on_invalid_utf8": config.io.on_invalid_utf8,
              "stdin": config.io.src == "-", "model": model_identity(config.io.model)}
+    if config.io.prefix is not None:  # the prefixes change the output as the input does
+        parts["prefix"] = _content_identity(config.io.prefix)
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -284,6 +306,8 @@ def translate_job(jobs: Config | list[Config], translator=None) -> Summary:
     try:
         for job in jobs:
             check_readable(job.io.src)
+            if job.io.prefix is not None:
+                check_prefix(job.io.src, job.io.prefix)
             output = OutputFile(job.io.output)
             outputs.append(output)
             for other in jobs:
@@ -318,7 +342,7 @@ def _translate(config: Config, output: OutputFile, loaded_translator) -> Summary
     signals.job_started()  # from here a signal unwinds the job, keeping its output resumable
     done = output.open(io_cfg.resume, job_signature(config))
     lines = output.unfinished(reader, on_resume=lambda n: warn(f"resuming after input line {n}"))
-    examples = (make_example(i, line, loaded, batching.max_src_length) for i, line in lines)
+    examples = job_examples(config, lines, loaded)
     writer = OrderedWriter(output.stream, io_cfg.format, io_cfg.token_scores, first_index=done)
     try:
         with progress_bar(config, done) as progress:

@@ -26,7 +26,9 @@ from .search.base import Hypothesis, RowState, Search
 from .search.beam import BeamSearch
 from .search.greedy import GreedySearch
 from .search.penalties import LengthPenalty
-from .search.processors import BanTokens, ForceEosAtLimit, ForceFirstToken, MinLength, NoRepeatNgram, Processors
+from .search.processors import (BanTokens, ForceEosAtLimit, ForceFirstToken, ForcePrefix, MinLength, NoRepeatNgram,
+                                Processors)
+from .search.sampling import Filters, SamplingSearch
 
 
 class Seq2SeqModel(Protocol):
@@ -71,10 +73,16 @@ class Translator:
             return [min(cfg.max_length, limit)] * len(source_lengths)
         return [max(1, min(cfg.max_length, limit, int(cfg.max_len_a * n + cfg.max_len_b))) for n in source_lengths]
 
-    def make_search(self, batch_size: int, max_steps: list[int]) -> Search:
+    def make_search(self, batch_size: int, max_steps: list[int], line_ids: list[int] | None = None) -> Search:
+        """The strategy: sampling (its random streams keyed by each sentence's input line,
+        `line_ids`, default 0..B-1), greedy for beam size 1, else beam search."""
+        cfg = self.cfg
         common = dict(batch_size=batch_size, max_steps=max_steps, start_id=self.start_id, eos_id=self.eos_id,
                       penalty=self.penalty, device=self.device)
-        if self.cfg.beam_size == 1:
+        if cfg.sampling:
+            search = SamplingSearch(samples=cfg.n_best, filters=Filters(cfg.temperature, cfg.top_k, cfg.top_p),
+                                    seed=cfg.seed, line_ids=line_ids or list(range(batch_size)), **common)
+        elif cfg.beam_size == 1:
             search = GreedySearch(**common)
         else:
             search = BeamSearch(beam_size=self.cfg.beam_size, early_stopping=self.cfg.early_stopping,
@@ -82,7 +90,8 @@ class Translator:
         search.shrink = self.shrink
         return search
 
-    def make_processors(self, search: Search, max_steps: list[int]) -> Processors:
+    def make_processors(self, search: Search, max_steps: list[int],
+                        prefixes: list[list[int]] | None = None) -> Processors:
         cfg, rules = self.cfg, self.rules
         chain = []
         if cfg.no_repeat_ngram_size:
@@ -96,6 +105,8 @@ class Translator:
             chain.append(ForceFirstToken(rules.forced_bos_id))
         if rules.forced_eos:
             chain.append(ForceEosAtLimit(self.eos_id))
+        if prefixes and any(prefixes):  # last: a prefix longer than the step limit is cut there, not ended
+            chain.append(ForcePrefix(prefixes, int(rules.forced_bos_id is not None), self.device))
         last_step = torch.tensor(max_steps, device=self.device) - 1
         return Processors(chain, search.start_tokens, last_step)
 
@@ -110,14 +121,19 @@ class Translator:
         return ids, mask
 
     @torch.inference_mode()
-    def translate_batch(self, sources: list[list[int]]) -> list[list[Hypothesis]]:
-        """Source id sequences (EOS included) -> the n-best hypotheses of each, in the same order."""
+    def translate_batch(self, sources: list[list[int]], line_ids: list[int] | None = None,
+                        prefixes: list[list[int]] | None = None) -> list[list[Hypothesis]]:
+        """Source id sequences (EOS included) -> the n-best hypotheses of each, in the same order.
+
+        line_ids: each source's line in the input (sampling draws from streams keyed by it;
+        default 0..B-1). prefixes: target token ids forced at the start of each output (after
+        the model's forced first token), scored 0; may be empty."""
         src, src_mask = self.pad(sources)
         memory = self.model.encode(src, src_mask)
         max_steps = self.max_steps([len(s) for s in sources])
-        search = self.make_search(len(sources), max_steps)
+        search = self.make_search(len(sources), max_steps, line_ids)
         cache = self.model.init_cache(memory, src_mask)
-        processors = self.make_processors(search, max_steps)
+        processors = self.make_processors(search, max_steps, prefixes)
         tokens = search.start_tokens
         for step in range(max(max_steps)):
             logits = self.model.decode_step(tokens, cache)

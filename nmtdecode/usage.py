@@ -68,6 +68,12 @@ def ineffective(config: Config, max_positions: int, device_type: str) -> list[st
     if "max_length" in config.user_keys and decoding.max_length > max_positions:
         notes.append(f"max_length: {decoding.max_length} is above the model's {max_positions} target positions, "
                      f"which cap every output at {max_positions} tokens")
+    if not decoding.sampling:
+        for key in ("temperature", "top_k", "top_p", "seed"):
+            if key in config.user_keys:
+                notes.append(f"{key}: has no effect without --sampling (sampling: true)")
+    elif "early_stopping" in config.user_keys:
+        notes.append("early_stopping: has no effect with --sampling (each sample ends at EOS or the step limit)")
     if config.runtime.dtype == "float16" and device_type == "cpu":
         notes.append("dtype: float16 on CPU has few native kernels and is usually slower than float32 "
                      "(bfloat16 is fast on CPUs with AMX)")

@@ -100,6 +100,10 @@ class DecoderCache:
             if self.self_kv is not None:
                 self._keep_sentences(out.keep)
         self._mask = None
+        if out.origin is None and self.path is not None:  # every row continues itself (sampling)
+            own = torch.arange(self.path.size(0), device=self.path.device) % self.width
+            self.path = torch.cat([self.path, own[:, None]], dim=1)
+            return
         if out.origin is None or self.self_kv is None:
             return
         width = out.origin.numel() // self.cross_kv.size(SENTENCES)

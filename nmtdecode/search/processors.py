@@ -118,6 +118,38 @@ class NoRepeatNgram:
         return logprobs.scatter_add_(1, windows[:, :, -1], penalty.masked_fill_(matches, NEG_INF))
 
 
+class ForcePrefix:
+    """Each row's target prefix is forced, token by token, from step `offset` on (after the
+    model's forced first token, if any): log-prob 0 for the prefix token, -inf for every other,
+    as `ForceFirstToken` scores forced tokens (CTranslate2's `target_prefix` counts them 0 too).
+
+    prefixes: one token list per sentence (empty: nothing forced). The (N, longest) tensor
+    follows the rows (`follow`), as RowHistory does.
+    """
+
+    def __init__(self, prefixes: list[list[int]], offset: int, device):
+        longest = max(len(p) for p in prefixes)
+        self.tokens = torch.zeros((len(prefixes), longest), dtype=torch.long)
+        for row, prefix in enumerate(prefixes):
+            self.tokens[row, : len(prefix)] = torch.tensor(prefix, dtype=torch.long)
+        self.tokens = self.tokens.to(device)
+        self.lengths = torch.tensor([len(p) for p in prefixes], device=device)
+        self.offset = offset
+
+    def __call__(self, logprobs, step, rows):
+        position = step - self.offset
+        if not 0 <= position < self.tokens.size(1):
+            return logprobs
+        forcing = (position < self.lengths)[:, None]  # (N, 1)
+        forced = torch.full_like(logprobs, NEG_INF).scatter_(1, self.tokens[:, position : position + 1], 0.0)
+        return torch.where(forcing, forced, logprobs, out=logprobs)
+
+    def follow(self, out: StepOutput):
+        if out.origin is not None:
+            self.tokens = self.tokens.index_select(0, out.origin)
+            self.lengths = self.lengths.index_select(0, out.origin)
+
+
 class Processors:
     """The processors of one batch, applied in order, and the row state they share."""
 
@@ -133,3 +165,6 @@ class Processors:
 
     def follow(self, out: StepOutput):
         self.rows.follow(out)
+        for processor in self.processors:
+            if hasattr(processor, "follow"):  # processors with row state of their own (ForcePrefix)
+                processor.follow(out)

@@ -1,0 +1,188 @@
+"""Random sampling: N samples per sentence, each token drawn from the filtered model distribution.
+
+Filters, in this order (Hugging Face's warper order; CTranslate2's `RandomSampler` takes top-k
+before the temperature, which commutes with it):
+
+    temperature T   log-probs divided by T (T < 1 sharpens, T > 1 flattens)
+    top-k K         keep every token at least as probable as the K-th (ties at the boundary
+                    kept, as `TopKLogitsWarper`); 0 = off
+    top-p P         keep the tokens whose more probable tokens hold less than P of the mass
+                    (renormalised after top-k): the smallest set reaching P, as
+                    `TopPLogitsWarper` and CTranslate2's `TopPMask`; tokens tied with the least
+                    probable kept one are kept too; 1.0 = off
+
+The most probable token always survives, so no row is ever empty.
+
+Scores follow CTranslate2: a sample's reported log-prob is the sum of its tokens' log-probs in
+the model distribution after the logit processors (bans, forced tokens), before temperature
+and filtering, exactly what `nmtdecode score` gives the same output (Hugging Face would report
+the tempered, filtered scores instead). The N samples of a line come sorted by the ranking
+score (the length-penalised total), best first.
+
+Determinism. The uniform number that draws a row's token at a step is a hash of (seed, the
+line's index in the input, the sample number, the step): `uniforms`. A sentence's samples so
+depend on nothing else: not on the batch it was decoded in, its position there, or the other
+lines. The draw is the inverse CDF: the first token whose cumulative probability exceeds u.
+All of it is batched tensor arithmetic (int64 integer hashing, cumsum, searchsorted).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .base import NEG_INF, SentenceRecords, StepOutput, to_host
+from .beam import Beam
+from .penalties import LengthPenalty
+
+MASK32 = 0xFFFFFFFF
+GOLDEN32 = 0x9E3779B9  # 2^32 / golden ratio: separates the rounds of `hash32`
+
+
+def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
+    """x * c mod 2^32 for x in [0, 2^32), in int64 without overflow: x is split in 16-bit halves,
+    so that no product exceeds 2^48."""
+    low, high = x & 0xFFFF, x >> 16
+    return (low * c + (((high * c) & 0xFFFF) << 16)) & MASK32
+
+
+def _fmix32(x: torch.Tensor) -> torch.Tensor:
+    """MurmurHash3's 32-bit finaliser: a bijection of [0, 2^32) in which every input bit flips
+    each output bit with probability about 1/2."""
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x85EBCA6B)
+    x = x ^ (x >> 13)
+    x = _mul32(x, 0xC2B2AE35)
+    return x ^ (x >> 16)
+
+
+def hash32(*words) -> torch.Tensor:
+    """A 32-bit hash of a sequence of words (int64 tensors, broadcast, or ints), each word taken
+    mod 2^32: h <- fmix32((h + golden) ^ word) per word, from h = 0."""
+    h = None
+    for word in words:
+        word = torch.as_tensor(word, dtype=torch.long) if not isinstance(word, torch.Tensor) else word
+        base = torch.zeros_like(word) if h is None else h
+        h = _fmix32(((base + GOLDEN32) & MASK32) ^ (word & MASK32))
+    return h
+
+
+def stream_keys(seed: int, lines: torch.Tensor, samples: torch.Tensor) -> torch.Tensor:
+    """The key of each row's random stream: (seed, line index, sample number) -> 32 bits."""
+    return hash32(seed & MASK32, seed >> 32, lines, samples)
+
+
+def uniforms(keys: torch.Tensor, step: int) -> torch.Tensor:
+    """One number in (0, 1) per row for this step, float64: (hash(key, step) + 0.5) / 2^32."""
+    return (hash32(keys, step).double() + 0.5) / 2.0**32
+
+
+class Filters:
+    """Temperature, top-k and top-p, as the module docstring defines them."""
+
+    def __init__(self, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0):
+        if not temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
+        if top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {top_k}")
+        if not 0 < top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+        self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
+
+    def __call__(self, logprobs: torch.Tensor) -> torch.Tensor:
+        """(n, V) log-probs -> (n, V) tempered scores with the filtered-out tokens at -inf (a new tensor)."""
+        scores = logprobs / self.temperature if self.temperature != 1.0 else logprobs.clone()
+        if self.top_k == 0 and self.top_p == 1.0:
+            return scores
+        vocab = scores.size(1)
+        k = min(self.top_k, vocab) if self.top_k else vocab
+        best = scores.topk(k, dim=1).values  # (n, k) sorted, most probable first
+        threshold = best[:, -1:]  # top-k: every token at least as probable as the k-th
+        if self.top_p < 1.0:
+            threshold = torch.maximum(threshold, self._top_p_threshold(scores, best, threshold))
+        return scores.masked_fill_(scores < threshold, NEG_INF)
+
+    def _top_p_threshold(self, scores, best, top_k_threshold) -> torch.Tensor:
+        """(n, 1) the score of the least probable token top-p keeps, among `best` (sorted), with
+        the probabilities renormalised over what top-k kept (ties at its boundary included)."""
+        kept = scores.masked_fill(scores < top_k_threshold, NEG_INF)
+        probs = (best - kept.logsumexp(dim=1, keepdim=True)).exp()
+        above = probs.cumsum(dim=1) - probs  # mass of the tokens ranked before each
+        count = (above < self.top_p).sum(dim=1, keepdim=True).clamp_(min=1)
+        return best.gather(1, count - 1)
+
+
+def cumulative(scores: torch.Tensor) -> torch.Tensor:
+    """(n, V) filtered scores -> (n, V) cumulative probabilities, in float64: exact enough that
+    the last equals the total and a token of probability 0 is never drawn."""
+    return torch.softmax(scores.double(), dim=1).cumsum_(dim=1)
+
+
+def draw(cdf: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF sampling: in each row, the first token whose cumulative probability exceeds
+    u (n,) times the row's total."""
+    target = (u * cdf[:, -1])[:, None]
+    return torch.searchsorted(cdf, target, right=True)[:, 0].clamp_(max=cdf.size(1) - 1)
+
+
+class SamplingSearch(SentenceRecords):
+    """N samples per sentence, one row each: step 0 has one row per sentence, whose
+    distribution seeds the N samples (each with its own uniform); the rows then never reorder.
+    A sample that ends waits, fed EOS and ignored, until every sample of its sentence has ended
+    (the rows of a sentence stay together, as in beam search). Each sentence's samples live in
+    one `Beam` of N slots: slot j is sample j, finished samples in its pool, sorted by score."""
+
+    def __init__(self, *, batch_size, samples, max_steps, start_id, eos_id, penalty: LengthPenalty, device,
+                 filters: Filters, seed: int, line_ids: list[int]):
+        self.n = samples
+        self.eos_id = eos_id
+        self.filters = filters
+        self.beams = [Beam(samples, m, penalty) for m in max_steps]
+        self.active = list(range(batch_size))
+        self.start_tokens = torch.full((batch_size,), start_id, dtype=torch.long, device=device)
+        lines = torch.tensor(line_ids, dtype=torch.long, device=device).repeat_interleave(samples)
+        sample_ids = torch.arange(samples, device=device).repeat(batch_size)
+        self.keys = stream_keys(seed, lines, sample_ids)  # (B*N,) one stream per (sentence, sample)
+        self.alive = torch.ones(batch_size * samples, dtype=torch.bool, device=device)
+        self.alive_scores = torch.zeros(batch_size * samples, device=device)
+        self.ended = [[False] * samples for _ in range(batch_size)]  # per sentence and sample, on the host
+
+    def advance(self, logprobs: torch.Tensor, step: int) -> StepOutput:
+        """logprobs (n, V) at step 0, (n*N, V) after: one token per sample."""
+        n = len(self.active)
+        cdf, origin = cumulative(self.filters(logprobs)), None
+        if step == 0:  # widen: each sentence's one row seeds its N samples
+            origin = torch.arange(n, device=logprobs.device).repeat_interleave(self.n)
+            cdf, logprobs = cdf[origin], logprobs[origin]
+        tokens = draw(cdf, uniforms(self.keys, step))
+        token_scores = logprobs.gather(1, tokens[:, None])[:, 0]
+        # a sample that ended is fed EOS; one with no possible token (every one banned) ends
+        tokens = tokens.masked_fill_(~self.alive | (token_scores == NEG_INF), self.eos_id)
+        totals = self.alive_scores + token_scores.masked_fill_(~self.alive, 0.0)
+        host = to_host(tokens=tokens.view(n, self.n), totals=totals.view(n, self.n))
+        for i, sentence in enumerate(self.active):
+            self._record(sentence, step, host["tokens"][i], host["totals"][i])
+        self.alive &= tokens != self.eos_id
+        self.alive_scores = totals
+        return self._next_rows(tokens, origin)
+
+    def _record(self, sentence: int, step: int, tokens: list[int], totals: list[float]):
+        """One sentence's N samples at this step -> its Beam."""
+        beam, ended = self.beams[sentence], self.ended[sentence]
+        last = beam.is_last_step(step)
+        for j, (token, total) in enumerate(zip(tokens, totals)):
+            if not ended[j] and (token == self.eos_id or last):
+                beam.add_finished(step, 0 if step == 0 else j, token, total)
+                ended[j] = True
+        beam.extend(tokens, [0] * self.n if step == 0 else list(range(self.n)), totals)
+        beam.done = all(ended)
+
+    def _next_rows(self, tokens: torch.Tensor, origin: torch.Tensor | None) -> StepOutput:
+        still = self.survivors()
+        if len(still) == len(self.active):
+            return StepOutput(tokens=tokens, origin=origin)
+        keep = torch.tensor(still, dtype=torch.long, device=tokens.device)
+        rows = (keep[:, None] * self.n + torch.arange(self.n, device=keep.device)).reshape(-1)  # kept sentences' rows
+        self.keys, self.alive, self.alive_scores = self.keys[rows], self.alive[rows], self.alive_scores[rows]
+        self.active = [self.active[i] for i in still]
+        origin = rows if origin is None else origin[rows]
+        return StepOutput(tokens=tokens[rows], origin=origin, keep=keep)
