@@ -1,0 +1,185 @@
+"""Prefix decoding: every output starts with its prefix (greedy, beam, sampling; mixed lengths in
+one batch), the continuation is the best one after the prefix (brute force on a table), prefix
+tokens score 0 as forced tokens do, a prefix past the step limit is cut, and the file is checked."""
+
+import itertools
+import json
+import math
+import os
+import random
+
+import pytest
+
+from nmtdecode.config import DecodingConfig
+from nmtdecode.models.checkpoint import ModelRules
+from nmtdecode.search.penalties import LengthPenalty
+from nmtdecode.translator import Translator
+
+from .helpers import EOS, TableModel, random_sources, tiny_transformer
+
+DEMO = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "demo")
+A, B, TAG = 4, 5, 6
+STRATEGIES = {"greedy": dict(beam_size=1), "beam": dict(beam_size=4, n_best=2),
+              "sampling": dict(sampling=True, n_best=3, seed=7)}
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_transformer(5, vocab=24, eos_bias=0.5)
+
+
+def prefixes_for(n, seed=0):
+    rng = random.Random(seed)
+    return [[rng.randrange(4, 24) for _ in range(rng.choice([0, 0, 1, 2, 5]))] for _ in range(n)]
+
+
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+@pytest.mark.parametrize("forced_tag", [None, 9])
+def test_outputs_start_with_their_prefix(model, strategy, forced_tag):
+    sources, prefixes = random_sources(12, 24, seed=3), prefixes_for(12)
+    assert any(not p for p in prefixes) and len({len(p) for p in prefixes}) > 2  # mixed, some empty
+    translator = Translator(model, DecodingConfig(max_length=20, **STRATEGIES[strategy]),
+                            ModelRules(forced_bos_id=forced_tag))
+    batch = translator.translate_batch(sources, list(range(12)), prefixes)
+    head = [] if forced_tag is None else [forced_tag]
+    for prefix, hyps in zip(prefixes, batch):
+        for h in hyps:
+            assert h.tokens[: len(head) + len(prefix)] == head + prefix
+            assert h.token_scores[: len(head) + len(prefix)] == [0.0] * (len(head) + len(prefix))
+    alone = [translator.translate_batch([s], [i], [p])[0] for i, (s, p) in enumerate(zip(sources, prefixes))]
+    assert [[h.tokens for h in n] for n in batch] == [[h.tokens for h in n] for n in alone]
+
+
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+def test_total_is_the_forced_decoding_log_prob_after_the_prefix(model, strategy):
+    """Prefix tokens count 0 (as CTranslate2's target_prefix); the rest are the model's log-probs,
+    so `score` of the output = the reported total + the prefix tokens' log-probs."""
+    sources, prefixes = random_sources(8, 24, seed=4), prefixes_for(8, seed=1)
+    translator = Translator(model, DecodingConfig(max_length=20, **STRATEGIES[strategy]))
+    for source, prefix, hyps in zip(sources, prefixes, translator.translate_batch(sources, None, prefixes)):
+        for h in hyps[:1]:
+            if not h.ended:
+                continue
+            [(_, forced)] = translator.score_tokens([source], [h.tokens])
+            assert h.total == pytest.approx(sum(forced[len(prefix):]), abs=1e-4)
+            assert translator.score([source], [h.tokens])[0] == pytest.approx(
+                h.total + sum(forced[: len(prefix)]), abs=1e-4)
+            assert h.token_scores[len(prefix):] == pytest.approx(forced[len(prefix):], abs=1e-4)
+
+
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+def test_a_prefix_past_the_step_limit_is_cut_there(model, strategy):
+    translator = Translator(model, DecodingConfig(max_length=3, **STRATEGIES[strategy]))
+    [hyps] = translator.translate_batch(random_sources(1, 24, seed=2), None, [[7, 8, 9, 10, 11]])
+    possible = [h for h in hyps if h.score != -math.inf]  # a beam's other slots had no other path
+    assert possible and all(h.tokens == [7, 8, 9] and not h.ended and h.total == 0.0 for h in possible)
+
+
+# --- the continuation is the best one: brute force on a probability table ---------------------
+
+
+def random_table(seed, depth, head=()):
+    """Distributions over {a, b, eos} for every a/b sequence (after `head`) up to `depth` tokens."""
+    rng = random.Random(seed)
+    table = {}
+    for length in range(depth + 1):
+        for body in itertools.product((A, B), repeat=length):
+            weights = [rng.random() + 0.05 for _ in range(3)]
+            table[tuple(head) + body] = dict(zip((A, B, EOS), (w / sum(weights) for w in weights)))
+    return table
+
+
+def best_continuation(table, forced, penalty):
+    """Every a/b continuation after the forced tokens, ended by EOS, scored from the table:
+    the best by penalty(total of the continuation and EOS, all tokens generated)."""
+    best = (None, -math.inf)
+    for length in range(8):
+        for body in itertools.product((A, B), repeat=length):
+            seq, total = tuple(forced), 0.0
+            for token in body + (EOS,):
+                p = table.get(seq, {EOS: 1.0}).get(token, 0.0)
+                total += math.log(p) if p > 0 else -math.inf
+                seq += (token,)
+            score = penalty(total, len(forced) + length + 1)
+            if score > best[1]:
+                best = (list(body), score)
+    return best
+
+
+@pytest.mark.parametrize("length_penalty", ["none", "avg"])
+@pytest.mark.parametrize("tag", [None, TAG])
+@pytest.mark.parametrize("seed", range(4))
+def test_continuation_is_the_brute_force_best(length_penalty, tag, seed):
+    head = () if tag is None else (TAG,)
+    table = random_table(seed, depth=5, head=head)
+    prefix = [A, B] if seed % 2 else [B]
+    # a beam of 16 keeps every a/b continuation alive (at most 2^4 after the prefix): exact
+    cfg = DecodingConfig(beam_size=16, n_best=1, max_length=12, length_penalty=length_penalty,
+                         early_stopping="never")
+    translator = Translator(TableModel(7, [table]), cfg, ModelRules(banned_ids=(0, 1, 2), forced_bos_id=tag))
+    [[h]] = translator.translate_batch([[0, EOS]], None, [prefix])
+    body, score = best_continuation(table, list(head) + prefix, LengthPenalty(length_penalty, 1.0))
+    assert h.tokens == list(head) + prefix + body
+    assert h.score == pytest.approx(score)
+
+
+# --- the command line -------------------------------------------------------------------------
+
+
+def test_cli_outputs_start_with_the_prefix(cli, lines_file):
+    src = lines_file(["good morning", "thank you", "", "the house", "I love you."])
+    prefix = lines_file(["Das", "", "Hallo", "Ich", "Ich liebe"], name="prefix.txt")
+    for extra in ([], ["--beam-size", "1"], ["--sampling", "--n-best", "2", "--format", "nbest"]):
+        out = cli("translate", "-m", DEMO, "--src", src, "--prefix", prefix, "-q", *extra, text=True)
+        assert out.returncode == 0, out.stderr
+        texts = [line.split(" ||| ")[1] if "|||" in line else line for line in out.stdout.splitlines()]
+        per_line = 2 if "--sampling" in extra else 1
+        expected = ["Das", "", "Hallo", "Ich", "Ich liebe"]
+        assert len(texts) == 5 * per_line
+        for i, text in enumerate(texts):
+            assert text.startswith(expected[i // per_line]), (text, expected[i // per_line])
+    assert texts[4:6] == ["Hallo", "Hallo"]  # an empty source line gives its prefix (as CTranslate2)
+
+
+def test_cli_jsonl_prefix_scores_zero(cli, lines_file):
+    src = lines_file(["good morning"])
+    prefix = lines_file(["Das"], name="prefix.txt")
+    out = cli("translate", "-m", DEMO, "--src", src, "--prefix", prefix, "--format", "jsonl", "--token-scores",
+              "-q", text=True)
+    [hyp] = json.loads(out.stdout)["hypotheses"]
+    scored = cli("score", "-m", DEMO, "--src", src, "--tgt", lines_file([hyp["text"]], name="tgt.txt"),
+                 "--format", "jsonl", text=True)
+    forced = json.loads(scored.stdout)
+    assert forced["tokens"] == hyp["tokens"]
+    n = next(i for i, s in enumerate(hyp["token_scores"]) if s != 0.0)  # the prefix's tokens
+    assert n >= 1 and hyp["log_prob"] == pytest.approx(sum(forced["token_scores"][n:]), abs=1e-4)
+
+
+def test_cli_refuses_a_prefix_file_of_another_length(cli, lines_file):
+    src = lines_file(["good morning", "thank you"])
+    prefix = lines_file(["Das"], name="prefix.txt")
+    out = cli("translate", "-m", "no-such-model", "--src", src, "--prefix", prefix, text=True)
+    assert out.returncode == 2  # before the model loads
+    assert "prefix.txt has 1 lines but" in out.stderr and "has 2" in out.stderr
+
+
+def test_cli_prefix_shorter_than_stdin_fails_naming_the_line(cli, lines_file):
+    prefix = lines_file(["Das"], name="prefix.txt")
+    out = cli("translate", "-m", DEMO, "--prefix", prefix, "-q", stdin="good morning\nthank you\n", text=True)
+    assert out.returncode == 1 and "fewer than the source (line 2)" in out.stderr
+    out = cli("translate", "-m", DEMO, "--prefix", prefix, "-q", stdin="", text=True)
+    assert out.returncode == 1 and "more lines than the source" in out.stderr
+
+
+def test_cli_prefix_goes_with_one_input(cli, lines_file, tmp_path):
+    a, b = lines_file(["good morning"], name="a.en"), lines_file(["thank you"], name="b.en")
+    pa, pb = lines_file(["Das"], name="a.prefix"), lines_file(["Ich"], name="b.prefix")
+    out = cli("translate", "-m", DEMO, "--src", a, b, "--output-dir", tmp_path, "--suffix", ".de", "--prefix", pa,
+              text=True)
+    assert out.returncode == 2 and "prefix: a prefix file goes with one input" in out.stderr
+    config = tmp_path / "jobs.yaml"
+    config.write_text(f"model: {DEMO}\nquiet: true\njobs:\n  - {{src: a.en, output: a.de, prefix: a.prefix}}\n"
+                      f"  - {{src: b.en, output: b.de, prefix: b.prefix}}\n")
+    out = cli("translate", "-c", config, text=True)
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "a.de").read_text().startswith("Das") and (tmp_path / "b.de").read_text().startswith("Ich")
