@@ -46,10 +46,10 @@ def test_out_of_memory_splits_the_batch(model_dir, tmp_path, lines_file, capsys,
     translate_job(config)
     original = Translator.translate_batch
 
-    def fragile(self, sources):
+    def fragile(self, sources, *rest):
         if len(sources) > 2:
             raise error()
-        return original(self, sources)
+        return original(self, sources, *rest)
 
     monkeypatch.setattr(Translator, "translate_batch", fragile)
     config.io.output = str(tmp_path / "split.txt")

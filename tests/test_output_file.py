@@ -63,12 +63,12 @@ def interrupted_after(calls: int):
 
     original, count = Translator.translate_batch, 0
 
-    def fragile(self, sources):
+    def fragile(self, sources, *rest):
         nonlocal count
         count += 1
         if count > calls:
             raise KeyboardInterrupt
-        return original(self, sources)
+        return original(self, sources, *rest)
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Translator, "translate_batch", fragile)

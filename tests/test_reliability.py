@@ -226,10 +226,10 @@ def test_out_of_memory_on_one_sentence_names_the_line(model_dir, tmp_path, lines
                                  "output": str(tmp_path / "out.txt")})
     original = Translator.translate_batch
 
-    def hopeless(self, sources):
+    def hopeless(self, sources, *rest):
         if any(len(s) > 8 for s in sources):
             raise RuntimeError("CUDA out of memory")
-        return original(self, sources)
+        return original(self, sources, *rest)
 
     monkeypatch.setattr(Translator, "translate_batch", hopeless)
     with pytest.raises(RuntimeError, match="out of memory on input line 2, even alone"):
