@@ -131,6 +131,21 @@ def test_two_ranks_write_what_one_process_writes(model_dir, lines_file, tmp_path
 
 
 @pytest.mark.subprocess
+def test_two_ranks_sample_with_prefixes_as_one_process_does(model_dir, lines_file, tmp_path, cli):
+    """Sampling draws by input line, and each line keeps its prefix line, whichever rank decodes it."""
+    rng = random.Random(3)
+    src = lines_file([rng.choice(NORMAL) for _ in range(80)])
+    prefix = lines_file([rng.choice(["", "the", "a dog"]) for _ in range(80)], name="prefix.txt")
+    args = ["translate", "--model", model_dir, "--src", src, "--prefix", prefix, "--sampling", "--n-best", 2,
+            "--batch-size", 2, "--threads", 1, "--format", "nbest", "--quiet"]
+    reference = cli(*args, "--output", tmp_path / "reference")
+    assert reference.returncode == 0, reference.stderr
+    run = subprocess.run(torchrun(*args, "--output", tmp_path / "out"), capture_output=True, timeout=300)
+    assert run.returncode == 0, run.stderr.decode()
+    assert (tmp_path / "out").read_bytes() == (tmp_path / "reference").read_bytes()
+
+
+@pytest.mark.subprocess
 def test_two_ranks_translate_several_files_as_one_process_does(model_dir, lines_file, tmp_path, cli):
     """Many files in one run (one model load) under torchrun: each file's output as one process
     writes it, the first file's in jsonl by a per-item option of a jobs config."""
