@@ -183,3 +183,13 @@ def test_cli_prefix_goes_with_one_input(cli, lines_file, tmp_path):
     out = cli("translate", "-c", config, text=True)
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "a.de").read_text().startswith("Das") and (tmp_path / "b.de").read_text().startswith("Ich")
+
+
+def test_api_takes_prefixes():
+    import nmtdecode
+
+    translator = nmtdecode.Translator.load(DEMO, beam_size=2)
+    out = translator.translate(["good morning", "", "thank you"], prefixes=["Das", "Hallo", ""])
+    assert out[0].startswith("Das") and out[1] == "Hallo" and out[2] == translator.translate(["thank you"])[0]
+    with pytest.raises(ValueError, match="2 sources but 1 prefixes"):
+        translator.translate(["a", "b"], prefixes=["x"])
