@@ -332,3 +332,15 @@ def test_cli_warns_of_sampling_options_without_sampling(cli):
 def test_cli_refuses_sampling_with_a_beam(cli):
     out = cli("translate", "-m", DEMO, "--sampling", "--beam-size", "4", stdin="good morning\n", text=True)
     assert out.returncode == 2 and "beam_size: 4 with sampling" in out.stderr
+
+
+def test_top_p_looks_further_on_flat_rows_as_transformers():
+    """On CPU top-p looks at the best 64 tokens first, then more for rows that need it: flat
+    rows (many tokens to reach P) beside peaked ones give transformers' sets."""
+    g = torch.Generator().manual_seed(4)
+    spread = torch.tensor([0.05, 0.3, 1.0, 4.0, 8.0])[:, None].repeat(4, 1)  # flat to peaked
+    logprobs = torch.log_softmax(spread * torch.randn(20, 3000, generator=g), dim=-1)
+    for p in (0.5, 0.9, 0.999):
+        assert_same_filter(Filters(top_p=p)(logprobs), TopPLogitsWarper(p)(None, logprobs.clone()))
+        assert_same_filter(Filters(top_k=500, top_p=p)(logprobs),
+                           TopPLogitsWarper(p)(None, TopKLogitsWarper(500)(None, logprobs.clone())))
