@@ -72,6 +72,8 @@ class Translator:
 
         if isinstance(sources, str):
             raise TypeError("translate() takes a list of strings, not one string")
+        if "prefix" in options:  # a file, for translate_file
+            raise ConfigError("prefix: translate() takes its prefixes as a list, prefixes=[...]")
         if prefixes is not None and len(prefixes) != len(sources):
             raise ValueError(f"translate() got {len(sources)} sources but {len(prefixes)} prefixes")
         config, decoder = run.decoder(self._call_config(options), self.loaded, self.device)

@@ -193,3 +193,25 @@ def test_api_takes_prefixes():
     assert out[0].startswith("Das") and out[1] == "Hallo" and out[2] == translator.translate(["thank you"])[0]
     with pytest.raises(ValueError, match="2 sources but 1 prefixes"):
         translator.translate(["a", "b"], prefixes=["x"])
+    with pytest.raises(ValueError, match="prefixes="):
+        translator.translate(["a"], prefix="file.txt")
+
+
+def test_api_translate_file_takes_a_prefix_file(lines_file, tmp_path):
+    import nmtdecode
+
+    src, prefix = lines_file(["good morning", "thank you"]), lines_file(["Das", "Ich"], name="prefix.txt")
+    nmtdecode.Translator.load(DEMO).translate_file(str(src), str(tmp_path / "out.txt"), prefix=str(prefix))
+    assert [line.split()[0] for line in (tmp_path / "out.txt").read_text().splitlines()] == ["Das", "Ich"]
+
+
+def test_the_prefix_file_content_is_part_of_the_resume_signature(lines_file):
+    from nmtdecode.config import Config
+    from nmtdecode.run import job_signature
+
+    src, prefix = lines_file(["good morning"]), lines_file(["Das"], name="prefix.txt")
+    config = Config.from_values({"model": DEMO, "src": str(src), "output": "out.txt", "prefix": str(prefix)})
+    before = job_signature(config)
+    prefix.write_text("Ich\n", encoding="utf-8")
+    assert job_signature(config) != before
+    assert job_signature(Config.from_values({"model": DEMO, "src": str(src), "output": "out.txt"})) != before

@@ -327,6 +327,9 @@ def test_cli_warns_of_sampling_options_without_sampling(cli):
     assert out.returncode == 0
     assert "top_k: has no effect without --sampling" in out.stderr
     assert "temperature: has no effect without --sampling" in out.stderr
+    out = cli("translate", "-m", DEMO, "--sampling", "--early-stopping", "never", "-q", stdin="good morning\n",
+              text=True)
+    assert out.returncode == 0 and "early_stopping: has no effect with --sampling" in out.stderr
 
 
 def test_cli_refuses_sampling_with_a_beam(cli):
