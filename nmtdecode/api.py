@@ -97,7 +97,8 @@ class Translator:
         if len(sources) != len(targets):
             raise ValueError(f"score() got {len(sources)} sources but {len(targets)} targets")
         config, decoder = run.decoder(self.config, self.loaded, self.device)
-        return run.score_pairs(self.loaded, decoder, list(sources), list(targets), config.batching.batch_size)
+        return run.score_pairs(self.loaded, decoder, list(sources), list(targets), config.batching.batch_size,
+                               max_src_length=config.batching.max_src_length)
 
     def _call_config(self, options: dict, files: dict | None = None) -> Config:
         """This translator's config with one call's options over it."""

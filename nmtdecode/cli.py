@@ -182,7 +182,7 @@ def translate(config_file, dump_config, debug, **flags):
     translate_job(jobs)
 
 
-SCORE_KEYS = ("batch_size", "device", "dtype", "src_lang", "tgt_lang")
+SCORE_KEYS = ("batch_size", "max_src_length", "device", "dtype", "src_lang", "tgt_lang")
 
 
 @cli.command(cls=OneValueCommand)

@@ -211,3 +211,28 @@ def test_cli_score_jsonl_per_token_and_output_file(tmp_path, lines_file, cli):
             assert record["token_scores"][1:] == pytest.approx(expected.tolist(), abs=1e-4)
     text = cli("score", *common, text=True)
     assert [float(x) for x in text.stdout.split()] == pytest.approx([r["log_prob"] for r in records], abs=1e-5)
+
+
+def test_cli_score_cuts_long_sources_as_translate_and_names_the_lines(model_dir, lines_file, cli):
+    """A source longer than the model's positions (or --max-src-length) is cut as translate cuts
+    it (its first pieces, then EOS): the score is that of the cut ids, and a warning names the
+    lines. A target the decoder has no positions for fails, naming its line (exit 1)."""
+    loaded = load_model(str(model_dir))
+    long_line = " ".join(["the dog is in the house ."] * 40)  # > 128 pieces
+    sources, targets = ["hi", long_line, long_line], ["a dog .", "the cat", "red house"]
+    src, tgt = lines_file(sources, "src.txt"), lines_file(targets, "tgt.txt")
+    translator = Translator(loaded.model, DecodingConfig(), loaded.rules)
+    eos = loaded.model.cfg.eos_id
+    target_ids = [loaded.tokenizer.encode_target(t) for t in targets]
+    for limit, flags in ((128, ()), (9, ("--max-src-length", 9))):
+        run = cli("score", "-m", model_dir, "-s", src, "-t", tgt, "--device", "cpu", *flags, text=True)
+        assert run.returncode == 0, run.stderr
+        assert "source lines 2, 3 longer than" in run.stderr
+        ids = [loaded.tokenizer.encode(s) for s in sources]
+        assert len(ids[0]) <= limit < len(ids[1])
+        cut = [i if len(i) <= limit else i[: limit - 1] + [eos] for i in ids]
+        assert [float(x) for x in run.stdout.split()] == pytest.approx(translator.score(cut, target_ids), abs=1e-4)
+    long_target = lines_file(["a dog .", long_line, "red"], "long.txt")
+    run = cli("score", "-m", model_dir, "-s", src, "-t", long_target, "--device", "cpu", text=True)
+    assert run.returncode == 1 and run.stdout == ""
+    assert run.stderr.count("\n") == 1 and "target line 2 has" in run.stderr
