@@ -376,8 +376,8 @@ def score_job(config: Config, src_path: str, tgt_path: str, output: str = "-", f
             config, loop = decoder(translator.config, translator.loaded, translator.device)
             scored = score_pairs(translator.loaded, loop, sources, targets, config.batching.batch_size,
                                  tokens=True, max_src_length=config.batching.max_src_length)
-            lines = [json.dumps({"index": i, "log_prob": sum(s), "tokens": t, "token_scores": s},
-                                ensure_ascii=False) for i, (t, s) in enumerate(scored)]
+            lines = [json.dumps({"index": i, "log_prob": sum(s) + eos, "tokens": t, "token_scores": s,
+                                 "eos_score": eos}, ensure_ascii=False) for i, (t, s, eos) in enumerate(scored)]
         else:
             lines = [f"{total:.6f}" for total in translator.score(sources, targets)]
         out.open(False, signature="")  # no checkpoints: a complete file or none
@@ -394,7 +394,8 @@ def score_job(config: Config, src_path: str, tgt_path: str, output: str = "-", f
 def score_pairs(loaded: LoadedModel, translator: Translator, sources: list[str], targets: list[str],
                 batch_size: int, tokens: bool = False, max_src_length: int | None = None) -> list:
     """Forced-decoding log-probabilities of (source, target) pairs, `batch_size` pairs at a time:
-    totals, or with `tokens` each pair's (tokens, token_scores) as `Translator.score_tokens` gives them.
+    totals, or with `tokens` each pair's (tokens, token_scores, eos_score) as
+    `Translator.score_tokens` gives them.
 
     Sources are cut as translate cuts them (a warning names the lines); a target the decoder
     has no positions for cannot be scored (an error names the line)."""

@@ -148,14 +148,15 @@ class Translator:
         return token_logprobs.masked_fill(~gold_mask, 0.0).sum(dim=1).tolist()
 
     @torch.inference_mode()
-    def score_tokens(self, sources: list[list[int]], targets: list[list[int]]) -> list[tuple[list[int], list[float]]]:
-        """Per token, as `translate_batch`'s hypotheses give them: (tokens, token_scores) of each
-        target, tokens with the forced first token and without EOS, token_scores with the forced
-        token's 0 and EOS's log-prob last."""
+    def score_tokens(self, sources: list[list[int]],
+                     targets: list[list[int]]) -> list[tuple[list[int], list[float], float]]:
+        """Per token, as `translate_batch`'s hypotheses give them: (tokens, token_scores, eos_score)
+        of each target; tokens with the forced first token and without EOS, token_scores one per
+        token (the forced token's 0 first), eos_score the log-prob of the final EOS."""
         token_logprobs, _ = self._forced(sources, targets)
         forced = self.forced_prefix()[1:]
         rows = token_logprobs.tolist()
-        return [(forced + t, [0.0] * len(forced) + row[: len(t) + 1]) for t, row in zip(targets, rows)]
+        return [(forced + t, [0.0] * len(forced) + row[: len(t)], row[len(t)]) for t, row in zip(targets, rows)]
 
     def _forced(self, sources, targets):
         """(B, T) log-prob of each target token and EOS after the forced prefix, and its mask."""

@@ -58,8 +58,9 @@ def test_score_of_own_translations_is_their_log_prob_and_transformers_sum(family
     scores = translator.score(sources, targets)
     assert scores == pytest.approx(totals, abs=1e-4)
     # per token (the JSONL of `score`), as translate's hypotheses: the forced token first, scored 0
-    for (tokens, token_scores), hyp in zip(translator.score_tokens(sources, targets), hyps_scored):
+    for (tokens, token_scores, eos_score), hyp in zip(translator.score_tokens(sources, targets), hyps_scored):
         assert tokens == hyp.tokens and token_scores == pytest.approx(hyp.token_scores, abs=1e-4)
+        assert len(token_scores) == len(tokens) and eos_score == pytest.approx(hyp.eos_score, abs=1e-4)
 
     expected = []
     with torch.no_grad():
@@ -184,9 +185,9 @@ def test_cli_score_usage_errors(model_dir, tmp_path, lines_file, cli):
 
 
 def test_cli_score_jsonl_per_token_and_output_file(tmp_path, lines_file, cli):
-    """--format jsonl: tokens (the forced tag first, no EOS) and token_scores (the tag's 0 first, EOS's
-    last), the shape of translate's JSONL hypotheses; each token's log-prob is transformers'; --output
-    writes the file (through OUTPUT.tmp) and nothing to stdout."""
+    """--format jsonl: tokens (the forced tag first, no EOS), token_scores one per token (the tag's 0
+    first) and eos_score apart, the shape of translate's JSONL hypotheses; each token's log-prob is
+    transformers'; --output writes the file (through OUTPUT.tmp) and nothing to stdout."""
     root, hf, tokenizer = m2m100_directory(tmp_path / "m2m")
     sources, targets = ["The small cat walks.", "Hello world.", "Green tree!"], ["A green river!", "Bread", ""]
     common = ("-m", root, "-s", lines_file(sources, "src.txt"), "-t", lines_file(targets, "tgt.txt"),
@@ -203,12 +204,13 @@ def test_cli_score_jsonl_per_token_and_output_file(tmp_path, lines_file, cli):
         for record, source, target in zip(records, sources, targets):
             labels = tokenizer(text_target=target).input_ids[1:]  # __fr__ ... </s> without the tag
             assert record["tokens"] == [tag] + labels[:-1]
-            assert len(record["token_scores"]) == len(record["tokens"]) + 1 and record["token_scores"][0] == 0.0
-            assert sum(record["token_scores"]) == pytest.approx(record["log_prob"], abs=1e-9)
+            assert len(record["token_scores"]) == len(record["tokens"]) and record["token_scores"][0] == 0.0
+            total = sum(record["token_scores"]) + record["eos_score"]
+            assert total == pytest.approx(record["log_prob"], abs=1e-9)
             logits = hf(input_ids=torch.tensor([tokenizer(source).input_ids]),
                         decoder_input_ids=torch.tensor([[2] + record["tokens"]])).logits[0]
             expected = torch.log_softmax(logits, dim=-1)[1:].gather(1, torch.tensor(labels)[:, None])[:, 0]
-            assert record["token_scores"][1:] == pytest.approx(expected.tolist(), abs=1e-4)
+            assert record["token_scores"][1:] + [record["eos_score"]] == pytest.approx(expected.tolist(), abs=1e-4)
     text = cli("score", *common, text=True)
     assert [float(x) for x in text.stdout.split()] == pytest.approx([r["log_prob"] for r in records], abs=1e-5)
 

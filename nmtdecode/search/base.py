@@ -32,10 +32,12 @@ NEG_INF = float("-inf")  # the one "impossible" score: banned tokens, empty slot
 @dataclass
 class Hypothesis:
     tokens: list[int]  # output token ids, without the final EOS
-    score: float  # ranking score (total log-prob after the length penalty)
-    total: float  # sum of the token log-probabilities, EOS included
-    token_scores: list[float] = field(default_factory=list)  # per generated token, EOS included
+    score: float  # ranking score (total log-prob after the length and coverage penalties)
+    total: float  # sum of the token log-probabilities (natural log), EOS included
+    token_scores: list[float] = field(default_factory=list)  # log-prob of each of `tokens` (EOS not included)
     ended: bool = True  # False when the step limit cut the hypothesis before EOS
+    eos_score: float | None = None  # log-prob of the final EOS; None when cut before EOS
+    alignment: list[int] | None = None  # per token of `tokens`: the source position attended most (when asked)
 
 
 @dataclass

@@ -137,8 +137,9 @@ class Beam:
         tokens, totals = self.get_hyp(f.step - 1, f.prev) if f.step > 0 else ([], [])
         tokens, totals = tokens + [f.token], totals + [f.total]
         token_scores = [b - a for a, b in zip([0.0] + totals[:-1], totals)]
-        ended = f.token == eos_id
-        return Hypothesis(tokens[:-1] if ended else tokens, f.score, f.total, token_scores, ended)
+        if f.token != eos_id:
+            return Hypothesis(tokens, f.score, f.total, token_scores, ended=False)
+        return Hypothesis(tokens[:-1], f.score, f.total, token_scores[:-1], ended=True, eos_score=token_scores[-1])
 
     def nbest(self, n: int, eos_id: int) -> list[Hypothesis]:
         """Always n hypotheses, best first: when fewer than n were reachable (the other
