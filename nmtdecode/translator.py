@@ -5,7 +5,8 @@
     tokens = search.start_tokens                     # (B,): one row per sentence at step 0
     for step in 0 .. max_steps-1:
         logits   = model.decode_step(tokens, cache)
-        logprobs = processors(log_softmax(logits))   # min length, bans, forced tokens, n-gram blocking
+        logprobs = processors(log_softmax(processors.on_logits(logits)))  # repetition penalty; then
+                                                     # min length, bans, forced tokens, n-gram blocking
         out      = search.advance(logprobs, step)    # one topk, per-sentence Beams; k rows per sentence after step 0
         cache.follow(out); processors.follow(out)    # reorder beams, widen after step 0, drop finished sentences
         tokens   = out.tokens
@@ -26,7 +27,8 @@ from .search.base import Hypothesis, RowState, Search
 from .search.beam import BeamSearch
 from .search.greedy import GreedySearch
 from .search.penalties import LengthPenalty
-from .search.processors import BanTokens, ForceEosAtLimit, ForceFirstToken, MinLength, NoRepeatNgram, Processors
+from .search.processors import (BanTokens, ForceEosAtLimit, ForceFirstToken, MinLength, NoRepeatNgram, Processors,
+                                RepetitionPenalty)
 
 
 class Seq2SeqModel(Protocol):
@@ -85,6 +87,8 @@ class Translator:
     def make_processors(self, search: Search, max_steps: list[int]) -> Processors:
         cfg, rules = self.cfg, self.rules
         chain = []
+        if cfg.repetition_penalty != 1.0:
+            chain.append(RepetitionPenalty(cfg.repetition_penalty))
         if cfg.no_repeat_ngram_size:
             chain.append(NoRepeatNgram(cfg.no_repeat_ngram_size))
         banned = set(rules.banned_ids) | ({self.unk_id} if cfg.ban_unk else set())
@@ -121,7 +125,8 @@ class Translator:
         tokens = search.start_tokens
         for step in range(max(max_steps)):
             logits = self.model.decode_step(tokens, cache)
-            logprobs = processors(torch.log_softmax(logits.float(), dim=-1), step)
+            logits = processors.on_logits(logits.float(), step)  # nothing unless a rule acts on logits
+            logprobs = processors(torch.log_softmax(logits, dim=-1), step)
             out = search.advance(logprobs, step)
             if search.done:
                 break
