@@ -4,10 +4,11 @@
     cache  = model.init_cache(memory, src_mask)      # cross-attention K/V once per sentence
     tokens = search.start_tokens                     # (B,): one row per sentence at step 0
     for step in 0 .. max_steps-1:
-        logits   = model.decode_step(tokens, cache)
+        logits   = model.decode_step(tokens, cache)      # and cache.attention, when recorded
         logprobs = processors(log_softmax(processors.on_logits(logits)))  # repetition penalty; then
                                                      # min length, bans, forced tokens, n-gram blocking
-        out      = search.advance(logprobs, step)    # one topk, per-sentence Beams; k rows per sentence after step 0
+        out      = search.advance(logprobs, step, facts)  # one topk, per-sentence Beams; k rows per sentence
+                                                     # after step 0; facts: coverage penalty, alignment
         cache.follow(out); processors.follow(out)    # reorder beams, widen after step 0, drop finished sentences
         tokens   = out.tokens
 
@@ -23,10 +24,10 @@ import torch
 
 from .config import DecodingConfig
 from .models.checkpoint import ModelRules
-from .search.base import Hypothesis, RowState, Search
+from .search.base import Hypothesis, RowFacts, RowState, Search, StepOutput
 from .search.beam import BeamSearch
 from .search.greedy import GreedySearch
-from .search.penalties import LengthPenalty
+from .search.penalties import Coverage, LengthPenalty
 from .search.processors import (BanTokens, ForceEosAtLimit, ForceFirstToken, MinLength, NoRepeatNgram, Processors,
                                 RepetitionPenalty)
 
@@ -36,7 +37,9 @@ class Seq2SeqModel(Protocol):
 
     encode(src_ids (B, S), src_mask (B, S) bool) -> memory (B, S, d)
     init_cache(memory, src_mask) -> decoder state for the B sentences, with `follow(StepOutput)`
-    decode_step(tokens (N,), cache) -> logits (N, V); N rows, each sentence's rows consecutive
+    decode_step(tokens (N,), cache) -> logits (N, V); N rows, each sentence's rows consecutive;
+        when cache.record_attention is set, it also leaves in cache.attention (N, S) float32 the
+        cross-attention weights of each row over its source (0 at padded positions)
     """
 
     cfg: object  # pad/unk/eos/decoder-start ids, max_positions
@@ -103,6 +106,17 @@ class Translator:
         last_step = torch.tensor(max_steps, device=self.device) - 1
         return Processors(chain, search.start_tokens, last_step)
 
+    def make_attention(self, cache, src_mask) -> "AttentionFacts | None":
+        """What the search needs from the cross-attention, or None (then none is recorded)."""
+        cfg = self.cfg
+        coverage = None
+        if cfg.coverage_penalty != "none" and cfg.beta > 0:
+            coverage = Coverage(cfg.coverage_penalty, cfg.beta, src_mask)
+        if coverage is None and not cfg.alignment:
+            return None
+        cache.record_attention = True
+        return AttentionFacts(coverage, cfg.alignment)
+
     def pad(self, sources: list[list[int]]):
         longest = max(len(s) for s in sources)
         ids = torch.full((len(sources), longest), self.pad_id, dtype=torch.long)
@@ -122,15 +136,17 @@ class Translator:
         search = self.make_search(len(sources), max_steps)
         cache = self.model.init_cache(memory, src_mask)
         processors = self.make_processors(search, max_steps)
+        attention = self.make_attention(cache, src_mask)
+        states = (cache, processors) if attention is None else (cache, processors, attention)
         tokens = search.start_tokens
         for step in range(max(max_steps)):
             logits = self.model.decode_step(tokens, cache)
             logits = processors.on_logits(logits.float(), step)  # nothing unless a rule acts on logits
             logprobs = processors(torch.log_softmax(logits, dim=-1), step)
-            out = search.advance(logprobs, step)
+            out = search.advance(logprobs, step, None if attention is None else attention.facts(cache.attention))
             if search.done:
                 break
-            for state in (cache, processors):
+            for state in states:
                 state.follow(out)
             tokens = out.tokens
         return search.results(self.cfg.n_best)
@@ -172,3 +188,20 @@ class Translator:
         logits = self.model(src, src_mask, tgt_in)[:, len(prefix) - 1 :]  # the positions that predict gold
         logprobs = torch.log_softmax(logits.float(), dim=-1)
         return logprobs.gather(2, gold[:, :, None])[:, :, 0], gold_mask
+
+
+class AttentionFacts:
+    """Turns each step's cross-attention (N, S) into the RowFacts the search records: the
+    coverage penalty of each row with this step counted, and the source position each row
+    attends most (the alignment of the token it chooses). Follows the search (a RowState)."""
+
+    def __init__(self, coverage: Coverage | None, alignment: bool):
+        self.coverage, self.alignment = coverage, alignment
+
+    def facts(self, attention: torch.Tensor) -> RowFacts:
+        return RowFacts(penalty=None if self.coverage is None else self.coverage.add(attention),
+                        alignment=attention.argmax(dim=1) if self.alignment else None)
+
+    def follow(self, out: StepOutput):
+        if self.coverage is not None:
+            self.coverage.follow(out)

@@ -57,6 +57,20 @@ class StepOutput:
     keep: torch.Tensor | None = None
 
 
+@dataclass
+class RowFacts:
+    """What the search records about each row of a step beside its token, when asked.
+
+    penalty:   (rows,) float, the coverage penalty of the row's hypothesis with this step
+        counted; subtracted from the score of a hypothesis that finishes at this step.
+    alignment: (rows,) long, the source position the row attended most at this step: the
+        alignment of the token it chooses.
+    """
+
+    penalty: torch.Tensor | None = None
+    alignment: torch.Tensor | None = None
+
+
 class RowState(Protocol):
     """Anything indexed by row or sentence that must track the search (decoder cache, processor history)."""
 
@@ -67,8 +81,9 @@ class Search(Protocol):
     """A decoding strategy (greedy, beam search): chooses tokens, keeps per-sentence records.
 
     start_tokens: (B,) the first decoder input, one row per sentence.
-    advance(logprobs, step): logprobs (rows, V) of this step's rows (may be
-        modified in place); records the step and says how rows continue.
+    advance(logprobs, step, facts=None): logprobs (rows, V) of this step's rows
+        (may be modified in place), facts (RowFacts) per row; records the step
+        and says how rows continue.
     done: every sentence has finished.
     results(n_best): one list of at most n_best hypotheses per sentence, best first.
     """
@@ -76,7 +91,7 @@ class Search(Protocol):
     start_tokens: torch.Tensor
     done: bool
 
-    def advance(self, logprobs: torch.Tensor, step: int) -> StepOutput: ...
+    def advance(self, logprobs: torch.Tensor, step: int, facts: RowFacts | None = None) -> StepOutput: ...
 
     def results(self, n_best: int) -> list[list[Hypothesis]]: ...
 

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .base import NEG_INF, Hypothesis, SentenceRecords, StepOutput, to_host
+from .base import NEG_INF, Hypothesis, RowFacts, SentenceRecords, StepOutput, to_host
 from .penalties import LengthPenalty
 
 EARLY_STOPPING = ("top", "true", "false", "never")
@@ -60,11 +60,12 @@ EARLY_STOPPING = ("top", "true", "false", "never")
 
 @dataclass
 class Finished:
-    score: float  # after the length penalty: the ranking key
+    score: float  # after the length and coverage penalties: the ranking key
     total: float  # sum of log-probs
     step: int  # step at which the last token was chosen
     prev: int  # slot at step-1 that it extends
     token: int  # the last token (EOS unless cut at the step limit)
+    align: int | None = None  # source position of the last token, when alignments are recorded
 
 
 class Beam:
@@ -81,6 +82,7 @@ class Beam:
         self.next_ys: list[list[int]] = []  # next_ys[t][j]: token of slot j at step t
         self.prev_ks: list[list[int]] = []  # prev_ks[t][j]: slot at step t-1 that slot j extends
         self.scores: list[list[float]] = []  # scores[t][j]: total log-prob of slot j after step t
+        self.aligns: list[list[int]] = []  # aligns[t][j]: source position of next_ys[t][j], when recorded
         self.finished: list[Finished] = []  # the best `size` finished hypotheses, best first
         self.done = False
 
@@ -88,26 +90,32 @@ class Beam:
         return step + 1 >= self.max_steps
 
     def advance(self, step: int, tokens: list[int], prev: list[int], scores: list[float],
-                ended: list[tuple[int, int, float]], top_ended: bool = False):
-        """Record step `step`: the alive slots (tokens, prev, scores), the hypotheses that
-        ended at this step as (prev, token, total), and whether the top-ranked one did."""
+                ended: list[tuple], top_ended: bool = False, aligns: list[int] | None = None):
+        """Record step `step`: the alive slots (tokens, prev, scores, and their source positions
+        when recorded), the hypotheses that ended at this step as (prev, token, total[, coverage
+        penalty, source position]), and whether the top-ranked one did."""
         self.top_ended = self.top_ended or top_ended
-        for p, token, total in ended:
-            self.add_finished(step, p, token, total)
-        self.extend(tokens, prev, scores)
+        for end in ended:
+            self.add_finished(step, *end)
+        self.extend(tokens, prev, scores, aligns)
+        # the bound leaves the coverage penalty out: it is >= 0, so the bound stays an upper one
         self.done = self.is_last_step(step) or self.cannot_improve(step, best_alive=max(scores))
 
-    def extend(self, tokens: list[int], prev: list[int], scores: list[float]):
+    def extend(self, tokens: list[int], prev: list[int], scores: list[float], aligns: list[int] | None = None):
         self.next_ys.append(tokens)
         self.prev_ks.append(prev)
         self.scores.append(scores)
+        if aligns is not None:
+            self.aligns.append(aligns)
 
-    def add_finished(self, step: int, prev: int, token: int, total: float):
+    def add_finished(self, step: int, prev: int, token: int, total: float, coverage_penalty: float = 0.0,
+                     align: int | None = None):
         if total == NEG_INF:
             return  # unreachable continuation (masked token or empty slot)
-        score = self.penalty(total, step + 1)
+        score = self.penalty(total, step + 1) - coverage_penalty
         # keep the pool sorted, best first; a tie goes after the earlier hypothesis
-        bisect.insort_right(self.finished, Finished(score, total, step, prev, token), key=lambda f: -f.score)
+        finished = Finished(score, total, step, prev, token, align)
+        bisect.insort_right(self.finished, finished, key=lambda f: -f.score)
         del self.finished[self.size :]
 
     def cannot_improve(self, step: int, best_alive: float) -> bool:
@@ -124,22 +132,33 @@ class Beam:
             bound = self.penalty(best_alive, length)
         return bound <= self.finished[-1].score
 
-    def get_hyp(self, step: int, slot: int) -> tuple[list[int], list[float]]:
-        """Tokens of slot `slot` at step `step` back to the start, and their running totals."""
-        tokens, totals = [], []
+    def get_hyp(self, step: int, slot: int, alignment: bool = False) -> tuple[list, ...]:
+        """Tokens of slot `slot` at step `step` back to the start and their running totals, and
+        with `alignment` their source positions (when recorded)."""
+        path = []  # (step, slot) of each token, last first
         for t in range(step, -1, -1):
-            tokens.append(self.next_ys[t][slot])
-            totals.append(self.scores[t][slot])
+            path.append((t, slot))
             slot = self.prev_ks[t][slot]
-        return tokens[::-1], totals[::-1]
+        path.reverse()
+        tokens, totals = [self.next_ys[t][j] for t, j in path], [self.scores[t][j] for t, j in path]
+        if not alignment:
+            return tokens, totals
+        return tokens, totals, [self.aligns[t][j] for t, j in path]
 
     def hypothesis(self, f: Finished, eos_id: int) -> Hypothesis:
-        tokens, totals = self.get_hyp(f.step - 1, f.prev) if f.step > 0 else ([], [])
-        tokens, totals = tokens + [f.token], totals + [f.total]
+        """The finished hypothesis `f`; the final EOS is not one of its tokens, its log-prob is
+        `eos_score` (so token_scores and alignment have one entry per token)."""
+        aligned = f.align is not None
+        tokens, totals, aligns = [], [], []
+        if f.step > 0:
+            tokens, totals, *rest = self.get_hyp(f.step - 1, f.prev, alignment=aligned)
+            aligns = rest[0] if aligned else []
+        tokens, totals, aligns = tokens + [f.token], totals + [f.total], aligns + [f.align]
         token_scores = [b - a for a, b in zip([0.0] + totals[:-1], totals)]
-        if f.token != eos_id:
-            return Hypothesis(tokens, f.score, f.total, token_scores, ended=False)
-        return Hypothesis(tokens[:-1], f.score, f.total, token_scores[:-1], ended=True, eos_score=token_scores[-1])
+        ended = f.token == eos_id
+        kept = len(tokens) - ended
+        return Hypothesis(tokens[:kept], f.score, f.total, token_scores[:kept], ended,
+                          eos_score=token_scores[-1] if ended else None, alignment=aligns[:kept] if aligned else None)
 
     def nbest(self, n: int, eos_id: int) -> list[Hypothesis]:
         """Always n hypotheses, best first: when fewer than n were reachable (the other
@@ -184,9 +203,9 @@ class BeamSearch(SentenceRecords):
         self.alive_scores = torch.zeros(batch_size, device=device)
         self.start_tokens = torch.full((batch_size,), start_id, dtype=torch.long, device=device)
 
-    def advance(self, logprobs: torch.Tensor, step: int) -> StepOutput:
+    def advance(self, logprobs: torch.Tensor, step: int, facts: RowFacts | None = None) -> StepOutput:
         """logprobs (n*width, V) of this step; consumed (turned into totals in place)."""
-        return self.commit(self.select_candidates(logprobs), step)
+        return self.commit(self.select_candidates(logprobs), step, facts)
 
     def select_candidates(self, logprobs: torch.Tensor) -> Candidates:
         """The 2k best continuations of every sentence over all its rows: one topk of (n, width*V)."""
@@ -200,7 +219,7 @@ class BeamSearch(SentenceRecords):
             tokens, prev = F.pad(tokens, missing, value=self.eos_id), F.pad(prev, missing, value=0)
         return Candidates(scores, tokens, prev)
 
-    def commit(self, candidates: Candidates, step: int) -> StepOutput:
+    def commit(self, candidates: Candidates, step: int, facts: RowFacts | None = None) -> StepOutput:
         """Keep k alive, hand finished ones to the Beams, drop sentences that are done."""
         k = self.k
         ends = candidates.tokens == self.eos_id
@@ -209,20 +228,38 @@ class BeamSearch(SentenceRecords):
         order = ends.to(torch.uint8).argsort(dim=1, stable=True)[:, :k]
         alive = candidates.take(order)
         alive.scores.masked_fill_(alive.tokens == self.eos_id, NEG_INF)
-        host = to_host(top_scores=candidates.scores[:, :k], top_tokens=candidates.tokens[:, :k],
-                       top_prev=candidates.prev[:, :k], scores=alive.scores, tokens=alive.tokens, prev=alive.prev)
+        top_prev = candidates.prev[:, :k]
+        host = to_host(top_scores=candidates.scores[:, :k], top_tokens=candidates.tokens[:, :k], top_prev=top_prev,
+                       scores=alive.scores, tokens=alive.tokens, prev=alive.prev,
+                       **self._facts_of(facts, top_prev, alive.prev))
         for i, sentence in enumerate(self.active):
             if not self.beams[sentence].done:
                 self._record(self.beams[sentence], step, {name: rows[i] for name, rows in host.items()})
         return self._next_rows(alive)
 
+    def _facts_of(self, facts: RowFacts | None, top_prev: torch.Tensor, alive_prev: torch.Tensor) -> dict:
+        """The row facts of the top candidates (coverage penalty, source position) and of the
+        alive ones (source position), each (n, k), read from the row each candidate extends."""
+        if facts is None:
+            return {}
+        def of(fact, prev):
+            return fact.view(len(self.active), self.width).gather(1, prev)
+        picked = {}
+        if facts.penalty is not None:
+            picked["top_penalty"] = of(facts.penalty, top_prev)
+        if facts.alignment is not None:
+            picked["top_align"], picked["align"] = of(facts.alignment, top_prev), of(facts.alignment, alive_prev)
+        return picked
+
     def _record(self, beam: Beam, step: int, row: dict):
         """One sentence's share of the host copy -> its Beam."""
         last = beam.is_last_step(step)
-        ended = [(p, t, s) for s, t, p in zip(row["top_scores"], row["top_tokens"], row["top_prev"])
-                 if last or t == self.eos_id]
+        k = len(row["top_tokens"])
+        penalties, aligns = row.get("top_penalty", [0.0] * k), row.get("top_align", [None] * k)
+        ended = [(p, t, s, c, a) for s, t, p, c, a in zip(row["top_scores"], row["top_tokens"], row["top_prev"],
+                                                           penalties, aligns) if last or t == self.eos_id]
         top_ended = last or row["top_tokens"][0] == self.eos_id
-        beam.advance(step, row["tokens"], row["prev"], row["scores"], ended, top_ended)
+        beam.advance(step, row["tokens"], row["prev"], row["scores"], ended, top_ended, row.get("align"))
 
     def _next_rows(self, alive: Candidates) -> StepOutput:
         """Rows of the next step: k per sentence still searched, each continuing the row it extends."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import SentenceRecords, StepOutput, to_host
+from .base import RowFacts, SentenceRecords, StepOutput, to_host
 from .beam import Beam
 from .penalties import LengthPenalty
 
@@ -22,20 +22,26 @@ class GreedySearch(SentenceRecords):
         self.alive_scores = torch.zeros(batch_size, device=device)
         self.start_tokens = torch.full((batch_size,), start_id, dtype=torch.long, device=device)
 
-    def advance(self, logprobs: torch.Tensor, step: int) -> StepOutput:
+    def advance(self, logprobs: torch.Tensor, step: int, facts: RowFacts | None = None) -> StepOutput:
         """logprobs (n, V): each row takes its arg-max."""
         tokens = logprobs.argmax(dim=1)
         totals = self.alive_scores + logprobs.gather(1, tokens[:, None])[:, 0]
-        host = to_host(totals=totals[:, None], tokens=tokens[:, None])
-        for sentence, [total], [token] in zip(self.active, host["totals"], host["tokens"]):
+        facts = facts or RowFacts()
+        extra = {name: value[:, None] for name, value in (("penalty", facts.penalty), ("align", facts.alignment))
+                 if value is not None}
+        host = to_host(totals=totals[:, None], tokens=tokens[:, None], **extra)
+        n = len(self.active)
+        penalties, aligns = host.get("penalty", [[0.0]] * n), host.get("align", [[None]] * n)
+        for sentence, [total], [token], [penalty], [align] in zip(self.active, host["totals"], host["tokens"],
+                                                                 penalties, aligns):
             beam = self.beams[sentence]
             if beam.done:
                 continue
             if token == self.eos_id or beam.is_last_step(step):
-                beam.add_finished(step, 0, token, total)
+                beam.add_finished(step, 0, token, total, penalty, align)
                 beam.done = True
             else:
-                beam.extend([token], [0], [total])
+                beam.extend([token], [0], [total], None if align is None else [align])
         still = self.survivors()
         if len(still) == len(self.active):
             self.alive_scores = totals
