@@ -84,3 +84,13 @@ def test_alignment_follows_the_beam_reorder_with_coverage_penalty():
     [hyps] = Translator(TableModel(8, [table], [attention]), cfg, BAN_SPECIALS).translate_batch([[0, 7, EOS]])
     assert [h.tokens for h in hyps] == [[B, B], [A]]
     assert [h.alignment for h in hyps] == [[2, 0], [2]]
+
+
+@pytest.mark.parametrize("overrides, message", [({"alignment_layer": 2}, "alignment_layer: 2"),
+                                                ({"alignment_layer": -3}, "alignment_layer: -3"),
+                                                ({"alignment_heads": 5}, "alignment_heads: must be in [0, heads=4]")])
+def test_alignment_layer_and_heads_are_checked(overrides, message):
+    from .helpers import tiny_config
+
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        tiny_config(**overrides)  # 2 decoder layers, 4 heads
