@@ -78,3 +78,13 @@ def test_repetition_penalty_in_decoding(beam):
     assert hyp.tokens == [A, B]
     assert hyp.token_scores == pytest.approx([math.log(0.9), math.log(0.4 / 0.76)])
     assert hyp.eos_score == pytest.approx(0.0)
+
+
+def test_generation_config_repetition_penalty_is_a_default():
+    from nmtdecode.models.formats.huggingface import generation_settings
+
+    from .helpers import tiny_config
+
+    defaults, _ = generation_settings({"repetition_penalty": 1.2}, tiny_config())
+    assert defaults["repetition_penalty"] == 1.2
+    assert "repetition_penalty" not in generation_settings({"repetition_penalty": 1.0}, tiny_config())[0]
