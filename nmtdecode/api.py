@@ -35,6 +35,7 @@ class Translation:
     ended: bool = True  # False when the step limit cut it before EOS
     eos_score: float | None = None  # log-probability of the final EOS; None when cut before EOS
     alignment: list[int] | None = None  # per token: the source position attended most (with alignment=True)
+    attention: list[list[float]] | None = None  # per token: its weights over the source tokens (attention=True)
 
 
 class Translator:
@@ -81,7 +82,7 @@ class Translator:
         if not scores and config.decoding.n_best == 1:
             return [result.texts[0] for result in results]
         return [[Translation(text, hyp.score, hyp.total, hyp.tokens, hyp.token_scores, hyp.ended,
-                             hyp.eos_score, hyp.alignment)
+                             hyp.eos_score, hyp.alignment, hyp.attention)
                  for hyp, text in zip(result.hypotheses, result.texts)] for result in results]
 
     def translate_file(self, src: str, output: str, resume: bool = False, **options):

@@ -63,6 +63,8 @@ DECODING_OPTIONS = [
     _option("--ban-unk", key="ban_unk", flag=True, help="Never generate the unknown token."),
     _option("--alignment", key="alignment", flag=True,
             help="JSONL: add each target token's source token position (argmax of the cross-attention)."),
+    _option("--attention", key="attention", flag=True,
+            help="JSONL: add each target token's cross-attention weights over the source tokens."),
     _option("--src-lang", key="src_lang", type=str, help="Source language code (mBART, M2M100, NLLB)."),
     _option("--tgt-lang", key="tgt_lang", type=str, help="Target language code for multilingual models."),
 ]

@@ -53,6 +53,7 @@ class DecodingConfig:
     coverage_penalty: str = "none"
     beta: float = 0.0
     alignment: bool = False
+    attention: bool = False
 
     def validate(self):
         _check_min("beam_size", self.beam_size, 1)

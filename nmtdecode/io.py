@@ -201,13 +201,15 @@ def format_result(result: Result, fmt: str, token_scores: bool = False) -> str:
     hyps = []
     for hyp, text in zip(result.hypotheses, result.texts):
         entry = {"text": text, "score": _finite(hyp.score), "log_prob": _finite(hyp.total), "ended": hyp.ended}
-        if token_scores or hyp.alignment is not None:
+        if token_scores or hyp.alignment is not None or hyp.attention is not None:
             entry["tokens"] = hyp.tokens
         if token_scores:  # one per token; EOS's apart (null when the step limit cut the hypothesis)
             entry["token_scores"] = hyp.token_scores
             entry["eos_score"] = hyp.eos_score
         if hyp.alignment is not None:
             entry["alignment"] = hyp.alignment
+        if hyp.attention is not None:
+            entry["attention"] = hyp.attention
         hyps.append(entry)
     return json.dumps({"index": result.index, "hypotheses": hyps}, ensure_ascii=False) + "\n"
 

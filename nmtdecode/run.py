@@ -178,8 +178,10 @@ def decode_batch(batch: list[Example], translator: Translator, loaded: LoadedMod
     run out) the batch is split in halves and retried, down to single sentences (which then
     fail, naming the line)."""
     if batch[0].ids is None:  # empty lines: n_best empty hypotheses each, as for any other line
-        n = translator.cfg.n_best
-        return [Result(e.index, [Hypothesis([], 0.0, 0.0) for _ in range(n)], [""] * n) for e in batch]
+        cfg = translator.cfg
+        empty = dict(alignment=[] if cfg.alignment else None, attention=[] if cfg.attention else None)
+        return [Result(e.index, [Hypothesis([], 0.0, 0.0, **empty) for _ in range(cfg.n_best)], [""] * cfg.n_best)
+                for e in batch]
     nbests, split = None, too_big(batch, translator, loaded)
     if split is None:
         try:

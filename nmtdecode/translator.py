@@ -112,10 +112,10 @@ class Translator:
         coverage = None
         if cfg.coverage_penalty != "none" and cfg.beta > 0:
             coverage = Coverage(cfg.coverage_penalty, cfg.beta, src_mask)
-        if coverage is None and not cfg.alignment:
+        if coverage is None and not cfg.alignment and not cfg.attention:
             return None
         cache.record_attention = True
-        return AttentionFacts(coverage, cfg.alignment)
+        return AttentionFacts(coverage, cfg.alignment, cfg.attention)
 
     def pad(self, sources: list[list[int]]):
         longest = max(len(s) for s in sources)
@@ -149,7 +149,12 @@ class Translator:
             for state in states:
                 state.follow(out)
             tokens = out.tokens
-        return search.results(self.cfg.n_best)
+        results = search.results(self.cfg.n_best)
+        if self.cfg.attention:  # rows as long as each source, not the padded batch
+            for source, hyps in zip(sources, results):
+                for hyp in hyps:
+                    hyp.attention = [row[: len(source)] for row in hyp.attention or []]
+        return results
 
     def forced_prefix(self) -> list[int]:
         """What the decoder is fed before any target token: the decoder start token, then the
@@ -195,12 +200,13 @@ class AttentionFacts:
     coverage penalty of each row with this step counted, and the source position each row
     attends most (the alignment of the token it chooses). Follows the search (a RowState)."""
 
-    def __init__(self, coverage: Coverage | None, alignment: bool):
-        self.coverage, self.alignment = coverage, alignment
+    def __init__(self, coverage: Coverage | None, alignment: bool, attention: bool = False):
+        self.coverage, self.alignment, self.attention = coverage, alignment, attention
 
     def facts(self, attention: torch.Tensor) -> RowFacts:
         return RowFacts(penalty=None if self.coverage is None else self.coverage.add(attention),
-                        alignment=attention.argmax(dim=1) if self.alignment else None)
+                        alignment=attention.argmax(dim=1) if self.alignment else None,
+                        attention=attention if self.attention else None)
 
     def follow(self, out: StepOutput):
         if self.coverage is not None:

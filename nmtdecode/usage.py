@@ -65,8 +65,9 @@ def ineffective(config: Config, max_positions: int, device_type: str) -> list[st
                      "hypothesis only (--format nbest or jsonl writes them all)")
     if io.token_scores and io.format != "jsonl":
         notes.append(f"token_scores: has no effect with --format {io.format} (it adds fields to jsonl)")
-    if decoding.alignment and io.format != "jsonl":
-        notes.append(f"alignment: has no effect with --format {io.format} (it adds fields to jsonl)")
+    for key in ("alignment", "attention"):
+        if getattr(decoding, key) and io.format != "jsonl":
+            notes.append(f"{key}: has no effect with --format {io.format} (it adds fields to jsonl)")
     if "beta" in config.user_keys and decoding.beta != 0 and decoding.coverage_penalty == "none":
         notes.append(f"beta: {decoding.beta} has no effect without --coverage-penalty wu or summary")
     if decoding.coverage_penalty != "none" and decoding.beta == 0:

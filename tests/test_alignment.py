@@ -94,3 +94,30 @@ def test_alignment_layer_and_heads_are_checked(overrides, message):
 
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
         tiny_config(**overrides)  # 2 decoder layers, 4 heads
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_attention_rows_are_the_teacher_forced_weights(beam):
+    """--attention: per token the alignment layer's weights over its own source (the padding of
+    the batch cut off), equal to a teacher-forced pass; their argmax is the alignment."""
+    model = tiny_transformer(2, vocab=20, eos_bias=1.0)
+    sources = random_sources(4, 20, seed=6)
+    cfg = DecodingConfig(beam_size=beam, n_best=beam, max_length=10, alignment=True, attention=True)
+    for source, hyps in zip(sources, Translator(model, cfg).translate_batch(sources)):
+        for hyp in hyps:
+            weights = attention_by_teacher_forcing(model, source, hyp.tokens, -1, 1)[: len(hyp.tokens)]
+            assert torch.tensor(hyp.attention).shape == weights.shape == (len(hyp.tokens), len(source))
+            torch.testing.assert_close(torch.tensor(hyp.attention), weights, atol=1e-5, rtol=1e-4)
+            assert hyp.alignment == weights.argmax(dim=1).tolist()
+
+
+def test_attention_follows_the_beam_reorder():
+    table = {(): {A: 0.6, B: 0.4}, (A,): {EOS: 0.7, A: 0.3}, (B,): {B: 0.9, EOS: 0.1}}
+    attention = {(): [0.2, 0.3, 0.5], (A,): [0.1, 0.1, 0.8], (B,): [0.8, 0.1, 0.1], (A, A): [0.1, 0.1, 0.8],
+                 (B, B): [0.1, 0.8, 0.1]}
+    cfg = DecodingConfig(beam_size=2, n_best=2, max_length=5, length_penalty="none", attention=True)
+    [hyps] = Translator(TableModel(8, [table], [attention]), cfg, BAN_SPECIALS).translate_batch([[0, 7, EOS]])
+    assert [h.tokens for h in hyps] == [[A], [B, B]]
+    assert hyps[0].attention == [pytest.approx([0.2, 0.3, 0.5])]
+    assert hyps[1].attention == [pytest.approx([0.2, 0.3, 0.5]), pytest.approx([0.8, 0.1, 0.1])]
+    assert hyps[0].alignment is None

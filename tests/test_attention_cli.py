@@ -77,3 +77,21 @@ def test_yaml_coverage_penalty_is_checked_by_name(model_dir, tmp_path, nmtdecode
     config.write_text("coverage_penalty: gnmt\n")
     run = nmtdecode("translate", "-c", config, "--model", model_dir, stdin="good morning\n")
     assert run.returncode == 2 and "coverage_penalty: 'gnmt' is not one of none, wu, summary" in run.stderr
+
+
+def test_jsonl_attention_rows_span_each_source(model_dir, nmtdecode):
+    """--attention: one row per token, each as long as that line's source tokens (EOS included),
+    summing to 1; an empty line gets empty arrays like its empty hypotheses."""
+    loaded = load_model(str(model_dir))
+    run = nmtdecode("translate", "--model", model_dir, "--format", "jsonl", "--attention", "--alignment", "-q",
+                    stdin="".join(line + "\n" for line in [LINES[0], "", LINES[1]]))
+    assert run.returncode == 0 and run.stderr == "", run.stderr
+    records = [json.loads(line) for line in run.stdout.splitlines()]
+    assert records[1]["hypotheses"][0]["attention"] == records[1]["hypotheses"][0]["alignment"] == []
+    for record, line in zip([records[0], records[2]], [LINES[0], LINES[1]]):
+        [hyp] = record["hypotheses"]
+        source_length = len(loaded.tokenizer.encode(line))
+        assert len(hyp["attention"]) == len(hyp["tokens"]) == len(hyp["alignment"])
+        for row, position in zip(hyp["attention"], hyp["alignment"]):
+            assert len(row) == source_length and sum(row) == pytest.approx(1.0, abs=1e-5)
+            assert row.index(max(row)) == position

@@ -38,6 +38,7 @@ class Hypothesis:
     ended: bool = True  # False when the step limit cut the hypothesis before EOS
     eos_score: float | None = None  # log-prob of the final EOS; None when cut before EOS
     alignment: list[int] | None = None  # per token of `tokens`: the source position attended most (when asked)
+    attention: list[list[float]] | None = None  # per token of `tokens`: its attention over the source (when asked)
 
 
 @dataclass
@@ -65,10 +66,36 @@ class RowFacts:
         counted; subtracted from the score of a hypothesis that finishes at this step.
     alignment: (rows,) long, the source position the row attended most at this step: the
         alignment of the token it chooses.
+    attention: (rows, S) float, the row's attention weights over the source at this step.
+
+    alignment and attention are attached to the chosen token (ATTACHED): the Beams keep them
+    per step and slot, and get_hyp walks them back with the tokens.
     """
 
     penalty: torch.Tensor | None = None
     alignment: torch.Tensor | None = None
+    attention: torch.Tensor | None = None
+
+    def attached(self) -> dict[str, torch.Tensor]:
+        return {name: getattr(self, name) for name in ATTACHED if getattr(self, name) is not None}
+
+
+ATTACHED = ("alignment", "attention")
+
+
+def attached_per_slot(host: dict, prefix: str, slots: int) -> list[dict]:
+    """One sentence's share of the host copy -> for each of its `slots` candidates, what is
+    attached to it: {"alignment": int, "attention": [float] * S}, the names present only.
+    host[prefix + name] is that sentence's flat list (slots values, or slots * S weights)."""
+    per_slot = [{} for _ in range(slots)]
+    for name in ATTACHED:
+        values = host.get(prefix + name)
+        if values is None:
+            continue
+        size = len(values) // slots
+        for j, slot in enumerate(per_slot):
+            slot[name] = values[j * size : (j + 1) * size] if name == "attention" else values[j]
+    return per_slot
 
 
 class RowState(Protocol):

@@ -47,12 +47,12 @@ top candidate end at the very step it stops, which only differs for n_best > 1.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
-from .base import NEG_INF, Hypothesis, RowFacts, SentenceRecords, StepOutput, to_host
+from .base import NEG_INF, Hypothesis, RowFacts, SentenceRecords, StepOutput, attached_per_slot, to_host
 from .penalties import LengthPenalty
 
 EARLY_STOPPING = ("top", "true", "false", "never")
@@ -65,7 +65,7 @@ class Finished:
     step: int  # step at which the last token was chosen
     prev: int  # slot at step-1 that it extends
     token: int  # the last token (EOS unless cut at the step limit)
-    align: int | None = None  # source position of the last token, when alignments are recorded
+    attached: dict = field(default_factory=dict)  # what is attached to the last token (base.py:ATTACHED)
 
 
 class Beam:
@@ -82,7 +82,9 @@ class Beam:
         self.next_ys: list[list[int]] = []  # next_ys[t][j]: token of slot j at step t
         self.prev_ks: list[list[int]] = []  # prev_ks[t][j]: slot at step t-1 that slot j extends
         self.scores: list[list[float]] = []  # scores[t][j]: total log-prob of slot j after step t
-        self.aligns: list[list[int]] = []  # aligns[t][j]: source position of next_ys[t][j], when recorded
+        # attached[name][t][j]: what was recorded with next_ys[t][j], when asked: "alignment" (its
+        # source position), "attention" (its weights over the source)
+        self.attached: dict[str, list[list]] = {}
         self.finished: list[Finished] = []  # the best `size` finished hypotheses, best first
         self.done = False
 
@@ -90,31 +92,32 @@ class Beam:
         return step + 1 >= self.max_steps
 
     def advance(self, step: int, tokens: list[int], prev: list[int], scores: list[float],
-                ended: list[tuple], top_ended: bool = False, aligns: list[int] | None = None):
-        """Record step `step`: the alive slots (tokens, prev, scores, and their source positions
-        when recorded), the hypotheses that ended at this step as (prev, token, total[, coverage
-        penalty, source position]), and whether the top-ranked one did."""
+                ended: list[tuple], top_ended: bool = False, attached: list[dict] | None = None):
+        """Record step `step`: the alive slots (tokens, prev, scores, and what is attached to each
+        slot's token), the hypotheses that ended at this step as (prev, token, total[, coverage
+        penalty, attached]), and whether the top-ranked one did."""
         self.top_ended = self.top_ended or top_ended
         for end in ended:
             self.add_finished(step, *end)
-        self.extend(tokens, prev, scores, aligns)
+        self.extend(tokens, prev, scores, attached)
         # the bound leaves the coverage penalty out: it is >= 0, so the bound stays an upper one
         self.done = self.is_last_step(step) or self.cannot_improve(step, best_alive=max(scores))
 
-    def extend(self, tokens: list[int], prev: list[int], scores: list[float], aligns: list[int] | None = None):
+    def extend(self, tokens: list[int], prev: list[int], scores: list[float], attached: list[dict] | None = None):
+        """attached: per slot, {name: value} (base.py:attached_per_slot), or None."""
         self.next_ys.append(tokens)
         self.prev_ks.append(prev)
         self.scores.append(scores)
-        if aligns is not None:
-            self.aligns.append(aligns)
+        for name in attached[0] if attached else ():
+            self.attached.setdefault(name, []).append([slot[name] for slot in attached])
 
     def add_finished(self, step: int, prev: int, token: int, total: float, coverage_penalty: float = 0.0,
-                     align: int | None = None):
+                     attached: dict | None = None):
         if total == NEG_INF:
             return  # unreachable continuation (masked token or empty slot)
         score = self.penalty(total, step + 1) - coverage_penalty
         # keep the pool sorted, best first; a tie goes after the earlier hypothesis
-        finished = Finished(score, total, step, prev, token, align)
+        finished = Finished(score, total, step, prev, token, attached or {})
         bisect.insort_right(self.finished, finished, key=lambda f: -f.score)
         del self.finished[self.size :]
 
@@ -132,33 +135,33 @@ class Beam:
             bound = self.penalty(best_alive, length)
         return bound <= self.finished[-1].score
 
-    def get_hyp(self, step: int, slot: int, alignment: bool = False) -> tuple[list, ...]:
+    def get_hyp(self, step: int, slot: int, attached: bool = False) -> tuple:
         """Tokens of slot `slot` at step `step` back to the start and their running totals, and
-        with `alignment` their source positions (when recorded)."""
+        with `attached` what was recorded with each token ({name: list}: alignment, attention)."""
         path = []  # (step, slot) of each token, last first
         for t in range(step, -1, -1):
             path.append((t, slot))
             slot = self.prev_ks[t][slot]
         path.reverse()
         tokens, totals = [self.next_ys[t][j] for t, j in path], [self.scores[t][j] for t, j in path]
-        if not alignment:
+        if not attached:
             return tokens, totals
-        return tokens, totals, [self.aligns[t][j] for t, j in path]
+        return tokens, totals, {name: [steps[t][j] for t, j in path] for name, steps in self.attached.items()}
 
     def hypothesis(self, f: Finished, eos_id: int) -> Hypothesis:
         """The finished hypothesis `f`; the final EOS is not one of its tokens, its log-prob is
-        `eos_score` (so token_scores and alignment have one entry per token)."""
-        aligned = f.align is not None
-        tokens, totals, aligns = [], [], []
+        `eos_score` (so token_scores, alignment and attention have one entry per token)."""
+        tokens, totals, along = [], [], {name: [] for name in f.attached}
         if f.step > 0:
-            tokens, totals, *rest = self.get_hyp(f.step - 1, f.prev, alignment=aligned)
-            aligns = rest[0] if aligned else []
-        tokens, totals, aligns = tokens + [f.token], totals + [f.total], aligns + [f.align]
+            tokens, totals, along = self.get_hyp(f.step - 1, f.prev, attached=True)
+        tokens, totals = tokens + [f.token], totals + [f.total]
+        along = {name: along[name] + [value] for name, value in f.attached.items()}
         token_scores = [b - a for a, b in zip([0.0] + totals[:-1], totals)]
         ended = f.token == eos_id
         kept = len(tokens) - ended
         return Hypothesis(tokens[:kept], f.score, f.total, token_scores[:kept], ended,
-                          eos_score=token_scores[-1] if ended else None, alignment=aligns[:kept] if aligned else None)
+                          eos_score=token_scores[-1] if ended else None,
+                          **{name: values[:kept] for name, values in along.items()})
 
     def nbest(self, n: int, eos_id: int) -> list[Hypothesis]:
         """Always n hypotheses, best first: when fewer than n were reachable (the other
@@ -238,28 +241,28 @@ class BeamSearch(SentenceRecords):
         return self._next_rows(alive)
 
     def _facts_of(self, facts: RowFacts | None, top_prev: torch.Tensor, alive_prev: torch.Tensor) -> dict:
-        """The row facts of the top candidates (coverage penalty, source position) and of the
-        alive ones (source position), each (n, k), read from the row each candidate extends."""
+        """For the host copy: the row facts of the top candidates (coverage penalty, attached) and
+        of the alive ones (attached), read from the row each candidate extends, (n, k * width)."""
         if facts is None:
             return {}
-        def of(fact, prev):
-            return fact.view(len(self.active), self.width).gather(1, prev)
-        picked = {}
-        if facts.penalty is not None:
-            picked["top_penalty"] = of(facts.penalty, top_prev)
-        if facts.alignment is not None:
-            picked["top_align"], picked["align"] = of(facts.alignment, top_prev), of(facts.alignment, alive_prev)
+        def of(fact, prev):  # fact (rows,) or (rows, S); prev (n, c) -> (n, c) or (n, c * S)
+            rows = torch.arange(len(self.active), device=prev.device)[:, None] * self.width + prev
+            return fact[rows].flatten(1)
+        picked = {} if facts.penalty is None else {"top_penalty": of(facts.penalty, top_prev)}
+        for name, fact in facts.attached().items():
+            picked["top_" + name], picked[name] = of(fact, top_prev), of(fact, alive_prev)
         return picked
 
     def _record(self, beam: Beam, step: int, row: dict):
         """One sentence's share of the host copy -> its Beam."""
         last = beam.is_last_step(step)
         k = len(row["top_tokens"])
-        penalties, aligns = row.get("top_penalty", [0.0] * k), row.get("top_align", [None] * k)
+        penalties, top_attached = row.get("top_penalty", [0.0] * k), attached_per_slot(row, "top_", k)
         ended = [(p, t, s, c, a) for s, t, p, c, a in zip(row["top_scores"], row["top_tokens"], row["top_prev"],
-                                                           penalties, aligns) if last or t == self.eos_id]
+                                                           penalties, top_attached) if last or t == self.eos_id]
         top_ended = last or row["top_tokens"][0] == self.eos_id
-        beam.advance(step, row["tokens"], row["prev"], row["scores"], ended, top_ended, row.get("align"))
+        beam.advance(step, row["tokens"], row["prev"], row["scores"], ended, top_ended,
+                     attached_per_slot(row, "", k))
 
     def _next_rows(self, alive: Candidates) -> StepOutput:
         """Rows of the next step: k per sentence still searched, each continuing the row it extends."""

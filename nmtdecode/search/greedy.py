@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import RowFacts, SentenceRecords, StepOutput, to_host
+from .base import RowFacts, SentenceRecords, StepOutput, attached_per_slot, to_host
 from .beam import Beam
 from .penalties import LengthPenalty
 
@@ -27,21 +27,22 @@ class GreedySearch(SentenceRecords):
         tokens = logprobs.argmax(dim=1)
         totals = self.alive_scores + logprobs.gather(1, tokens[:, None])[:, 0]
         facts = facts or RowFacts()
-        extra = {name: value[:, None] for name, value in (("penalty", facts.penalty), ("align", facts.alignment))
-                 if value is not None}
+        extra = {name: value.view(value.size(0), -1) for name, value in facts.attached().items()}
+        if facts.penalty is not None:
+            extra["penalty"] = facts.penalty[:, None]
         host = to_host(totals=totals[:, None], tokens=tokens[:, None], **extra)
-        n = len(self.active)
-        penalties, aligns = host.get("penalty", [[0.0]] * n), host.get("align", [[None]] * n)
-        for sentence, [total], [token], [penalty], [align] in zip(self.active, host["totals"], host["tokens"],
-                                                                 penalties, aligns):
+        for i, sentence in enumerate(self.active):
             beam = self.beams[sentence]
             if beam.done:
                 continue
+            [total], [token] = host["totals"][i], host["tokens"][i]
+            attached = attached_per_slot({name: host[name][i] for name in extra}, "", 1)
             if token == self.eos_id or beam.is_last_step(step):
-                beam.add_finished(step, 0, token, total, penalty, align)
+                penalty = host["penalty"][i][0] if "penalty" in host else 0.0
+                beam.add_finished(step, 0, token, total, penalty, attached[0])
                 beam.done = True
             else:
-                beam.extend([token], [0], [total], None if align is None else [align])
+                beam.extend([token], [0], [total], attached)
         still = self.survivors()
         if len(still) == len(self.active):
             self.alive_scores = totals
