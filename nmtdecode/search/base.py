@@ -83,15 +83,17 @@ class RowFacts:
 ATTACHED = ("alignment", "attention")
 
 
-def attached_per_slot(host: dict, prefix: str, slots: int) -> list[dict]:
+def attached_per_slot(host: dict, prefix: str, slots: int) -> list[dict] | None:
     """One sentence's share of the host copy -> for each of its `slots` candidates, what is
-    attached to it: {"alignment": int, "attention": [float] * S}, the names present only.
+    attached to it: {"alignment": int, "attention": [float] * S}, the names present only;
+    None when nothing is attached (the default: no work per sentence).
     host[prefix + name] is that sentence's flat list (slots values, or slots * S weights)."""
+    names = [name for name in ATTACHED if prefix + name in host]
+    if not names:
+        return None
     per_slot = [{} for _ in range(slots)]
-    for name in ATTACHED:
-        values = host.get(prefix + name)
-        if values is None:
-            continue
+    for name in names:
+        values = host[prefix + name]
         size = len(values) // slots
         for j, slot in enumerate(per_slot):
             slot[name] = values[j * size : (j + 1) * size] if name == "attention" else values[j]

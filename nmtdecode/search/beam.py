@@ -237,7 +237,8 @@ class BeamSearch(SentenceRecords):
                        **self._facts_of(facts, top_prev, alive.prev))
         for i, sentence in enumerate(self.active):
             if not self.beams[sentence].done:
-                self._record(self.beams[sentence], step, {name: rows[i] for name, rows in host.items()})
+                self._record(self.beams[sentence], step, {name: rows[i] for name, rows in host.items()},
+                             facts is not None)
         return self._next_rows(alive)
 
     def _facts_of(self, facts: RowFacts | None, top_prev: torch.Tensor, alive_prev: torch.Tensor) -> dict:
@@ -253,16 +254,18 @@ class BeamSearch(SentenceRecords):
             picked["top_" + name], picked[name] = of(fact, top_prev), of(fact, alive_prev)
         return picked
 
-    def _record(self, beam: Beam, step: int, row: dict):
+    def _record(self, beam: Beam, step: int, row: dict, with_facts: bool):
         """One sentence's share of the host copy -> its Beam."""
         last = beam.is_last_step(step)
         k = len(row["top_tokens"])
-        penalties, top_attached = row.get("top_penalty", [0.0] * k), attached_per_slot(row, "top_", k)
-        ended = [(p, t, s, c, a) for s, t, p, c, a in zip(row["top_scores"], row["top_tokens"], row["top_prev"],
-                                                           penalties, top_attached) if last or t == self.eos_id]
+        columns = [row["top_prev"], row["top_tokens"], row["top_scores"]]
+        attached = None
+        if with_facts:  # each candidate's coverage penalty and attached facts
+            columns += [row.get("top_penalty", [0.0] * k), attached_per_slot(row, "top_", k) or [None] * k]
+            attached = attached_per_slot(row, "", k)
+        ended = [end for end in zip(*columns) if last or end[1] == self.eos_id]  # (prev, token, total, ...)
         top_ended = last or row["top_tokens"][0] == self.eos_id
-        beam.advance(step, row["tokens"], row["prev"], row["scores"], ended, top_ended,
-                     attached_per_slot(row, "", k))
+        beam.advance(step, row["tokens"], row["prev"], row["scores"], ended, top_ended, attached)
 
     def _next_rows(self, alive: Candidates) -> StepOutput:
         """Rows of the next step: k per sentence still searched, each continuing the row it extends."""

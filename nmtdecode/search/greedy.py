@@ -26,23 +26,32 @@ class GreedySearch(SentenceRecords):
         """logprobs (n, V): each row takes its arg-max."""
         tokens = logprobs.argmax(dim=1)
         totals = self.alive_scores + logprobs.gather(1, tokens[:, None])[:, 0]
-        facts = facts or RowFacts()
-        extra = {name: value.view(value.size(0), -1) for name, value in facts.attached().items()}
-        if facts.penalty is not None:
-            extra["penalty"] = facts.penalty[:, None]
-        host = to_host(totals=totals[:, None], tokens=tokens[:, None], **extra)
+        host = to_host(totals=totals[:, None], tokens=tokens[:, None], **self._facts_of(facts))
         for i, sentence in enumerate(self.active):
             beam = self.beams[sentence]
             if beam.done:
                 continue
             [total], [token] = host["totals"][i], host["tokens"][i]
-            attached = attached_per_slot({name: host[name][i] for name in extra}, "", 1)
+            attached = attached_per_slot({name: rows[i] for name, rows in host.items()}, "", 1) if facts else None
             if token == self.eos_id or beam.is_last_step(step):
                 penalty = host["penalty"][i][0] if "penalty" in host else 0.0
-                beam.add_finished(step, 0, token, total, penalty, attached[0])
+                beam.add_finished(step, 0, token, total, penalty, attached[0] if attached else None)
                 beam.done = True
             else:
                 beam.extend([token], [0], [total], attached)
+        return self._next_rows(tokens, totals)
+
+    @staticmethod
+    def _facts_of(facts: RowFacts | None) -> dict:
+        """For the host copy: each row's coverage penalty and attached facts, (n, 1) or (n, S)."""
+        if facts is None:
+            return {}
+        picked = {name: value.view(value.size(0), -1) for name, value in facts.attached().items()}
+        if facts.penalty is not None:
+            picked["penalty"] = facts.penalty[:, None]
+        return picked
+
+    def _next_rows(self, tokens: torch.Tensor, totals: torch.Tensor) -> StepOutput:
         still = self.survivors()
         if len(still) == len(self.active):
             self.alive_scores = totals
