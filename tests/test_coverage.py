@@ -108,3 +108,21 @@ def test_coverage_follows_the_beam_reorder():
     bb = math.log(0.36) + math.log(0.7)
     assert [h.tokens for h in hyps] == [[B, B], [A]]
     assert [h.score for h in hyps] == pytest.approx([bb, a], abs=1e-6)
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_coverage_and_alignment_do_not_depend_on_the_batch(beam):
+    """A padded batch of sentences of different lengths gives each the results it gets alone."""
+    from .helpers import random_sources, tiny_transformer
+
+    model = tiny_transformer(5, vocab=20, eos_bias=1.0)
+    sources = random_sources(6, 20, seed=8)
+    cfg = DecodingConfig(beam_size=beam, n_best=beam, max_length=12, coverage_penalty="summary", beta=0.4,
+                         alignment=True)
+    together = Translator(model, cfg).translate_batch(sources)
+    for source, hyps in zip(sources, together):
+        [alone] = Translator(model, cfg).translate_batch([source])
+        assert [(h.tokens, h.alignment) for h in hyps] == [(h.tokens, h.alignment) for h in alone]
+        assert [h.score for h in hyps] == pytest.approx([h.score for h in alone], abs=1e-5)
+    plain = Translator(model, DecodingConfig(beam_size=beam, n_best=beam, max_length=12)).translate_batch(sources)
+    assert [[h.score for h in n] for n in plain] != [[h.score for h in n] for n in together]

@@ -8,15 +8,17 @@ the first step is computed once); a strategy may then widen each sentence to
     tokens = search.start_tokens                      # (B,) one row per sentence
     for step in range(limit):
         logprobs = ...model.decode_step(tokens, cache)   # (rows, V)
-        out = search.advance(logprobs, step)          # StepOutput
+        out = search.advance(logprobs, step, facts)   # StepOutput; facts: RowFacts or None
         if search.done: break
         cache.follow(out); processors.follow(out)     # every piece of row state, one call
         tokens = out.tokens
 
 `StepOutput` says how the rows of the next step come from the rows of this
-one: `origin` for per-row state (the self-attention cache, token histories),
-`keep` for per-sentence state (the encoder memory and its mask). Only the
-search knows about beams; state that follows it needs nothing else.
+one: `origin` for per-row state (the self-attention cache, token histories,
+coverage), `keep` for per-sentence state (the encoder memory and its mask).
+Only the search knows about beams; state that follows it needs nothing else.
+`RowFacts` go the other way, when asked: per-row values of this step (coverage
+penalty, alignment, attention) that the search records with the chosen tokens.
 """
 
 from __future__ import annotations
