@@ -22,8 +22,8 @@ from tqdm import tqdm
 
 from . import __version__, memory, signals
 from .config import Config, ConfigError, RuntimeConfig
-from .io import (Example, LineReader, OrderedWriter, PrefixLines, Result, check_prefix, check_readable, chunk_size,
-                 chunks, count_lines, cut, read_lines)
+from .io import (Example, InputError, LineReader, OrderedWriter, PrefixLines, Result, check_prefix, check_readable,
+                 chunk_size, chunks, count_lines, cut, read_lines)
 from .models.checkpoint import LoadedModel
 from .models.loading import load_model
 from .models.gemm import apply_backend, choose_backend
@@ -126,6 +126,17 @@ def prepare(config: Config) -> tuple[Config, LoadedModel, Translator]:
     return config, loaded, translator
 
 
+def encode_source(text: str, loaded: LoadedModel, max_src_length: int | None) -> tuple[list[int], bool]:
+    """A source line's ids, cut to the model's positions (or max_src_length) with its EOS kept,
+    and whether it was cut: the one rule translate and score share."""
+    ids = loaded.tokenizer.encode(text)
+    cfg = loaded.model.cfg
+    limit = min(max_src_length or cfg.max_positions, cfg.max_positions)
+    if len(ids) > limit:
+        return ids[: limit - 1] + [cfg.eos_id], True
+    return ids, False
+
+
 def make_example(index: int, text: str, loaded: LoadedModel, max_src_length: int | None,
                  prefix: str | None = None) -> Example:
     """Tokenize one line; whitespace-only lines get nothing to decode; long ones are cut (EOS kept).
@@ -133,12 +144,8 @@ def make_example(index: int, text: str, loaded: LoadedModel, max_src_length: int
     prefix_ids = loaded.tokenizer.encode_target(prefix) if prefix and prefix.strip() else None
     if not text.strip():
         return Example(index, text, prefix=prefix_ids)
-    ids = loaded.tokenizer.encode(text)
-    cfg = loaded.model.cfg
-    limit = min(max_src_length or cfg.max_positions, cfg.max_positions)
-    if len(ids) > limit:
-        return Example(index, text, ids[: limit - 1] + [cfg.eos_id], truncated=True, prefix=prefix_ids)
-    return Example(index, text, ids, prefix=prefix_ids)
+    ids, truncated = encode_source(text, loaded, max_src_length)
+    return Example(index, text, ids, truncated=truncated, prefix=prefix_ids)
 
 
 def job_examples(config: Config, lines, loaded: LoadedModel):
@@ -188,10 +195,7 @@ def decode_batch(batch: list[Example], translator: Translator, loaded: LoadedMod
     run out) the batch is split in halves and retried, down to single sentences (which then
     fail, naming the line)."""
     if batch[0].ids is None:  # empty lines: n_best hypotheses each, empty or their prefix (as CTranslate2)
-        n, decode = translator.cfg.n_best, loaded.tokenizer.decode
-        prefix = [e.prefix or [] for e in batch]
-        return [Result(e.index, [Hypothesis(list(p), 0.0, 0.0, [0.0] * len(p)) for _ in range(n)],
-                       [decode(p)] * n) for e, p in zip(batch, prefix)]
+        return [_nothing_to_decode(e, translator.cfg, loaded) for e in batch]
     nbests, split = None, too_big(batch, translator, loaded)
     if split is None:
         try:
@@ -212,6 +216,16 @@ def decode_batch(batch: list[Example], translator: Translator, loaded: LoadedMod
         half = len(batch) // 2
         return decode_batch(batch[:half], translator, loaded) + decode_batch(batch[half:], translator, loaded)
     return [Result(e.index, hyps, [loaded.tokenizer.decode(h.tokens) for h in hyps]) for e, hyps in zip(batch, nbests)]
+
+
+def _nothing_to_decode(example: Example, cfg, loaded: LoadedModel) -> Result:
+    """An empty source line's result: n_best hypotheses of its prefix (none: empty), scored 0, with
+    one entry per token in every per-token array (no source position to align to: null)."""
+    tokens = list(example.prefix or [])
+    arrays = dict(alignment=[None] * len(tokens) if cfg.alignment else None,
+                  attention=[[] for _ in tokens] if cfg.attention else None)
+    hyps = [Hypothesis(list(tokens), 0.0, 0.0, [0.0] * len(tokens), **arrays) for _ in range(cfg.n_best)]
+    return Result(example.index, hyps, [loaded.tokenizer.decode(tokens)] * cfg.n_best)
 
 
 HASHED_WHOLE = 64 << 20  # model files up to this size are identified by their whole content
@@ -392,9 +406,9 @@ def score_job(config: Config, src_path: str, tgt_path: str, output: str = "-", f
         if fmt == "jsonl":
             config, loop = decoder(translator.config, translator.loaded, translator.device)
             scored = score_pairs(translator.loaded, loop, sources, targets, config.batching.batch_size,
-                                 tokens=True)
-            lines = [json.dumps({"index": i, "log_prob": sum(s), "tokens": t, "token_scores": s},
-                                ensure_ascii=False) for i, (t, s) in enumerate(scored)]
+                                 tokens=True, max_src_length=config.batching.max_src_length)
+            lines = [json.dumps({"index": i, "log_prob": sum(s) + eos, "tokens": t, "token_scores": s,
+                                 "eos_score": eos}, ensure_ascii=False) for i, (t, s, eos) in enumerate(scored)]
         else:
             lines = [f"{total:.6f}" for total in translator.score(sources, targets)]
         out.open(False, signature="")  # no checkpoints: a complete file or none
@@ -409,12 +423,34 @@ def score_job(config: Config, src_path: str, tgt_path: str, output: str = "-", f
 
 
 def score_pairs(loaded: LoadedModel, translator: Translator, sources: list[str], targets: list[str],
-                batch_size: int, tokens: bool = False) -> list:
+                batch_size: int, tokens: bool = False, max_src_length: int | None = None) -> list:
     """Forced-decoding log-probabilities of (source, target) pairs, `batch_size` pairs at a time:
-    totals, or with `tokens` each pair's (tokens, token_scores) as `Translator.score_tokens` gives them."""
-    results = []
-    for start in range(0, len(sources), batch_size):
-        src = [loaded.tokenizer.encode(s) for s in sources[start : start + batch_size]]
-        tgt = [loaded.tokenizer.encode_target(t) for t in targets[start : start + batch_size]]
-        results += translator.score_tokens(src, tgt) if tokens else translator.score(src, tgt)
-    return results
+    totals, or with `tokens` each pair's (tokens, token_scores, eos_score) as
+    `Translator.score_tokens` gives them.
+
+    Sources are cut as translate cuts them (a warning names the lines); a target the decoder
+    has no positions for cannot be scored (an error names the line)."""
+    tgt = [loaded.tokenizer.encode_target(t) for t in targets]
+    room = loaded.model.cfg.max_positions - len(translator.forced_prefix())  # what the decoder may still be fed
+    for number, ids in enumerate(tgt, 1):
+        if len(ids) > room:
+            raise InputError(f"target line {number} has {len(ids)} tokens; with its forced prefix the decoder has "
+                             f"positions for {room}: it cannot be scored")
+    src, cut_lines = [], []
+    for number, text in enumerate(sources, 1):
+        ids, truncated = encode_source(text, loaded, max_src_length)
+        src.append(ids)
+        cut_lines += [number] if truncated else []
+    if cut_lines:
+        warn(f"source {_lines(cut_lines)} longer than the model's positions (or --max-src-length): cut, "
+             "as translate cuts them")
+    score = translator.score_tokens if tokens else translator.score
+    return [r for start in range(0, len(src), batch_size)
+            for r in score(src[start : start + batch_size], tgt[start : start + batch_size])]
+
+
+def _lines(numbers: list[int], shown: int = 5) -> str:
+    """`line 3`, `lines 3, 8`, `lines 3, 8, 9, 12, 20 and 4 more`."""
+    head = ", ".join(map(str, numbers[:shown]))
+    more = f" and {len(numbers) - shown} more" if len(numbers) > shown else ""
+    return f"line {head}" if len(numbers) == 1 else f"lines {head}{more}"

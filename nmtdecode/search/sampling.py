@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import NEG_INF, SentenceRecords, StepOutput, to_host
+from .base import NEG_INF, RowFacts, SentenceRecords, StepOutput, attached_per_slot, to_host
 from .beam import Beam
 from .penalties import LengthPenalty
 
@@ -176,8 +176,9 @@ class SamplingSearch(SentenceRecords):
         self.alive_scores = torch.zeros(batch_size * samples, device=device)
         self.ended = [[False] * samples for _ in range(batch_size)]  # per sentence and sample, on the host
 
-    def advance(self, logprobs: torch.Tensor, step: int) -> StepOutput:
-        """logprobs (n, V) at step 0, (n*N, V) after: one token per sample."""
+    def advance(self, logprobs: torch.Tensor, step: int, facts: RowFacts | None = None) -> StepOutput:
+        """logprobs (n, V) at step 0, (n*N, V) after: one token per sample. facts: what to record
+        with each row's token (coverage penalty, alignment, attention), per row of logprobs."""
         n = len(self.active)
         if step > 0:  # the rows of ended samples draw EOS at no cost (their draws are ignored)
             logprobs.masked_fill_(~self.alive[:, None], NEG_INF)[:, self.eos_id].masked_fill_(~self.alive, 0.0)
@@ -190,22 +191,35 @@ class SamplingSearch(SentenceRecords):
         # a sample that ended is fed EOS; one with no possible token (every one banned) ends
         tokens = tokens.masked_fill_(~self.alive | (token_scores == NEG_INF), self.eos_id)
         totals = self.alive_scores + token_scores.masked_fill_(~self.alive, 0.0)
-        host = to_host(tokens=tokens.view(n, self.n), totals=totals.view(n, self.n))
+        host = to_host(tokens=tokens.view(n, self.n), totals=totals.view(n, self.n),
+                       **self._facts_of(facts, origin, n))
         for i, sentence in enumerate(self.active):
-            self._record(sentence, step, host["tokens"][i], host["totals"][i])
+            self._record(sentence, step, {name: rows[i] for name, rows in host.items()})
         self.alive &= tokens != self.eos_id
         self.alive_scores = totals
         return self._next_rows(tokens, origin)
 
-    def _record(self, sentence: int, step: int, tokens: list[int], totals: list[float]):
-        """One sentence's N samples at this step -> its Beam."""
+    def _facts_of(self, facts: RowFacts | None, origin: torch.Tensor | None, n: int) -> dict:
+        """For the host copy: each sample's coverage penalty and attached facts, (n, N) or (n, N*S)."""
+        if facts is None:
+            return {}
+        picked = dict(facts.attached())
+        if facts.penalty is not None:
+            picked["penalty"] = facts.penalty
+        return {name: (value if origin is None else value[origin]).reshape(n, -1) for name, value in picked.items()}
+
+    def _record(self, sentence: int, step: int, row: dict):
+        """One sentence's N samples at this step (its share of the host copy) -> its Beam."""
         beam, ended = self.beams[sentence], self.ended[sentence]
         last = beam.is_last_step(step)
-        for j, (token, total) in enumerate(zip(tokens, totals)):
+        attached = attached_per_slot(row, "", self.n)
+        for j, (token, total) in enumerate(zip(row["tokens"], row["totals"])):
             if not ended[j] and (token == self.eos_id or last):
-                beam.add_finished(step, 0 if step == 0 else j, token, total)
+                penalty = row["penalty"][j] if "penalty" in row else 0.0
+                beam.add_finished(step, 0 if step == 0 else j, token, total, penalty,
+                                  attached[j] if attached else None)
                 ended[j] = True
-        beam.extend(tokens, [0] * self.n if step == 0 else list(range(self.n)), totals)
+        beam.extend(row["tokens"], [0] * self.n if step == 0 else list(range(self.n)), row["totals"], attached)
         beam.done = all(ended)
 
     def _next_rows(self, tokens: torch.Tensor, origin: torch.Tensor | None) -> StepOutput:

@@ -217,6 +217,8 @@ def generation_settings(gen: dict, cfg: TransformerConfig) -> tuple[dict, ModelR
         defaults.update(length_penalty="avg", alpha=float(gen["length_penalty"]))
     if gen.get("no_repeat_ngram_size"):
         defaults["no_repeat_ngram_size"] = gen["no_repeat_ngram_size"]
+    if gen.get("repetition_penalty", 1.0) != 1.0:
+        defaults["repetition_penalty"] = float(gen["repetition_penalty"])
     # transformers' own default is early_stopping=False; ours (`top`) is not theirs, so it is always set
     defaults["early_stopping"] = str(gen.get("early_stopping", False)).lower()
     banned = []
