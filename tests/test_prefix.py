@@ -51,20 +51,26 @@ def test_outputs_start_with_their_prefix(model, strategy, forced_tag):
 
 
 @pytest.mark.parametrize("strategy", list(STRATEGIES))
-def test_total_is_the_forced_decoding_log_prob_after_the_prefix(model, strategy):
+def test_total_is_the_forced_decoding_log_prob_after_the_prefix(strategy):
     """Prefix tokens count 0 (as CTranslate2's target_prefix); the rest are the model's log-probs,
     so `score` of the output = the reported total + the prefix tokens' log-probs."""
     sources, prefixes = random_sources(8, 24, seed=4), prefixes_for(8, seed=1)
-    translator = Translator(model, DecodingConfig(max_length=20, **STRATEGIES[strategy]))
+    model = tiny_transformer(5, vocab=24, eos_bias=2.5)  # outputs that end
+    translator = Translator(model, DecodingConfig(max_length=40, **STRATEGIES[strategy]))
+    checked = 0
     for source, prefix, hyps in zip(sources, prefixes, translator.translate_batch(sources, None, prefixes)):
         for h in hyps[:1]:
             if not h.ended:
                 continue
-            [(_, forced)] = translator.score_tokens([source], [h.tokens])
-            assert h.total == pytest.approx(sum(forced[len(prefix):]), abs=1e-4)
+            [(tokens, forced, eos)] = translator.score_tokens([source], [h.tokens])
+            assert tokens == h.tokens
+            assert h.total == pytest.approx(sum(forced[len(prefix):]) + eos, abs=1e-4)
             assert translator.score([source], [h.tokens])[0] == pytest.approx(
                 h.total + sum(forced[: len(prefix)]), abs=1e-4)
             assert h.token_scores[len(prefix):] == pytest.approx(forced[len(prefix):], abs=1e-4)
+            assert h.eos_score == pytest.approx(eos, abs=1e-4)
+            checked += 1
+    assert checked >= 4
 
 
 @pytest.mark.parametrize("strategy", list(STRATEGIES))
@@ -152,7 +158,8 @@ def test_cli_jsonl_prefix_scores_zero(cli, lines_file):
     forced = json.loads(scored.stdout)
     assert forced["tokens"] == hyp["tokens"]
     n = next(i for i, s in enumerate(hyp["token_scores"]) if s != 0.0)  # the prefix's tokens
-    assert n >= 1 and hyp["log_prob"] == pytest.approx(sum(forced["token_scores"][n:]), abs=1e-4)
+    assert n >= 1 and hyp["log_prob"] == pytest.approx(sum(forced["token_scores"][n:]) + forced["eos_score"],
+                                                       abs=1e-4)
 
 
 def test_cli_refuses_a_prefix_file_of_another_length(cli, lines_file):
@@ -215,3 +222,15 @@ def test_the_prefix_file_content_is_part_of_the_resume_signature(lines_file):
     prefix.write_text("Ich\n", encoding="utf-8")
     assert job_signature(config) != before
     assert job_signature(Config.from_values({"model": DEMO, "src": str(src), "output": "out.txt"})) != before
+
+
+def test_cli_empty_line_with_a_prefix_has_one_entry_per_token(cli, lines_file):
+    src, prefix = lines_file(["", "good morning"]), lines_file(["Hallo Welt", "Das"], name="prefix.txt")
+    out = cli("translate", "-m", DEMO, "--src", src, "--prefix", prefix, "--format", "jsonl", "--token-scores",
+              "--alignment", "--attention", "-q", text=True)
+    assert out.returncode == 0, out.stderr
+    for line in out.stdout.splitlines():
+        [hyp] = json.loads(line)["hypotheses"]
+        assert len(hyp["tokens"]) == len(hyp["token_scores"]) == len(hyp["alignment"]) == len(hyp["attention"]) > 0
+    first = json.loads(out.stdout.splitlines()[0])["hypotheses"][0]
+    assert first["text"] == "Hallo Welt" and set(first["token_scores"]) == {0.0}

@@ -272,10 +272,11 @@ def test_dropping_finished_sentences_changes_no_sample(setup):
 def test_sample_scores_equal_forced_decoding(setup):
     model, sources = setup
     translator = Translator(model, DecodingConfig(sampling=True, n_best=2, max_length=20, temperature=1.5))
-    for source, hyps in zip(sources[:8], translator.translate_batch(sources[:8])):
-        for h in hyps:
-            if h.ended:
-                assert translator.score([source], [h.tokens])[0] == pytest.approx(h.total, abs=1e-4)
+    ended = [(source, h) for source, hyps in zip(sources[:8], translator.translate_batch(sources[:8]))
+             for h in hyps if h.ended]
+    assert len(ended) >= 4
+    for source, h in ended:
+        assert translator.score([source], [h.tokens])[0] == pytest.approx(h.total, abs=1e-4)
 
 
 # --- options ----------------------------------------------------------------------------------
@@ -347,3 +348,20 @@ def test_top_p_looks_further_on_flat_rows_as_transformers():
         assert_same_filter(Filters(top_p=p)(logprobs), TopPLogitsWarper(p)(None, logprobs.clone()))
         assert_same_filter(Filters(top_k=500, top_p=p)(logprobs),
                            TopPLogitsWarper(p)(None, TopKLogitsWarper(500)(None, logprobs.clone())))
+
+
+def test_samples_carry_alignment_and_attention_per_token(setup):
+    """Recording the attention changes no sample; each sample's arrays have one entry per token,
+    and its alignment is the argmax of its attention rows."""
+    model, sources = setup
+    plain = Translator(model, DecodingConfig(sampling=True, n_best=3, max_length=20, seed=2))
+    facts = Translator(model, DecodingConfig(sampling=True, n_best=3, max_length=20, seed=2, alignment=True,
+                                             attention=True))
+    with_facts = facts.translate_batch(sources[:10])
+    without = plain.translate_batch(sources[:10])
+    assert [[h.tokens for h in n] for n in with_facts] == [[h.tokens for h in n] for n in without]
+    for source, hyps in zip(sources, with_facts):
+        for h in hyps:
+            assert len(h.alignment) == len(h.attention) == len(h.tokens) == len(h.token_scores)
+            assert all(len(row) == len(source) for row in h.attention)
+            assert h.alignment == [max(range(len(row)), key=row.__getitem__) for row in h.attention]
