@@ -111,7 +111,8 @@ class DecoderCache:
 
     def follow(self, out: "StepOutput"):
         """Track one search step: keep the sentences out.keep, and give row r the path of row
-        out.origin[r] extended by the slot that row held at the step just decoded."""
+        out.origin[r] (row r itself when origin is None) extended by the slot that row held at the
+        step just decoded."""
         if out.keep is not None:
             self.cross_kv = self.cross_kv.index_select(SENTENCES, out.keep)
             if self.memory_mask is not None:
