@@ -49,6 +49,11 @@ class DecodingConfig:
     ban_unk: bool = False
     src_lang: str | None = None
     tgt_lang: str | None = None
+    beam_groups: int = 1
+    diversity_penalty: float = 0.0
+    block_ngram_repeat: int = 0
+    ignore_when_blocking: list[str] = field(default_factory=list)  # target pieces
+    banned_tokens: list[str] = field(default_factory=list)  # target pieces
 
     def validate(self):
         _check_min("beam_size", self.beam_size, 1)
@@ -64,6 +69,15 @@ class DecodingConfig:
         _check_choice("length_penalty", self.length_penalty, ["none", "avg", "wu"])
         _check_choice("early_stopping", self.early_stopping, ["top", "true", "false", "never"])
         _check_min("no_repeat_ngram_size", self.no_repeat_ngram_size, 0)
+        _check_min("beam_groups", self.beam_groups, 1)
+        if self.beam_size % self.beam_groups:
+            raise ConfigError(f"beam_groups: beam_size ({self.beam_size}) is not divisible by beam_groups "
+                              f"({self.beam_groups})")
+        _check_min("diversity_penalty", self.diversity_penalty, 0)
+        if self.beam_groups > 1 and self.diversity_penalty == 0:
+            raise ConfigError("diversity_penalty: must be > 0 with beam_groups > 1 (without it every group finds "
+                              "the same hypotheses)")
+        _check_min("block_ngram_repeat", self.block_ngram_repeat, 0)
 
 
 @dataclass
@@ -162,6 +176,8 @@ KEY_SECTION = {f.name: name for name, cls in SECTIONS.items() for f in fields(cl
 def _coerce(key: str, value):
     """Check a YAML/CLI value against the field's type; ints are accepted for floats."""
     hint = typing.get_type_hints(SECTIONS[KEY_SECTION[key]])[key]
+    if hint == list[str]:
+        return _pieces(key, value)
     allowed = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
     if value is None and type(None) in allowed:
         return None
@@ -180,6 +196,18 @@ def _coerce(key: str, value):
             return str(value)
     names = " or ".join(t.__name__ for t in allowed if t is not type(None))
     raise ConfigError(f"{key}: expected {names}, got {value!r}")
+
+
+def _pieces(key: str, value) -> list[str]:
+    """A list of target pieces: a YAML list of strings, or one string of pieces separated by
+    whitespace (a piece never contains whitespace; commas do not separate, `,` is a piece)."""
+    if isinstance(value, str):
+        return value.split()
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) and v and not any(c.isspace() for c in v)
+                                                for v in value):
+        return list(value)
+    raise ConfigError(f"{key}: expected target pieces, as a list of strings or one string separated by spaces, "
+                      f"got {value!r}")
 
 
 @dataclass
