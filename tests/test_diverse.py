@@ -99,7 +99,7 @@ def decode(tables, k, groups, diversity, max_steps=5, n_best=None, **options):
     return Translator(TableModel(VOCAB, tables), cfg, ModelRules(banned_ids=BANNED)).translate_batch(sources)
 
 
-@pytest.mark.parametrize("k, groups", [(4, 2), (6, 3), (6, 2)])
+@pytest.mark.parametrize("k, groups", [(4, 2), (6, 3), (6, 2), (3, 3)])
 @pytest.mark.parametrize("early_stopping", ["top", "true", "false", "never"])
 @pytest.mark.parametrize("length_penalty", ["none", "avg"])
 def test_groups_equal_the_definition(k, groups, early_stopping, length_penalty):

@@ -60,10 +60,11 @@ class DiverseBeamSearch(BeamSearch):
         self.free_first_step = free_first_step  # a forced first token: no penalty at step 0
         self.start_tokens = self.start_tokens[::groups]  # step 0: one row per sentence
         self.alive_totals = torch.zeros_like(self.alive_scores)
+        self.first = True  # step 0 to come (a width of 1 does not say it: groups may have one beam)
 
     def advance(self, logprobs: torch.Tensor, step: int) -> StepOutput:
         """logprobs (rows, V); rows are one per sentence at step 0, then k per sentence."""
-        first = self.width == 1
+        first, self.first = self.first, False
         if first:  # every group starts from its sentence's one row
             logprobs = logprobs.repeat_interleave(self.groups, dim=0)
         candidates, alive = self.select_in_groups(logprobs, penalise=not (first and self.free_first_step))
@@ -79,7 +80,8 @@ class DiverseBeamSearch(BeamSearch):
     def select_in_groups(self, logprobs: torch.Tensor, penalise: bool) -> tuple[Candidates, Candidates]:
         """Candidates (2k/G) and alive slots (k/G) of every unit, the groups chosen in order, each
         penalised by the tokens the groups before it keep alive at this step."""
-        groups, vocab, width = self.groups, logprobs.size(1), self.width
+        groups, vocab = self.groups, logprobs.size(1)
+        width = logprobs.size(0) // len(self.active)
         n = len(self.active) // groups
         logprobs = logprobs.view(n, groups, width, vocab)
         ranked = self.alive_scores.view(n, groups, width, 1)
