@@ -68,6 +68,10 @@ def ineffective(config: Config, max_positions: int, device_type: str) -> list[st
     if "max_length" in config.user_keys and decoding.max_length > max_positions:
         notes.append(f"max_length: {decoding.max_length} is above the model's {max_positions} target positions, "
                      f"which cap every output at {max_positions} tokens")
+    if "diversity_penalty" in config.user_keys and decoding.beam_groups == 1:
+        notes.append("diversity_penalty: has no effect without --beam-groups above 1")
+    if decoding.ignore_when_blocking and not decoding.block_ngram_repeat:
+        notes.append("ignore_when_blocking: has no effect without --block-ngram-repeat")
     if config.runtime.dtype == "float16" and device_type == "cpu":
         notes.append("dtype: float16 on CPU has few native kernels and is usually slower than float32 "
                      "(bfloat16 is fast on CPUs with AMX)")
