@@ -265,3 +265,14 @@ def test_step_candidates_follow_hamming_definition():
         units = [s * groups + g for s in range(n)]
         torch.testing.assert_close(candidates.scores[units], top)
         current[rows] = alive.tokens[units].reshape(-1)
+
+
+def test_hugging_face_generation_config_sets_the_groups():
+    from nmtdecode.models.formats.huggingface import generation_settings
+
+    from .helpers import tiny_config
+
+    defaults, _ = generation_settings({"num_beams": 6, "num_beam_groups": 3, "diversity_penalty": 0.5}, tiny_config())
+    assert (defaults["beam_size"], defaults["beam_groups"], defaults["diversity_penalty"]) == (6, 3, 0.5)
+    defaults, _ = generation_settings({"num_beams": 6, "num_beam_groups": 1}, tiny_config())
+    assert "beam_groups" not in defaults
