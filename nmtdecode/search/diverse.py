@@ -87,7 +87,7 @@ class DiverseBeamSearch(BeamSearch):
         ranked = self.alive_scores.view(n, groups, width, 1)
         totals = self.alive_totals.view(n, groups, width, 1)
         chosen = logprobs.new_zeros(n, vocab)  # beams of the groups so far that chose each token
-        per_group = []
+        candidates_of, alive_of = [], []  # per group
         for g in range(groups):
             group = logprobs[:, g]
             penalised = group - self.diversity * chosen[:, None, :] if penalise and g else group
@@ -97,8 +97,9 @@ class DiverseBeamSearch(BeamSearch):
             candidates.totals.masked_fill_(candidates.scores == NEG_INF, NEG_INF)  # padding, empty slots
             alive = self.keep_alive(candidates)
             chosen.scatter_add_(1, alive.tokens, (alive.scores > NEG_INF).to(chosen.dtype))
-            per_group.append((candidates, alive))
-        return tuple(self._interleave([pair[i] for pair in per_group]) for i in (0, 1))
+            candidates_of.append(candidates)
+            alive_of.append(alive)
+        return self._interleave(candidates_of), self._interleave(alive_of)
 
     @staticmethod
     def _interleave(parts: list[Candidates]) -> Candidates:
