@@ -14,7 +14,7 @@ transformers:
 
 * each (sentence, group) has its own pool of k/G finished hypotheses and its own stop rule
   (`early_stopping`); a sentence is done when all its groups are. A done group's rows choose
-  nothing that counts (transformers feeds them pad, which then counts; pad is banned here);
+  nothing that counts (transformers feeds them pad, which then lowers only pad's score);
 * the penalties are part of the running scores, so a group ranks its candidates, finished
   hypotheses and stop rule by penalised totals. The stop rules `false`/`never` bound with the
   group's best candidate of the step, EOS ones included (`BeamSearchScorer.process`);
