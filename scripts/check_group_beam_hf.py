@@ -2,8 +2,8 @@
 v4.55 (so the test suite, on transformers 5, checks an unbatched reading of its definition
 instead: tests/test_diverse.py). This is the check against the real thing, run by hand:
 
-    python3 -m venv /tmp/tf455 && /tmp/tf455/bin/pip install torch==2.13.0 transformers==4.55.4
-    .venv/bin/python scripts/check_group_beam_hf.py --hf-python /tmp/tf455/bin/python
+    python3 -m venv ../tf455 && ../tf455/bin/pip install torch==2.13.0 transformers==4.55.4
+    .venv/bin/python scripts/check_group_beam_hf.py --hf-python ../tf455/bin/python
 
 The transformers side (this file run with --hf-side DIR under that interpreter) builds random
 tiny Marian and mBART models (mBART with a forced first token), saves them, and runs
