@@ -31,8 +31,11 @@ class Translation:
     score: float  # the ranking score: total log-probability after the length penalty
     log_prob: float  # sum of the token log-probabilities, EOS included
     tokens: list[int] = field(default_factory=list)  # target token ids, without EOS
-    token_scores: list[float] = field(default_factory=list)  # log-probability of each token, EOS included
+    token_scores: list[float] = field(default_factory=list)  # log-probability of each of `tokens` (natural log)
     ended: bool = True  # False when the step limit cut it before EOS
+    eos_score: float | None = None  # log-probability of the final EOS; None when cut before EOS
+    alignment: list[int] | None = None  # per token: the source position attended most (with alignment=True)
+    attention: list[list[float]] | None = None  # per token: its weights over the source tokens (attention=True)
 
 
 class Translator:
@@ -78,7 +81,8 @@ class Translator:
                 results[result.index] = result
         if not scores and config.decoding.n_best == 1:
             return [result.texts[0] for result in results]
-        return [[Translation(text, hyp.score, hyp.total, hyp.tokens, hyp.token_scores, hyp.ended)
+        return [[Translation(text, hyp.score, hyp.total, hyp.tokens, hyp.token_scores, hyp.ended,
+                             hyp.eos_score, hyp.alignment, hyp.attention)
                  for hyp, text in zip(result.hypotheses, result.texts)] for result in results]
 
     def translate_file(self, src: str, output: str, resume: bool = False, **options):
@@ -97,7 +101,8 @@ class Translator:
         if len(sources) != len(targets):
             raise ValueError(f"score() got {len(sources)} sources but {len(targets)} targets")
         config, decoder = run.decoder(self.config, self.loaded, self.device)
-        return run.score_pairs(self.loaded, decoder, list(sources), list(targets), config.batching.batch_size)
+        return run.score_pairs(self.loaded, decoder, list(sources), list(targets), config.batching.batch_size,
+                               max_src_length=config.batching.max_src_length)
 
     def _call_config(self, options: dict, files: dict | None = None) -> Config:
         """This translator's config with one call's options over it."""

@@ -51,10 +51,15 @@ DECODING_OPTIONS = [
     _option("--length-penalty", key="length_penalty", type=str,
             help="Score normalisation: none, avg (total/len^alpha), wu (GNMT); a number A means avg with alpha A."),
     _option("--alpha", key="alpha", type=float, help="Length penalty strength."),
+    _option("--coverage-penalty", key="coverage_penalty", type=click.Choice(["none", "wu", "summary"]),
+            help="Penalise finished hypotheses by their cross-attention coverage of the source (OpenNMT-py)."),
+    _option("--beta", key="beta", type=float, help="Coverage penalty strength (>= 0)."),
     _option("--early-stopping", key="early_stopping", type=click.Choice(["top", "true", "false", "never"]),
             help="When a sentence stops (Hugging Face semantics)."),
     _option("--no-repeat-ngram-size", key="no_repeat_ngram_size", type=int,
             help="Never repeat an n-gram of this size (0: off)."),
+    _option("--repetition-penalty", key="repetition_penalty", type=float,
+            help="CTRL penalty on the logits of tokens already generated (> 1 discourages repeats; 1: off)."),
     _option("--block-ngram-repeat", key="block_ngram_repeat", type=int,
             help="OpenNMT-py's blocking: a continuation repeating an n-gram of this size scores -1e21 (0: off)."),
     _option("--ignore-when-blocking", key="ignore_when_blocking", type=str,
@@ -66,6 +71,10 @@ DECODING_OPTIONS = [
             help="Diverse beam search: split the beam into G groups (Hugging Face's group beam search)."),
     _option("--diversity-penalty", key="diversity_penalty", type=float,
             help="Diverse beam search: subtracted per beam of an earlier group that chose the same token."),
+    _option("--alignment", key="alignment", flag=True,
+            help="JSONL: add each target token's source token position (argmax of the cross-attention)."),
+    _option("--attention", key="attention", flag=True,
+            help="JSONL: add each target token's cross-attention weights over the source tokens."),
     _option("--src-lang", key="src_lang", type=str, help="Source language code (mBART, M2M100, NLLB)."),
     _option("--tgt-lang", key="tgt_lang", type=str, help="Target language code for multilingual models."),
 ]
@@ -192,7 +201,7 @@ def translate(config_file, dump_config, debug, **flags):
     translate_job(jobs)
 
 
-SCORE_KEYS = ("batch_size", "device", "dtype", "src_lang", "tgt_lang")
+SCORE_KEYS = ("batch_size", "max_src_length", "device", "dtype", "src_lang", "tgt_lang")
 
 
 @cli.command(cls=OneValueCommand)

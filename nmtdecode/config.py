@@ -49,6 +49,11 @@ class DecodingConfig:
     ban_unk: bool = False
     src_lang: str | None = None
     tgt_lang: str | None = None
+    repetition_penalty: float = 1.0
+    coverage_penalty: str = "none"
+    beta: float = 0.0
+    alignment: bool = False
+    attention: bool = False
     beam_groups: int = 1
     diversity_penalty: float = 0.0
     block_ngram_repeat: int = 0
@@ -69,6 +74,10 @@ class DecodingConfig:
         _check_choice("length_penalty", self.length_penalty, ["none", "avg", "wu"])
         _check_choice("early_stopping", self.early_stopping, ["top", "true", "false", "never"])
         _check_min("no_repeat_ngram_size", self.no_repeat_ngram_size, 0)
+        if not self.repetition_penalty > 0:
+            raise ConfigError(f"repetition_penalty: must be > 0 (1 is off), got {self.repetition_penalty}")
+        _check_choice("coverage_penalty", self.coverage_penalty, ["none", "wu", "summary"])
+        _check_min("beta", self.beta, 0)
         _check_min("beam_groups", self.beam_groups, 1)
         if self.beam_size % self.beam_groups:
             raise ConfigError(f"beam_groups: beam_size ({self.beam_size}) is not divisible by beam_groups "

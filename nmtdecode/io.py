@@ -115,15 +115,29 @@ def check_readable(path: str):
 
 
 def count_lines(path: str) -> int | None:
-    """Lines in a regular file (a last line without a newline counts), read in blocks; None for
-    stdin, pipes and devices, which cannot be read twice."""
-    if path == "-" or not os.path.isfile(path):
+    """Lines in a regular file, or in the rest of a regular file redirected to stdin (`< FILE`);
+    a last line without a newline counts. None for pipes and devices, which cannot be read twice."""
+    if path != "-":
+        if not os.path.isfile(path):
+            return None
+        with _open(path) as f:
+            return _count_from(f.fileno(), 0)
+    stdin = getattr(sys.stdin, "buffer", sys.stdin)
+    try:
+        fd = stdin.fileno()
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return _count_from(fd, stdin.tell())  # tell(): the reader's position, its buffer taken into account
+    except (OSError, ValueError, AttributeError):  # stdin closed or without a descriptor
         return None
+
+
+def _count_from(fd: int, offset: int) -> int:
+    """Lines from `offset` to the end, read with pread: the file position is left where it is."""
     lines, last = 0, b"\n"
-    with _open(path) as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            lines += block.count(b"\n")
-            last = block[-1:]
+    while block := os.pread(fd, 1 << 20, offset):
+        lines += block.count(b"\n")
+        last, offset = block[-1:], offset + len(block)
     return lines + (last != b"\n")
 
 
@@ -187,9 +201,15 @@ def format_result(result: Result, fmt: str, token_scores: bool = False) -> str:
     hyps = []
     for hyp, text in zip(result.hypotheses, result.texts):
         entry = {"text": text, "score": _finite(hyp.score), "log_prob": _finite(hyp.total), "ended": hyp.ended}
-        if token_scores:
+        if token_scores or hyp.alignment is not None or hyp.attention is not None:
             entry["tokens"] = hyp.tokens
+        if token_scores:  # one per token; EOS's apart (null when the step limit cut the hypothesis)
             entry["token_scores"] = hyp.token_scores
+            entry["eos_score"] = hyp.eos_score
+        if hyp.alignment is not None:
+            entry["alignment"] = hyp.alignment
+        if hyp.attention is not None:
+            entry["attention"] = hyp.attention
         hyps.append(entry)
     return json.dumps({"index": result.index, "hypotheses": hyps}, ensure_ascii=False) + "\n"
 

@@ -93,6 +93,8 @@ class OutputFile:
     def claim(self, resume: bool) -> bool:
         """Before the model loads: lock FILE (a second job fails at once) and check that the
         directory is writable. Returns True when --resume finds the job already complete."""
+        if self.path == "-" and sys.stdout is None:  # started with standard output closed (`>&-`)
+            raise OutputRefused("output: standard output is closed (give --output FILE)")
         if self.direct:
             if resume:
                 raise OutputRefused(f"--resume: {self.path} is not a regular file (a link, device or pipe is "

@@ -22,8 +22,8 @@ from tqdm import tqdm
 
 from . import __version__, memory, signals
 from .config import Config, ConfigError, RuntimeConfig
-from .io import (Example, LineReader, OrderedWriter, Result, check_readable, chunk_size, chunks, count_lines, cut,
-                 read_lines)
+from .io import (Example, InputError, LineReader, OrderedWriter, Result, check_readable, chunk_size, chunks,
+                 count_lines, cut, read_lines)
 from .models.checkpoint import LoadedModel
 from .models.loading import load_model
 from .models.gemm import apply_backend, choose_backend
@@ -127,16 +127,23 @@ def prepare(config: Config) -> tuple[Config, LoadedModel, Translator]:
     return config, loaded, translator
 
 
-def make_example(index: int, text: str, loaded: LoadedModel, max_src_length: int | None) -> Example:
-    """Tokenize one line; whitespace-only lines get nothing to decode; long ones are cut (EOS kept)."""
-    if not text.strip():
-        return Example(index, text)
+def encode_source(text: str, loaded: LoadedModel, max_src_length: int | None) -> tuple[list[int], bool]:
+    """A source line's ids, cut to the model's positions (or max_src_length) with its EOS kept,
+    and whether it was cut: the one rule translate and score share."""
     ids = loaded.tokenizer.encode(text)
     cfg = loaded.model.cfg
     limit = min(max_src_length or cfg.max_positions, cfg.max_positions)
     if len(ids) > limit:
-        return Example(index, text, ids[: limit - 1] + [cfg.eos_id], truncated=True)
-    return Example(index, text, ids)
+        return ids[: limit - 1] + [cfg.eos_id], True
+    return ids, False
+
+
+def make_example(index: int, text: str, loaded: LoadedModel, max_src_length: int | None) -> Example:
+    """Tokenize one line; whitespace-only lines get nothing to decode; long ones are cut (EOS kept)."""
+    if not text.strip():
+        return Example(index, text)
+    ids, truncated = encode_source(text, loaded, max_src_length)
+    return Example(index, text, ids, truncated=truncated)
 
 
 def check_fits(config: Config, loaded: LoadedModel, device: torch.device):
@@ -172,8 +179,10 @@ def decode_batch(batch: list[Example], translator: Translator, loaded: LoadedMod
     run out) the batch is split in halves and retried, down to single sentences (which then
     fail, naming the line)."""
     if batch[0].ids is None:  # empty lines: n_best empty hypotheses each, as for any other line
-        n = translator.cfg.n_best
-        return [Result(e.index, [Hypothesis([], 0.0, 0.0) for _ in range(n)], [""] * n) for e in batch]
+        cfg = translator.cfg
+        empty = dict(alignment=[] if cfg.alignment else None, attention=[] if cfg.attention else None)
+        return [Result(e.index, [Hypothesis([], 0.0, 0.0, **empty) for _ in range(cfg.n_best)], [""] * cfg.n_best)
+                for e in batch]
     nbests, split = None, too_big(batch, translator, loaded)
     if split is None:
         try:
@@ -369,9 +378,9 @@ def score_job(config: Config, src_path: str, tgt_path: str, output: str = "-", f
         if fmt == "jsonl":
             config, loop = decoder(translator.config, translator.loaded, translator.device)
             scored = score_pairs(translator.loaded, loop, sources, targets, config.batching.batch_size,
-                                 tokens=True)
-            lines = [json.dumps({"index": i, "log_prob": sum(s), "tokens": t, "token_scores": s},
-                                ensure_ascii=False) for i, (t, s) in enumerate(scored)]
+                                 tokens=True, max_src_length=config.batching.max_src_length)
+            lines = [json.dumps({"index": i, "log_prob": sum(s) + eos, "tokens": t, "token_scores": s,
+                                 "eos_score": eos}, ensure_ascii=False) for i, (t, s, eos) in enumerate(scored)]
         else:
             lines = [f"{total:.6f}" for total in translator.score(sources, targets)]
         out.open(False, signature="")  # no checkpoints: a complete file or none
@@ -386,12 +395,34 @@ def score_job(config: Config, src_path: str, tgt_path: str, output: str = "-", f
 
 
 def score_pairs(loaded: LoadedModel, translator: Translator, sources: list[str], targets: list[str],
-                batch_size: int, tokens: bool = False) -> list:
+                batch_size: int, tokens: bool = False, max_src_length: int | None = None) -> list:
     """Forced-decoding log-probabilities of (source, target) pairs, `batch_size` pairs at a time:
-    totals, or with `tokens` each pair's (tokens, token_scores) as `Translator.score_tokens` gives them."""
-    results = []
-    for start in range(0, len(sources), batch_size):
-        src = [loaded.tokenizer.encode(s) for s in sources[start : start + batch_size]]
-        tgt = [loaded.tokenizer.encode_target(t) for t in targets[start : start + batch_size]]
-        results += translator.score_tokens(src, tgt) if tokens else translator.score(src, tgt)
-    return results
+    totals, or with `tokens` each pair's (tokens, token_scores, eos_score) as
+    `Translator.score_tokens` gives them.
+
+    Sources are cut as translate cuts them (a warning names the lines); a target the decoder
+    has no positions for cannot be scored (an error names the line)."""
+    tgt = [loaded.tokenizer.encode_target(t) for t in targets]
+    room = loaded.model.cfg.max_positions - len(translator.forced_prefix())  # what the decoder may still be fed
+    for number, ids in enumerate(tgt, 1):
+        if len(ids) > room:
+            raise InputError(f"target line {number} has {len(ids)} tokens; with its forced prefix the decoder has "
+                             f"positions for {room}: it cannot be scored")
+    src, cut_lines = [], []
+    for number, text in enumerate(sources, 1):
+        ids, truncated = encode_source(text, loaded, max_src_length)
+        src.append(ids)
+        cut_lines += [number] if truncated else []
+    if cut_lines:
+        warn(f"source {_lines(cut_lines)} longer than the model's positions (or --max-src-length): cut, "
+             "as translate cuts them")
+    score = translator.score_tokens if tokens else translator.score
+    return [r for start in range(0, len(src), batch_size)
+            for r in score(src[start : start + batch_size], tgt[start : start + batch_size])]
+
+
+def _lines(numbers: list[int], shown: int = 5) -> str:
+    """`line 3`, `lines 3, 8`, `lines 3, 8, 9, 12, 20 and 4 more`."""
+    head = ", ".join(map(str, numbers[:shown]))
+    more = f" and {len(numbers) - shown} more" if len(numbers) > shown else ""
+    return f"line {head}" if len(numbers) == 1 else f"lines {head}{more}"

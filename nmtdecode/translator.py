@@ -4,9 +4,11 @@
     cache  = model.init_cache(memory, src_mask)      # cross-attention K/V once per sentence
     tokens = search.start_tokens                     # (B,): one row per sentence at step 0
     for step in 0 .. max_steps-1:
-        logits   = model.decode_step(tokens, cache)
-        logprobs = processors(log_softmax(logits))   # min length, bans, forced tokens, n-gram blocking
-        out      = search.advance(logprobs, step)    # one topk, per-sentence Beams; k rows per sentence after step 0
+        logits   = model.decode_step(tokens, cache)      # and cache.attention, when recorded
+        logprobs = processors(log_softmax(processors.on_logits(logits)))  # repetition penalty; then
+                                                     # min length, bans, forced tokens, n-gram blocking
+        out      = search.advance(logprobs, step, facts)  # one topk, per-sentence Beams; k rows per sentence
+                                                     # after step 0; facts: coverage penalty, alignment
         cache.follow(out); processors.follow(out)    # reorder beams, widen after step 0, drop finished sentences
         tokens   = out.tokens
 
@@ -22,13 +24,13 @@ import torch
 
 from .config import ConfigError, DecodingConfig
 from .models.checkpoint import ModelRules
-from .search.base import Hypothesis, RowState, Search
+from .search.base import Hypothesis, RowFacts, RowState, Search, StepOutput
 from .search.beam import BeamSearch
 from .search.diverse import DiverseBeamSearch
 from .search.greedy import GreedySearch
-from .search.penalties import LengthPenalty
+from .search.penalties import Coverage, LengthPenalty
 from .search.processors import (BanTokens, BlockNgramRepeat, ForceEosAtLimit, ForceFirstToken, MinLength,
-                                NoRepeatNgram, Processors)
+                                NoRepeatNgram, Processors, RepetitionPenalty)
 
 
 class Seq2SeqModel(Protocol):
@@ -36,7 +38,9 @@ class Seq2SeqModel(Protocol):
 
     encode(src_ids (B, S), src_mask (B, S) bool) -> memory (B, S, d)
     init_cache(memory, src_mask) -> decoder state for the B sentences, with `follow(StepOutput)`
-    decode_step(tokens (N,), cache) -> logits (N, V); N rows, each sentence's rows consecutive
+    decode_step(tokens (N,), cache) -> logits (N, V); N rows, each sentence's rows consecutive;
+        when cache.record_attention is set, it also leaves in cache.attention (N, S) float32 the
+        cross-attention weights of each row over its source (0 at padded positions)
     """
 
     cfg: object  # pad/unk/eos/decoder-start ids, max_positions
@@ -95,6 +99,8 @@ class Translator:
     def make_processors(self, search: Search, max_steps: list[int]) -> Processors:
         cfg, rules = self.cfg, self.rules
         chain = []
+        if cfg.repetition_penalty != 1.0:
+            chain.append(RepetitionPenalty(cfg.repetition_penalty))
         if cfg.no_repeat_ngram_size:
             chain.append(NoRepeatNgram(cfg.no_repeat_ngram_size))
         if cfg.block_ngram_repeat:
@@ -110,6 +116,17 @@ class Translator:
             chain.append(ForceEosAtLimit(self.eos_id))
         last_step = torch.tensor(max_steps, device=self.device) - 1
         return Processors(chain, search.start_tokens, last_step)
+
+    def make_attention(self, cache, src_mask) -> "AttentionFacts | None":
+        """What the search needs from the cross-attention, or None (then none is recorded)."""
+        cfg = self.cfg
+        coverage = None
+        if cfg.coverage_penalty != "none" and cfg.beta > 0:
+            coverage = Coverage(cfg.coverage_penalty, cfg.beta, src_mask)
+        if coverage is None and not cfg.alignment and not cfg.attention:
+            return None
+        cache.record_attention = True
+        return AttentionFacts(coverage, cfg.alignment, cfg.attention)
 
     def pad(self, sources: list[list[int]]):
         longest = max(len(s) for s in sources)
@@ -130,17 +147,25 @@ class Translator:
         search = self.make_search(len(sources), max_steps)
         cache = self.model.init_cache(memory, src_mask)
         processors = self.make_processors(search, max_steps)
+        attention = self.make_attention(cache, src_mask)
+        states = (cache, processors) if attention is None else (cache, processors, attention)
         tokens = search.start_tokens
         for step in range(max(max_steps)):
             logits = self.model.decode_step(tokens, cache)
-            logprobs = processors(torch.log_softmax(logits.float(), dim=-1), step)
-            out = search.advance(logprobs, step)
+            logits = processors.on_logits(logits.float(), step)  # nothing unless a rule acts on logits
+            logprobs = processors(torch.log_softmax(logits, dim=-1), step)
+            out = search.advance(logprobs, step, None if attention is None else attention.facts(cache.attention))
             if search.done:
                 break
-            for state in (cache, processors):
+            for state in states:
                 state.follow(out)
             tokens = out.tokens
-        return search.results(self.cfg.n_best)
+        results = search.results(self.cfg.n_best)
+        if self.cfg.attention:  # rows as long as each source, not the padded batch
+            for source, hyps in zip(sources, results):
+                for hyp in hyps:
+                    hyp.attention = [row[: len(source)] for row in hyp.attention or []]
+        return results
 
     def forced_prefix(self) -> list[int]:
         """What the decoder is fed before any target token: the decoder start token, then the
@@ -160,14 +185,15 @@ class Translator:
         return token_logprobs.masked_fill(~gold_mask, 0.0).sum(dim=1).tolist()
 
     @torch.inference_mode()
-    def score_tokens(self, sources: list[list[int]], targets: list[list[int]]) -> list[tuple[list[int], list[float]]]:
-        """Per token, as `translate_batch`'s hypotheses give them: (tokens, token_scores) of each
-        target, tokens with the forced first token and without EOS, token_scores with the forced
-        token's 0 and EOS's log-prob last."""
+    def score_tokens(self, sources: list[list[int]],
+                     targets: list[list[int]]) -> list[tuple[list[int], list[float], float]]:
+        """Per token, as `translate_batch`'s hypotheses give them: (tokens, token_scores, eos_score)
+        of each target; tokens with the forced first token and without EOS, token_scores one per
+        token (the forced token's 0 first), eos_score the log-prob of the final EOS."""
         token_logprobs, _ = self._forced(sources, targets)
         forced = self.forced_prefix()[1:]
         rows = token_logprobs.tolist()
-        return [(forced + t, [0.0] * len(forced) + row[: len(t) + 1]) for t, row in zip(targets, rows)]
+        return [(forced + t, [0.0] * len(forced) + row[: len(t)], row[len(t)]) for t, row in zip(targets, rows)]
 
     def _forced(self, sources, targets):
         """(B, T) log-prob of each target token and EOS after the forced prefix, and its mask."""
@@ -178,6 +204,24 @@ class Translator:
         logits = self.model(src, src_mask, tgt_in)[:, len(prefix) - 1 :]  # the positions that predict gold
         logprobs = torch.log_softmax(logits.float(), dim=-1)
         return logprobs.gather(2, gold[:, :, None])[:, :, 0], gold_mask
+
+
+class AttentionFacts:
+    """Turns each step's cross-attention (N, S) into the RowFacts the search records: the
+    coverage penalty of each row with this step counted, and the source position each row
+    attends most (the alignment of the token it chooses). Follows the search (a RowState)."""
+
+    def __init__(self, coverage: Coverage | None, alignment: bool, attention: bool = False):
+        self.coverage, self.alignment, self.attention = coverage, alignment, attention
+
+    def facts(self, attention: torch.Tensor) -> RowFacts:
+        return RowFacts(penalty=None if self.coverage is None else self.coverage.add(attention),
+                        alignment=attention.argmax(dim=1) if self.alignment else None,
+                        attention=attention if self.attention else None)
+
+    def follow(self, out: StepOutput):
+        if self.coverage is not None:
+            self.coverage.follow(out)
 
 
 def piece_ids(key: str, pieces: list[str], piece_id) -> list[int]:

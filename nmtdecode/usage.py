@@ -65,6 +65,13 @@ def ineffective(config: Config, max_positions: int, device_type: str) -> list[st
                      "hypothesis only (--format nbest or jsonl writes them all)")
     if io.token_scores and io.format != "jsonl":
         notes.append(f"token_scores: has no effect with --format {io.format} (it adds fields to jsonl)")
+    for key in ("alignment", "attention"):
+        if getattr(decoding, key) and io.format != "jsonl":
+            notes.append(f"{key}: has no effect with --format {io.format} (it adds fields to jsonl)")
+    if "beta" in config.user_keys and decoding.beta != 0 and decoding.coverage_penalty == "none":
+        notes.append(f"beta: {decoding.beta} has no effect without --coverage-penalty wu or summary")
+    if decoding.coverage_penalty != "none" and decoding.beta == 0:
+        notes.append(f"coverage_penalty: {decoding.coverage_penalty} with beta 0 changes nothing (--beta B, B > 0)")
     if "max_length" in config.user_keys and decoding.max_length > max_positions:
         notes.append(f"max_length: {decoding.max_length} is above the model's {max_positions} target positions, "
                      f"which cap every output at {max_positions} tokens")

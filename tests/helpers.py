@@ -33,11 +33,15 @@ class TableConfig:
 
 
 class TableCache:
-    """Per-row state of TableModel: the sentence each row belongs to and the tokens fed so far."""
+    """Per-row state of TableModel: the sentence each row belongs to and the tokens fed so far;
+    `attention` (N, S) after each step when `record_attention` is set (models/cache.py's contract)."""
 
-    def __init__(self, sentences: list[int]):
+    def __init__(self, sentences: list[int], source_length: int):
         self.sentences = sentences
         self.fed = [() for _ in sentences]
+        self.source_length = source_length
+        self.record_attention = False
+        self.attention = None
 
     def follow(self, out):
         if out.origin is not None:
@@ -48,19 +52,29 @@ class TableCache:
 
 class TableModel(nn.Module):
     """tables[s][prefix] = {token: probability} for sentence s (source id s);
-    a prefix missing from the table gets `default` (EOS certain)."""
+    a prefix missing from the table gets `default` (EOS certain).
 
-    def __init__(self, vocab_size: int, tables: list[dict]):
+    attention[s][prefix] = [weight of each source position], the cross-attention of the step
+    that follows `prefix` (a prefix missing: all on position 0)."""
+
+    def __init__(self, vocab_size: int, tables: list[dict], attention: list[dict] | None = None):
         super().__init__()
         self.cfg = TableConfig(vocab_size)
         self.tables = tables
+        self.attention = attention or [{} for _ in tables]
         self.anchor = nn.Parameter(torch.zeros(1))  # gives the model a device
 
     def encode(self, src_ids, src_mask):
         return src_ids[:, :1].float()  # the "memory" is the sentence id
 
     def init_cache(self, memory, src_mask):
-        return TableCache(memory[:, 0].long().tolist())
+        return TableCache(memory[:, 0].long().tolist(), src_mask.size(1))
+
+    def weights(self, sentence: int, prefix: tuple, source_length: int) -> torch.Tensor:
+        row = torch.zeros(source_length)
+        given = self.attention[sentence].get(prefix, [1.0])
+        row[: len(given)] = torch.tensor(given)
+        return row
 
     def distribution(self, sentence: int, prefix: tuple) -> torch.Tensor:
         probs = self.tables[sentence].get(prefix, {EOS: 1.0})
@@ -72,6 +86,9 @@ class TableModel(nn.Module):
     def decode_step(self, tokens, cache):
         cache.fed = [fed + (t,) for fed, t in zip(cache.fed, tokens.tolist())]
         rows = [self.distribution(s, fed[1:]) for s, fed in zip(cache.sentences, cache.fed)]  # without the start token
+        if cache.record_attention:
+            cache.attention = torch.stack([self.weights(s, fed[1:], cache.source_length)
+                                           for s, fed in zip(cache.sentences, cache.fed)])
         return torch.stack(rows).log()  # the translator's log_softmax keeps log-probs unchanged
 
 

@@ -45,8 +45,8 @@ def test_nbest_translations_carry_the_command_lines_scores(translator, cli, mode
     assert len(results) == len(lines)
     for result, line in zip(results, lines):
         expected = json.loads(line)["hypotheses"]
-        assert [(t.text, t.score, t.log_prob, t.tokens, t.token_scores) for t in result] == [
-            (h["text"], h["score"], h["log_prob"], h["tokens"], h["token_scores"]) for h in expected]
+        assert [(t.text, t.score, t.log_prob, t.tokens, t.token_scores, t.eos_score) for t in result] == [
+            (h["text"], h["score"], h["log_prob"], h["tokens"], h["token_scores"], h["eos_score"]) for h in expected]
     assert isinstance(translator.translate(["water"], scores=True)[0][0], nmtdecode.Translation)
 
 

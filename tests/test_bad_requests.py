@@ -159,6 +159,18 @@ def test_closed_stdin_is_said_clearly(model_dir, monkeypatch, capsysbinary):
     assert one_line(err) == "nmtdecode: error: cannot read <stdin>: standard input is closed (give --src FILE)"
 
 
+def test_closed_stdout_is_said_clearly_before_the_model_loads(model_dir, lines_file, monkeypatch, capsysbinary):
+    """`nmtdecode translate >&-`: Python starts with sys.stdout None; the job is refused at once."""
+    from nmtdecode import run as nrun
+
+    monkeypatch.setattr(nrun, "load", lambda *a: pytest.fail("the model was loaded"))
+    monkeypatch.setattr(sys, "stdout", None)
+    code = run(["translate", "--model", str(model_dir), "--src", str(lines_file(["water"])), "--quiet"])
+    err = capsysbinary.readouterr().err.decode()
+    assert code != 0
+    assert one_line(err) == "nmtdecode: error: output: standard output is closed (give --output FILE)"
+
+
 @pytest.mark.subprocess
 def test_closed_stdin_in_a_real_process(model_dir):
     shell = f"{sys.executable} -m nmtdecode translate --model {model_dir} --quiet <&-"

@@ -43,7 +43,8 @@ def test_hand_computed_nbest(penalty):
     divisor = 2 if penalty == "avg" else 1  # two generated tokens each, EOS counted
     assert [h.score for h in hyps] == pytest.approx([math.log(0.27) / divisor, math.log(0.24) / divisor])
     assert [h.total for h in hyps] == pytest.approx([math.log(0.27), math.log(0.24)])
-    assert hyps[0].token_scores == pytest.approx([math.log(0.3), math.log(0.9)])
+    assert hyps[0].token_scores == pytest.approx([math.log(0.3)])  # one per token; EOS's apart
+    assert hyps[0].eos_score == pytest.approx(math.log(0.9))
 
 
 def test_length_penalty_flips_the_ranking():

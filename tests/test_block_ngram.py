@@ -88,7 +88,7 @@ def test_all_repeats_blocked_the_search_still_returns(beam):
     hyp = decode(ONLY_REPEATS, beam, block_ngram_repeat=2)
     assert hyp.tokens == [A, B, A, B] and hyp.ended
     # the blocked step's score (in float32); every other token scored 0
-    assert hyp.token_scores == pytest.approx([0.0, 0.0, 0.0, BLOCKED, 0.0], rel=1e-6)
+    assert hyp.token_scores + [hyp.eos_score] == pytest.approx([0.0, 0.0, 0.0, BLOCKED, 0.0], rel=1e-6)
 
 
 @pytest.mark.parametrize("beam", [1, 4])

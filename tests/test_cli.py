@@ -77,7 +77,10 @@ def test_cli_matches_library(model_dir, src_file, nmtdecode):
     assert run.returncode == 0, run.stderr
     [record] = [json.loads(line) for line in run.stdout.splitlines()]
     assert record["hypotheses"][0]["tokens"] == expected[0][0].tokens
-    assert sum(record["hypotheses"][0]["token_scores"]) == pytest.approx(record["hypotheses"][0]["log_prob"])
+    best = record["hypotheses"][0]
+    assert len(best["token_scores"]) == len(best["tokens"])  # EOS's log-prob is eos_score (null if cut)
+    assert sum(best["token_scores"]) + (best["eos_score"] or 0.0) == pytest.approx(best["log_prob"])
+    assert best["eos_score"] == (pytest.approx(expected[0][0].eos_score) if best["ended"] else None)
 
 
 def test_output_file_and_summary(model_dir, src_file, tmp_path, nmtdecode):

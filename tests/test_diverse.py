@@ -200,7 +200,7 @@ def test_reported_totals_are_model_log_probs():
         for hyp in hyps:
             assert hyp.ended
             forced = forced_total(model, source, hyp.tokens)
-            assert hyp.token_scores == pytest.approx(forced, abs=1e-5)
+            assert hyp.token_scores + [hyp.eos_score] == pytest.approx(forced, abs=1e-5)
             assert hyp.total == pytest.approx(sum(forced), abs=1e-5)
     # the test can fail: some hypotheses were penalised (score below their plain average)
     assert any(h.score < h.total / (len(h.tokens) + 1) - 1e-3 for hyps in outputs for h in hyps)
@@ -276,3 +276,22 @@ def test_hugging_face_generation_config_sets_the_groups():
     assert (defaults["beam_size"], defaults["beam_groups"], defaults["diversity_penalty"]) == (6, 3, 0.5)
     defaults, _ = generation_settings({"num_beams": 6, "num_beam_groups": 1}, tiny_config())
     assert "beam_groups" not in defaults
+
+
+def test_alignment_and_coverage_follow_the_groups():
+    """Row facts follow each group's hypotheses from the first step on: alignments equal a
+    teacher-forced pass's, and asking for them changes no token or score."""
+    from .test_alignment import attention_by_teacher_forcing
+
+    model = tiny_transformer(2, vocab=20, eos_bias=1.0)
+    sources = random_sources(4, 20, seed=4)
+    cfg = DecodingConfig(beam_size=4, n_best=4, max_length=12, beam_groups=2, diversity_penalty=0.5,
+                         alignment=True)
+    plain = Translator(model, DecodingConfig(beam_size=4, n_best=4, max_length=12, beam_groups=2,
+                                             diversity_penalty=0.5)).translate_batch(sources)
+    aligned = Translator(model, cfg).translate_batch(sources)
+    for source, hyps, plain_hyps in zip(sources, aligned, plain):
+        assert [(h.tokens, h.score) for h in hyps] == [(h.tokens, h.score) for h in plain_hyps]
+        for hyp in hyps:
+            weights = attention_by_teacher_forcing(model, source, hyp.tokens, -1, 1)
+            assert hyp.alignment == weights[: len(hyp.tokens)].argmax(dim=1).tolist()

@@ -19,7 +19,25 @@ def test_count_lines_of_a_regular_file(tmp_path, content, lines):
     assert len(list(nio.read_lines(str(path)))) == lines  # what the reader will deliver
 
 
-def test_count_lines_is_none_for_stdin():
+def test_count_lines_of_stdin_redirected_from_a_file_leaves_its_position(tmp_path, monkeypatch):
+    """`< FILE`: the lines from stdin's position on are counted (pread), and the reader still
+    gets every one of them; a pipe cannot be counted."""
+    import os
+
+    path = tmp_path / "in.txt"
+    path.write_bytes(b"first\nsecond\nthird\nlast")
+    with open(path, "rb") as stdin:
+        stdin.readline()  # a position past the start
+        monkeypatch.setattr("sys.stdin", stdin)
+        assert nio.count_lines("-") == 3
+        assert stdin.read() == b"second\nthird\nlast"
+    read_end, write_end = os.pipe()
+    with open(read_end, "rb") as stdin, open(write_end, "wb") as writer:
+        writer.write(b"a\nb\n")
+        writer.flush()
+        monkeypatch.setattr("sys.stdin", stdin)
+        assert nio.count_lines("-") is None
+    monkeypatch.setattr("sys.stdin", None)  # started with stdin closed
     assert nio.count_lines("-") is None
 
 

@@ -58,8 +58,9 @@ def test_score_of_own_translations_is_their_log_prob_and_transformers_sum(family
     scores = translator.score(sources, targets)
     assert scores == pytest.approx(totals, abs=1e-4)
     # per token (the JSONL of `score`), as translate's hypotheses: the forced token first, scored 0
-    for (tokens, token_scores), hyp in zip(translator.score_tokens(sources, targets), hyps_scored):
+    for (tokens, token_scores, eos_score), hyp in zip(translator.score_tokens(sources, targets), hyps_scored):
         assert tokens == hyp.tokens and token_scores == pytest.approx(hyp.token_scores, abs=1e-4)
+        assert len(token_scores) == len(tokens) and eos_score == pytest.approx(hyp.eos_score, abs=1e-4)
 
     expected = []
     with torch.no_grad():
@@ -184,9 +185,9 @@ def test_cli_score_usage_errors(model_dir, tmp_path, lines_file, cli):
 
 
 def test_cli_score_jsonl_per_token_and_output_file(tmp_path, lines_file, cli):
-    """--format jsonl: tokens (the forced tag first, no EOS) and token_scores (the tag's 0 first, EOS's
-    last), the shape of translate's JSONL hypotheses; each token's log-prob is transformers'; --output
-    writes the file (through OUTPUT.tmp) and nothing to stdout."""
+    """--format jsonl: tokens (the forced tag first, no EOS), token_scores one per token (the tag's 0
+    first) and eos_score apart, the shape of translate's JSONL hypotheses; each token's log-prob is
+    transformers'; --output writes the file (through OUTPUT.tmp) and nothing to stdout."""
     root, hf, tokenizer = m2m100_directory(tmp_path / "m2m")
     sources, targets = ["The small cat walks.", "Hello world.", "Green tree!"], ["A green river!", "Bread", ""]
     common = ("-m", root, "-s", lines_file(sources, "src.txt"), "-t", lines_file(targets, "tgt.txt"),
@@ -203,11 +204,37 @@ def test_cli_score_jsonl_per_token_and_output_file(tmp_path, lines_file, cli):
         for record, source, target in zip(records, sources, targets):
             labels = tokenizer(text_target=target).input_ids[1:]  # __fr__ ... </s> without the tag
             assert record["tokens"] == [tag] + labels[:-1]
-            assert len(record["token_scores"]) == len(record["tokens"]) + 1 and record["token_scores"][0] == 0.0
-            assert sum(record["token_scores"]) == pytest.approx(record["log_prob"], abs=1e-9)
+            assert len(record["token_scores"]) == len(record["tokens"]) and record["token_scores"][0] == 0.0
+            total = sum(record["token_scores"]) + record["eos_score"]
+            assert total == pytest.approx(record["log_prob"], abs=1e-9)
             logits = hf(input_ids=torch.tensor([tokenizer(source).input_ids]),
                         decoder_input_ids=torch.tensor([[2] + record["tokens"]])).logits[0]
             expected = torch.log_softmax(logits, dim=-1)[1:].gather(1, torch.tensor(labels)[:, None])[:, 0]
-            assert record["token_scores"][1:] == pytest.approx(expected.tolist(), abs=1e-4)
+            assert record["token_scores"][1:] + [record["eos_score"]] == pytest.approx(expected.tolist(), abs=1e-4)
     text = cli("score", *common, text=True)
     assert [float(x) for x in text.stdout.split()] == pytest.approx([r["log_prob"] for r in records], abs=1e-5)
+
+
+def test_cli_score_cuts_long_sources_as_translate_and_names_the_lines(model_dir, lines_file, cli):
+    """A source longer than the model's positions (or --max-src-length) is cut as translate cuts
+    it (its first pieces, then EOS): the score is that of the cut ids, and a warning names the
+    lines. A target the decoder has no positions for fails, naming its line (exit 1)."""
+    loaded = load_model(str(model_dir))
+    long_line = " ".join(["the dog is in the house ."] * 40)  # > 128 pieces
+    sources, targets = ["hi", long_line, long_line], ["a dog .", "the cat", "red house"]
+    src, tgt = lines_file(sources, "src.txt"), lines_file(targets, "tgt.txt")
+    translator = Translator(loaded.model, DecodingConfig(), loaded.rules)
+    eos = loaded.model.cfg.eos_id
+    target_ids = [loaded.tokenizer.encode_target(t) for t in targets]
+    for limit, flags in ((128, ()), (9, ("--max-src-length", 9))):
+        run = cli("score", "-m", model_dir, "-s", src, "-t", tgt, "--device", "cpu", *flags, text=True)
+        assert run.returncode == 0, run.stderr
+        assert "source lines 2, 3 longer than" in run.stderr
+        ids = [loaded.tokenizer.encode(s) for s in sources]
+        assert len(ids[0]) <= limit < len(ids[1])
+        cut = [i if len(i) <= limit else i[: limit - 1] + [eos] for i in ids]
+        assert [float(x) for x in run.stdout.split()] == pytest.approx(translator.score(cut, target_ids), abs=1e-4)
+    long_target = lines_file(["a dog .", long_line, "red"], "long.txt")
+    run = cli("score", "-m", model_dir, "-s", src, "-t", long_target, "--device", "cpu", text=True)
+    assert run.returncode == 1 and run.stdout == ""
+    assert run.stderr.count("\n") == 1 and "target line 2 has" in run.stderr

@@ -77,7 +77,8 @@ def test_reported_scores_equal_forced_decoding(beam):
         for hyp in hyps:
             assert hyp.ended
             forced = forced_total(model, source, hyp.tokens)
-            assert hyp.token_scores == pytest.approx(forced, abs=1e-5)
+            assert hyp.token_scores + [hyp.eos_score] == pytest.approx(forced, abs=1e-5)
+            assert len(hyp.token_scores) == len(hyp.tokens)
             assert hyp.total == pytest.approx(sum(forced), abs=1e-5)
             assert hyp.score == pytest.approx(sum(forced) / len(forced), abs=1e-5)  # avg, alpha 1
 

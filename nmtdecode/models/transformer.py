@@ -68,6 +68,12 @@ class TransformerConfig:
     bos_id: int = 2
     eos_id: int = 3
     decoder_start_id: int = 2  # first decoder input (Marian: pad, BART: eos, native: bos)
+    # Whose cross-attention coverage penalties and alignments read: this decoder layer (negative:
+    # from the last), averaged over its first alignment_heads heads (0: all). The default, the
+    # last layer's first head, is OpenNMT-py's `std` attention and CTranslate2's default; a model
+    # trained with guided alignment names its layer and heads (OpenNMT-py's alignment_layer/heads).
+    alignment_layer: int = -1
+    alignment_heads: int = 1
 
     def __post_init__(self):
         """Every field checked by name (ValueError), so that a malformed model config fails
@@ -89,6 +95,11 @@ class TransformerConfig:
             for key in keys:
                 if not 0 <= getattr(self, key) < size:
                     raise ValueError(f"{key}: {getattr(self, key)} is outside the {side} vocabulary ({size} tokens)")
+        if not -self.decoder_layers <= self.alignment_layer < self.decoder_layers:
+            raise ValueError(f"alignment_layer: {self.alignment_layer} is not a layer of the {self.decoder_layers}-layer "
+                             "decoder")
+        if not 0 <= self.alignment_heads <= self.heads:
+            raise ValueError(f"alignment_heads: must be in [0, heads={self.heads}], got {self.alignment_heads}")
         if self.d_model % self.heads:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by heads ({self.heads})")
         if self.activation not in ACTIVATIONS:
@@ -211,10 +222,15 @@ def attend(q, keys, values, mask=None):
     Same result as scaled_dot_product_attention; on CPU the fused kernel is
     slower for the few queries against cache slices that a decoding step has.
     """
+    return torch.matmul(attention_weights(q, keys, mask), values)  # (N, H, Q, hd)
+
+
+def attention_weights(q, keys, mask=None):
+    """softmax(q k^T / sqrt(hd)) with masked keys at 0: (N, H, Q, T)."""
     scores = torch.matmul(q * q.size(-1) ** -0.5, keys.transpose(-1, -2))  # (N, H, Q, T)
     if mask is not None:
         scores.masked_fill_(~mask, float("-inf"))
-    return torch.matmul(torch.softmax(scores, dim=-1), values)  # (N, H, Q, hd)
+    return torch.softmax(scores, dim=-1)
 
 
 class SelfAttention(nn.Module):
@@ -275,16 +291,23 @@ class CrossAttention(nn.Module):
         p = self.dropout if self.training else 0.0
         return self.out(merge_heads(F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, dropout_p=p)))
 
-    def step(self, x, keys, values, mask):
+    def step(self, x, keys, values, mask, probe: DecoderCache | None = None):
         """One position for each of the k rows (beams) of every sentence, x (B*k, d).
 
         The k rows of a sentence attend over the same memory, so they are
         asked together, as k queries: keys/values (B, H, S, hd) are read once
         per sentence, not once per row. mask: None when no source is padded.
+        probe: given, it keeps this step's attention weights (coverage, alignment).
         """
         rows, sentences = x.size(0), keys.size(0)
         q = self.q(x).view(sentences, rows // sentences, self.heads, -1).transpose(1, 2)  # (B, H, k, hd)
-        y = attend(q, keys, values, mask).transpose(1, 2)  # (B, k, H, hd)
+        if probe is None:
+            y = attend(q, keys, values, mask)
+        else:
+            weights = attention_weights(q, keys, mask)  # (B, H, k, S)
+            probe.keep_attention(weights)
+            y = torch.matmul(weights, values)
+        y = y.transpose(1, 2)  # (B, k, H, hd)
         return self.out(y.reshape(rows, -1))
 
 
@@ -347,7 +370,7 @@ class DecoderLayer(nn.Module):
         """One incremental step; x (N, d)."""
         keys, values = cache.cross(layer)
         x = self.self_block(x, self.self_attn.step, cache, layer)
-        x = self.cross_block(x, self.cross_attn.step, keys, values, cache.memory_mask)
+        x = self.cross_block(x, self.cross_attn.step, keys, values, cache.memory_mask, cache.attention_probe(layer))
         return self.ffn_block(x, self.ffn)
 
 
@@ -392,7 +415,8 @@ class Transformer(nn.Module):
         batches often have no padding: then no step needs the mask."""
         cross = torch.stack([torch.stack(layer.cross_attn.project_memory(memory)) for layer in self.decoder_layers])
         mask = None if bool(src_mask.all()) else padding_mask(src_mask)
-        return DecoderCache(cross_kv=cross, memory_mask=mask)  # (L, 2, B, H, S, hd)
+        alignment = (self.cfg.alignment_layer, self.cfg.alignment_heads)
+        return DecoderCache(cross_kv=cross, memory_mask=mask, alignment=alignment)  # (L, 2, B, H, S, hd)
 
     def decode_step(self, tokens: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
         """tokens (N,) at position cache.length -> next-token logits (N, V); appends to the cache.

@@ -8,15 +8,17 @@ the first step is computed once); a strategy may then widen each sentence to
     tokens = search.start_tokens                      # (B,) one row per sentence
     for step in range(limit):
         logprobs = ...model.decode_step(tokens, cache)   # (rows, V)
-        out = search.advance(logprobs, step)          # StepOutput
+        out = search.advance(logprobs, step, facts)   # StepOutput; facts: RowFacts or None
         if search.done: break
         cache.follow(out); processors.follow(out)     # every piece of row state, one call
         tokens = out.tokens
 
 `StepOutput` says how the rows of the next step come from the rows of this
-one: `origin` for per-row state (the self-attention cache, token histories),
-`keep` for per-sentence state (the encoder memory and its mask). Only the
-search knows about beams; state that follows it needs nothing else.
+one: `origin` for per-row state (the self-attention cache, token histories,
+coverage), `keep` for per-sentence state (the encoder memory and its mask).
+Only the search knows about beams; state that follows it needs nothing else.
+`RowFacts` go the other way, when asked: per-row values of this step (coverage
+penalty, alignment, attention) that the search records with the chosen tokens.
 """
 
 from __future__ import annotations
@@ -32,10 +34,13 @@ NEG_INF = float("-inf")  # the one "impossible" score: banned tokens, empty slot
 @dataclass
 class Hypothesis:
     tokens: list[int]  # output token ids, without the final EOS
-    score: float  # ranking score (total log-prob after the length penalty)
-    total: float  # sum of the token log-probabilities, EOS included
-    token_scores: list[float] = field(default_factory=list)  # per generated token, EOS included
+    score: float  # ranking score (total log-prob after the length and coverage penalties)
+    total: float  # sum of the token log-probabilities (natural log), EOS included
+    token_scores: list[float] = field(default_factory=list)  # log-prob of each of `tokens` (EOS not included)
     ended: bool = True  # False when the step limit cut the hypothesis before EOS
+    eos_score: float | None = None  # log-prob of the final EOS; None when cut before EOS
+    alignment: list[int] | None = None  # per token of `tokens`: the source position attended most (when asked)
+    attention: list[list[float]] | None = None  # per token of `tokens`: its attention over the source (when asked)
 
 
 @dataclass
@@ -55,6 +60,48 @@ class StepOutput:
     keep: torch.Tensor | None = None
 
 
+@dataclass
+class RowFacts:
+    """What the search records about each row of a step beside its token, when asked.
+
+    penalty:   (rows,) float, the coverage penalty of the row's hypothesis with this step
+        counted; subtracted from the score of a hypothesis that finishes at this step.
+    alignment: (rows,) long, the source position the row attended most at this step: the
+        alignment of the token it chooses.
+    attention: (rows, S) float, the row's attention weights over the source at this step.
+
+    alignment and attention are attached to the chosen token (ATTACHED): the Beams keep them
+    per step and slot, and get_hyp walks them back with the tokens.
+    """
+
+    penalty: torch.Tensor | None = None
+    alignment: torch.Tensor | None = None
+    attention: torch.Tensor | None = None
+
+    def attached(self) -> dict[str, torch.Tensor]:
+        return {name: getattr(self, name) for name in ATTACHED if getattr(self, name) is not None}
+
+
+ATTACHED = ("alignment", "attention")
+
+
+def attached_per_slot(host: dict, prefix: str, slots: int) -> list[dict] | None:
+    """One sentence's share of the host copy -> for each of its `slots` candidates, what is
+    attached to it: {"alignment": int, "attention": [float] * S}, the names present only;
+    None when nothing is attached (the default: no work per sentence).
+    host[prefix + name] is that sentence's flat list (slots values, or slots * S weights)."""
+    names = [name for name in ATTACHED if prefix + name in host]
+    if not names:
+        return None
+    per_slot = [{} for _ in range(slots)]
+    for name in names:
+        values = host[prefix + name]
+        size = len(values) // slots
+        for j, slot in enumerate(per_slot):
+            slot[name] = values[j * size : (j + 1) * size] if name == "attention" else values[j]
+    return per_slot
+
+
 class RowState(Protocol):
     """Anything indexed by row or sentence that must track the search (decoder cache, processor history)."""
 
@@ -65,8 +112,9 @@ class Search(Protocol):
     """A decoding strategy (greedy, beam search): chooses tokens, keeps per-sentence records.
 
     start_tokens: (B,) the first decoder input, one row per sentence.
-    advance(logprobs, step): logprobs (rows, V) of this step's rows (may be
-        modified in place); records the step and says how rows continue.
+    advance(logprobs, step, facts=None): logprobs (rows, V) of this step's rows
+        (may be modified in place), facts (RowFacts) per row; records the step
+        and says how rows continue.
     done: every sentence has finished.
     results(n_best): one list of at most n_best hypotheses per sentence, best first.
     """
@@ -74,7 +122,7 @@ class Search(Protocol):
     start_tokens: torch.Tensor
     done: bool
 
-    def advance(self, logprobs: torch.Tensor, step: int) -> StepOutput: ...
+    def advance(self, logprobs: torch.Tensor, step: int, facts: RowFacts | None = None) -> StepOutput: ...
 
     def results(self, n_best: int) -> list[list[Hypothesis]]: ...
 

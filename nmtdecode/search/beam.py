@@ -47,12 +47,12 @@ top candidate end at the very step it stops, which only differs for n_best > 1.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
-from .base import NEG_INF, Hypothesis, SentenceRecords, StepOutput, to_host
+from .base import NEG_INF, Hypothesis, RowFacts, SentenceRecords, StepOutput, attached_per_slot, to_host
 from .penalties import LengthPenalty
 
 EARLY_STOPPING = ("top", "true", "false", "never")
@@ -60,11 +60,12 @@ EARLY_STOPPING = ("top", "true", "false", "never")
 
 @dataclass
 class Finished:
-    score: float  # after the length penalty: the ranking key
+    score: float  # after the length and coverage penalties: the ranking key
     total: float  # sum of log-probs
     step: int  # step at which the last token was chosen
     prev: int  # slot at step-1 that it extends
     token: int  # the last token (EOS unless cut at the step limit)
+    attached: dict = field(default_factory=dict)  # what is attached to the last token (base.py:ATTACHED)
 
 
 class Beam:
@@ -81,6 +82,9 @@ class Beam:
         self.next_ys: list[list[int]] = []  # next_ys[t][j]: token of slot j at step t
         self.prev_ks: list[list[int]] = []  # prev_ks[t][j]: slot at step t-1 that slot j extends
         self.scores: list[list[float]] = []  # scores[t][j]: total log-prob of slot j after step t
+        # attached[name][t][j]: what was recorded with next_ys[t][j], when asked: "alignment" (its
+        # source position), "attention" (its weights over the source)
+        self.attached: dict[str, list[list]] = {}
         self.finished: list[Finished] = []  # the best `size` finished hypotheses, best first
         self.done = False
 
@@ -88,32 +92,39 @@ class Beam:
         return step + 1 >= self.max_steps
 
     def advance(self, step: int, tokens: list[int], prev: list[int], scores: list[float],
-                ended: list[tuple], top_ended: bool = False, best: float | None = None):
-        """Record step `step`: the alive slots (tokens, prev, scores), the hypotheses that
-        ended at this step as (prev, token, total) or (prev, token, total, ranked) (see
-        `add_finished`), and whether the top-ranked one did. `best`: the total the stop rule
-        bounds with (default: the best alive slot's)."""
+                ended: list[tuple], top_ended: bool = False, attached: list[dict] | None = None,
+                best: float | None = None):
+        """Record step `step`: the alive slots (tokens, prev, scores, and what is attached to each
+        slot's token), the hypotheses that ended at this step as (prev, token, total[, coverage
+        penalty, attached, ranked]) (see `add_finished`), and whether the top-ranked one did.
+        `best`: the ranked total the stop rule bounds with (default: the best alive slot's)."""
         self.top_ended = self.top_ended or top_ended
-        for p, token, total, *ranked in ended:
-            self.add_finished(step, p, token, total, *ranked)
-        self.extend(tokens, prev, scores)
+        for end in ended:
+            self.add_finished(step, *end)
+        self.extend(tokens, prev, scores, attached)
+        # the bound leaves the coverage penalty out: it is >= 0, so the bound stays an upper one
         best = max(scores) if best is None else best
         self.done = self.is_last_step(step) or self.cannot_improve(step, best_alive=best)
 
-    def extend(self, tokens: list[int], prev: list[int], scores: list[float]):
+    def extend(self, tokens: list[int], prev: list[int], scores: list[float], attached: list[dict] | None = None):
+        """attached: per slot, {name: value} (base.py:attached_per_slot), or None."""
         self.next_ys.append(tokens)
         self.prev_ks.append(prev)
         self.scores.append(scores)
+        for name in attached[0] if attached else ():
+            self.attached.setdefault(name, []).append([slot[name] for slot in attached])
 
-    def add_finished(self, step: int, prev: int, token: int, total: float, ranked: float | None = None):
+    def add_finished(self, step: int, prev: int, token: int, total: float, coverage_penalty: float = 0.0,
+                     attached: dict | None = None, ranked: float | None = None):
         """`ranked`: the total the search ranks by, when it is not the log-prob total (diverse
         beam search adds its diversity penalties); the length penalty turns it into the score."""
         ranked = total if ranked is None else ranked
         if ranked == NEG_INF:
             return  # unreachable continuation (masked token or empty slot)
-        score = self.penalty(ranked, step + 1)
+        score = self.penalty(ranked, step + 1) - coverage_penalty
         # keep the pool sorted, best first; a tie goes after the earlier hypothesis
-        bisect.insort_right(self.finished, Finished(score, total, step, prev, token), key=lambda f: -f.score)
+        finished = Finished(score, total, step, prev, token, attached or {})
+        bisect.insort_right(self.finished, finished, key=lambda f: -f.score)
         del self.finished[self.size :]
 
     def cannot_improve(self, step: int, best_alive: float) -> bool:
@@ -130,21 +141,33 @@ class Beam:
             bound = self.penalty(best_alive, length)
         return bound <= self.finished[-1].score
 
-    def get_hyp(self, step: int, slot: int) -> tuple[list[int], list[float]]:
-        """Tokens of slot `slot` at step `step` back to the start, and their running totals."""
-        tokens, totals = [], []
+    def get_hyp(self, step: int, slot: int, attached: bool = False) -> tuple:
+        """Tokens of slot `slot` at step `step` back to the start and their running totals, and
+        with `attached` what was recorded with each token ({name: list}: alignment, attention)."""
+        path = []  # (step, slot) of each token, last first
         for t in range(step, -1, -1):
-            tokens.append(self.next_ys[t][slot])
-            totals.append(self.scores[t][slot])
+            path.append((t, slot))
             slot = self.prev_ks[t][slot]
-        return tokens[::-1], totals[::-1]
+        path.reverse()
+        tokens, totals = [self.next_ys[t][j] for t, j in path], [self.scores[t][j] for t, j in path]
+        if not attached:
+            return tokens, totals
+        return tokens, totals, {name: [steps[t][j] for t, j in path] for name, steps in self.attached.items()}
 
     def hypothesis(self, f: Finished, eos_id: int) -> Hypothesis:
-        tokens, totals = self.get_hyp(f.step - 1, f.prev) if f.step > 0 else ([], [])
+        """The finished hypothesis `f`; the final EOS is not one of its tokens, its log-prob is
+        `eos_score` (so token_scores, alignment and attention have one entry per token)."""
+        tokens, totals, along = [], [], {name: [] for name in f.attached}
+        if f.step > 0:
+            tokens, totals, along = self.get_hyp(f.step - 1, f.prev, attached=True)
         tokens, totals = tokens + [f.token], totals + [f.total]
+        along = {name: along[name] + [value] for name, value in f.attached.items()}
         token_scores = [b - a for a, b in zip([0.0] + totals[:-1], totals)]
         ended = f.token == eos_id
-        return Hypothesis(tokens[:-1] if ended else tokens, f.score, f.total, token_scores, ended)
+        kept = len(tokens) - ended
+        return Hypothesis(tokens[:kept], f.score, f.total, token_scores[:kept], ended,
+                          eos_score=token_scores[-1] if ended else None,
+                          **{name: values[:kept] for name, values in along.items()})
 
     def nbest(self, n: int, eos_id: int) -> list[Hypothesis]:
         """Always n hypotheses, best first: when fewer than n were reachable (the other
@@ -205,9 +228,9 @@ class BeamSearch(SentenceRecords):
         self.alive_scores = torch.zeros(batch_size, device=device)
         self.start_tokens = torch.full((batch_size,), start_id, dtype=torch.long, device=device)
 
-    def advance(self, logprobs: torch.Tensor, step: int) -> StepOutput:
+    def advance(self, logprobs: torch.Tensor, step: int, facts: RowFacts | None = None) -> StepOutput:
         """logprobs (n*width, V) of this step; consumed (turned into totals in place)."""
-        return self.commit(self.select_candidates(logprobs), step)
+        return self.commit(self.select_candidates(logprobs), step, facts)
 
     def select_candidates(self, logprobs: torch.Tensor) -> Candidates:
         """The 2k best continuations of every sentence over all its rows: one topk of (n, width*V)."""
@@ -215,10 +238,10 @@ class BeamSearch(SentenceRecords):
         totals = logprobs.add_(self.alive_scores[:, None]).view(n, -1)
         return top_candidates(totals, 2 * self.k, vocab, self.eos_id)
 
-    def commit(self, candidates: Candidates, step: int) -> StepOutput:
+    def commit(self, candidates: Candidates, step: int, facts: RowFacts | None = None) -> StepOutput:
         """Keep k alive, hand finished ones to the Beams, drop sentences that are done."""
         alive = self.keep_alive(candidates)
-        self.record(candidates, alive, step)
+        self.record(candidates, alive, step, facts)
         return self._next_rows(alive)
 
     def keep_alive(self, candidates: Candidates) -> Candidates:
@@ -232,26 +255,49 @@ class BeamSearch(SentenceRecords):
                 values.masked_fill_(alive.tokens == self.eos_id, NEG_INF)
         return alive
 
-    def record(self, candidates: Candidates, alive: Candidates, step: int):
+    def record(self, candidates: Candidates, alive: Candidates, step: int, facts: RowFacts | None = None):
         """One device->host copy; each sentence's rows to its Beam."""
         k = self.k
-        tensors = dict(top_scores=candidates.scores[:, :k], top_tokens=candidates.tokens[:, :k],
-                       top_prev=candidates.prev[:, :k], scores=alive.scores, tokens=alive.tokens, prev=alive.prev)
+        top_prev = candidates.prev[:, :k]
+        tensors = dict(top_scores=candidates.scores[:, :k], top_tokens=candidates.tokens[:, :k], top_prev=top_prev,
+                       scores=alive.scores, tokens=alive.tokens, prev=alive.prev)
         if candidates.totals is not None:
             tensors.update(top_totals=candidates.totals[:, :k], totals=alive.totals)
-        host = to_host(**tensors)
+        host = to_host(**tensors, **self._facts_of(facts, top_prev, alive.prev))
         for i, sentence in enumerate(self.active):
             if not self.beams[sentence].done:
-                self._record(self.beams[sentence], step, {name: rows[i] for name, rows in host.items()})
+                self._record(self.beams[sentence], step, {name: rows[i] for name, rows in host.items()},
+                             facts is not None)
 
-    def _record(self, beam: Beam, step: int, row: dict):
-        """One sentence's share of the host copy -> its Beam. Ended hypotheses go as (prev,
-        token, log-prob total, ranked total); the Beam keeps log-prob totals for its slots."""
+    def _facts_of(self, facts: RowFacts | None, top_prev: torch.Tensor, alive_prev: torch.Tensor) -> dict:
+        """For the host copy: the row facts of the top candidates (coverage penalty, attached) and
+        of the alive ones (attached), read from the row each candidate extends, (n, k * width)."""
+        if facts is None:
+            return {}
+        def of(fact, prev):  # fact (rows,) or (rows, S); prev (n, c) -> (n, c) or (n, c * S)
+            rows = torch.arange(len(self.active), device=prev.device)[:, None] * self.width + prev
+            return fact[rows].flatten(1)
+        picked = {} if facts.penalty is None else {"top_penalty": of(facts.penalty, top_prev)}
+        for name, fact in facts.attached().items():
+            picked["top_" + name], picked[name] = of(fact, top_prev), of(fact, alive_prev)
+        return picked
+
+    def _record(self, beam: Beam, step: int, row: dict, with_facts: bool):
+        """One sentence's share of the host copy -> its Beam. Ended hypotheses go as (prev, token,
+        log-prob total[, coverage penalty, attached][, ranked total]); the Beam keeps log-prob
+        totals for its slots and ranks by the ranked ones (diverse.py), by default the same."""
         last = beam.is_last_step(step)
-        top = zip(row["top_prev"], row["top_tokens"], row.get("top_totals", row["top_scores"]), row["top_scores"])
-        ended = [(p, t, total, ranked) for p, t, total, ranked in top if last or t == self.eos_id]
+        k = len(row["top_tokens"])
+        columns = [row["top_prev"], row["top_tokens"], row.get("top_totals", row["top_scores"])]
+        attached = None
+        if with_facts or "top_totals" in row:  # each candidate's coverage penalty and attached facts
+            columns += [row.get("top_penalty", [0.0] * k), attached_per_slot(row, "top_", k) or [None] * k]
+            attached = attached_per_slot(row, "", k)
+        if "top_totals" in row:
+            columns.append(row["top_scores"])
+        ended = [end for end in zip(*columns) if last or end[1] == self.eos_id]  # (prev, token, total, ...)
         top_ended = last or row["top_tokens"][0] == self.eos_id
-        beam.advance(step, row["tokens"], row["prev"], row.get("totals", row["scores"]), ended, top_ended,
+        beam.advance(step, row["tokens"], row["prev"], row.get("totals", row["scores"]), ended, top_ended, attached,
                      best=self.stop_bound(row))
 
     def stop_bound(self, row: dict) -> float:

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import NEG_INF, Hypothesis, StepOutput
+from .base import NEG_INF, Hypothesis, RowFacts, StepOutput
 from .beam import BeamSearch, Candidates, top_candidates
 
 
@@ -62,13 +62,14 @@ class DiverseBeamSearch(BeamSearch):
         self.alive_totals = torch.zeros_like(self.alive_scores)
         self.first = True  # step 0 to come (a width of 1 does not say it: groups may have one beam)
 
-    def advance(self, logprobs: torch.Tensor, step: int) -> StepOutput:
-        """logprobs (rows, V); rows are one per sentence at step 0, then k per sentence."""
+    def advance(self, logprobs: torch.Tensor, step: int, facts: RowFacts | None = None) -> StepOutput:
+        """logprobs (rows, V), facts (rows, ...); rows are one per sentence at step 0, then k per sentence."""
         first, self.first = self.first, False
         if first:  # every group starts from its sentence's one row
             logprobs = logprobs.repeat_interleave(self.groups, dim=0)
+            facts = None if facts is None else self._widen(facts)
         candidates, alive = self.select_in_groups(logprobs, penalise=not (first and self.free_first_step))
-        self.record(candidates, alive, step)
+        self.record(candidates, alive, step, facts)
         out = self._next_rows(alive)
         self._silence_done_groups()
         if not first and out.keep is None:
@@ -76,6 +77,13 @@ class DiverseBeamSearch(BeamSearch):
         keep = None if out.keep is None else out.keep[:: self.groups] // self.groups
         origin = out.origin // self.groups if first else out.origin  # units of step 0 -> their sentence's row
         return StepOutput(tokens=out.tokens, origin=origin, keep=keep)
+
+    def _widen(self, facts: RowFacts) -> RowFacts:
+        """Step 0's facts, one row per sentence -> one per (sentence, group)."""
+        def widen(fact):
+            return None if fact is None else fact.repeat_interleave(self.groups, dim=0)
+        return RowFacts(penalty=widen(facts.penalty), alignment=widen(facts.alignment),
+                        attention=widen(facts.attention))
 
     def select_in_groups(self, logprobs: torch.Tensor, penalise: bool) -> tuple[Candidates, Candidates]:
         """Candidates (2k/G) and alive slots (k/G) of every unit, the groups chosen in order, each

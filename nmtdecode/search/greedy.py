@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import SentenceRecords, StepOutput, to_host
+from .base import RowFacts, SentenceRecords, StepOutput, attached_per_slot, to_host
 from .beam import Beam
 from .penalties import LengthPenalty
 
@@ -22,20 +22,36 @@ class GreedySearch(SentenceRecords):
         self.alive_scores = torch.zeros(batch_size, device=device)
         self.start_tokens = torch.full((batch_size,), start_id, dtype=torch.long, device=device)
 
-    def advance(self, logprobs: torch.Tensor, step: int) -> StepOutput:
+    def advance(self, logprobs: torch.Tensor, step: int, facts: RowFacts | None = None) -> StepOutput:
         """logprobs (n, V): each row takes its arg-max."""
         tokens = logprobs.argmax(dim=1)
         totals = self.alive_scores + logprobs.gather(1, tokens[:, None])[:, 0]
-        host = to_host(totals=totals[:, None], tokens=tokens[:, None])
-        for sentence, [total], [token] in zip(self.active, host["totals"], host["tokens"]):
+        host = to_host(totals=totals[:, None], tokens=tokens[:, None], **self._facts_of(facts))
+        for i, sentence in enumerate(self.active):
             beam = self.beams[sentence]
             if beam.done:
                 continue
+            [total], [token] = host["totals"][i], host["tokens"][i]
+            attached = attached_per_slot({name: rows[i] for name, rows in host.items()}, "", 1) if facts else None
             if token == self.eos_id or beam.is_last_step(step):
-                beam.add_finished(step, 0, token, total)
+                penalty = host["penalty"][i][0] if "penalty" in host else 0.0
+                beam.add_finished(step, 0, token, total, penalty, attached[0] if attached else None)
                 beam.done = True
             else:
-                beam.extend([token], [0], [total])
+                beam.extend([token], [0], [total], attached)
+        return self._next_rows(tokens, totals)
+
+    @staticmethod
+    def _facts_of(facts: RowFacts | None) -> dict:
+        """For the host copy: each row's coverage penalty and attached facts, (n, 1) or (n, S)."""
+        if facts is None:
+            return {}
+        picked = {name: value.view(value.size(0), -1) for name, value in facts.attached().items()}
+        if facts.penalty is not None:
+            picked["penalty"] = facts.penalty[:, None]
+        return picked
+
+    def _next_rows(self, tokens: torch.Tensor, totals: torch.Tensor) -> StepOutput:
         still = self.survivors()
         if len(still) == len(self.active):
             self.alive_scores = totals

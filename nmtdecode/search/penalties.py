@@ -1,5 +1,8 @@
-"""Length penalties: turn a hypothesis' total log-probability into the score it is ranked by.
+"""Length and coverage penalties: turn a hypothesis' total log-probability into the score it is
+ranked by, score = length_penalty(total, length) - coverage_penalty(coverage) (OpenNMT-py's
+GNMTGlobalScorer, onmt/translate/beam_search.py and penalties.py).
 
+Length penalties.
 `length` is the number of generated tokens including the final EOS (the
 decoder start token is not counted), the convention of Hugging Face's
 `BeamHypotheses`; a hypothesis cut at the step limit counts its tokens only.
@@ -7,6 +10,8 @@ Each function is (total log-prob, length, alpha) -> score, chosen by name.
 """
 
 from __future__ import annotations
+
+import torch
 
 
 def length_none(total: float, length: int, alpha: float) -> float:
@@ -48,3 +53,51 @@ class LengthPenalty:
         monotone in the length, so one of the two ends of [length, max_length].
         """
         return max(self(total, length), self(total, max_length))
+
+
+# Coverage penalties. `coverage` (N, S) is, per hypothesis, the sum over its decoding steps (the
+# one that chose EOS included) of its cross-attention weights on each source token; each function
+# is (coverage, beta) -> (N,) penalty >= 0, subtracted from the score of a finished hypothesis.
+
+
+def coverage_none(coverage: torch.Tensor, beta: float) -> torch.Tensor:
+    return coverage.new_zeros(coverage.size(0))
+
+
+def coverage_wu(coverage: torch.Tensor, beta: float) -> torch.Tensor:
+    """GNMT: beta * -sum_i log(min(coverage_i, 1)) (Wu et al. 2016, eq. 14, with the sign that
+    makes it a penalty): source tokens attended less than once in total cost."""
+    return -beta * coverage.clamp(max=1.0).log().sum(dim=-1)
+
+
+def coverage_summary(coverage: torch.Tensor, beta: float) -> torch.Tensor:
+    """OpenNMT-py's summary penalty: beta * sum_i (max(coverage_i, 1) - 1): source tokens attended
+    more than once in total cost (repetition, for summarisation)."""
+    return beta * (coverage.clamp(min=1.0) - 1.0).sum(dim=-1)
+
+
+COVERAGE_PENALTIES = {"none": coverage_none, "wu": coverage_wu, "summary": coverage_summary}
+
+
+class Coverage:
+    """Each row's coverage of its source, on the device, following the search (a RowState).
+
+    Padded source positions start at 1, where both penalties count nothing (their attention is
+    0, and OpenNMT-py's -log(0) there would make every penalty infinite).
+    """
+
+    def __init__(self, name: str, beta: float, src_mask: torch.Tensor):
+        if name not in COVERAGE_PENALTIES:
+            raise ValueError(f"coverage penalty {name!r} is not one of {sorted(COVERAGE_PENALTIES)}")
+        self.function, self.beta = COVERAGE_PENALTIES[name], beta
+        self.total = (~src_mask).float()  # (B, S): one row per sentence at step 0
+        self.current = self.total
+
+    def add(self, attention: torch.Tensor) -> torch.Tensor:
+        """Add this step's attention (N, S); returns each row's penalty (N,) with it."""
+        self.current = self.total + attention
+        return self.function(self.current, self.beta)
+
+    def follow(self, out):
+        """Row r of the next step continues row out.origin[r] (this step's coverage included)."""
+        self.total = self.current if out.origin is None else self.current.index_select(0, out.origin)

@@ -1,5 +1,9 @@
 """Logit processors: rules applied to each step's log-probabilities before the search.
 
+Most rules act on log-probabilities, after the loop's log_softmax. A processor
+whose `stage` is "logits" acts on the raw logits before it (the repetition
+penalty is defined there); with none of those, the logits are not touched.
+
 Every processor is a callable `(logprobs, step, rows) -> logprobs` that edits
 `logprobs` (N, V) in place (the tensor is fresh each step and owned by the
 loop, so no copy is made) and returns it. `step` is the 0-based decoding step;
@@ -118,6 +122,34 @@ class NoRepeatNgram:
         return logprobs.scatter_add_(1, windows[:, :, -1], penalty.masked_fill_(matches, NEG_INF))
 
 
+class RepetitionPenalty:
+    """CTRL's repetition penalty (Keskar et al. 2019, arXiv:1909.05858), on the logits before the
+    softmax: each token already generated in the row has its logit divided by `penalty` when
+    positive, multiplied by it when negative (penalty > 1 discourages repeats, < 1 favours them).
+
+    As Hugging Face's RepetitionPenaltyLogitsProcessor and CTranslate2's RepetitionPenalty. The
+    tokens counted are the generated ones, a forced first token (language tag) included, as
+    CTranslate2 counts its previous ids; the decoder start token is not (Hugging Face counts
+    every decoder input id, so with BART, whose start token is EOS, it would penalise EOS too).
+    """
+
+    stage = "logits"
+    needs_history = True
+
+    def __init__(self, penalty: float):
+        if not penalty > 0:
+            raise ValueError(f"repetition_penalty must be > 0, got {penalty}")
+        self.penalty = penalty
+
+    def __call__(self, logits, step, rows):
+        seen = rows.history[:, 1:]  # (N, step): the generated tokens, without the start token
+        if seen.size(1) == 0:
+            return logits
+        before = logits.gather(1, seen)
+        after = torch.where(before > 0, before / self.penalty, before * self.penalty)
+        return logits.scatter_(1, seen, after)  # a repeated id writes the same value twice
+
+
 class BlockNgramRepeat:
     """OpenNMT-py's `block_ngram_repeat` (onmt/translate/decode_strategy.py, v3:
     `block_ngram_repeats`, `maybe_update_forbidden_tokens`): a token that would repeat an n-gram
@@ -163,12 +195,19 @@ class BlockNgramRepeat:
 
 
 class Processors:
-    """The processors of one batch, applied in order, and the row state they share."""
+    """The processors of one batch, applied in order, and the row state they share: those of
+    stage "logits" by `on_logits`, the others by calling it on the log-probabilities."""
 
     def __init__(self, processors: list, start_tokens, last_step):
-        self.processors = processors
+        self.on_logits_chain = [p for p in processors if getattr(p, "stage", "logprobs") == "logits"]
+        self.processors = [p for p in processors if getattr(p, "stage", "logprobs") != "logits"]
         keep_history = any(getattr(p, "needs_history", False) for p in processors)
         self.rows = RowHistory(start_tokens, last_step, keep_history)
+
+    def on_logits(self, logits, step):
+        for processor in self.on_logits_chain:
+            logits = processor(logits, step, self.rows)
+        return logits
 
     def __call__(self, logprobs, step):
         for processor in self.processors:
