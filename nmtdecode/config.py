@@ -54,6 +54,11 @@ class DecodingConfig:
     beta: float = 0.0
     alignment: bool = False
     attention: bool = False
+    beam_groups: int = 1
+    diversity_penalty: float = 0.0
+    block_ngram_repeat: int = 0
+    ignore_when_blocking: list[str] = field(default_factory=list)  # target pieces
+    banned_tokens: list[str] = field(default_factory=list)  # target pieces
     sampling: bool = False  # random sampling (search/sampling.py): n_best samples per line
     temperature: float = 1.0
     top_k: int = 0  # 0: off
@@ -84,6 +89,15 @@ class DecodingConfig:
             raise ConfigError(f"repetition_penalty: must be > 0 (1 is off), got {self.repetition_penalty}")
         _check_choice("coverage_penalty", self.coverage_penalty, ["none", "wu", "summary"])
         _check_min("beta", self.beta, 0)
+        _check_min("beam_groups", self.beam_groups, 1)
+        if self.beam_size % self.beam_groups:
+            raise ConfigError(f"beam_groups: beam_size ({self.beam_size}) is not divisible by beam_groups "
+                              f"({self.beam_groups})")
+        _check_min("diversity_penalty", self.diversity_penalty, 0)
+        if self.beam_groups > 1 and self.diversity_penalty == 0:
+            raise ConfigError("diversity_penalty: must be > 0 with beam_groups > 1 (without it every group finds "
+                              "the same hypotheses)")
+        _check_min("block_ngram_repeat", self.block_ngram_repeat, 0)
 
     def _validate_sampling(self):
         if not self.temperature > 0:
@@ -94,6 +108,8 @@ class DecodingConfig:
             raise ConfigError(f"top_p: must be in (0, 1], got {self.top_p}")
         if not 0 <= self.seed < 2**64:
             raise ConfigError(f"seed: must be in [0, 2^64), got {self.seed}")
+        if self.sampling and self.beam_groups > 1:
+            raise ConfigError(f"beam_groups: {self.beam_groups} with sampling; diverse groups are a beam search")
 
 
 @dataclass
@@ -195,6 +211,8 @@ KEY_SECTION = {f.name: name for name, cls in SECTIONS.items() for f in fields(cl
 def _coerce(key: str, value):
     """Check a YAML/CLI value against the field's type; ints are accepted for floats."""
     hint = typing.get_type_hints(SECTIONS[KEY_SECTION[key]])[key]
+    if hint == list[str]:
+        return _pieces(key, value)
     allowed = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
     if value is None and type(None) in allowed:
         return None
@@ -213,6 +231,18 @@ def _coerce(key: str, value):
             return str(value)
     names = " or ".join(t.__name__ for t in allowed if t is not type(None))
     raise ConfigError(f"{key}: expected {names}, got {value!r}")
+
+
+def _pieces(key: str, value) -> list[str]:
+    """A list of target pieces: a YAML list of strings, or one string of pieces separated by
+    whitespace (a piece never contains whitespace; commas do not separate, `,` is a piece)."""
+    if isinstance(value, str):
+        return value.split()
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) and v and not any(c.isspace() for c in v)
+                                                for v in value):
+        return list(value)
+    raise ConfigError(f"{key}: expected target pieces, as a list of strings or one string separated by spaces, "
+                      f"got {value!r}")
 
 
 @dataclass

@@ -116,7 +116,8 @@ def decoder(config: Config, loaded: LoadedModel, device: torch.device) -> tuple[
         warn(note)
     check_fits(config, loaded, device)
     rules = loaded.rules_for(config.decoding.src_lang, config.decoding.tgt_lang)
-    return config, Translator(loaded.model, config.decoding, rules)
+    return config, Translator(loaded.model, config.decoding, rules,
+                              piece_id=getattr(loaded.tokenizer, "piece_id", None))
 
 
 def prepare(config: Config) -> tuple[Config, LoadedModel, Translator]:

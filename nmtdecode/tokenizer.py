@@ -32,6 +32,12 @@ class SentencePieceTokenizer:
         """Target text -> model ids (no EOS), for forced decoding."""
         return self.target.encode(text)
 
+    def piece_id(self, piece: str) -> int | None:
+        """The id of a target vocabulary entry, spelt as the tokenizer spells it (`\u2581the`),
+        or None when the vocabulary has no such piece."""
+        found = self.target.piece_to_id(piece)
+        return found if self.target.id_to_piece(found) == piece else None
+
     def set_languages(self, src_lang: str | None, tgt_lang: str | None) -> int | None:
         """Choose source/target languages; returns the token to force first on the target side.
         A model without language tags accepts neither."""

@@ -22,14 +22,15 @@ from typing import Protocol
 
 import torch
 
-from .config import DecodingConfig
+from .config import ConfigError, DecodingConfig
 from .models.checkpoint import ModelRules
 from .search.base import Hypothesis, RowFacts, RowState, Search, StepOutput
 from .search.beam import BeamSearch
+from .search.diverse import DiverseBeamSearch
 from .search.greedy import GreedySearch
 from .search.penalties import Coverage, LengthPenalty
-from .search.processors import (BanTokens, ForceEosAtLimit, ForceFirstToken, ForcePrefix, MinLength, NoRepeatNgram,
-                                Processors, RepetitionPenalty)
+from .search.processors import (BanTokens, BlockNgramRepeat, ForceEosAtLimit, ForceFirstToken, ForcePrefix, MinLength,
+                                NoRepeatNgram, Processors, RepetitionPenalty)
 from .search.sampling import Filters, SamplingSearch
 
 
@@ -54,7 +55,8 @@ class Seq2SeqModel(Protocol):
 
 class Translator:
     def __init__(self, model: Seq2SeqModel, decoding: DecodingConfig, rules: ModelRules | None = None,
-                 shrink: bool = True):
+                 shrink: bool = True, piece_id=None):
+        """piece_id: target piece -> id or None (the tokenizer's), for the options naming pieces."""
         self.model = model
         self.cfg = decoding
         self.rules = rules or ModelRules()
@@ -63,6 +65,8 @@ class Translator:
         mc = model.cfg
         self.start_id, self.eos_id = mc.decoder_start_id, mc.eos_id
         self.pad_id, self.unk_id = mc.pad_id, mc.unk_id
+        self.banned_ids = piece_ids("banned_tokens", decoding.banned_tokens, piece_id)
+        self.excluded_ids = piece_ids("ignore_when_blocking", decoding.ignore_when_blocking, piece_id)
 
     @property
     def device(self) -> torch.device:
@@ -88,6 +92,11 @@ class Translator:
                                     seed=cfg.seed, line_ids=line_ids or list(range(batch_size)), **common)
         elif cfg.beam_size == 1:
             search = GreedySearch(**common)
+        elif self.cfg.beam_groups > 1:
+            search = DiverseBeamSearch(beam_size=self.cfg.beam_size, groups=self.cfg.beam_groups,
+                                       diversity_penalty=self.cfg.diversity_penalty,
+                                       early_stopping=self.cfg.early_stopping, n_best=self.cfg.n_best,
+                                       free_first_step=self.rules.forced_bos_id is not None, **common)
         else:
             search = BeamSearch(beam_size=self.cfg.beam_size, early_stopping=self.cfg.early_stopping,
                                 n_best=self.cfg.n_best, **common)
@@ -102,7 +111,9 @@ class Translator:
             chain.append(RepetitionPenalty(cfg.repetition_penalty))
         if cfg.no_repeat_ngram_size:
             chain.append(NoRepeatNgram(cfg.no_repeat_ngram_size))
-        banned = set(rules.banned_ids) | ({self.unk_id} if cfg.ban_unk else set())
+        if cfg.block_ngram_repeat:
+            chain.append(BlockNgramRepeat(cfg.block_ngram_repeat, self.excluded_ids))
+        banned = set(rules.banned_ids) | ({self.unk_id} if cfg.ban_unk else set()) | set(self.banned_ids)
         if banned:
             chain.append(BanTokens(banned))
         if cfg.min_length:
@@ -226,3 +237,19 @@ class AttentionFacts:
     def follow(self, out: StepOutput):
         if self.coverage is not None:
             self.coverage.follow(out)
+
+
+def piece_ids(key: str, pieces: list[str], piece_id) -> list[int]:
+    """Target pieces named by option `key` -> their ids; a piece the vocabulary lacks is an error."""
+    if not pieces:
+        return []
+    if piece_id is None:
+        raise ConfigError(f"{key}: this model's tokenizer cannot look up target pieces")
+    ids = []
+    for piece in pieces:
+        found = piece_id(piece)
+        if found is None:
+            raise ConfigError(f"{key}: {piece!r} is not a piece of the target vocabulary (give pieces as the "
+                              "tokenizer spells them, e.g. \u2581the for a word-initial 'the')")
+        ids.append(found)
+    return ids

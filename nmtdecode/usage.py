@@ -75,6 +75,10 @@ def ineffective(config: Config, max_positions: int, device_type: str) -> list[st
     if "max_length" in config.user_keys and decoding.max_length > max_positions:
         notes.append(f"max_length: {decoding.max_length} is above the model's {max_positions} target positions, "
                      f"which cap every output at {max_positions} tokens")
+    if "diversity_penalty" in config.user_keys and decoding.beam_groups == 1:
+        notes.append("diversity_penalty: has no effect without --beam-groups above 1")
+    if decoding.ignore_when_blocking and not decoding.block_ngram_repeat:
+        notes.append("ignore_when_blocking: has no effect without --block-ngram-repeat")
     if not decoding.sampling:
         for key in ("temperature", "top_k", "top_p", "seed"):
             if key in config.user_keys:

@@ -89,6 +89,8 @@ def test_numeric_length_penalty_layers(tmp_path, nmtdecode):
     (["--token-scores", "--format", "nbest"], "token_scores: has no effect with --format nbest"),
     (["--max-length", "500"], "max_length: 500 is above the model's 128 target positions"),
     (["--dtype", "fp16", "--device", "cpu"], "dtype: float16 on CPU"),
+    (["--diversity-penalty", "0.5"], "diversity_penalty: has no effect without --beam-groups above 1"),
+    (["--ignore-when-blocking", "</s>"], "ignore_when_blocking: has no effect without --block-ngram-repeat"),
 ])
 def test_options_without_effect_are_warned_about(model_dir, args, warning, nmtdecode):
     run = nmtdecode("translate", "--model", model_dir, "-q", *args, stdin="good morning\n")

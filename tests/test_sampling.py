@@ -288,6 +288,8 @@ def test_sampling_refuses_an_explicit_beam_size():
     config = Config.from_values({"sampling": True, "n_best": 8})  # the default beam (5) is not in the way
     assert config.decoding.rows_per_sentence == 8
     assert Config.from_values({"sampling": True, "beam_size": 1}).decoding.sampling
+    with pytest.raises(ConfigError, match="beam_groups: 2 with sampling"):
+        Config.from_values({"sampling": True, "beam_groups": 2, "diversity_penalty": 0.5})
 
 
 @pytest.mark.parametrize("values,message", [({"temperature": 0}, "temperature: must be > 0"),

@@ -92,16 +92,19 @@ class Beam:
         return step + 1 >= self.max_steps
 
     def advance(self, step: int, tokens: list[int], prev: list[int], scores: list[float],
-                ended: list[tuple], top_ended: bool = False, attached: list[dict] | None = None):
+                ended: list[tuple], top_ended: bool = False, attached: list[dict] | None = None,
+                best: float | None = None):
         """Record step `step`: the alive slots (tokens, prev, scores, and what is attached to each
         slot's token), the hypotheses that ended at this step as (prev, token, total[, coverage
-        penalty, attached]), and whether the top-ranked one did."""
+        penalty, attached, ranked]) (see `add_finished`), and whether the top-ranked one did.
+        `best`: the ranked total the stop rule bounds with (default: the best alive slot's)."""
         self.top_ended = self.top_ended or top_ended
         for end in ended:
             self.add_finished(step, *end)
         self.extend(tokens, prev, scores, attached)
         # the bound leaves the coverage penalty out: it is >= 0, so the bound stays an upper one
-        self.done = self.is_last_step(step) or self.cannot_improve(step, best_alive=max(scores))
+        best = max(scores) if best is None else best
+        self.done = self.is_last_step(step) or self.cannot_improve(step, best_alive=best)
 
     def extend(self, tokens: list[int], prev: list[int], scores: list[float], attached: list[dict] | None = None):
         """attached: per slot, {name: value} (base.py:attached_per_slot), or None."""
@@ -112,10 +115,13 @@ class Beam:
             self.attached.setdefault(name, []).append([slot[name] for slot in attached])
 
     def add_finished(self, step: int, prev: int, token: int, total: float, coverage_penalty: float = 0.0,
-                     attached: dict | None = None):
-        if total == NEG_INF:
+                     attached: dict | None = None, ranked: float | None = None):
+        """`ranked`: the total the search ranks by, when it is not the log-prob total (diverse
+        beam search adds its diversity penalties); the length penalty turns it into the score."""
+        ranked = total if ranked is None else ranked
+        if ranked == NEG_INF:
             return  # unreachable continuation (masked token or empty slot)
-        score = self.penalty(total, step + 1) - coverage_penalty
+        score = self.penalty(ranked, step + 1) - coverage_penalty
         # keep the pool sorted, best first; a tie goes after the earlier hypothesis
         finished = Finished(score, total, step, prev, token, attached or {})
         bisect.insort_right(self.finished, finished, key=lambda f: -f.score)
@@ -174,17 +180,33 @@ class Beam:
 class Candidates:
     """Continuations of each active sentence, best first; every field (n, c)."""
 
-    scores: torch.Tensor  # total log-prob of the extended hypothesis
+    scores: torch.Tensor  # total log-prob of the extended hypothesis: what the search ranks by
     tokens: torch.Tensor  # the token it adds
     prev: torch.Tensor  # the slot (row of its sentence) of this step that it extends
+    totals: torch.Tensor | None = None  # the model's log-prob total, where `scores` add more (diverse.py)
 
     def take(self, index: torch.Tensor) -> "Candidates":
         """Columns `index` (n, c') of each row."""
-        return Candidates(self.scores.gather(1, index), self.tokens.gather(1, index), self.prev.gather(1, index))
+        return Candidates(*(None if t is None else t.gather(1, index) for t in self._fields()))
 
     def rows(self, index: torch.Tensor) -> "Candidates":
         """Rows (sentences) `index`."""
-        return Candidates(self.scores[index], self.tokens[index], self.prev[index])
+        return Candidates(*(None if t is None else t[index] for t in self._fields()))
+
+    def _fields(self):
+        return self.scores, self.tokens, self.prev, self.totals
+
+
+def top_candidates(totals: torch.Tensor, wanted: int, vocab: int, eos_id: int) -> Candidates:
+    """The `wanted` best of each row of totals (n, width*V), best first: one topk. A vocabulary
+    smaller than that is padded with impossible EOS candidates."""
+    scores, ids = totals.topk(min(wanted, totals.size(1)), dim=1)
+    tokens, prev = ids % vocab, ids // vocab
+    if scores.size(1) < wanted:
+        missing = (0, wanted - scores.size(1))
+        scores = F.pad(scores, missing, value=NEG_INF)
+        tokens, prev = F.pad(tokens, missing, value=eos_id), F.pad(prev, missing, value=0)
+    return Candidates(scores, tokens, prev)
 
 
 class BeamSearch(SentenceRecords):
@@ -212,34 +234,40 @@ class BeamSearch(SentenceRecords):
 
     def select_candidates(self, logprobs: torch.Tensor) -> Candidates:
         """The 2k best continuations of every sentence over all its rows: one topk of (n, width*V)."""
-        n, vocab, wanted = len(self.active), logprobs.size(1), 2 * self.k
+        n, vocab = len(self.active), logprobs.size(1)
         totals = logprobs.add_(self.alive_scores[:, None]).view(n, -1)
-        scores, ids = totals.topk(min(wanted, totals.size(1)), dim=1)
-        tokens, prev = ids % vocab, ids // vocab
-        if scores.size(1) < wanted:  # a vocabulary smaller than 2k: pad with impossible EOS candidates
-            missing = (0, wanted - scores.size(1))
-            scores = F.pad(scores, missing, value=NEG_INF)
-            tokens, prev = F.pad(tokens, missing, value=self.eos_id), F.pad(prev, missing, value=0)
-        return Candidates(scores, tokens, prev)
+        return top_candidates(totals, 2 * self.k, vocab, self.eos_id)
 
     def commit(self, candidates: Candidates, step: int, facts: RowFacts | None = None) -> StepOutput:
         """Keep k alive, hand finished ones to the Beams, drop sentences that are done."""
-        k = self.k
+        alive = self.keep_alive(candidates)
+        self.record(candidates, alive, step, facts)
+        return self._next_rows(alive)
+
+    def keep_alive(self, candidates: Candidates) -> Candidates:
+        """The k best candidates not ending in EOS (a stable sort keeps rank order); an EOS
+        candidate only fills a slot when fewer than k could go on, as an empty slot (-inf)."""
         ends = candidates.tokens == self.eos_id
-        # the k best candidates not ending in EOS stay alive (a stable sort keeps rank order);
-        # an EOS candidate only fills a slot when fewer than k could go on, as an empty slot
-        order = ends.to(torch.uint8).argsort(dim=1, stable=True)[:, :k]
+        order = ends.to(torch.uint8).argsort(dim=1, stable=True)[:, : self.k]
         alive = candidates.take(order)
-        alive.scores.masked_fill_(alive.tokens == self.eos_id, NEG_INF)
+        for values in (alive.scores, alive.totals):
+            if values is not None:
+                values.masked_fill_(alive.tokens == self.eos_id, NEG_INF)
+        return alive
+
+    def record(self, candidates: Candidates, alive: Candidates, step: int, facts: RowFacts | None = None):
+        """One device->host copy; each sentence's rows to its Beam."""
+        k = self.k
         top_prev = candidates.prev[:, :k]
-        host = to_host(top_scores=candidates.scores[:, :k], top_tokens=candidates.tokens[:, :k], top_prev=top_prev,
-                       scores=alive.scores, tokens=alive.tokens, prev=alive.prev,
-                       **self._facts_of(facts, top_prev, alive.prev))
+        tensors = dict(top_scores=candidates.scores[:, :k], top_tokens=candidates.tokens[:, :k], top_prev=top_prev,
+                       scores=alive.scores, tokens=alive.tokens, prev=alive.prev)
+        if candidates.totals is not None:
+            tensors.update(top_totals=candidates.totals[:, :k], totals=alive.totals)
+        host = to_host(**tensors, **self._facts_of(facts, top_prev, alive.prev))
         for i, sentence in enumerate(self.active):
             if not self.beams[sentence].done:
                 self._record(self.beams[sentence], step, {name: rows[i] for name, rows in host.items()},
                              facts is not None)
-        return self._next_rows(alive)
 
     def _facts_of(self, facts: RowFacts | None, top_prev: torch.Tensor, alive_prev: torch.Tensor) -> dict:
         """For the host copy: the row facts of the top candidates (coverage penalty, attached) and
@@ -255,17 +283,26 @@ class BeamSearch(SentenceRecords):
         return picked
 
     def _record(self, beam: Beam, step: int, row: dict, with_facts: bool):
-        """One sentence's share of the host copy -> its Beam."""
+        """One sentence's share of the host copy -> its Beam. Ended hypotheses go as (prev, token,
+        log-prob total[, coverage penalty, attached][, ranked total]); the Beam keeps log-prob
+        totals for its slots and ranks by the ranked ones (diverse.py), by default the same."""
         last = beam.is_last_step(step)
         k = len(row["top_tokens"])
-        columns = [row["top_prev"], row["top_tokens"], row["top_scores"]]
+        columns = [row["top_prev"], row["top_tokens"], row.get("top_totals", row["top_scores"])]
         attached = None
-        if with_facts:  # each candidate's coverage penalty and attached facts
+        if with_facts or "top_totals" in row:  # each candidate's coverage penalty and attached facts
             columns += [row.get("top_penalty", [0.0] * k), attached_per_slot(row, "top_", k) or [None] * k]
             attached = attached_per_slot(row, "", k)
+        if "top_totals" in row:
+            columns.append(row["top_scores"])
         ended = [end for end in zip(*columns) if last or end[1] == self.eos_id]  # (prev, token, total, ...)
         top_ended = last or row["top_tokens"][0] == self.eos_id
-        beam.advance(step, row["tokens"], row["prev"], row["scores"], ended, top_ended, attached)
+        beam.advance(step, row["tokens"], row["prev"], row.get("totals", row["scores"]), ended, top_ended, attached,
+                     best=self.stop_bound(row))
+
+    def stop_bound(self, row: dict) -> float:
+        """The ranked total the stop rule bounds with: the best alive slot's."""
+        return max(row["scores"])
 
     def _next_rows(self, alive: Candidates) -> StepOutput:
         """Rows of the next step: k per sentence still searched, each continuing the row it extends."""
@@ -279,4 +316,5 @@ class BeamSearch(SentenceRecords):
             self.active = [self.active[i] for i in still]
         self.width = self.k
         self.alive_scores = alive.scores.reshape(-1)
+        self.alive_totals = None if alive.totals is None else alive.totals.reshape(-1)
         return StepOutput(tokens=alive.tokens.reshape(-1), origin=origin.reshape(-1), keep=keep)

@@ -150,6 +150,50 @@ class RepetitionPenalty:
         return logits.scatter_(1, seen, after)  # a repeated id writes the same value twice
 
 
+class BlockNgramRepeat:
+    """OpenNMT-py's `block_ngram_repeat` (onmt/translate/decode_strategy.py, v3:
+    `block_ngram_repeats`, `maybe_update_forbidden_tokens`): a token that would repeat an n-gram
+    of the row's history gets the finite score BLOCKED, lower than any real one, where
+    `NoRepeatNgram` bans it (-inf). So a blocked continuation still ranks above an impossible
+    one: when every continuation repeats, the search goes on (and returns a hypothesis scored
+    about -1e21) instead of dying.
+
+    An n-gram holding one of `excluded` (OpenNMT-py's `ignore_when_blocking`) is never
+    recorded, so it may repeat. The history starts with the decoder start token, as there.
+    Example, n=2, history [s a b a]: the bigram (a b) was seen, so `b` scores BLOCKED; with b
+    excluded nothing is blocked.
+
+    Two details differ on purpose: OpenNMT-py overwrites the running total with -1e21 where
+    this sets the token's log-prob (totals then differ by the hypothesis' own, tiny beside
+    1e21); and a banned token (-inf) stays banned. OpenNMT-py's n=1 blocks nothing (its n-1
+    token lookup slices `[-0:]`); here n=1 blocks every token already in the history.
+    """
+
+    BLOCKED = -1e21  # OpenNMT-py's -10e20
+    needs_history = True
+
+    def __init__(self, ngram_size: int, excluded=()):
+        if ngram_size < 1:
+            raise ValueError(f"block_ngram_repeat must be >= 1, got {ngram_size}")
+        self.n = ngram_size
+        self.excluded = sorted(set(excluded))
+        self._excluded = None
+
+    def __call__(self, logprobs, step, rows):
+        history = rows.history
+        if history.size(1) < self.n:
+            return logprobs
+        windows = history.unfold(1, self.n, 1)  # (N, W, n): every n-gram so far
+        prefix = history[:, history.size(1) - self.n + 1 :]  # (N, n-1): what the next n-gram starts with
+        recorded = (windows[:, :, :-1] == prefix[:, None, :]).all(dim=2)  # (N, W)
+        if self.excluded:
+            if self._excluded is None or self._excluded.device != history.device:
+                self._excluded = torch.tensor(self.excluded, dtype=torch.long, device=history.device)
+            recorded &= ~torch.isin(windows, self._excluded).any(dim=2)
+        hits = torch.zeros_like(logprobs).scatter_add_(1, windows[:, :, -1], recorded.to(logprobs.dtype))
+        return torch.where(hits > 0, logprobs.clamp(max=self.BLOCKED), logprobs, out=logprobs)
+
+
 class ForcePrefix:
     """Each row's target prefix is forced, token by token, from step `offset` on (after the
     model's forced first token, if any): log-prob 0 for the prefix token, -inf for every other,

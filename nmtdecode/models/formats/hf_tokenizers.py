@@ -105,6 +105,9 @@ class _Pieces:
                 out += [self.vocab.get(p, self.unk_id) for p in self._split(part)]
         return out
 
+    def id(self, piece: str) -> int | None:
+        return self.added.get(piece, self.vocab.get(piece))
+
     def _split(self, text: str) -> list[str]:
         code = []
         if self.marian and text.startswith(">>") and (end := text.find("<<")) != -1:
@@ -139,6 +142,13 @@ class _FairseqPieces:
 
     def ids(self, text: str) -> list[int]:
         return [self.UNK if self.sp.is_unknown(i) else i + 1 for i in self.sp.encode(text)]
+
+    def id(self, piece: str) -> int | None:
+        specials = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": self.UNK}
+        if piece in specials:
+            return specials[piece]
+        found = self.sp.piece_to_id(piece)
+        return found + 1 if self.sp.id_to_piece(found) == piece else None
 
     def text(self, ids: list[int]) -> str:
         return self.sp.decode([i - 1 for i in ids if self.UNK < i <= self.size])
@@ -225,6 +235,11 @@ class HFTokenizer:
 
     def language_codes(self) -> list[str]:
         return list(self.languages)
+
+    def piece_id(self, piece: str) -> int | None:
+        """The id of a target vocabulary entry (a piece or a language tag), or None."""
+        found = self.target.id(piece)
+        return self.languages.get(piece) if found is None else found
 
     def _tag(self, option: str, code: str) -> int:
         if not self.languages:

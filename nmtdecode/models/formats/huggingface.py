@@ -219,6 +219,8 @@ def generation_settings(gen: dict, cfg: TransformerConfig) -> tuple[dict, ModelR
         defaults["no_repeat_ngram_size"] = gen["no_repeat_ngram_size"]
     if gen.get("repetition_penalty", 1.0) != 1.0:
         defaults["repetition_penalty"] = float(gen["repetition_penalty"])
+    if (gen.get("num_beam_groups") or 1) > 1:  # group beam search (search/diverse.py)
+        defaults.update(beam_groups=gen["num_beam_groups"], diversity_penalty=float(gen.get("diversity_penalty") or 0))
     # transformers' own default is early_stopping=False; ours (`top`) is not theirs, so it is always set
     defaults["early_stopping"] = str(gen.get("early_stopping", False)).lower()
     banned = []
