@@ -141,7 +141,7 @@ class Grouped(Translator):
 
     groups, diversity = 1, 0.0
 
-    def make_search(self, batch_size, max_steps):
+    def make_search(self, batch_size, max_steps, line_ids=None):
         return DiverseBeamSearch(batch_size=batch_size, beam_size=self.cfg.beam_size, groups=self.groups,
                                  diversity_penalty=self.diversity, max_steps=max_steps, start_id=self.start_id,
                                  eos_id=self.eos_id, penalty=self.penalty, early_stopping=self.cfg.early_stopping,
