@@ -81,7 +81,14 @@ class Translator:
             return [min(cfg.max_length, limit)] * len(source_lengths)
         return [max(1, min(cfg.max_length, limit, int(cfg.max_len_a * n + cfg.max_len_b))) for n in source_lengths]
 
-    def make_search(self, batch_size: int, max_steps: list[int], line_ids: list[int] | None = None) -> Search:
+    def forced_steps(self, batch_size: int, prefixes: list[list[int]] | None) -> list[int]:
+        """Per sentence, how many leading steps have their token forced: the model's first token
+        (target-language tag, BART's BOS), then the --prefix."""
+        first = int(self.rules.forced_bos_id is not None)
+        return [first + len(p) for p in prefixes] if prefixes else [first] * batch_size
+
+    def make_search(self, batch_size: int, max_steps: list[int], line_ids: list[int] | None = None,
+                    prefixes: list[list[int]] | None = None) -> Search:
         """The strategy: sampling (its random streams keyed by each sentence's input line,
         `line_ids`, default 0..B-1), greedy for beam size 1, else beam search."""
         cfg = self.cfg
@@ -96,7 +103,7 @@ class Translator:
             search = DiverseBeamSearch(beam_size=self.cfg.beam_size, groups=self.cfg.beam_groups,
                                        diversity_penalty=self.cfg.diversity_penalty,
                                        early_stopping=self.cfg.early_stopping, n_best=self.cfg.n_best,
-                                       free_first_step=self.rules.forced_bos_id is not None, **common)
+                                       forced_steps=self.forced_steps(batch_size, prefixes), **common)
         else:
             search = BeamSearch(beam_size=self.cfg.beam_size, early_stopping=self.cfg.early_stopping,
                                 n_best=self.cfg.n_best, **common)
@@ -159,7 +166,7 @@ class Translator:
         src, src_mask = self.pad(sources)
         memory = self.model.encode(src, src_mask)
         max_steps = self.max_steps([len(s) for s in sources])
-        search = self.make_search(len(sources), max_steps, line_ids)
+        search = self.make_search(len(sources), max_steps, line_ids, prefixes)
         cache = self.model.init_cache(memory, src_mask)
         processors = self.make_processors(search, max_steps, prefixes)
         attention = self.make_attention(cache, src_mask)

@@ -141,7 +141,7 @@ class Grouped(Translator):
 
     groups, diversity = 1, 0.0
 
-    def make_search(self, batch_size, max_steps, line_ids=None):
+    def make_search(self, batch_size, max_steps, line_ids=None, prefixes=None):
         return DiverseBeamSearch(batch_size=batch_size, beam_size=self.cfg.beam_size, groups=self.groups,
                                  diversity_penalty=self.diversity, max_steps=max_steps, start_id=self.start_id,
                                  eos_id=self.eos_id, penalty=self.penalty, early_stopping=self.cfg.early_stopping,
@@ -218,6 +218,26 @@ def test_forced_first_token_is_not_penalised():
     # forced a (0), then group 0 keeps a, b; group 1 sees both penalised by 1
     scores = sorted(h.score for h in hyps)
     assert scores == pytest.approx(sorted([math.log(0.6), math.log(0.4), math.log(0.6) - 1, math.log(0.4) - 1]))
+
+
+def test_prefix_steps_are_not_penalised_per_sentence():
+    """A --prefix forces the same tokens in every group, like a forced first token: no group pays
+    for them. Sentence 0 has the prefix [a, b], sentence 1 none, in one batch: sentence 0's groups
+    are penalised from step 2 on only, sentence 1's from step 0."""
+    a, b = CONTENT[:2]
+    forced = {(): {a: 0.9, b: 0.1}, (a,): {a: 0.5, b: 0.5}, (a, b): {a: 0.6, b: 0.4}}
+    free = {(): {a: 0.6, b: 0.4}}
+    cfg = DecodingConfig(beam_size=4, n_best=4, max_length=3, beam_groups=2, diversity_penalty=1.0,
+                         length_penalty="none", early_stopping="never")
+    model = TableModel(VOCAB, [forced, free])
+    with_prefix, without = Translator(model, cfg, ModelRules(banned_ids=BANNED)).translate_batch(
+        [[0, EOS], [1, EOS]], prefixes=[[a, b], []])
+    assert all(h.tokens[:2] == [a, b] for h in with_prefix)
+    # the prefix scores 0; then group 0 keeps a, b and group 1 sees both penalised by 1
+    expected = sorted([math.log(0.6), math.log(0.4), math.log(0.6) - 1, math.log(0.4) - 1])
+    assert sorted(h.score for h in with_prefix) == pytest.approx(expected)
+    # sentence 1 chooses at step 0: its group 1 pays there (then EOS is certain)
+    assert sorted(h.score for h in without) == pytest.approx(expected)
 
 
 @pytest.mark.parametrize("values, message", [

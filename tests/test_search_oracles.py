@@ -17,7 +17,7 @@ BAN_SPECIALS = ModelRules(banned_ids=(0, 1, BOS))
 class BeamOfOne(Translator):
     """Runs the 2k-candidate beam search even for k=1 (the CLI uses greedy search there)."""
 
-    def make_search(self, batch_size, max_steps, line_ids=None):
+    def make_search(self, batch_size, max_steps, line_ids=None, prefixes=None):
         return BeamSearch(batch_size=batch_size, beam_size=1, max_steps=max_steps, start_id=self.start_id,
                           eos_id=self.eos_id, penalty=self.penalty, early_stopping=self.cfg.early_stopping,
                           device=self.device)

@@ -48,7 +48,7 @@ from .beam import BeamSearch, Candidates, top_candidates
 
 class DiverseBeamSearch(BeamSearch):
     def __init__(self, *, batch_size, beam_size, groups, diversity_penalty, max_steps, start_id, eos_id, penalty,
-                 early_stopping, device, n_best=1, free_first_step=False):
+                 early_stopping, device, n_best=1, forced_steps=None):
         if groups < 1 or beam_size % groups:
             raise ValueError(f"beam_size {beam_size} is not divisible by beam_groups {groups}")
         group_size = beam_size // groups
@@ -57,7 +57,9 @@ class DiverseBeamSearch(BeamSearch):
                          penalty=penalty, early_stopping=early_stopping, device=device,
                          n_best=min(n_best, group_size))
         self.groups, self.diversity = groups, diversity_penalty
-        self.free_first_step = free_first_step  # a forced first token: no penalty at step 0
+        # per sentence, its leading steps whose token is forced (the model's first token, a --prefix):
+        # every group takes the same token there, and a penalty would only lower the later groups' scores
+        self.forced_steps = forced_steps if forced_steps and any(forced_steps) else None
         self.start_tokens = self.start_tokens[::groups]  # step 0: one row per sentence
         self.alive_totals = torch.zeros_like(self.alive_scores)
         self.first = True  # step 0 to come (a width of 1 does not say it: groups may have one beam)
@@ -68,7 +70,7 @@ class DiverseBeamSearch(BeamSearch):
         if first:  # every group starts from its sentence's one row
             logprobs = logprobs.repeat_interleave(self.groups, dim=0)
             facts = None if facts is None else self._widen(facts)
-        candidates, alive = self.select_in_groups(logprobs, penalise=not (first and self.free_first_step))
+        candidates, alive = self.select_in_groups(logprobs, penalise=self._free_to_choose(step))
         self.record(candidates, alive, step, facts)
         out = self._next_rows(alive)
         self._silence_done_groups()
@@ -78,6 +80,15 @@ class DiverseBeamSearch(BeamSearch):
         origin = out.origin // self.groups if first else out.origin  # units of step 0 -> their sentence's row
         return StepOutput(tokens=out.tokens, origin=origin, keep=keep)
 
+    def _free_to_choose(self, step: int) -> bool | torch.Tensor:
+        """Whether each active sentence chooses its token at this step (True: all of them), else
+        a (n, 1, 1) mask: a sentence still in its forced steps is not penalised."""
+        if self.forced_steps is None or step >= max(self.forced_steps):
+            return True
+        sentences = [unit // self.groups for unit in self.active[:: self.groups]]
+        free = [self.forced_steps[s] <= step for s in sentences]
+        return torch.tensor(free, device=self.alive_scores.device)[:, None, None]
+
     def _widen(self, facts: RowFacts) -> RowFacts:
         """Step 0's facts, one row per sentence -> one per (sentence, group)."""
         def widen(fact):
@@ -85,9 +96,10 @@ class DiverseBeamSearch(BeamSearch):
         return RowFacts(penalty=widen(facts.penalty), alignment=widen(facts.alignment),
                         attention=widen(facts.attention))
 
-    def select_in_groups(self, logprobs: torch.Tensor, penalise: bool) -> tuple[Candidates, Candidates]:
+    def select_in_groups(self, logprobs: torch.Tensor, penalise: bool | torch.Tensor) -> tuple[Candidates, Candidates]:
         """Candidates (2k/G) and alive slots (k/G) of every unit, the groups chosen in order, each
-        penalised by the tokens the groups before it keep alive at this step."""
+        penalised by the tokens the groups before it keep alive at this step (where `penalise`,
+        True or a (n, 1, 1) mask of the sentences, says so)."""
         groups, vocab = self.groups, logprobs.size(1)
         width = logprobs.size(0) // len(self.active)
         n = len(self.active) // groups
@@ -98,7 +110,8 @@ class DiverseBeamSearch(BeamSearch):
         candidates_of, alive_of = [], []  # per group
         for g in range(groups):
             group = logprobs[:, g]
-            penalised = group - self.diversity * chosen[:, None, :] if penalise and g else group
+            penalty = self.diversity * chosen[:, None, :]
+            penalised = group if g == 0 or penalise is False else group - penalty * penalise
             candidates = top_candidates((penalised + ranked[:, g]).view(n, -1), 2 * self.k, vocab, self.eos_id)
             flat = candidates.prev * vocab + candidates.tokens
             candidates.totals = (group + totals[:, g]).view(n, -1).gather(1, flat)
