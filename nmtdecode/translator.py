@@ -53,7 +53,7 @@ class Translator:
         self.cfg = decoding
         self.rules = rules or ModelRules()
         self.shrink = shrink  # drop finished sentences from the batch (off only to test that it changes nothing)
-        self.penalty = LengthPenalty(decoding.length_penalty, decoding.alpha)
+        self.penalty = LengthPenalty(decoding.length_penalty, decoding.alpha, self.rules.length_offset)
         mc = model.cfg
         self.start_id, self.eos_id = mc.decoder_start_id, mc.eos_id
         self.pad_id, self.unk_id = mc.pad_id, mc.unk_id
