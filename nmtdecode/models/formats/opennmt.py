@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import pickle
+import re
 import zipfile
 
 import sentencepiece as spm
@@ -89,9 +90,9 @@ def _first_line(message: str) -> str:
 
 def _unpickling_reason(message: str) -> str:
     """The weights-only unpickler's long message, cut to what it refused."""
-    for line in message.splitlines():
-        if "Unsupported global" in line or "Unsupported operand" in line:
-            return f"it holds pickled code, not only weights ({line.strip().rstrip('.')})"
+    named = re.search(r"GLOBAL ([\w.]+)", message)
+    if named:
+        return f"it holds pickled code, not only weights (it would load {named.group(1)})"
     return _first_line(message)
 
 

@@ -1,0 +1,95 @@
+"""OpenNMT-py `.pt` files that are not checkpoints we can load: one line naming the file and
+the problem, exit code 1, and nothing in the file ever runs. Built with torch.save alone
+(no OpenNMT-py needed): the loader reads the dict that onmt_train writes."""
+
+import argparse
+import os
+
+import torch
+
+from nmtdecode.models.formats import opennmt
+from nmtdecode.models.transformer import Transformer
+
+VOCAB = ["<unk>", "<blank>", "<s>", "</s>", "a", "b"]
+
+
+class RunsCode:
+    """Pickles as a call of os.system: what a hostile checkpoint would hold."""
+
+    def __init__(self, command):
+        self.command = command
+
+    def __reduce__(self):
+        return os.system, (self.command,)
+
+
+def tiny_checkpoint(path):
+    """A real (random) 1+1-layer OpenNMT-py checkpoint dict, as model_saver writes it."""
+    opt = argparse.Namespace(hidden_size=8, heads=2, enc_layers=1, dec_layers=1, transformer_ff=16,
+                             share_embeddings=False, share_decoder_embeddings=False, position_encoding=True,
+                             max_relative_positions=0, add_qkvbias=False, add_ffnbias=True, model_task="seq2seq",
+                             transforms=[])
+    ours = opennmt.model_config(opt, {"src": VOCAB, "tgt": VOCAB}, {"generator.bias": None}, str(path))
+    linear, direct = opennmt.weight_map(ours)
+    shapes = Transformer(ours).state_dict()
+    model, generator = {}, {}
+    for name, parts in linear.items():
+        rows = shapes[f"{name}.weight"].size(0) // len(parts)
+        for part in parts:
+            model[f"{part}.weight"] = torch.randn(rows, shapes[f"{name}.weight"].size(1))
+            if "feed_forward" in part:
+                model[f"{part}.bias"] = torch.randn(rows)
+    for name, theirs in direct.items():
+        target = generator if theirs.startswith("generator.") else model
+        target[theirs.removeprefix("generator.")] = torch.randn(shapes[name].shape)
+    checkpoint = {"model": model, "generator": generator, "opt": opt,
+                  "vocab": {"src": VOCAB, "tgt": VOCAB, "data_task": "seq2seq", "decoder_start_token": "<s>"}}
+    torch.save(checkpoint, path)
+    return path
+
+
+def test_a_tiny_checkpoint_translates(tmp_path, cli, lines_file):
+    path = tiny_checkpoint(tmp_path / "model.pt")
+    result = cli("translate", "--model", path, "--src", lines_file(["a b", "b"]), "--beam-size", "2", text=True)
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.splitlines()) == 2
+    assert set(" ".join(result.stdout.split())) <= set("ab <unk><blank><s> ")
+
+
+def test_a_truncated_checkpoint_is_one_line_exit_1(tmp_path, cli, lines_file):
+    path = tiny_checkpoint(tmp_path / "model.pt")
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    result = cli("translate", "--model", path, "--src", lines_file(["a"]), text=True)
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1 and str(path) in result.stderr
+    assert "not a readable PyTorch checkpoint (truncated or corrupt?)" in result.stderr
+
+
+def test_a_foreign_pickle_is_one_line_exit_1(tmp_path, cli, lines_file):
+    path = tmp_path / "weights.pt"
+    torch.save({"state_dict": {"w": torch.zeros(2)}, "epoch": 3}, path)
+    result = cli("translate", "--model", path, "--src", lines_file(["a"]), text=True)
+    assert result.returncode == 1
+    assert result.stderr == (f"nmtdecode: error: {path}: not an OpenNMT-py checkpoint: expected a dict with "
+                             "model, generator, vocab, opt; found ['epoch', 'state_dict']\n")
+
+
+def test_a_pickle_that_runs_code_is_refused_and_never_runs(tmp_path, cli, lines_file):
+    marker = tmp_path / "ran"
+    path = tmp_path / "evil.pt"
+    torch.save({"model": RunsCode(f"touch {marker}"), "generator": {}, "vocab": {}, "opt": None}, path)
+    result = cli("translate", "--model", path, "--src", lines_file(["a"]), text=True)
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1 and str(path) in result.stderr
+    assert "it holds pickled code, not only weights" in result.stderr and "system" in result.stderr
+    assert not marker.exists()
+
+
+def test_inspect_describes_a_checkpoint(tmp_path, cli):
+    path = tiny_checkpoint(tmp_path / "model.pt")
+    result = cli("inspect", path, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "format:        opennmt-py" in result.stdout
+    assert "Transformer 1+1 layers, d_model 8, 2 heads, ffn 16, relu, pre-norm, sinusoidal_interleaved" in result.stdout
+    assert "dtype:         stored float32" in result.stdout
+    assert "beam_size=5" in result.stdout and "max_len_a=1.25" in result.stdout
