@@ -5,6 +5,7 @@ the problem, exit code 1, and nothing in the file ever runs. Built with torch.sa
 import argparse
 import os
 
+import pytest
 import torch
 
 from nmtdecode.models.formats import opennmt
@@ -93,3 +94,31 @@ def test_inspect_describes_a_checkpoint(tmp_path, cli):
     assert "Transformer 1+1 layers, d_model 8, 2 heads, ffn 16, relu, pre-norm, sinusoidal_interleaved" in result.stdout
     assert "dtype:         stored float32" in result.stdout
     assert "beam_size=5" in result.stdout and "max_len_a=1.25" in result.stdout
+
+
+def test_a_yaml_written_for_onmt_translate_runs_after_renaming_gpu(tmp_path, cli, lines_file):
+    """onmt_translate's -config keys that nmtdecode shares keep their meaning; gpu is renamed."""
+    tiny_checkpoint(tmp_path / "model.pt")
+    lines_file(["a b", "b a"], name="src.txt")
+    onmt_yaml = ("model: model.pt\nsrc: src.txt\noutput: out.txt\nbeam_size: 3\nn_best: 1\nmin_length: 1\n"
+                 "max_length: 20\nlength_penalty: avg\nalpha: 1.0\nbatch_size: 30\nbatch_type: sents\n")
+    (tmp_path / "onmt.yaml").write_text(onmt_yaml + "gpu: -1\n")
+    result = cli("translate", "-c", tmp_path / "onmt.yaml", text=True)
+    assert result.returncode == 2
+    assert ("unknown option 'gpu' (an OpenNMT-py/eole name): nmtdecode's is device (gpu: 0 is device: cuda:0, "
+            "gpu: -1 is device: cpu)") in result.stderr
+    (tmp_path / "onmt.yaml").write_text(onmt_yaml + "device: cpu\n")
+    result = cli("translate", "-c", tmp_path / "onmt.yaml", "--quiet", text=True)
+    assert result.returncode == 0, result.stderr
+    assert len((tmp_path / "out.txt").read_text().splitlines()) == 2
+
+
+@pytest.mark.parametrize("theirs, ours", [
+    ("max_length_ratio", "max_len_a with max_len_b: 5"), ("random_sampling_topk", "top_k"),
+    ("random_sampling_topp", "top_p"), ("random_sampling_temp", "temperature"), ("ban_unk_token", "ban_unk"),
+])
+def test_an_opennmt_option_name_names_its_nmtdecode_equivalent(tmp_path, cli, theirs, ours):
+    (tmp_path / "c.yaml").write_text(f"{theirs}: 1\n")
+    result = cli("translate", "-c", tmp_path / "c.yaml", "--model", tmp_path, text=True)
+    assert result.returncode == 2
+    assert f"unknown option '{theirs}' (an OpenNMT-py/eole name): nmtdecode's is {ours}" in result.stderr
