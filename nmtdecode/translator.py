@@ -78,7 +78,7 @@ class Translator:
             search = GreedySearch(**common)
         else:
             search = BeamSearch(beam_size=self.cfg.beam_size, early_stopping=self.cfg.early_stopping,
-                                n_best=self.cfg.n_best, **common)
+                                n_best=self.cfg.n_best, opennmt=self.rules.opennmt_beam, **common)
         search.shrink = self.shrink
         return search
 

@@ -33,6 +33,7 @@ class ModelRules:
     forced_bos_id: int | None = None  # first generated token (target-language tag)
     forced_eos: bool = False  # EOS forced at the step limit
     length_offset: int = 0  # added to the length the length penalty sees (OpenNMT-py: 1)
+    opennmt_beam: bool = False  # OpenNMT-py's beam slots and `top` rule (search/beam.py)
 
 
 @dataclass

@@ -42,6 +42,12 @@ Peers on `top`: CTranslate2 applies it only without length or coverage
 penalty (otherwise it waits for beam_size x patience finished hypotheses)
 and remembers that the top candidate ended, as here; OpenNMT-py asks that the
 top candidate end at the very step it stops, which only differs for n_best > 1.
+
+OpenNMT-py's own beam (`opennmt=True`, for its checkpoints: onmt/translate/
+beam_search.py `advance`/`update_finished`) differs in two ways: the slots
+of a step are its k best candidates, and one that ends in EOS stays in its
+slot as an empty one for the next step (k-1 go on, not refilled from the
+2k); and `top` stops only at a step whose top candidate ends.
 """
 
 from __future__ import annotations
@@ -71,8 +77,9 @@ class Beam:
     """Search state of one source sentence."""
 
     def __init__(self, size: int, max_steps: int, penalty: LengthPenalty, early_stopping: str = "false",
-                 n_best: int = 1):
+                 n_best: int = 1, top_at_stop_step: bool = False):
         self.size = size
+        self.top_at_stop_step = top_at_stop_step  # `top` asks the top candidate of the last step to end
         self.max_steps = max_steps
         self.penalty = penalty
         self.early_stopping = early_stopping
@@ -91,7 +98,7 @@ class Beam:
                 ended: list[tuple[int, int, float]], top_ended: bool = False):
         """Record step `step`: the alive slots (tokens, prev, scores), the hypotheses that
         ended at this step as (prev, token, total), and whether the top-ranked one did."""
-        self.top_ended = self.top_ended or top_ended
+        self.top_ended = top_ended or (self.top_ended and not self.top_at_stop_step)
         for p, token, total in ended:
             self.add_finished(step, p, token, total)
         self.extend(tokens, prev, scores)
@@ -172,13 +179,15 @@ class BeamSearch(SentenceRecords):
     """
 
     def __init__(self, *, batch_size, beam_size, max_steps, start_id, eos_id, penalty, early_stopping, device,
-                 n_best=1):
+                 n_best=1, opennmt=False):
         if early_stopping not in EARLY_STOPPING:
             raise ValueError(f"early_stopping {early_stopping!r} is not one of {list(EARLY_STOPPING)}")
         self.k = beam_size
         self.width = 1  # rows per sentence in the current step
         self.eos_id = eos_id
-        self.beams = [Beam(beam_size, m, penalty, early_stopping, n_best) for m in max_steps]
+        self.refill = not opennmt  # an EOS candidate's slot goes to the next best one (else stays empty)
+        self.beams = [Beam(beam_size, m, penalty, early_stopping, n_best, top_at_stop_step=opennmt)
+                      for m in max_steps]
         self.active = list(range(batch_size))  # sentence index of each active sentence
         self.alive_scores = torch.zeros(batch_size, device=device)
         self.start_tokens = torch.full((batch_size,), start_id, dtype=torch.long, device=device)
@@ -203,9 +212,12 @@ class BeamSearch(SentenceRecords):
         """Keep k alive, hand finished ones to the Beams, drop sentences that are done."""
         k = self.k
         ends = candidates.tokens == self.eos_id
-        # the k best candidates not ending in EOS stay alive (a stable sort keeps rank order);
-        # an EOS candidate only fills a slot when fewer than k could go on, as an empty slot
-        order = ends.to(torch.uint8).argsort(dim=1, stable=True)[:, :k]
+        if self.refill:
+            # the k best candidates not ending in EOS stay alive (a stable sort keeps rank order);
+            # an EOS candidate only fills a slot when fewer than k could go on, as an empty slot
+            order = ends.to(torch.uint8).argsort(dim=1, stable=True)[:, :k]
+        else:  # OpenNMT-py: the k best, each EOS one as an empty slot
+            order = torch.arange(k, device=ends.device).expand(ends.size(0), k)
         alive = candidates.take(order)
         alive.scores.masked_fill_(alive.tokens == self.eos_id, NEG_INF)
         host = to_host(top_scores=candidates.scores[:, :k], top_tokens=candidates.tokens[:, :k],

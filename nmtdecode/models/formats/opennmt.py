@@ -290,7 +290,8 @@ def load(path: str) -> LoadedModel:
     load_weights(model, convert_weights(model, theirs), path)
     src_spm, tgt_spm = subword_models(opt, path)
     tokenizer = VocabTokenizer(vocab["src"], vocab["tgt"], src_spm, tgt_spm)
-    # onmt_translate bans nothing but <unk> with ban_unk_token (onmt/translate/decode_strategy.py), and
-    # its length penalty counts one token more than were generated (onmt/translate/beam_search.py)
-    rules = ModelRules(banned_ids=(), length_offset=1)
+    # onmt_translate bans nothing but <unk> with ban_unk_token (onmt/translate/decode_strategy.py); its
+    # length penalty counts one token more than were generated, and its beam keeps a finished
+    # candidate's slot empty for a step (onmt/translate/beam_search.py)
+    rules = ModelRules(banned_ids=(), length_offset=1, opennmt_beam=True)
     return LoadedModel(model.eval(), tokenizer, FORMAT, path, rules, dict(DECODING_DEFAULTS))
