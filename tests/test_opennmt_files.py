@@ -8,8 +8,11 @@ import os
 import pytest
 import torch
 
+from nmtdecode.models.checkpoint import ModelError
 from nmtdecode.models.formats import opennmt
 from nmtdecode.models.transformer import Transformer
+
+from .helpers import train_sentencepiece
 
 VOCAB = ["<unk>", "<blank>", "<s>", "</s>", "a", "b"]
 
@@ -24,13 +27,14 @@ class RunsCode:
         return os.system, (self.command,)
 
 
-def tiny_checkpoint(path):
-    """A real (random) 1+1-layer OpenNMT-py checkpoint dict, as model_saver writes it."""
-    opt = argparse.Namespace(hidden_size=8, heads=2, enc_layers=1, dec_layers=1, transformer_ff=16,
-                             share_embeddings=False, share_decoder_embeddings=False, position_encoding=True,
-                             max_relative_positions=0, add_qkvbias=False, add_ffnbias=True, model_task="seq2seq",
-                             transforms=[])
-    ours = opennmt.model_config(opt, {"src": VOCAB, "tgt": VOCAB}, {"generator.bias": None}, str(path))
+def tiny_checkpoint(path, vocab=VOCAB, **options):
+    """A real (random) 1+1-layer OpenNMT-py checkpoint dict, as model_saver writes it;
+    `options` are set in its `opt`."""
+    opt = argparse.Namespace(**{
+        "hidden_size": 8, "heads": 2, "enc_layers": 1, "dec_layers": 1, "transformer_ff": 16,
+        "share_embeddings": False, "share_decoder_embeddings": False, "position_encoding": True,
+        "max_relative_positions": 0, "add_qkvbias": False, "add_ffnbias": True, "transforms": [], **options})
+    ours = opennmt.model_config(opt, {"src": vocab, "tgt": vocab}, {"generator.bias": None}, str(path))
     linear, direct = opennmt.weight_map(ours)
     shapes = Transformer(ours).state_dict()
     model, generator = {}, {}
@@ -44,7 +48,7 @@ def tiny_checkpoint(path):
         target = generator if theirs.startswith("generator.") else model
         target[theirs.removeprefix("generator.")] = torch.randn(shapes[name].shape)
     checkpoint = {"model": model, "generator": generator, "opt": opt,
-                  "vocab": {"src": VOCAB, "tgt": VOCAB, "data_task": "seq2seq", "decoder_start_token": "<s>"}}
+                  "vocab": {"src": vocab, "tgt": vocab, "data_task": "seq2seq", "decoder_start_token": "<s>"}}
     torch.save(checkpoint, path)
     return path
 
@@ -122,3 +126,39 @@ def test_an_opennmt_option_name_names_its_nmtdecode_equivalent(tmp_path, cli, th
     result = cli("translate", "-c", tmp_path / "c.yaml", "--model", tmp_path, text=True)
     assert result.returncode == 2
     assert f"unknown option '{theirs}' (an OpenNMT-py/eole name): nmtdecode's is {ours}" in result.stderr
+
+
+def test_the_recorded_sentencepiece_model_is_found_next_to_the_checkpoint(tmp_path, cli, lines_file):
+    """onmt_train recorded the SentencePiece model at a path of its machine; the file of that name
+    next to the checkpoint tokenizes the source and detokenizes the output."""
+    import sentencepiece as spm
+
+    spm_file = train_sentencepiece(tmp_path, vocab_size=40)
+    pieces = spm.SentencePieceProcessor(model_file=spm_file)
+    vocab = VOCAB[:4] + [pieces.id_to_piece(i) for i in range(3, 30)]  # onmt's vocab: pieces, not ids
+    recorded = "/home/someone/run/spm.model"
+    path = tiny_checkpoint(tmp_path / "model.pt", vocab=vocab, transforms=["sentencepiece", "filtertoolong"],
+                           src_subword_model=recorded, tgt_subword_model=recorded)
+    tokenizer = opennmt.load(str(path)).tokenizer
+    text = "the quick brown fox"
+    expected = [vocab.index(p) if p in vocab else 0 for p in pieces.encode(text, out_type=str)]
+    assert tokenizer.encode(text) == expected  # no </s>: onmt_translate feeds none
+    assert tokenizer.decode(expected + [vocab.index("</s>")]) == pieces.decode_pieces(
+        [vocab[i] for i in expected])
+    result = cli("translate", "--model", path, "--src", lines_file([text]), "--quiet", text=True)
+    assert result.returncode == 0, result.stderr
+    assert "▁" not in result.stdout  # detokenized
+
+
+def test_a_missing_sentencepiece_model_is_named(tmp_path):
+    path = tiny_checkpoint(tmp_path / "model.pt", transforms=["sentencepiece"],
+                           src_subword_model="/elsewhere/src.model", tgt_subword_model="/elsewhere/tgt.model")
+    with pytest.raises(ModelError, match=r"src_subword_model /elsewhere/src.model is missing "
+                                         r"\(put src.model next to the checkpoint\)"):
+        opennmt.load(str(path))
+
+
+def test_another_tokenizer_transform_is_refused_by_name(tmp_path):
+    path = tiny_checkpoint(tmp_path / "model.pt", transforms=["onmt_tokenize"])
+    with pytest.raises(ModelError, match="the onmt_tokenize transform is not supported"):
+        opennmt.load(str(path))
