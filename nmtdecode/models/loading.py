@@ -13,13 +13,14 @@ import os
 
 from ..config import ConfigError
 from .checkpoint import LoadedModel, ModelError, read_json
-from .formats import huggingface, native, opennmt
+from .formats import eole, huggingface, native, opennmt
 
 __all__ = ["FORMATS", "LoadedModel", "ModelError", "load_model", "read_json"]
 
-# Tried in order; the first whose detect() accepts the path loads it (native wins over config.json;
-# an OpenNMT-py checkpoint is a `.pt` file, not a directory).
-FORMATS = [native, huggingface, opennmt]
+# Tried in order; the first whose detect() accepts the path loads it (native wins over config.json,
+# eole's config.json has a `model:` section that Hugging Face's has not; an OpenNMT-py checkpoint is
+# a `.pt` file, not a directory).
+FORMATS = [native, eole, huggingface, opennmt]
 
 
 def load_model(path: str) -> LoadedModel:

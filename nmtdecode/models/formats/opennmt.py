@@ -119,13 +119,13 @@ def check_options(opt: argparse.Namespace, path: str):
                              f"(supported: {', '.join(table)})")
 
 
-def special_ids(tokens: list, side: str, path: str) -> dict[str, int]:
-    """The ids of OpenNMT-py's special tokens in one vocabulary."""
+def special_ids(tokens: list, side: str, path: str, specials: dict[str, str] = SPECIALS) -> dict[str, int]:
+    """The ids of the special tokens (role -> token) in one vocabulary."""
     index = {token: i for i, token in reversed(list(enumerate(tokens)))}
-    missing = [token for token in SPECIALS.values() if token not in index]
+    missing = [token for token in specials.values() if token not in index]
     if missing:
         raise ModelError(f"{path}: the {side} vocabulary has no {missing[0]} token")
-    return {role: index[token] for role, token in SPECIALS.items()}
+    return {role: index[token] for role, token in specials.items()}
 
 
 def model_config(opt: argparse.Namespace, vocab: dict, weights: dict, path: str) -> TransformerConfig:
@@ -198,10 +198,10 @@ def _feed_forward(ours: str, theirs: str, norms: dict, linear: dict, direct: dic
             direct[f"{ours}.{block}.norm.{part}"] = f"{theirs}.{norm}.{part}"
 
 
-def convert_weights(model: Transformer, theirs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Their tensors under our names; a bias the checkpoint lacks (add_qkvbias/add_ffnbias off
-    while the other is on) becomes zeros, which is the same layer without one."""
-    linear, direct = weight_map(model.cfg)
+def convert_weights(model: Transformer, theirs: dict[str, torch.Tensor], linear: dict[str, list[str]],
+                    direct: dict[str, str]) -> dict[str, torch.Tensor]:
+    """Their tensors under our names (`weight_map`); a bias the checkpoint lacks (add_qkvbias
+    off while add_ffnbias is on, say) becomes zeros, which is the same layer without one."""
     ours = {name: theirs[source] for name, source in direct.items() if source in theirs}
     expected = model.state_dict()
     for name, parts in linear.items():
@@ -223,15 +223,16 @@ class VocabTokenizer:
     ids in the checkpoint's own vocabularies; unknown pieces become <unk>. The source gets
     no EOS, as OpenNMT-py feeds its encoder (onmt/inputters/text_utils.py numericalize)."""
 
-    def __init__(self, src_vocab: list, tgt_vocab: list, src_spm: str | None, tgt_spm: str | None):
+    def __init__(self, src_vocab: list, tgt_vocab: list, src_spm: str | None, tgt_spm: str | None,
+                 specials: dict[str, str] = SPECIALS):
         self.src_ids = {token: i for i, token in reversed(list(enumerate(src_vocab)))}
         self.tgt_ids = {token: i for i, token in reversed(list(enumerate(tgt_vocab)))}
         self.tgt_tokens = list(tgt_vocab)
         self.src_spm = spm.SentencePieceProcessor(model_file=src_spm) if src_spm else None
         self.tgt_spm = spm.SentencePieceProcessor(model_file=tgt_spm) if tgt_spm else None
-        self.src_unk, self.tgt_unk = self.src_ids[SPECIALS["unk"]], self.tgt_ids[SPECIALS["unk"]]
+        self.src_unk, self.tgt_unk = self.src_ids[specials["unk"]], self.tgt_ids[specials["unk"]]
         # onmt_translate writes every token before EOS, <blank> and <unk> included
-        self.eos_id = self.tgt_ids[SPECIALS["eos"]]
+        self.eos_id = self.tgt_ids[specials["eos"]]
 
     @staticmethod
     def _pieces(text: str, model) -> list[str]:
@@ -256,26 +257,25 @@ class VocabTokenizer:
         return []
 
 
-def subword_models(opt: argparse.Namespace, path: str) -> tuple[str | None, str | None]:
-    """The SentencePiece models of the `sentencepiece` transform recorded in the options: the
-    recorded path, else the file of that name next to the checkpoint. Without the transform
-    the input is taken as pre-tokenized (split on whitespace)."""
-    transforms = list(getattr(opt, "transforms", None) or [])
-    tokenizers = [t for t in transforms if t in ("sentencepiece", "onmt_tokenize", "bpe")]
+def subword_models(transforms: list, recorded: dict[str, str | None], path: str,
+                   beside: str) -> tuple[str | None, str | None]:
+    """The SentencePiece models of the `sentencepiece` transform recorded with the model
+    (recorded: side -> path): the recorded path, else the file of that name in the directory
+    `beside`. Without the transform the input is taken as pre-tokenized (split on whitespace)."""
+    tokenizers = [t for t in transforms or [] if t in ("sentencepiece", "onmt_tokenize", "bpe")]
     if not tokenizers:
         return None, None
     if tokenizers != ["sentencepiece"]:
         raise ModelError(f"{path}: the {tokenizers[0]} transform is not supported (only sentencepiece)")
     found = []
     for side in ("src", "tgt"):
-        recorded = getattr(opt, f"{side}_subword_model", None)
-        if not recorded:
+        name = recorded.get(side)
+        if not name:
             raise ModelError(f"{path}: the sentencepiece transform names no {side}_subword_model")
-        beside = os.path.join(os.path.dirname(os.path.abspath(path)), os.path.basename(recorded))
-        chosen = next((p for p in (recorded, beside) if os.path.isfile(p)), None)
+        chosen = next((p for p in (name, os.path.join(beside, os.path.basename(name))) if os.path.isfile(p)), None)
         if chosen is None:
-            raise ModelError(f"{path}: {side}_subword_model {recorded} is missing "
-                             f"(put {os.path.basename(recorded)} next to the checkpoint)")
+            raise ModelError(f"{path}: {side}_subword_model {name} is missing "
+                             f"(put {os.path.basename(name)} next to the checkpoint)")
         found.append(chosen)
     return found[0], found[1]
 
@@ -287,8 +287,10 @@ def load(path: str) -> LoadedModel:
     theirs.update({f"generator.{name}": tensor for name, tensor in data["generator"].items()})
     cfg = model_config(opt, vocab, theirs, path)
     model = Transformer(cfg)
-    load_weights(model, convert_weights(model, theirs), path)
-    src_spm, tgt_spm = subword_models(opt, path)
+    load_weights(model, convert_weights(model, theirs, *weight_map(cfg)), path)
+    recorded = {side: getattr(opt, f"{side}_subword_model", None) for side in ("src", "tgt")}
+    beside = os.path.dirname(os.path.abspath(path))
+    src_spm, tgt_spm = subword_models(getattr(opt, "transforms", None), recorded, path, beside)
     tokenizer = VocabTokenizer(vocab["src"], vocab["tgt"], src_spm, tgt_spm)
     # onmt_translate bans nothing but <unk> with ban_unk_token (onmt/translate/decode_strategy.py); its
     # length penalty counts one token more than were generated, and its beam keeps a finished
