@@ -125,3 +125,26 @@ def test_eole_defaults_and_rules(built):
     config = json.loads((path / "config.json").read_text())
     assert "transforms" not in config or not config["transforms"]
     assert loaded.tokenizer.encode("w1 w2 nope") == [peer.VOCAB.index("w1"), peer.VOCAB.index("w2"), 0]
+
+
+def test_inspect_describes_an_eole_directory(built, cli):
+    _, path = built
+    result = cli("inspect", path, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "format:        eole" in result.stdout
+    assert "Transformer 2+2 layers, d_model 32, 4 heads, ffn 64" in result.stdout
+    assert "max_len_a=2.0" in result.stdout
+
+
+@pytest.mark.parametrize("missing, message", [("vocab.json", "vocab.json is missing"),
+                                              ("model.00.safetensors", "no model.*.safetensors weights")])
+def test_a_directory_missing_a_file_names_it(built, cli, tmp_path, missing, message):
+    _, path = built
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for name in ("config.json", "vocab.json", "model.00.safetensors"):
+        if name != missing:
+            (copy / name).write_bytes((path / name).read_bytes())
+    result = cli("inspect", copy, text=True)
+    assert result.returncode == 1
+    assert message in result.stderr and result.stderr.count("\n") == 1

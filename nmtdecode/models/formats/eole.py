@@ -68,10 +68,9 @@ def _model_section(path: str) -> dict | None:
 
 
 def detect(path: str) -> bool:
-    """An eole directory: vocab.json, and a config.json with a `model:` section naming an
-    architecture (a Hugging Face config.json has neither)."""
-    return (os.path.isdir(path) and os.path.isfile(os.path.join(path, "vocab.json"))
-            and _model_section(path) is not None)
+    """An eole directory: a config.json with a `model:` section naming an architecture (a
+    Hugging Face config.json has none)."""
+    return os.path.isdir(path) and _model_section(path) is not None
 
 
 def option(model: dict, side: str, key: str, default):
