@@ -162,3 +162,14 @@ def test_another_tokenizer_transform_is_refused_by_name(tmp_path):
     path = tiny_checkpoint(tmp_path / "model.pt", transforms=["onmt_tokenize"])
     with pytest.raises(ModelError, match="the onmt_tokenize transform is not supported"):
         opennmt.load(str(path))
+
+
+@pytest.mark.parametrize("content, reason", [(b"", "EOFError"), (b"hello world\n", "KeyError")])
+def test_an_empty_or_text_file_is_one_line_exit_1(tmp_path, cli, lines_file, content, reason):
+    path = tmp_path / "model.pt"
+    path.write_bytes(content)
+    result = cli("translate", "--model", path, "--src", lines_file(["a"]), text=True)
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"nmtdecode: error: {path}: not a readable PyTorch checkpoint "
+                                    f"(truncated or corrupt?): {reason}")
+    assert result.stderr.count("\n") == 1

@@ -20,7 +20,6 @@ import argparse
 import os
 import pickle
 import re
-import zipfile
 
 import sentencepiece as spm
 import torch
@@ -71,9 +70,9 @@ def read_checkpoint(path: str) -> dict:
             data = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         raise ModelError(f"{path}: refused: {_unpickling_reason(str(e))}") from None
-    except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, ValueError) as e:
+    except Exception as e:  # the unpickler raises many types (EOFError, KeyError, RuntimeError...)
         raise ModelError(f"{path}: not a readable PyTorch checkpoint (truncated or corrupt?): "
-                         f"{_first_line(str(e))}") from None
+                         f"{type(e).__name__}: {_first_line(str(e))}") from None
     expected = ("model", "generator", "vocab", "opt")
     if not isinstance(data, dict) or not all(key in data for key in expected):
         found = sorted(map(str, data)) if isinstance(data, dict) else type(data).__name__
@@ -85,7 +84,9 @@ def read_checkpoint(path: str) -> dict:
 
 
 def _first_line(message: str) -> str:
-    return next((line.strip() for line in message.splitlines() if line.strip()), "unknown error")
+    """The first sentence of an error message (torch's run over several lines of advice)."""
+    line = next((line.strip() for line in message.splitlines() if line.strip()), "no details")
+    return line.split(". ")[0].rstrip(".")
 
 
 def _unpickling_reason(message: str) -> str:
