@@ -23,6 +23,17 @@ VOCAB = ["<unk>", "<blank>", "<s>", "</s>", *WORDS]
 EOS = VOCAB.index("</s>")
 
 
+def flags(options: dict) -> list[str]:
+    """Command-line flags of OpenNMT-py's parsers: `-name value`, `-name` alone for True."""
+    args = []
+    for name, value in options.items():
+        if value is True:
+            args.append(f"-{name}")
+        elif value is not False:
+            args += [f"-{name}", str(value)]
+    return args
+
+
 def model_options(**options) -> argparse.Namespace:
     """onmt_train's options for a tiny Transformer; `options` are onmt_train flags (name -> value)."""
     parser = ArgumentParser()
@@ -31,13 +42,7 @@ def model_options(**options) -> argparse.Namespace:
               "decoder_type": "transformer", "enc_layers": 2, "dec_layers": 2, "hidden_size": 32,
               "word_vec_size": 32, "heads": 4, "transformer_ff": 64, "position_encoding": True,
               "dropout": 0.0, "attention_dropout": 0.0, **options}
-    args = []
-    for name, value in values.items():
-        if value is True:
-            args.append(f"-{name}")
-        elif value is not False:
-            args += [f"-{name}", str(value)]
-    opt = parser.parse_args(args)
+    opt = parser.parse_args(flags(values))
     ArgumentParser.update_model_opts(opt)
     ArgumentParser.validate_model_opts(opt)
     return opt
@@ -68,10 +73,7 @@ def translator(model, opt, vocab, **options) -> Translator:
     """OpenNMT-py's Translator with onmt_translate's defaults and `options` (its flags)."""
     parser = ArgumentParser()
     opts.translate_opts(parser)
-    args = ["-model", "unused", "-src", "unused"]
-    for name, value in options.items():
-        args += [f"-{name}", str(value)]
-    translate_opt = parser.parse_args(args)
+    translate_opt = parser.parse_args(["-model", "unused", "-src", "unused", *flags(options)])
     return Translator.from_opt(model, dict_to_vocabs(vocab), translate_opt, opt,
                                global_scorer=GNMTGlobalScorer.from_opt(translate_opt), out_file=io.StringIO(),
                                report_score=False)

@@ -101,3 +101,18 @@ def test_options_the_transformer_cannot_compute_are_refused_by_name(tmp_path, op
     _, _, _, checkpoint = peer.build(tmp_path / "model", **options)
     with pytest.raises(ModelError, match=re.escape(f"OpenNMT-py option {named} is not supported")):
         opennmt.load(checkpoint)
+
+
+@pytest.mark.parametrize("theirs, ours", [
+    ({"min_length": 4}, {"min_length": 4}),
+    ({"max_length": 3}, {"max_length": 3}),
+    ({"max_length_ratio": 0.5}, {"max_len_a": 0.5}),
+    ({"length_penalty": "wu", "alpha": 0.6}, {"length_penalty": "wu", "alpha": 0.6}),
+    ({"length_penalty": "none"}, {"length_penalty": "none"}),
+    ({"ban_unk_token": True, "n_best": 2}, {"ban_unk": True, "n_best": 2}),
+], ids=["min_length", "max_length", "max_length_ratio", "wu", "no_penalty", "ban_unk"])
+def test_onmt_translate_options_keep_their_meaning(tmp_path, theirs, ours):
+    model, opt, vocab, checkpoint = peer.build(tmp_path / "model", seed=1)
+    onmt_translator, translator = peer.translator(model, opt, vocab, **theirs), Translator.load(checkpoint)
+    for tokens in sources(4):
+        assert_same(peer.translate(onmt_translator, tokens), translations(translator, tokens, **ours))
