@@ -88,3 +88,14 @@ def translate(onmt_translator: Translator, tokens: list[str]):
         results = onmt_translator.translate_batch(batch, attn_debug=False)
     return [([VOCAB[i] for i in pred.tolist() if i != EOS], float(score))
             for pred, score in zip(results["predictions"][0], results["scores"][0])]
+
+
+def gold_score(onmt_translator: Translator, src: list[str], tgt: list[str]) -> float:
+    """The log-probability onmt_translate reports for a given target (`-tgt`): <s> fed first,
+    every target token and </s> scored."""
+    ids = torch.tensor([[VOCAB.index(t) for t in src]])
+    target = torch.tensor([[VOCAB.index(t) for t in ["<s>", *tgt, "</s>"]]])
+    batch = {"src": ids[:, :, None], "srclen": torch.tensor([len(src)]), "tgt": target[:, :, None],
+             "indices": torch.tensor([0])}
+    with torch.no_grad():
+        return float(onmt_translator.translate_batch(batch, attn_debug=False)["gold_score"][0])

@@ -173,3 +173,20 @@ def test_an_empty_or_text_file_is_one_line_exit_1(tmp_path, cli, lines_file, con
     assert result.stderr.startswith(f"nmtdecode: error: {path}: not a readable PyTorch checkpoint "
                                     f"(truncated or corrupt?): {reason}")
     assert result.stderr.count("\n") == 1
+
+
+def test_a_float16_checkpoint_loads_as_float32(tmp_path, cli):
+    """onmt_train -model_dtype fp16 stores half-precision tensors; inspect says so, the
+    model computes in float32 unless --dtype says otherwise."""
+    path = tiny_checkpoint(tmp_path / "model.pt")
+    full = opennmt.load(str(path)).model
+    checkpoint = opennmt.read_checkpoint(str(path))
+    for part in ("model", "generator"):
+        checkpoint[part] = {name: tensor.half() for name, tensor in checkpoint[part].items()}
+    torch.save(checkpoint, path)
+    half = opennmt.load(str(path)).model
+    assert {p.dtype for p in half.parameters()} == {torch.float32}
+    for (name, ours), theirs in zip(half.state_dict().items(), full.state_dict().values()):
+        assert torch.equal(ours, theirs.half().float()), name
+    result = cli("inspect", path, text=True)
+    assert "dtype:         stored float16; loaded as float32" in result.stdout

@@ -116,3 +116,12 @@ def test_onmt_translate_options_keep_their_meaning(tmp_path, theirs, ours):
     onmt_translator, translator = peer.translator(model, opt, vocab, **theirs), Translator.load(checkpoint)
     for tokens in sources(4):
         assert_same(peer.translate(onmt_translator, tokens), translations(translator, tokens, **ours))
+
+
+def test_score_matches_onmt_translate_gold_scores(tmp_path):
+    model, opt, vocab, checkpoint = peer.build(tmp_path / "model", seed=0)
+    onmt_translator, translator = peer.translator(model, opt, vocab), Translator.load(checkpoint)
+    pairs = list(zip(sources(5), sources(6)))
+    theirs = [peer.gold_score(onmt_translator, src, tgt) for src, tgt in pairs]
+    ours = translator.score([" ".join(src) for src, _ in pairs], [" ".join(tgt) for _, tgt in pairs])
+    assert ours == pytest.approx(theirs, abs=1e-4)
