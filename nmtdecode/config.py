@@ -169,6 +169,10 @@ PEER_RENAMES = {
     "fp16": "dtype: float16",
     "with_score": "format: nbest or jsonl",
 }
+# Their options that nmtdecode spells the same way, for features it may not have yet: once a
+# feature is in, its key is known and this table is not consulted for it.
+PEER_SAME_NAMES = ("coverage_penalty", "beta", "block_ngram_repeat", "ignore_when_blocking", "seed", "top_k",
+                   "top_p", "temperature", "repetition_penalty")
 # Their options that ask for something nmtdecode does without (logging, multi-GPU launch,
 # tokenization given in the model's own options) or does not have.
 PEER_WITHOUT_EQUIVALENT = ("verbose", "report_time", "log_file", "attn_debug", "align_debug", "dump_beam",
@@ -180,6 +184,9 @@ def unknown_key_error(key: str) -> ConfigError:
     """The error for an unknown key, naming our equivalent where it is another tool's name."""
     if key in PEER_RENAMES:
         return ConfigError(f"unknown option {key!r} (an OpenNMT-py/eole name): nmtdecode's is {PEER_RENAMES[key]}")
+    if key in PEER_SAME_NAMES:
+        return ConfigError(f"unknown option {key!r} (an OpenNMT-py/eole name): this version of nmtdecode "
+                           "does not have it")
     if key in PEER_WITHOUT_EQUIVALENT:
         return ConfigError(f"unknown option {key!r} (an OpenNMT-py/eole name): nmtdecode has no equivalent; "
                            "remove it")

@@ -8,6 +8,8 @@ import os
 import pytest
 import torch
 
+from nmtdecode.config import (KEY_SECTION, PEER_RENAMES, PEER_SAME_NAMES, PEER_WITHOUT_EQUIVALENT, Config,
+                              ConfigError)
 from nmtdecode.models.checkpoint import ModelError
 from nmtdecode.models.formats import opennmt
 from nmtdecode.models.transformer import Transformer
@@ -190,3 +192,21 @@ def test_a_float16_checkpoint_loads_as_float32(tmp_path, cli):
         assert torch.equal(ours, theirs.half().float()), name
     result = cli("inspect", path, text=True)
     assert "dtype:         stored float16; loaded as float32" in result.stdout
+
+
+def test_opennmt_names_nmtdecode_spells_alike_are_either_options_or_said_to_be_missing():
+    """Keys such as beta or seed keep OpenNMT-py's names: an option once the feature is in,
+    before that an error that says so (not a list of every valid option)."""
+    for key in PEER_SAME_NAMES:
+        if key in KEY_SECTION:
+            continue
+        with pytest.raises(ConfigError) as error:
+            Config.from_values({key: 1})
+        assert str(error.value) == (f"unknown option {key!r} (an OpenNMT-py/eole name): this version of nmtdecode "
+                                    "does not have it")
+
+
+def test_renamed_keys_are_not_options():
+    """Every rename in the table names a key nmtdecode does not read (else the YAML would run)."""
+    assert not set(PEER_RENAMES) & set(KEY_SECTION)
+    assert not set(PEER_WITHOUT_EQUIVALENT) & set(KEY_SECTION)

@@ -92,8 +92,10 @@ def test_n_best_matches_onmt_translate(tmp_path, seed):
 
 
 @pytest.mark.parametrize("options, named", [
-    ({"max_relative_positions": 16, "position_encoding": False}, "max_relative_positions = 16 (relative position representations)"),
-    ({"max_relative_positions": -1, "position_encoding": False}, "max_relative_positions = -1 (rotary position embeddings)"),
+    ({"max_relative_positions": 16, "position_encoding": False},
+     "max_relative_positions = 16 (relative position representations)"),
+    ({"max_relative_positions": -1, "position_encoding": False},
+     "max_relative_positions = -1 (rotary position embeddings)"),
     ({"layer_norm": "rms"}, "layer_norm = 'rms'"),
     ({"pos_ffn_activation_fn": "silu"}, "pos_ffn_activation_fn = 'silu'"),  # gated in OpenNMT-py 3.5
 ])

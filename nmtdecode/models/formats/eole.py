@@ -122,7 +122,8 @@ def model_config(model: dict, vocab: dict, weights: dict, path: str) -> Transfor
     if start not in vocab["tgt"]:
         raise ModelError(f"{path}/vocab.json: the decoder start token {start!r} is not in the target vocabulary")
     if src["pad"] != tgt["pad"]:
-        raise ModelError(f"{path}: the pad token has id {src['pad']} in the source vocabulary, {tgt['pad']} in the target")
+        raise ModelError(f"{path}: the pad token has id {src['pad']} in the source vocabulary, "
+                         f"{tgt['pad']} in the target")
     hidden = option(model, "encoder", "hidden_size", 512)
     table = weights.get("src_emb.pe.pe")
     try:
