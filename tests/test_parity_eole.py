@@ -10,6 +10,7 @@ batch: longest source x max_length_ratio + 5; ours per sentence).
 import json
 import random
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -148,3 +149,26 @@ def test_a_directory_missing_a_file_names_it(built, cli, tmp_path, missing, mess
     result = cli("inspect", copy, text=True)
     assert result.returncode == 1
     assert message in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_the_sentencepiece_transform_is_found_in_the_directory(tmp_path):
+    """eole records the transform's models as ${MODEL_PATH}/NAME, copied into the directory."""
+    import sentencepiece as spm
+
+    from .helpers import train_sentencepiece
+
+    _, path = peer.build(tmp_path / "model")
+    copy = tmp_path / "with_spm"
+    copy.mkdir()
+    for name in ("vocab.json", "model.00.safetensors"):
+        (copy / name).write_bytes((path / name).read_bytes())
+    (copy / "spm.model").write_bytes(Path(train_sentencepiece(tmp_path, vocab_size=40)).read_bytes())
+    config = json.loads((path / "config.json").read_text())
+    config["transforms"] = ["sentencepiece"]
+    config["transforms_configs"] = {"sentencepiece": {"src_subword_model": "${MODEL_PATH}/spm.model",
+                                                      "tgt_subword_model": "${MODEL_PATH}/spm.model"}}
+    (copy / "config.json").write_text(json.dumps(config))
+    tokenizer = eole.load(str(copy)).tokenizer
+    pieces = spm.SentencePieceProcessor(model_file=str(copy / "spm.model")).encode("the fox", out_type=str)
+    assert tokenizer.encode("the fox") == [0] * len(pieces)  # pieces, looked up in the w0..w27 vocabulary
+    assert tokenizer.decode([peer.VOCAB.index("w3"), peer.EOS]) == "w3"
