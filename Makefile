@@ -15,6 +15,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e '.[test]'
+	# the parity tests' peers (tests/peer_opennmt.py, tests/peer_eole.py); --no-deps keeps torch as pinned above
+	$(PY) -m pip install --quiet --no-deps opennmt-py==3.5.1 eole==0.6.4
 	touch $(STAMP)
 
 demo: setup

@@ -46,8 +46,9 @@ class Translator:
 
     @classmethod
     def load(cls, path: str, **options) -> "Translator":
-        """Load the model at `path` (a native or Hugging Face directory) with `options`, the
-        config file's keys; `quiet` defaults to True (no summary on stderr)."""
+        """Load the model at `path` (a native, Hugging Face or eole directory, or an OpenNMT-py
+        `.pt` checkpoint) with `options`, the config file's keys; `quiet` defaults to True (no
+        summary on stderr)."""
         files = sorted(k for k in options if k in ("model", "src", "output"))
         if files:
             raise ConfigError(f"{files[0]}: not an option of load(); give the model as `path` and files "

@@ -87,7 +87,8 @@ DECODING_OPTIONS = [
     _option("--tgt-lang", key="tgt_lang", type=str, help="Target language code for multilingual models."),
 ]
 RUN_OPTIONS = [
-    _option("--model", "-m", key="model", type=str, help="Model directory (native or Hugging Face)."),
+    _option("--model", "-m", key="model", type=str,
+            help="Model directory (native, Hugging Face, eole) or OpenNMT-py .pt checkpoint."),
     click.option("--src", "-s", "src", multiple=True, metavar="FILE...",
                  help="Input file(s), one sentence per line; - is stdin. Several: --src a.en b.en, one job each, "
                       "one model load.  [default: -]"),

@@ -204,6 +204,44 @@ def expand_aliases(values: dict) -> dict:
     return values
 
 
+# onmt_translate / eole predict option names that are spelled differently here: a YAML written
+# for them runs after these renames (README "Coming from OpenNMT-py or eole").
+PEER_RENAMES = {
+    "max_length_ratio": "max_len_a with max_len_b: 5 (their step limit is |src| x ratio + 5)",
+    "random_sampling_topk": "top_k",
+    "random_sampling_topp": "top_p",
+    "random_sampling_temp": "temperature",
+    "ban_unk_token": "ban_unk",
+    "gpu": "device (gpu: 0 is device: cuda:0, gpu: -1 is device: cpu)",
+    "precision": "dtype (float32, float16, bfloat16; int8 is quantize: int8)",
+    "compute_dtype": "dtype (float32, float16, bfloat16; int8 is quantize: int8)",
+    "fp16": "dtype: float16",
+    "with_score": "format: nbest or jsonl",
+}
+# Their options that nmtdecode spells the same way, for features it may not have yet: once a
+# feature is in, its key is known and this table is not consulted for it.
+PEER_SAME_NAMES = ("coverage_penalty", "beta", "block_ngram_repeat", "ignore_when_blocking", "seed", "top_k",
+                   "top_p", "temperature", "repetition_penalty")
+# Their options that ask for something nmtdecode does without (logging, multi-GPU launch,
+# tokenization given in the model's own options) or does not have.
+PEER_WITHOUT_EQUIVALENT = ("verbose", "report_time", "log_file", "attn_debug", "align_debug", "dump_beam",
+                           "world_size", "gpu_ranks", "tgt", "replace_unk", "phrase_table", "stepwise_penalty",
+                           "ratio", "transforms", "src_subword_model", "tgt_subword_model")
+
+
+def unknown_key_error(key: str) -> ConfigError:
+    """The error for an unknown key, naming our equivalent where it is another tool's name."""
+    if key in PEER_RENAMES:
+        return ConfigError(f"unknown option {key!r} (an OpenNMT-py/eole name): nmtdecode's is {PEER_RENAMES[key]}")
+    if key in PEER_SAME_NAMES:
+        return ConfigError(f"unknown option {key!r} (an OpenNMT-py/eole name): this version of nmtdecode "
+                           "does not have it")
+    if key in PEER_WITHOUT_EQUIVALENT:
+        return ConfigError(f"unknown option {key!r} (an OpenNMT-py/eole name): nmtdecode has no equivalent; "
+                           "remove it")
+    return ConfigError(f"unknown option {key!r}; valid options: {', '.join(sorted([*KEY_SECTION, *PLAN_KEYS]))}")
+
+
 SECTIONS = {"decoding": DecodingConfig, "batching": BatchingConfig, "runtime": RuntimeConfig, "io": IOConfig}
 KEY_SECTION = {f.name: name for name, cls in SECTIONS.items() for f in fields(cls)}
 
@@ -260,8 +298,7 @@ class Config:
         values = expand_aliases(values)
         unknown = sorted(k for k in values if k not in KEY_SECTION)
         if unknown:
-            raise ConfigError(f"unknown option {unknown[0]!r}; valid options: "
-                              f"{', '.join(sorted([*KEY_SECTION, *PLAN_KEYS]))}")
+            raise unknown_key_error(unknown[0])
         grouped = {name: {} for name in SECTIONS}
         for key, value in values.items():
             grouped[KEY_SECTION[key]][key] = _coerce(key, value)

@@ -61,7 +61,7 @@ class Translator:
         self.cfg = decoding
         self.rules = rules or ModelRules()
         self.shrink = shrink  # drop finished sentences from the batch (off only to test that it changes nothing)
-        self.penalty = LengthPenalty(decoding.length_penalty, decoding.alpha)
+        self.penalty = LengthPenalty(decoding.length_penalty, decoding.alpha, self.rules.length_offset)
         mc = model.cfg
         self.start_id, self.eos_id = mc.decoder_start_id, mc.eos_id
         self.pad_id, self.unk_id = mc.pad_id, mc.unk_id
@@ -106,7 +106,7 @@ class Translator:
                                        forced_steps=self.forced_steps(batch_size, prefixes), **common)
         else:
             search = BeamSearch(beam_size=self.cfg.beam_size, early_stopping=self.cfg.early_stopping,
-                                n_best=self.cfg.n_best, **common)
+                                n_best=self.cfg.n_best, opennmt=self.rules.opennmt_beam, **common)
         search.shrink = self.shrink
         return search
 

@@ -17,14 +17,14 @@ import pytest
 from nmtdecode.config import ConfigError
 from nmtdecode.models import loading
 from nmtdecode.models.checkpoint import ModelError
-from nmtdecode.models.formats import huggingface, native
+from nmtdecode.models.formats import eole, huggingface, native, opennmt
 
 from .helpers import build_native_model
 
 ROOT = Path(__file__).resolve().parents[1]
 ABOVE_LOADING = ("nmtdecode.search", "nmtdecode.translator", "nmtdecode.run", "nmtdecode.cli")
 LAYER = ["nmtdecode.models.checkpoint", "nmtdecode.models.formats.native", "nmtdecode.models.formats.huggingface",
-         "nmtdecode.models.formats.hf_tokenizers", "nmtdecode.models.loading"]
+         "nmtdecode.models.formats.hf_tokenizers", "nmtdecode.models.formats.opennmt", "nmtdecode.models.formats.eole", "nmtdecode.models.loading"]
 
 
 def imported_after(statement: str) -> list[str]:
@@ -65,9 +65,9 @@ def nmtdecode_imports(path: Path) -> set[str]:
     return found
 
 
-@pytest.mark.parametrize("name", ["native", "huggingface", "hf_tokenizers"])
+@pytest.mark.parametrize("name", ["native", "huggingface", "hf_tokenizers", "opennmt", "eole"])
 def test_formats_depend_only_on_checkpoint_transformer_tokenizer_config(name):
-    allowed = {"..checkpoint", "..transformer", "...tokenizer", "...config", ".hf_tokenizers"}
+    allowed = {"..checkpoint", "..transformer", "...tokenizer", "...config", ".hf_tokenizers", ".opennmt"}
     assert nmtdecode_imports(ROOT / "nmtdecode" / "models" / "formats" / f"{name}.py") <= allowed
 
 
@@ -76,8 +76,8 @@ def test_checkpoint_is_a_leaf():
 
 
 def test_formats_are_tried_native_first():
-    assert loading.FORMATS == [native, huggingface]
-    assert (native.FORMAT, huggingface.FORMAT) == ("native", "huggingface")
+    assert loading.FORMATS == [native, eole, huggingface, opennmt]
+    assert [f.FORMAT for f in loading.FORMATS] == ["native", "eole", "huggingface", "opennmt-py"]
 
 
 def test_load_model_dispatches_on_the_file_each_format_detects(tmp_path):
@@ -104,4 +104,4 @@ def test_load_model_error_texts(tmp_path):
         with pytest.raises(ConfigError) as error:
             loading.load_model(str(path))
         assert str(error.value) == (f"model: {path} is not a model directory (no config.yaml for the native format, "
-                                    "no config.json for Hugging Face)")
+                                    "no config.json for Hugging Face) nor an OpenNMT-py .pt checkpoint")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from safetensors import SafetensorError
@@ -32,6 +32,8 @@ class ModelRules:
     banned_ids: tuple[int, ...] = ()  # never generated (e.g. pad)
     forced_bos_id: int | None = None  # first generated token (target-language tag)
     forced_eos: bool = False  # EOS forced at the step limit
+    length_offset: int = 0  # added to the length the length penalty sees (OpenNMT-py: 1)
+    opennmt_beam: bool = False  # OpenNMT-py's beam slots and `top` rule (search/beam.py)
 
 
 @dataclass
@@ -50,7 +52,7 @@ class LoadedModel:
         forced = self.tokenizer.set_languages(src_lang, tgt_lang)
         if forced is None:
             return self.rules
-        return ModelRules(self.rules.banned_ids, forced, self.rules.forced_eos)
+        return replace(self.rules, forced_bos_id=forced)
 
 
 def read_json(path: str, required: bool = True) -> dict:

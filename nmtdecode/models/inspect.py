@@ -1,7 +1,8 @@
-"""`nmtdecode inspect PATH`: what a model directory holds, without decoding anything."""
+"""`nmtdecode inspect PATH`: what a model directory (or OpenNMT-py `.pt` file) holds, without decoding anything."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import struct
@@ -22,6 +23,16 @@ def _safetensors_dtypes(path: str) -> set[str]:
     return {SAFETENSORS_DTYPES.get(v["dtype"], v["dtype"].lower()) for k, v in header.items() if k != "__metadata__"}
 
 
+def _tensors(state) -> list[torch.Tensor]:
+    """The tensors of a state dict, or of the state dicts in a checkpoint dict (OpenNMT-py's
+    `model` and `generator`)."""
+    if isinstance(state, torch.Tensor):
+        return [state]
+    if isinstance(state, dict):
+        return [t for value in state.values() if isinstance(value, (dict, torch.Tensor)) for t in _tensors(value)]
+    return []
+
+
 def stored_dtypes(path: str) -> list[str]:
     """The dtypes of a model's weight files as stored (the loader computes in float32 unless --dtype says)."""
     names = [path] if os.path.isfile(path) else [os.path.join(path, n) for n in sorted(os.listdir(path))]
@@ -30,9 +41,9 @@ def stored_dtypes(path: str) -> list[str]:
         if name.endswith(".safetensors"):
             found |= _safetensors_dtypes(name)
         elif name.endswith((".bin", ".pt")):
-            state = torch.load(name, map_location="cpu", weights_only=True, mmap=True)
-            tensors = state.values() if isinstance(state, dict) else []
-            found |= {str(t.dtype).replace("torch.", "") for t in tensors if isinstance(t, torch.Tensor)}
+            with torch.serialization.safe_globals([argparse.Namespace]):  # OpenNMT-py's options
+                state = torch.load(name, map_location="cpu", weights_only=True, mmap=True)
+            found |= {str(t.dtype).replace("torch.", "") for t in _tensors(state)}
     floating = sorted(d for d in found if d.startswith(("float", "bfloat")))
     return floating or sorted(found)
 

@@ -1,4 +1,4 @@
-"""load_model(path): find the format that recognises a model directory and let it load the model.
+"""load_model(path): find the format that recognises a model directory (or file) and let it load the model.
 
 The dispatcher on top of the loading layer: it imports the formats
 (`formats/*.py`, each with `detect(path)` and `load(path)`), which import only
@@ -13,12 +13,14 @@ import os
 
 from ..config import ConfigError
 from .checkpoint import LoadedModel, ModelError, read_json
-from .formats import huggingface, native
+from .formats import eole, huggingface, native, opennmt
 
 __all__ = ["FORMATS", "LoadedModel", "ModelError", "load_model", "read_json"]
 
-# Tried in order; the first whose detect() accepts the directory loads it (native wins over config.json).
-FORMATS = [native, huggingface]
+# Tried in order; the first whose detect() accepts the path loads it (native wins over config.json,
+# eole's config.json has a `model:` section that Hugging Face's has not; an OpenNMT-py checkpoint is
+# a `.pt` file, not a directory).
+FORMATS = [native, eole, huggingface, opennmt]
 
 
 def load_model(path: str) -> LoadedModel:
@@ -28,4 +30,4 @@ def load_model(path: str) -> LoadedModel:
         if fmt.detect(path):
             return fmt.load(path)
     raise ConfigError(f"model: {path} is not a model directory (no config.yaml for the native format, "
-                      "no config.json for Hugging Face)")
+                      "no config.json for Hugging Face) nor an OpenNMT-py .pt checkpoint")

@@ -42,6 +42,12 @@ Peers on `top`: CTranslate2 applies it only without length or coverage
 penalty (otherwise it waits for beam_size x patience finished hypotheses)
 and remembers that the top candidate ended, as here; OpenNMT-py asks that the
 top candidate end at the very step it stops, which only differs for n_best > 1.
+
+OpenNMT-py's own beam (`opennmt=True`, for its checkpoints: onmt/translate/
+beam_search.py `advance`/`update_finished`) differs in two ways: the slots
+of a step are its k best candidates, and one that ends in EOS stays in its
+slot as an empty one for the next step (k-1 go on, not refilled from the
+2k); and `top` stops only at a step whose top candidate ends.
 """
 
 from __future__ import annotations
@@ -72,8 +78,9 @@ class Beam:
     """Search state of one source sentence."""
 
     def __init__(self, size: int, max_steps: int, penalty: LengthPenalty, early_stopping: str = "false",
-                 n_best: int = 1):
+                 n_best: int = 1, top_at_stop_step: bool = False):
         self.size = size
+        self.top_at_stop_step = top_at_stop_step  # `top` asks the top candidate of the last step to end
         self.max_steps = max_steps
         self.penalty = penalty
         self.early_stopping = early_stopping
@@ -98,7 +105,7 @@ class Beam:
         slot's token), the hypotheses that ended at this step as (prev, token, total[, coverage
         penalty, attached, ranked]) (see `add_finished`), and whether the top-ranked one did.
         `best`: the ranked total the stop rule bounds with (default: the best alive slot's)."""
-        self.top_ended = self.top_ended or top_ended
+        self.top_ended = top_ended or (self.top_ended and not self.top_at_stop_step)
         for end in ended:
             self.add_finished(step, *end)
         self.extend(tokens, prev, scores, attached)
@@ -217,13 +224,15 @@ class BeamSearch(SentenceRecords):
     """
 
     def __init__(self, *, batch_size, beam_size, max_steps, start_id, eos_id, penalty, early_stopping, device,
-                 n_best=1):
+                 n_best=1, opennmt=False):
         if early_stopping not in EARLY_STOPPING:
             raise ValueError(f"early_stopping {early_stopping!r} is not one of {list(EARLY_STOPPING)}")
         self.k = beam_size
         self.width = 1  # rows per sentence in the current step
         self.eos_id = eos_id
-        self.beams = [Beam(beam_size, m, penalty, early_stopping, n_best) for m in max_steps]
+        self.refill = not opennmt  # an EOS candidate's slot goes to the next best one (else stays empty)
+        self.beams = [Beam(beam_size, m, penalty, early_stopping, n_best, top_at_stop_step=opennmt)
+                      for m in max_steps]
         self.active = list(range(batch_size))  # sentence index of each active sentence
         self.alive_scores = torch.zeros(batch_size, device=device)
         self.start_tokens = torch.full((batch_size,), start_id, dtype=torch.long, device=device)
@@ -246,9 +255,13 @@ class BeamSearch(SentenceRecords):
 
     def keep_alive(self, candidates: Candidates) -> Candidates:
         """The k best candidates not ending in EOS (a stable sort keeps rank order); an EOS
-        candidate only fills a slot when fewer than k could go on, as an empty slot (-inf)."""
+        candidate only fills a slot when fewer than k could go on, as an empty slot (-inf).
+        Without `refill` (OpenNMT-py), simply the k best, each EOS one as an empty slot."""
         ends = candidates.tokens == self.eos_id
-        order = ends.to(torch.uint8).argsort(dim=1, stable=True)[:, : self.k]
+        if self.refill:
+            order = ends.to(torch.uint8).argsort(dim=1, stable=True)[:, : self.k]
+        else:
+            order = torch.arange(self.k, device=ends.device).expand(ends.size(0), self.k)
         alive = candidates.take(order)
         for values in (alive.scores, alive.totals):
             if values is not None:

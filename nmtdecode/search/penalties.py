@@ -34,16 +34,21 @@ LENGTH_PENALTIES = {"none": length_none, "avg": length_average, "wu": length_wu}
 
 
 class LengthPenalty:
-    """A named length penalty with its alpha, as a callable (total, length) -> score."""
+    """A named length penalty with its alpha, as a callable (total, length) -> score.
 
-    def __init__(self, name: str = "none", alpha: float = 1.0):
+    `offset` is added to every length: OpenNMT-py 3.x divides by one more than the
+    generated tokens (its `len(self)` counts the start token, onmt/translate/beam_search.py
+    `advance`), so its checkpoints are decoded with offset 1 (models/formats/opennmt.py).
+    """
+
+    def __init__(self, name: str = "none", alpha: float = 1.0, offset: int = 0):
         if name not in LENGTH_PENALTIES:
             raise ValueError(f"length penalty {name!r} is not one of {sorted(LENGTH_PENALTIES)}")
-        self.name, self.alpha = name, alpha
+        self.name, self.alpha, self.offset = name, alpha, offset
         self.function = LENGTH_PENALTIES[name]
 
     def __call__(self, total: float, length: int) -> float:
-        return self.function(total, length, self.alpha)
+        return self.function(total, length + self.offset, self.alpha)
 
     def best_possible(self, total: float, length: int, max_length: int) -> float:
         """Highest score a hypothesis at `total` after `length` tokens can still reach.
