@@ -208,9 +208,10 @@ def expand_aliases(values: dict) -> dict:
 # for them runs after these renames (README "Coming from OpenNMT-py or eole").
 PEER_RENAMES = {
     "max_length_ratio": "max_len_a with max_len_b: 5 (their step limit is |src| x ratio + 5)",
-    "random_sampling_topk": "top_k",
-    "random_sampling_topp": "top_p",
-    "random_sampling_temp": "temperature",
+    "random_sampling_topk": "top_k, with sampling: true (their -1, the whole distribution, is top_k: 0; their 1, "
+                            "the arg-max, is beam_size: 1 without sampling)",
+    "random_sampling_topp": "top_p, with sampling: true (their 0, no nucleus, is top_p: 1)",
+    "random_sampling_temp": "temperature, with sampling: true",
     "ban_unk_token": "ban_unk",
     "gpu": "device (gpu: 0 is device: cuda:0, gpu: -1 is device: cpu)",
     "precision": "dtype (float32, float16, bfloat16; int8 is quantize: int8)",
@@ -218,10 +219,10 @@ PEER_RENAMES = {
     "fp16": "dtype: float16",
     "with_score": "format: nbest or jsonl",
 }
-# Their options that nmtdecode spells the same way, for features it may not have yet: once a
-# feature is in, its key is known and this table is not consulted for it.
-PEER_SAME_NAMES = ("coverage_penalty", "beta", "block_ngram_repeat", "ignore_when_blocking", "seed", "top_k",
-                   "top_p", "temperature", "repetition_penalty")
+# Their options that nmtdecode spells the same way, with the same meaning (tests check that each is a key).
+PEER_SAME_NAMES = ("model", "src", "output", "beam_size", "n_best", "min_length", "max_length", "length_penalty",
+                   "alpha", "coverage_penalty", "beta", "block_ngram_repeat", "ignore_when_blocking", "seed",
+                   "batch_size", "batch_type")
 # Their options that ask for something nmtdecode does without (logging, multi-GPU launch,
 # tokenization given in the model's own options) or does not have.
 PEER_WITHOUT_EQUIVALENT = ("verbose", "report_time", "log_file", "attn_debug", "align_debug", "dump_beam",
@@ -233,9 +234,6 @@ def unknown_key_error(key: str) -> ConfigError:
     """The error for an unknown key, naming our equivalent where it is another tool's name."""
     if key in PEER_RENAMES:
         return ConfigError(f"unknown option {key!r} (an OpenNMT-py/eole name): nmtdecode's is {PEER_RENAMES[key]}")
-    if key in PEER_SAME_NAMES:
-        return ConfigError(f"unknown option {key!r} (an OpenNMT-py/eole name): this version of nmtdecode "
-                           "does not have it")
     if key in PEER_WITHOUT_EQUIVALENT:
         return ConfigError(f"unknown option {key!r} (an OpenNMT-py/eole name): nmtdecode has no equivalent; "
                            "remove it")
