@@ -94,6 +94,14 @@ class ForceEosAtLimit:
         return torch.where(at_limit, forced, logprobs, out=logprobs)
 
 
+def ngram_matches(history: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every n-gram of each row's history (N, W, n), and which of them (N, W) start with the
+    row's last n-1 tokens: the n-grams that the next token would repeat by its last token."""
+    windows = history.unfold(1, n, 1)
+    prefix = history[:, history.size(1) - n + 1 :]  # (N, n-1): what the next n-gram starts with
+    return windows, (windows[:, :, :-1] == prefix[:, None, :]).all(dim=2)
+
+
 class NoRepeatNgram:
     """No n-gram occurs twice in a row's history (Hugging Face's `no_repeat_ngram_size`;
     the history starts with the decoder start token).
@@ -115,9 +123,7 @@ class NoRepeatNgram:
         history = rows.history
         if history.size(1) < self.n:
             return logprobs
-        windows = history.unfold(1, self.n, 1)  # (N, W, n): every n-gram so far
-        prefix = history[:, history.size(1) - self.n + 1 :]  # (N, n-1): what the next n-gram starts with
-        matches = (windows[:, :, :-1] == prefix[:, None, :]).all(dim=2)  # (N, W)
+        windows, matches = ngram_matches(history, self.n)
         penalty = torch.zeros(matches.shape, dtype=logprobs.dtype, device=logprobs.device)
         return logprobs.scatter_add_(1, windows[:, :, -1], penalty.masked_fill_(matches, NEG_INF))
 
@@ -183,9 +189,7 @@ class BlockNgramRepeat:
         history = rows.history
         if history.size(1) < self.n:
             return logprobs
-        windows = history.unfold(1, self.n, 1)  # (N, W, n): every n-gram so far
-        prefix = history[:, history.size(1) - self.n + 1 :]  # (N, n-1): what the next n-gram starts with
-        recorded = (windows[:, :, :-1] == prefix[:, None, :]).all(dim=2)  # (N, W)
+        windows, recorded = ngram_matches(history, self.n)
         if self.excluded:
             if self._excluded is None or self._excluded.device != history.device:
                 self._excluded = torch.tensor(self.excluded, dtype=torch.long, device=history.device)
