@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .config import ITEM_KEYS, KEY_SECTION, Config, ConfigError
+from .config import KEY_SECTION, Config, ConfigError
+from .jobs import ITEM_KEYS
 
 # Options a call may change; the others (model, device, dtype, ...) are fixed by `load`.
 CALL_KEYS = ITEM_KEYS - {"src", "output"}

@@ -19,8 +19,9 @@ import sys
 import click
 
 from . import signals
-from .config import (FORMATS, KEY_SECTION, PLAN_KEYS, Config, ConfigError, default_of, expand_aliases, load_yaml,
-                     plan_jobs)
+from .config import FORMATS, KEY_SECTION, PLAN_KEYS, Config, ConfigError, default_of, expand_aliases
+from .config_file import load_yaml
+from .jobs import plan_jobs
 from .usage import UsageError, check_spelling, one_line
 from .signals import Terminated
 

@@ -7,17 +7,19 @@ Precedence, highest first: command line, YAML file, the model's own defaults
 Validation happens before any model is loaded: unknown keys, wrong types and
 impossible values raise `ConfigError`, whose message names the key and the
 valid choices; the CLI turns it into exit code 2.
+
+Reading a YAML file is config_file.py's, planning a run of many files jobs.py's,
+and the OpenNMT-py/eole option names opennmt_options.py's.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import types
 import typing
 from dataclasses import MISSING, dataclass, field, fields, replace
 
-import yaml
+from .opennmt_options import peer_option_message
 
 
 class ConfigError(ValueError):
@@ -204,44 +206,18 @@ def expand_aliases(values: dict) -> dict:
     return values
 
 
-# onmt_translate / eole predict option names that are spelled differently here: a YAML written
-# for them runs after these renames (README "Coming from OpenNMT-py or eole").
-PEER_RENAMES = {
-    "max_length_ratio": "max_len_a with max_len_b: 5 (their step limit is |src| x ratio + 5)",
-    "random_sampling_topk": "top_k, with sampling: true (their -1, the whole distribution, is top_k: 0; their 1, "
-                            "the arg-max, is beam_size: 1 without sampling)",
-    "random_sampling_topp": "top_p, with sampling: true (their 0, no nucleus, is top_p: 1)",
-    "random_sampling_temp": "temperature, with sampling: true",
-    "ban_unk_token": "ban_unk",
-    "gpu": "device (gpu: 0 is device: cuda:0, gpu: -1 is device: cpu)",
-    "precision": "dtype (float32, float16, bfloat16; int8 is quantize: int8)",
-    "compute_dtype": "dtype (float32, float16, bfloat16; int8 is quantize: int8)",
-    "fp16": "dtype: float16",
-    "with_score": "format: nbest or jsonl",
-}
-# Their options that nmtdecode spells the same way, with the same meaning (tests check that each is a key).
-PEER_SAME_NAMES = ("model", "src", "output", "beam_size", "n_best", "min_length", "max_length", "length_penalty",
-                   "alpha", "coverage_penalty", "beta", "block_ngram_repeat", "ignore_when_blocking", "seed",
-                   "batch_size", "batch_type")
-# Their options that ask for something nmtdecode does without (logging, multi-GPU launch,
-# tokenization given in the model's own options) or does not have.
-PEER_WITHOUT_EQUIVALENT = ("verbose", "report_time", "log_file", "attn_debug", "align_debug", "dump_beam",
-                           "world_size", "gpu_ranks", "tgt", "replace_unk", "phrase_table", "stepwise_penalty",
-                           "ratio", "transforms", "src_subword_model", "tgt_subword_model")
+SECTIONS = {"decoding": DecodingConfig, "batching": BatchingConfig, "runtime": RuntimeConfig, "io": IOConfig}
+KEY_SECTION = {f.name: name for name, cls in SECTIONS.items() for f in fields(cls)}
+# Keys a config file may hold besides the options: they plan a run of many files (jobs.py).
+PLAN_KEYS = ("jobs", "output_dir", "suffix")
 
 
 def unknown_key_error(key: str) -> ConfigError:
     """The error for an unknown key, naming our equivalent where it is another tool's name."""
-    if key in PEER_RENAMES:
-        return ConfigError(f"unknown option {key!r} (an OpenNMT-py/eole name): nmtdecode's is {PEER_RENAMES[key]}")
-    if key in PEER_WITHOUT_EQUIVALENT:
-        return ConfigError(f"unknown option {key!r} (an OpenNMT-py/eole name): nmtdecode has no equivalent; "
-                           "remove it")
+    message = peer_option_message(key)
+    if message is not None:
+        return ConfigError(message)
     return ConfigError(f"unknown option {key!r}; valid options: {', '.join(sorted([*KEY_SECTION, *PLAN_KEYS]))}")
-
-
-SECTIONS = {"decoding": DecodingConfig, "batching": BatchingConfig, "runtime": RuntimeConfig, "io": IOConfig}
-KEY_SECTION = {f.name: name for name, cls in SECTIONS.items() for f in fields(cls)}
 
 
 def _coerce(key: str, value):
@@ -327,182 +303,13 @@ class Config:
         return config
 
 
-# Options naming files: in a config file, a relative path is relative to that file's directory.
-PATH_KEYS = ("model", "src", "output", "output_dir", "prefix")
-# Keys that plan a run of many files (`plan_jobs`), not options of one job.
-PLAN_KEYS = ("jobs", "output_dir", "suffix")
-# What an item of `jobs:` may set for itself: its files and what needs no other model load.
-ITEM_KEYS = frozenset({"src", "output", "format", "token_scores", "on_invalid_utf8", "prefix"}
-                      | {f.name for f in fields(DecodingConfig)} | {f.name for f in fields(BatchingConfig)})
-
-
-def _as_list(key: str, value) -> list[str]:
-    values = value if isinstance(value, (list, tuple)) else [value]
-    if not values or not all(isinstance(v, str) for v in values):
-        raise ConfigError(f"{key}: expected a file name or a list of file names, got {value!r}")
-    return list(values)
-
-
-def output_name(src: str, output_dir: str | None, suffix: str | None) -> str:
-    """The output of `src` by the --output-dir/--suffix rule: the input's name in `output_dir`
-    (default: the input's own directory), its last extension replaced by `suffix` if given."""
-    if src == "-":
-        raise ConfigError("output_dir: stdin (-) has no name to derive an output from; use --output")
-    name = os.path.basename(src)
-    if suffix is not None:
-        name = os.path.splitext(name)[0] + suffix
-    return os.path.join(output_dir if output_dir is not None else os.path.dirname(src), name)
-
-
-def _items(values: dict) -> list[dict]:
-    """The {src, output, overrides...} of each job, from `jobs:` or from src/output lists."""
-    output_dir, suffix = values.pop("output_dir", None), values.pop("suffix", None)
-    for key, value in (("output_dir", output_dir), ("suffix", suffix)):
-        if value is not None and not isinstance(value, str):
-            raise ConfigError(f"{key}: expected a string, got {value!r}")
-    derive = output_dir is not None or suffix is not None
-    sources, outputs = values.pop("src", None), values.pop("output", None)
-    if derive and outputs is not None:
-        raise ConfigError("output: give either --output or --output-dir/--suffix, not both")
-    if "jobs" in values:
-        if sources is not None or outputs is not None:
-            raise ConfigError("jobs: give either jobs: or src:/output: at the top of the file, not both")
-        return [_job_item(n, item, output_dir, suffix) for n, item in enumerate(_job_list(values.pop("jobs")), 1)]
-    sources = _as_list("src", "-" if sources is None else sources)
-    outputs = [output_name(s, output_dir, suffix) for s in sources] if derive else outputs
-    outputs = _as_list("output", "-" if outputs is None else outputs)
-    if len(outputs) != len(sources):
-        raise ConfigError(f"output: {len(sources)} input files but {len(outputs)} outputs; give one output per "
-                          "input, or --output-dir DIR / --suffix SUFFIX")
-    return [{"src": s, "output": o} for s, o in zip(sources, outputs)]
-
-
-def _job_list(jobs) -> list:
-    if not isinstance(jobs, list) or not jobs:
-        raise ConfigError("jobs: expected a list of {src: FILE, output: FILE, ...} items")
-    return jobs
-
-
-def _job_item(n: int, item, output_dir: str | None, suffix: str | None) -> dict:
-    """Item `n` of `jobs:` checked: a src, an output (or the output_dir/suffix rule's), and only
-    options that need no other model load."""
-    if not isinstance(item, dict) or "src" not in item:
-        raise ConfigError(f"jobs: item {n} must be a mapping with at least src: FILE")
-    item = _option_names(item, f"jobs: item {n}")
-    refused = sorted(k for k in item if k not in ITEM_KEYS)
-    if refused:
-        where = "set it at the top of the file" if refused[0] in KEY_SECTION else "unknown option"
-        raise ConfigError(f"jobs: item {n} sets {refused[0]!r}, which cannot differ between the jobs of "
-                          f"one run (one model load): {where}; an item may set {', '.join(sorted(ITEM_KEYS))}")
-    if "output" not in item:
-        if output_dir is None and suffix is None:
-            raise ConfigError(f"jobs: item {n} has no output (give output:, or output_dir:/suffix: at the top)")
-        item["output"] = output_name(item["src"], output_dir, suffix)
-    return item
-
-
-def plan_jobs(file_values: dict, flags: dict) -> list[Config]:
-    """The jobs of one run, each a complete `Config`: the config file's values, an item's own
-    (`jobs:`), then the command line's, which override both. Inputs given on the command
-    line replace the file's; every job has its own output file (or the only one stdout)."""
-    values = dict(file_values)
-    if "src" in flags:
-        values.pop("jobs", None)
-    elif "output" in flags and "jobs" in values:
-        raise ConfigError("output: the config file lists jobs, each with its output; give --src with --output")
-    values.update(flags)
-    items = _items(values)
-    if len(items) > 1 and values.get("prefix") is not None:
-        raise ConfigError("prefix: a prefix file goes with one input; with several, give each its own "
-                          "(prefix: in each item of jobs:)")
-    overrides = {k: v for k, v in flags.items() if k not in ("src", "output", *PLAN_KEYS)}
-    jobs = [Config.from_values({**values, **item, **overrides}) for item in items]
-    if len(jobs) > 1:
-        seen = set()
-        for job in jobs:
-            if job.io.src == "-" or job.io.output == "-":
-                raise ConfigError("src: with several inputs each needs its own output file; stdin and stdout "
-                                  "serve only a single job")
-            key = os.path.normpath(job.io.output)
-            if key in seen:
-                raise ConfigError(f"output: {job.io.output} is the output of two jobs")
-            seen.add(key)
-    return jobs
-
-
-class _KeyTwice(Exception):
-    def __init__(self, key, line: int):
-        super().__init__(key, line)
-        self.key, self.line = key, line
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """yaml.safe_load, except that a key given twice in a mapping is an error (naming it and its
-    line) instead of the last one silently winning, as on the command line."""
-
-    def construct_mapping(self, node, deep=False):
-        seen = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if key in seen:
-                raise _KeyTwice(key, key_node.start_mark.line + 1)
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
-def _option_names(data: dict, where: str) -> dict:
+def option_names(data: dict, where: str) -> dict:
     """Keys as option names (`-` -> `_`); `beam-size` and `beam_size` together are one key twice."""
     values = {str(k).replace("-", "_"): v for k, v in data.items()}
     if len(values) < len(data):
         twice = next(k for k in values if sum(str(o).replace("-", "_") == k for o in data) > 1)
         raise ConfigError(f"{where}: {twice!r} is given twice (spelt with - and with _)")
     return values
-
-
-def load_yaml(path: str) -> dict:
-    """Read a YAML config file: a flat mapping of option names (`-` or `_`) to values.
-
-    Relative paths in it (`PATH_KEYS`) are resolved from the file's own directory, so a
-    config works from any working directory; `-` (stdin/stdout) stays as it is.
-    """
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as e:
-        raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
-    try:
-        data = yaml.load(raw.decode("utf-8"), Loader=_UniqueKeyLoader)  # a leading BOM is read by YAML itself
-    except UnicodeDecodeError as e:
-        line = raw[: e.start].count(b"\n") + 1
-        raise ConfigError(f"config file {path}:{line}: invalid UTF-8 at byte {e.start}") from None
-    except _KeyTwice as e:
-        raise ConfigError(f"config file {path}:{e.line}: {e.key!r} is given twice") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"config file {path} is not valid YAML: {e}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file {path} must be a mapping of option: value")
-    values = expand_aliases(_option_names(data, f"config file {path}"))
-    base = os.path.dirname(path)
-    _resolve_paths(values, base)
-    for item in values.get("jobs") or []:
-        if isinstance(item, dict):
-            _resolve_paths(item, base)
-    return values
-
-
-def _resolve_paths(values: dict, base: str):
-    """File names (`PATH_KEYS`, alone or in a list) relative to `base`; `-` stays as it is."""
-    def resolve(value):
-        if isinstance(value, str) and value != "-":
-            return os.path.join(base, os.path.expanduser(value))  # join keeps an absolute path
-        return value
-
-    for key in PATH_KEYS:
-        if key in values:
-            value = values[key]
-            values[key] = [resolve(v) for v in value] if isinstance(value, list) else resolve(value)
 
 
 def flat_values(config: Config) -> dict:

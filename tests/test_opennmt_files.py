@@ -8,11 +8,11 @@ import os
 import pytest
 import torch
 
-from nmtdecode.config import (KEY_SECTION, PEER_RENAMES, PEER_SAME_NAMES, PEER_WITHOUT_EQUIVALENT, Config,
-                              ConfigError)
+from nmtdecode.config import KEY_SECTION, Config
 from nmtdecode.models.checkpoint import ModelError
 from nmtdecode.models.formats import opennmt
 from nmtdecode.models.transformer import Transformer
+from nmtdecode.opennmt_options import PEER_RENAMES, PEER_SAME_NAMES, PEER_WITHOUT_EQUIVALENT
 
 from .helpers import train_sentencepiece
 

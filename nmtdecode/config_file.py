@@ -1,0 +1,84 @@
+"""Reading a YAML config file (`-c FILE`): a flat mapping of option names to values.
+
+A key given twice is an error naming its line, and relative file names are resolved
+from the file's own directory, so that a config works from any working directory.
+What the values mean is config.py's; how a file's `jobs:` list runs is jobs.py's.
+"""
+
+from __future__ import annotations
+
+import os
+
+import yaml
+
+from .config import ConfigError, expand_aliases, option_names
+
+# Options naming files: in a config file, a relative path is relative to that file's directory.
+PATH_KEYS = ("model", "src", "output", "output_dir", "prefix")
+
+
+class _KeyTwice(Exception):
+    def __init__(self, key, line: int):
+        super().__init__(key, line)
+        self.key, self.line = key, line
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.safe_load, except that a key given twice in a mapping is an error (naming it and its
+    line) instead of the last one silently winning, as on the command line."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise _KeyTwice(key, key_node.start_mark.line + 1)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml(path: str) -> dict:
+    """Read a YAML config file: a flat mapping of option names (`-` or `_`) to values.
+
+    Relative paths in it (`PATH_KEYS`) are resolved from the file's own directory, so a
+    config works from any working directory; `-` (stdin/stdout) stays as it is.
+    """
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
+    try:
+        data = yaml.load(raw.decode("utf-8"), Loader=_UniqueKeyLoader)  # a leading BOM is read by YAML itself
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise ConfigError(f"config file {path}:{line}: invalid UTF-8 at byte {e.start}") from None
+    except _KeyTwice as e:
+        raise ConfigError(f"config file {path}:{e.line}: {e.key!r} is given twice") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file {path} is not valid YAML: {e}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must be a mapping of option: value")
+    values = expand_aliases(option_names(data, f"config file {path}"))
+    base = os.path.dirname(path)
+    _resolve_paths(values, base)
+    for item in values.get("jobs") or []:
+        if isinstance(item, dict):
+            _resolve_paths(item, base)
+    return values
+
+
+def _resolve_paths(values: dict, base: str):
+    """File names (`PATH_KEYS`, alone or in a list) relative to `base`; `-` stays as it is."""
+    def resolve(value):
+        if isinstance(value, str) and value != "-":
+            return os.path.join(base, os.path.expanduser(value))  # join keeps an absolute path
+        return value
+
+    for key in PATH_KEYS:
+        if key in values:
+            value = values[key]
+            values[key] = [resolve(v) for v in value] if isinstance(value, list) else resolve(value)
+

@@ -1,0 +1,113 @@
+"""The jobs of one `translate` run: one complete `Config` per input file.
+
+A config file's values, each item of its `jobs:` list (or its lists of `src:` and
+`output:`, or the --output-dir/--suffix rule), and the command line's flags over them
+are planned into jobs that one model load serves; an item may set only options that
+need no other model load.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import fields
+
+from .config import KEY_SECTION, PLAN_KEYS, BatchingConfig, Config, ConfigError, DecodingConfig, option_names
+
+# What an item of `jobs:` may set for itself: its files and what needs no other model load.
+ITEM_KEYS = frozenset({"src", "output", "format", "token_scores", "on_invalid_utf8", "prefix"}
+                      | {f.name for f in fields(DecodingConfig)} | {f.name for f in fields(BatchingConfig)})
+
+
+def _as_list(key: str, value) -> list[str]:
+    values = value if isinstance(value, (list, tuple)) else [value]
+    if not values or not all(isinstance(v, str) for v in values):
+        raise ConfigError(f"{key}: expected a file name or a list of file names, got {value!r}")
+    return list(values)
+
+
+def output_name(src: str, output_dir: str | None, suffix: str | None) -> str:
+    """The output of `src` by the --output-dir/--suffix rule: the input's name in `output_dir`
+    (default: the input's own directory), its last extension replaced by `suffix` if given."""
+    if src == "-":
+        raise ConfigError("output_dir: stdin (-) has no name to derive an output from; use --output")
+    name = os.path.basename(src)
+    if suffix is not None:
+        name = os.path.splitext(name)[0] + suffix
+    return os.path.join(output_dir if output_dir is not None else os.path.dirname(src), name)
+
+
+def _items(values: dict) -> list[dict]:
+    """The {src, output, overrides...} of each job, from `jobs:` or from src/output lists."""
+    output_dir, suffix = values.pop("output_dir", None), values.pop("suffix", None)
+    for key, value in (("output_dir", output_dir), ("suffix", suffix)):
+        if value is not None and not isinstance(value, str):
+            raise ConfigError(f"{key}: expected a string, got {value!r}")
+    derive = output_dir is not None or suffix is not None
+    sources, outputs = values.pop("src", None), values.pop("output", None)
+    if derive and outputs is not None:
+        raise ConfigError("output: give either --output or --output-dir/--suffix, not both")
+    if "jobs" in values:
+        if sources is not None or outputs is not None:
+            raise ConfigError("jobs: give either jobs: or src:/output: at the top of the file, not both")
+        return [_job_item(n, item, output_dir, suffix) for n, item in enumerate(_job_list(values.pop("jobs")), 1)]
+    sources = _as_list("src", "-" if sources is None else sources)
+    outputs = [output_name(s, output_dir, suffix) for s in sources] if derive else outputs
+    outputs = _as_list("output", "-" if outputs is None else outputs)
+    if len(outputs) != len(sources):
+        raise ConfigError(f"output: {len(sources)} input files but {len(outputs)} outputs; give one output per "
+                          "input, or --output-dir DIR / --suffix SUFFIX")
+    return [{"src": s, "output": o} for s, o in zip(sources, outputs)]
+
+
+def _job_list(jobs) -> list:
+    if not isinstance(jobs, list) or not jobs:
+        raise ConfigError("jobs: expected a list of {src: FILE, output: FILE, ...} items")
+    return jobs
+
+
+def _job_item(n: int, item, output_dir: str | None, suffix: str | None) -> dict:
+    """Item `n` of `jobs:` checked: a src, an output (or the output_dir/suffix rule's), and only
+    options that need no other model load."""
+    if not isinstance(item, dict) or "src" not in item:
+        raise ConfigError(f"jobs: item {n} must be a mapping with at least src: FILE")
+    item = option_names(item, f"jobs: item {n}")
+    refused = sorted(k for k in item if k not in ITEM_KEYS)
+    if refused:
+        where = "set it at the top of the file" if refused[0] in KEY_SECTION else "unknown option"
+        raise ConfigError(f"jobs: item {n} sets {refused[0]!r}, which cannot differ between the jobs of "
+                          f"one run (one model load): {where}; an item may set {', '.join(sorted(ITEM_KEYS))}")
+    if "output" not in item:
+        if output_dir is None and suffix is None:
+            raise ConfigError(f"jobs: item {n} has no output (give output:, or output_dir:/suffix: at the top)")
+        item["output"] = output_name(item["src"], output_dir, suffix)
+    return item
+
+
+def plan_jobs(file_values: dict, flags: dict) -> list[Config]:
+    """The jobs of one run, each a complete `Config`: the config file's values, an item's own
+    (`jobs:`), then the command line's, which override both. Inputs given on the command
+    line replace the file's; every job has its own output file (or the only one stdout)."""
+    values = dict(file_values)
+    if "src" in flags:
+        values.pop("jobs", None)
+    elif "output" in flags and "jobs" in values:
+        raise ConfigError("output: the config file lists jobs, each with its output; give --src with --output")
+    values.update(flags)
+    items = _items(values)
+    if len(items) > 1 and values.get("prefix") is not None:
+        raise ConfigError("prefix: a prefix file goes with one input; with several, give each its own "
+                          "(prefix: in each item of jobs:)")
+    overrides = {k: v for k, v in flags.items() if k not in ("src", "output", *PLAN_KEYS)}
+    jobs = [Config.from_values({**values, **item, **overrides}) for item in items]
+    if len(jobs) > 1:
+        seen = set()
+        for job in jobs:
+            if job.io.src == "-" or job.io.output == "-":
+                raise ConfigError("src: with several inputs each needs its own output file; stdin and stdout "
+                                  "serve only a single job")
+            key = os.path.normpath(job.io.output)
+            if key in seen:
+                raise ConfigError(f"output: {job.io.output} is the output of two jobs")
+            seen.add(key)
+    return jobs
+
