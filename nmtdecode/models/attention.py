@@ -1,0 +1,126 @@
+"""Multi-head attention for `transformer.py`: the encoder's and decoder's self-attention and
+the decoder's attention over the encoder output, each in a full-sequence form (training,
+scoring, encoding) and a one-step form that reads the decoder cache (`models/cache.py`).
+
+Shapes: N rows (B sentences x k rows each when decoding), S source length, T keys,
+Q queries, d model width, H heads, hd = d / H.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .cache import DecoderCache
+
+if TYPE_CHECKING:  # transformer.py imports this module
+    from .transformer import TransformerConfig
+
+
+def split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
+    b, t, d = x.shape
+    return x.view(b, t, heads, d // heads).transpose(1, 2)  # (B, H, T, hd)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    b, h, t, hd = x.shape
+    return x.transpose(1, 2).reshape(b, t, h * hd)  # (B, T, d)
+
+
+def attend(q, keys, values, mask=None):
+    """Unmasked-in-time attention as two batched matmuls: q (N, H, Q, hd) over keys (N, H, T, hd);
+    mask (N, 1, 1, T) bool (True = attend) or None.
+
+    Same result as scaled_dot_product_attention; on CPU the fused kernel is
+    slower for the few queries against cache slices that a decoding step has.
+    """
+    return torch.matmul(attention_weights(q, keys, mask), values)  # (N, H, Q, hd)
+
+
+def attention_weights(q, keys, mask=None):
+    """softmax(q k^T / sqrt(hd)) with masked keys at 0: (N, H, Q, T)."""
+    scores = torch.matmul(q * q.size(-1) ** -0.5, keys.transpose(-1, -2))  # (N, H, Q, T)
+    if mask is not None:
+        scores.masked_fill_(~mask, float("-inf"))
+    return torch.softmax(scores, dim=-1)
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention with the q, k and v projections fused in one matmul."""
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.heads = cfg.heads
+        self.dropout = cfg.dropout
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=cfg.bias)
+        self.out = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
+
+    def forward(self, x, mask=None, causal=False):
+        """Full-sequence attention; mask (B, 1, 1, T) bool, True = attend. The encoder's short
+        sentences go faster through two matmuls than through the fused kernel on CPUs."""
+        q, k, v = (split_heads(t, self.heads) for t in self.qkv(x).chunk(3, dim=-1))
+        if self.training or causal or x.is_cuda:
+            p = self.dropout if self.training else 0.0
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, dropout_p=p)
+        else:
+            y = attend(q, k, v, mask)
+        return self.out(merge_heads(y))
+
+    def step(self, x, cache: DecoderCache, layer: int):
+        """One new position per row, x (N, d): attend over the cached past and itself.
+
+        As in cross-attention, the rows of a sentence ask together: the cache hands
+        back every slot of the sentence, masked down to each row's own ancestors.
+        """
+        n = x.size(0)
+        qkv = self.qkv(x).view(n, 3, self.heads, -1)  # (N, 3, H, hd): one query, key and value per row
+        keys, values, mask = cache.append_self(layer, qkv[:, 1:])  # (B, H, T*width, hd)
+        sentences = keys.size(0)
+        q = qkv[:, 0].view(sentences, n // sentences, self.heads, -1).transpose(1, 2)  # (B, H, width, hd)
+        y = attend(q, keys, values, mask).transpose(1, 2)  # (B, width, H, hd)
+        return self.out(y.reshape(n, -1))
+
+
+class CrossAttention(nn.Module):
+    """Decoder-to-encoder attention; keys/values of the memory are projected once per batch."""
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.heads = cfg.heads
+        self.dropout = cfg.dropout
+        self.q = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
+        self.kv = nn.Linear(cfg.d_model, 2 * cfg.d_model, bias=cfg.bias)
+        self.out = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
+
+    def project_memory(self, memory):
+        """memory (B, S, d) -> keys, values (B, H, S, hd)."""
+        k, v = self.kv(memory).chunk(2, dim=-1)
+        return split_heads(k, self.heads), split_heads(v, self.heads)
+
+    def forward(self, x, keys, values, mask):
+        """x (B, T, d) against one sentence's memory per row; keys, values (B, H, S, hd)."""
+        q = split_heads(self.q(x), self.heads)
+        p = self.dropout if self.training else 0.0
+        return self.out(merge_heads(F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, dropout_p=p)))
+
+    def step(self, x, keys, values, mask, probe: DecoderCache | None = None):
+        """One position for each of the k rows (beams) of every sentence, x (B*k, d).
+
+        The k rows of a sentence attend over the same memory, so they are
+        asked together, as k queries: keys/values (B, H, S, hd) are read once
+        per sentence, not once per row. mask: None when no source is padded.
+        probe: given, it keeps this step's attention weights (coverage, alignment).
+        """
+        rows, sentences = x.size(0), keys.size(0)
+        q = self.q(x).view(sentences, rows // sentences, self.heads, -1).transpose(1, 2)  # (B, H, k, hd)
+        if probe is None:
+            y = attend(q, keys, values, mask)
+        else:
+            weights = attention_weights(q, keys, mask)  # (B, H, k, S)
+            probe.keep_attention(weights)
+            y = torch.matmul(weights, values)
+        y = y.transpose(1, 2)  # (B, k, H, hd)
+        return self.out(y.reshape(rows, -1))
