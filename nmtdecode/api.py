@@ -106,13 +106,13 @@ class Translator:
 
     def score(self, sources: list[str], targets: list[str]) -> list[float]:
         """The total log-probability of each target (EOS included) given its source."""
-        from . import run
+        from . import run, scoring
 
         if len(sources) != len(targets):
             raise ValueError(f"score() got {len(sources)} sources but {len(targets)} targets")
         config, decoder = run.decoder(self.config, self.loaded, self.device)
-        return run.score_pairs(self.loaded, decoder, list(sources), list(targets), config.batching.batch_size,
-                               max_src_length=config.batching.max_src_length)
+        return scoring.score_pairs(self.loaded, decoder, list(sources), list(targets), config.batching.batch_size,
+                                   max_src_length=config.batching.max_src_length)
 
     def _call_config(self, options: dict, files: dict | None = None) -> Config:
         """This translator's config with one call's options over it."""

@@ -231,7 +231,7 @@ SCORE_KEYS = ("batch_size", "max_src_length", "device", "dtype", "src_lang", "tg
 def score(config_file, model, src, tgt, output, fmt, debug, **flags):
     """Forced decoding: the total log-probability of each target line given its source
     (natural log, EOS included; a forced target-language tag or BOS counts 0, as in translate)."""
-    from .run import score_job
+    from .scoring import score_job
 
     values = expand_aliases(load_yaml(config_file)) if config_file else {}
     unknown = {k: v for k, v in values.items() if k not in KEY_SECTION and k not in PLAN_KEYS}

@@ -236,7 +236,8 @@ def _decode_share(config: Config, part: OutputFile, ranks: Ranks, model: dict) -
     (as run._translate does); returns the rank's `run.Summary` and the input's line count.
     The part stays PART.tmp with its journal until the merge, the last record covering the whole
     input: a rank resumed with nothing left to do still checks that the input is the same."""
-    from .run import Summary, decoder, job_examples, job_signature, load, read_size, warn
+    from .run import Summary, decoder, job_examples, load, read_size, warn
+    from .signature import job_signature
 
     if not model:  # the first job loads it; the others decode with it
         model["loaded"], model["device"] = load(config)

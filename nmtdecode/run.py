@@ -1,29 +1,27 @@
-"""One `translate` (or `score`) job: load, read, batch, decode, write in input order, report.
+"""One `translate` job: load, read, batch, decode, write in input order, report.
 
 The CLI builds a `Config` and calls `translate_job`; nothing here parses flags.
 Input is read in chunks (`io.chunks`); each chunk is cut into length-sorted
 batches, decoded, written in input order, and checkpointed, so that an
 interrupted job resumes at a chunk boundary (`output.OutputFile`). The input
 and the output are checked, and the output locked, before the model loads.
+`score` (scoring.py) loads the model and cuts sources with the functions here.
 """
 
 from __future__ import annotations
 
 import gc
-import hashlib
-import json
-import os
 import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 import torch
 from tqdm import tqdm
 
-from . import __version__, memory, signals
+from . import memory, signals
 from .config import Config, ConfigError, RuntimeConfig
-from .io import (Example, InputError, LineReader, OrderedWriter, PrefixLines, Result, check_prefix, check_readable,
-                 chunk_size, chunks, count_lines, cut, read_lines)
+from .io import (Example, LineReader, OrderedWriter, PrefixLines, Result, check_prefix, check_readable, chunk_size,
+                 chunks, count_lines, cut)
 from .models.checkpoint import LoadedModel
 from .models.loading import load_model
 from .models.gemm import apply_backend, choose_backend
@@ -31,6 +29,7 @@ from .models.quantize import quantize_int8
 from .output import OutputFile
 from .ranks import Ranks, check_layout, translate_ranks
 from .search.base import Hypothesis
+from .signature import job_signature
 from .translator import Translator
 from .usage import ineffective
 
@@ -229,49 +228,6 @@ def _nothing_to_decode(example: Example, cfg, loaded: LoadedModel) -> Result:
     return Result(example.index, hyps, [loaded.tokenizer.decode(tokens)] * cfg.n_best)
 
 
-HASHED_WHOLE = 64 << 20  # model files up to this size are identified by their whole content
-
-
-def _content_identity(path: str) -> list:
-    """A model file by content: its hash; a larger one by size, time and its first and last MiB."""
-    st = os.stat(path)
-    digest = hashlib.blake2b(digest_size=16)
-    with open(path, "rb") as f:
-        if st.st_size <= HASHED_WHOLE:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-            return [digest.hexdigest()]
-        digest.update(f.read(1 << 20))
-        f.seek(-(1 << 20), os.SEEK_END)
-        digest.update(f.read(1 << 20))
-    return [digest.hexdigest(), st.st_size, st.st_mtime_ns]
-
-
-def model_identity(path: str) -> list:
-    """The files of a model directory (or one file), each by content."""
-    if not os.path.isdir(path):
-        return _content_identity(path)
-    names = sorted(n for n in os.listdir(path) if os.path.isfile(os.path.join(path, n)))
-    return [[n, *_content_identity(os.path.join(path, n))] for n in names]
-
-
-def job_signature(config: Config) -> str:
-    """What the output depends on: every option that changes it, the model files and the
-    nmtdecode version. A partial output is only resumed by a job with the same signature;
-    the input is checked separately, by the hash of the lines already done (`output.py`).
-
-    Left out on purpose: device, threads and gemm choose how the same numbers are computed,
-    not which; they differ only in rounding (about 1e-6), as two runs on different machines
-    do. quantize and dtype change the numbers themselves and are in."""
-    parts = {"version": __version__, "decoding": asdict(config.decoding), "batching": asdict(config.batching),
-             "dtype": config.runtime.dtype, "quantize": config.runtime.quantize, "format": config.io.format,
-             "token_scores": config.io.token_scores, "on_invalid_utf8": config.io.on_invalid_utf8,
-             "stdin": config.io.src == "-", "model": model_identity(config.io.model)}
-    if config.io.prefix is not None:  # the prefixes change the output as the input does
-        parts["prefix"] = _content_identity(config.io.prefix)
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
 def read_size(config: Config) -> int:
     """Lines read before decoding starts: a sort chunk from a file; from a pipe one batch's
     worth, so results come out as batches fill; one line with --stream."""
@@ -383,75 +339,3 @@ def _translate(config: Config, output: OutputFile, loaded_translator) -> Summary
     if not config.runtime.quiet:
         print(summary.line(), file=sys.stderr)
     return summary
-
-
-def score_job(config: Config, src_path: str, tgt_path: str, output: str = "-", fmt: str = "text"):
-    """Write the forced-decoding log-probability of each (source, target) line pair: one number a
-    line (text), or JSONL records with the tokens and per-token log-probs as translate gives them.
-    The output is translate's (`OutputFile`: locked, written through FILE.tmp, links not followed),
-    checked and locked before the model loads; it is written whole, with no --resume."""
-    if Ranks.from_env() is not None:  # every rank would print every score
-        raise ConfigError("score runs in one process: start it without torchrun")
-    from .api import Translator as PublicTranslator
-
-    out = OutputFile(output)
-    for path in (src_path, tgt_path):
-        out.refuse_source(path)
-    out.claim(False)
-    try:
-        sources, targets = list(read_lines(src_path)), list(read_lines(tgt_path))
-        if len(sources) != len(targets):
-            raise ConfigError(f"--src has {len(sources)} lines but --tgt has {len(targets)}")
-        translator = PublicTranslator.from_config(config)
-        signals.job_started()
-        if fmt == "jsonl":
-            config, loop = decoder(translator.config, translator.loaded, translator.device)
-            scored = score_pairs(translator.loaded, loop, sources, targets, config.batching.batch_size,
-                                 tokens=True, max_src_length=config.batching.max_src_length)
-            lines = [json.dumps({"index": i, "log_prob": sum(s) + eos, "tokens": t, "token_scores": s,
-                                 "eos_score": eos}, ensure_ascii=False) for i, (t, s, eos) in enumerate(scored)]
-        else:
-            lines = [f"{total:.6f}" for total in translator.score(sources, targets)]
-        out.open(False, signature="")  # no checkpoints: a complete file or none
-        try:
-            out.stream.write("".join(line + "\n" for line in lines))
-        except BaseException:
-            out.abandon()  # with no journal, FILE.tmp is removed
-            raise
-        out.finish()
-    finally:
-        out.release()
-
-
-def score_pairs(loaded: LoadedModel, translator: Translator, sources: list[str], targets: list[str],
-                batch_size: int, tokens: bool = False, max_src_length: int | None = None) -> list:
-    """Forced-decoding log-probabilities of (source, target) pairs, `batch_size` pairs at a time:
-    totals, or with `tokens` each pair's (tokens, token_scores, eos_score) as
-    `Translator.score_tokens` gives them.
-
-    Sources are cut as translate cuts them (a warning names the lines); a target the decoder
-    has no positions for cannot be scored (an error names the line)."""
-    tgt = [loaded.tokenizer.encode_target(t) for t in targets]
-    room = loaded.model.cfg.max_positions - len(translator.forced_prefix())  # what the decoder may still be fed
-    for number, ids in enumerate(tgt, 1):
-        if len(ids) > room:
-            raise InputError(f"target line {number} has {len(ids)} tokens; with its forced prefix the decoder has "
-                             f"positions for {room}: it cannot be scored")
-    src, cut_lines = [], []
-    for number, text in enumerate(sources, 1):
-        ids, truncated = encode_source(text, loaded, max_src_length)
-        src.append(ids)
-        cut_lines += [number] if truncated else []
-    if cut_lines:
-        warn(f"source {_lines(cut_lines)} longer than the model's positions (or --max-src-length): cut, "
-             "as translate cuts them")
-    score = translator.score_tokens if tokens else translator.score
-    return [r for start in range(0, len(src), batch_size)
-            for r in score(src[start : start + batch_size], tgt[start : start + batch_size])]
-
-
-def _lines(numbers: list[int], shown: int = 5) -> str:
-    """`line 3`, `lines 3, 8`, `lines 3, 8, 9, 12, 20 and 4 more`."""
-    head = ", ".join(map(str, numbers[:shown]))
-    more = f" and {len(numbers) - shown} more" if len(numbers) > shown else ""
-    return f"line {head}" if len(numbers) == 1 else f"lines {head}{more}"

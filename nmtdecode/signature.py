@@ -1,0 +1,55 @@
+"""A job's resume signature: what its output depends on, so that --resume continues only
+the same job (`output.OutputFile` keeps it in the output's journal)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict
+
+from . import __version__
+from .config import Config
+
+
+HASHED_WHOLE = 64 << 20  # model files up to this size are identified by their whole content
+
+
+def _content_identity(path: str) -> list:
+    """A model file by content: its hash; a larger one by size, time and its first and last MiB."""
+    st = os.stat(path)
+    digest = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as f:
+        if st.st_size <= HASHED_WHOLE:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+            return [digest.hexdigest()]
+        digest.update(f.read(1 << 20))
+        f.seek(-(1 << 20), os.SEEK_END)
+        digest.update(f.read(1 << 20))
+    return [digest.hexdigest(), st.st_size, st.st_mtime_ns]
+
+
+def model_identity(path: str) -> list:
+    """The files of a model directory (or one file), each by content."""
+    if not os.path.isdir(path):
+        return _content_identity(path)
+    names = sorted(n for n in os.listdir(path) if os.path.isfile(os.path.join(path, n)))
+    return [[n, *_content_identity(os.path.join(path, n))] for n in names]
+
+
+def job_signature(config: Config) -> str:
+    """What the output depends on: every option that changes it, the model files and the
+    nmtdecode version. A partial output is only resumed by a job with the same signature;
+    the input is checked separately, by the hash of the lines already done (`output.py`).
+
+    Left out on purpose: device, threads and gemm choose how the same numbers are computed,
+    not which; they differ only in rounding (about 1e-6), as two runs on different machines
+    do. quantize and dtype change the numbers themselves and are in."""
+    parts = {"version": __version__, "decoding": asdict(config.decoding), "batching": asdict(config.batching),
+             "dtype": config.runtime.dtype, "quantize": config.runtime.quantize, "format": config.io.format,
+             "token_scores": config.io.token_scores, "on_invalid_utf8": config.io.on_invalid_utf8,
+             "stdin": config.io.src == "-", "model": model_identity(config.io.model)}
+    if config.io.prefix is not None:  # the prefixes change the output as the input does
+        parts["prefix"] = _content_identity(config.io.prefix)
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
