@@ -41,9 +41,8 @@ import sys
 import time
 from dataclasses import dataclass, replace
 
-from . import signals
 from .config import Config, ConfigError
-from .io import LineReader, check_prefix, check_readable, chunks, cut, format_result
+from .io import check_prefix, check_readable, format_result
 from .output import OutputFile, OutputRefused, _remove
 
 WAIT = datetime.timedelta(days=7)  # a rank may wait for the others as long as their share takes
@@ -232,41 +231,33 @@ def owner(batch: int, world: int) -> int:
 
 
 def _decode_share(config: Config, part: OutputFile, ranks: Ranks, model: dict) -> tuple:
-    """Decode this rank's batches of every chunk into its part, checkpointing after each chunk
-    (as run._translate does); returns the rank's `run.Summary` and the input's line count.
-    The part stays PART.tmp with its journal until the merge, the last record covering the whole
-    input: a rank resumed with nothing left to do still checks that the input is the same."""
-    from .run import Summary, decoder, job_examples, load, read_size, warn
-    from .signature import job_signature
+    """Decode this rank's batches of every chunk into its part, read and checkpointed after each
+    chunk as in one process (`run.JobInput`); returns the rank's `run.Summary` and the input's
+    line count. The part stays PART.tmp with its journal until the merge, the last record
+    covering the whole input: a rank resumed with nothing left to do still checks that the
+    input is the same."""
+    from .run import JobInput, Summary, decoder, load, warn
 
     if not model:  # the first job loads it; the others decode with it
         model["loaded"], model["device"] = load(config)
     loaded = model["loaded"]
     config, translator = decoder(config, loaded, model["device"])
-    io_cfg, batching = config.io, config.batching
     summary, start = Summary(), time.perf_counter()
-    reader = LineReader(io_cfg.src, io_cfg.on_invalid_utf8)
-    signals.job_started()
-    lines_done = part.open(io_cfg.resume, job_signature(config))
-    lines = part.unfinished(reader, on_resume=lambda n: warn(f"{part.path}: resuming after input line {n}"))
-    examples = job_examples(config, lines, loaded)
+    job = JobInput(config, part, loaded, where=f"{part.path}: ")
     try:
-        for chunk in chunks(examples, read_size(config)):
-            batches = cut(chunk, batching.batch_size, batching.batch_type)
+        for _, batches in job.chunks():
             mine = [batch for b, batch in enumerate(batches) if owner(b, ranks.world) == ranks.rank]
             part.stream.write(_decode_batches(mine, config, loaded, translator, summary))
-            lines_done = chunk[-1].index + 1
-            part.checkpoint(lines_done, reader.position())
         part.stream.close()
     except BaseException:
         part.abandon()
         raise
-    summary.replaced, summary.seconds = reader.replaced_lines, time.perf_counter() - start
+    summary.replaced, summary.seconds = job.reader.replaced_lines, time.perf_counter() - start
     if summary.replaced and ranks.rank == 0:  # every rank reads (and counts) the whole input
         warn(f"{summary.replaced} lines had invalid UTF-8, decoded with U+FFFD")
     if not config.runtime.quiet:
         print(summary.line().replace("nmtdecode:", ranks.summary_prefix(), 1), file=sys.stderr)
-    return summary, lines_done
+    return summary, job.done
 
 
 def _decode_batches(batches: list, config: Config, loaded, translator, summary) -> str:

@@ -1,10 +1,11 @@
 """One `translate` job: load, read, batch, decode, write in input order, report.
 
 The CLI builds a `Config` and calls `translate_job`; nothing here parses flags.
-Input is read in chunks (`io.chunks`); each chunk is cut into length-sorted
-batches, decoded, written in input order, and checkpointed, so that an
-interrupted job resumes at a chunk boundary (`output.OutputFile`). The input
-and the output are checked, and the output locked, before the model loads.
+Input is read in chunks (`JobInput`, which each torchrun rank reads too); each
+chunk is cut into length-sorted batches, decoded, written in input order, and
+checkpointed, so that an interrupted job resumes at a chunk boundary
+(`output.OutputFile`). The input and the output are checked, and the output
+locked, before the model loads.
 `score` (scoring.py) loads the model and cuts sources with the functions here.
 """
 
@@ -238,6 +239,29 @@ def read_size(config: Config) -> int:
     return chunk_size(config.batching.batch_size, config.batching.batch_type)
 
 
+class JobInput:
+    """A job's input as one process and each torchrun rank (ranks.py) read it: from where the
+    job's output left off (--resume), as Examples in chunks of `read_size` lines, each chunk
+    cut into length-sorted batches. Made, it opens the output with the job's signature."""
+
+    def __init__(self, config: Config, output: OutputFile, loaded: LoadedModel, where: str = ""):
+        self.config, self.output = config, output
+        self.reader = LineReader(config.io.src, config.io.on_invalid_utf8)
+        signals.job_started()  # from here a signal unwinds the job, keeping its output resumable
+        self.done = output.open(config.io.resume, job_signature(config))  # input lines done before
+        lines = output.unfinished(self.reader, on_resume=lambda n: warn(f"{where}resuming after input line {n}"))
+        self.examples = job_examples(config, lines, loaded)
+
+    def chunks(self):
+        """(chunk, its batches), in input order. Asking for the next one says that this one's
+        output is written: it is checkpointed, and a resumed job starts after it."""
+        batching = self.config.batching
+        for chunk in chunks(self.examples, read_size(self.config)):
+            yield chunk, cut(chunk, batching.batch_size, batching.batch_type)
+            self.done = chunk[-1].index + 1
+            self.output.checkpoint(self.done, self.reader.position())
+
+
 def stdin_is_terminal() -> bool:
     return sys.stdin is not None and sys.stdin.isatty()
 
@@ -307,32 +331,26 @@ def translate_job(jobs: Config | list[Config], translator=None) -> Summary:
 def _translate(config: Config, output: OutputFile, loaded_translator) -> Summary:
     loaded = loaded_translator.loaded
     config, translator = decoder(config, loaded, loaded_translator.device)
-    io_cfg, batching = config.io, config.batching
     summary, start = Summary(), time.perf_counter()
-    reader = LineReader(io_cfg.src, io_cfg.on_invalid_utf8)
-    signals.job_started()  # from here a signal unwinds the job, keeping its output resumable
-    done = output.open(io_cfg.resume, job_signature(config))
-    lines = output.unfinished(reader, on_resume=lambda n: warn(f"resuming after input line {n}"))
-    examples = job_examples(config, lines, loaded)
-    writer = OrderedWriter(output.stream, io_cfg.format, io_cfg.token_scores, first_index=done)
+    job = JobInput(config, output, loaded)
+    writer = OrderedWriter(output.stream, config.io.format, config.io.token_scores, first_index=job.done)
     try:
-        with progress_bar(config, done) as progress:
-            for chunk in chunks(examples, read_size(config)):
-                for batch in cut(chunk, batching.batch_size, batching.batch_type):
+        with progress_bar(config, job.done) as progress:
+            for chunk, batches in job.chunks():
+                for batch in batches:
                     for result in decode_batch(batch, translator, loaded):
                         writer.put(result)
                         summary.target_tokens += len(result.hypotheses[0].tokens)
                     rate = summary.target_tokens / max(time.perf_counter() - start, 1e-9)
                     progress.set_postfix_str(f"{rate:.0f} tokens/s", refresh=False)
                     progress.update(len(batch))
-                output.checkpoint(chunk[-1].index + 1, reader.position())
                 summary.count(chunk)
         writer.close()
     except BaseException:
         output.abandon()  # keeps FILE.tmp and its journal for --resume
         raise
     output.finish()
-    summary.replaced = reader.replaced_lines
+    summary.replaced = job.reader.replaced_lines
     summary.seconds = time.perf_counter() - start
     if summary.replaced:
         warn(f"{summary.replaced} lines had invalid UTF-8, decoded with U+FFFD")
