@@ -294,6 +294,8 @@ class Config:
     def with_model_defaults(self, defaults: dict) -> "Config":
         """Fill the keys the user did not set from the model's own defaults, then re-validate."""
         decoding = {k: v for k, v in defaults.items() if k not in self.user_keys}
+        if decoding.get("sampling") and {"beam_size", "beam_groups"} & self.user_keys:
+            decoding.pop("sampling")  # a beam asked for: the model's sampling gives way (no beam sampling here)
         unknown = sorted(k for k in decoding if KEY_SECTION.get(k) != "decoding")
         if unknown:
             raise ConfigError(f"model defaults name unknown decoding options: {', '.join(unknown)}")

@@ -367,3 +367,52 @@ def test_samples_carry_alignment_and_attention_per_token(setup):
             assert len(h.alignment) == len(h.attention) == len(h.tokens) == len(h.token_scores)
             assert all(len(row) == len(source) for row in h.attention)
             assert h.alignment == [max(range(len(row)), key=row.__getitem__) for row in h.attention]
+
+
+def test_hugging_face_do_sample_becomes_the_default_with_transformers_values():
+    """A generation_config.json that samples (do_sample, one beam) makes sampling the default, with
+    what transformers would use: the file's values, else GenerationConfig's own defaults (the file
+    is saved as the difference from them). Beam sampling is not offered: beam search stays."""
+    import json
+
+    from transformers import GenerationConfig
+
+    from nmtdecode.models.formats.huggingface import generation_settings
+
+    from .helpers import tiny_config
+
+    reference = GenerationConfig._get_default_generation_params()  # what generate() fills in
+    saved = json.loads(GenerationConfig(do_sample=True, temperature=0.7).to_json_string())
+    defaults, _ = generation_settings(saved, tiny_config())
+    assert defaults["sampling"] is True and defaults["temperature"] == 0.7
+    assert (defaults["top_k"], defaults["top_p"]) == (reference["top_k"], reference["top_p"])
+    saved = json.loads(GenerationConfig(do_sample=True, top_k=0, top_p=0.9).to_json_string())
+    defaults, _ = generation_settings(saved, tiny_config())
+    assert (defaults["top_k"], defaults["top_p"], defaults["temperature"]) == (0, 0.9, reference["temperature"])
+    for beam_sampling in ({"num_beams": 4}, {"num_beams": 4, "num_beam_groups": 2, "diversity_penalty": 1.0}):
+        saved = json.loads(GenerationConfig(do_sample=True, **beam_sampling).to_json_string())
+        assert "sampling" not in generation_settings(saved, tiny_config())[0]
+    assert "sampling" not in generation_settings({}, tiny_config())[0]
+
+
+def test_a_sampling_model_samples_unless_a_beam_is_asked_for(tmp_path, lines_file, cli):
+    """A native model whose defaults sample (as a do_sample generation config makes them) samples:
+    the output is that of --sampling given by hand; --beam-size 3 turns it back to beam search."""
+    import yaml
+
+    from .helpers import build_native_model
+
+    sampling = {"sampling": True, "temperature": 1.5, "top_k": 8, "seed": 3}
+    model = build_native_model(tmp_path / "model", decoding=sampling)
+    src = lines_file(["the house is red .", "good morning", "a dog and a cat"])
+    assert yaml.safe_load((model / "config.yaml").read_text())["decoding"]["sampling"] is True
+
+    def translate(target, *args):
+        run = cli("translate", "-m", target, "--src", src, "--quiet", *args, text=True)
+        assert run.returncode == 0, run.stderr
+        return run.stdout
+
+    plain = build_native_model(tmp_path / "plain")  # the same weights (same seed), no decoding defaults
+    assert translate(model) == translate(plain, "--sampling", "--temperature", "1.5", "--top-k", "8", "--seed", "3")
+    assert translate(model) != translate(plain)
+    assert translate(model, "--beam-size", "3") == translate(plain, "--beam-size", "3")

@@ -202,6 +202,22 @@ def convert_weights(cfg: TransformerConfig, hf_tensors: dict[str, torch.Tensor],
     return ours
 
 
+# What transformers' generate() uses where generation_config.json leaves a value out or null
+# (GenerationConfig._get_default_generation_params): top_k 50, temperature 1, top_p 1.
+HF_SAMPLING_DEFAULTS = {"temperature": 1.0, "top_k": 50, "top_p": 1.0}
+
+
+def sampling_settings(gen: dict) -> dict:
+    """A model whose generate() samples by default (do_sample, one beam) samples here too, with its
+    temperature/top_k/top_p, transformers' defaults filling the rest. Beam sampling (do_sample with
+    num_beams > 1) is not offered: such a model keeps beam search."""
+    if not gen.get("do_sample") or (gen.get("num_beams") or 1) > 1 or (gen.get("num_beam_groups") or 1) > 1:
+        return {}
+    values = {k: default if gen.get(k) is None else gen[k] for k, default in HF_SAMPLING_DEFAULTS.items()}
+    return {"sampling": True, "temperature": float(values["temperature"]), "top_k": int(values["top_k"]),
+            "top_p": float(values["top_p"])}
+
+
 def generation_settings(gen: dict, cfg: TransformerConfig) -> tuple[dict, ModelRules]:
     """Decoding defaults and model rules from generation_config.json (or config.json)."""
     defaults = {}
@@ -221,6 +237,7 @@ def generation_settings(gen: dict, cfg: TransformerConfig) -> tuple[dict, ModelR
         defaults["repetition_penalty"] = float(gen["repetition_penalty"])
     if (gen.get("num_beam_groups") or 1) > 1:  # group beam search (search/diverse.py)
         defaults.update(beam_groups=gen["num_beam_groups"], diversity_penalty=float(gen.get("diversity_penalty") or 0))
+    defaults.update(sampling_settings(gen))
     # transformers' own default is early_stopping=False; ours (`top`) is not theirs, so it is always set
     defaults["early_stopping"] = str(gen.get("early_stopping", False)).lower()
     banned = []
