@@ -15,7 +15,6 @@ import torch
 
 from nmtdecode.config import ConfigError, DecodingConfig
 from nmtdecode.models.checkpoint import ModelRules
-from nmtdecode.search.beam import BeamSearch
 from nmtdecode.search.diverse import DiverseBeamSearch
 from nmtdecode.search.penalties import LengthPenalty
 from nmtdecode.translator import Translator

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import eole  # noqa: F401  (installed by `make setup`: these tests never skip)
+import eole as eole_package  # noqa: F401  (installed by `make setup`: these tests never skip)
 
 from nmtdecode.api import Translator  # noqa: E402
 from nmtdecode.models import loading  # noqa: E402

@@ -180,7 +180,7 @@ def test_cli_prefix_shorter_than_stdin_fails_naming_the_line(cli, lines_file):
 
 def test_cli_prefix_goes_with_one_input(cli, lines_file, tmp_path):
     a, b = lines_file(["good morning"], name="a.en"), lines_file(["thank you"], name="b.en")
-    pa, pb = lines_file(["Das"], name="a.prefix"), lines_file(["Ich"], name="b.prefix")
+    pa, _ = lines_file(["Das"], name="a.prefix"), lines_file(["Ich"], name="b.prefix")  # b.prefix: for jobs.yaml
     out = cli("translate", "-m", DEMO, "--src", a, b, "--output-dir", tmp_path, "--suffix", ".de", "--prefix", pa,
               text=True)
     assert out.returncode == 2 and "prefix: a prefix file goes with one input" in out.stderr
