@@ -243,3 +243,23 @@ def test_block_ngram_repeat_is_ignored_by_opennmt_sampler(seed1):
         ours = translations(translator, tokens, sampling=True, top_k=1, block_ngram_repeat=2)
         blocked |= ours != translations(translator, tokens, sampling=True, top_k=1)
     assert blocked
+
+
+def test_coverage_penalty_ignores_padded_source_positions(seed1):
+    """A difference on purpose: in a padded batch onmt_translate's `wu` penalty takes -log 0 at
+    the padding (its attention there is 0), so a shorter source's hypotheses all score -inf;
+    ours counts padded positions as covered, so a sentence scores as it does alone."""
+    model, opt, vocab, _, translator = seed1
+    options = {"coverage_penalty": "wu", "beta": 0.2}
+    long, short = ["w1", "w2", "w3", "w4", "w5"], ["w7", "w8"]
+    ids = torch.full((2, len(long)), peer.VOCAB.index("<blank>"))
+    for row, tokens in enumerate([long, short]):
+        ids[row, : len(tokens)] = torch.tensor([peer.VOCAB.index(t) for t in tokens])
+    batch = {"src": ids[:, :, None], "srclen": torch.tensor([len(long), len(short)]), "indices": torch.tensor([0, 1])}
+    with torch.no_grad():
+        theirs = peer.translator(model, opt, vocab, **options).translate_batch(batch, attn_debug=False)
+    assert float(theirs["scores"][1][0]) == float("-inf")
+    ours = translator.translate([" ".join(long), " ".join(short)], scores=True, batch_size=2, **options)
+    alone = translations(translator, short, **options)
+    assert_same(alone, [(r.text.split(), r.score) for r in ours[1]])
+    assert_same(peer.translate(peer.translator(model, opt, vocab, **options), short), alone)
