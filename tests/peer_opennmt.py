@@ -21,14 +21,18 @@ with warnings.catch_warnings():
 WORDS = [f"w{i}" for i in range(28)]
 VOCAB = ["<unk>", "<blank>", "<s>", "</s>", *WORDS]
 EOS = VOCAB.index("</s>")
+UNK = VOCAB.index("<unk>")
 
 
 def flags(options: dict) -> list[str]:
-    """Command-line flags of OpenNMT-py's parsers: `-name value`, `-name` alone for True."""
+    """Command-line flags of OpenNMT-py's parsers: `-name value`, `-name` alone for True,
+    `-name v1 v2` for a list."""
     args = []
     for name, value in options.items():
         if value is True:
             args.append(f"-{name}")
+        elif isinstance(value, list):
+            args += [f"-{name}", *map(str, value)]
         elif value is not False:
             args += [f"-{name}", str(value)]
     return args
@@ -48,9 +52,9 @@ def model_options(**options) -> argparse.Namespace:
     return opt
 
 
-def build(path, seed=0, eos_bias=3.0, **options):
+def build(path, seed=0, eos_bias=3.0, unk_bias=0.0, **options):
     """A random model saved as OpenNMT-py's ModelSaver saves it; returns (onmt model, opt, vocab dict).
-    EOS gets a generator bias so hypotheses end at different steps."""
+    EOS gets a generator bias so hypotheses end at different steps; `unk_bias` makes <unk> likely."""
     opt = model_options(**options)
     vocab = {"src": VOCAB, "tgt": VOCAB, "data_task": "seq2seq", "decoder_start_token": "<s>"}
     torch.manual_seed(seed)
@@ -62,6 +66,7 @@ def build(path, seed=0, eos_bias=3.0, **options):
             else:
                 p.normal_(0.0, 0.4)
         model.generator.bias[EOS] += eos_bias
+        model.generator.bias[UNK] += unk_bias
     model.eval()
     optim = Optimizer.from_opt(model, model_options(**options, optim="adam", learning_rate=1.0))
     saver = ModelSaver(str(path), model, opt, dict_to_vocabs(vocab), optim)

@@ -16,6 +16,7 @@ import torch
 import onmt  # noqa: F401  (installed by `make setup`: these tests never skip)
 
 from nmtdecode.api import Translator  # noqa: E402
+from nmtdecode.config import ConfigError  # noqa: E402
 from nmtdecode.models.checkpoint import ModelError  # noqa: E402
 from nmtdecode.models.formats import opennmt  # noqa: E402
 
@@ -111,8 +112,7 @@ def test_options_the_transformer_cannot_compute_are_refused_by_name(tmp_path, op
     ({"max_length_ratio": 0.5}, {"max_len_a": 0.5}),
     ({"length_penalty": "wu", "alpha": 0.6}, {"length_penalty": "wu", "alpha": 0.6}),
     ({"length_penalty": "none"}, {"length_penalty": "none"}),
-    ({"ban_unk_token": True, "n_best": 2}, {"ban_unk": True, "n_best": 2}),
-], ids=["min_length", "max_length", "max_length_ratio", "wu", "no_penalty", "ban_unk"])
+], ids=["min_length", "max_length", "max_length_ratio", "wu", "no_penalty"])
 def test_onmt_translate_options_keep_their_meaning(tmp_path, theirs, ours):
     model, opt, vocab, checkpoint = peer.build(tmp_path / "model", seed=1)
     onmt_translator, translator = peer.translator(model, opt, vocab, **theirs), Translator.load(checkpoint)
@@ -127,3 +127,139 @@ def test_score_matches_onmt_translate_gold_scores(tmp_path):
     theirs = [peer.gold_score(onmt_translator, src, tgt) for src, tgt in pairs]
     ours = translator.score([" ".join(src) for src, _ in pairs], [" ".join(tgt) for _, tgt in pairs])
     assert ours == pytest.approx(theirs, abs=1e-4)
+
+
+# The options recently added under OpenNMT-py's names (README "Coming from OpenNMT-py or eole"),
+# each compared with onmt_translate on one model, and each shown to change some output of it (so
+# that an option we ignored would fail the test).
+
+
+@pytest.fixture(scope="module")
+def seed1(tmp_path_factory):
+    """Seed 1's model: its outputs repeat n-grams and (with <unk> made likely) contain <unk>."""
+    model, opt, vocab, checkpoint = peer.build(tmp_path_factory.mktemp("seed1") / "model", seed=1, unk_bias=2.0)
+    return model, opt, vocab, checkpoint, Translator.load(checkpoint)
+
+
+def assert_options_keep_their_meaning(built, theirs, ours, without):
+    """onmt_translate with `theirs` and nmtdecode with `ours` give the same n-best, and for some
+    source nmtdecode's n-best (tokens and scores) differs from that with `without` instead."""
+    model, opt, vocab, _, translator = built
+    onmt_translator = peer.translator(model, opt, vocab, **theirs)
+    changed = False
+    for tokens in sources(4):
+        result = translations(translator, tokens, **ours)
+        assert_same(peer.translate(onmt_translator, tokens), result)
+        changed |= result != translations(translator, tokens, **without)
+    assert changed, f"{ours} changes nothing on these sources: the test could not fail"
+
+
+@pytest.mark.parametrize("length_penalty", ["avg", "wu"])
+@pytest.mark.parametrize("penalty, beta", [("wu", 0.2), ("wu", 1.0), ("summary", 0.2), ("summary", 1.0)])
+def test_coverage_penalty_keeps_its_meaning(seed1, penalty, beta, length_penalty):
+    """OpenNMT-py's coverage penalty reads its decoder's "std" attention (the last layer's first
+    head, onmt/decoders/transformer.py), ours the model's alignment_layer/alignment_heads, by
+    default the same; the penalty reorders the finished hypotheses (beam_search.py `advance`)."""
+    options = {"length_penalty": length_penalty, "n_best": 3}
+    assert_options_keep_their_meaning(seed1, {**options, "coverage_penalty": penalty, "beta": beta},
+                                      {**options, "coverage_penalty": penalty, "beta": beta}, options)
+
+
+def test_coverage_penalty_with_beam_size_1_lowers_scores_only(seed1):
+    """onmt_translate decodes beam size 1 with its BeamSearch (its GreedySearch only samples),
+    where the penalty is subtracted from the final score; our greedy search does the same."""
+    options = {"beam_size": 1, "coverage_penalty": "wu", "beta": 1.0}
+    assert_options_keep_their_meaning(seed1, options, options, {"beam_size": 1})
+
+
+@pytest.mark.parametrize("ignored", [[], ["w2"], ["w1", "w15"]], ids=["none_ignored", "w2", "w1_w15"])
+@pytest.mark.parametrize("ngram", [2, 3])
+@pytest.mark.parametrize("beam_size", [1, 5])
+def test_block_ngram_repeat_keeps_its_meaning(seed1, beam_size, ngram, ignored):
+    """block_ngram_repeat as onmt_translate's beam search applies it, the history starting with
+    <s>; ignore_when_blocking names tokens of the checkpoint's target vocabulary. Compared with
+    no blocking, or with blocking that ignores nothing."""
+    search = {"beam_size": beam_size, "n_best": min(beam_size, 3)}
+    options = {**search, "block_ngram_repeat": ngram}
+    with_ignored = {**options, "ignore_when_blocking": ignored} if ignored else options
+    without = options if ignored else search
+    assert_options_keep_their_meaning(seed1, with_ignored, with_ignored, without)
+
+
+
+def test_pieces_are_looked_up_in_the_checkpoint_vocabulary(seed1):
+    """ignore_when_blocking and banned_tokens name entries of the checkpoint's target vocab."""
+    *_, translator = seed1
+    tokens = sources(4)[4]
+    assert "w15" in translations(translator, tokens)[0][0]
+    assert "w15" not in translations(translator, tokens, banned_tokens=["w15"])[0][0]
+    with pytest.raises(ConfigError, match="ignore_when_blocking: 'w99' is not a piece of the target vocabulary"):
+        translations(translator, tokens, block_ngram_repeat=2, ignore_when_blocking=["w99"])
+
+def test_ban_unk_token_keeps_its_meaning(seed1):
+    for beam_size in (1, 5):
+        options = {"beam_size": beam_size, "n_best": min(beam_size, 2)}
+        assert_options_keep_their_meaning(seed1, {**options, "ban_unk_token": True}, {**options, "ban_unk": True},
+                                          options)
+
+
+@pytest.mark.parametrize("ours", [{"beam_size": 1}, {"sampling": True, "top_k": 1}], ids=["greedy", "top_k_1"])
+def test_random_sampling_topk_1_is_greedy_search(seed1, ours):
+    """`random_sampling_topk: 1` sends onmt_translate through its sampler (GreedySearch), which
+    takes the arg-max: our greedy search, or our sampling with top_k 1, scores included."""
+    assert_options_keep_their_meaning(seed1, {"beam_size": 1, "random_sampling_topk": 1}, ours, {"n_best": 3})
+
+
+@pytest.mark.parametrize("topk", [-1, 1])
+def test_random_sampling_temp_scores_are_tempered_in_opennmt(seed1, topk):
+    """At a temperature near 0 sampling is the arg-max in both (so the draws agree whatever the
+    random streams), but onmt_translate's score is the tempered one, sum(log p / T) / length
+    penalty (greedy_search.py `sample_with_temperature`), and ours the model's log-probs (as
+    CTranslate2's): ours = theirs * T."""
+    model, opt, vocab, _, translator = seed1
+    temperature = 0.01
+    onmt_translator = peer.translator(model, opt, vocab, beam_size=1, random_sampling_topk=topk,
+                                      random_sampling_temp=temperature, seed=1)
+    changed = False
+    for tokens in sources(4):
+        ours = translations(translator, tokens, sampling=True, temperature=temperature)
+        [(their_tokens, their_score)] = peer.translate(onmt_translator, tokens)
+        assert [t for t, _ in ours] == [their_tokens]
+        assert ours[0][1] == pytest.approx(their_score * temperature, abs=1e-4)
+        assert ours == translations(translator, tokens, beam_size=1)
+        changed |= ours != translations(translator, tokens, sampling=True, temperature=1.0)
+    assert changed
+
+
+def test_block_ngram_repeat_is_ignored_by_opennmt_sampler(seed1):
+    """A difference on purpose: onmt_translate's sampler (GreedySearch.advance, v3.5.1) never
+    records the n-grams it generates (no maybe_update_forbidden_tokens), so block_ngram_repeat
+    blocks nothing with random_sampling_topk/topp; ours blocks in every search."""
+    model, opt, vocab, _, translator = seed1
+    onmt_translator = peer.translator(model, opt, vocab, beam_size=1, random_sampling_topk=1, block_ngram_repeat=2)
+    blocked = False
+    for tokens in sources(4):
+        assert_same(peer.translate(onmt_translator, tokens), translations(translator, tokens, beam_size=1))
+        ours = translations(translator, tokens, sampling=True, top_k=1, block_ngram_repeat=2)
+        blocked |= ours != translations(translator, tokens, sampling=True, top_k=1)
+    assert blocked
+
+
+def test_coverage_penalty_ignores_padded_source_positions(seed1):
+    """A difference on purpose: in a padded batch onmt_translate's `wu` penalty takes -log 0 at
+    the padding (its attention there is 0), so a shorter source's hypotheses all score -inf;
+    ours counts padded positions as covered, so a sentence scores as it does alone."""
+    model, opt, vocab, _, translator = seed1
+    options = {"coverage_penalty": "wu", "beta": 0.2}
+    long, short = ["w1", "w2", "w3", "w4", "w5"], ["w7", "w8"]
+    ids = torch.full((2, len(long)), peer.VOCAB.index("<blank>"))
+    for row, tokens in enumerate([long, short]):
+        ids[row, : len(tokens)] = torch.tensor([peer.VOCAB.index(t) for t in tokens])
+    batch = {"src": ids[:, :, None], "srclen": torch.tensor([len(long), len(short)]), "indices": torch.tensor([0, 1])}
+    with torch.no_grad():
+        theirs = peer.translator(model, opt, vocab, **options).translate_batch(batch, attn_debug=False)
+    assert float(theirs["scores"][1][0]) == float("-inf")
+    ours = translator.translate([" ".join(long), " ".join(short)], scores=True, batch_size=2, **options)
+    alone = translations(translator, short, **options)
+    assert_same(alone, [(r.text.split(), r.score) for r in ours[1]])
+    assert_same(peer.translate(peer.translator(model, opt, vocab, **options), short), alone)

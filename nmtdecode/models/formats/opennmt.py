@@ -249,6 +249,11 @@ class VocabTokenizer:
         pieces = [self.tgt_tokens[i] for i in ids if i != self.eos_id]
         return self.tgt_spm.decode_pieces(pieces) if self.tgt_spm is not None else " ".join(pieces)
 
+    def piece_id(self, piece: str) -> int | None:
+        """The id of a target vocabulary entry (as `ignore_when_blocking` and `banned_tokens` name
+        them), or None when the vocabulary has no such entry."""
+        return self.tgt_ids.get(piece)
+
     def set_languages(self, src_lang: str | None, tgt_lang: str | None) -> int | None:
         if src_lang or tgt_lang:
             raise ConfigError("src_lang/tgt_lang: this model has no language tags")
