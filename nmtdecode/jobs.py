@@ -83,6 +83,18 @@ def _job_item(n: int, item, output_dir: str | None, suffix: str | None) -> dict:
     return item
 
 
+def _strategy_from_flags(values: dict, flags: dict):
+    """Sampling and a beam exclude each other (no beam sampling): the one chosen on the command line
+    wins over the other from the config file, as a flag wins over the file's value of its own key."""
+    beam_flags = (flags.get("beam_size") or 1) > 1 or (flags.get("beam_groups") or 1) > 1
+    if flags.get("sampling") and not beam_flags:
+        for key in ("beam_size", "beam_groups", "diversity_penalty"):
+            if key not in flags:
+                values.pop(key, None)
+    elif beam_flags and "sampling" not in flags:
+        values.pop("sampling", None)
+
+
 def plan_jobs(file_values: dict, flags: dict) -> list[Config]:
     """The jobs of one run, each a complete `Config`: the config file's values, an item's own
     (`jobs:`), then the command line's, which override both. Inputs given on the command
@@ -93,6 +105,7 @@ def plan_jobs(file_values: dict, flags: dict) -> list[Config]:
     elif "output" in flags and "jobs" in values:
         raise ConfigError("output: the config file lists jobs, each with its output; give --src with --output")
     values.update(flags)
+    _strategy_from_flags(values, flags)
     items = _items(values)
     if len(items) > 1 and values.get("prefix") is not None:
         raise ConfigError("prefix: a prefix file goes with one input; with several, give each its own "

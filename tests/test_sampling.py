@@ -335,9 +335,30 @@ def test_cli_warns_of_sampling_options_without_sampling(cli):
     assert out.returncode == 0 and "early_stopping: has no effect with --sampling" in out.stderr
 
 
-def test_cli_refuses_sampling_with_a_beam(cli):
+def test_cli_refuses_sampling_with_a_beam(cli, tmp_path):
     out = cli("translate", "-m", DEMO, "--sampling", "--beam-size", "4", stdin="good morning\n", text=True)
     assert out.returncode == 2 and "beam_size: 4 with sampling" in out.stderr
+    (tmp_path / "both.yaml").write_text("sampling: true\nbeam_size: 4\n")  # one layer asks for both
+    out = cli("translate", "-m", DEMO, "-c", tmp_path / "both.yaml", stdin="good morning\n", text=True)
+    assert out.returncode == 2 and "beam_size: 4 with sampling" in out.stderr
+
+
+def test_the_command_line_chooses_between_the_files_beam_and_sampling(cli, tmp_path, lines_file):
+    """A config file's beam (configs/demo.yaml has beam_size: 5) gives way to --sampling on the
+    command line, and a file's sampling to --beam-size: the flag wins, as for any one key."""
+    src = lines_file(["good morning", "the house is red .", "thank you very much"])
+
+    def translate(*args):
+        out = cli("translate", "-m", DEMO, "--src", src, "-q", "--format", "jsonl", *args, text=True)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    (tmp_path / "beam.yaml").write_text("beam_size: 5\nbeam_groups: 5\ndiversity_penalty: 1.0\n")
+    (tmp_path / "sample.yaml").write_text("sampling: true\ntop_k: 5\n")
+    sampled = translate("--sampling", "--n-best", "3", "--seed", "4")
+    assert translate("-c", tmp_path / "beam.yaml", "--sampling", "--n-best", "3", "--seed", "4") == sampled
+    beam = translate("--beam-size", "4")
+    assert translate("-c", tmp_path / "sample.yaml", "--beam-size", "4") == beam != sampled
 
 
 def test_top_p_looks_further_on_flat_rows_as_transformers():
