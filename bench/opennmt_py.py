@@ -2,8 +2,9 @@
 and OpenNMT-py's own Translator on it.
 
 * `opennmt_base`: a Transformer-base shaped model (d_model 512, 6+6 layers, 8 heads, FFN 2048,
-  32k shared vocabulary, tied output; `self_attn_type scaled-dot`) built by onmt's model builder with its own seeded
-  initialization (Glorot) and saved by its ModelSaver, as `onmt_train` writes a checkpoint;
+  32k shared vocabulary, tied output; `self_attn_type scaled-dot`) built by onmt's model builder
+  with its own seeded initialization (Glorot) and saved by its ModelSaver, as `onmt_train`
+  writes a checkpoint;
 * `to_ctranslate2`: CTranslate2's own converter (`OpenNMTPyConverter`) on that file;
 * `translator`: what `onmt_translate` builds (`build_translator`: `load_test_model`, then
   `Translator.from_opt`) from its command-line options.
@@ -24,7 +25,7 @@ import warnings
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests.peer_opennmt
 
 from convert import VOCAB_BASE  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""Speed benchmark: nmtdecode against CTranslate2 and `transformers` `generate`, in one run.
+"""Speed benchmark: nmtdecode against CTranslate2, `transformers` `generate` and OpenNMT-py, in one run.
 
     make bench                     # or: python bench/run.py [--quick] [--threads 2] [--repeat 3]
 

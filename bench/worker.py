@@ -15,7 +15,8 @@ SYSTEM: nmtdecode | transformers | ctranslate2
 its own rule, OpenNMT-py its own); --length-penalty is the exponent alpha of the average length
 penalty (nmtdecode and OpenNMT-py: 0 means `none`; CTranslate2: 0 switches it to its early-exit
 rule, OpenNMT's `top`). --fixed-length N sets the minimum and maximum length to N (OpenNMT-py:
--min_length N -max_length N -max_length_ratio 0, which yields exactly N tokens, EOS banned until then).
+-min_length N -max_length N -max_length_ratio 0, which yields exactly N tokens, EOS banned
+until then).
 """
 
 from __future__ import annotations
