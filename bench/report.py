@@ -28,13 +28,15 @@ def cpu_flags() -> list[str]:
 
 
 def versions() -> str:
+    from importlib import metadata
+
     import torch
 
     found = [f"torch {torch.__version__}"]
-    for name in ("ctranslate2", "transformers"):
+    for name in ("ctranslate2", "transformers", "OpenNMT-py"):  # their distributions, not imported
         try:
-            found.append(f"{name} {__import__(name).__version__}")
-        except ImportError:
+            found.append(f"{name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:
             pass
     return ", ".join(found)
 

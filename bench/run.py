@@ -1,4 +1,4 @@
-"""Speed benchmark: nmtdecode against CTranslate2 and `transformers` `generate`, in one run.
+"""Speed benchmark: nmtdecode against CTranslate2, `transformers` `generate` and OpenNMT-py, in one run.
 
     make bench                     # or: python bench/run.py [--quick] [--threads 2] [--repeat 3]
 
@@ -8,7 +8,11 @@ Models, each converted to every system (bench/convert.py):
   demo           the bundled English->German model on its 1,000 held-out test lines, natural lengths;
   marian-demo    a Hugging Face Marian checkpoint trained by the demo recipe
                  (`scripts/train_demo.py --architecture marian`, see MARIAN_DEMO), same test
-                 lines, natural lengths; skipped with a note when it has not been trained.
+                 lines, natural lengths; skipped with a note when it has not been trained;
+  opennmt-base   Transformer-base shaped OpenNMT-py 3.5.1 checkpoint (.pt) with seeded random weights
+                 (bench/opennmt_py.py), every output forced to 32 tokens, against OpenNMT-py's own
+                 Translator and CTranslate2's converter on the same file, after a check that
+                 nmtdecode and OpenNMT-py give the same tokens at beam 5.
 Beam 1 and 5, batches of 32 cut from the length-sorted input, float32, int8 and bfloat16, on
 CPU with --threads threads. Each measurement runs in its own process (bench/worker.py), so
 peak memory is its own; systems are interleaved and the fastest of --repeat runs is kept.
@@ -44,6 +48,8 @@ sys.path.insert(0, HERE)
 from convert import VOCAB_BASE, marian_base, to_ctranslate2, to_marian, to_transformers, token_strings  # noqa: E402
 from report import machine_lines, write_results  # noqa: E402
 
+import opennmt_py  # noqa: E402
+
 OUT = os.path.join(HERE, "out")
 MARIAN_DEMO = os.path.join(OUT, "marian-demo-native")
 MARIAN_DEMO_RECIPE = ("python scripts/train_demo.py --architecture marian --minutes 600 --max-steps 3000 "
@@ -63,6 +69,15 @@ COMPARED = [
 SAME_RULE = [  # natural lengths, beam > 1: the `top` rule on both sides
     ("nmtdecode top, no length penalty", "nmtdecode", {"length_penalty": 0.0}, None),
     ("ctranslate2 length_penalty 0", "ctranslate2", {"length_penalty": 0.0}, "nmtdecode top, no length penalty"),
+]
+
+# opennmt-base: OpenNMT-py's Translator has no int8 on CPU (3.5.1's -precision int8 quantizes nothing)
+OPENNMT_ROWS = [
+    ("nmtdecode", "nmtdecode", {}, None),
+    ("opennmt-py Translator", "opennmt-py", {}, "nmtdecode"),
+    ("ctranslate2", "ctranslate2", {}, "nmtdecode"),
+    ("nmtdecode int8", "nmtdecode", {"precision": "int8"}, None),
+    ("ctranslate2 int8", "ctranslate2", {"precision": "int8"}, "nmtdecode int8"),
 ]
 
 
@@ -96,6 +111,29 @@ def prepare_marian(n_sentences: int):
                              generator=g).tolist() + [0] for _ in range(n_sentences)]
     task, _ = sorted_task(sources, format="huggingface", tokens=tokens, max_length=256, banned=[VOCAB_BASE - 1])
     return {"nmtdecode": hf_dir, "transformers": hf_dir, "ctranslate2": ct2_dir}, task
+
+
+def prepare_opennmt(n_sentences: int, threads: int):
+    """The checkpoint, CTranslate2's conversion of it, the task (source ids without EOS, as
+    OpenNMT-py feeds its encoder); checks first that nmtdecode and OpenNMT-py agree at beam 5."""
+    checkpoint = opennmt_py.opennmt_base(os.path.join(OUT, "opennmt-base"))
+    ct2_dir = opennmt_py.to_ctranslate2(checkpoint, os.path.join(OUT, "opennmt-base-ct2"))
+    vocab = opennmt_py.VOCAB
+    g = torch.Generator().manual_seed(1)
+    sources = [torch.randint(len(opennmt_py.SPECIALS), len(vocab), (int(torch.randint(10, 40, (1,), generator=g)),),
+                             generator=g).tolist() for _ in range(n_sentences)]
+    task, _ = sorted_task(sources, format="opennmt-py", tokens=vocab, max_length=256, banned=[])
+    dirs = {"nmtdecode": checkpoint, "opennmt-py": checkpoint, "ctranslate2": ct2_dir}
+    check = {**task, "sources": task["sources"][:: max(1, len(sources) // 4)]}  # a few, short to long
+    check_file = os.path.join(OUT, "opennmt-base-check.json")
+    with open(check_file, "w", encoding="utf-8") as f:
+        json.dump(check, f)
+    print("opennmt-base: nmtdecode and OpenNMT-py at beam 5 ...", file=sys.stderr, flush=True)
+    ours, theirs = (measure(system, checkpoint, check_file, 5, threads, {}, 32)["outputs"]
+                    for system in ("nmtdecode", "opennmt-py"))
+    if ours != theirs:
+        raise RuntimeError(f"opennmt-base: nmtdecode and OpenNMT-py disagree at beam 5:\n{ours}\n{theirs}")
+    return dirs, task
 
 
 def test_lines(demo_dir: str, n: int):
@@ -153,9 +191,10 @@ def agreement(a, b):
     return sum(x == y for x, y in zip(a, b)) / len(a)
 
 
-def benchmark_model(name, dirs, task, beam, args, loaded=None, references=None, fixed=0):
-    """One model at one beam size: every row of rows_for, interleaved, fastest of --repeat."""
-    rows = rows_for(beam, natural=not fixed)
+def benchmark_model(name, dirs, task, beam, args, loaded=None, references=None, fixed=0, rows=None):
+    """One model at one beam size: every row of `rows` (rows_for's by default), interleaved,
+    fastest of --repeat."""
+    rows = rows or rows_for(beam, natural=not fixed)
     task_file = os.path.join(OUT, f"{name}-task.json")
     with open(task_file, "w", encoding="utf-8") as f:
         json.dump(task, f)
@@ -232,7 +271,7 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="few sentences: a smoke test of the harness")
     parser.add_argument("--repeat", type=int, default=3, help="runs per system; the fastest is reported")
-    parser.add_argument("--models", default="marian-base,demo,marian-demo")
+    parser.add_argument("--models", default="marian-base,demo,marian-demo,opennmt-base")
     parser.add_argument("--demo", default=os.path.join(ROOT, "data", "demo"), help="the demo model directory")
     parser.add_argument("--output", default=os.path.join(HERE, "results.md"),
                         help="the results file (one per CPU is kept in bench/: results-VENDOR-MODEL.md)")
@@ -244,10 +283,14 @@ def main():
         if name == "marian-demo" and not os.path.isfile(os.path.join(MARIAN_DEMO, "model.safetensors")):
             notes.append(f"marian-demo skipped: train it first with `{MARIAN_DEMO_RECIPE}`")
             continue
+        if name == "opennmt-base":
+            opennmt_dirs, opennmt_task = prepare_opennmt(n_marian, args.threads)  # once: it checks agreement
         for beam in (1, 5):
             if name == "marian-base":
                 dirs, task = prepare_marian(n_marian)
                 rows += benchmark_model(name, dirs, task, beam, args, fixed=32)
+            elif name == "opennmt-base":
+                rows += benchmark_model(name, opennmt_dirs, opennmt_task, beam, args, fixed=32, rows=OPENNMT_ROWS)
             else:
                 dirs, task, loaded, references = prepare_natural(name, n_natural, args.demo)
                 rows += benchmark_model(name, dirs, task, beam, args, loaded, references)

@@ -8,11 +8,15 @@ beam size, length limits and thread count; tokenization is not timed.
         [--precision float32|int8|bfloat16] [--rule top|true|false|never] [--gemm auto|onednn|torch]
         [--length-penalty A] [--fixed-length N]
 SYSTEM: nmtdecode | transformers | ctranslate2
+        | opennmt-py (OpenNMT-py's Translator, as onmt_translate builds it; bench/opennmt_py.py)
         | nmtdecode-file (the CLI job on a text file TASK; for peak memory against input size)
 
 --rule is nmtdecode's stop rule (transformers always runs early_stopping=False, CTranslate2
-its own rule); --length-penalty is the exponent alpha of the average length penalty
-(nmtdecode: 0 means `none`; CTranslate2: 0 switches it to its early-exit rule, OpenNMT's `top`).
+its own rule, OpenNMT-py its own); --length-penalty is the exponent alpha of the average length
+penalty (nmtdecode and OpenNMT-py: 0 means `none`; CTranslate2: 0 switches it to its early-exit
+rule, OpenNMT's `top`). --fixed-length N sets the minimum and maximum length to N (OpenNMT-py:
+-min_length N -max_length N -max_length_ratio 0, which yields exactly N tokens, EOS banned
+until then).
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ def run_nmtdecode(args, task):
     from nmtdecode.models.quantize import quantize_int8
     from nmtdecode.translator import Translator
 
-    if task["format"] == "native":
+    if task["format"] in ("native", "opennmt-py"):
         loaded = load_model(args.model)
         model, rules = loaded.model, loaded.rules
     else:
@@ -129,6 +133,23 @@ def run_ctranslate2(args, task):
     return seconds, [[index[t] for t in r.hypotheses[0]] for r in results], "ctranslate2's own"
 
 
+def run_opennmt(args, task):
+    import torch
+
+    from opennmt_py import translate_batch, translator
+
+    if args.precision != "float32":  # its -precision int8 is a no-op on CPU in 3.5.1 (load_test_model)
+        raise SystemExit("opennmt-py: float32 only")
+    options = {"beam_size": args.beam, "max_length": task["max_length"],
+               "length_penalty": "avg" if args.length_penalty else "none", "alpha": args.length_penalty or 1.0}
+    if args.fixed_length:  # its step limit is min(max_length, |src| * max_length_ratio + 5): ratio 0 lifts it
+        options.update(min_length=args.fixed_length, max_length=args.fixed_length, max_length_ratio=0)
+    onmt = translator(args.model, **options)
+    with torch.no_grad():  # as onmt_translate runs (its translate_batch also sets no_grad)
+        seconds, outputs = decode_in_batches(lambda batch: translate_batch(onmt, batch), task["sources"], args.batch)
+    return seconds, outputs, "torch"
+
+
 def run_file_job(args):
     """The whole CLI job on a text file (reading, batching, writing): its peak memory should not
     grow with the number of input lines."""
@@ -150,7 +171,7 @@ def run_file_job(args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("system", choices=["nmtdecode", "transformers", "ctranslate2", "nmtdecode-file"])
+    parser.add_argument("system", choices=["nmtdecode", "transformers", "ctranslate2", "opennmt-py", "nmtdecode-file"])
     parser.add_argument("model")
     parser.add_argument("task")
     parser.add_argument("--beam", type=int, default=5)
@@ -170,7 +191,8 @@ def main():
         return
     with open(args.task, encoding="utf-8") as f:
         task = json.load(f)
-    runner = {"nmtdecode": run_nmtdecode, "transformers": run_transformers, "ctranslate2": run_ctranslate2}
+    runner = {"nmtdecode": run_nmtdecode, "transformers": run_transformers, "ctranslate2": run_ctranslate2,
+              "opennmt-py": run_opennmt}
     seconds, outputs, backend = runner[args.system](args, task)
     json.dump({"system": args.system, "seconds": seconds, "sentences": len(outputs), "gemm": backend,
                "target_tokens": sum(map(len, outputs)), "peak_rss_mb": peak_rss_mb(), "outputs": outputs},
