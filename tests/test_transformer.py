@@ -107,3 +107,27 @@ def test_cache_paths_follow_many_reorders():
             tokens = torch.randint(4, 30, (origin.numel(),), generator=g)
             histories = [histories[o] + [t] for o, t in zip(origin.tolist(), tokens.tolist())]
             cache.follow(StepOutput(tokens=tokens, origin=origin, keep=keep))
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_an_uninitialised_model_is_the_same_model_once_filled(tied):
+    """The loaders' `Transformer.uninitialised`: the same parameters, ties and buffers as a model
+    built normally, and the same outputs once a state dict fills it; torch's initialisers are
+    themselves again afterwards, also when the construction fails."""
+    cfg = tiny_config(50, share_embeddings=tied, tie_output=tied, final_logits_bias=True)
+    torch.manual_seed(0)
+    reference = Transformer(cfg).eval()
+    empty = Transformer.uninitialised(cfg).eval()
+    assert [(n, p.shape) for n, p in empty.named_parameters()] == [(n, p.shape) for n, p in
+                                                                   reference.named_parameters()]
+    assert (empty.output.weight is empty.tgt_embed.tokens.weight) == tied
+    assert torch.equal(empty.src_embed.sinusoids, reference.src_embed.sinusoids)
+    empty.load_state_dict(reference.state_dict())
+    src, mask, tgt = torch.randint(4, 50, (2, 5)), torch.ones(2, 5, dtype=torch.bool), torch.randint(4, 50, (2, 4))
+    with torch.no_grad():
+        assert torch.equal(empty(src, mask, tgt), reference(src, mask, tgt))
+    with pytest.raises(Exception):
+        Transformer.uninitialised(tiny_config(50, heads=5))  # d_model 32 is not divisible by 5 heads
+    weights = torch.empty(3, 4)
+    torch.nn.init.ones_(weights)
+    assert torch.equal(weights, torch.ones(3, 4))  # the initialisers work again

@@ -204,7 +204,7 @@ def load(path: str) -> LoadedModel:
         raise ModelError(f"{path}/vocab.json: expected token lists under src and tgt")
     weights = read_weights(path)
     cfg = model_config(config["model"], vocab, weights, path)
-    model = Transformer(cfg)
+    model = Transformer.uninitialised(cfg)
     load_weights(model, convert_weights(model, weights, *weight_map(cfg)), path)
     src_spm, tgt_spm = tokenizer_files(config, path)
     specials = {role: (vocab.get("specials") or DEFAULT_SPECIALS).get(key, DEFAULT_SPECIALS[key])

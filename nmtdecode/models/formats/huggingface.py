@@ -265,7 +265,7 @@ def load_network(path: str, hf: dict) -> tuple[Transformer, dict, ModelRules]:
     bias = tensors.get("final_logits_bias", tensors.get("model.final_logits_bias"))
     # Most checkpoints store an all-zero final_logits_bias: adding it would cost a pass over every step's logits.
     cfg.final_logits_bias = bias is not None and bool(bias.any())
-    model = Transformer(cfg)
+    model = Transformer.uninitialised(cfg)
     load_weights(model, convert_weights(cfg, tensors, path), path)
     defaults, rules = generation_settings(generation, cfg)
     return model.eval(), defaults, rules

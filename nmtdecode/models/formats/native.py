@@ -59,7 +59,7 @@ def load(path: str) -> LoadedModel:
         cfg = TransformerConfig.from_dict(data["model"])
     except (TypeError, ValueError) as e:
         raise ModelError(f"{path}/config.yaml: {e}") from None
-    model = Transformer(cfg)
+    model = Transformer.uninitialised(cfg)
     load_weights(model, read_safetensors(os.path.join(path, "model.safetensors")), path)
     model.eval()
     tok = data.get("tokenizer") or {}

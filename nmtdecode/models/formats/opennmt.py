@@ -292,7 +292,7 @@ def load(path: str) -> LoadedModel:
     theirs = dict(data["model"])
     theirs.update({f"generator.{name}": tensor for name, tensor in data["generator"].items()})
     cfg = model_config(opt, vocab, theirs, path)
-    model = Transformer(cfg)
+    model = Transformer.uninitialised(cfg)
     load_weights(model, convert_weights(model, theirs, *weight_map(cfg)), path)
     recorded = {side: getattr(opt, f"{side}_subword_model", None) for side in ("src", "tgt")}
     beside = os.path.dirname(os.path.abspath(path))
