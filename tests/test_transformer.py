@@ -131,3 +131,24 @@ def test_an_uninitialised_model_is_the_same_model_once_filled(tied):
     weights = torch.empty(3, 4)
     torch.nn.init.ones_(weights)
     assert torch.equal(weights, torch.ones(3, 4))  # the initialisers work again
+
+
+def test_load_weights_gives_the_model_the_tensors_themselves_and_keeps_ties():
+    """No copy (so a checkpoint is held once while it loads): each parameter is the given tensor,
+    converted where its dtype differs; tied parameters are one tensor again afterwards."""
+    from nmtdecode.models.checkpoint import load_weights
+
+    cfg = tiny_config(50, share_embeddings=True, tie_output=True, final_logits_bias=True)
+    torch.manual_seed(1)
+    source = Transformer(cfg).eval()
+    tensors = {n: t.clone() for n, t in source.state_dict().items() if n not in ("tgt_embed.tokens.weight",
+                                                                                  "output.weight")}
+    tensors["output.bias"] = tensors["output.bias"].double()  # another dtype: converted
+    model = Transformer.uninitialised(cfg).eval()
+    load_weights(model, tensors, "test")
+    assert model.encoder_layers[0].ffn.up.weight.data_ptr() == tensors["encoder_layers.0.ffn.up.weight"].data_ptr()
+    assert model.output.bias.dtype == torch.float32
+    assert model.output.weight is model.tgt_embed.tokens.weight is model.src_embed.tokens.weight
+    src, mask, tgt = torch.randint(4, 50, (2, 5)), torch.ones(2, 5, dtype=torch.bool), torch.randint(4, 50, (2, 4))
+    with torch.no_grad():
+        torch.testing.assert_close(model(src, mask, tgt), source(src, mask, tgt))

@@ -99,7 +99,11 @@ def shared_names(model: torch.nn.Module) -> dict[str, str]:
 
 
 def load_weights(model: Transformer, tensors: dict[str, torch.Tensor], source: str):
-    """Copy `tensors` (our parameter names) into `model`, strictly."""
+    """Give `model` the `tensors` (our parameter names), strictly checked.
+
+    The tensors become the parameters (no copy: a model built uninitialised never touches its own
+    memory, so the weights are held once, not twice, while loading); ones of another dtype are
+    converted, and tied parameters are tied again to the tensor their first name gets."""
     aliases = shared_names(model)
     expected = {n: t for n, t in model.state_dict().items() if n not in aliases}
     missing = sorted(set(expected) - set(tensors))
@@ -111,4 +115,8 @@ def load_weights(model: Transformer, tensors: dict[str, torch.Tensor], source: s
         if tuple(tensors[name].shape) != tuple(tensor.shape):
             raise ModelError(f"{source}: {name} has shape {tuple(tensors[name].shape)}, "
                              f"the config implies {tuple(tensor.shape)}")
-    model.load_state_dict({n: tensors[n] for n in expected}, strict=False)
+    model.load_state_dict({n: tensors[n].to(t.dtype).contiguous() for n, t in expected.items()}, strict=False,
+                          assign=True)
+    for alias, first in aliases.items():
+        module, _, name = alias.rpartition(".")
+        setattr(model.get_submodule(module), name, model.get_parameter(first))
