@@ -38,14 +38,14 @@ def score_job(config: Config, src_path: str, tgt_path: str, output: str = "-", f
             raise ConfigError(f"--src has {len(sources)} lines but --tgt has {len(targets)}")
         translator = PublicTranslator.from_config(config)
         signals.job_started()
+        config, loop = decoder(translator.config, translator.loaded, translator.device)
+        scored = score_pairs(translator.loaded, loop, sources, targets, config.batching.batch_size,
+                             tokens=fmt == "jsonl", max_src_length=config.batching.max_src_length)
         if fmt == "jsonl":
-            config, loop = decoder(translator.config, translator.loaded, translator.device)
-            scored = score_pairs(translator.loaded, loop, sources, targets, config.batching.batch_size,
-                                 tokens=True, max_src_length=config.batching.max_src_length)
             lines = [json.dumps({"index": i, "log_prob": sum(s) + eos, "tokens": t, "token_scores": s,
                                  "eos_score": eos}, ensure_ascii=False) for i, (t, s, eos) in enumerate(scored)]
         else:
-            lines = [f"{total:.6f}" for total in translator.score(sources, targets)]
+            lines = [f"{total:.6f}" for total in scored]
         out.open(False, signature="")  # no checkpoints: a complete file or none
         try:
             out.stream.write("".join(line + "\n" for line in lines))
