@@ -85,6 +85,18 @@ class RowFacts:
 ATTACHED = ("alignment", "attention")
 
 
+def facts_by_sentence(facts: RowFacts | None, sentences: int, rows: torch.Tensor | None = None) -> dict:
+    """For the host copy, when rows never mix (greedy, sampling): each row's coverage penalty
+    ("penalty") and attached facts, taken at `rows` (default: every row), grouped by sentence as
+    (sentences, slots) or (sentences, slots * S)."""
+    if facts is None:
+        return {}
+    picked = dict(facts.attached())
+    if facts.penalty is not None:
+        picked["penalty"] = facts.penalty
+    return {name: (value if rows is None else value[rows]).reshape(sentences, -1) for name, value in picked.items()}
+
+
 def attached_per_slot(host: dict, prefix: str, slots: int) -> list[dict] | None:
     """One sentence's share of the host copy -> for each of its `slots` candidates, what is
     attached to it: {"alignment": int, "attention": [float] * S}, the names present only;

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import RowFacts, SentenceRecords, StepOutput, attached_per_slot, to_host
+from .base import RowFacts, SentenceRecords, StepOutput, attached_per_slot, facts_by_sentence, to_host
 from .beam import Beam
 from .penalties import LengthPenalty
 
@@ -26,7 +26,7 @@ class GreedySearch(SentenceRecords):
         """logprobs (n, V): each row takes its arg-max."""
         tokens = logprobs.argmax(dim=1)
         totals = self.alive_scores + logprobs.gather(1, tokens[:, None])[:, 0]
-        host = to_host(totals=totals[:, None], tokens=tokens[:, None], **self._facts_of(facts))
+        host = to_host(totals=totals[:, None], tokens=tokens[:, None], **facts_by_sentence(facts, len(self.active)))
         for i, sentence in enumerate(self.active):
             beam = self.beams[sentence]
             if beam.done:
@@ -40,16 +40,6 @@ class GreedySearch(SentenceRecords):
             else:
                 beam.extend([token], [0], [total], attached)
         return self._next_rows(tokens, totals)
-
-    @staticmethod
-    def _facts_of(facts: RowFacts | None) -> dict:
-        """For the host copy: each row's coverage penalty and attached facts, (n, 1) or (n, S)."""
-        if facts is None:
-            return {}
-        picked = {name: value.view(value.size(0), -1) for name, value in facts.attached().items()}
-        if facts.penalty is not None:
-            picked["penalty"] = facts.penalty[:, None]
-        return picked
 
     def _next_rows(self, tokens: torch.Tensor, totals: torch.Tensor) -> StepOutput:
         still = self.survivors()

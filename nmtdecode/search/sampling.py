@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import torch
 
-from .base import NEG_INF, RowFacts, SentenceRecords, StepOutput, attached_per_slot, to_host
+from .base import (NEG_INF, RowFacts, SentenceRecords, StepOutput, attached_per_slot, facts_by_sentence,
+                   to_host)
 from .beam import Beam
 from .penalties import LengthPenalty
 
@@ -192,21 +193,12 @@ class SamplingSearch(SentenceRecords):
         tokens = tokens.masked_fill_(~self.alive | (token_scores == NEG_INF), self.eos_id)
         totals = self.alive_scores + token_scores.masked_fill_(~self.alive, 0.0)
         host = to_host(tokens=tokens.view(n, self.n), totals=totals.view(n, self.n),
-                       **self._facts_of(facts, origin, n))
+                       **facts_by_sentence(facts, n, origin))
         for i, sentence in enumerate(self.active):
             self._record(sentence, step, {name: rows[i] for name, rows in host.items()})
         self.alive &= tokens != self.eos_id
         self.alive_scores = totals
         return self._next_rows(tokens, origin)
-
-    def _facts_of(self, facts: RowFacts | None, origin: torch.Tensor | None, n: int) -> dict:
-        """For the host copy: each sample's coverage penalty and attached facts, (n, N) or (n, N*S)."""
-        if facts is None:
-            return {}
-        picked = dict(facts.attached())
-        if facts.penalty is not None:
-            picked["penalty"] = facts.penalty
-        return {name: (value if origin is None else value[origin]).reshape(n, -1) for name, value in picked.items()}
 
     def _record(self, sentence: int, step: int, row: dict):
         """One sentence's N samples at this step (its share of the host copy) -> its Beam."""
