@@ -25,7 +25,7 @@ class ModelError(RuntimeError):
     """The model cannot be loaded (runtime error, exit code 1)."""
 
 
-@dataclass
+@dataclass(frozen=True)  # shared by every model of a format (opennmt.OPENNMT_RULES): never changed in place
 class ModelRules:
     """Decoding rules that come with a model rather than from the user."""
 

@@ -19,9 +19,10 @@ import glob
 import json
 import os
 
-from ..checkpoint import LoadedModel, ModelError, ModelRules, load_weights, read_json, read_safetensors
+from ..checkpoint import LoadedModel, ModelError, load_weights, read_json, read_safetensors
 from ..transformer import Transformer, TransformerConfig
-from .opennmt import POSITION_TYPES, VocabTokenizer, _attention, convert_weights, special_ids, subword_models
+from .opennmt import (OPENNMT_RULES, POSITION_TYPES, VocabTokenizer, attention_projections, convert_weights,
+                      special_ids, subword_models)
 
 FORMAT = "eole"
 ROLES = {"unk": "unk_token", "pad": "pad_token", "bos": "bos_token", "eos": "eos_token"}
@@ -112,10 +113,15 @@ def _positions(model: dict, side: str):
                   embeddings.get("position_encoding_type", "SinusoidalInterleaved"))
 
 
+def special_tokens(vocab: dict) -> dict[str, str]:
+    """Role (unk, pad, bos, eos) -> the token vocab.json names for it, else eole's default."""
+    named = vocab.get("specials") or DEFAULT_SPECIALS
+    return {role: named.get(key, DEFAULT_SPECIALS[key]) for role, key in ROLES.items()}
+
+
 def model_config(model: dict, vocab: dict, weights: dict, path: str) -> TransformerConfig:
     check_options(model, path)
-    specials = {role: (vocab.get("specials") or DEFAULT_SPECIALS).get(key, DEFAULT_SPECIALS[key])
-                for role, key in ROLES.items()}
+    specials = special_tokens(vocab)
     src = special_ids(vocab["src"], "source", path, specials)
     tgt = special_ids(vocab["tgt"], "target", path, specials)
     start = vocab.get("decoder_start_token", specials["bos"])
@@ -164,9 +170,9 @@ def weight_map(cfg: TransformerConfig) -> tuple[dict[str, list[str]], dict[str, 
             direct[f"{theirs_stack}_norm.{part}"] = f"{theirs_stack}.layer_norm.{part}"
         for i in range(layers):
             ours, theirs = f"{ours_stack}.{i}", f"{theirs_stack}.transformer_layers.{i}"
-            _attention(f"{ours}.self_attn", f"{theirs}.self_attn", linear)
+            attention_projections(f"{ours}.self_attn", f"{theirs}.self_attn", linear)
             if theirs_stack == "decoder":
-                _attention(f"{ours}.cross_attn", f"{theirs}.context_attn", linear)
+                attention_projections(f"{ours}.cross_attn", f"{theirs}.context_attn", linear)
             linear[f"{ours}.ffn.up"] = [f"{theirs}.mlp.gate_up_proj"]
             linear[f"{ours}.ffn.down"] = [f"{theirs}.mlp.down_proj"]
             for block, norm in norms.items():
@@ -207,9 +213,6 @@ def load(path: str) -> LoadedModel:
     model = Transformer.uninitialised(cfg)
     load_weights(model, convert_weights(model, weights, *weight_map(cfg)), path)
     src_spm, tgt_spm = tokenizer_files(config, path)
-    specials = {role: (vocab.get("specials") or DEFAULT_SPECIALS).get(key, DEFAULT_SPECIALS[key])
-                for role, key in ROLES.items()}
-    tokenizer = VocabTokenizer(vocab["src"], vocab["tgt"], src_spm, tgt_spm, specials)
+    tokenizer = VocabTokenizer(vocab["src"], vocab["tgt"], src_spm, tgt_spm, special_tokens(vocab))
     # eole predict decodes with OpenNMT-py's beam (eole/predict/beam_search.py)
-    rules = ModelRules(banned_ids=(), length_offset=1, opennmt_beam=True)
-    return LoadedModel(model.eval(), tokenizer, FORMAT, path, rules, dict(DECODING_DEFAULTS))
+    return LoadedModel(model.eval(), tokenizer, FORMAT, path, OPENNMT_RULES, dict(DECODING_DEFAULTS))

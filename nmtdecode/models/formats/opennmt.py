@@ -56,6 +56,10 @@ RELATIVE_POSITIONS = {-1: "rotary position embeddings", -2: "ALiBi"}
 # with alpha 1, a step limit of min(max_length, |src| * max_length_ratio + 5).
 DECODING_DEFAULTS = {"beam_size": 5, "length_penalty": "avg", "alpha": 1.0, "early_stopping": "top",
                      "max_length": 250, "max_len_a": 1.25, "max_len_b": 5}
+# How onmt_translate (and eole predict) search: nothing banned but <unk> with ban_unk_token
+# (onmt/translate/decode_strategy.py); the length penalty counts one token more than were
+# generated, and the beam keeps a finished candidate's slot empty for a step (beam_search.py).
+OPENNMT_RULES = ModelRules(banned_ids=(), length_offset=1, opennmt_beam=True)
 
 
 def detect(path: str) -> bool:
@@ -120,9 +124,14 @@ def check_options(opt: argparse.Namespace, path: str):
                              f"(supported: {', '.join(table)})")
 
 
+def token_ids(tokens: list) -> dict:
+    """A vocabulary's token -> id; a token listed twice keeps its first id."""
+    return {token: i for i, token in reversed(list(enumerate(tokens)))}
+
+
 def special_ids(tokens: list, side: str, path: str, specials: dict[str, str] = SPECIALS) -> dict[str, int]:
     """The ids of the special tokens (role -> token) in one vocabulary."""
-    index = {token: i for i, token in reversed(list(enumerate(tokens)))}
+    index = token_ids(tokens)
     missing = [token for token in specials.values() if token not in index]
     if missing:
         raise ModelError(f"{path}: the {side} vocabulary has no {missing[0]} token")
@@ -155,7 +164,7 @@ def model_config(opt: argparse.Namespace, vocab: dict, weights: dict, path: str)
         raise ModelError(f"{path}: options do not describe a Transformer: {e}") from None
 
 
-def _attention(ours: str, theirs: str, fused: dict) -> dict:
+def attention_projections(ours: str, theirs: str, fused: dict) -> dict:
     """Our fused projections are concatenations of theirs, rows in this order."""
     if ours.endswith("self_attn"):
         fused[f"{ours}.qkv"] = [f"{theirs}.linear_query", f"{theirs}.linear_keys", f"{theirs}.linear_values"]
@@ -179,13 +188,13 @@ def weight_map(cfg: TransformerConfig) -> tuple[dict[str, list[str]], dict[str, 
         direct[f"decoder_norm.{norm}"] = f"decoder.layer_norm.{norm}"
     for i in range(cfg.encoder_layers):
         ours, theirs = f"encoder_layers.{i}", f"encoder.transformer.{i}"
-        _attention(f"{ours}.self_attn", f"{theirs}.self_attn", linear)
+        attention_projections(f"{ours}.self_attn", f"{theirs}.self_attn", linear)
         norms = {"attn_block": "layer_norm", "ffn_block": "feed_forward.layer_norm"}
         _feed_forward(ours, theirs, norms, linear, direct)
     for i in range(cfg.decoder_layers):
         ours, theirs = f"decoder_layers.{i}", f"decoder.transformer_layers.{i}"
-        _attention(f"{ours}.self_attn", f"{theirs}.self_attn", linear)
-        _attention(f"{ours}.cross_attn", f"{theirs}.context_attn", linear)
+        attention_projections(f"{ours}.self_attn", f"{theirs}.self_attn", linear)
+        attention_projections(f"{ours}.cross_attn", f"{theirs}.context_attn", linear)
         norms = {"self_block": "layer_norm_1", "cross_block": "layer_norm_2", "ffn_block": "feed_forward.layer_norm"}
         _feed_forward(ours, theirs, norms, linear, direct)
     return linear, direct
@@ -202,7 +211,8 @@ def _feed_forward(ours: str, theirs: str, norms: dict, linear: dict, direct: dic
 def convert_weights(model: Transformer, theirs: dict[str, torch.Tensor], linear: dict[str, list[str]],
                     direct: dict[str, str]) -> dict[str, torch.Tensor]:
     """Their tensors under our names (`weight_map`); a bias the checkpoint lacks (add_qkvbias
-    off while add_ffnbias is on, say) becomes zeros, which is the same layer without one."""
+    off while add_ffnbias is on, say) becomes zeros, which is the same layer without one. A
+    float16 checkpoint stays float16 here: `load_weights` converts to the model's dtype."""
     ours = {name: theirs[source] for name, source in direct.items() if source in theirs}
     expected = model.state_dict()
     for name, parts in linear.items():
@@ -216,7 +226,7 @@ def convert_weights(model: Transformer, theirs: dict[str, torch.Tensor], linear:
         ours.pop("output.weight", None)
     if model.cfg.share_embeddings:
         ours.pop("tgt_embed.tokens.weight", None)
-    return {name: tensor.float() for name, tensor in ours.items()}
+    return ours
 
 
 class VocabTokenizer:
@@ -226,8 +236,7 @@ class VocabTokenizer:
 
     def __init__(self, src_vocab: list, tgt_vocab: list, src_spm: str | None, tgt_spm: str | None,
                  specials: dict[str, str] = SPECIALS):
-        self.src_ids = {token: i for i, token in reversed(list(enumerate(src_vocab)))}
-        self.tgt_ids = {token: i for i, token in reversed(list(enumerate(tgt_vocab)))}
+        self.src_ids, self.tgt_ids = token_ids(src_vocab), token_ids(tgt_vocab)
         self.tgt_tokens = list(tgt_vocab)
         self.src_spm = spm.SentencePieceProcessor(model_file=src_spm) if src_spm else None
         self.tgt_spm = spm.SentencePieceProcessor(model_file=tgt_spm) if tgt_spm else None
@@ -298,8 +307,4 @@ def load(path: str) -> LoadedModel:
     beside = os.path.dirname(os.path.abspath(path))
     src_spm, tgt_spm = subword_models(getattr(opt, "transforms", None), recorded, path, beside)
     tokenizer = VocabTokenizer(vocab["src"], vocab["tgt"], src_spm, tgt_spm)
-    # onmt_translate bans nothing but <unk> with ban_unk_token (onmt/translate/decode_strategy.py); its
-    # length penalty counts one token more than were generated, and its beam keeps a finished
-    # candidate's slot empty for a step (onmt/translate/beam_search.py)
-    rules = ModelRules(banned_ids=(), length_offset=1, opennmt_beam=True)
-    return LoadedModel(model.eval(), tokenizer, FORMAT, path, rules, dict(DECODING_DEFAULTS))
+    return LoadedModel(model.eval(), tokenizer, FORMAT, path, OPENNMT_RULES, dict(DECODING_DEFAULTS))
