@@ -20,10 +20,6 @@ PEER_RENAMES = {
     "fp16": "dtype: float16",
     "with_score": "format: nbest or jsonl",
 }
-# Their options that nmtdecode spells the same way, with the same meaning (tests check that each is a key).
-PEER_SAME_NAMES = ("model", "src", "output", "beam_size", "n_best", "min_length", "max_length", "length_penalty",
-                   "alpha", "coverage_penalty", "beta", "block_ngram_repeat", "ignore_when_blocking", "seed",
-                   "batch_size", "batch_type")
 # Their options that ask for something nmtdecode does without (logging, multi-GPU launch,
 # tokenization given in the model's own options) or does not have.
 PEER_WITHOUT_EQUIVALENT = ("verbose", "report_time", "log_file", "attn_debug", "align_debug", "dump_beam",

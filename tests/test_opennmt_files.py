@@ -12,7 +12,7 @@ from nmtdecode.config import KEY_SECTION, Config
 from nmtdecode.models.checkpoint import ModelError
 from nmtdecode.models.formats import opennmt
 from nmtdecode.models.transformer import Transformer
-from nmtdecode.opennmt_options import PEER_RENAMES, PEER_SAME_NAMES, PEER_WITHOUT_EQUIVALENT
+from nmtdecode.opennmt_options import PEER_RENAMES, PEER_WITHOUT_EQUIVALENT
 
 from .helpers import train_sentencepiece
 
@@ -192,6 +192,13 @@ def test_a_float16_checkpoint_loads_as_float32(tmp_path, cli):
         assert torch.equal(ours, theirs.half().float()), name
     result = cli("inspect", path, text=True)
     assert "dtype:         stored float16; loaded as float32" in result.stdout
+
+
+# onmt_translate's options that nmtdecode spells the same way, with the same meaning (README
+# "Coming from OpenNMT-py or eole" lists them).
+PEER_SAME_NAMES = ("model", "src", "output", "beam_size", "n_best", "min_length", "max_length", "length_penalty",
+                   "alpha", "coverage_penalty", "beta", "block_ngram_repeat", "ignore_when_blocking", "seed",
+                   "batch_size", "batch_type")
 
 
 def test_opennmt_names_nmtdecode_spells_alike_are_options():
