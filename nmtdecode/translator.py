@@ -99,14 +99,14 @@ class Translator:
                                     seed=cfg.seed, line_ids=line_ids or list(range(batch_size)), **common)
         elif cfg.beam_size == 1:
             search = GreedySearch(**common)
-        elif self.cfg.beam_groups > 1:
-            search = DiverseBeamSearch(beam_size=self.cfg.beam_size, groups=self.cfg.beam_groups,
-                                       diversity_penalty=self.cfg.diversity_penalty,
-                                       early_stopping=self.cfg.early_stopping, n_best=self.cfg.n_best,
+        elif cfg.beam_groups > 1:
+            search = DiverseBeamSearch(beam_size=cfg.beam_size, groups=cfg.beam_groups,
+                                       diversity_penalty=cfg.diversity_penalty,
+                                       early_stopping=cfg.early_stopping, n_best=cfg.n_best,
                                        forced_steps=self.forced_steps(batch_size, prefixes), **common)
         else:
-            search = BeamSearch(beam_size=self.cfg.beam_size, early_stopping=self.cfg.early_stopping,
-                                n_best=self.cfg.n_best, opennmt=self.rules.opennmt_beam, **common)
+            search = BeamSearch(beam_size=cfg.beam_size, early_stopping=cfg.early_stopping,
+                                n_best=cfg.n_best, opennmt=self.rules.opennmt_beam, **common)
         search.shrink = self.shrink
         return search
 
@@ -119,10 +119,10 @@ class Translator:
         if cfg.no_repeat_ngram_size:
             chain.append(NoRepeatNgram(cfg.no_repeat_ngram_size))
         if cfg.block_ngram_repeat:
-            chain.append(BlockNgramRepeat(cfg.block_ngram_repeat, self.excluded_ids))
+            chain.append(BlockNgramRepeat(cfg.block_ngram_repeat, self.excluded_ids, self.device))
         banned = set(rules.banned_ids) | ({self.unk_id} if cfg.ban_unk else set()) | set(self.banned_ids)
         if banned:
-            chain.append(BanTokens(banned))
+            chain.append(BanTokens(banned, self.device))
         if cfg.min_length:
             chain.append(MinLength(cfg.min_length, self.eos_id))
         if rules.forced_bos_id is not None:

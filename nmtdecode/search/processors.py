@@ -58,14 +58,11 @@ class MinLength:
 class BanTokens:
     """These tokens are never generated (e.g. pad, or unk with --ban-unk)."""
 
-    def __init__(self, token_ids):
-        self.token_ids = sorted(set(token_ids))
-        self._index = None
+    def __init__(self, token_ids, device="cpu"):
+        self.index = torch.tensor(sorted(set(token_ids)), dtype=torch.long, device=device)
 
     def __call__(self, logprobs, step, rows):
-        if self._index is None or self._index.device != logprobs.device:
-            self._index = torch.tensor(self.token_ids, dtype=torch.long, device=logprobs.device)
-        return logprobs.index_fill_(1, self._index, NEG_INF)
+        return logprobs.index_fill_(1, self.index, NEG_INF)
 
 
 class ForceFirstToken:
@@ -178,22 +175,19 @@ class BlockNgramRepeat:
     BLOCKED = -1e21  # OpenNMT-py's -10e20
     needs_history = True
 
-    def __init__(self, ngram_size: int, excluded=()):
+    def __init__(self, ngram_size: int, excluded=(), device="cpu"):
         if ngram_size < 1:
             raise ValueError(f"block_ngram_repeat must be >= 1, got {ngram_size}")
         self.n = ngram_size
-        self.excluded = sorted(set(excluded))
-        self._excluded = None
+        self.excluded = torch.tensor(sorted(set(excluded)), dtype=torch.long, device=device)
 
     def __call__(self, logprobs, step, rows):
         history = rows.history
         if history.size(1) < self.n:
             return logprobs
         windows, recorded = ngram_matches(history, self.n)
-        if self.excluded:
-            if self._excluded is None or self._excluded.device != history.device:
-                self._excluded = torch.tensor(self.excluded, dtype=torch.long, device=history.device)
-            recorded &= ~torch.isin(windows, self._excluded).any(dim=2)
+        if self.excluded.numel():
+            recorded &= ~torch.isin(windows, self.excluded).any(dim=2)
         hits = torch.zeros_like(logprobs).scatter_add_(1, windows[:, :, -1], recorded.to(logprobs.dtype))
         return torch.where(hits > 0, logprobs.clamp(max=self.BLOCKED), logprobs, out=logprobs)
 
