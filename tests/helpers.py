@@ -183,3 +183,18 @@ def build_native_model(directory, vocab_size: int = 48, seed: int = 0, decoding=
     native.save(str(directory), model, {"source": "spm.model"}, decoding=decoding, banned_ids=[PAD, BOS],
                 dtype=torch.float32)
     return directory
+
+
+def nbest_of(translator, tokens: list[str], **options) -> list[tuple[list[str], float]]:
+    """A pre-tokenized sentence through the Python API: its n-best as (tokens, score), best first
+    (the parity tests' view of a peer's output, OpenNMT-py's and eole's)."""
+    results = translator.translate([" ".join(tokens)], scores=True, format="jsonl", **options)[0]
+    return [(r.text.split(), r.score) for r in results]
+
+
+def assert_same_nbest(theirs, ours):
+    """Two n-best lists of (tokens, score): the same tokens, scores within 1e-4."""
+    import pytest
+
+    assert [tokens for tokens, _ in ours] == [tokens for tokens, _ in theirs]
+    assert [score for _, score in ours] == pytest.approx([score for _, score in theirs], abs=1e-4)

@@ -23,6 +23,7 @@ from nmtdecode.models.checkpoint import ModelError  # noqa: E402
 from nmtdecode.models.formats import eole  # noqa: E402
 
 from . import peer_eole as peer  # noqa: E402
+from .helpers import assert_same_nbest, nbest_of  # noqa: E402
 
 # Architecture options our loader maps (keys of eole's `model:` section), each built and compared.
 # add_final_linear_bias is given with add_qkvbias: left to its default, eole 0.6.4 builds the
@@ -67,22 +68,12 @@ def test_teacher_forced_logits_match_eole(built):
     torch.testing.assert_close(mine[1, :3], theirs[1, :3], atol=1e-4, rtol=0)  # rows past the target's EOS differ
 
 
-def translations(translator, tokens, **options):
-    results = translator.translate([" ".join(tokens)], scores=True, format="jsonl", **options)[0]
-    return [(r.text.split(), r.score) for r in results]
-
-
-def assert_same(theirs, ours):
-    assert [tokens for tokens, _ in ours] == [tokens for tokens, _ in theirs]
-    assert [score for _, score in ours] == pytest.approx([score for _, score in theirs], abs=1e-4)
-
-
 @pytest.mark.parametrize("beam_size", [1, 5])
 def test_greedy_and_beam_outputs_match_eole_predict(built, beam_size):
     _, path = built
     theirs, ours = peer.engine(path, beam_size=beam_size), Translator.load(str(path))  # eole predict's defaults
     for tokens in sources(1):
-        assert_same(peer.predict(theirs, tokens), translations(ours, tokens, beam_size=beam_size))
+        assert_same_nbest(peer.predict(theirs, tokens), nbest_of(ours, tokens, beam_size=beam_size))
 
 
 @pytest.mark.parametrize("seed", [1, 2])
@@ -90,7 +81,7 @@ def test_n_best_matches_eole_predict(tmp_path, seed):
     _, path = peer.build(tmp_path / "model", seed=seed)
     theirs, ours = peer.engine(path, n_best=3), Translator.load(str(path))
     for tokens in sources(seed):
-        assert_same(peer.predict(theirs, tokens), translations(ours, tokens, n_best=3))
+        assert_same_nbest(peer.predict(theirs, tokens), nbest_of(ours, tokens, n_best=3))
 
 
 def test_rotary_positions_are_refused_by_name(built):

@@ -21,6 +21,7 @@ from nmtdecode.models.checkpoint import ModelError  # noqa: E402
 from nmtdecode.models.formats import opennmt  # noqa: E402
 
 from . import peer_opennmt as peer  # noqa: E402
+from .helpers import assert_same_nbest, nbest_of  # noqa: E402
 
 # Architecture options our loader maps (onmt_train flags), each built and compared.
 VARIANTS = {
@@ -59,23 +60,13 @@ def test_teacher_forced_logits_match_opennmt(built):
     torch.testing.assert_close(mine[1, :3], theirs[1, :3], atol=1e-4, rtol=0)  # rows past the target's EOS differ
 
 
-def translations(translator, tokens, **options):
-    results = translator.translate([" ".join(tokens)], scores=True, format="jsonl", **options)[0]
-    return [(r.text.split(), r.score) for r in results]
-
-
-def assert_same(theirs, ours):
-    assert [tokens for tokens, _ in ours] == [tokens for tokens, _ in theirs]
-    assert [score for _, score in ours] == pytest.approx([score for _, score in theirs], abs=1e-4)
-
-
 @pytest.mark.parametrize("beam_size", [1, 5])
 def test_greedy_and_beam_outputs_match_onmt_translate(built, beam_size):
     model, opt, vocab, checkpoint = built
     theirs = peer.translator(model, opt, vocab, beam_size=beam_size)
     ours = Translator.load(checkpoint)  # the model's defaults: onmt_translate's
     for tokens in sources(1):
-        assert_same(peer.translate(theirs, tokens), translations(ours, tokens, beam_size=beam_size))
+        assert_same_nbest(peer.translate(theirs, tokens), nbest_of(ours, tokens, beam_size=beam_size))
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
@@ -89,7 +80,7 @@ def test_n_best_matches_onmt_translate(tmp_path, seed):
     for n_best in (1, 3):
         theirs = peer.translator(model, opt, vocab, n_best=n_best)
         for tokens in sources(seed):
-            assert_same(peer.translate(theirs, tokens), translations(ours, tokens, n_best=n_best))
+            assert_same_nbest(peer.translate(theirs, tokens), nbest_of(ours, tokens, n_best=n_best))
 
 
 @pytest.mark.parametrize("options, named", [
@@ -117,7 +108,7 @@ def test_onmt_translate_options_keep_their_meaning(tmp_path, theirs, ours):
     model, opt, vocab, checkpoint = peer.build(tmp_path / "model", seed=1)
     onmt_translator, translator = peer.translator(model, opt, vocab, **theirs), Translator.load(checkpoint)
     for tokens in sources(4):
-        assert_same(peer.translate(onmt_translator, tokens), translations(translator, tokens, **ours))
+        assert_same_nbest(peer.translate(onmt_translator, tokens), nbest_of(translator, tokens, **ours))
 
 
 def test_score_matches_onmt_translate_gold_scores(tmp_path):
@@ -148,9 +139,9 @@ def assert_options_keep_their_meaning(built, theirs, ours, without):
     onmt_translator = peer.translator(model, opt, vocab, **theirs)
     changed = False
     for tokens in sources(4):
-        result = translations(translator, tokens, **ours)
-        assert_same(peer.translate(onmt_translator, tokens), result)
-        changed |= result != translations(translator, tokens, **without)
+        result = nbest_of(translator, tokens, **ours)
+        assert_same_nbest(peer.translate(onmt_translator, tokens), result)
+        changed |= result != nbest_of(translator, tokens, **without)
     assert changed, f"{ours} changes nothing on these sources: the test could not fail"
 
 
@@ -191,10 +182,10 @@ def test_pieces_are_looked_up_in_the_checkpoint_vocabulary(seed1):
     """ignore_when_blocking and banned_tokens name entries of the checkpoint's target vocab."""
     *_, translator = seed1
     tokens = sources(4)[4]
-    assert "w15" in translations(translator, tokens)[0][0]
-    assert "w15" not in translations(translator, tokens, banned_tokens=["w15"])[0][0]
+    assert "w15" in nbest_of(translator, tokens)[0][0]
+    assert "w15" not in nbest_of(translator, tokens, banned_tokens=["w15"])[0][0]
     with pytest.raises(ConfigError, match="ignore_when_blocking: 'w99' is not a piece of the target vocabulary"):
-        translations(translator, tokens, block_ngram_repeat=2, ignore_when_blocking=["w99"])
+        nbest_of(translator, tokens, block_ngram_repeat=2, ignore_when_blocking=["w99"])
 
 def test_ban_unk_token_keeps_its_meaning(seed1):
     for beam_size in (1, 5):
@@ -222,12 +213,12 @@ def test_random_sampling_temp_scores_are_tempered_in_opennmt(seed1, topk):
                                       random_sampling_temp=temperature, seed=1)
     changed = False
     for tokens in sources(4):
-        ours = translations(translator, tokens, sampling=True, temperature=temperature)
+        ours = nbest_of(translator, tokens, sampling=True, temperature=temperature)
         [(their_tokens, their_score)] = peer.translate(onmt_translator, tokens)
         assert [t for t, _ in ours] == [their_tokens]
         assert ours[0][1] == pytest.approx(their_score * temperature, abs=1e-4)
-        assert ours == translations(translator, tokens, beam_size=1)
-        changed |= ours != translations(translator, tokens, sampling=True, temperature=1.0)
+        assert ours == nbest_of(translator, tokens, beam_size=1)
+        changed |= ours != nbest_of(translator, tokens, sampling=True, temperature=1.0)
     assert changed
 
 
@@ -239,9 +230,9 @@ def test_block_ngram_repeat_is_ignored_by_opennmt_sampler(seed1):
     onmt_translator = peer.translator(model, opt, vocab, beam_size=1, random_sampling_topk=1, block_ngram_repeat=2)
     blocked = False
     for tokens in sources(4):
-        assert_same(peer.translate(onmt_translator, tokens), translations(translator, tokens, beam_size=1))
-        ours = translations(translator, tokens, sampling=True, top_k=1, block_ngram_repeat=2)
-        blocked |= ours != translations(translator, tokens, sampling=True, top_k=1)
+        assert_same_nbest(peer.translate(onmt_translator, tokens), nbest_of(translator, tokens, beam_size=1))
+        ours = nbest_of(translator, tokens, sampling=True, top_k=1, block_ngram_repeat=2)
+        blocked |= ours != nbest_of(translator, tokens, sampling=True, top_k=1)
     assert blocked
 
 
@@ -260,6 +251,6 @@ def test_coverage_penalty_ignores_padded_source_positions(seed1):
         theirs = peer.translator(model, opt, vocab, **options).translate_batch(batch, attn_debug=False)
     assert float(theirs["scores"][1][0]) == float("-inf")
     ours = translator.translate([" ".join(long), " ".join(short)], scores=True, batch_size=2, **options)
-    alone = translations(translator, short, **options)
-    assert_same(alone, [(r.text.split(), r.score) for r in ours[1]])
-    assert_same(peer.translate(peer.translator(model, opt, vocab, **options), short), alone)
+    alone = nbest_of(translator, short, **options)
+    assert_same_nbest(alone, [(r.text.split(), r.score) for r in ours[1]])
+    assert_same_nbest(peer.translate(peer.translator(model, opt, vocab, **options), short), alone)
