@@ -43,7 +43,7 @@ def main():
     from nmtdecode.models.formats.huggingface import load_network
     from nmtdecode.models.gemm import apply_backend, choose_backend, cpu_description
     from nmtdecode.models.quantize import quantize_int8
-    from nmtdecode.translator import Translator
+    from nmtdecode.decoding import BatchDecoder
 
     if args.model == "demo":
         model, rules, sources, forced = demo_batch()
@@ -58,7 +58,7 @@ def main():
         apply_backend(model, backend)
         print(f"gemm: {backend} ({cpu_description()})")
     decoding = Config.from_values({"beam_size": args.beam, "length_penalty": "avg", "alpha": 1.0, **forced}).decoding
-    translator = Translator(model, decoding, rules)
+    translator = BatchDecoder(model, decoding, rules)
     with torch.inference_mode():
         translator.translate_batch(sources[:4])  # warm-up
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:

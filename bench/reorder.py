@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 from nmtdecode.models.gemm import apply_backend, choose_backend  # noqa: E402
-from nmtdecode.translator import Translator  # noqa: E402
+from nmtdecode.decoding import BatchDecoder  # noqa: E402
 
 INITIAL_CAPACITY = 16
 
@@ -135,8 +135,8 @@ def main():
     for name, model, rules, sources, decoding in cases():
         backend = choose_backend(model, args.gemm, torch.device("cpu"), torch.float32)
         apply_backend(model, backend)
-        variants = {"paths": Translator(model, decoding, rules),
-                    "gather": Translator(GatherModel(model), decoding, rules)}
+        variants = {"paths": BatchDecoder(model, decoding, rules),
+                    "gather": BatchDecoder(GatherModel(model), decoding, rules)}
         best, outputs = dict.fromkeys(variants, float("inf")), {}
         for _ in range(args.repeat):  # interleaved: both see the same machine conditions
             for variant, translator in variants.items():

@@ -57,7 +57,7 @@ def run_nmtdecode(args, task):
     from nmtdecode.models.gemm import apply_backend, choose_backend
     from nmtdecode.models.loading import load_model
     from nmtdecode.models.quantize import quantize_int8
-    from nmtdecode.translator import Translator
+    from nmtdecode.decoding import BatchDecoder
 
     if task["format"] in ("native", "opennmt-py"):
         loaded = load_model(args.model)
@@ -76,7 +76,7 @@ def run_nmtdecode(args, task):
               "length_penalty": "avg" if args.length_penalty else "none", "alpha": args.length_penalty or 1.0}
     if args.fixed_length:
         values.update(min_length=args.fixed_length, max_length=args.fixed_length)
-    translator = Translator(model, Config.from_values(values).decoding, rules)
+    translator = BatchDecoder(model, Config.from_values(values).decoding, rules)
 
     def translate(batch):
         return [n[0].tokens for n in translator.translate_batch(batch)]

@@ -3,7 +3,9 @@
 `nmtdecode.Translator` is the Python API (api.py); importing the package does not import torch.
 """
 
-__version__ = "0.1.0"
+from .version import __version__
+
+__all__ = ["Translation", "Translator", "__version__"]
 
 
 def __getattr__(name):
@@ -12,3 +14,7 @@ def __getattr__(name):
 
         return getattr(api, name)
     raise AttributeError(f"module 'nmtdecode' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted([*globals(), "Translation", "Translator"])

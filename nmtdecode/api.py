@@ -5,23 +5,21 @@
     translator.translate(["good morning", "thank you"])        # ['Guten Morgen', 'Danke']
 
 Options are the keys of the YAML config (`beam_size`, `n_best`, `device`, `dtype`, ...):
-given to `load` they hold for every call; given to a call they hold for that call, and
-may be any option that needs no other model load (decoding, batching, format). The
-command line runs its jobs through this class (`run.translate_job`), so a file
-translated here and by `nmtdecode translate` with the same options is the same.
-
-Not to be confused with `translator.Translator`, the decoding loop of one batch.
+given to `load` they hold for every call; given to a call they hold for that call (a layer
+over `load`'s), and may be any option that needs no other model load (decoding, batching,
+format). A `Translator` is the public face of an `engine.Engine`, the one the command line
+loads too, and `translate_file` runs the command line's job loop (`run.translate_job`):
+a file translated here and by `nmtdecode translate` with the same options is the same.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .config import KEY_SECTION, Config, ConfigError
-from .jobs import ITEM_KEYS
+from .config import KEY_SECTION, PER_JOB_KEYS, Config, ConfigError
 
 # Options a call may change; the others (model, device, dtype, ...) are fixed by `load`.
-CALL_KEYS = ITEM_KEYS - {"src", "output"}
+CALL_KEYS = PER_JOB_KEYS - {"src", "output"}
 
 
 @dataclass
@@ -42,26 +40,25 @@ class Translation:
 class Translator:
     """A loaded model with its options. Build it with `Translator.load(path, **options)`."""
 
-    def __init__(self, config: Config, loaded, device):
-        self.config, self.loaded, self.device = config, loaded, device
+    def __init__(self, engine):
+        self.engine = engine
+
+    @property
+    def config(self) -> Config:
+        return self.engine.config
 
     @classmethod
     def load(cls, path: str, **options) -> "Translator":
         """Load the model at `path` (a native, Hugging Face or eole directory, or an OpenNMT-py
         `.pt` checkpoint) with `options`, the config file's keys; `quiet` defaults to True (no
         summary on stderr)."""
+        from .engine import Engine  # torch is imported here, not by `import nmtdecode`
+
         files = sorted(k for k in options if k in ("model", "src", "output"))
         if files:
             raise ConfigError(f"{files[0]}: not an option of load(); give the model as `path` and files "
                               "to translate_file()")
-        return cls.from_config(Config.from_values({"quiet": True, **options, "model": path}))
-
-    @classmethod
-    def from_config(cls, config: Config) -> "Translator":
-        from . import run  # torch is imported here, not by `import nmtdecode`
-
-        loaded, device = run.load(config)
-        return cls(config, loaded, device)
+        return cls(Engine.load(Config.from_layers([{"quiet": True}, {**options, "model": path}])))
 
     def translate(self, sources: list[str], scores: bool = False, prefixes: list[str] | None = None,
                   **options) -> list:
@@ -72,8 +69,7 @@ class Translator:
         hypotheses of each source, best first. An empty or blank source gives "" (score 0),
         or its prefix. `prefixes`: one target prefix per source (may be ""), as --prefix.
         With `sampling=True`, source i draws as line i of a file would."""
-        from . import run
-        from .io import cut
+        from .batching import cut
 
         if isinstance(sources, str):
             raise TypeError("translate() takes a list of strings, not one string")
@@ -81,13 +77,14 @@ class Translator:
             raise ConfigError("prefix: translate() takes its prefixes as a list, prefixes=[...]")
         if prefixes is not None and len(prefixes) != len(sources):
             raise ValueError(f"translate() got {len(sources)} sources but {len(prefixes)} prefixes")
-        config, decoder = run.decoder(self._call_config(options), self.loaded, self.device)
+        engine = self.engine
+        config, decoder = engine.decoder(self._call_config(options))
         batching = config.batching
-        examples = [run.make_example(i, text, self.loaded, batching.max_src_length,
-                                     None if prefixes is None else prefixes[i]) for i, text in enumerate(sources)]
+        examples = [engine.make_example(i, text, batching.max_src_length, None if prefixes is None else prefixes[i])
+                    for i, text in enumerate(sources)]
         results = [None] * len(examples)
         for batch in cut(examples, batching.batch_size, batching.batch_type):
-            for result in run.decode_batch(batch, decoder, self.loaded):
+            for result in engine.decode_batch(batch, decoder):
                 results[result.index] = result
         if not scores and config.decoding.n_best == 1:
             return [result.texts[0] for result in results]
@@ -98,21 +95,19 @@ class Translator:
     def translate_file(self, src: str, output: str, resume: bool = False, **options):
         """Translate the file `src` into `output` as `nmtdecode translate` does: locked,
         written through OUTPUT.tmp, resumable with `resume=True` (and skipped when complete).
-        Returns the job's `run.Summary` (sentences, target tokens, seconds)."""
-        from . import run
+        Returns the job's `engine.Summary` (sentences, target tokens, seconds)."""
+        from .run import translate_job
 
         job = self._call_config(options, {"src": src, "output": output, "resume": resume})
-        return run.translate_job(job, translator=self)
+        return translate_job(job, engine=self.engine)
 
-    def score(self, sources: list[str], targets: list[str]) -> list[float]:
+    def score(self, sources: list[str], targets: list[str], **options) -> list[float]:
         """The total log-probability of each target (EOS included) given its source."""
-        from . import run, scoring
+        from .scoring import score_pairs
 
         if len(sources) != len(targets):
             raise ValueError(f"score() got {len(sources)} sources but {len(targets)} targets")
-        config, decoder = run.decoder(self.config, self.loaded, self.device)
-        return scoring.score_pairs(self.loaded, decoder, list(sources), list(targets), config.batching.batch_size,
-                                   max_src_length=config.batching.max_src_length)
+        return score_pairs(self.engine, self._call_config(options), list(sources), list(targets))
 
     def _call_config(self, options: dict, files: dict | None = None) -> Config:
         """This translator's config with one call's options over it."""
@@ -121,4 +116,4 @@ class Translator:
             what = "is fixed when the model loads: give it to Translator.load()" if fixed[0] in KEY_SECTION else \
                 "is not an option"
             raise ConfigError(f"{fixed[0]}: {what}")
-        return Config.from_values({**self.config.values(), **options, **(files or {})})
+        return self.config.over(options, files or {})

@@ -1,15 +1,20 @@
-"""Configuration: one dataclass per concern, filled from YAML and command-line flags.
+"""Every option, declared once: its section, type, default, choices, range and help.
 
-Every option has the same name in YAML and on the command line (`-` -> `_`).
-Precedence, highest first: command line, YAML file, the model's own defaults
-(e.g. a Hugging Face `generation_config.json`), the defaults below.
+The command line (cli.py) builds its flags from these declarations, YAML files use
+the same names (`-` -> `_`), and the Python API takes them as keyword arguments.
+A value comes from one of five layers; `Config.from_layers` merges them with one
+rule, each layer over the ones below it:
+
+    the model's defaults < config file < item of `jobs:` < command line < API call
+
+One exception makes the strategy coherent: a layer that asks for a beam
+(beam_size or beam_groups above 1) drops sampling from the layers below it, and
+one that asks for sampling drops their beam; one layer asking for both is an
+error (there is no beam sampling).
 
 Validation happens before any model is loaded: unknown keys, wrong types and
 impossible values raise `ConfigError`, whose message names the key and the
 valid choices; the CLI turns it into exit code 2.
-
-Reading a YAML file is config_file.py's, planning a run of many files jobs.py's,
-and the OpenNMT-py/eole option names opennmt_options.py's.
 """
 
 from __future__ import annotations
@@ -26,146 +31,161 @@ class ConfigError(ValueError):
     """A usage or configuration mistake (exit code 2)."""
 
 
-def _check_choice(key, value, choices):
-    if value not in choices:
-        raise ConfigError(f"{key}: {value!r} is not one of {', '.join(map(str, choices))}")
+@dataclass(frozen=True)
+class Option:
+    """What an option means and which values it takes. `range` is written as in mathematics:
+    ">= 1", "> 0", "(0, 1]", "[0, 2^64)"; `hint` follows a range error; `aliases` are other
+    tools' spellings of a choice; `many`: the command line takes several values, one job each."""
+
+    help: str
+    short: str | None = None
+    choices: tuple[str, ...] | None = None
+    range: str | None = None
+    hint: str = ""
+    aliases: dict | None = None
+    many: bool = False
+    metavar: str | None = None
 
 
-def _check_min(key, value, minimum):
-    if value is not None and value < minimum:
-        raise ConfigError(f"{key}: must be >= {minimum}, got {value}")
+def option(default, help: str, **declaration):
+    """A config field with its declaration."""
+    meta = {"option": Option(help, **declaration)}
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+LENGTH_PENALTIES = ("none", "avg", "wu")  # search/penalties.py defines each
+COVERAGE_PENALTIES = ("none", "wu", "summary")
+EARLY_STOPPING = ("top", "true", "false", "never")  # search/beam.py defines each
+GEMM_BACKENDS = ("auto", "onednn", "torch")  # models/gemm.py
+FORMATS = ("text", "nbest", "nbest-marian", "jsonl")  # writing.py
+SCORE_FORMATS = ("text", "jsonl")  # scoring.py: a log-prob a line, or JSONL with per-token log-probs
+# Other tools' spellings of a dtype (PyTorch, Hugging Face, CTranslate2), each unambiguous.
+DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16"}
+
+
+class Section:
+    """A group of options (a dataclass of `option` fields)."""
+
+    def validate(self):
+        """Each option's declared choices and range, then the rules between options."""
+        for f in fields(self):
+            check_option(f.name, f.metadata["option"], getattr(self, f.name))
+        self.check()
+
+    def check(self):
+        """The rules between this section's options."""
 
 
 @dataclass
-class DecodingConfig:
-    beam_size: int = 5
-    n_best: int = 1
-    max_length: int = 256
-    max_len_a: float = 0.0
-    max_len_b: int | None = None
-    min_length: int = 0
-    length_penalty: str = "avg"
-    alpha: float = 1.0
-    early_stopping: str = "top"
-    no_repeat_ngram_size: int = 0
-    ban_unk: bool = False
-    src_lang: str | None = None
-    tgt_lang: str | None = None
-    repetition_penalty: float = 1.0
-    coverage_penalty: str = "none"
-    beta: float = 0.0
-    alignment: bool = False
-    attention: bool = False
-    beam_groups: int = 1
-    diversity_penalty: float = 0.0
-    block_ngram_repeat: int = 0
-    ignore_when_blocking: list[str] = field(default_factory=list)  # target pieces
-    banned_tokens: list[str] = field(default_factory=list)  # target pieces
-    sampling: bool = False  # random sampling (search/sampling.py): n_best samples per line
-    temperature: float = 1.0
-    top_k: int = 0  # 0: off
-    top_p: float = 1.0  # 1.0: off
-    seed: int = 0
+class DecodingConfig(Section):
+    beam_size: int = option(5, "Beam width; 1 runs greedy search.", short="-k", range=">= 1")
+    n_best: int = option(1, "Hypotheses returned per input line (<= beam size).", range=">= 1")
+    max_length: int = option(256, "Most decoding steps (target tokens, EOS included).", range=">= 1")
+    max_len_a: float = option(0.0, "Step limit a*|src|+b: the a (with --max-len-b).", range=">= 0")
+    max_len_b: int | None = option(None, "Step limit a*|src|+b: the b; enables the relative limit.", range=">= 0")
+    min_length: int = option(0, "Fewest target tokens before EOS may be chosen.", range=">= 0")
+    length_penalty: str = option("avg", "Score normalisation: none, avg (total/len^alpha), wu (GNMT); a number A "
+                                 "means avg with alpha A.", choices=LENGTH_PENALTIES,
+                                 aliases={})  # a number: expand_aliases
+    alpha: float = option(1.0, "Length penalty strength.")
+    early_stopping: str = option("top", "When a sentence stops: top (OpenNMT-py's and CTranslate2's rule), or "
+                                 "Hugging Face's true, false, never.", choices=EARLY_STOPPING)
+    no_repeat_ngram_size: int = option(0, "Never repeat an n-gram of this size (0: off).", range=">= 0")
+    ban_unk: bool = option(False, "Never generate the unknown token.")
+    src_lang: str | None = option(None, "Source language code (mBART, M2M100, NLLB).")
+    tgt_lang: str | None = option(None, "Target language code for multilingual models.")
+    repetition_penalty: float = option(1.0, "CTRL penalty on the logits of tokens already generated (> 1 "
+                                       "discourages repeats; 1: off).", range="> 0", hint="1 is off")
+    coverage_penalty: str = option("none", "Penalise finished hypotheses by their cross-attention coverage of the "
+                                   "source (OpenNMT-py).", choices=COVERAGE_PENALTIES)
+    beta: float = option(0.0, "Coverage penalty strength.", range=">= 0")
+    alignment: bool = option(False, "JSONL: add each target token's source token position (argmax of the "
+                             "cross-attention).")
+    attention: bool = option(False, "JSONL: add each target token's cross-attention weights over the source tokens.")
+    beam_groups: int = option(1, "Diverse beam search: split the beam into G groups (Hugging Face's group beam "
+                              "search).", range=">= 1")
+    diversity_penalty: float = option(0.0, "Diverse beam search: subtracted per beam of an earlier group that "
+                                      "chose the same token.", range=">= 0")
+    block_ngram_repeat: int = option(0, "OpenNMT-py's blocking: a continuation repeating an n-gram of this size "
+                                     "scores -1e21 (0: off).", range=">= 0")
+    ignore_when_blocking: list[str] = option([], "Target pieces, space-separated: an n-gram containing one may "
+                                             "repeat (--block-ngram-repeat).")
+    banned_tokens: list[str] = option([], "Target pieces, space-separated, never generated (e.g. '\u2581the ,').")
+    sampling: bool = option(False, "Random sampling instead of beam search: --n-best N samples per line, sorted "
+                            "by score.")
+    temperature: float = option(1.0, "Sampling: divide the log-probs by T.", range="> 0",
+                                hint="for the most probable token at every step, leave out --sampling and use "
+                                     "--beam-size 1")
+    top_k: int = option(0, "Sampling: only from the K most probable tokens (0: off).", range=">= 0")
+    top_p: float = option(1.0, "Sampling: only from the most probable tokens holding mass P (1.0: off).",
+                          range="(0, 1]")
+    seed: int = option(0, "Sampling: the same seed and line give the same samples, whatever the batch or input "
+                       "order.", range="[0, 2^64)")
 
     @property
     def rows_per_sentence(self) -> int:
         """Hypotheses decoded side by side for each sentence: the beam, or the samples."""
         return self.n_best if self.sampling else self.beam_size
 
-    def validate(self):
-        _check_min("beam_size", self.beam_size, 1)
-        _check_min("n_best", self.n_best, 1)
-        self._validate_sampling()
+    def check(self):
         if self.n_best > self.beam_size and not self.sampling:
             raise ConfigError(f"n_best: {self.n_best} is greater than beam_size ({self.beam_size})")
-        _check_min("max_length", self.max_length, 1)
-        _check_min("max_len_a", self.max_len_a, 0)
-        _check_min("max_len_b", self.max_len_b, 0)
-        _check_min("min_length", self.min_length, 0)
         if self.min_length > self.max_length:
             raise ConfigError(f"min_length: {self.min_length} is greater than max_length ({self.max_length})")
-        _check_choice("length_penalty", self.length_penalty, ["none", "avg", "wu"])
-        _check_choice("early_stopping", self.early_stopping, ["top", "true", "false", "never"])
-        _check_min("no_repeat_ngram_size", self.no_repeat_ngram_size, 0)
-        if not self.repetition_penalty > 0:
-            raise ConfigError(f"repetition_penalty: must be > 0 (1 is off), got {self.repetition_penalty}")
-        _check_choice("coverage_penalty", self.coverage_penalty, ["none", "wu", "summary"])
-        _check_min("beta", self.beta, 0)
-        _check_min("beam_groups", self.beam_groups, 1)
         if self.beam_size % self.beam_groups:
             raise ConfigError(f"beam_groups: beam_size ({self.beam_size}) is not divisible by beam_groups "
                               f"({self.beam_groups})")
-        _check_min("diversity_penalty", self.diversity_penalty, 0)
         if self.beam_groups > 1 and self.diversity_penalty == 0:
             raise ConfigError("diversity_penalty: must be > 0 with beam_groups > 1 (without it every group finds "
                               "the same hypotheses)")
-        _check_min("block_ngram_repeat", self.block_ngram_repeat, 0)
-
-    def _validate_sampling(self):
-        if not self.temperature > 0:
-            raise ConfigError(f"temperature: must be > 0, got {self.temperature} (for the most probable token at "
-                              "every step, leave out --sampling and use --beam-size 1)")
-        _check_min("top_k", self.top_k, 0)
-        if not 0 < self.top_p <= 1:
-            raise ConfigError(f"top_p: must be in (0, 1], got {self.top_p}")
-        if not 0 <= self.seed < 2**64:
-            raise ConfigError(f"seed: must be in [0, 2^64), got {self.seed}")
-        if self.sampling and self.beam_groups > 1:
-            raise ConfigError(f"beam_groups: {self.beam_groups} with sampling; diverse groups are a beam search")
 
 
 @dataclass
-class BatchingConfig:
-    batch_size: int = 32
-    batch_type: str = "sents"
-    max_src_length: int | None = None
+class BatchingConfig(Section):
+    batch_size: int = option(32, "Sentences (or tokens) per batch.", short="-b", range=">= 1")
+    batch_type: str = option("sents", "Unit of --batch-size.", choices=("sents", "tokens"))
+    max_src_length: int | None = option(None, "Cut longer sources (tokens) with a warning.", range=">= 1")
 
-    def validate(self):
-        _check_min("batch_size", self.batch_size, 1)
-        _check_choice("batch_type", self.batch_type, ["sents", "tokens"])
-        _check_min("max_src_length", self.max_src_length, 1)
 
 
 @dataclass
-class RuntimeConfig:
-    device: str = "auto"
-    dtype: str = "float32"
-    quantize: str = "none"
-    gemm: str = "auto"
-    threads: int | None = None
-    quiet: bool = False
+class RuntimeConfig(Section):
+    device: str = option("auto", "auto, cpu, cuda or cuda:N.")
+    dtype: str = option("float32", "Compute precision: float32 (fp32), float16 (fp16, half) or bfloat16 (bf16).",
+                        choices=("float32", "float16", "bfloat16"), aliases=DTYPE_ALIASES)
+    quantize: str = option("none", "int8: dynamic int8 quantization of the linear layers (CPU).",
+                           choices=("none", "int8"))
+    gemm: str = option("auto", "CPU matrix products: oneDNN with prepacked weights, torch's linear (MKL on x86), "
+                       "or auto: the faster on this machine, measured once and remembered.", choices=GEMM_BACKENDS)
+    threads: int | None = option(None, "CPU threads (torch.set_num_threads).", range=">= 1")
+    quiet: bool = option(False, "No progress bar or summary on stderr.", short="-q")
 
-    def validate(self):
+    def check(self):
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ConfigError(f"device: {self.device!r} is not one of auto, cpu, cuda, cuda:N")
-        if self.dtype not in ("float32", "float16", "bfloat16"):
-            raise ConfigError(f"dtype: {self.dtype!r} is not one of float32 (fp32, float), float16 (fp16, half), "
-                              "bfloat16 (bf16)")
-        _check_choice("quantize", self.quantize, ["none", "int8"])
         if self.quantize == "int8" and self.dtype != "float32":
             raise ConfigError("quantize: int8 works with --dtype float32 (activations stay float32)")
-        _check_choice("gemm", self.gemm, ["auto", "onednn", "torch"])
-        _check_min("threads", self.threads, 1)
-
-
-FORMATS = ["text", "nbest", "nbest-marian", "jsonl"]
 
 
 @dataclass
-class IOConfig:
-    model: str | None = None
-    src: str = "-"
-    output: str = "-"
-    format: str = "text"
-    token_scores: bool = False
-    on_invalid_utf8: str = "error"
-    resume: bool = False
-    stream: bool = False
-    prefix: str | None = None  # file of target prefixes, one per source line
+class IOConfig(Section):
+    model: str | None = option(None, "Model directory (native, Hugging Face, eole) or OpenNMT-py .pt checkpoint.",
+                               short="-m")
+    src: str = option("-", "Input file(s), one sentence per line; - is stdin. Several: --src a.en b.en, one job "
+                      "each, one model load.", short="-s", many=True, metavar="FILE...")
+    output: str = option("-", "Output file(s), one per --src; - is stdout.", short="-o", many=True, metavar="FILE...")
+    format: str = option("text", "Output format.", choices=FORMATS)
+    token_scores: bool = option(False, "JSONL: add tokens and per-token log-probs.")
+    on_invalid_utf8: str = option("error", "Invalid UTF-8 input: stop with the line number, or decode it as U+FFFD.",
+                                  choices=("error", "replace"))
+    resume: bool = option(False, "Continue an interrupted job from its partial --output.")
+    stream: bool = option(False, "Answer each input line as soon as it arrives.")
+    prefix: str | None = option(None, "File of target prefixes, one per --src line (may be empty): each output "
+                                "starts with its prefix.")
 
-    def validate(self):
-        _check_choice("format", self.format, FORMATS)
-        _check_choice("on_invalid_utf8", self.on_invalid_utf8, ["error", "replace"])
+    def check(self):
         if self.resume and self.output == "-":
             raise ConfigError("resume: needs an output file (--output FILE); stdout cannot be resumed")
         if self.stream and self.resume:
@@ -174,9 +194,34 @@ class IOConfig:
             raise ConfigError("prefix: needs a file (stdin is the source's)")
 
 
-# Other tools' spellings of a dtype (PyTorch, Hugging Face, CTranslate2), each unambiguous.
-DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "fp16": "float16", "half": "float16",
-                 "bf16": "bfloat16"}
+SECTIONS = {"decoding": DecodingConfig, "batching": BatchingConfig, "runtime": RuntimeConfig, "io": IOConfig}
+KEY_SECTION = {f.name: name for name, cls in SECTIONS.items() for f in fields(cls)}
+OPTIONS: dict[str, Option] = {f.name: f.metadata["option"] for cls in SECTIONS.values() for f in fields(cls)}
+# What may differ between the jobs of one model load (an item of `jobs:`, one API call): its files and
+# what needs no other model load.
+PER_JOB_KEYS = frozenset({"src", "output", "format", "token_scores", "on_invalid_utf8", "prefix"}
+                         | {f.name for f in fields(DecodingConfig)} | {f.name for f in fields(BatchingConfig)})
+# The options `score` shares with translate; from a config file it takes these (and the model) only.
+SCORE_KEYS = ("model", "batch_size", "batch_type", "max_src_length", "on_invalid_utf8", "device", "dtype", "quantize",
+              "gemm", "threads", "quiet", "src_lang", "tgt_lang")
+# Keys a config file may hold besides the options: they plan a run of many files (jobs.py).
+PLAN_OPTIONS = {
+    "output_dir": Option("Instead of --output: each input's output is DIR/its name (with --suffix).  "
+                         "[default: the input's directory]", metavar="DIR"),
+    "suffix": Option("Instead of --output: the input name's last extension replaced by SUFFIX (a.en -> a.de with "
+                     ".de).", metavar="SUFFIX"),
+}
+PLAN_KEYS = ("jobs", *PLAN_OPTIONS)
+# Sampling and a beam exclude each other: what a layer asking for one drops from the layers below.
+BEAM_KEYS = ("beam_size", "beam_groups", "diversity_penalty")
+
+
+def unknown_key_error(key: str) -> ConfigError:
+    """The error for an unknown key, naming our equivalent where it is another tool's name."""
+    message = peer_option_message(key)
+    if message is not None:
+        return ConfigError(message)
+    return ConfigError(f"unknown option {key!r}; valid options: {', '.join(sorted([*KEY_SECTION, *PLAN_KEYS]))}")
 
 
 def _number(value) -> float | None:
@@ -190,13 +235,14 @@ def _number(value) -> float | None:
 
 
 def expand_aliases(values: dict) -> dict:
-    """One layer of options (a YAML file, or the flags) with other tools' spellings made ours:
-    `dtype: fp16` -> float16, and a numeric `length_penalty: 0.6` (as transformers,
-    CTranslate2 and fairseq give it) -> `length_penalty: avg, alpha: 0.6`."""
+    """One layer of options with other tools' spellings made ours: `dtype: fp16` -> float16, and
+    a numeric `length_penalty: 0.6` (as transformers, CTranslate2 and fairseq give it) ->
+    `length_penalty: avg, alpha: 0.6`."""
     values = dict(values)
-    dtype = values.get("dtype")
-    if isinstance(dtype, str) and dtype.lower() in DTYPE_ALIASES:
-        values["dtype"] = DTYPE_ALIASES[dtype.lower()]
+    for key, value in values.items():
+        aliases = OPTIONS[key].aliases if key in OPTIONS else None
+        if aliases and isinstance(value, str) and value.lower() in aliases:
+            values[key] = aliases[value.lower()]
     alpha = _number(values.get("length_penalty"))
     if alpha is not None:
         if values.get("alpha") is not None:
@@ -206,21 +252,7 @@ def expand_aliases(values: dict) -> dict:
     return values
 
 
-SECTIONS = {"decoding": DecodingConfig, "batching": BatchingConfig, "runtime": RuntimeConfig, "io": IOConfig}
-KEY_SECTION = {f.name: name for name, cls in SECTIONS.items() for f in fields(cls)}
-# Keys a config file may hold besides the options: they plan a run of many files (jobs.py).
-PLAN_KEYS = ("jobs", "output_dir", "suffix")
-
-
-def unknown_key_error(key: str) -> ConfigError:
-    """The error for an unknown key, naming our equivalent where it is another tool's name."""
-    message = peer_option_message(key)
-    if message is not None:
-        return ConfigError(message)
-    return ConfigError(f"unknown option {key!r}; valid options: {', '.join(sorted([*KEY_SECTION, *PLAN_KEYS]))}")
-
-
-def _coerce(key: str, value):
+def coerce(key: str, value):
     """Check a YAML/CLI value against the field's type; ints are accepted for floats."""
     hint = typing.get_type_hints(SECTIONS[KEY_SECTION[key]])[key]
     if hint == list[str]:
@@ -257,52 +289,122 @@ def _pieces(key: str, value) -> list[str]:
                       f"got {value!r}")
 
 
+def _bound(text: str) -> float:
+    base, _, power = text.strip().partition("^")
+    return float(base) ** int(power) if power else float(base)
+
+
+def in_range(value, range_text: str) -> bool:
+    """Whether `value` lies in a range written ">= 1", "> 0", "(0, 1]" or "[0, 2^64)"."""
+    if range_text.startswith(">="):
+        return value >= _bound(range_text[2:])
+    if range_text.startswith(">"):
+        return value > _bound(range_text[1:])
+    low, high = (_bound(x) for x in range_text[1:-1].split(","))
+    above = value > low if range_text[0] == "(" else value >= low
+    below = value < high if range_text[-1] == ")" else value <= high
+    return above and below
+
+
+def check_option(key: str, declared: Option, value):
+    """A value of option `key` against its declared choices and range."""
+    if declared.choices is not None and value not in declared.choices:
+        names = [f"{c} ({', '.join(a for a, to in declared.aliases.items() if to == c)})"
+                 if declared.aliases and c in declared.aliases.values() else c for c in declared.choices]
+        raise ConfigError(f"{key}: {value!r} is not one of {', '.join(names)}")
+    if declared.range is not None and value is not None and not in_range(value, declared.range):
+        where = declared.range if declared.range[0] in "<>" else f"in {declared.range}"
+        hint = f" ({declared.hint})" if declared.hint else ""
+        raise ConfigError(f"{key}: must be {where}, got {value}{hint}")
+
+
+def asks_for(layer: dict) -> str | None:
+    """'beam', 'sampling' or None: the strategy one layer of options chooses."""
+    beam = [k for k in ("beam_size", "beam_groups") if (layer.get(k) or 1) > 1]
+    if layer.get("sampling") and beam:
+        hint = ("sampling draws --n-best independent samples (no beam sampling): leave out --beam-size or give 1"
+                if beam[0] == "beam_size" else "diverse groups are a beam search")
+        raise ConfigError(f"{beam[0]}: {layer[beam[0]]} with sampling; {hint}")
+    return "beam" if beam else "sampling" if layer.get("sampling") else None
+
+
+def layered(layers: list[dict]) -> dict:
+    """Checked layers of options (`checked_layer`), lowest first, as one {key: value}: each layer's
+    keys over the ones below, a layer asking for a beam or for sampling dropping the other."""
+    merged = {}
+    for layer in layers:
+        strategy = asks_for(layer)
+        for key in BEAM_KEYS if strategy == "sampling" else ("sampling",) if strategy == "beam" else ():
+            merged.pop(key, None)
+        merged.update(layer)
+    return merged
+
+
+def checked_layer(values: dict) -> dict:
+    """One layer of options (a config file, an item, the flags, a call) with aliases expanded,
+    every key known and every value of its option's type."""
+    values = expand_aliases(values)
+    unknown = sorted(k for k in values if k not in KEY_SECTION)
+    if unknown:
+        raise unknown_key_error(unknown[0])
+    return {key: coerce(key, value) for key, value in values.items()}
+
+
 @dataclass
 class Config:
     decoding: DecodingConfig = field(default_factory=DecodingConfig)
     batching: BatchingConfig = field(default_factory=BatchingConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     io: IOConfig = field(default_factory=IOConfig)
-    user_keys: frozenset = frozenset()  # keys set by the YAML file or the command line
+    layers: tuple = ()  # the user's layers of options, lowest first (checked_layer)
 
     @classmethod
     def from_values(cls, values: dict) -> "Config":
-        """Build and validate a config from flat {key: value} (YAML and CLI merged, each layer
-        through `expand_aliases` first)."""
-        values = expand_aliases(values)
-        unknown = sorted(k for k in values if k not in KEY_SECTION)
+        """A config from one layer of options, {key: value}."""
+        return cls.from_layers([values])
+
+    @classmethod
+    def from_layers(cls, layers: list[dict], model_defaults: dict | None = None) -> "Config":
+        """Build and validate a config from layers of options, lowest first, over the model's
+        own decoding defaults (when known) and the declared defaults."""
+        layers = tuple(checked_layer(layer) for layer in layers)
+        defaults = checked_layer(model_defaults or {})
+        unknown = sorted(k for k in defaults if KEY_SECTION[k] != "decoding")
         if unknown:
-            raise unknown_key_error(unknown[0])
+            raise ConfigError(f"model defaults name options that are not decoding options: {', '.join(unknown)}")
         grouped = {name: {} for name in SECTIONS}
-        for key, value in values.items():
-            grouped[KEY_SECTION[key]][key] = _coerce(key, value)
-        config = cls(**{name: SECTIONS[name](**grouped[name]) for name in SECTIONS}, user_keys=frozenset(values))
+        for key, value in layered([defaults, *layers]).items():
+            grouped[KEY_SECTION[key]][key] = value
+        config = cls(**{name: SECTIONS[name](**grouped[name]) for name in SECTIONS}, layers=layers)
         config.validate()
         return config
+
+    def with_model_defaults(self, defaults: dict) -> "Config":
+        """This config with the model's own decoding defaults under the user's options (they are
+        decoding options: the other sections stay as they are)."""
+        config = replace(self, decoding=Config.from_layers(list(self.layers), model_defaults=defaults).decoding)
+        config.validate()
+        return config
+
+    def over(self, *layers: dict) -> "Config":
+        """This config with more layers of options over it (a job item, an API call)."""
+        return Config.from_layers([*self.layers, *layers])
 
     def validate(self):
         for name in SECTIONS:
             getattr(self, name).validate()
-        if self.decoding.sampling and "beam_size" in self.user_keys and self.decoding.beam_size > 1:
-            raise ConfigError(f"beam_size: {self.decoding.beam_size} with sampling; sampling draws --n-best "
-                              "independent samples (no beam sampling): leave out --beam-size or give 1")
+
+    @property
+    def user_keys(self) -> frozenset:
+        """The keys set by the user (config file, job item, command line, API call)."""
+        return frozenset(layered(list(self.layers)))
 
     def values(self) -> dict:
-        """The options set by the YAML file or the command line, as flat {key: value}."""
-        return {key: getattr(getattr(self, KEY_SECTION[key]), key) for key in self.user_keys}
+        """The options set by the user, as flat {key: value}."""
+        return {key: self.value(key) for key in self.user_keys}
 
-    def with_model_defaults(self, defaults: dict) -> "Config":
-        """Fill the keys the user did not set from the model's own defaults, then re-validate."""
-        decoding = {k: v for k, v in defaults.items() if k not in self.user_keys}
-        if decoding.get("sampling") and {"beam_size", "beam_groups"} & self.user_keys:
-            decoding.pop("sampling")  # a beam asked for: the model's sampling gives way (no beam sampling here)
-        unknown = sorted(k for k in decoding if KEY_SECTION.get(k) != "decoding")
-        if unknown:
-            raise ConfigError(f"model defaults name unknown decoding options: {', '.join(unknown)}")
-        coerced = {k: _coerce(k, v) for k, v in decoding.items()}
-        config = replace(self, decoding=replace(self.decoding, **coerced))
-        config.validate()
-        return config
+    def value(self, key: str):
+        return getattr(getattr(self, KEY_SECTION[key]), key)
 
 
 def option_names(data: dict, where: str) -> dict:
@@ -316,10 +418,11 @@ def option_names(data: dict, where: str) -> dict:
 
 def flat_values(config: Config) -> dict:
     """Every option and its value, by section order: what `--dump-config` prints (a valid `-c` file)."""
-    return {f.name: getattr(getattr(config, name), f.name) for name, cls in SECTIONS.items() for f in fields(cls)}
+    return {key: config.value(key) for key in KEY_SECTION}
 
 
 def default_of(key: str):
     """The built-in default of an option (for --help)."""
     f = next(f for f in fields(SECTIONS[KEY_SECTION[key]]) if f.name == key)
-    return None if f.default is MISSING else f.default
+    return None if f.default is MISSING else f.default  # a list's default (a factory's) is empty
+

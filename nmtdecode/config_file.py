@@ -1,8 +1,9 @@
-"""Reading a YAML config file (`-c FILE`): a flat mapping of option names to values.
+"""YAML config files: reading one (`-c FILE`) and writing the effective options (`--dump-config`).
 
-A key given twice is an error naming its line, and relative file names are resolved
-from the file's own directory, so that a config works from any working directory.
-What the values mean is config.py's; how a file's `jobs:` list runs is jobs.py's.
+A file is a flat mapping of option names to values. A key given twice is an error
+naming its line, and relative file names are resolved from the file's own directory,
+so that a config works from any working directory. What the values mean is
+config.py's; how a file's `jobs:` list runs is jobs.py's.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import os
 
 import yaml
 
-from .config import ConfigError, expand_aliases, option_names
+from .config import Config, ConfigError, flat_values, option_names
 
 # Options naming files: in a config file, a relative path is relative to that file's directory.
 PATH_KEYS = ("model", "src", "output", "output_dir", "prefix")
@@ -61,7 +62,7 @@ def load_yaml(path: str) -> dict:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must be a mapping of option: value")
-    values = expand_aliases(option_names(data, f"config file {path}"))
+    values = option_names(data, f"config file {path}")
     base = os.path.dirname(path)
     _resolve_paths(values, base)
     for item in values.get("jobs") or []:
@@ -82,3 +83,17 @@ def _resolve_paths(values: dict, base: str):
             value = values[key]
             values[key] = [resolve(v) for v in value] if isinstance(value, list) else resolve(value)
 
+
+
+def dump(config: Config) -> str:
+    """The effective configuration as YAML, usable as a `-c` file. A model's own defaults
+    (native `decoding:`, Hugging Face `generation_config.json`) are known only by loading it,
+    so the model is loaded when one is given; without one, the built-in defaults show."""
+    header = "# nmtdecode: effective options (command line, then -c file, then the model's defaults)\n"
+    if config.io.model is not None:
+        from .models.loading import load_model
+
+        config = config.with_model_defaults(load_model(config.io.model).defaults)
+    else:
+        header += "# no model given: its defaults (if any) are not included\n"
+    return header + yaml.safe_dump(flat_values(config), sort_keys=False, allow_unicode=True)

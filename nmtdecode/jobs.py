@@ -1,21 +1,17 @@
 """The jobs of one `translate` run: one complete `Config` per input file.
 
 A config file's values, each item of its `jobs:` list (or its lists of `src:` and
-`output:`, or the --output-dir/--suffix rule), and the command line's flags over them
-are planned into jobs that one model load serves; an item may set only options that
-need no other model load.
+`output:`, or the --output-dir/--suffix rule), and the command line's flags are
+planned into jobs that one model load serves, each job's options layered as config.py
+layers them (file < item < command line); an item may set only options that need no
+other model load.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import fields
 
-from .config import KEY_SECTION, PLAN_KEYS, BatchingConfig, Config, ConfigError, DecodingConfig, option_names
-
-# What an item of `jobs:` may set for itself: its files and what needs no other model load.
-ITEM_KEYS = frozenset({"src", "output", "format", "token_scores", "on_invalid_utf8", "prefix"}
-                      | {f.name for f in fields(DecodingConfig)} | {f.name for f in fields(BatchingConfig)})
+from .config import KEY_SECTION, PER_JOB_KEYS, PLAN_KEYS, Config, ConfigError, option_names
 
 
 def _as_list(key: str, value) -> list[str]:
@@ -71,11 +67,11 @@ def _job_item(n: int, item, output_dir: str | None, suffix: str | None) -> dict:
     if not isinstance(item, dict) or "src" not in item:
         raise ConfigError(f"jobs: item {n} must be a mapping with at least src: FILE")
     item = option_names(item, f"jobs: item {n}")
-    refused = sorted(k for k in item if k not in ITEM_KEYS)
+    refused = sorted(k for k in item if k not in PER_JOB_KEYS)
     if refused:
         where = "set it at the top of the file" if refused[0] in KEY_SECTION else "unknown option"
         raise ConfigError(f"jobs: item {n} sets {refused[0]!r}, which cannot differ between the jobs of "
-                          f"one run (one model load): {where}; an item may set {', '.join(sorted(ITEM_KEYS))}")
+                          f"one run (one model load): {where}; an item may set {', '.join(sorted(PER_JOB_KEYS))}")
     if "output" not in item:
         if output_dir is None and suffix is None:
             raise ConfigError(f"jobs: item {n} has no output (give output:, or output_dir:/suffix: at the top)")
@@ -83,20 +79,8 @@ def _job_item(n: int, item, output_dir: str | None, suffix: str | None) -> dict:
     return item
 
 
-def _strategy_from_flags(values: dict, flags: dict):
-    """Sampling and a beam exclude each other (no beam sampling): the one chosen on the command line
-    wins over the other from the config file, as a flag wins over the file's value of its own key."""
-    beam_flags = (flags.get("beam_size") or 1) > 1 or (flags.get("beam_groups") or 1) > 1
-    if flags.get("sampling") and not beam_flags:
-        for key in ("beam_size", "beam_groups", "diversity_penalty"):
-            if key not in flags:
-                values.pop(key, None)
-    elif beam_flags and "sampling" not in flags:
-        values.pop("sampling", None)
-
-
 def plan_jobs(file_values: dict, flags: dict) -> list[Config]:
-    """The jobs of one run, each a complete `Config`: the config file's values, an item's own
+    """The jobs of one run, each a complete `Config`: the config file's options, an item's own
     (`jobs:`), then the command line's, which override both. Inputs given on the command
     line replace the file's; every job has its own output file (or the only one stdout)."""
     values = dict(file_values)
@@ -104,14 +88,14 @@ def plan_jobs(file_values: dict, flags: dict) -> list[Config]:
         values.pop("jobs", None)
     elif "output" in flags and "jobs" in values:
         raise ConfigError("output: the config file lists jobs, each with its output; give --src with --output")
-    values.update(flags)
-    _strategy_from_flags(values, flags)
-    items = _items(values)
-    if len(items) > 1 and values.get("prefix") is not None:
+    files = ("src", "output", *PLAN_KEYS)
+    items = _items({k: v for layer in (values, flags) for k, v in layer.items() if k in files})
+    file_options = {k: v for k, v in values.items() if k not in files}
+    flag_options = {k: v for k, v in flags.items() if k not in files}
+    if len(items) > 1 and {**file_options, **flag_options}.get("prefix") is not None:
         raise ConfigError("prefix: a prefix file goes with one input; with several, give each its own "
                           "(prefix: in each item of jobs:)")
-    overrides = {k: v for k, v in flags.items() if k not in ("src", "output", *PLAN_KEYS)}
-    jobs = [Config.from_values({**values, **item, **overrides}) for item in items]
+    jobs = [Config.from_layers([file_options, item, flag_options]) for item in items]
     if len(jobs) > 1:
         seen = set()
         for job in jobs:
@@ -123,4 +107,3 @@ def plan_jobs(file_values: dict, flags: dict) -> list[Config]:
                 raise ConfigError(f"output: {job.io.output} is the output of two jobs")
             seen.add(key)
     return jobs
-

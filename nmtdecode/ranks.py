@@ -3,16 +3,15 @@
 `torchrun --nproc-per-node N -m nmtdecode translate --src IN --output OUT ...` starts
 N copies of the program with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE and
 MASTER_ADDR/PORT set. Every process reads the whole input in the chunks one process
-would read (`run.read_size` lines), sorts and cuts each into the same batches, and
-decodes its share of them: batch b of a chunk (longest first) goes to rank `owner(b)`,
-dealt back and forth. So every sentence is decoded in the batch it has in one process
-and the output is byte-identical to one process's, while the ranks share even a
-single chunk (1,024 lines at the default batch size) and get long and short batches
-alike. (Whole chunks in turn, which the first version dealt, left a 1,000-line input
-to one rank.) Tokenizing every line of a chunk on every rank, to sort it, costs little
-beside decoding.
+would read, sorts and cuts each into the same batches, and decodes its share of them
+(`Ranks.mine`): batch b of a chunk (longest first) goes to rank `owner(b)`, dealt back
+and forth. So every sentence is decoded in the batch it has in one process and the
+output is byte-identical to one process's, while the ranks share even a single chunk
+(1,024 lines at the default batch size) and get long and short batches alike.
+Tokenizing every line of a chunk on every rank, to sort it, costs little beside
+decoding. The job loop itself is run.py's, the same for one process and for a rank.
 
-Each rank writes its part through `output.OutputFile`: OUT.part-RANK-of-WORLD.tmp,
+Each rank writes its part through `output_file.OutputFile`: OUT.part-RANK-of-WORLD.tmp,
 its progress journal (checkpointed after each chunk, the last record covering the
 whole input, so that a rank resumed with nothing left to do still checks that the
 input is the same) and its lock. A part is, for each of the rank's lines in input
@@ -37,13 +36,13 @@ import heapq
 import os
 import re
 import stat
-import sys
-import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
+from .batching import Result
 from .config import Config, ConfigError
-from .io import check_prefix, check_readable, format_result
-from .output import OutputFile, OutputRefused, _remove
+from .output_file import OutputFile, OutputRefused, remove
+from .reading import check_prefix, check_readable
+from .writing import format_result
 
 WAIT = datetime.timedelta(days=7)  # a rank may wait for the others as long as their share takes
 PART = re.compile(r"\.part-(\d+)-of-(\d+)(\.tmp|\.tmp\.progress)?$")
@@ -80,6 +79,10 @@ class Ranks:
     def summary_prefix(self) -> str:
         return f"nmtdecode: rank {self.rank} of {self.world}:"
 
+    def mine(self, batches) -> list:
+        """This rank's batches of a chunk's batches (longest first)."""
+        return [batch for b, batch in enumerate(batches) if owner(b, self.world) == self.rank]
+
 
 def layouts(output: str) -> dict[int, list[str]]:
     """Unfinished or unmerged work on `output`, by how many processes made it (1: one process's
@@ -95,9 +98,9 @@ def layouts(output: str) -> dict[int, list[str]]:
     return found
 
 
-def check_layout(output: str, world: int, resume: bool, remove: bool = True):
+def check_layout(output: str, world: int, resume: bool, clean: bool = True):
     """Before anything is written (the output locked): --resume of work begun with another number
-    of processes is refused; a new job (its process holding the lock, `remove`) removes such
+    of processes is refused; a new job (`clean`: its process holds the lock) removes such
     leftovers, so that a later --resume never mixes them."""
     others = {n: names for n, names in layouts(output).items() if n != world}
     if not others:
@@ -108,9 +111,9 @@ def check_layout(output: str, world: int, resume: bool, remove: bool = True):
         now = "one process" if world == 1 else f"{world} processes"
         raise OutputRefused(f"--resume: {output} was begun by {how} ({others[n][0]}, ...); resume it with the same "
                             f"number, not {now}, or run without --resume to start over")
-    for names in others.values() if remove else ():
+    for names in others.values() if clean else ():
         for name in names:
-            _remove(name)
+            remove(name)
 
 
 def threads_for(config: Config, ranks: Ranks) -> int:
@@ -132,24 +135,9 @@ def device_for(config: Config, ranks: Ranks) -> str:
     return device
 
 
-def translate_ranks(jobs: list[Config], ranks: Ranks):
-    """This rank's share of every job, one after the other with one model load, each followed
-    (rank 0) by its merge; returns this rank's `run.Summary` of them all."""
-    from .run import Summary
-
-    total, model = Summary(), {}
-    for config in jobs:
-        _check_input_and_output(config)
-    _join()
-    try:
-        for config in jobs:
-            total.add(_translate_one(config, ranks, model))
-        return total
-    finally:
-        _leave()
-
-
-def _check_input_and_output(config: Config):
+def check_job(config: Config):
+    """What torchrun needs of a job, checked before anything is written: a regular input file
+    (every process reads it whole), no --stream, and an output file to put parts beside."""
     io_cfg = config.io
     if io_cfg.src == "-":
         raise ConfigError("under torchrun every process reads the whole input: give --src FILE, not stdin")
@@ -166,40 +154,8 @@ def _check_input_and_output(config: Config):
                           "beside it), not stdout, a link or a device")
 
 
-def _translate_one(config: Config, ranks: Ranks, model: dict):
-    """One job: this rank's part, then (rank 0) the merge into OUT. `model` holds the loaded
-    model once the first job has loaded it."""
-    from .run import Summary
-
-    io_cfg, group = config.io, _join()
-    output = OutputFile(io_cfg.output)
-    runtime = replace(config.runtime, threads=threads_for(config, ranks), device=device_for(config, ranks))
-    config = replace(config, runtime=runtime)
-    part = OutputFile(ranks.part(io_cfg.output))
-    for target in (output, part):
-        target.refuse_source(io_cfg.src)
-    try:
-        if ranks.rank == 0:
-            output.claim(False)  # the lock: one job on OUT, whatever its number of processes
-        part.claim(io_cfg.resume)
-        check_layout(io_cfg.output, ranks.world, io_cfg.resume, remove=ranks.rank == 0)
-        complete = io_cfg.resume and os.path.lexists(io_cfg.output) and ranks.world not in layouts(io_cfg.output)
-        if _all(group, complete):
-            if ranks.rank == 0 and not config.runtime.quiet:
-                print(f"nmtdecode: {io_cfg.output} is complete (no parts to resume); nothing to do", file=sys.stderr)
-            return Summary()
-        summary, lines = _decode_share(config, part, ranks, model)
-        group.barrier()  # every part complete
-        if ranks.rank == 0:
-            merge(output, [ranks.part(io_cfg.output, r) for r in range(ranks.world)], lines)
-        group.barrier()  # OUT written: the job ends for all
-        return summary
-    finally:
-        part.release()
-        output.release()
-
-
-def _join():
+def join_group():
+    """The process group of the ranks (joined once, by the first job)."""
     import torch.distributed as dist
 
     if not dist.is_initialized():
@@ -207,14 +163,14 @@ def _join():
     return dist
 
 
-def _leave():
+def leave_group():
     import torch.distributed as dist
 
     if dist.is_initialized():
         dist.destroy_process_group()
 
 
-def _all(dist, flag: bool) -> bool:
+def all_ranks(dist, flag: bool) -> bool:
     """True when `flag` is true on every rank (also a barrier)."""
     import torch
 
@@ -230,49 +186,28 @@ def owner(batch: int, world: int) -> int:
     return turn if turn < world else 2 * world - 1 - turn
 
 
-def _decode_share(config: Config, part: OutputFile, ranks: Ranks, model: dict) -> tuple:
-    """Decode this rank's batches of every chunk into its part, read and checkpointed after each
-    chunk as in one process (`run.JobInput`); returns the rank's `run.Summary` and the input's
-    line count. The part stays PART.tmp with its journal until the merge, the last record
-    covering the whole input: a rank resumed with nothing left to do still checks that the
-    input is the same."""
-    from .run import JobInput, Summary, decoder, load, warn
+class PartWriter:
+    """A rank's part: for each of its lines, in input order, a header `INDEX BYTES` and the line's
+    output in the job's format. A chunk's results come in batch order (longest first), so each
+    chunk's are sorted and written when the chunk ends, before the job checkpoints it."""
 
-    if not model:  # the first job loads it; the others decode with it
-        model["loaded"], model["device"] = load(config)
-    loaded = model["loaded"]
-    config, translator = decoder(config, loaded, model["device"])
-    summary, start = Summary(), time.perf_counter()
-    job = JobInput(config, part, loaded, where=f"{part.path}: ")
-    try:
-        for _, batches in job.chunks():
-            mine = [batch for b, batch in enumerate(batches) if owner(b, ranks.world) == ranks.rank]
-            part.stream.write(_decode_batches(mine, config, loaded, translator, summary))
-        part.stream.close()
-    except BaseException:
-        part.abandon()
-        raise
-    summary.replaced, summary.seconds = job.reader.replaced_lines, time.perf_counter() - start
-    if summary.replaced and ranks.rank == 0:  # every rank reads (and counts) the whole input
-        warn(f"{summary.replaced} lines had invalid UTF-8, decoded with U+FFFD")
-    if not config.runtime.quiet:
-        print(summary.line().replace("nmtdecode:", ranks.summary_prefix(), 1), file=sys.stderr)
-    return summary, job.done
+    def __init__(self, stream, fmt: str, token_scores: bool = False):
+        self.stream, self.fmt, self.token_scores = stream, fmt, token_scores
+        self.chunk: list[Result] = []
 
+    def put(self, result: Result):
+        self.chunk.append(result)
 
-def _decode_batches(batches: list, config: Config, loaded, translator, summary) -> str:
-    """The part's records of these batches' lines, in input order: for each line a header
-    `INDEX BYTES` and its output in the job's format; counted in `summary`."""
-    from .run import decode_batch
+    def end_chunk(self):
+        for result in sorted(self.chunk, key=lambda r: r.index):
+            text = format_result(result, self.fmt, self.token_scores)
+            self.stream.write(f"{result.index} {len(text.encode('utf-8'))}\n{text}")
+        self.chunk = []
 
-    results = sorted((r for batch in batches for r in decode_batch(batch, translator, loaded)), key=lambda r: r.index)
-    summary.count([e for batch in batches for e in batch])
-    records = []
-    for result in results:
-        summary.target_tokens += len(result.hypotheses[0].tokens)
-        text = format_result(result, config.io.format, config.io.token_scores)
-        records.append(f"{result.index} {len(text.encode('utf-8'))}\n{text}")
-    return "".join(records)
+    def close(self):
+        """The part stays PART.tmp with its journal until rank 0 merges it."""
+        self.end_chunk()
+        self.stream.close()
 
 
 def _records(name: str, f):
@@ -319,5 +254,5 @@ def merge(output: OutputFile, parts: list[str], lines: int):
             f.close()
     output.finish()
     for name in parts:
-        _remove(f"{name}.tmp")
-        _remove(f"{name}.tmp.progress")
+        remove(f"{name}.tmp")
+        remove(f"{name}.tmp.progress")

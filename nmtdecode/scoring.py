@@ -1,87 +1,163 @@
 """`nmtdecode score`: forced decoding, the log-probability of given (source, target) line pairs.
 
-Sources are tokenized and cut as translate cuts them (`run.encode_source`) and decoded
-with translate's effective config (`run.decoder`); the output file is translate's
-`OutputFile`, written whole.
+Pairs are read, sorted and batched as translate batches its lines (by source length,
+in chunks), scored through the job's decoder (`BatchDecoder.score`), and written in
+input order: one number a line (text), or JSONL records with the tokens and per-token
+log-probs as translate gives them. Sources are cut as translate cuts them; the output
+is translate's `OutputFile`, written whole (no --resume). The last line on stderr
+gives the pairs, the target tokens (EOS included) and the corpus's mean log-probability
+per token and perplexity.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import sys
+import time
+from dataclasses import dataclass
+from typing import Iterable, Iterator
 
 from . import signals
-from .config import Config, ConfigError
-from .io import InputError, read_lines
-from .models.checkpoint import LoadedModel
-from .output import OutputFile
+from .batching import Example, chunk_size, chunks, cut
+from .config import SCORE_FORMATS, BatchingConfig, Config, ConfigError
+from .decoding import BatchDecoder
+from .engine import Engine, count, warn
+from .output_file import OutputFile
 from .ranks import Ranks
-from .run import decoder, encode_source, warn
-from .translator import Translator
+from .reading import InputError, LineReader, check_readable, count_lines
+from .run import progress_bar
+from .writing import OrderedWriter
 
 
-def score_job(config: Config, src_path: str, tgt_path: str, output: str = "-", fmt: str = "text"):
-    """Write the forced-decoding log-probability of each (source, target) line pair: one number a
-    line (text), or JSONL records with the tokens and per-token log-probs as translate gives them.
-    The output is translate's (`OutputFile`: locked, written through FILE.tmp, links not followed),
-    checked and locked before the model loads; it is written whole, with no --resume."""
+@dataclass
+class ScoreSummary:
+    pairs: int = 0
+    tokens: int = 0  # target tokens scored, each pair's EOS included
+    log_prob: float = 0.0
+    truncated: list[int] | None = None  # line numbers of the sources cut
+    seconds: float = 0.0
+
+    def line(self) -> str:
+        per_token = self.log_prob / self.tokens if self.tokens else 0.0
+        rate = self.tokens / self.seconds if self.seconds > 0 else 0.0
+        return (f"nmtdecode: {count(self.pairs, 'pair')}, {count(self.tokens, 'target token')} in {self.seconds:.2f} s "
+                f"({rate:.1f} tokens/s); log-prob per token {per_token:.4f}, perplexity {math.exp(-per_token):.2f}")
+
+
+def score_job(config: Config, tgt: str) -> ScoreSummary:
+    """Score the pairs of lines of config.io.src and `tgt` into config.io.output in config.io.format.
+    Input and output are checked, and the output locked, before the model loads."""
     if Ranks.from_env() is not None:  # every rank would print every score
         raise ConfigError("score runs in one process: start it without torchrun")
-    from .api import Translator as PublicTranslator
-
-    out = OutputFile(output)
-    for path in (src_path, tgt_path):
+    io_cfg = config.io
+    if io_cfg.format not in SCORE_FORMATS:
+        raise ConfigError(f"format: score writes {' or '.join(SCORE_FORMATS)}, not {io_cfg.format}")
+    for path in (io_cfg.src, tgt):
+        check_readable(path)
+    counts = count_lines(io_cfg.src), count_lines(tgt)
+    if None not in counts and counts[0] != counts[1]:
+        raise ConfigError(f"--src has {counts[0]} lines but --tgt has {counts[1]}")
+    out = OutputFile(io_cfg.output)
+    for path in (io_cfg.src, tgt):
         out.refuse_source(path)
     out.claim(False)
     try:
-        sources, targets = list(read_lines(src_path)), list(read_lines(tgt_path))
-        if len(sources) != len(targets):
-            raise ConfigError(f"--src has {len(sources)} lines but --tgt has {len(targets)}")
-        translator = PublicTranslator.from_config(config)
+        engine = Engine.load(config)
         signals.job_started()
-        config, loop = decoder(translator.config, translator.loaded, translator.device)
-        scored = score_pairs(translator.loaded, loop, sources, targets, config.batching.batch_size,
-                             tokens=fmt == "jsonl", max_src_length=config.batching.max_src_length)
-        if fmt == "jsonl":
-            lines = [json.dumps({"index": i, "log_prob": sum(s) + eos, "tokens": t, "token_scores": s,
-                                 "eos_score": eos}, ensure_ascii=False) for i, (t, s, eos) in enumerate(scored)]
-        else:
-            lines = [f"{total:.6f}" for total in scored]
+        config, decoder = engine.scorer(config)
         out.open(False, signature="")  # no checkpoints: a complete file or none
         try:
-            out.stream.write("".join(line + "\n" for line in lines))
+            summary = _score_into(out, config, engine, decoder, tgt)
         except BaseException:
             out.abandon()  # with no journal, FILE.tmp is removed
             raise
         out.finish()
     finally:
         out.release()
-
-
-def score_pairs(loaded: LoadedModel, translator: Translator, sources: list[str], targets: list[str],
-                batch_size: int, tokens: bool = False, max_src_length: int | None = None) -> list:
-    """Forced-decoding log-probabilities of (source, target) pairs, `batch_size` pairs at a time:
-    totals, or with `tokens` each pair's (tokens, token_scores, eos_score) as
-    `Translator.score_tokens` gives them.
-
-    Sources are cut as translate cuts them (a warning names the lines); a target the decoder
-    has no positions for cannot be scored (an error names the line)."""
-    tgt = [loaded.tokenizer.encode_target(t) for t in targets]
-    room = loaded.model.cfg.max_positions - len(translator.forced_prefix())  # what the decoder may still be fed
-    for number, ids in enumerate(tgt, 1):
-        if len(ids) > room:
-            raise InputError(f"target line {number} has {len(ids)} tokens; with its forced prefix the decoder has "
-                             f"positions for {room}: it cannot be scored")
-    src, cut_lines = [], []
-    for number, text in enumerate(sources, 1):
-        ids, truncated = encode_source(text, loaded, max_src_length)
-        src.append(ids)
-        cut_lines += [number] if truncated else []
-    if cut_lines:
-        warn(f"source {_lines(cut_lines)} longer than the model's positions (or --max-src-length): cut, "
+    if summary.truncated:
+        warn(f"source {_lines(summary.truncated)} longer than the model's positions (or --max-src-length): cut, "
              "as translate cuts them")
-    score = translator.score_tokens if tokens else translator.score
-    return [r for start in range(0, len(src), batch_size)
-            for r in score(src[start : start + batch_size], tgt[start : start + batch_size])]
+    if not config.runtime.quiet:
+        print(summary.line(), file=sys.stderr)
+    return summary
+
+
+def _score_into(out: OutputFile, config: Config, engine: Engine, decoder: BatchDecoder, tgt: str) -> ScoreSummary:
+    summary, start = ScoreSummary(truncated=[]), time.perf_counter()
+    sources = LineReader(config.io.src, config.io.on_invalid_utf8)
+    targets = LineReader(tgt, config.io.on_invalid_utf8)
+    writer, tokens = OrderedWriter(out.stream), config.io.format == "jsonl"
+    examples = pair_examples(engine, decoder, _pairs(sources, targets), config.batching.max_src_length)
+    with progress_bar(config, 0) as progress:
+        for batch, scored in scored_batches(engine, decoder, examples, config.batching, tokens):
+            for example, result in zip(batch, scored):
+                total = sum(result[1]) + result[2] if tokens else result
+                writer.put(example.index, _record(example.index, result, total) if tokens else f"{total:.6f}\n")
+                summary.log_prob += total
+                summary.tokens += len(example.target) + 1
+            summary.pairs += len(batch)
+            summary.truncated += [e.index + 1 for e in batch if e.truncated]
+            progress.update(len(batch))
+    writer.close()
+    summary.truncated.sort()
+    summary.seconds = time.perf_counter() - start
+    return summary
+
+
+def _pairs(sources: Iterable[str], targets: Iterable[str]) -> Iterator[tuple[int, str, str]]:
+    """(index, source, target) of two files read in step; their line counts must agree."""
+    sources, targets = iter(sources), iter(targets)
+    for index, source in enumerate(sources):
+        target = next(targets, None)
+        if target is None:
+            raise InputError(f"--tgt has {index} lines, fewer than --src")
+        yield index, source, target
+    if next(targets, None) is not None:
+        raise InputError("--tgt has more lines than --src")
+
+
+def _record(index: int, result: tuple, total: float) -> str:
+    tokens, token_scores, eos = result
+    return json.dumps({"index": index, "log_prob": total, "tokens": tokens, "token_scores": token_scores,
+                       "eos_score": eos}, ensure_ascii=False) + "\n"
+
+
+def pair_examples(engine: Engine, decoder: BatchDecoder, pairs, max_src_length: int | None) -> Iterator[Example]:
+    """An Example per (index, source, target): the source cut as translate cuts it (an empty one
+    is scored too: it is EOS alone), the target ids in `target`. A target the decoder has no
+    positions for cannot be scored: an error names its line."""
+    room = engine.loaded.model.cfg.max_positions - len(decoder.forced_prefix())  # what the decoder may still be fed
+    for index, source, target in pairs:
+        target_ids = engine.loaded.tokenizer.encode_target(target)
+        if len(target_ids) > room:
+            raise InputError(f"target line {index + 1} has {len(target_ids)} tokens; with its forced prefix the "
+                             f"decoder has positions for {room}: it cannot be scored")
+        ids, truncated = engine.encode_source(source, max_src_length)
+        yield Example(index, source, ids, truncated=truncated, target=target_ids)
+
+
+def scored_batches(engine: Engine, decoder: BatchDecoder, examples: Iterable[Example], batching: BatchingConfig,
+                   tokens: bool = False) -> Iterator[tuple[list[Example], list]]:
+    """(batch, its scores) in translate's batches: each pair's total log-probability, or with
+    `tokens` its (tokens, token_scores, eos_score) as `BatchDecoder.score_tokens` gives them."""
+    score = decoder.score_tokens if tokens else decoder.score
+    for chunk in chunks(examples, chunk_size(batching.batch_size, batching.batch_type)):
+        for batch in cut(chunk, batching.batch_size, batching.batch_type):
+            yield batch, engine.in_halves_when_out_of_memory(
+                batch, lambda part: score([e.ids for e in part], [e.target for e in part]))
+
+
+def score_pairs(engine: Engine, config: Config, sources: list[str], targets: list[str]) -> list[float]:
+    """The total log-probability of each target given its source, in their order (the Python API)."""
+    config, decoder = engine.scorer(config)
+    examples = pair_examples(engine, decoder, ((i, s, t) for i, (s, t) in enumerate(zip(sources, targets))),
+                             config.batching.max_src_length)
+    totals = [0.0] * len(sources)
+    for batch, scores in scored_batches(engine, decoder, examples, config.batching):
+        for example, total in zip(batch, scores):
+            totals[example.index] = total
+    return totals
 
 
 def _lines(numbers: list[int], shown: int = 5) -> str:

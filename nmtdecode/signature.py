@@ -8,7 +8,7 @@ import json
 import os
 from dataclasses import asdict
 
-from . import __version__
+from .version import __version__
 from .config import Config
 
 

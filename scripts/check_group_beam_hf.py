@@ -103,7 +103,7 @@ def our_side(directory: str) -> int:
     from nmtdecode.config import Config
     from nmtdecode.models.checkpoint import read_json
     from nmtdecode.models.formats.huggingface import load_network
-    from nmtdecode.translator import Translator
+    from nmtdecode.decoding import BatchDecoder
     from tests.test_diverse import hamming_definition
 
     with open(os.path.join(directory, "hf.json")) as f:
@@ -113,7 +113,7 @@ def our_side(directory: str) -> int:
         model, defaults, rules = load_network(case["path"], read_json(os.path.join(case["path"], "config.json")))
         config = Config.from_values({"n_best": case["beams"], "beam_size": case["beams"]})
         decoding = config.with_model_defaults(defaults).decoding  # groups and penalty from generation_config
-        nbests = Translator(model.eval(), decoding, rules).translate_batch(case["rows"])
+        nbests = BatchDecoder(model.eval(), decoding, rules).translate_batch(case["rows"])
         hyps = [h for nbest in nbests for h in nbest]
         tokens = [h.tokens[1:] if case["forced"] is not None else h.tokens for h in hyps]
         close = all(abs(h.score - s) <= 1e-4 + 1e-5 * abs(s) for h, s in zip(hyps, case["scores"]))

@@ -6,7 +6,7 @@ import pytest
 
 from nmtdecode.config import DecodingConfig
 from nmtdecode.models.loading import load_model
-from nmtdecode.translator import Translator
+from nmtdecode.decoding import BatchDecoder
 
 LINES = ["the house is red .", "a dog and a cat sleep in the garden . where is the station ?"]
 
@@ -24,7 +24,7 @@ def test_jsonl_alignment_and_token_scores_have_one_entry_per_token(model_dir, nm
     loaded = load_model(str(model_dir))
     cfg = DecodingConfig(beam_size=3, n_best=2, coverage_penalty="wu", beta=0.2, alignment=True)
     sources = [loaded.tokenizer.encode(line) for line in LINES]
-    expected = Translator(loaded.model, cfg, loaded.rules).translate_batch(sources)
+    expected = BatchDecoder(loaded.model, cfg, loaded.rules).translate_batch(sources)
     for record, source, hyps in zip(map(json.loads, run.stdout.splitlines()), sources, expected):
         for entry, hyp in zip(record["hypotheses"], hyps):
             assert len(entry["tokens"]) == len(entry["token_scores"]) == len(entry["alignment"])

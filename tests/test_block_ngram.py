@@ -17,7 +17,7 @@ from transformers.generation.logits_process import NoRepeatNGramLogitsProcessor
 from nmtdecode.config import ConfigError, DecodingConfig
 from nmtdecode.models.checkpoint import ModelRules
 from nmtdecode.search.processors import BlockNgramRepeat, RowHistory
-from nmtdecode.translator import Translator
+from nmtdecode.decoding import BatchDecoder
 
 from .helpers import EOS, TableModel
 
@@ -74,7 +74,7 @@ def test_without_exclusions_blocks_what_no_repeat_ngram_bans(n):
 
 def decode(table, beam, **options):
     cfg = DecodingConfig(beam_size=beam, n_best=1, max_length=10, length_penalty="none", **options)
-    translator = Translator(TableModel(8, [table]), cfg, ModelRules(banned_ids=(0, 1, 2)), piece_id=PIECES.get)
+    translator = BatchDecoder(TableModel(8, [table]), cfg, ModelRules(banned_ids=(0, 1, 2)), piece_id=PIECES.get)
     [[hyp]] = translator.translate_batch([[0, EOS]])
     return hyp
 

@@ -9,7 +9,7 @@ import yaml
 
 from nmtdecode.config import DecodingConfig
 from nmtdecode.models.loading import load_model
-from nmtdecode.translator import Translator
+from nmtdecode.decoding import BatchDecoder
 
 LINES = ["the house is red .", "", "a dog and a cat sleep in the garden .", "   ", "good morning",
          "thank you", "where is the station ?", "water"]
@@ -71,7 +71,7 @@ def test_config_file_with_override_and_formats_agree(model_dir, src_file, tmp_pa
 def test_cli_matches_library(model_dir, src_file, nmtdecode):
     loaded = load_model(str(model_dir))
     cfg = DecodingConfig(beam_size=3)
-    expected = Translator(loaded.model, cfg, loaded.rules).translate_batch([loaded.tokenizer.encode(LINES[0])])
+    expected = BatchDecoder(loaded.model, cfg, loaded.rules).translate_batch([loaded.tokenizer.encode(LINES[0])])
     run = nmtdecode("translate", "--model", model_dir, "--beam-size", 3, "--format", "jsonl", "--token-scores",
                     "--quiet", stdin=LINES[0] + "\n")
     assert run.returncode == 0, run.stderr
@@ -137,7 +137,7 @@ def test_score_matches_library(model_dir, tmp_path, nmtdecode):
     run = nmtdecode("score", "--model", model_dir, "--src", src, "--tgt", tgt)
     assert run.returncode == 0, run.stderr
     loaded = load_model(str(model_dir))
-    translator = Translator(loaded.model, DecodingConfig())
+    translator = BatchDecoder(loaded.model, DecodingConfig())
     expected = translator.score([loaded.tokenizer.encode(s) for s in ("the house is red .", "good morning")],
                                 [loaded.tokenizer.encode_target(t) for t in ("a dog .", "thank you")])
     assert [float(x) for x in run.stdout.split()] == pytest.approx(expected, abs=1e-5)

@@ -5,7 +5,9 @@ import io
 import pytest
 
 from nmtdecode.config import Config, ConfigError
-from nmtdecode.io import Example, InputError, OrderedWriter, Result, cut, read_lines
+from nmtdecode.batching import Example, Result, cut
+from nmtdecode.reading import InputError, read_lines
+from nmtdecode.writing import ResultWriter
 from nmtdecode.search.base import Hypothesis
 
 
@@ -68,7 +70,7 @@ def test_token_batches_count_padding():
 
 def test_ordered_writer_emits_in_input_order():
     out = io.StringIO()
-    writer = OrderedWriter(out, "text")
+    writer = ResultWriter(out, "text")
     for index in (2, 0, 3, 1):
         writer.put(Result(index, [Hypothesis([], 0.0, 0.0)], [f"line {index}"]))
         if index == 0:
@@ -80,7 +82,7 @@ def test_ordered_writer_emits_in_input_order():
 def test_jsonl_writes_null_for_infinite_scores():
     import json
 
-    from nmtdecode.io import format_result
+    from nmtdecode.writing import format_result
 
     line = format_result(Result(0, [Hypothesis([], float("-inf"), float("-inf"), [], False)], [""]), "jsonl")
     assert json.loads(line)["hypotheses"][0]["score"] is None

@@ -8,7 +8,7 @@ import torch
 from nmtdecode.config import DecodingConfig
 from nmtdecode.models.checkpoint import ModelRules
 from nmtdecode.search.penalties import coverage_summary, coverage_wu
-from nmtdecode.translator import Translator
+from nmtdecode.decoding import BatchDecoder
 
 from .helpers import EOS, TableModel
 
@@ -31,7 +31,7 @@ LOGPROB = {A: math.log(0.6), B: math.log(0.4)}
 def decode(beam=2, tables=(TABLE,), attention=(ATTENTION,), sources=(SOURCE,), **options):
     cfg = DecodingConfig(**{"beam_size": beam, "n_best": beam, "max_length": 5, "length_penalty": "none", **options})
     model = TableModel(8, list(tables), list(attention))
-    return Translator(model, cfg, BAN_SPECIALS).translate_batch(list(sources))
+    return BatchDecoder(model, cfg, BAN_SPECIALS).translate_batch(list(sources))
 
 
 def test_penalty_functions_by_hand():
@@ -85,7 +85,7 @@ def test_padded_source_positions_add_no_penalty():
 def test_beta_zero_or_no_penalty_records_no_attention():
     model = TableModel(8, [TABLE], [ATTENTION])
     for options in ({"coverage_penalty": "wu", "beta": 0.0}, {"coverage_penalty": "none", "beta": 1.0}):
-        translator = Translator(model, DecodingConfig(beam_size=2, **options), BAN_SPECIALS)
+        translator = BatchDecoder(model, DecodingConfig(beam_size=2, **options), BAN_SPECIALS)
         cache = model.init_cache(torch.zeros(1, 1), torch.ones(1, 3, dtype=torch.bool))
         assert translator.make_attention(cache, torch.ones(1, 3, dtype=torch.bool)) is None
         assert not cache.record_attention
@@ -119,10 +119,10 @@ def test_coverage_and_alignment_do_not_depend_on_the_batch(beam):
     sources = random_sources(6, 20, seed=8)
     cfg = DecodingConfig(beam_size=beam, n_best=beam, max_length=12, coverage_penalty="summary", beta=0.4,
                          alignment=True)
-    together = Translator(model, cfg).translate_batch(sources)
+    together = BatchDecoder(model, cfg).translate_batch(sources)
     for source, hyps in zip(sources, together):
-        [alone] = Translator(model, cfg).translate_batch([source])
+        [alone] = BatchDecoder(model, cfg).translate_batch([source])
         assert [(h.tokens, h.alignment) for h in hyps] == [(h.tokens, h.alignment) for h in alone]
         assert [h.score for h in hyps] == pytest.approx([h.score for h in alone], abs=1e-5)
-    plain = Translator(model, DecodingConfig(beam_size=beam, n_best=beam, max_length=12)).translate_batch(sources)
+    plain = BatchDecoder(model, DecodingConfig(beam_size=beam, n_best=beam, max_length=12)).translate_batch(sources)
     assert [[h.score for h in n] for n in plain] != [[h.score for h in n] for n in together]

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from nmtdecode.config import DecodingConfig
-from nmtdecode.translator import Translator
+from nmtdecode.decoding import BatchDecoder
 
 from .helpers import forced_total, random_sources, tiny_transformer
 
@@ -17,8 +17,8 @@ def test_cuda_matches_cpu(beam):
     model = tiny_transformer(1, vocab=20, eos_bias=1.0)
     sources = random_sources(16, 20, seed=3)
     cfg = DecodingConfig(beam_size=beam, n_best=beam, max_length=30)
-    on_cpu = Translator(model, cfg).translate_batch(sources)
-    on_gpu = Translator(model.to("cuda"), cfg).translate_batch(sources)
+    on_cpu = BatchDecoder(model, cfg).translate_batch(sources)
+    on_gpu = BatchDecoder(model.to("cuda"), cfg).translate_batch(sources)
     assert [[h.tokens for h in n] for n in on_gpu] == [[h.tokens for h in n] for n in on_cpu]
     for a, b in zip(on_gpu, on_cpu):
         assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-4)
@@ -29,8 +29,8 @@ def test_half_precision_agrees_on_tokens(dtype):
     model = tiny_transformer(1, vocab=20, eos_bias=1.0)
     sources = random_sources(16, 20, seed=4)
     cfg = DecodingConfig(beam_size=4, max_length=30)
-    reference = Translator(model, cfg).translate_batch(sources)
-    half = Translator(model.to("cuda", dtype), cfg).translate_batch(sources)
+    reference = BatchDecoder(model, cfg).translate_batch(sources)
+    half = BatchDecoder(model.to("cuda", dtype), cfg).translate_batch(sources)
     same = sum(a[0].tokens == b[0].tokens for a, b in zip(half, reference))
     assert same >= 14  # rounding may flip a near-tie, not the bulk
 
@@ -38,7 +38,7 @@ def test_half_precision_agrees_on_tokens(dtype):
 def test_cuda_scores_equal_forced_decoding():
     model = tiny_transformer(1, vocab=20, eos_bias=1.0)
     sources = random_sources(4, 20, seed=5)
-    results = Translator(model.to("cuda"), DecodingConfig(beam_size=3, n_best=3, max_length=30)).translate_batch(sources)
+    results = BatchDecoder(model.to("cuda"), DecodingConfig(beam_size=3, n_best=3, max_length=30)).translate_batch(sources)
     model.to("cpu")
     for source, hyps in zip(sources, results):
         for hyp in hyps:
@@ -63,8 +63,8 @@ def test_cuda_matches_cpu_with_each_strategy_and_penalty(feature, prefixed):
     sources = random_sources(16, 20, seed=6)
     prefixes = [[5 + i % 4] * (i % 3) for i in range(16)] if prefixed else None
     cfg = DecodingConfig(max_length=30, **FEATURES[feature])
-    on_cpu = Translator(model, cfg).translate_batch(sources, prefixes=prefixes)
-    on_gpu = Translator(model.to("cuda"), cfg).translate_batch(sources, prefixes=prefixes)
+    on_cpu = BatchDecoder(model, cfg).translate_batch(sources, prefixes=prefixes)
+    on_gpu = BatchDecoder(model.to("cuda"), cfg).translate_batch(sources, prefixes=prefixes)
     assert [[h.tokens for h in n] for n in on_gpu] == [[h.tokens for h in n] for n in on_cpu]
     assert [[h.alignment for h in n] for n in on_gpu] == [[h.alignment for h in n] for n in on_cpu]
     for a, b in zip(on_gpu, on_cpu):

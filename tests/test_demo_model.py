@@ -9,25 +9,26 @@ import pytest
 import sacrebleu
 
 from nmtdecode.config import Config
-from nmtdecode.run import make_example, prepare
+from nmtdecode.engine import Engine
 
 DEMO = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "demo")
 
 
 @functools.lru_cache(maxsize=None)
-def demo_translator(beam: int):
-    """The demo model and its translator, loaded once for all tests of this file."""
-    _, loaded, translator = prepare(Config.from_values({"model": DEMO, "beam_size": beam}))
-    return loaded, translator
+def demo_decoder(beam: int):
+    """The demo model's engine and a decoder, loaded once for all tests of this file."""
+    config = Config.from_values({"model": DEMO, "beam_size": beam})
+    engine = Engine.load(config)
+    return engine, engine.decoder(config)[1]
 
 
 def translate(lines, beam=5):
-    loaded, translator = demo_translator(beam)
-    examples = [make_example(i, line, loaded, None) for i, line in enumerate(lines)]
+    engine, decoder = demo_decoder(beam)
+    examples = [engine.make_example(i, line, None) for i, line in enumerate(lines)]
     outputs = []
     for start in range(0, len(examples), 32):
         batch = examples[start : start + 32]
-        outputs += [loaded.tokenizer.decode(n[0].tokens) for n in translator.translate_batch([e.ids for e in batch])]
+        outputs += [engine.loaded.tokenizer.decode(n[0].tokens) for n in decoder.translate_batch([e.ids for e in batch])]
     return outputs
 
 

@@ -17,7 +17,7 @@ from nmtdecode.config import ConfigError, DecodingConfig
 from nmtdecode.models.checkpoint import ModelRules
 from nmtdecode.search.diverse import DiverseBeamSearch
 from nmtdecode.search.penalties import LengthPenalty
-from nmtdecode.translator import Translator
+from nmtdecode.decoding import BatchDecoder
 
 from .helpers import EOS, TableModel, random_sources, tiny_transformer
 
@@ -95,7 +95,7 @@ def decode(tables, k, groups, diversity, max_steps=5, n_best=None, **options):
     cfg = DecodingConfig(beam_size=k, n_best=n_best or k, max_length=max_steps, beam_groups=groups,
                          diversity_penalty=diversity, **options)
     sources = [[s, EOS] for s in range(len(tables))]
-    return Translator(TableModel(VOCAB, tables), cfg, ModelRules(banned_ids=BANNED)).translate_batch(sources)
+    return BatchDecoder(TableModel(VOCAB, tables), cfg, ModelRules(banned_ids=BANNED)).translate_batch(sources)
 
 
 @pytest.mark.parametrize("k, groups", [(4, 2), (6, 3), (6, 2), (3, 3)])
@@ -116,7 +116,7 @@ def test_groups_differ_from_plain_beam_search():
     """The test above can fail: on these tables diversity changes the n-best."""
     tables = [random_table(seed) for seed in range(4)]
     diverse = decode(tables, 4, 2, 0.7)
-    plain = Translator(TableModel(VOCAB, tables), DecodingConfig(beam_size=4, n_best=4, max_length=5),
+    plain = BatchDecoder(TableModel(VOCAB, tables), DecodingConfig(beam_size=4, n_best=4, max_length=5),
                        ModelRules(banned_ids=BANNED)).translate_batch([[s, EOS] for s in range(4)])
     assert [[h.tokens for h in n] for n in diverse] != [[h.tokens for h in n] for n in plain]
 
@@ -135,7 +135,7 @@ def test_hand_computed_first_step():
     assert [h.total for h in hyps] == pytest.approx([math.log(0.4), math.log(0.3), math.log(0.4), math.log(0.2)])
 
 
-class Grouped(Translator):
+class Grouped(BatchDecoder):
     """Runs DiverseBeamSearch whatever the groups (the CLI asks beam_groups > 1 and a penalty)."""
 
     groups, diversity = 1, 0.0
@@ -153,7 +153,7 @@ def test_one_group_is_beam_search(seed, early_stopping):
     model = tiny_transformer(seed, vocab=20, eos_bias=1.0)
     sources = random_sources(8, 20, seed=seed)
     cfg = DecodingConfig(beam_size=4, n_best=4, max_length=12, early_stopping=early_stopping)
-    plain = Translator(model, cfg).translate_batch(sources)
+    plain = BatchDecoder(model, cfg).translate_batch(sources)
     grouped = Grouped(model, cfg).translate_batch(sources)
     assert [[h.tokens for h in n] for n in grouped] == [[h.tokens for h in n] for n in plain]
     assert [[h.score for h in n] for n in grouped] == [pytest.approx([h.score for h in n]) for n in plain]
@@ -170,7 +170,7 @@ def test_zero_penalty_groups_each_run_beam_search_of_k_over_g(early_stopping):
                                                 early_stopping=early_stopping)).translate_batch(sources)
     finally:
         Grouped.groups = 1
-    plain = Translator(model, DecodingConfig(beam_size=2, n_best=2, max_length=12,
+    plain = BatchDecoder(model, DecodingConfig(beam_size=2, n_best=2, max_length=12,
                                              early_stopping=early_stopping)).translate_batch(sources)
     for g, p in zip(grouped, plain):
         assert [h.tokens for h in g] == [h.tokens for h in p for _ in range(2)]
@@ -180,9 +180,9 @@ def test_batch_order_and_shrinking_change_nothing():
     model = tiny_transformer(5, vocab=20, eos_bias=1.0)
     sources = random_sources(7, 20, seed=5)
     cfg = DecodingConfig(beam_size=6, n_best=6, max_length=15, beam_groups=3, diversity_penalty=0.8)
-    together = Translator(model, cfg).translate_batch(sources)
-    alone = [Translator(model, cfg).translate_batch([s])[0] for s in sources]
-    kept = Translator(model, cfg, shrink=False).translate_batch(sources)
+    together = BatchDecoder(model, cfg).translate_batch(sources)
+    alone = [BatchDecoder(model, cfg).translate_batch([s])[0] for s in sources]
+    kept = BatchDecoder(model, cfg, shrink=False).translate_batch(sources)
     for results in (alone, kept):
         assert [[h.tokens for h in n] for n in results] == [[h.tokens for h in n] for n in together]
 
@@ -194,7 +194,7 @@ def test_reported_totals_are_model_log_probs():
     model = tiny_transformer(1, vocab=20, eos_bias=1.0)
     sources = random_sources(4, 20, seed=3)
     cfg = DecodingConfig(beam_size=4, n_best=4, max_length=30, beam_groups=2, diversity_penalty=0.3)
-    outputs = Translator(model, cfg).translate_batch(sources)
+    outputs = BatchDecoder(model, cfg).translate_batch(sources)
     for source, hyps in zip(sources, outputs):
         for hyp in hyps:
             assert hyp.ended
@@ -213,7 +213,7 @@ def test_forced_first_token_is_not_penalised():
     cfg = DecodingConfig(beam_size=4, n_best=4, max_length=3, beam_groups=2, diversity_penalty=1.0,
                          length_penalty="none", early_stopping="never")
     rules = ModelRules(banned_ids=BANNED, forced_bos_id=a)
-    [hyps] = Translator(TableModel(VOCAB, [table]), cfg, rules).translate_batch([[0, EOS]])
+    [hyps] = BatchDecoder(TableModel(VOCAB, [table]), cfg, rules).translate_batch([[0, EOS]])
     # forced a (0), then group 0 keeps a, b; group 1 sees both penalised by 1
     scores = sorted(h.score for h in hyps)
     assert scores == pytest.approx(sorted([math.log(0.6), math.log(0.4), math.log(0.6) - 1, math.log(0.4) - 1]))
@@ -229,7 +229,7 @@ def test_prefix_steps_are_not_penalised_per_sentence():
     cfg = DecodingConfig(beam_size=4, n_best=4, max_length=3, beam_groups=2, diversity_penalty=1.0,
                          length_penalty="none", early_stopping="never")
     model = TableModel(VOCAB, [forced, free])
-    with_prefix, without = Translator(model, cfg, ModelRules(banned_ids=BANNED)).translate_batch(
+    with_prefix, without = BatchDecoder(model, cfg, ModelRules(banned_ids=BANNED)).translate_batch(
         [[0, EOS], [1, EOS]], prefixes=[[a, b], []])
     assert all(h.tokens[:2] == [a, b] for h in with_prefix)
     # the prefix scores 0; then group 0 keeps a, b and group 1 sees both penalised by 1
@@ -306,9 +306,9 @@ def test_alignment_and_coverage_follow_the_groups():
     sources = random_sources(4, 20, seed=4)
     cfg = DecodingConfig(beam_size=4, n_best=4, max_length=12, beam_groups=2, diversity_penalty=0.5,
                          alignment=True)
-    plain = Translator(model, DecodingConfig(beam_size=4, n_best=4, max_length=12, beam_groups=2,
+    plain = BatchDecoder(model, DecodingConfig(beam_size=4, n_best=4, max_length=12, beam_groups=2,
                                              diversity_penalty=0.5)).translate_batch(sources)
-    aligned = Translator(model, cfg).translate_batch(sources)
+    aligned = BatchDecoder(model, cfg).translate_batch(sources)
     for source, hyps, plain_hyps in zip(sources, aligned, plain):
         assert [(h.tokens, h.score) for h in hyps] == [(h.tokens, h.score) for h in plain_hyps]
         for hyp in hyps:

@@ -9,7 +9,7 @@ from torch import nn
 
 from nmtdecode.config import DecodingConfig
 from nmtdecode.models import gemm
-from nmtdecode.translator import Translator
+from nmtdecode.decoding import BatchDecoder
 
 from .helpers import random_sources, tiny_transformer
 
@@ -55,8 +55,8 @@ def test_onednn_model_decodes_like_the_plain_model():
         torch.testing.assert_close(packed(src, mask, tgt), plain(src, mask, tgt), rtol=1e-5, atol=1e-5)
     sources = random_sources(12, 24, seed=3)
     cfg = DecodingConfig(beam_size=4, n_best=4, max_length=20)
-    expected = Translator(plain, cfg).translate_batch(sources)
-    got = Translator(packed, cfg).translate_batch(sources)
+    expected = BatchDecoder(plain, cfg).translate_batch(sources)
+    got = BatchDecoder(packed, cfg).translate_batch(sources)
     assert [[h.tokens for h in n] for n in got] == [[h.tokens for h in n] for n in expected]
 
 

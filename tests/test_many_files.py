@@ -15,15 +15,15 @@ from .test_reliability import NORMAL
 @pytest.fixture()
 def loads(monkeypatch):
     """The number of model loads so far, as a one-element list."""
-    import nmtdecode.run
+    import nmtdecode.engine
 
-    count, original = [0], nmtdecode.run.load_model
+    count, original = [0], nmtdecode.engine.load_model
 
     def counting(path):
         count[0] += 1
         return original(path)
 
-    monkeypatch.setattr(nmtdecode.run, "load_model", counting)
+    monkeypatch.setattr(nmtdecode.engine, "load_model", counting)
     return count
 
 

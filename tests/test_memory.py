@@ -12,7 +12,7 @@ import pytest
 from nmtdecode import memory
 from nmtdecode.config import Config
 from nmtdecode.run import translate_job
-from nmtdecode.translator import Translator
+from nmtdecode.decoding import BatchDecoder
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEMO = os.path.join(REPO, "data", "demo")
@@ -44,14 +44,14 @@ def test_out_of_memory_splits_the_batch(model_dir, tmp_path, lines_file, capsys,
     config = Config.from_values({"model": str(model_dir), "src": str(src), "quiet": True,
                                  "output": str(tmp_path / "plain.txt"), "batch_size": 8})
     translate_job(config)
-    original = Translator.translate_batch
+    original = BatchDecoder.translate_batch
 
     def fragile(self, sources, *rest):
         if len(sources) > 2:
             raise error()
         return original(self, sources, *rest)
 
-    monkeypatch.setattr(Translator, "translate_batch", fragile)
+    monkeypatch.setattr(BatchDecoder, "translate_batch", fragile)
     config.io.output = str(tmp_path / "split.txt")
     translate_job(config)
     assert (tmp_path / "split.txt").read_text() == (tmp_path / "plain.txt").read_text()

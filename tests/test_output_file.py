@@ -59,9 +59,9 @@ def short(lines_file, job, tmp_path):
 @contextlib.contextmanager
 def interrupted_after(calls: int):
     """Ctrl-C instead of the decoding call after `calls` of them (32 calls per chunk of a file here)."""
-    from nmtdecode.translator import Translator
+    from nmtdecode.decoding import BatchDecoder
 
-    original, count = Translator.translate_batch, 0
+    original, count = BatchDecoder.translate_batch, 0
 
     def fragile(self, sources, *rest):
         nonlocal count
@@ -71,19 +71,19 @@ def interrupted_after(calls: int):
         return original(self, sources, *rest)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(Translator, "translate_batch", fragile)
+        patch.setattr(BatchDecoder, "translate_batch", fragile)
         yield
 
 
 @pytest.fixture()
 def no_model_load(monkeypatch):
     """Fails the test if a model is loaded: the error must come before."""
-    import nmtdecode.run
+    import nmtdecode.engine
 
     def refuse(path):
         raise AssertionError("the model was loaded")
 
-    monkeypatch.setattr(nmtdecode.run, "load_model", refuse)
+    monkeypatch.setattr(nmtdecode.engine, "load_model", refuse)
 
 
 def journal_of(out):
@@ -319,10 +319,10 @@ def test_unwritable_output_is_found_before_the_model_loads(job, src, tmp_path, w
 def test_resume_of_a_completed_job_does_nothing(short, tmp_path, cli, model_dir):
     src, reference = short
     out = tmp_path / "short-reference.txt"  # completed by the fixture
-    import nmtdecode.run
+    import nmtdecode.engine
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(nmtdecode.run, "load_model", lambda path: pytest.fail("the model was loaded"))
+        patch.setattr(nmtdecode.engine, "load_model", lambda path: pytest.fail("the model was loaded"))
         run = cli("translate", "--model", model_dir, "--src", src, "--output", out, "--resume")
     assert run.returncode == 0, run.stderr
     assert b"is complete" in run.stderr and out.read_bytes() == reference

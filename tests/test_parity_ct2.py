@@ -13,7 +13,7 @@ import pytest
 
 from nmtdecode.config import Config
 from nmtdecode.models.loading import load_model
-from nmtdecode.translator import Translator
+from nmtdecode.decoding import BatchDecoder
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEMO = os.path.join(ROOT, "data", "demo")
@@ -40,7 +40,7 @@ def test_top_rule_agrees_with_ctranslate2(converted, beam, n_best):
     sources = [loaded.tokenizer.encode(line) for line in lines]
     config = Config.from_values({"beam_size": beam, "n_best": n_best, "early_stopping": "top",
                                  "length_penalty": "none", "max_length": 48})
-    translator = Translator(loaded.model, config.decoding, loaded.rules)
+    translator = BatchDecoder(loaded.model, config.decoding, loaded.rules)
     ours = [[h.tokens for h in n] for start in range(0, len(sources), 25)
             for n in translator.translate_batch(sources[start : start + 25])]
     banned = [[tokens[t]] for t in loaded.rules.banned_ids]

@@ -18,7 +18,7 @@ from transformers import GenerationConfig
 from nmtdecode.config import Config
 from nmtdecode.models.checkpoint import read_json
 from nmtdecode.models.formats.huggingface import load_network
-from nmtdecode.translator import Translator
+from nmtdecode.decoding import BatchDecoder
 
 VOCAB, EOS, PAD = 64, 2, 1
 COMMON = dict(vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
@@ -102,7 +102,7 @@ def hf_generate(hf, ids, mask, **kwargs):
 
 def ours_generate(ours, defaults, rules, rows, **overrides):
     config = Config.from_values(overrides).with_model_defaults(defaults)
-    return Translator(ours, config.decoding, rules).translate_batch(rows)
+    return BatchDecoder(ours, config.decoding, rules).translate_batch(rows)
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -13,7 +13,7 @@ import pytest
 from nmtdecode.config import DecodingConfig
 from nmtdecode.models.checkpoint import ModelRules
 from nmtdecode.search.penalties import LengthPenalty
-from nmtdecode.translator import Translator
+from nmtdecode.decoding import BatchDecoder
 
 from .helpers import EOS, TableModel, random_sources, tiny_transformer
 
@@ -38,7 +38,7 @@ def prefixes_for(n, seed=0):
 def test_outputs_start_with_their_prefix(model, strategy, forced_tag):
     sources, prefixes = random_sources(12, 24, seed=3), prefixes_for(12)
     assert any(not p for p in prefixes) and len({len(p) for p in prefixes}) > 2  # mixed, some empty
-    translator = Translator(model, DecodingConfig(max_length=20, **STRATEGIES[strategy]),
+    translator = BatchDecoder(model, DecodingConfig(max_length=20, **STRATEGIES[strategy]),
                             ModelRules(forced_bos_id=forced_tag))
     batch = translator.translate_batch(sources, list(range(12)), prefixes)
     head = [] if forced_tag is None else [forced_tag]
@@ -56,7 +56,7 @@ def test_total_is_the_forced_decoding_log_prob_after_the_prefix(strategy):
     so `score` of the output = the reported total + the prefix tokens' log-probs."""
     sources, prefixes = random_sources(8, 24, seed=4), prefixes_for(8, seed=1)
     model = tiny_transformer(5, vocab=24, eos_bias=2.5)  # outputs that end
-    translator = Translator(model, DecodingConfig(max_length=40, **STRATEGIES[strategy]))
+    translator = BatchDecoder(model, DecodingConfig(max_length=40, **STRATEGIES[strategy]))
     checked = 0
     for source, prefix, hyps in zip(sources, prefixes, translator.translate_batch(sources, None, prefixes)):
         for h in hyps[:1]:
@@ -75,7 +75,7 @@ def test_total_is_the_forced_decoding_log_prob_after_the_prefix(strategy):
 
 @pytest.mark.parametrize("strategy", list(STRATEGIES))
 def test_a_prefix_past_the_step_limit_is_cut_there(model, strategy):
-    translator = Translator(model, DecodingConfig(max_length=3, **STRATEGIES[strategy]))
+    translator = BatchDecoder(model, DecodingConfig(max_length=3, **STRATEGIES[strategy]))
     [hyps] = translator.translate_batch(random_sources(1, 24, seed=2), None, [[7, 8, 9, 10, 11]])
     possible = [h for h in hyps if h.score != -math.inf]  # a beam's other slots had no other path
     assert possible and all(h.tokens == [7, 8, 9] and not h.ended and h.total == 0.0 for h in possible)
@@ -122,7 +122,7 @@ def test_continuation_is_the_brute_force_best(length_penalty, tag, seed):
     # a beam of 16 keeps every a/b continuation alive (at most 2^4 after the prefix): exact
     cfg = DecodingConfig(beam_size=16, n_best=1, max_length=12, length_penalty=length_penalty,
                          early_stopping="never")
-    translator = Translator(TableModel(7, [table]), cfg, ModelRules(banned_ids=(0, 1, 2), forced_bos_id=tag))
+    translator = BatchDecoder(TableModel(7, [table]), cfg, ModelRules(banned_ids=(0, 1, 2), forced_bos_id=tag))
     [[h]] = translator.translate_batch([[0, EOS]], None, [prefix])
     body, score = best_continuation(table, list(head) + prefix, LengthPenalty(length_penalty, 1.0))
     assert h.tokens == list(head) + prefix + body

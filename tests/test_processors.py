@@ -64,13 +64,13 @@ def test_force_eos_only_on_rows_at_their_limit():
 def test_no_repeat_ngram_in_decoding(beam):
     """End to end: no output of a repetitive model repeats a bigram."""
     from nmtdecode.config import DecodingConfig
-    from nmtdecode.translator import Translator
+    from nmtdecode.decoding import BatchDecoder
 
     from .helpers import BOS, random_sources, tiny_transformer
 
     model = tiny_transformer(3, vocab=8, eos_bias=-3.0)  # long outputs over 4 content tokens: repeats likely
     cfg = DecodingConfig(beam_size=beam, n_best=beam, max_length=12)
-    plain = Translator(model, cfg).translate_batch(random_sources(6, 8, seed=3))
+    plain = BatchDecoder(model, cfg).translate_batch(random_sources(6, 8, seed=3))
 
     def bigrams(tokens):
         seq = [BOS] + tokens
@@ -78,7 +78,58 @@ def test_no_repeat_ngram_in_decoding(beam):
 
     assert any(len(set(bigrams(h.tokens))) < len(bigrams(h.tokens)) for n in plain for h in n)
     cfg.no_repeat_ngram_size = 2
-    blocked = Translator(model, cfg).translate_batch(random_sources(6, 8, seed=3))
+    blocked = BatchDecoder(model, cfg).translate_batch(random_sources(6, 8, seed=3))
     for hyps in blocked:
         for h in hyps:
             assert len(set(bigrams(h.tokens))) == len(bigrams(h.tokens))
+
+
+class SentenceBias:
+    """A logits-stage processor with row state of its own: each row knows its sentence and raises
+    the logit of that sentence's favourite token, so a row that forgot whose it is (its state not
+    following the search) favours another sentence's token or fails on the row count."""
+
+    stage = "logits"
+
+    def __init__(self, favourites: list[int]):
+        self.favourite = torch.tensor(favourites)  # one row per sentence at step 0
+
+    def __call__(self, logits, step, rows):
+        return logits.scatter_add_(1, self.favourite[:, None], torch.full((logits.size(0), 1), 4.0))
+
+    def follow(self, out):
+        if out.origin is not None:
+            self.favourite = self.favourite.index_select(0, out.origin)
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_a_stateful_logits_processor_follows_the_search(beam):
+    """Each sentence decoded in a batch (rows reordered, widened after step 0, finished sentences
+    dropped) gets what it gets alone, with its own favourite token in its output."""
+    from nmtdecode.config import DecodingConfig
+    from nmtdecode.decoding import BatchDecoder
+    from nmtdecode.search.processors import Processor, Processors
+
+    from .helpers import random_sources, tiny_transformer
+
+    assert isinstance(SentenceBias([4]), Processor)
+    favourites = [4, 7, 9, 5, 11]
+
+    class Biased(BatchDecoder):
+        def make_processors(self, search, max_steps, prefixes=None):
+            processors = super().make_processors(search, max_steps, prefixes)
+            return Processors([SentenceBias(self.favourites), *processors.processors], search.start_tokens,
+                              processors.rows.last_step)
+
+    model = tiny_transformer(1, vocab=12, eos_bias=1.0)
+    sources = random_sources(len(favourites), 12, seed=5)
+    decoder = Biased(model, DecodingConfig(beam_size=beam, n_best=beam, max_length=10))
+    decoder.favourites = favourites
+    together = decoder.translate_batch(sources)
+    alone = []
+    for source, favourite in zip(sources, favourites):
+        decoder.favourites = [favourite]
+        alone += decoder.translate_batch([source])
+    assert [[h.tokens for h in n] for n in together] == [[h.tokens for h in n] for n in alone]
+    assert all(favourite in n[0].tokens for favourite, n in zip(favourites, together))
+    assert len({len(n[0].tokens) for n in together}) > 1  # sentences end at different steps: rows are dropped

@@ -3,7 +3,7 @@ moves per batch and shows tokens/s; no bar when answering line by line; typed in
 
 import pytest
 
-from nmtdecode import io as nio
+from nmtdecode import reading as nio
 from nmtdecode import run as nrun
 
 LINES = ["the house is red .", "", "a dog and a cat sleep in the garden .", "good morning", "thank you",
@@ -47,8 +47,8 @@ def bar_updates(monkeypatch):
     monkeypatch.setattr(nrun, "stderr_is_terminal", lambda: True)
     updates, original = [], nrun.progress_bar
 
-    def spy(config, done):
-        bar = original(config, done)
+    def spy(config, done, *shown):
+        bar = original(config, done, *shown)
         real = bar.update
         bar.update = lambda n=1: (updates.append(n), real(n))[1]
         return bar

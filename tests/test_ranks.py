@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from nmtdecode.output import OutputFile
+from nmtdecode.output_file import OutputFile
 from nmtdecode.config import Config
 from nmtdecode.ranks import Ranks, check_layout, merge, owner, threads_for
 

@@ -219,19 +219,19 @@ def test_broken_pipe_is_quiet(model_dir, lines_file):
 def test_out_of_memory_on_one_sentence_names_the_line(model_dir, tmp_path, lines_file, monkeypatch):
     from nmtdecode.config import Config
     from nmtdecode.run import translate_job
-    from nmtdecode.translator import Translator
+    from nmtdecode.decoding import BatchDecoder
 
     src = lines_file(NORMAL[:3])
     config = Config.from_values({"model": str(model_dir), "src": str(src), "quiet": True,
                                  "output": str(tmp_path / "out.txt")})
-    original = Translator.translate_batch
+    original = BatchDecoder.translate_batch
 
     def hopeless(self, sources, *rest):
         if any(len(s) > 8 for s in sources):
             raise RuntimeError("CUDA out of memory")
         return original(self, sources, *rest)
 
-    monkeypatch.setattr(Translator, "translate_batch", hopeless)
+    monkeypatch.setattr(BatchDecoder, "translate_batch", hopeless)
     with pytest.raises(RuntimeError, match="out of memory on input line 2, even alone"):
         translate_job(config)
 

@@ -9,7 +9,7 @@ from transformers.generation.logits_process import RepetitionPenaltyLogitsProces
 from nmtdecode.config import ConfigError, DecodingConfig
 from nmtdecode.models.checkpoint import ModelRules
 from nmtdecode.search.processors import RepetitionPenalty, RowHistory
-from nmtdecode.translator import Translator
+from nmtdecode.decoding import BatchDecoder
 
 from .helpers import BOS, EOS, TableModel
 
@@ -70,7 +70,7 @@ def test_repetition_penalty_in_decoding(beam):
     those of the penalised distribution."""
     def decode(**options):
         cfg = DecodingConfig(beam_size=beam, n_best=1, max_length=5, **options)
-        [[hyp]] = Translator(TableModel(6, [TABLE]), cfg, ModelRules(banned_ids=(0, 1, 2))).translate_batch([[0, EOS]])
+        [[hyp]] = BatchDecoder(TableModel(6, [TABLE]), cfg, ModelRules(banned_ids=(0, 1, 2))).translate_batch([[0, EOS]])
         return hyp
 
     assert decode().tokens == [A, A]

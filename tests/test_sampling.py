@@ -12,7 +12,7 @@ from transformers.generation.logits_process import TemperatureLogitsWarper, TopK
 from nmtdecode.config import Config, ConfigError, DecodingConfig
 from nmtdecode.models.checkpoint import ModelRules
 from nmtdecode.search.sampling import Filters, _fmix32, _mul32, draw, hash32, uniforms
-from nmtdecode.translator import Translator
+from nmtdecode.decoding import BatchDecoder
 
 from .helpers import EOS, TableModel, random_sources, tiny_transformer
 
@@ -167,7 +167,7 @@ OUTCOMES = {(A, A): 0.3, (A,): 0.2, (B,): 0.3, (): 0.2}
 
 def sample_table(lines=500, n_best=4, seed=3, **decoding):
     cfg = DecodingConfig(sampling=True, n_best=n_best, max_length=10, seed=seed, length_penalty="none", **decoding)
-    translator = Translator(TableModel(6, [TABLE]), cfg, BAN_SPECIALS)
+    translator = BatchDecoder(TableModel(6, [TABLE]), cfg, BAN_SPECIALS)
     return translator.translate_batch([[0, EOS]] * lines, list(range(lines)))
 
 
@@ -230,8 +230,8 @@ def setup():
 @pytest.mark.parametrize("decoding", [dict(top_k=1), dict(temperature=1e-6), dict(top_p=1e-6)])
 def test_sampling_limits_equal_greedy(setup, decoding):
     model, sources = setup
-    greedy = Translator(model, DecodingConfig(beam_size=1, max_length=20)).translate_batch(sources)
-    sampled = Translator(model, DecodingConfig(sampling=True, max_length=20, **decoding)).translate_batch(sources)
+    greedy = BatchDecoder(model, DecodingConfig(beam_size=1, max_length=20)).translate_batch(sources)
+    sampled = BatchDecoder(model, DecodingConfig(sampling=True, max_length=20, **decoding)).translate_batch(sources)
     assert [n[0].tokens for n in sampled] == [n[0].tokens for n in greedy]
     assert [n[0].total for n in sampled] == pytest.approx([n[0].total for n in greedy], abs=1e-5)
 
@@ -246,7 +246,7 @@ def decode(translator, sources, line_ids, batch_size):
 
 def test_samples_do_not_depend_on_batch_size_or_order(setup):
     model, sources = setup
-    translator = Translator(model, DecodingConfig(sampling=True, n_best=3, max_length=20, top_p=0.9, seed=42))
+    translator = BatchDecoder(model, DecodingConfig(sampling=True, n_best=3, max_length=20, top_p=0.9, seed=42))
     lines = list(range(len(sources)))
     reference = decode(translator, sources, lines, 1)
     order = lines[:]
@@ -256,7 +256,7 @@ def test_samples_do_not_depend_on_batch_size_or_order(setup):
         assert [[h.tokens for h in n] for n in results] == [[h.tokens for h in n] for n in reference]
         assert [h.total for n in results for h in n] == pytest.approx([h.total for n in reference for h in n],
                                                                       abs=1e-5)
-    other_seed = Translator(model, DecodingConfig(sampling=True, n_best=3, max_length=20, top_p=0.9, seed=43))
+    other_seed = BatchDecoder(model, DecodingConfig(sampling=True, n_best=3, max_length=20, top_p=0.9, seed=43))
     assert [[h.tokens for h in n] for n in decode(other_seed, sources, lines, 32)] != \
         [[h.tokens for h in n] for n in reference]
 
@@ -264,14 +264,14 @@ def test_samples_do_not_depend_on_batch_size_or_order(setup):
 def test_dropping_finished_sentences_changes_no_sample(setup):
     model, sources = setup
     cfg = DecodingConfig(sampling=True, n_best=3, max_length=20, seed=1)
-    shrinking = Translator(model, cfg).translate_batch(sources)
-    fixed = Translator(model, cfg, shrink=False).translate_batch(sources)
+    shrinking = BatchDecoder(model, cfg).translate_batch(sources)
+    fixed = BatchDecoder(model, cfg, shrink=False).translate_batch(sources)
     assert [[h.tokens for h in n] for n in shrinking] == [[h.tokens for h in n] for n in fixed]
 
 
 def test_sample_scores_equal_forced_decoding(setup):
     model, sources = setup
-    translator = Translator(model, DecodingConfig(sampling=True, n_best=2, max_length=20, temperature=1.5))
+    translator = BatchDecoder(model, DecodingConfig(sampling=True, n_best=2, max_length=20, temperature=1.5))
     ended = [(source, h) for source, hyps in zip(sources[:8], translator.translate_batch(sources[:8]))
              for h in hyps if h.ended]
     assert len(ended) >= 4
@@ -377,8 +377,8 @@ def test_samples_carry_alignment_and_attention_per_token(setup):
     """Recording the attention changes no sample; each sample's arrays have one entry per token,
     and its alignment is the argmax of its attention rows."""
     model, sources = setup
-    plain = Translator(model, DecodingConfig(sampling=True, n_best=3, max_length=20, seed=2))
-    facts = Translator(model, DecodingConfig(sampling=True, n_best=3, max_length=20, seed=2, alignment=True,
+    plain = BatchDecoder(model, DecodingConfig(sampling=True, n_best=3, max_length=20, seed=2))
+    facts = BatchDecoder(model, DecodingConfig(sampling=True, n_best=3, max_length=20, seed=2, alignment=True,
                                              attention=True))
     with_facts = facts.translate_batch(sources[:10])
     without = plain.translate_batch(sources[:10])

@@ -15,7 +15,7 @@ import torch
 
 from nmtdecode.config import DecodingConfig
 from nmtdecode.models.loading import load_model
-from nmtdecode.translator import Translator
+from nmtdecode.decoding import BatchDecoder
 
 from .test_parity_hf import EOS, batch, build, ours_generate
 
@@ -54,7 +54,7 @@ def test_score_of_own_translations_is_their_log_prob_and_transformers_sum(family
             decoder_inputs.append(prefix + target)
     assert len(sources) >= 6 and len({len(t) for t in targets}) > 2  # padded batch of mixed lengths
 
-    translator = Translator(ours, DecodingConfig(), rules)
+    translator = BatchDecoder(ours, DecodingConfig(), rules)
     scores = translator.score(sources, targets)
     assert scores == pytest.approx(totals, abs=1e-4)
     # per token (the JSONL of `score`), as translate's hypotheses: the forced token first, scored 0
@@ -91,7 +91,7 @@ def test_native_score_of_own_translations_is_their_log_prob(model_dir, lines_fil
                 totals.append(hyp["log_prob"])
     assert len(sources) >= 8 and len({len(t) for t in targets}) > 1
     assert loaded.rules.forced_bos_id is None  # native models force nothing
-    scores = Translator(loaded.model, DecodingConfig(), loaded.rules).score(sources, targets)
+    scores = BatchDecoder(loaded.model, DecodingConfig(), loaded.rules).score(sources, targets)
     assert scores == pytest.approx(totals, abs=1e-4)
 
 
@@ -223,7 +223,7 @@ def test_cli_score_cuts_long_sources_as_translate_and_names_the_lines(model_dir,
     long_line = " ".join(["the dog is in the house ."] * 40)  # > 128 pieces
     sources, targets = ["hi", long_line, long_line], ["a dog .", "the cat", "red house"]
     src, tgt = lines_file(sources, "src.txt"), lines_file(targets, "tgt.txt")
-    translator = Translator(loaded.model, DecodingConfig(), loaded.rules)
+    translator = BatchDecoder(loaded.model, DecodingConfig(), loaded.rules)
     eos = loaded.model.cfg.eos_id
     target_ids = [loaded.tokenizer.encode_target(t) for t in targets]
     for limit, flags in ((128, ()), (9, ("--max-src-length", 9))):
@@ -238,3 +238,53 @@ def test_cli_score_cuts_long_sources_as_translate_and_names_the_lines(model_dir,
     run = cli("score", "-m", model_dir, "-s", src, "-t", long_target, "--device", "cpu", text=True)
     assert run.returncode == 1 and run.stdout == ""
     assert run.stderr.count("\n") == 1 and "target line 2 has" in run.stderr
+
+
+def test_cli_score_batches_as_translate_writes_in_input_order_and_reports_perplexity(model_dir, lines_file, cli,
+                                                                                      monkeypatch):
+    """Pairs are sorted by source length and cut into batches as translate cuts its lines (here a
+    token budget), each score is the pair's own, written in input order; the summary gives the
+    pairs, the target tokens (EOS included) and the mean log-prob per token with its perplexity."""
+    import math
+    import re
+
+    loaded = load_model(str(model_dir))
+    sources = ["water", "a dog and a cat sleep in the garden .", "good morning", "", "the house is red .", "thank you"]
+    targets = ["red", "the cat", "", "a dog .", "good", "my friend reads a book ."]
+    src, tgt = lines_file(sources, "src.txt"), lines_file(targets, "tgt.txt")
+    seen, original = [], BatchDecoder.score
+
+    def recording(self, batch_sources, batch_targets):
+        seen.append([len(s) for s in batch_sources])
+        return original(self, batch_sources, batch_targets)
+
+    monkeypatch.setattr(BatchDecoder, "score", recording)
+    run = cli("score", "-m", model_dir, "-s", src, "-t", tgt, "--batch-type", "tokens", "--batch-size", 24,
+              "--threads", 1, text=True)
+    assert run.returncode == 0, run.stderr
+    lengths = [len(loaded.tokenizer.encode(s)) for s in sources]
+    assert [n for batch in seen for n in batch] == sorted(lengths, reverse=True)  # longest first, as translate
+    assert len(seen) > 1 and all(len(b) * b[0] <= 24 for b in seen)  # the budget counts padding
+    alone = BatchDecoder(loaded.model, DecodingConfig())
+    expected = [original(alone, [loaded.tokenizer.encode(s)], [loaded.tokenizer.encode_target(t)])[0]
+                for s, t in zip(sources, targets)]
+    scores = [float(x) for x in run.stdout.split()]
+    assert scores == pytest.approx(expected, abs=1e-5)
+    tokens = sum(len(loaded.tokenizer.encode_target(t)) + 1 for t in targets)
+    summary = re.search(r"nmtdecode: 6 pairs, (\d+) target tokens in .* s \(.* tokens/s\); log-prob per token "
+                        r"(-?[\d.]+), perplexity ([\d.]+)", run.stderr)
+    assert summary and int(summary[1]) == tokens
+    assert float(summary[2]) == pytest.approx(sum(scores) / tokens, abs=1e-4)
+    assert float(summary[3]) == pytest.approx(math.exp(-sum(scores) / tokens), rel=1e-3)
+    quiet = cli("score", "-m", model_dir, "-s", src, "-t", tgt, "-q", text=True)
+    assert quiet.returncode == 0 and quiet.stderr == ""
+    assert [float(x) for x in quiet.stdout.split()] == pytest.approx(scores, abs=1e-5)  # other batches: rounding
+
+
+def test_cli_score_dump_config_and_refused_formats(model_dir, lines_file, cli, tmp_path):
+    src = lines_file(["good morning"], "src.txt")
+    (tmp_path / "c.yaml").write_text(f"model: {model_dir}\nbatch_size: 4096\nbatch_type: tokens\nformat: nbest\n")
+    dumped = cli("score", "-c", tmp_path / "c.yaml", "--dump-config", text=True)
+    assert dumped.returncode == 0 and "batch_size: 4096\nbatch_type: tokens\n" in dumped.stdout
+    run = cli("score", "-m", model_dir, "-s", src, "-t", src, "--format", "nbest", text=True)
+    assert run.returncode == 2 and "'nbest' is not one of 'text', 'jsonl'" in run.stderr

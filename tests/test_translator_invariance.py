@@ -5,7 +5,7 @@ import random
 import pytest
 
 from nmtdecode.config import DecodingConfig
-from nmtdecode.translator import Translator
+from nmtdecode.decoding import BatchDecoder
 
 from .helpers import random_sources, tiny_transformer
 
@@ -32,7 +32,7 @@ def setup():
 @pytest.mark.parametrize("beam", [1, 4])
 def test_batch_size_does_not_change_results(setup, beam):
     model, sources = setup
-    translator = Translator(model, DecodingConfig(beam_size=beam, n_best=beam, max_length=25))
+    translator = BatchDecoder(model, DecodingConfig(beam_size=beam, n_best=beam, max_length=25))
     reference = decode(translator, sources, 1)
     for batch_size in (7, 64):
         assert_same(decode(translator, sources, batch_size), reference)
@@ -41,7 +41,7 @@ def test_batch_size_does_not_change_results(setup, beam):
 @pytest.mark.parametrize("beam", [1, 4])
 def test_input_order_does_not_change_results(setup, beam):
     model, sources = setup
-    translator = Translator(model, DecodingConfig(beam_size=beam, n_best=beam, max_length=25))
+    translator = BatchDecoder(model, DecodingConfig(beam_size=beam, n_best=beam, max_length=25))
     order = list(range(len(sources)))
     random.Random(3).shuffle(order)
     shuffled = decode(translator, [sources[i] for i in order], 16)
@@ -54,6 +54,6 @@ def test_input_order_does_not_change_results(setup, beam):
 def test_dropping_finished_sentences_changes_nothing(setup, beam, early_stopping):
     model, sources = setup
     cfg = DecodingConfig(beam_size=beam, n_best=beam, max_length=25, early_stopping=early_stopping)
-    shrinking = Translator(model, cfg).translate_batch(sources)
-    fixed = Translator(model, cfg, shrink=False).translate_batch(sources)
+    shrinking = BatchDecoder(model, cfg).translate_batch(sources)
+    fixed = BatchDecoder(model, cfg, shrink=False).translate_batch(sources)
     assert_same(shrinking, fixed)

@@ -8,16 +8,11 @@ Q queries, d model width, H heads, hd = d / H.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .cache import DecoderCache
-
-if TYPE_CHECKING:  # transformer.py imports this module
-    from .transformer import TransformerConfig
 
 
 def split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
@@ -51,12 +46,11 @@ def attention_weights(q, keys, mask=None):
 class SelfAttention(nn.Module):
     """Multi-head self-attention with the q, k and v projections fused in one matmul."""
 
-    def __init__(self, cfg: TransformerConfig):
+    def __init__(self, d_model: int, heads: int, dropout: float = 0.0, bias: bool = True):
         super().__init__()
-        self.heads = cfg.heads
-        self.dropout = cfg.dropout
-        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=cfg.bias)
-        self.out = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
+        self.heads, self.dropout = heads, dropout
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.out = nn.Linear(d_model, d_model, bias=bias)
 
     def forward(self, x, mask=None, causal=False):
         """Full-sequence attention; mask (B, 1, 1, T) bool, True = attend. The encoder's short
@@ -87,13 +81,12 @@ class SelfAttention(nn.Module):
 class CrossAttention(nn.Module):
     """Decoder-to-encoder attention; keys/values of the memory are projected once per batch."""
 
-    def __init__(self, cfg: TransformerConfig):
+    def __init__(self, d_model: int, heads: int, dropout: float = 0.0, bias: bool = True):
         super().__init__()
-        self.heads = cfg.heads
-        self.dropout = cfg.dropout
-        self.q = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
-        self.kv = nn.Linear(cfg.d_model, 2 * cfg.d_model, bias=cfg.bias)
-        self.out = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
+        self.heads, self.dropout = heads, dropout
+        self.q = nn.Linear(d_model, d_model, bias=bias)
+        self.kv = nn.Linear(d_model, 2 * d_model, bias=bias)
+        self.out = nn.Linear(d_model, d_model, bias=bias)
 
     def project_memory(self, memory):
         """memory (B, S, d) -> keys, values (B, H, S, hd)."""

@@ -260,10 +260,15 @@ class Residual(nn.Module):
         return self.norm(x + dropout(sublayer(x, *args), self.dropout, self.training))
 
 
+def attention_shape(cfg: TransformerConfig) -> tuple[int, int, float, bool]:
+    """What an attention layer is built from: width, heads, dropout, whether projections have biases."""
+    return cfg.d_model, cfg.heads, cfg.dropout, cfg.bias
+
+
 class EncoderLayer(nn.Module):
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
-        self.self_attn, self.ffn = SelfAttention(cfg), FeedForward(cfg)
+        self.self_attn, self.ffn = SelfAttention(*attention_shape(cfg)), FeedForward(cfg)
         self.attn_block, self.ffn_block = Residual(cfg), Residual(cfg)
 
     def forward(self, x, mask):
@@ -274,7 +279,8 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
-        self.self_attn, self.cross_attn, self.ffn = SelfAttention(cfg), CrossAttention(cfg), FeedForward(cfg)
+        shape = attention_shape(cfg)
+        self.self_attn, self.cross_attn, self.ffn = SelfAttention(*shape), CrossAttention(*shape), FeedForward(cfg)
         self.self_block, self.cross_block, self.ffn_block = Residual(cfg), Residual(cfg), Residual(cfg)
 
     def forward(self, x, keys, values, memory_mask):

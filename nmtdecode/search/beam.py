@@ -61,9 +61,6 @@ import torch.nn.functional as F
 from .base import NEG_INF, Hypothesis, RowFacts, SentenceRecords, StepOutput, attached_per_slot, to_host
 from .penalties import LengthPenalty
 
-EARLY_STOPPING = ("top", "true", "false", "never")
-
-
 @dataclass
 class Finished:
     score: float  # after the length and coverage penalties: the ranking key
@@ -225,8 +222,6 @@ class BeamSearch(SentenceRecords):
 
     def __init__(self, *, batch_size, beam_size, max_steps, start_id, eos_id, penalty, early_stopping, device,
                  n_best=1, opennmt=False):
-        if early_stopping not in EARLY_STOPPING:
-            raise ValueError(f"early_stopping {early_stopping!r} is not one of {list(EARLY_STOPPING)}")
         self.k = beam_size
         self.width = 1  # rows per sentence in the current step
         self.eos_id = eos_id

@@ -49,8 +49,6 @@ from .beam import BeamSearch, Candidates, top_candidates
 class DiverseBeamSearch(BeamSearch):
     def __init__(self, *, batch_size, beam_size, groups, diversity_penalty, max_steps, start_id, eos_id, penalty,
                  early_stopping, device, n_best=1, forced_steps=None):
-        if groups < 1 or beam_size % groups:
-            raise ValueError(f"beam_size {beam_size} is not divisible by beam_groups {groups}")
         group_size = beam_size // groups
         super().__init__(batch_size=batch_size * groups, beam_size=group_size,
                          max_steps=[m for m in max_steps for _ in range(groups)], start_id=start_id, eos_id=eos_id,

@@ -42,8 +42,6 @@ class LengthPenalty:
     """
 
     def __init__(self, name: str = "none", alpha: float = 1.0, offset: int = 0):
-        if name not in LENGTH_PENALTIES:
-            raise ValueError(f"length penalty {name!r} is not one of {sorted(LENGTH_PENALTIES)}")
         self.name, self.alpha, self.offset = name, alpha, offset
         self.function = LENGTH_PENALTIES[name]
 
@@ -92,8 +90,6 @@ class Coverage:
     """
 
     def __init__(self, name: str, beta: float, src_mask: torch.Tensor):
-        if name not in COVERAGE_PENALTIES:
-            raise ValueError(f"coverage penalty {name!r} is not one of {sorted(COVERAGE_PENALTIES)}")
         self.function, self.beta = COVERAGE_PENALTIES[name], beta
         self.total = (~src_mask).float()  # (B, S): one row per sentence at step 0
         self.current = self.total

@@ -1,23 +1,41 @@
-"""Logit processors: rules applied to each step's log-probabilities before the search.
+"""Logit processors: rules applied to each step's scores before the search.
 
-Most rules act on log-probabilities, after the loop's log_softmax. A processor
-whose `stage` is "logits" acts on the raw logits before it (the repetition
-penalty is defined there); with none of those, the logits are not touched.
+Every processor follows the `Processor` protocol below. Most act on
+log-probabilities, after the loop's log_softmax; one whose `stage` is "logits"
+acts on the raw logits before it (the repetition penalty is defined there); with
+none of those, the logits are not touched. A processor edits the (N, V) scores in
+place (the tensor is fresh each step and owned by the loop, so no copy is made)
+and returns them. A banned token gets -inf; a forced token gets log-prob 0 and
+every other token -inf, so reported scores are those of the processed
+distribution (as in Hugging Face's beam search).
 
-Every processor is a callable `(logprobs, step, rows) -> logprobs` that edits
-`logprobs` (N, V) in place (the tensor is fresh each step and owned by the
-loop, so no copy is made) and returns it. `step` is the 0-based decoding step;
-`rows` is the per-row state shared by all processors (`RowHistory`). A banned
-token gets -inf; a forced token gets log-prob 0 and every other token -inf, so
-reported scores are those of the processed distribution (as in Hugging Face's
-beam search).
+The option values reaching the processors were checked where options are
+declared (config.py), so the processors do not check them again.
 """
 
 from __future__ import annotations
 
+from typing import Protocol, runtime_checkable
+
 import torch
 
 from .base import NEG_INF, StepOutput
+
+
+@runtime_checkable
+class Processor(Protocol):
+    """A rule on one step's scores (N, V), one row per hypothesis.
+
+    stage: "logits" (before the log_softmax) or "logprobs" (after it; the default when absent).
+    needs_history: whether it reads `rows.history` (kept only when some processor does).
+    __call__(scores, step, rows) -> scores: edits `scores` in place at 0-based `step`; `rows` is
+        the `RowHistory` all processors share.
+    A processor with row state of its own also has `follow(out: StepOutput)`: row r of the next
+    step continues row out.origin[r] (rows reordered, widened after step 0, finished sentences
+    dropped), exactly as the decoder cache follows the search.
+    """
+
+    def __call__(self, scores: torch.Tensor, step: int, rows: "RowHistory") -> torch.Tensor: ...
 
 
 class RowHistory:
@@ -45,8 +63,6 @@ class MinLength:
     """EOS is banned while fewer than `min_length` tokens have been generated (EOS not counted)."""
 
     def __init__(self, min_length: int, eos_id: int):
-        if min_length < 0:
-            raise ValueError(f"min_length must be >= 0, got {min_length}")
         self.min_length, self.eos_id = min_length, eos_id
 
     def __call__(self, logprobs, step, rows):
@@ -112,8 +128,6 @@ class NoRepeatNgram:
     needs_history = True
 
     def __init__(self, ngram_size: int):
-        if ngram_size < 1:
-            raise ValueError(f"no_repeat_ngram_size must be >= 1, got {ngram_size}")
         self.n = ngram_size
 
     def __call__(self, logprobs, step, rows):
@@ -140,8 +154,6 @@ class RepetitionPenalty:
     needs_history = True
 
     def __init__(self, penalty: float):
-        if not penalty > 0:
-            raise ValueError(f"repetition_penalty must be > 0, got {penalty}")
         self.penalty = penalty
 
     def __call__(self, logits, step, rows):
@@ -176,8 +188,6 @@ class BlockNgramRepeat:
     needs_history = True
 
     def __init__(self, ngram_size: int, excluded=(), device="cpu"):
-        if ngram_size < 1:
-            raise ValueError(f"block_ngram_repeat must be >= 1, got {ngram_size}")
         self.n = ngram_size
         self.excluded = torch.tensor(sorted(set(excluded)), dtype=torch.long, device=device)
 
@@ -226,11 +236,13 @@ class ForcePrefix:
 
 class Processors:
     """The processors of one batch, applied in order, and the row state they share: those of
-    stage "logits" by `on_logits`, the others by calling it on the log-probabilities."""
+    stage "logits" by `on_logits`, the others by calling it on the log-probabilities. All of
+    them follow the search."""
 
-    def __init__(self, processors: list, start_tokens, last_step):
+    def __init__(self, processors: list[Processor], start_tokens, last_step):
         self.on_logits_chain = [p for p in processors if getattr(p, "stage", "logprobs") == "logits"]
         self.processors = [p for p in processors if getattr(p, "stage", "logprobs") != "logits"]
+        self.following = [p for p in processors if hasattr(p, "follow")]
         keep_history = any(getattr(p, "needs_history", False) for p in processors)
         self.rows = RowHistory(start_tokens, last_step, keep_history)
 
@@ -246,6 +258,5 @@ class Processors:
 
     def follow(self, out: StepOutput):
         self.rows.follow(out)
-        for processor in self.processors:
-            if hasattr(processor, "follow"):  # processors with row state of their own (ForcePrefix)
-                processor.follow(out)
+        for processor in self.following:  # row state of their own (ForcePrefix), whatever their stage
+            processor.follow(out)

@@ -82,12 +82,6 @@ class Filters:
     """Temperature, top-k and top-p, as the module docstring defines them."""
 
     def __init__(self, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0):
-        if not temperature > 0:
-            raise ValueError(f"temperature must be > 0, got {temperature}")
-        if top_k < 0:
-            raise ValueError(f"top_k must be >= 0, got {top_k}")
-        if not 0 < top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
         self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
 
     def __call__(self, logprobs: torch.Tensor) -> torch.Tensor:

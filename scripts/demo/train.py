@@ -91,11 +91,11 @@ def probe(model, sp, texts=PROBES) -> str:
     """Greedy translations with the project's own Translator: a quick sign of life."""
     from nmtdecode.config import DecodingConfig
     from nmtdecode.models.checkpoint import ModelRules
-    from nmtdecode.translator import Translator
+    from nmtdecode.decoding import BatchDecoder
 
     was_training = model.training
     model.eval()
-    translator = Translator(model, DecodingConfig(beam_size=1, max_length=32), ModelRules(banned_ids=(PAD, BOS)))
+    translator = BatchDecoder(model, DecodingConfig(beam_size=1, max_length=32), ModelRules(banned_ids=(PAD, BOS)))
     hyps = translator.translate_batch([sp.encode(t) + [EOS] for t in texts])
     model.train(was_training)
     return "; ".join(f"{t} -> {sp.decode(h[0].tokens)}" for t, h in zip(texts, hyps))

@@ -1,4 +1,4 @@
-"""The decoding loop: encode, step, let every piece of row state follow the search.
+"""The decoding loop of one batch: encode, step, let every piece of row state follow the search.
 
     memory = model.encode(src)                       # (B, S, d)
     cache  = model.init_cache(memory, src_mask)      # cross-attention K/V once per sentence
@@ -12,8 +12,9 @@
         cache.follow(out); processors.follow(out)    # reorder beams, widen after step 0, drop finished sentences
         tokens   = out.tokens
 
-The search decides, the model computes, the translator only connects them
-(search/base.py has the step contract).
+The search decides, the model computes, `BatchDecoder` only connects them
+(search/base.py has the step contract). It knows nothing of files or jobs: the
+engine (engine.py) builds one per job and feeds it batches.
 """
 
 from __future__ import annotations
@@ -53,7 +54,9 @@ class Seq2SeqModel(Protocol):
     def decode_step(self, tokens: torch.Tensor, cache: RowState) -> torch.Tensor: ...
 
 
-class Translator:
+class BatchDecoder:
+    """Decodes batches of source ids with one model and one job's decoding options."""
+
     def __init__(self, model: Seq2SeqModel, decoding: DecodingConfig, rules: ModelRules | None = None,
                  shrink: bool = True, piece_id=None):
         """piece_id: target piece -> id or None (the tokenizer's), for the options naming pieces."""

@@ -1,55 +1,25 @@
-"""Where bytes meet the decoder: reading sources, batching, and writing in input order.
+"""Reading a job's input: files or stdin (`-`), UTF-8, one line per sentence.
 
-Reading: files or stdin (`-`), UTF-8, one example per line. The line ending
-(`\\n` or `\\r\\n`) and a UTF-8 byte-order mark at the start are removed. An
-empty or whitespace-only line is not decoded: it gets an empty output in its
-place. A last line without a final newline is read like any other.
-
-Batching: lines are read in chunks, sorted by length inside a chunk (longest
-first, as CTranslate2 does: similar lengths waste less padding, and the rows
-that finish first are at the end) and cut into batches of N sentences or of
-at most N tokens counting padding (rows x longest source).
-
-Writing: `OrderedWriter` takes results in any order and emits them strictly
-in input order, one entry per input line. The output file itself (temporary
-file, journal, lock, resume) is `output.py`.
+The line ending (`\\n` or `\\r\\n`) and a UTF-8 byte-order mark at the start are
+removed; a last line without a final newline is read like any other. Invalid UTF-8
+stops the job naming the file and line, or is decoded as U+FFFD. The --prefix file
+is read in step with the source. What an empty line becomes is the engine's
+(engine.make_example); batching is batching.py's.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import math
 import os
 import stat
 import sys
-from dataclasses import dataclass, field
-from typing import Iterable, Iterator
+from typing import Iterator
 
 from .config import ConfigError
-from .search.base import Hypothesis
-
-SORT_CHUNK_BATCHES = 32  # batches' worth of lines sorted together
 
 
 class InputError(RuntimeError):
     """The input cannot be read (runtime error, exit code 1)."""
-
-
-@dataclass
-class Example:
-    index: int  # 0-based line number in the input
-    text: str
-    ids: list[int] | None = None  # None: nothing to decode (empty line)
-    truncated: bool = False
-    prefix: list[int] | None = None  # target ids the output must start with (--prefix)
-
-
-@dataclass
-class Result:
-    index: int
-    hypotheses: list[Hypothesis]
-    texts: list[str] = field(default_factory=list)
 
 
 class LineReader:
@@ -190,90 +160,3 @@ def _open(path: str):
         raise InputError(f"cannot read {path}: {e.strerror}") from None
 
 
-def chunk_size(batch_size: int, batch_type: str) -> int:
-    """Lines sorted together: enough for many full batches."""
-    return batch_size * SORT_CHUNK_BATCHES if batch_type == "sents" else max(batch_size, 1024)
-
-
-def chunks(items: Iterable, size: int) -> Iterator[list]:
-    """Consecutive lists of `size` items (the last may be shorter)."""
-    chunk = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) >= size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
-
-
-def cut(chunk: list[Example], batch_size: int, batch_type: str) -> Iterator[list[Example]]:
-    """One chunk -> batches, longest sources first."""
-    empty = [e for e in chunk if e.ids is None]
-    if empty:
-        yield empty  # a batch of lines with nothing to decode
-    chunk = sorted((e for e in chunk if e.ids is not None), key=lambda e: len(e.ids), reverse=True)
-    batch: list[Example] = []  # sorted is stable: equal lengths keep their input order
-    for example in chunk:
-        longest = len(batch[0].ids) if batch else len(example.ids)  # sorted: the first is the longest
-        size = len(batch) + 1 if batch_type == "sents" else (len(batch) + 1) * longest
-        if batch and size > batch_size:
-            yield batch
-            batch = []
-        batch.append(example)
-    if batch:
-        yield batch
-
-
-def format_result(result: Result, fmt: str, token_scores: bool = False) -> str:
-    """The output text of one input line, with its trailing newline(s)."""
-    if fmt == "text":
-        return (result.texts[0] if result.texts else "") + "\n"
-    if fmt == "nbest":
-        return "".join(f"{result.index} ||| {text} ||| {hyp.score:.6f}\n" for hyp, text in zip(result.hypotheses, result.texts))
-    if fmt == "nbest-marian":  # Marian's: the model's total log-prob as feature F0, then the ranking score
-        return "".join(f"{result.index} ||| {text} ||| F0= {hyp.total:.6f} ||| {hyp.score:.6f}\n"
-                       for hyp, text in zip(result.hypotheses, result.texts))
-    hyps = []
-    for hyp, text in zip(result.hypotheses, result.texts):
-        entry = {"text": text, "score": _finite(hyp.score), "log_prob": _finite(hyp.total), "ended": hyp.ended}
-        if token_scores or hyp.alignment is not None or hyp.attention is not None:
-            entry["tokens"] = hyp.tokens
-        if token_scores:  # one per token; EOS's apart (null when the step limit cut the hypothesis)
-            entry["token_scores"] = hyp.token_scores
-            entry["eos_score"] = hyp.eos_score
-        if hyp.alignment is not None:
-            entry["alignment"] = hyp.alignment
-        if hyp.attention is not None:
-            entry["attention"] = hyp.attention
-        hyps.append(entry)
-    return json.dumps({"index": result.index, "hypotheses": hyps}, ensure_ascii=False) + "\n"
-
-
-def _finite(x: float) -> float | None:
-    """JSON has no infinity: a hypothesis with no possible continuation reports null."""
-    return x if math.isfinite(x) else None
-
-
-class OrderedWriter:
-    """Writes results in input order, whatever order they arrive in.
-
-    `stream` is a text stream; `first_index` is the input line the output starts at
-    (not 0 when a job resumes).
-    """
-
-    def __init__(self, stream, fmt: str, token_scores: bool = False, first_index: int = 0):
-        self.stream, self.fmt, self.token_scores = stream, fmt, token_scores
-        self.pending: dict[int, Result] = {}
-        self.next_index = first_index
-
-    def put(self, result: Result):
-        self.pending[result.index] = result
-        while self.next_index in self.pending:
-            self.stream.write(format_result(self.pending.pop(self.next_index), self.fmt, self.token_scores))
-            self.next_index += 1
-
-    def close(self):
-        if self.pending:
-            raise RuntimeError(f"results for lines {sorted(self.pending)[:5]}... could not be written in order")
-        self.stream.flush()

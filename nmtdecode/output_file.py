@@ -119,7 +119,7 @@ class OutputFile:
             self.resumed = self._read_journal()
             self.stream = _Sink(self._reopen_tmp(self.resumed.bytes), self.tmp, self.resumed.bytes)
             return self.resumed.lines
-        _remove(self.journal)  # an earlier job's record must never describe this job's FILE.tmp
+        remove(self.journal)  # an earlier job's record must never describe this job's FILE.tmp
         self.stream = _Sink(_create(self.tmp), self.tmp)
         return 0
 
@@ -162,7 +162,7 @@ class OutputFile:
         self.stream.close()
         if not self.direct:
             _replace(self.tmp, self.path)
-            _remove(self.journal)  # an empty input never checkpoints
+            remove(self.journal)  # an empty input never checkpoints
 
     def abandon(self):
         """After a failure: close, keeping FILE.tmp and its journal for --resume; a FILE.tmp
@@ -171,12 +171,12 @@ class OutputFile:
             return
         self.stream.close(quietly=True)
         if not self.direct and not os.path.lexists(self.journal):
-            _remove(self.tmp, quietly=True)
+            remove(self.tmp, quietly=True)
 
     def release(self):
         """Give up the lock (and its file) at the end of the job, whatever happened."""
         if self._lock_fd is not None:
-            _remove(self.lock_path, quietly=True)  # while still holding it: see _lock
+            remove(self.lock_path, quietly=True)  # while still holding it: see _lock
             os.close(self._lock_fd)
             self._lock_fd = None
 
@@ -285,7 +285,7 @@ def _lock(lock_path: str, path: str) -> int:
 
 def _create(path: str) -> int:
     """A new, empty file at `path`, whatever held the name before (a link is removed, not followed)."""
-    _remove(path)
+    remove(path)
     try:
         return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
     except OSError as e:
@@ -299,7 +299,8 @@ def _open_through(path: str) -> int:
         raise OutputRefused(f"output: cannot write {path}: {_reason(e)}") from None
 
 
-def _remove(path: str, quietly: bool = False):
+def remove(path: str, quietly: bool = False):
+    """Remove a file the job owns (a lost one is fine); failing, name it (unless `quietly`)."""
     try:
         os.unlink(path)
     except FileNotFoundError:

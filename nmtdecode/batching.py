@@ -1,0 +1,69 @@
+"""Batching: a job's examples in chunks, each sorted by length and cut into batches.
+
+Lines are read in chunks, sorted by length inside a chunk (longest first, as
+CTranslate2 does: similar lengths waste less padding, and the rows that finish
+first are at the end) and cut into batches of N sentences or of at most N
+tokens counting padding (rows x longest source). Lines with nothing to decode
+(empty ones) form a batch of their own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator
+
+from .search.base import Hypothesis
+
+SORT_CHUNK_BATCHES = 32  # batches' worth of lines sorted together
+
+
+@dataclass
+class Example:
+    index: int  # 0-based line number in the input
+    text: str
+    ids: list[int] | None = None  # None: nothing to decode (empty line)
+    truncated: bool = False
+    prefix: list[int] | None = None  # target ids the output must start with (--prefix)
+    target: list[int] | None = None  # target ids to score (`score`)
+
+
+@dataclass
+class Result:
+    index: int
+    hypotheses: list[Hypothesis]
+    texts: list[str] = field(default_factory=list)
+
+
+def chunk_size(batch_size: int, batch_type: str) -> int:
+    """Lines sorted together: enough for many full batches."""
+    return batch_size * SORT_CHUNK_BATCHES if batch_type == "sents" else max(batch_size, 1024)
+
+
+def chunks(items: Iterable, size: int) -> Iterator[list]:
+    """Consecutive lists of `size` items (the last may be shorter)."""
+    chunk = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def cut(chunk: list[Example], batch_size: int, batch_type: str) -> Iterator[list[Example]]:
+    """One chunk -> batches, longest sources first."""
+    empty = [e for e in chunk if e.ids is None]
+    if empty:
+        yield empty  # a batch of lines with nothing to decode
+    chunk = sorted((e for e in chunk if e.ids is not None), key=lambda e: len(e.ids), reverse=True)
+    batch: list[Example] = []  # sorted is stable: equal lengths keep their input order
+    for example in chunk:
+        longest = len(batch[0].ids) if batch else len(example.ids)  # sorted: the first is the longest
+        size = len(batch) + 1 if batch_type == "sents" else (len(batch) + 1) * longest
+        if batch and size > batch_size:
+            yield batch
+            batch = []
+        batch.append(example)
+    if batch:
+        yield batch

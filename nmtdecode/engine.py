@@ -1,0 +1,259 @@
+"""The engine: a model loaded once, and what every caller does with it.
+
+The command line's jobs (run.py), each torchrun rank, `score` (scoring.py) and the
+Python API (api.py) all load through `Engine.load` and decode through the same
+three calls: `decoder(config)` (a job's effective options, the model's own defaults
+filled in, and its `BatchDecoder`), `make_example` (a line tokenized and cut as
+every caller cuts it) and `decode_batch` (results, with the batch split in halves
+when memory runs out). `Summary` counts what a job did. Nothing here knows about
+files, locks or ranks: this module imports nothing from the job layer.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+from dataclasses import dataclass
+
+import torch
+
+from . import memory
+from .batching import Example, Result
+from .config import Config, ConfigError, RuntimeConfig
+from .decoding import BatchDecoder
+from .models.checkpoint import LoadedModel
+from .models.gemm import apply_backend, choose_backend
+from .models.loading import load_model
+from .models.quantize import quantize_int8
+from .search.base import Hypothesis
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def warn(message: str):
+    print(f"nmtdecode: warning: {message}", file=sys.stderr)
+
+
+def count(n: int, noun: str) -> str:
+    """`1 sentence`, `2 sentences`."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+@dataclass
+class Summary:
+    """What a job (or a rank's share of it) decoded, for its last line on stderr."""
+
+    sentences: int = 0
+    target_tokens: int = 0
+    truncated: int = 0
+    replaced: int = 0
+    seconds: float = 0.0
+
+    def add(self, other: "Summary"):
+        for name in ("sentences", "target_tokens", "truncated", "replaced", "seconds"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def count(self, examples: list[Example]):
+        """Count decoded source lines, and those cut to the model's length; the first cut one
+        of the job gets a warning."""
+        truncated = sum(e.truncated for e in examples)
+        if truncated and not self.truncated:
+            warn("source lines longer than the model's positions (or --max-src-length) are cut")
+        self.sentences += len(examples)
+        self.truncated += truncated
+
+    def line(self, prefix: str = "nmtdecode:") -> str:
+        rate = self.target_tokens / self.seconds if self.seconds > 0 else 0.0
+        text = (f"{prefix} {count(self.sentences, 'sentence')}, {count(self.target_tokens, 'target token')} "
+                f"in {self.seconds:.2f} s ({rate:.1f} tokens/s)")
+        if self.truncated:
+            text += f"; {count(self.truncated, 'source line')} truncated"
+        if self.replaced:
+            text += f"; {count(self.replaced, 'line')} with invalid UTF-8 replaced"
+        return text
+
+
+def resolve_device(runtime: RuntimeConfig) -> torch.device:
+    if runtime.device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if runtime.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"device: {runtime.device} was asked for, but no CUDA device is available")
+    return torch.device(runtime.device)
+
+
+class Engine:
+    """A loaded model on its device, with the options it was loaded with."""
+
+    def __init__(self, config: Config, loaded: LoadedModel, device: torch.device):
+        self.config, self.loaded, self.device = config, loaded, device
+
+    @classmethod
+    def load(cls, config: Config) -> "Engine":
+        """Load the model onto its device, in its dtype, with its matrix-product backend."""
+        runtime = config.runtime
+        if runtime.threads:
+            torch.set_num_threads(runtime.threads)
+        device = resolve_device(runtime)
+        if config.io.model is None:
+            raise ConfigError("model: no model given (--model PATH or `model:` in the config file)")
+        loaded = load_model(config.io.model)
+        dtype = DTYPES[runtime.dtype]
+        loaded.model.to(device=device, dtype=dtype)
+        if runtime.quantize == "int8":
+            if device.type != "cpu":
+                raise ConfigError("quantize: int8 is for CPU decoding; on CUDA use --dtype float16 or bfloat16")
+            quantize_int8(loaded.model)
+        else:
+            loaded.gemm = choose_backend(loaded.model, runtime.gemm, device, dtype)
+            apply_backend(loaded.model, loaded.gemm)
+        # What is loaded now lives as long as the process: exempt it from the cyclic garbage
+        # collector, whose full passes over the model's objects otherwise interrupt decoding.
+        gc.collect()
+        gc.freeze()
+        return cls(config, loaded, device)
+
+    def decoder(self, config: Config) -> tuple[Config, BatchDecoder]:
+        """A job's effective config (the model's defaults under the user's options) and its
+        decoder; options that change nothing are warned about."""
+        config, decoder = self.scorer(config)
+        for note in ineffective(config, self.loaded.model.cfg.max_positions, self.device.type):
+            warn(note)
+        self._check_fits(config)
+        return config, decoder
+
+    def scorer(self, config: Config) -> tuple[Config, BatchDecoder]:
+        """As `decoder`, for forced decoding (`score`), which no search option affects."""
+        config = config.with_model_defaults(self.loaded.defaults)
+        rules = self.loaded.rules_for(config.decoding.src_lang, config.decoding.tgt_lang)
+        decoder = BatchDecoder(self.loaded.model, config.decoding, rules,
+                               piece_id=getattr(self.loaded.tokenizer, "piece_id", None))
+        return config, decoder
+
+    def encode_source(self, text: str, max_src_length: int | None) -> tuple[list[int], bool]:
+        """A source line's ids, cut to the model's positions (or max_src_length) with its EOS kept,
+        and whether it was cut: the one rule translate and score share."""
+        ids = self.loaded.tokenizer.encode(text)
+        cfg = self.loaded.model.cfg
+        limit = min(max_src_length or cfg.max_positions, cfg.max_positions)
+        if len(ids) > limit:
+            return ids[: limit - 1] + [cfg.eos_id], True
+        return ids, False
+
+    def make_example(self, index: int, text: str, max_src_length: int | None, prefix: str | None = None) -> Example:
+        """Tokenize one line; whitespace-only lines get nothing to decode; long ones are cut (EOS
+        kept). A target prefix is tokenized with the target tokenizer, without EOS."""
+        prefix_ids = self.loaded.tokenizer.encode_target(prefix) if prefix and prefix.strip() else None
+        if not text.strip():
+            return Example(index, text, prefix=prefix_ids)
+        ids, truncated = self.encode_source(text, max_src_length)
+        return Example(index, text, ids, truncated=truncated, prefix=prefix_ids)
+
+    def decode_batch(self, batch: list[Example], decoder: BatchDecoder) -> list[Result]:
+        """The results of one batch, in its order."""
+        if batch[0].ids is None:  # empty lines: n_best hypotheses each, empty or their prefix (as CTranslate2)
+            return [self._nothing_to_decode(e, decoder.cfg) for e in batch]
+
+        def decode(part: list[Example]) -> list[Result]:
+            prefixes = [e.prefix or [] for e in part] if any(e.prefix for e in part) else None
+            nbests = decoder.translate_batch([e.ids for e in part], [e.index for e in part], prefixes)
+            tokenizer = self.loaded.tokenizer
+            return [Result(e.index, hyps, [tokenizer.decode(h.tokens) for h in hyps]) for e, hyps in zip(part, nbests)]
+
+        return self.in_halves_when_out_of_memory(batch, decode, lambda part: self._too_big(part, decoder))
+
+    def in_halves_when_out_of_memory(self, batch: list, work, too_big=lambda part: None) -> list:
+        """work(batch), a list with one entry per item. When the device runs out of memory (or on
+        CPU, `too_big` says it certainly would) the batch is split in halves and retried, down to
+        single items (which then fail, naming the line)."""
+        results, split = None, too_big(batch)
+        if split is None:
+            try:
+                results = work(batch)
+            except (RuntimeError, MemoryError) as error:  # torch.OutOfMemoryError is a RuntimeError
+                if not memory.is_out_of_memory(error):
+                    raise
+                split = f"out of memory on a batch of {len(batch)} sentences; retrying it in halves"
+            # retried only out here: inside `except`, the traceback keeps the failed attempt's tensors alive
+        if results is not None:
+            return results
+        if len(batch) == 1:
+            raise RuntimeError(f"out of memory on input line {batch[0].index + 1}, even alone; "
+                               "try a smaller --beam-size, --max-src-length or --max-length")
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        warn(split)
+        half = len(batch) // 2
+        return (self.in_halves_when_out_of_memory(batch[:half], work, too_big)
+                + self.in_halves_when_out_of_memory(batch[half:], work, too_big))
+
+    def _check_fits(self, config: Config):
+        """On CPU, refuse before decoding a beam that not even one sentence could be decoded with
+        (memory.py: an allocation that large may end in the kernel's OOM killer, not an error)."""
+        decoding, total = config.decoding, memory.total_bytes()
+        width = decoding.rows_per_sentence
+        if self.device.type != "cpu" or total is None or width == 1 or decoding.max_length < 2:
+            return
+        need = self.loaded.model.decoding_bytes(1, width, 2, DTYPES[config.runtime.dtype])
+        if need > total:
+            key = "n_best" if decoding.sampling else "beam_size"
+            raise ConfigError(f"{key}: {width} needs at least {memory.gigabytes(need)} for one "
+                              f"sentence's second decoding step, more than the {memory.gigabytes(total)} "
+                              "this process can use; choose a smaller beam")
+
+    def _too_big(self, batch: list[Example], decoder: BatchDecoder) -> str | None:
+        """Why a CPU batch may not fit in the memory available now (a warning), or None: its need at
+        the step limit, which decides a split, never a refusal (its sentences may end sooner)."""
+        available = memory.available_bytes()
+        if self.device.type != "cpu" or available is None or len(batch) == 1:
+            return None
+        positions = max(decoder.max_steps([len(e.ids) for e in batch]))
+        model = self.loaded.model
+        need = model.decoding_bytes(len(batch), decoder.cfg.rows_per_sentence, positions,
+                                    next(model.parameters()).dtype)
+        if need <= available:
+            return None
+        return (f"a batch of {len(batch)} sentences may need {memory.gigabytes(need)} by its step limit, more than "
+                f"the {memory.gigabytes(available)} available; decoding it in halves")
+
+    def _nothing_to_decode(self, example: Example, cfg) -> Result:
+        """An empty source line's result: n_best hypotheses of its prefix (none: empty), scored 0, with
+        one entry per token in every per-token array (no source position to align to: null)."""
+        tokens = list(example.prefix or [])
+        arrays = dict(alignment=[None] * len(tokens) if cfg.alignment else None,
+                      attention=[[] for _ in tokens] if cfg.attention else None)
+        hyps = [Hypothesis(list(tokens), 0.0, 0.0, [0.0] * len(tokens), **arrays) for _ in range(cfg.n_best)]
+        return Result(example.index, hyps, [self.loaded.tokenizer.decode(tokens)] * cfg.n_best)
+
+
+def ineffective(config: Config, max_positions: int, device_type: str) -> list[str]:
+    """Warnings for options that change nothing (or only slow things down) in this job: not
+    errors, since a shared config file may well set them for another model or format."""
+    io, decoding, user, notes = config.io, config.decoding, config.user_keys, []
+    if decoding.n_best > 1 and io.format == "text":
+        notes.append(f"n_best: {decoding.n_best} has no effect with --format text, which writes the best "
+                     "hypothesis only (--format nbest or jsonl writes them all)")
+    if io.token_scores and io.format != "jsonl":
+        notes.append(f"token_scores: has no effect with --format {io.format} (it adds fields to jsonl)")
+    for key in ("alignment", "attention"):
+        if getattr(decoding, key) and io.format != "jsonl":
+            notes.append(f"{key}: has no effect with --format {io.format} (it adds fields to jsonl)")
+    if "beta" in user and decoding.beta != 0 and decoding.coverage_penalty == "none":
+        notes.append(f"beta: {decoding.beta} has no effect without --coverage-penalty wu or summary")
+    if decoding.coverage_penalty != "none" and decoding.beta == 0:
+        notes.append(f"coverage_penalty: {decoding.coverage_penalty} with beta 0 changes nothing (--beta B, B > 0)")
+    if "max_length" in user and decoding.max_length > max_positions:
+        notes.append(f"max_length: {decoding.max_length} is above the model's {max_positions} target positions, "
+                     f"which cap every output at {max_positions} tokens")
+    if "diversity_penalty" in user and decoding.beam_groups == 1:
+        notes.append("diversity_penalty: has no effect without --beam-groups above 1")
+    if decoding.ignore_when_blocking and not decoding.block_ngram_repeat:
+        notes.append("ignore_when_blocking: has no effect without --block-ngram-repeat")
+    if not decoding.sampling:
+        notes += [f"{key}: has no effect without --sampling (sampling: true)"
+                  for key in ("temperature", "top_k", "top_p", "seed") if key in user]
+    elif "early_stopping" in user:
+        notes.append("early_stopping: has no effect with --sampling (each sample ends at EOS or the step limit)")
+    if config.runtime.dtype == "float16" and device_type == "cpu":
+        notes.append("dtype: float16 on CPU has few native kernels and is usually slower than float32 "
+                     "(bfloat16 is fast on CPUs with AMX)")
+    return notes

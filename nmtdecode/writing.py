@@ -1,0 +1,86 @@
+"""Writing results as text: the output formats, and in input order whatever order they come in.
+
+Formats: `text` (the best hypothesis), `nbest` (`INDEX ||| TEXT ||| SCORE`, Moses'),
+`nbest-marian` (Marian's, with the total log-prob as feature F0) and `jsonl` (every
+hypothesis with its scores, optional tokens, per-token scores and alignment). The
+file they go to (temporary file, journal, lock, resume) is output_file.py's.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from .batching import Result
+
+
+def format_result(result: Result, fmt: str, token_scores: bool = False) -> str:
+    """The output text of one input line, with its trailing newline(s)."""
+    if fmt == "text":
+        return (result.texts[0] if result.texts else "") + "\n"
+    if fmt == "nbest":
+        return "".join(f"{result.index} ||| {text} ||| {hyp.score:.6f}\n"
+                       for hyp, text in zip(result.hypotheses, result.texts))
+    if fmt == "nbest-marian":  # Marian's: the model's total log-prob as feature F0, then the ranking score
+        return "".join(f"{result.index} ||| {text} ||| F0= {hyp.total:.6f} ||| {hyp.score:.6f}\n"
+                       for hyp, text in zip(result.hypotheses, result.texts))
+    hyps = []
+    for hyp, text in zip(result.hypotheses, result.texts):
+        entry = {"text": text, "score": _finite(hyp.score), "log_prob": _finite(hyp.total), "ended": hyp.ended}
+        if token_scores or hyp.alignment is not None or hyp.attention is not None:
+            entry["tokens"] = hyp.tokens
+        if token_scores:  # one per token; EOS's apart (null when the step limit cut the hypothesis)
+            entry["token_scores"] = hyp.token_scores
+            entry["eos_score"] = hyp.eos_score
+        if hyp.alignment is not None:
+            entry["alignment"] = hyp.alignment
+        if hyp.attention is not None:
+            entry["attention"] = hyp.attention
+        hyps.append(entry)
+    return json.dumps({"index": result.index, "hypotheses": hyps}, ensure_ascii=False) + "\n"
+
+
+def _finite(x: float) -> float | None:
+    """JSON has no infinity: a hypothesis with no possible continuation reports null."""
+    return x if math.isfinite(x) else None
+
+
+class OrderedWriter:
+    """Writes the text of input lines in input order, whatever order it comes in.
+
+    `stream` is a text stream; `first_index` is the input line the output starts at
+    (not 0 when a job resumes).
+    """
+
+    def __init__(self, stream, first_index: int = 0):
+        self.stream = stream
+        self.pending: dict[int, str] = {}
+        self.next_index = first_index
+
+    def put(self, index: int, text: str):
+        self.pending[index] = text
+        while self.next_index in self.pending:
+            self.stream.write(self.pending.pop(self.next_index))
+            self.next_index += 1
+
+    def close(self):
+        if self.pending:
+            raise RuntimeError(f"results for lines {sorted(self.pending)[:5]}... could not be written in order")
+        self.stream.flush()
+
+
+class ResultWriter:
+    """One process's results, formatted and written in input order (ranks.PartWriter is a
+    torchrun rank's); `end_chunk` marks where the job checkpoints."""
+
+    def __init__(self, stream, fmt: str, token_scores: bool = False, first_index: int = 0):
+        self.lines, self.fmt, self.token_scores = OrderedWriter(stream, first_index), fmt, token_scores
+
+    def put(self, result: Result):
+        self.lines.put(result.index, format_result(result, self.fmt, self.token_scores))
+
+    def end_chunk(self):
+        """Every line of the chunk is written (the chunk is complete and in order)."""
+
+    def close(self):
+        self.lines.close()
