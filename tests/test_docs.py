@@ -213,7 +213,8 @@ def test_the_check_reads_shell_lines_as_written():
     line = "$ echo x | nmtdecode translate -c job.yaml --n-best 3 < in.txt > out.jsonl 2>&1 | head # note --bogus"
     assert nmtdecode_command("example.md", 1, line).words == ("translate", "-c", "job.yaml", "--n-best", "3")
     line = "make demo && .venv/bin/nmtdecode score -m data/demo --src a.en --tgt a.de; ls"
-    assert nmtdecode_command("example.md", 1, line).words == ("score", "-m", "data/demo", "--src", "a.en", "--tgt", "a.de")
+    assert nmtdecode_command("example.md", 1, line).words == (
+        "score", "-m", "data/demo", "--src", "a.en", "--tgt", "a.de")
     assert nmtdecode_command("example.md", 1, "nmtdecode: 10 sentences, 24 target tokens") is None
     check_command(nmtdecode_command("example.md", 1, "python -m nmtdecode inspect --model data/demo"))
 
@@ -250,7 +251,8 @@ def test_documented_make_targets_exist():
                 targets.append(word)
             i += 1
         missing = [t for t in targets if t not in make_targets(directory / "Makefile")]
-        assert not missing, f"{page}:{line}: `{text.strip()}`: no make target {missing[0]!r} in {rel(directory)}/Makefile"
+        assert not missing, \
+            f"{page}:{line}: `{text.strip()}`: no make target {missing[0]!r} in {rel(directory)}/Makefile"
 
 
 LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
