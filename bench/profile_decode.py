@@ -5,7 +5,7 @@
 Decodes one batch of 32 sentences, marian-base (the benchmark's model and inputs,
 every hypothesis 32 tokens long) or the demo model (32 test lines of the median
 length, natural lengths), and prints the operators by self CPU time, then the
-share of time in matrix products and the operator calls per decoding step. This is the profile behind the README's
+share of time in matrix products and the operator calls per decoding step. This is the profile behind docs/speed.md's
 note on what limits the speed-up over `transformers` and CTranslate2.
 """
 

@@ -1,6 +1,6 @@
 """OpenNMT-py's `onmt_translate` and eole's `predict` option names, and nmtdecode's for each.
 
-A YAML file written for them runs here once their names are ours (README "Coming from
+A YAML file written for them runs here once their names are ours (docs/formats.md, "Coming from
 OpenNMT-py or eole"); an unknown key that is one of their names is refused with ours.
 """
 

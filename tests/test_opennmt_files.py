@@ -194,7 +194,7 @@ def test_a_float16_checkpoint_loads_as_float32(tmp_path, cli):
     assert "dtype:         stored float16; loaded as float32" in result.stdout
 
 
-# onmt_translate's options that nmtdecode spells the same way, with the same meaning (README
+# onmt_translate's options that nmtdecode spells the same way, with the same meaning (docs/formats.md,
 # "Coming from OpenNMT-py or eole" lists them).
 PEER_SAME_NAMES = ("model", "src", "output", "beam_size", "n_best", "min_length", "max_length", "length_penalty",
                    "alpha", "coverage_penalty", "beta", "block_ngram_repeat", "ignore_when_blocking", "seed",

@@ -120,7 +120,7 @@ def test_score_matches_onmt_translate_gold_scores(tmp_path):
     assert ours == pytest.approx(theirs, abs=1e-4)
 
 
-# The options recently added under OpenNMT-py's names (README "Coming from OpenNMT-py or eole"),
+# The options recently added under OpenNMT-py's names (docs/formats.md, "Coming from OpenNMT-py or eole"),
 # each compared with onmt_translate on one model, and each shown to change some output of it (so
 # that an option we ignored would fail the test).
 

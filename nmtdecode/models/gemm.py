@@ -2,22 +2,17 @@
 
 torch's float32 `linear` calls its BLAS (MKL's sgemm on x86 builds). MKL picks
 its fastest kernels by CPU vendor, and on other vendors' CPUs it can run far
-below what the hardware does: on an AMD EPYC (Zen 5) with 2 threads, oneDNN
-with prepacked weights was 2.5-4x faster on decoder-shaped products
-(`python bench/gemm.py`). CTranslate2 makes the same split, MKL on Intel CPUs and
-oneDNN elsewhere. Which one wins depends on the machine, so `auto` measures
+below what the hardware does, where oneDNN with prepacked weights does not
+(`python bench/gemm.py`). CTranslate2 makes the same split, MKL on Intel CPUs
+and oneDNN elsewhere. Which one wins depends on the machine, so `auto` measures
 both on the model's own shapes once and remembers the answer per machine
 (`cache_dir()`/gemm.json); `--gemm onednn|torch` forces either.
 
 oneDNN is chosen only when its products are clearly faster (ONEDNN_MARGIN),
 because it has costs the steady-state measurement does not see: the first
-product at each new row count compiles a kernel (about 1.4 ms per weight
-shape on an Intel Xeon with AMX; a batch whose sentences finish one by one
-meets ~30 row counts), and the kernel cache adds ~100 MB of memory. On that
-Xeon, where MKL is at home, the measurement gave oneDNN 0.95-0.99 of torch's
-time on the demo model, which then decoded the demo test set 19% slower at
-beam 1 with oneDNN; on Transformer-base shapes it gave 0.82-0.84, and oneDNN
-won the benchmark there (1.19x at beam 1, 1.04x at beam 5).
+product at each new row count compiles a kernel (a batch whose sentences
+finish one by one meets ~30 row counts), and the kernel cache takes memory.
+The measurements behind these choices are in docs/speed.md.
 """
 
 from __future__ import annotations

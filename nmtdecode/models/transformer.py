@@ -171,7 +171,8 @@ RANDOM_INIT = ("kaiming_uniform_", "uniform_", "normal_", "ones_", "zeros_")
 def skipping_random_init():
     """While a model whose every parameter a checkpoint will overwrite is built, torch.nn.init's
     initialisers leave tensors as allocated (the approach of transformers' `no_init_weights`;
-    building on the meta device instead imports torch._dynamo, 1.5 s). Restored on exit."""
+    building on the meta device instead would import torch._dynamo, which is slow: docs/speed.md).
+    Restored on exit."""
     saved = {name: getattr(nn.init, name) for name in RANDOM_INIT}
     try:
         for name in RANDOM_INIT:
@@ -323,7 +324,7 @@ class Transformer(nn.Module):
     @classmethod
     def uninitialised(cls, cfg: TransformerConfig) -> "Transformer":
         """A model for a checkpoint to fill (the loaders): its parameters allocated but not randomly
-        initialised, which for a Transformer-base alone took 0.36 s (Intel Xeon, 2 threads)."""
+        initialised, which would cost a large part of the load for nothing (docs/speed.md)."""
         with skipping_random_init():
             return cls(cfg)
 

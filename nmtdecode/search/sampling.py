@@ -104,7 +104,7 @@ class Filters:
         renormalised over what top-k kept (ties at its boundary included).
 
         Only the most probable tokens up to the mass P matter. Sorting the whole vocabulary is
-        slow on CPU (50 ms for 160 rows of 6,000), so there each row looks at its best 64
+        slow on CPU (docs/speed.md), so there each row looks at its best 64
         tokens first, and the rows whose look has not reached P at 4 times more, and so on
         (translation distributions are peaked: most rows stop at once); elsewhere one sort."""
         total = scores.masked_fill(scores < top_k_threshold, NEG_INF).logsumexp(dim=1, keepdim=True)
