@@ -1,4 +1,5 @@
-"""Every option, declared once: its section, type, default, choices, range and help.
+"""Every option, declared once: its section, type, default, choices, range and help
+(what a declaration holds, and how a value is checked against it, is option.py's).
 
 The command line (cli.py) builds its flags from these declarations, YAML files use
 the same names (`-` -> `_`), and the Python API takes them as keyword arguments.
@@ -19,41 +20,11 @@ valid choices; the CLI turns it into exit code 2.
 
 from __future__ import annotations
 
-import math
-import types
 import typing
 from dataclasses import MISSING, dataclass, field, fields, replace
 
 from .opennmt_options import peer_option_message
-
-
-class ConfigError(ValueError):
-    """A usage or configuration mistake (exit code 2)."""
-
-
-@dataclass(frozen=True)
-class Option:
-    """What an option means and which values it takes. `range` is written as in mathematics:
-    ">= 1", "> 0", "(0, 1]", "[0, 2^64)"; `hint` follows a range error; `aliases` are other
-    tools' spellings of a choice; `many`: the command line takes several values, one job each."""
-
-    help: str
-    short: str | None = None
-    choices: tuple[str, ...] | None = None
-    range: str | None = None
-    hint: str = ""
-    aliases: dict | None = None
-    many: bool = False
-    metavar: str | None = None
-
-
-def option(default, help: str, **declaration):
-    """A config field with its declaration."""
-    meta = {"option": Option(help, **declaration)}
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata=meta)
-    return field(default=default, metadata=meta)
-
+from .option import ConfigError, Option, check_option, coerce, option
 
 LENGTH_PENALTIES = ("none", "avg", "wu")  # search/penalties.py defines each
 COVERAGE_PENALTIES = ("none", "wu", "summary")
@@ -252,72 +223,6 @@ def expand_aliases(values: dict) -> dict:
     return values
 
 
-def coerce(key: str, value):
-    """Check a YAML/CLI value against the field's type; ints are accepted for floats."""
-    hint = typing.get_type_hints(SECTIONS[KEY_SECTION[key]])[key]
-    if hint == list[str]:
-        return _pieces(key, value)
-    allowed = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
-    if value is None and type(None) in allowed:
-        return None
-    if bool in allowed and isinstance(value, bool):
-        return value
-    if int in allowed and isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if float in allowed and isinstance(value, (int, float)) and not isinstance(value, bool):
-        if not math.isfinite(value):  # YAML's .nan and .inf, or `--alpha nan` on the command line
-            raise ConfigError(f"{key}: must be a finite number, got {value}")
-        return float(value)
-    if str in allowed:
-        if isinstance(value, bool):  # YAML reads `early_stopping: true` as a boolean
-            return str(value).lower()
-        if isinstance(value, (str, int, float)):
-            return str(value)
-    names = " or ".join(t.__name__ for t in allowed if t is not type(None))
-    raise ConfigError(f"{key}: expected {names}, got {value!r}")
-
-
-def _pieces(key: str, value) -> list[str]:
-    """A list of target pieces: a YAML list of strings, or one string of pieces separated by
-    whitespace (a piece never contains whitespace; commas do not separate, `,` is a piece)."""
-    if isinstance(value, str):
-        return value.split()
-    if isinstance(value, (list, tuple)) and all(isinstance(v, str) and v and not any(c.isspace() for c in v)
-                                                for v in value):
-        return list(value)
-    raise ConfigError(f"{key}: expected target pieces, as a list of strings or one string separated by spaces, "
-                      f"got {value!r}")
-
-
-def _bound(text: str) -> float:
-    base, _, power = text.strip().partition("^")
-    return float(base) ** int(power) if power else float(base)
-
-
-def in_range(value, range_text: str) -> bool:
-    """Whether `value` lies in a range written ">= 1", "> 0", "(0, 1]" or "[0, 2^64)"."""
-    if range_text.startswith(">="):
-        return value >= _bound(range_text[2:])
-    if range_text.startswith(">"):
-        return value > _bound(range_text[1:])
-    low, high = (_bound(x) for x in range_text[1:-1].split(","))
-    above = value > low if range_text[0] == "(" else value >= low
-    below = value < high if range_text[-1] == ")" else value <= high
-    return above and below
-
-
-def check_option(key: str, declared: Option, value):
-    """A value of option `key` against its declared choices and range."""
-    if declared.choices is not None and value not in declared.choices:
-        names = [f"{c} ({', '.join(a for a, to in declared.aliases.items() if to == c)})"
-                 if declared.aliases and c in declared.aliases.values() else c for c in declared.choices]
-        raise ConfigError(f"{key}: {value!r} is not one of {', '.join(names)}")
-    if declared.range is not None and value is not None and not in_range(value, declared.range):
-        where = declared.range if declared.range[0] in "<>" else f"in {declared.range}"
-        hint = f" ({declared.hint})" if declared.hint else ""
-        raise ConfigError(f"{key}: must be {where}, got {value}{hint}")
-
-
 def asks_for(layer: dict) -> str | None:
     """'beam', 'sampling' or None: the strategy one layer of options chooses."""
     beam = [k for k in ("beam_size", "beam_groups") if (layer.get(k) or 1) > 1]
@@ -347,7 +252,8 @@ def checked_layer(values: dict) -> dict:
     unknown = sorted(k for k in values if k not in KEY_SECTION)
     if unknown:
         raise unknown_key_error(unknown[0])
-    return {key: coerce(key, value) for key, value in values.items()}
+    return {key: coerce(key, typing.get_type_hints(SECTIONS[KEY_SECTION[key]])[key], value)
+            for key, value in values.items()}
 
 
 @dataclass

@@ -124,6 +124,7 @@ def test_reading_a_checkpoint_imports_nothing_above_the_models(module):
 
 
 def test_the_options_import_nothing_but_their_peers_names():
-    """config.py is read by every layer and before torch: it imports only opennmt_options.py."""
-    assert GRAPH["nmtdecode.config"] == {"nmtdecode.opennmt_options"}
-    assert GRAPH["nmtdecode.opennmt_options"] == set()
+    """config.py is read by every layer and before torch: it imports only what an option is
+    (option.py) and the peers' option names (opennmt_options.py), which import nothing."""
+    assert GRAPH["nmtdecode.config"] == {"nmtdecode.option", "nmtdecode.opennmt_options"}
+    assert GRAPH["nmtdecode.option"] == GRAPH["nmtdecode.opennmt_options"] == set()

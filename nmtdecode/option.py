@@ -1,0 +1,103 @@
+"""What an option is: its declaration (`Option`, made by `option` on a config field), and how a
+value given for it is checked: its type (`coerce`), its choices and its range (`check_option`).
+The options themselves are declared in config.py."""
+
+from __future__ import annotations
+
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+
+
+class ConfigError(ValueError):
+    """A usage or configuration mistake (exit code 2)."""
+
+
+@dataclass(frozen=True)
+class Option:
+    """What an option means and which values it takes. `range` is written as in mathematics:
+    ">= 1", "> 0", "(0, 1]", "[0, 2^64)"; `hint` follows a range error; `aliases` are other
+    tools' spellings of a choice; `many`: the command line takes several values, one job each."""
+
+    help: str
+    short: str | None = None
+    choices: tuple[str, ...] | None = None
+    range: str | None = None
+    hint: str = ""
+    aliases: dict | None = None
+    many: bool = False
+    metavar: str | None = None
+
+
+def option(default, help: str, **declaration):
+    """A config field with its declaration."""
+    meta = {"option": Option(help, **declaration)}
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def coerce(key: str, hint, value):
+    """Check a YAML/CLI value of option `key` against its type `hint`; ints are accepted for floats."""
+    if hint == list[str]:
+        return _pieces(key, value)
+    allowed = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+    if value is None and type(None) in allowed:
+        return None
+    if bool in allowed and isinstance(value, bool):
+        return value
+    if int in allowed and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if float in allowed and isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not math.isfinite(value):  # YAML's .nan and .inf, or `--alpha nan` on the command line
+            raise ConfigError(f"{key}: must be a finite number, got {value}")
+        return float(value)
+    if str in allowed:
+        if isinstance(value, bool):  # YAML reads `early_stopping: true` as a boolean
+            return str(value).lower()
+        if isinstance(value, (str, int, float)):
+            return str(value)
+    names = " or ".join(t.__name__ for t in allowed if t is not type(None))
+    raise ConfigError(f"{key}: expected {names}, got {value!r}")
+
+
+def _pieces(key: str, value) -> list[str]:
+    """A list of target pieces: a YAML list of strings, or one string of pieces separated by
+    whitespace (a piece never contains whitespace; commas do not separate, `,` is a piece)."""
+    if isinstance(value, str):
+        return value.split()
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) and v and not any(c.isspace() for c in v)
+                                                for v in value):
+        return list(value)
+    raise ConfigError(f"{key}: expected target pieces, as a list of strings or one string separated by spaces, "
+                      f"got {value!r}")
+
+
+def _bound(text: str) -> float:
+    base, _, power = text.strip().partition("^")
+    return float(base) ** int(power) if power else float(base)
+
+
+def in_range(value, range_text: str) -> bool:
+    """Whether `value` lies in a range written ">= 1", "> 0", "(0, 1]" or "[0, 2^64)"."""
+    if range_text.startswith(">="):
+        return value >= _bound(range_text[2:])
+    if range_text.startswith(">"):
+        return value > _bound(range_text[1:])
+    low, high = (_bound(x) for x in range_text[1:-1].split(","))
+    above = value > low if range_text[0] == "(" else value >= low
+    below = value < high if range_text[-1] == ")" else value <= high
+    return above and below
+
+
+def check_option(key: str, declared: Option, value):
+    """A value of option `key` against its declared choices and range."""
+    if declared.choices is not None and value not in declared.choices:
+        names = [f"{c} ({', '.join(a for a, to in declared.aliases.items() if to == c)})"
+                 if declared.aliases and c in declared.aliases.values() else c for c in declared.choices]
+        raise ConfigError(f"{key}: {value!r} is not one of {', '.join(names)}")
+    if declared.range is not None and value is not None and not in_range(value, declared.range):
+        where = declared.range if declared.range[0] in "<>" else f"in {declared.range}"
+        hint = f" ({declared.hint})" if declared.hint else ""
+        raise ConfigError(f"{key}: must be {where}, got {value}{hint}")
