@@ -18,6 +18,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
+from typing import Protocol
 
 from tqdm import tqdm
 
@@ -85,11 +86,26 @@ def _claim(job: Config, jobs: list[Config]) -> OutputFile | None:
     return None
 
 
+class Share(Protocol):
+    """The part of a job one process decodes, and where it goes."""
+
+    shows_progress: bool  # a progress bar (on a terminal)
+    reports_input: bool  # warns about the input's replaced lines
+    where: str  # what messages about its output start with
+    summary_prefix: str  # what its summary line starts with
+
+    def mine(self, batches) -> list: ...  # its batches of a chunk's
+
+    def sink(self, output: OutputFile, config: Config, first_index: int): ...  # put, end_chunk, close
+
+    def complete(self, output: OutputFile): ...  # after the last chunk
+
+
 class WholeJob:
     """One process's share of a job: every batch, written in input order into the output."""
 
     shows_progress = True
-    reports_input = True  # warns about the input's replaced lines
+    reports_input = True
     where = ""
     summary_prefix = "nmtdecode:"
 
@@ -134,7 +150,7 @@ class RankJob:
         pass  # PartWriter.close closed it; the merge finishes the job
 
 
-def decode_job(config: Config, engine: Engine, output: OutputFile, share) -> tuple[Summary, int]:
+def decode_job(config: Config, engine: Engine, output: OutputFile, share: Share) -> tuple[Summary, int]:
     """Decode `share` (WholeJob or RankJob) of one job into `output`, checkpointed after each
     chunk; returns its summary and the input's line count."""
     config, decoder = engine.decoder(config)
