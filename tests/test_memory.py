@@ -91,6 +91,7 @@ def test_impossible_beam_under_ulimit_is_one_line_not_the_oom_killer():
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow  # two processes decoding 16 sentences at beam 200: ~10 s
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads /proc")
 def test_real_cpu_out_of_memory_under_ulimit_splits_the_batch(model_dir, tmp_path, lines_file):
     """A batch whose beams do not fit under `ulimit -v` is split until the pieces do: the
