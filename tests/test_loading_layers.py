@@ -3,7 +3,8 @@
 Reading a checkpoint must not import the search or the decoding loop, and the
 dispatcher imports the formats at the top, so a cycle would fail at import
 time. Each import check runs in a fresh interpreter: in this one, other tests
-have already imported everything.
+have already imported everything. (The fresh interpreters are forked from one that has
+imported torch but nothing of nmtdecode: one start instead of one per check.)
 """
 
 import ast
@@ -27,29 +28,62 @@ LAYER = ["nmtdecode.models.checkpoint", "nmtdecode.models.formats.native", "nmtd
          "nmtdecode.models.formats.hf_tokenizers", "nmtdecode.models.formats.opennmt", "nmtdecode.models.formats.eole", "nmtdecode.models.loading"]
 
 
-def imported_after(statement: str) -> list[str]:
-    """The nmtdecode modules a fresh interpreter holds after running `statement`."""
-    listing = "print(json.dumps(sorted(m for m in sys.modules if m.startswith('nmtdecode'))))"
-    code = f"{statement}; import json, sys; {listing}"
-    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+FIRSTS = ["", "import nmtdecode.models.formats.native; ", "import nmtdecode.models.formats.huggingface; "]
+STATEMENTS = [f"import {module}" for module in LAYER] + [f"{first}import nmtdecode.models.loading" for first in FIRSTS]
+
+# Runs each statement (argv[1], a JSON list) in a child forked from an interpreter that has imported
+# torch, the costly part of a start, and nothing of nmtdecode; prints {statement: the nmtdecode
+# modules the child then holds, or the error it raised}.
+FORKING = """
+import json, os, sys, traceback
+import torch  # noqa: F401
+assert not [m for m in sys.modules if m.startswith("nmtdecode")]
+results = {}
+for statement in json.loads(sys.argv[1]):
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            exec(statement, {})
+            result = sorted(m for m in sys.modules if m.startswith("nmtdecode"))
+        except BaseException:
+            result = traceback.format_exc()
+        os.write(write, json.dumps(result).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        results[statement] = json.loads(pipe.read())
+    os.waitpid(pid, 0)
+print(json.dumps(results))
+"""
+
+
+@pytest.fixture(scope="module")
+def imported_after():
+    """`imported_after[statement]`: the nmtdecode modules a fresh interpreter holds after running
+    `statement`, for each of STATEMENTS (one process start for them all: see FORKING)."""
+    run = subprocess.run([sys.executable, "-c", FORKING, json.dumps(STATEMENTS)], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     return json.loads(run.stdout.splitlines()[-1])
 
 
 @pytest.mark.subprocess
 @pytest.mark.parametrize("module", LAYER)
-def test_loading_a_checkpoint_imports_nothing_above_the_loading_layer(module):
-    modules = imported_after(f"import {module}")
+def test_loading_a_checkpoint_imports_nothing_above_the_loading_layer(imported_after, module):
+    modules = imported_after[f"import {module}"]
+    assert isinstance(modules, list), modules  # else the error the import raised
     assert module in modules
     assert not [m for m in modules if m.startswith(ABOVE_LOADING)]
 
 
 @pytest.mark.subprocess
-@pytest.mark.parametrize("first", ["", "import nmtdecode.models.formats.native; ",
-                                   "import nmtdecode.models.formats.huggingface; "])
-def test_loading_imports_the_formats_at_the_top_without_a_cycle(first):
+@pytest.mark.parametrize("first", FIRSTS)
+def test_loading_imports_the_formats_at_the_top_without_a_cycle(imported_after, first):
     """Whichever module comes first, importing the dispatcher brings in every format."""
-    modules = imported_after(f"{first}import nmtdecode.models.loading")
+    modules = imported_after[f"{first}import nmtdecode.models.loading"]
+    assert isinstance(modules, list), modules  # else the error the import raised
     assert {"nmtdecode.models.formats.native", "nmtdecode.models.formats.huggingface"} <= set(modules)
 
 
