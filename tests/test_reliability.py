@@ -64,7 +64,7 @@ def test_invalid_utf8_stops_with_file_and_line(model_dir, tmp_path, cli):
 def test_invalid_utf8_replaced_and_counted(model_dir, tmp_path, cli):
     src = tmp_path / "in.txt"
     src.write_bytes(b"good morning\nbad \xff\xfe here\nthank \xc3 you\nwater")
-    run = cli("translate", "--model", model_dir, "--src", src, "--on-invalid-utf8", "replace")
+    run = cli("translate", "--model", model_dir, "--src", src, "--on-invalid-utf8", "replace", "--max-length", 8)
     assert run.returncode == 0, run.stderr
     assert count_lines(run.stdout) == 4
     assert b"2 lines had invalid UTF-8" in run.stderr and b"2 lines with invalid UTF-8 replaced" in run.stderr
@@ -73,11 +73,11 @@ def test_invalid_utf8_replaced_and_counted(model_dir, tmp_path, cli):
 def test_overlong_lines_are_cut_with_a_warning(model_dir, tmp_path, cli):
     src = tmp_path / "in.txt"
     src.write_text("good morning\n" + "the house is red . " * 200 + "\nthank you\n", encoding="utf-8")
-    run = cli("translate", "--model", model_dir, "--src", src, "--max-src-length", 20)
+    run = cli("translate", "--model", model_dir, "--src", src, "--max-src-length", 20, "--max-length", 8)
     assert run.returncode == 0, run.stderr
     assert count_lines(run.stdout) == 3
     assert b"are cut" in run.stderr and b"1 source line truncated" in run.stderr
-    run = cli("translate", "--model", model_dir, "--src", src)  # the model's own 128 positions
+    run = cli("translate", "--model", model_dir, "--src", src, "--max-length", 8)  # the model's own 128 positions
     assert run.returncode == 0 and count_lines(run.stdout) == 3 and b"1 source line truncated" in run.stderr
 
 
@@ -222,7 +222,7 @@ def test_random_bytes_never_crash_or_lose_lines(model_dir, seed, cli):
     data = b"".join(bytes(rng.choice(alphabet) for _ in range(rng.randint(0, 40))) + b"\n" for _ in range(60))
     data += bytes(rng.choice(alphabet) for _ in range(7)).replace(b"\n", b"")  # no final newline
     run = cli("translate", "--model", model_dir, "--on-invalid-utf8", "replace", "--format", "jsonl",
-              stdin=data)
+              "--max-length", 8, stdin=data)
     assert run.returncode == 0, run.stderr
     assert count_lines(run.stdout) == count_lines(data)
 
