@@ -23,14 +23,14 @@ def src_file(lines_file):
 @pytest.mark.parametrize("quiet", ["-q", "--quiet"])
 def test_quiet_short_and_long_silence_the_summary(model_dir, src_file, cli, quiet):
     """The README's option table names -q; flags with a --no- form keep their short names."""
-    loud = cli("translate", "--model", model_dir, "--src", src_file, text=True)
-    run = cli("translate", "--model", model_dir, "--src", src_file, quiet, text=True)
+    loud = cli("translate", "--model", model_dir, "--src", src_file, "--max-length", 8, text=True)
+    run = cli("translate", "--model", model_dir, "--src", src_file, "--max-length", 8, quiet, text=True)
     assert loud.returncode == run.returncode == 0, run.stderr
     assert "sentences" in loud.stderr and run.stderr == "" and run.stdout == loud.stdout
 
 
 def test_text_output_one_line_per_input_line(model_dir, src_file, cli):
-    run = cli("translate", "--model", model_dir, "--src", src_file, "--quiet", text=True)
+    run = cli("translate", "--model", model_dir, "--src", src_file, "--max-length", 8, "--quiet", text=True)
     assert run.returncode == 0, run.stderr
     out = run.stdout.split("\n")
     assert out[-1] == "" and len(out) - 1 == len(LINES)
@@ -41,7 +41,7 @@ def test_text_output_one_line_per_input_line(model_dir, src_file, cli):
 def test_config_file_with_override_and_formats_agree(model_dir, src_file, tmp_path, cli):
     config = tmp_path / "job.yaml"
     config.write_text(yaml.safe_dump({"model": str(model_dir), "beam-size": 4, "n_best": 3, "format": "jsonl",
-                                      "quiet": True}))
+                                      "max_length": 8, "quiet": True}))
     outputs = {}
     for fmt in ("text", "nbest", "jsonl"):
         run = cli("translate", "-c", config, "--src", src_file, "--format", fmt, text=True)
@@ -79,7 +79,8 @@ def test_cli_matches_library(model_dir, src_file, cli):
 
 def test_output_file_and_summary(model_dir, src_file, tmp_path, cli):
     out = tmp_path / "out.txt"
-    run = cli("translate", "--model", model_dir, "--src", src_file, "--output", out, "--beam-size", 2, text=True)
+    run = cli("translate", "--model", model_dir, "--src", src_file, "--output", out, "--beam-size", 2,
+              "--max-length", 8, text=True)
     assert run.returncode == 0, run.stderr
     assert len(out.read_text(encoding="utf-8").splitlines()) == len(LINES)
     assert not (tmp_path / "out.txt.tmp").exists()
@@ -171,7 +172,8 @@ def test_n_best_entries_for_every_line_blank_ones_included(model_dir, src_file, 
 
 def test_nbest_marian_fields_are_log_prob_and_ranking_score(model_dir, src_file, cli):
     """Marian's 4-field n-best: INDEX ||| TEXT ||| F0= TOTAL_LOG_PROB ||| RANKING_SCORE."""
-    common = ["translate", "--model", model_dir, "--src", src_file, "--quiet", "--beam-size", 3, "--n-best", 2]
+    common = ["translate", "--model", model_dir, "--src", src_file, "--quiet", "--beam-size", 3, "--n-best", 2,
+              "--max-length", 8]
     marian = cli(*common, "--format", "nbest-marian", text=True)
     jsonl = cli(*common, "--format", "jsonl", text=True)
     assert marian.returncode == 0, marian.stderr
