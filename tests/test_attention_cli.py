@@ -31,7 +31,7 @@ def test_jsonl_alignment_and_token_scores_have_one_entry_per_token(model_dir, cl
 
 def test_alignment_of_a_cut_source_points_into_the_kept_tokens(model_dir, cli):
     run = cli("translate", "--model", model_dir, "--format", "jsonl", "--alignment", "--max-src-length", 4,
-              "-q", stdin=LINES[1] + "\n", text=True)
+              "--max-length", 8, "-q", stdin=LINES[1] + "\n", text=True)
     assert run.returncode == 0
     [hyp] = json.loads(run.stdout)["hypotheses"]
     assert "token_scores" not in hyp and len(hyp["alignment"]) == len(hyp["tokens"])
@@ -69,7 +69,7 @@ def test_jsonl_attention_rows_span_each_source(model_dir, cli):
     summing to 1; an empty line gets empty arrays like its empty hypotheses."""
     loaded = load_model(str(model_dir))
     run = cli("translate", "--model", model_dir, "--format", "jsonl", "--attention", "--alignment", "-q",
-              stdin="".join(line + "\n" for line in [LINES[0], "", LINES[1]]), text=True)
+              "--max-length", 8, stdin="".join(line + "\n" for line in [LINES[0], "", LINES[1]]), text=True)
     assert run.returncode == 0 and run.stderr == "", run.stderr
     records = [json.loads(line) for line in run.stdout.splitlines()]
     assert records[1]["hypotheses"][0]["attention"] == records[1]["hypotheses"][0]["alignment"] == []

@@ -69,7 +69,7 @@ def test_paths_in_a_config_file_are_relative_to_it_and_flags_to_the_cwd(model_di
     (elsewhere / "other.txt").write_text("water\n")
     config = jobs / "job.yaml"
     config.write_text(yaml.safe_dump({"model": os.path.relpath(model_dir, jobs), "src": "in.txt",
-                                      "output": "out.txt", "quiet": True}))
+                                      "output": "out.txt", "quiet": True, "max_length": 8}))
     run = cli("translate", "-c", config, cwd=elsewhere, stdin="hello\n", text=True)
     assert run.returncode == 0, run.stderr
     assert len((jobs / "out.txt").read_text().splitlines()) == 2  # beside the config, not in the cwd
