@@ -39,6 +39,20 @@ def sources(seed: int, count: int = 6) -> list[list[str]]:
     return [[rng.choice(peer.WORDS) for _ in range(rng.randint(1, 8))] for _ in range(count)]
 
 
+@pytest.fixture(scope="module")
+def plain_model(tmp_path_factory):
+    """`plain_model(seed)`: peer.build's model of that seed with onmt_train's defaults, built once
+    for the module (the tests read it, never change it), as `built` and `seed1` are."""
+    models = {}
+
+    def get(seed):
+        if seed not in models:
+            models[seed] = peer.build(tmp_path_factory.mktemp(f"seed{seed}") / "model", seed=seed)
+        return models[seed]
+
+    return get
+
+
 @pytest.fixture(scope="module", params=sorted(VARIANTS))
 def built(request, tmp_path_factory):
     path = tmp_path_factory.mktemp(request.param) / "model"
@@ -70,12 +84,12 @@ def test_greedy_and_beam_outputs_match_onmt_translate(built, beam_size):
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
-def test_n_best_matches_onmt_translate(tmp_path, seed):
+def test_n_best_matches_onmt_translate(plain_model, seed):
     """n_best 1 and 3 of beam 5 (the onmt_translate defaults otherwise). Seed 3 generates
     <blank>: onmt_translate bans nothing and writes it, so do we. These models also exercise
     OpenNMT-py's beam conventions (tests/test_opennmt_beam.py): with our usual refilled slots,
     2 of these 48 n-best lists differ."""
-    model, opt, vocab, checkpoint = peer.build(tmp_path / "model", seed=seed)
+    model, opt, vocab, checkpoint = plain_model(seed)
     ours = Translator.load(checkpoint)
     for n_best in (1, 3):
         theirs = peer.translator(model, opt, vocab, n_best=n_best)
@@ -104,15 +118,15 @@ def test_options_the_transformer_cannot_compute_are_refused_by_name(tmp_path, op
     ({"length_penalty": "wu", "alpha": 0.6}, {"length_penalty": "wu", "alpha": 0.6}),
     ({"length_penalty": "none"}, {"length_penalty": "none"}),
 ], ids=["min_length", "max_length", "max_length_ratio", "wu", "no_penalty"])
-def test_onmt_translate_options_keep_their_meaning(tmp_path, theirs, ours):
-    model, opt, vocab, checkpoint = peer.build(tmp_path / "model", seed=1)
+def test_onmt_translate_options_keep_their_meaning(plain_model, theirs, ours):
+    model, opt, vocab, checkpoint = plain_model(1)
     onmt_translator, translator = peer.translator(model, opt, vocab, **theirs), Translator.load(checkpoint)
     for tokens in sources(4):
         assert_same_nbest(peer.translate(onmt_translator, tokens), nbest_of(translator, tokens, **ours))
 
 
-def test_score_matches_onmt_translate_gold_scores(tmp_path):
-    model, opt, vocab, checkpoint = peer.build(tmp_path / "model", seed=0)
+def test_score_matches_onmt_translate_gold_scores(plain_model):
+    model, opt, vocab, checkpoint = plain_model(0)
     onmt_translator, translator = peer.translator(model, opt, vocab), Translator.load(checkpoint)
     pairs = list(zip(sources(5), sources(6)))
     theirs = [peer.gold_score(onmt_translator, src, tgt) for src, tgt in pairs]
