@@ -202,8 +202,8 @@ def _wait_for(path, lines, proc, deadline=300):
 @pytest.fixture(scope="module")
 def killed_job(model_dir, tmp_path_factory):
     """(input, one process's output) of the job the kill test interrupts: 1,000 lines, 16 chunks
-    of 64 lines; decoding them takes the two ranks about 2 s (1 s each) after their first
-    checkpoints, time enough to kill them before they end."""
+    of 64 lines; after their first checkpoints the two ranks still decode for about 2 s (on a
+    2-core machine), time enough to kill them before they end."""
     folder = tmp_path_factory.mktemp("killed")
     rng = random.Random(2)
     src = folder / "in.txt"

@@ -162,9 +162,10 @@ def test_resume_after_kill_is_byte_identical(model_dir, tmp_path, cli):
 @pytest.mark.subprocess
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_interrupt_exits_cleanly_and_stays_resumable(model_dir, tmp_path, sig, code, cli):
-    """SIGINT or SIGTERM mid-job: exit code 130 or 143, one line saying how to go on, and the same
-    command with --resume completes the output. The job reads a FIFO holding all but the last
-    lines (`held_fifo`), so the signal comes before its end; the resumed job reads a regular file."""
+    """SIGINT or SIGTERM mid-job: exit code 130 or 143, a message saying how to go on (no
+    traceback), and the same command with --resume completes the output. The job reads a FIFO
+    holding all but the last lines (`held_fifo`), so the signal comes before its end; the
+    resumed job reads a regular file."""
     lines = NORMAL * 10  # chunks of 32 lines (--batch-size 1)
     src, out = tmp_path / "in.txt", tmp_path / "out.txt"
     args = ["translate", "--model", model_dir, "--src", src, "--batch-size", 1, "--max-length", 8, "--output", out]
