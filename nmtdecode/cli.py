@@ -24,7 +24,7 @@ from dataclasses import replace
 import click
 
 from . import signals
-from .config import (KEY_SECTION, OPTIONS, PLAN_KEYS, PLAN_OPTIONS, SCORE_FORMATS, SCORE_KEYS, SECTIONS, Config,
+from .config import (KEY_SECTION, OPTIONS, PLAN_KEYS, PLAN_OPTIONS, SCORE_FORMATS, SCORE_KEYS, TYPES, Config,
                      ConfigError, Option, checked_layer, default_of)
 from .config_file import dump, load_yaml
 from .jobs import plan_jobs
@@ -32,7 +32,7 @@ from .signals import Terminated
 
 
 def _click_type(key: str, declared: Option):
-    hint = typing.get_type_hints(SECTIONS[KEY_SECTION[key]])[key] if key in KEY_SECTION else str
+    hint = TYPES.get(key, str)
     kinds = typing.get_args(hint) or (hint,)
     if declared.choices is not None and declared.aliases is None:
         return click.Choice(declared.choices)
@@ -48,7 +48,7 @@ def cli_option(key: str, **changes):
     default = default_of(key) if key in KEY_SECTION else None
     shown = f"  [default: {str(default).lower() if isinstance(default, bool) else default}]" if default is not None \
         else ""
-    if KEY_SECTION.get(key) and typing.get_type_hints(SECTIONS[KEY_SECTION[key]])[key] is bool:
+    if TYPES.get(key) is bool:
         return click.option(f"{names[0]}/--no-{names[0][2:]}", *names[1:], key, default=None,
                             help=declared.help + shown)
     return click.option(*names, key, type=_click_type(key, declared), default=None, multiple=declared.many,

@@ -168,6 +168,7 @@ class IOConfig(Section):
 SECTIONS = {"decoding": DecodingConfig, "batching": BatchingConfig, "runtime": RuntimeConfig, "io": IOConfig}
 KEY_SECTION = {f.name: name for name, cls in SECTIONS.items() for f in fields(cls)}
 OPTIONS: dict[str, Option] = {f.name: f.metadata["option"] for cls in SECTIONS.values() for f in fields(cls)}
+TYPES = {key: hint for cls in SECTIONS.values() for key, hint in typing.get_type_hints(cls).items()}  # int, str | None
 # What may differ between the jobs of one model load (an item of `jobs:`, one API call): its files and
 # what needs no other model load.
 PER_JOB_KEYS = frozenset({"src", "output", "format", "token_scores", "on_invalid_utf8", "prefix"}
@@ -252,8 +253,7 @@ def checked_layer(values: dict) -> dict:
     unknown = sorted(k for k in values if k not in KEY_SECTION)
     if unknown:
         raise unknown_key_error(unknown[0])
-    return {key: coerce(key, typing.get_type_hints(SECTIONS[KEY_SECTION[key]])[key], value)
-            for key, value in values.items()}
+    return {key: coerce(key, TYPES[key], value) for key, value in values.items()}
 
 
 @dataclass

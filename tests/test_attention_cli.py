@@ -1,4 +1,5 @@
-"""The command line of --alignment, --coverage-penalty, --repetition-penalty: JSONL shape, warnings."""
+"""The command line of --alignment, --coverage-penalty, --repetition-penalty: JSONL shape, refusals.
+(Their warnings when they have no effect: test_peer_habits.py.)"""
 
 import json
 
@@ -11,15 +12,10 @@ from nmtdecode.decoding import BatchDecoder
 LINES = ["the house is red .", "a dog and a cat sleep in the garden . where is the station ?"]
 
 
-@pytest.fixture
-def nmtdecode(cli):
-    return lambda *args, stdin="": cli(*args, stdin=stdin, text=True)
-
-
-def test_jsonl_alignment_and_token_scores_have_one_entry_per_token(model_dir, nmtdecode):
-    run = nmtdecode("translate", "--model", model_dir, "--beam-size", 3, "--n-best", 2, "--format", "jsonl",
-                    "--alignment", "--token-scores", "--coverage-penalty", "wu", "--beta", 0.2, "-q",
-                    stdin="".join(line + "\n" for line in LINES))
+def test_jsonl_alignment_and_token_scores_have_one_entry_per_token(model_dir, cli):
+    run = cli("translate", "--model", model_dir, "--beam-size", 3, "--n-best", 2, "--format", "jsonl",
+              "--alignment", "--token-scores", "--coverage-penalty", "wu", "--beta", 0.2, "-q",
+              stdin="".join(line + "\n" for line in LINES), text=True)
     assert run.returncode == 0 and run.stderr == "", run.stderr
     loaded = load_model(str(model_dir))
     cfg = DecodingConfig(beam_size=3, n_best=2, coverage_penalty="wu", beta=0.2, alignment=True)
@@ -33,24 +29,13 @@ def test_jsonl_alignment_and_token_scores_have_one_entry_per_token(model_dir, nm
             assert entry["score"] == pytest.approx(hyp.score, abs=1e-5)
 
 
-def test_alignment_of_a_cut_source_points_into_the_kept_tokens(model_dir, nmtdecode):
-    run = nmtdecode("translate", "--model", model_dir, "--format", "jsonl", "--alignment", "--max-src-length", 4,
-                    "-q", stdin=LINES[1] + "\n")
+def test_alignment_of_a_cut_source_points_into_the_kept_tokens(model_dir, cli):
+    run = cli("translate", "--model", model_dir, "--format", "jsonl", "--alignment", "--max-src-length", 4,
+              "--max-length", 8, "-q", stdin=LINES[1] + "\n", text=True)
     assert run.returncode == 0
     [hyp] = json.loads(run.stdout)["hypotheses"]
     assert "token_scores" not in hyp and len(hyp["alignment"]) == len(hyp["tokens"])
     assert all(0 <= position < 4 for position in hyp["alignment"])
-
-
-@pytest.mark.parametrize("args, warning", [
-    (["--alignment"], "alignment: has no effect with --format text"),
-    (["--beta", "0.5"], "beta: 0.5 has no effect without --coverage-penalty"),
-    (["--coverage-penalty", "summary"], "coverage_penalty: summary with beta 0 changes nothing"),
-])
-def test_options_without_effect_are_warned_about(model_dir, args, warning, nmtdecode):
-    run = nmtdecode("translate", "--model", model_dir, "-q", *args, stdin="good morning\n")
-    assert run.returncode == 0, run.stderr
-    assert f"nmtdecode: warning: {warning}" in run.stderr
 
 
 @pytest.mark.parametrize("args, message", [
@@ -58,33 +43,33 @@ def test_options_without_effect_are_warned_about(model_dir, args, warning, nmtde
     (["--coverage-penalty", "gnmt"], "'gnmt' is not one of 'none', 'wu', 'summary'"),
     (["--beta", "-1", "--coverage-penalty", "wu"], "beta: must be >= 0"),
 ])
-def test_invalid_values_are_refused(model_dir, args, message, nmtdecode):
-    run = nmtdecode("translate", "--model", model_dir, *args, stdin="good morning\n")
+def test_invalid_values_are_refused(model_dir, args, message, cli):
+    run = cli("translate", "--model", model_dir, *args, stdin="good morning\n", text=True)
     assert run.returncode == 2 and message in run.stderr, run.stderr
 
 
-def test_repetition_penalty_from_yaml_changes_the_output(model_dir, tmp_path, nmtdecode):
+def test_repetition_penalty_from_yaml_changes_the_output(model_dir, tmp_path, cli):
     config = tmp_path / "job.yaml"
     config.write_text("repetition_penalty: 5.0\nbeam_size: 2\n")
-    plain = nmtdecode("translate", "--model", model_dir, "--beam-size", 2, "-q", stdin=LINES[1] + "\n")
-    penalised = nmtdecode("translate", "-c", config, "--model", model_dir, "-q", stdin=LINES[1] + "\n")
+    plain = cli("translate", "--model", model_dir, "--beam-size", 2, "-q", stdin=LINES[1] + "\n", text=True)
+    penalised = cli("translate", "-c", config, "--model", model_dir, "-q", stdin=LINES[1] + "\n", text=True)
     assert plain.returncode == penalised.returncode == 0
     assert plain.stdout != penalised.stdout
 
 
-def test_yaml_coverage_penalty_is_checked_by_name(model_dir, tmp_path, nmtdecode):
+def test_yaml_coverage_penalty_is_checked_by_name(model_dir, tmp_path, cli):
     config = tmp_path / "job.yaml"
     config.write_text("coverage_penalty: gnmt\n")
-    run = nmtdecode("translate", "-c", config, "--model", model_dir, stdin="good morning\n")
+    run = cli("translate", "-c", config, "--model", model_dir, stdin="good morning\n", text=True)
     assert run.returncode == 2 and "coverage_penalty: 'gnmt' is not one of none, wu, summary" in run.stderr
 
 
-def test_jsonl_attention_rows_span_each_source(model_dir, nmtdecode):
+def test_jsonl_attention_rows_span_each_source(model_dir, cli):
     """--attention: one row per token, each as long as that line's source tokens (EOS included),
     summing to 1; an empty line gets empty arrays like its empty hypotheses."""
     loaded = load_model(str(model_dir))
-    run = nmtdecode("translate", "--model", model_dir, "--format", "jsonl", "--attention", "--alignment", "-q",
-                    stdin="".join(line + "\n" for line in [LINES[0], "", LINES[1]]))
+    run = cli("translate", "--model", model_dir, "--format", "jsonl", "--attention", "--alignment", "-q",
+              "--max-length", 8, stdin="".join(line + "\n" for line in [LINES[0], "", LINES[1]]), text=True)
     assert run.returncode == 0 and run.stderr == "", run.stderr
     records = [json.loads(line) for line in run.stdout.splitlines()]
     assert records[1]["hypotheses"][0]["attention"] == records[1]["hypotheses"][0]["alignment"] == []

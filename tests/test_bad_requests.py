@@ -19,12 +19,6 @@ from nmtdecode.cli import run
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.fixture()
-def nmtdecode(cli):
-    """`nmtdecode ARGS`, in this process, text in and out."""
-    return lambda *args, stdin="hello\n", cwd=None: cli(*args, stdin=stdin, text=True, cwd=cwd)
-
-
 def one_line(stderr: str) -> str:
     lines = stderr.splitlines()
     assert len(lines) == 1, stderr
@@ -34,40 +28,40 @@ def one_line(stderr: str) -> str:
 
 @pytest.mark.parametrize("key, value", [("alpha", ".nan"), ("alpha", ".inf"), ("alpha", "-.inf"),
                                         ("max_len_a", ".nan"), ("max_len_a", ".inf")])
-def test_non_finite_numbers_in_a_config_file_are_refused(model_dir, tmp_path, nmtdecode, key, value):
+def test_non_finite_numbers_in_a_config_file_are_refused(model_dir, tmp_path, cli, key, value):
     config = tmp_path / "job.yaml"
     config.write_text(f"model: {model_dir}\n{key}: {value}\n")
-    run = nmtdecode("translate", "-c", config)
+    run = cli("translate", "-c", config, stdin="hello\n", text=True)
     assert run.returncode == 2 and run.stdout == ""
     assert f"{key}: must be a finite number" in one_line(run.stderr)
 
 
 @pytest.mark.parametrize("flag", ["--alpha", "--max-len-a"])
-def test_non_finite_numbers_on_the_command_line_are_refused(model_dir, nmtdecode, flag):
-    run = nmtdecode("translate", "--model", model_dir, flag, "nan")
+def test_non_finite_numbers_on_the_command_line_are_refused(model_dir, cli, flag):
+    run = cli("translate", "--model", model_dir, flag, "nan", stdin="hello\n", text=True)
     assert run.returncode == 2
     assert f"{flag[2:].replace('-', '_')}: must be a finite number" in one_line(run.stderr)
 
 
-def test_config_file_with_invalid_utf8_exits_2_naming_it(tmp_path, nmtdecode):
+def test_config_file_with_invalid_utf8_exits_2_naming_it(tmp_path, cli):
     config = tmp_path / "job.yaml"
     config.write_bytes(b"beam_size: 4\nsrc_lang: caf\xe9\n")  # Latin-1, not UTF-8
-    run = nmtdecode("translate", "-c", config)
+    run = cli("translate", "-c", config, stdin="hello\n", text=True)
     assert run.returncode == 2
     assert f"config file {config}:2: invalid UTF-8" in one_line(run.stderr)
 
 
-def test_demo_config_works_from_another_directory(tmp_path, nmtdecode):
+def test_demo_config_works_from_another_directory(tmp_path, cli):
     """configs/demo.yaml names its model relative to itself, not to the working directory."""
     sample = os.path.join(REPO, "data", "demo", "sample.en")
-    run = nmtdecode("translate", "-c", os.path.join(REPO, "configs", "demo.yaml"), "--src", sample, "--quiet",
-                    cwd=tmp_path)
+    run = cli("translate", "-c", os.path.join(REPO, "configs", "demo.yaml"), "--src", sample, "--quiet",
+              cwd=tmp_path, stdin="hello\n", text=True)
     assert run.returncode == 0, run.stderr
     with open(sample, encoding="utf-8") as f:
         assert len(run.stdout.splitlines()) == len(f.read().splitlines())
 
 
-def test_paths_in_a_config_file_are_relative_to_it_and_flags_to_the_cwd(model_dir, tmp_path, nmtdecode):
+def test_paths_in_a_config_file_are_relative_to_it_and_flags_to_the_cwd(model_dir, tmp_path, cli):
     jobs, elsewhere = tmp_path / "jobs", tmp_path / "elsewhere"
     jobs.mkdir()
     elsewhere.mkdir()
@@ -75,12 +69,13 @@ def test_paths_in_a_config_file_are_relative_to_it_and_flags_to_the_cwd(model_di
     (elsewhere / "other.txt").write_text("water\n")
     config = jobs / "job.yaml"
     config.write_text(yaml.safe_dump({"model": os.path.relpath(model_dir, jobs), "src": "in.txt",
-                                      "output": "out.txt", "quiet": True}))
-    run = nmtdecode("translate", "-c", config, cwd=elsewhere)
+                                      "output": "out.txt", "quiet": True, "max_length": 8}))
+    run = cli("translate", "-c", config, cwd=elsewhere, stdin="hello\n", text=True)
     assert run.returncode == 0, run.stderr
     assert len((jobs / "out.txt").read_text().splitlines()) == 2  # beside the config, not in the cwd
     assert not (elsewhere / "out.txt").exists()
-    run = nmtdecode("translate", "-c", config, "--src", "other.txt", "--output", "flag.txt", cwd=elsewhere)
+    run = cli("translate", "-c", config, "--src", "other.txt", "--output", "flag.txt", cwd=elsewhere,
+              stdin="hello\n", text=True)
     assert run.returncode == 0, run.stderr
     assert len((elsewhere / "flag.txt").read_text().splitlines()) == 1  # flags: relative to the cwd
 
@@ -107,19 +102,19 @@ def native_copy(model_dir, tmp_path, edit):
     (lambda d: d.update(banned_ids="pad"), "banned_ids: expected a list of token ids"),
     (lambda d: d.update(tokenizer=["spm.model"]), "tokenizer: expected a mapping"),
 ])
-def test_malformed_native_config_names_file_and_key(model_dir, tmp_path, nmtdecode, edit, message):
+def test_malformed_native_config_names_file_and_key(model_dir, tmp_path, cli, edit, message):
     broken = native_copy(model_dir, tmp_path, edit)
-    run = nmtdecode("translate", "--model", broken)
+    run = cli("translate", "--model", broken, stdin="hello\n", text=True)
     assert run.returncode == 1
     line = one_line(run.stderr)
     assert f"{broken}/config.yaml: " in line and message in line
 
 
-def test_native_config_with_invalid_utf8_names_the_file(model_dir, tmp_path, nmtdecode):
+def test_native_config_with_invalid_utf8_names_the_file(model_dir, tmp_path, cli):
     broken = native_copy(model_dir, tmp_path, lambda d: None)
     with open(broken / "config.yaml", "ab") as f:
         f.write(b"# caf\xe9\n")
-    run = nmtdecode("translate", "--model", broken)
+    run = cli("translate", "--model", broken, stdin="hello\n", text=True)
     assert run.returncode == 1 and f"{broken}/config.yaml cannot be read" in one_line(run.stderr)
 
 
@@ -139,12 +134,12 @@ MARIAN = {"model_type": "marian", "vocab_size": 64, "d_model": 16, "encoder_atte
     ({"max_position_embeddings": -2}, "max_position_embeddings: expected a positive integer, got -2"),
     ({"eos_token_id": 64}, "eos_id: 64 is outside the source vocabulary (64 tokens)"),
 ])
-def test_malformed_hugging_face_config_names_file_and_key(tmp_path, nmtdecode, change, message):
+def test_malformed_hugging_face_config_names_file_and_key(tmp_path, cli, change, message):
     model = tmp_path / "hf"
     model.mkdir()
     config = {k: v for k, v in {**MARIAN, **change}.items() if v is not None}
     (model / "config.json").write_text(json.dumps(config))
-    run = nmtdecode("translate", "--model", model)
+    run = cli("translate", "--model", model, stdin="hello\n", text=True)
     assert run.returncode == 1
     line = one_line(run.stderr)
     assert f"{model}/config.json: " in line and message in line

@@ -20,23 +20,17 @@ def src_file(lines_file):
     return lines_file(LINES, "input.txt")
 
 
-@pytest.fixture()
-def nmtdecode(cli):
-    """`nmtdecode ARGS`, in this process, text in and out."""
-    return lambda *args, stdin="": cli(*args, stdin=stdin, text=True)
-
-
 @pytest.mark.parametrize("quiet", ["-q", "--quiet"])
-def test_quiet_short_and_long_silence_the_summary(model_dir, src_file, nmtdecode, quiet):
+def test_quiet_short_and_long_silence_the_summary(model_dir, src_file, cli, quiet):
     """The README's option table names -q; flags with a --no- form keep their short names."""
-    loud = nmtdecode("translate", "--model", model_dir, "--src", src_file)
-    run = nmtdecode("translate", "--model", model_dir, "--src", src_file, quiet)
+    loud = cli("translate", "--model", model_dir, "--src", src_file, "--max-length", 8, text=True)
+    run = cli("translate", "--model", model_dir, "--src", src_file, "--max-length", 8, quiet, text=True)
     assert loud.returncode == run.returncode == 0, run.stderr
     assert "sentences" in loud.stderr and run.stderr == "" and run.stdout == loud.stdout
 
 
-def test_text_output_one_line_per_input_line(model_dir, src_file, nmtdecode):
-    run = nmtdecode("translate", "--model", model_dir, "--src", src_file, "--quiet")
+def test_text_output_one_line_per_input_line(model_dir, src_file, cli):
+    run = cli("translate", "--model", model_dir, "--src", src_file, "--max-length", 8, "--quiet", text=True)
     assert run.returncode == 0, run.stderr
     out = run.stdout.split("\n")
     assert out[-1] == "" and len(out) - 1 == len(LINES)
@@ -44,13 +38,13 @@ def test_text_output_one_line_per_input_line(model_dir, src_file, nmtdecode):
     assert all(out[i] for i in (0, 2, 4, 5, 6, 7))  # the model (EOS-biased) still says something
 
 
-def test_config_file_with_override_and_formats_agree(model_dir, src_file, tmp_path, nmtdecode):
+def test_config_file_with_override_and_formats_agree(model_dir, src_file, tmp_path, cli):
     config = tmp_path / "job.yaml"
     config.write_text(yaml.safe_dump({"model": str(model_dir), "beam-size": 4, "n_best": 3, "format": "jsonl",
-                                      "quiet": True}))
+                                      "max_length": 8, "quiet": True}))
     outputs = {}
     for fmt in ("text", "nbest", "jsonl"):
-        run = nmtdecode("translate", "-c", config, "--src", src_file, "--format", fmt)
+        run = cli("translate", "-c", config, "--src", src_file, "--format", fmt, text=True)
         assert run.returncode == 0, run.stderr
         outputs[fmt] = run.stdout.splitlines()
     text, nbest, jsonl = outputs["text"], outputs["nbest"], [json.loads(line) for line in outputs["jsonl"]]
@@ -68,12 +62,12 @@ def test_config_file_with_override_and_formats_agree(model_dir, src_file, tmp_pa
         assert text[i] == entries[0][1]
 
 
-def test_cli_matches_library(model_dir, src_file, nmtdecode):
+def test_cli_matches_library(model_dir, src_file, cli):
     loaded = load_model(str(model_dir))
     cfg = DecodingConfig(beam_size=3)
     expected = BatchDecoder(loaded.model, cfg, loaded.rules).translate_batch([loaded.tokenizer.encode(LINES[0])])
-    run = nmtdecode("translate", "--model", model_dir, "--beam-size", 3, "--format", "jsonl", "--token-scores",
-                    "--quiet", stdin=LINES[0] + "\n")
+    run = cli("translate", "--model", model_dir, "--beam-size", 3, "--format", "jsonl", "--token-scores",
+              "--quiet", stdin=LINES[0] + "\n", text=True)
     assert run.returncode == 0, run.stderr
     [record] = [json.loads(line) for line in run.stdout.splitlines()]
     assert record["hypotheses"][0]["tokens"] == expected[0][0].tokens
@@ -83,9 +77,10 @@ def test_cli_matches_library(model_dir, src_file, nmtdecode):
     assert best["eos_score"] == (pytest.approx(expected[0][0].eos_score) if best["ended"] else None)
 
 
-def test_output_file_and_summary(model_dir, src_file, tmp_path, nmtdecode):
+def test_output_file_and_summary(model_dir, src_file, tmp_path, cli):
     out = tmp_path / "out.txt"
-    run = nmtdecode("translate", "--model", model_dir, "--src", src_file, "--output", out, "--beam-size", 2)
+    run = cli("translate", "--model", model_dir, "--src", src_file, "--output", out, "--beam-size", 2,
+              "--max-length", 8, text=True)
     assert run.returncode == 0, run.stderr
     assert len(out.read_text(encoding="utf-8").splitlines()) == len(LINES)
     assert not (tmp_path / "out.txt.tmp").exists()
@@ -100,41 +95,41 @@ def test_output_file_and_summary(model_dir, src_file, tmp_path, nmtdecode):
     ({"length_penalty": "log"}, "length_penalty: 'log' is not one of none, avg, wu"),
     ({"n_best": 6, "beam_size": 5}, "n_best: 6 is greater than beam_size (5)"),
 ])
-def test_bad_config_exits_2_before_loading(content, message, tmp_path, nmtdecode):
+def test_bad_config_exits_2_before_loading(content, message, tmp_path, cli):
     config = tmp_path / "bad.yaml"
     config.write_text(yaml.safe_dump({"model": str(tmp_path / "does-not-exist"), **content}))
-    run = nmtdecode("translate", "-c", config, stdin="")
+    run = cli("translate", "-c", config, stdin="", text=True)
     assert run.returncode == 2
     assert message in run.stderr
     assert "Traceback" not in run.stderr
 
 
-def test_invalid_yaml_and_missing_model_exit_2(tmp_path, nmtdecode):
+def test_invalid_yaml_and_missing_model_exit_2(tmp_path, cli):
     config = tmp_path / "broken.yaml"
     config.write_text("beam_size: [1\n")
-    run = nmtdecode("translate", "-c", config, stdin="")
+    run = cli("translate", "-c", config, stdin="", text=True)
     assert run.returncode == 2 and "not valid YAML" in run.stderr
-    run = nmtdecode("translate", "--model", tmp_path / "nope", stdin="hello\n")
+    run = cli("translate", "--model", tmp_path / "nope", stdin="hello\n", text=True)
     assert run.returncode == 2 and "does not exist" in run.stderr
 
 
-def test_bad_flag_value_exits_2(model_dir, nmtdecode):
-    run = nmtdecode("translate", "--model", model_dir, "--early-stopping", "maybe", stdin="")
+def test_bad_flag_value_exits_2(model_dir, cli):
+    run = cli("translate", "--model", model_dir, "--early-stopping", "maybe", stdin="", text=True)
     assert run.returncode == 2 and "maybe" in run.stderr
 
 
-def test_inspect(model_dir, nmtdecode):
-    run = nmtdecode("inspect", model_dir)
+def test_inspect(model_dir, cli):
+    run = cli("inspect", model_dir, text=True)
     assert run.returncode == 0, run.stderr
     assert "format:        native" in run.stdout
     assert "vocabulary:    source 48, target 48" in run.stdout
 
 
-def test_score_matches_library(model_dir, tmp_path, nmtdecode):
+def test_score_matches_library(model_dir, tmp_path, cli):
     src, tgt = tmp_path / "s.txt", tmp_path / "t.txt"
     src.write_text("the house is red .\ngood morning\n")
     tgt.write_text("a dog .\nthank you\n")
-    run = nmtdecode("score", "--model", model_dir, "--src", src, "--tgt", tgt)
+    run = cli("score", "--model", model_dir, "--src", src, "--tgt", tgt, text=True)
     assert run.returncode == 0, run.stderr
     loaded = load_model(str(model_dir))
     translator = BatchDecoder(loaded.model, DecodingConfig())
@@ -144,7 +139,7 @@ def test_score_matches_library(model_dir, tmp_path, nmtdecode):
 
 
 @pytest.mark.subprocess
-def test_python_m_nmtdecode_gives_what_the_in_process_run_gives(model_dir, nmtdecode):
+def test_python_m_nmtdecode_gives_what_the_in_process_run_gives(model_dir, cli):
     """Smoke test of the program itself: `python -m nmtdecode translate` as a real process."""
     args = ["translate", "--model", str(model_dir), "--beam-size", "2", "--quiet"]
     stdin = "\n".join(LINES) + "\n"
@@ -152,17 +147,17 @@ def test_python_m_nmtdecode_gives_what_the_in_process_run_gives(model_dir, nmtde
                              text=True, timeout=300)
     assert process.returncode == 0, process.stderr
     assert len(process.stdout.splitlines()) == len(LINES)
-    assert process.stdout == nmtdecode(*args, stdin=stdin).stdout
+    assert process.stdout == cli(*args, stdin=stdin, text=True).stdout
 
 
 @pytest.mark.parametrize("fmt", ["nbest", "jsonl"])
 @pytest.mark.parametrize("beam, n_best, max_length", [(4, 3, 20), (48, 48, 1)])
-def test_n_best_entries_for_every_line_blank_ones_included(model_dir, src_file, nmtdecode, fmt, beam, n_best,
+def test_n_best_entries_for_every_line_blank_ones_included(model_dir, src_file, cli, fmt, beam, n_best,
                                                             max_length):
     """n_best entries per input line: blank lines give empty hypotheses (score 0); a sentence with
     fewer reachable hypotheses (beam = vocabulary, banned tokens) is filled with impossible ones."""
-    run = nmtdecode("translate", "--model", model_dir, "--src", src_file, "--format", fmt, "--quiet",
-                    "--beam-size", beam, "--n-best", n_best, "--max-length", max_length)
+    run = cli("translate", "--model", model_dir, "--src", src_file, "--format", fmt, "--quiet",
+              "--beam-size", beam, "--n-best", n_best, "--max-length", max_length, text=True)
     assert run.returncode == 0, run.stderr
     if fmt == "nbest":
         indices = [int(line.split(" ||| ")[0]) for line in run.stdout.splitlines()]
@@ -175,11 +170,12 @@ def test_n_best_entries_for_every_line_blank_ones_included(model_dir, src_file, 
         assert records[3]["hypotheses"] == [{"text": "", "score": 0.0, "log_prob": 0.0, "ended": True}] * n_best
 
 
-def test_nbest_marian_fields_are_log_prob_and_ranking_score(model_dir, src_file, nmtdecode):
+def test_nbest_marian_fields_are_log_prob_and_ranking_score(model_dir, src_file, cli):
     """Marian's 4-field n-best: INDEX ||| TEXT ||| F0= TOTAL_LOG_PROB ||| RANKING_SCORE."""
-    common = ["translate", "--model", model_dir, "--src", src_file, "--quiet", "--beam-size", 3, "--n-best", 2]
-    marian = nmtdecode(*common, "--format", "nbest-marian")
-    jsonl = nmtdecode(*common, "--format", "jsonl")
+    common = ["translate", "--model", model_dir, "--src", src_file, "--quiet", "--beam-size", 3, "--n-best", 2,
+              "--max-length", 8]
+    marian = cli(*common, "--format", "nbest-marian", text=True)
+    jsonl = cli(*common, "--format", "jsonl", text=True)
     assert marian.returncode == 0, marian.stderr
     records = [json.loads(line) for line in jsonl.stdout.splitlines()]
     rows = [line.split(" ||| ") for line in marian.stdout.splitlines()]

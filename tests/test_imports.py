@@ -128,3 +128,14 @@ def test_the_options_import_nothing_but_their_peers_names():
     (option.py) and the peers' option names (opennmt_options.py), which import nothing."""
     assert GRAPH["nmtdecode.config"] == {"nmtdecode.option", "nmtdecode.opennmt_options"}
     assert GRAPH["nmtdecode.option"] == GRAPH["nmtdecode.opennmt_options"] == set()
+
+
+@pytest.mark.parametrize("name", ["native", "huggingface", "hf_tokenizers", "opennmt", "eole"])
+def test_formats_depend_only_on_the_checkpoint_the_transformer_and_the_tokenizers(name):
+    allowed = {"nmtdecode.models.checkpoint", "nmtdecode.models.transformer", "nmtdecode.tokenizer",
+               "nmtdecode.config", "nmtdecode.models.formats.hf_tokenizers", "nmtdecode.models.formats.opennmt"}
+    assert GRAPH[f"nmtdecode.models.formats.{name}"] <= allowed
+
+
+def test_checkpoint_is_a_leaf_of_the_loading_layer():
+    assert GRAPH["nmtdecode.models.checkpoint"] <= {"nmtdecode.models.transformer", "nmtdecode.config"}

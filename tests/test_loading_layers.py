@@ -1,16 +1,7 @@
-"""The loading layer's shape: checkpoint.py <- formats/* <- loading.py, and nothing above it.
+"""The loading layer: which format loads a path, in which order, and its errors. (What it
+imports, checkpoint.py <- formats/* <- loading.py and nothing above, is test_imports.py's.)"""
 
-Reading a checkpoint must not import the search or the decoding loop, and the
-dispatcher imports the formats at the top, so a cycle would fail at import
-time. Each import check runs in a fresh interpreter: in this one, other tests
-have already imported everything.
-"""
-
-import ast
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -20,59 +11,6 @@ from nmtdecode.models.checkpoint import ModelError
 from nmtdecode.models.formats import eole, huggingface, native, opennmt
 
 from .helpers import build_native_model
-
-ROOT = Path(__file__).resolve().parents[1]
-ABOVE_LOADING = ("nmtdecode.search", "nmtdecode.translator", "nmtdecode.run", "nmtdecode.cli")
-LAYER = ["nmtdecode.models.checkpoint", "nmtdecode.models.formats.native", "nmtdecode.models.formats.huggingface",
-         "nmtdecode.models.formats.hf_tokenizers", "nmtdecode.models.formats.opennmt", "nmtdecode.models.formats.eole", "nmtdecode.models.loading"]
-
-
-def imported_after(statement: str) -> list[str]:
-    """The nmtdecode modules a fresh interpreter holds after running `statement`."""
-    listing = "print(json.dumps(sorted(m for m in sys.modules if m.startswith('nmtdecode'))))"
-    code = f"{statement}; import json, sys; {listing}"
-    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr
-    return json.loads(run.stdout.splitlines()[-1])
-
-
-@pytest.mark.subprocess
-@pytest.mark.parametrize("module", LAYER)
-def test_loading_a_checkpoint_imports_nothing_above_the_loading_layer(module):
-    modules = imported_after(f"import {module}")
-    assert module in modules
-    assert not [m for m in modules if m.startswith(ABOVE_LOADING)]
-
-
-@pytest.mark.subprocess
-@pytest.mark.parametrize("first", ["", "import nmtdecode.models.formats.native; ",
-                                   "import nmtdecode.models.formats.huggingface; "])
-def test_loading_imports_the_formats_at_the_top_without_a_cycle(first):
-    """Whichever module comes first, importing the dispatcher brings in every format."""
-    modules = imported_after(f"{first}import nmtdecode.models.loading")
-    assert {"nmtdecode.models.formats.native", "nmtdecode.models.formats.huggingface"} <= set(modules)
-
-
-def nmtdecode_imports(path: Path) -> set[str]:
-    """Modules a file imports from its own package, as written (`..checkpoint`, `...config`, `.hf_tokenizers`)."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom) and node.level:
-            found.add("." * node.level + (node.module or ""))
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names = [node.module] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
-            found.update(n for n in names if n and n.split(".")[0] == "nmtdecode")
-    return found
-
-
-@pytest.mark.parametrize("name", ["native", "huggingface", "hf_tokenizers", "opennmt", "eole"])
-def test_formats_depend_only_on_checkpoint_transformer_tokenizer_config(name):
-    allowed = {"..checkpoint", "..transformer", "...tokenizer", "...config", ".hf_tokenizers", ".opennmt"}
-    assert nmtdecode_imports(ROOT / "nmtdecode" / "models" / "formats" / f"{name}.py") <= allowed
-
-
-def test_checkpoint_is_a_leaf():
-    assert nmtdecode_imports(ROOT / "nmtdecode" / "models" / "checkpoint.py") <= {".transformer", "..config"}
 
 
 def test_formats_are_tried_native_first():

@@ -117,14 +117,14 @@ def test_config_jobs_share_options_and_override_per_item(model_dir, translate, t
     a, b = two_inputs
     expected_a = single(translate, a, tmp_path / "ref-a.de")
     run = cli("translate", "--model", model_dir, "--src", b, "--output", tmp_path / "ref-b.jsonl", "--format", "jsonl",
-              "--n-best", 2, "--beam-size", 2, "--batch-size", 1, "--max-length", 8)
+              "--n-best", 2, "--beam-size", 2, "--batch-size", 1, "--max-length", 2)
     assert run.returncode == 0, run.stderr
     expected_b = (tmp_path / "ref-b.jsonl").read_bytes()
     (tmp_path / "sub").mkdir()
     (tmp_path / "elsewhere").mkdir()
     config = tmp_path / "sub" / "jobs.yaml"  # relative paths are the config file's
     config.write_text(yaml.safe_dump({
-        "model": str(model_dir), "beam_size": 2, "batch_size": 1, "max_length": 8, "quiet": True,
+        "model": str(model_dir), "beam_size": 2, "batch_size": 1, "max_length": 2, "quiet": True,
         "jobs": [{"src": "../a.en", "output": "a.de"},
                  {"src": "../b.en", "output": "b.jsonl", "format": "jsonl", "n_best": 2}]}))
     loads[0] = 0
@@ -156,7 +156,7 @@ def test_config_file_lists_inputs_and_derives_outputs_beside_it(model_dir, trans
     a, b = two_inputs
     expected = single(translate, b, tmp_path / "ref-b.de")
     config = tmp_path / "files.yaml"
-    config.write_text(yaml.safe_dump({"model": str(model_dir), "beam_size": 2, "batch_size": 1, "max_length": 8,
+    config.write_text(yaml.safe_dump({"model": str(model_dir), "beam_size": 2, "batch_size": 1, "max_length": 2,
                                       "src": ["a.en", "b.en"], "output_dir": "out", "suffix": ".de"}))
     (tmp_path / "out").mkdir()
     (tmp_path / "elsewhere").mkdir()

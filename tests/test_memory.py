@@ -41,7 +41,7 @@ OUT_OF_MEMORY_ERRORS = [  # CUDA's, then the CPU allocator's forms
 @pytest.mark.parametrize("error", OUT_OF_MEMORY_ERRORS)
 def test_out_of_memory_splits_the_batch(model_dir, tmp_path, lines_file, capsys, monkeypatch, error):
     src = lines_file(sentences(7))
-    config = Config.from_values({"model": str(model_dir), "src": str(src), "quiet": True,
+    config = Config.from_values({"model": str(model_dir), "src": str(src), "quiet": True, "max_length": 8,
                                  "output": str(tmp_path / "plain.txt"), "batch_size": 8})
     translate_job(config)
     original = BatchDecoder.translate_batch
@@ -61,7 +61,7 @@ def test_out_of_memory_splits_the_batch(model_dir, tmp_path, lines_file, capsys,
 def test_a_batch_that_cannot_fit_is_split_before_it_is_tried(model_dir, tmp_path, lines_file, capsys, monkeypatch):
     src = lines_file(sentences(6))
     config = Config.from_values({"model": str(model_dir), "src": str(src), "quiet": True, "beam_size": 3,
-                                 "output": str(tmp_path / "plain.txt"), "batch_size": 6})
+                                 "max_length": 8, "output": str(tmp_path / "plain.txt"), "batch_size": 6})
     translate_job(config)
     monkeypatch.setattr(memory, "available_bytes", lambda: 1)  # nothing left: every batch of two or more splits
     config.io.output = str(tmp_path / "split.txt")
@@ -91,6 +91,7 @@ def test_impossible_beam_under_ulimit_is_one_line_not_the_oom_killer():
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow  # two processes decoding 16 sentences at beam 200: ~10 s
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads /proc")
 def test_real_cpu_out_of_memory_under_ulimit_splits_the_batch(model_dir, tmp_path, lines_file):
     """A batch whose beams do not fit under `ulimit -v` is split until the pieces do: the

@@ -22,7 +22,7 @@ import pytest
 from .test_reliability import NORMAL, command, count_lines
 
 LINES = NORMAL * 10  # 70 lines: with --batch-size 1, chunks (32 batches) of 32, 32 and 6 lines
-ARGS = ["--beam-size", 2, "--batch-size", 1, "--max-length", 8, "--quiet"]
+ARGS = ["--beam-size", 2, "--batch-size", 1, "--max-length", 2, "--quiet"]  # 2 steps: the files are the point
 
 
 @pytest.fixture()
@@ -40,20 +40,28 @@ def src(lines_file):
     return lines_file(LINES)
 
 
-@pytest.fixture()
-def reference(job, src, tmp_path):
-    """The output of an uninterrupted job."""
-    run = job(src, tmp_path / "reference.txt")
-    assert run.returncode == 0, run.stderr
-    return (tmp_path / "reference.txt").read_bytes()
+def completed_output(model_dir, directory, lines) -> tuple:
+    """(input file, output) of an uninterrupted job on `lines` in `directory`, run in this process
+    outside any test (for the module's shared fixtures)."""
+    from nmtdecode.cli import run
+
+    src, out = directory / "in.txt", directory / "out.txt"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    code = run([str(arg) for arg in ["translate", "--model", model_dir, "--src", src, "--output", out, *ARGS]])
+    assert code == 0
+    return src, out.read_bytes()
 
 
-@pytest.fixture()
-def short(lines_file, job, tmp_path):
-    """(a short input, its output) for the cases that need no interruption."""
-    src = lines_file(NORMAL, name="short.txt")
-    assert job(src, tmp_path / "short-reference.txt").returncode == 0
-    return src, (tmp_path / "short-reference.txt").read_bytes()
+@pytest.fixture(scope="module")
+def reference(model_dir, tmp_path_factory):
+    """The output of an uninterrupted job on LINES (the input `src` holds)."""
+    return completed_output(model_dir, tmp_path_factory.mktemp("reference"), LINES)[1]
+
+
+@pytest.fixture(scope="module")
+def short(model_dir, tmp_path_factory):
+    """(a short input, its output) for the cases that need no interruption (read, never changed)."""
+    return completed_output(model_dir, tmp_path_factory.mktemp("short"), NORMAL)
 
 
 @contextlib.contextmanager
@@ -118,18 +126,20 @@ def test_lock_is_released_when_a_job_ends(job, src, tmp_path, reference):
 
 @pytest.mark.subprocess
 def test_two_real_jobs_on_one_output(model_dir, tmp_path, lines_file, cli):
-    src = lines_file(NORMAL * 100)
+    """A second job on the output of a running one fails at once and leaves it alone. The first
+    reads its input from stdin, which the test holds open: it runs until the second has failed."""
+    src = lines_file(NORMAL * 2)
     out = tmp_path / "out.txt"
-    first = subprocess.Popen(command("translate", "--model", model_dir, "--src", src, "--output", out, *ARGS),
-                             stderr=subprocess.PIPE)
+    first = subprocess.Popen(command("translate", "--model", model_dir, "--output", out, *ARGS),
+                             stdin=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.time() + 300
     while time.time() < deadline and not (tmp_path / "out.txt.tmp").exists() and first.poll() is None:
         time.sleep(0.02)
     second = cli("translate", "--model", model_dir, "--src", src, "--output", out, *ARGS, "--format", "jsonl")
-    _, stderr = first.communicate(timeout=300)
+    _, stderr = first.communicate(src.read_bytes(), timeout=300)
     assert first.returncode == 0, stderr
     assert second.returncode == 2 and b"is being written by another job (process" in second.stderr
-    assert out.read_bytes().count(b"\n") == len(NORMAL) * 100 and b"{" not in out.read_bytes()
+    assert out.read_bytes().count(b"\n") == len(NORMAL) * 2 and b"{" not in out.read_bytes()
 
 
 # --- 2. a stale journal ------------------------------------------------------------------
@@ -316,9 +326,10 @@ def test_unwritable_output_is_found_before_the_model_loads(job, src, tmp_path, w
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "in.txt"]
 
 
-def test_resume_of_a_completed_job_does_nothing(short, tmp_path, cli, model_dir):
+def test_resume_of_a_completed_job_does_nothing(job, short, tmp_path, cli, model_dir):
     src, reference = short
-    out = tmp_path / "short-reference.txt"  # completed by the fixture
+    out = tmp_path / "out.txt"
+    assert job(src, out).returncode == 0  # a completed job
     import nmtdecode.engine
 
     with pytest.MonkeyPatch.context() as patch:

@@ -7,11 +7,6 @@ import pytest
 import yaml
 
 
-@pytest.fixture()
-def nmtdecode(cli):
-    return lambda *args, stdin="": cli(*args, stdin=stdin, text=True)
-
-
 def dumped(run) -> dict:
     assert run.returncode == 0, run.stderr
     return yaml.safe_load(run.stdout)
@@ -24,8 +19,8 @@ def dumped(run) -> dict:
     (["bogus"], "bogus"),
     (["score", "--src", "a"], "--model"),
 ])
-def test_usage_errors_are_one_line(args, names, nmtdecode):
-    run = nmtdecode(*args)
+def test_usage_errors_are_one_line(args, names, cli):
+    run = cli(*args, text=True)
     assert run.returncode == 2
     assert run.stderr.startswith("nmtdecode: error: ") and run.stderr.count("\n") == 1, run.stderr
     assert names in run.stderr and "Usage:" not in run.stderr
@@ -38,8 +33,8 @@ def test_usage_errors_are_one_line(args, names, nmtdecode):
     (["-gpu", "0"], "--device cuda:N"),
     (["-replace_unk"], "translate --help"),
 ])
-def test_opennmt_single_dash_options_name_ours(args, ours, nmtdecode):
-    run = nmtdecode("translate", "--model", "m", *args)
+def test_opennmt_single_dash_options_name_ours(args, ours, cli):
+    run = cli("translate", "--model", "m", *args, text=True)
     assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
     assert ours in run.stderr and args[0] in run.stderr
 
@@ -47,39 +42,39 @@ def test_opennmt_single_dash_options_name_ours(args, ours, nmtdecode):
 @pytest.mark.parametrize("spelling, dtype", [("fp16", "float16"), ("half", "float16"), ("bf16", "bfloat16"),
                                              ("BF16", "bfloat16"), ("fp32", "float32"), ("float", "float32"),
                                              ("bfloat16", "bfloat16")])
-def test_dtype_spellings_of_other_tools(spelling, dtype, tmp_path, nmtdecode):
-    assert dumped(nmtdecode("translate", "--dtype", spelling, "--dump-config"))["dtype"] == dtype
+def test_dtype_spellings_of_other_tools(spelling, dtype, tmp_path, cli):
+    assert dumped(cli("translate", "--dtype", spelling, "--dump-config", text=True))["dtype"] == dtype
     config = tmp_path / "job.yaml"
     config.write_text(f"dtype: {spelling}\n")
-    assert dumped(nmtdecode("translate", "-c", config, "--dump-config"))["dtype"] == dtype
+    assert dumped(cli("translate", "-c", config, "--dump-config", text=True))["dtype"] == dtype
 
 
-def test_unknown_dtype_lists_the_spellings(nmtdecode):
-    run = nmtdecode("translate", "--dtype", "fp8", "--dump-config")
+def test_unknown_dtype_lists_the_spellings(cli):
+    run = cli("translate", "--dtype", "fp8", "--dump-config", text=True)
     assert run.returncode == 2 and "dtype: 'fp8' is not one of float32 (fp32, float)" in run.stderr
 
 
-def test_numeric_length_penalty_is_avg_with_that_alpha(model_dir, nmtdecode):
-    values = dumped(nmtdecode("translate", "--length-penalty", "0.6", "--dump-config"))
+def test_numeric_length_penalty_is_avg_with_that_alpha(model_dir, cli):
+    values = dumped(cli("translate", "--length-penalty", "0.6", "--dump-config", text=True))
     assert (values["length_penalty"], values["alpha"]) == ("avg", 0.6)
     common = ["translate", "--model", model_dir, "--format", "nbest", "--n-best", "3", "--beam-size", "4", "-q"]
     stdin = "the house is red .\ngood morning\n"
-    numeric = nmtdecode(*common, "--length-penalty", "0.6", stdin=stdin)
-    named = nmtdecode(*common, "--length-penalty", "avg", "--alpha", "0.6", stdin=stdin)
-    default = nmtdecode(*common, stdin=stdin)
+    numeric = cli(*common, "--length-penalty", "0.6", stdin=stdin, text=True)
+    named = cli(*common, "--length-penalty", "avg", "--alpha", "0.6", stdin=stdin, text=True)
+    default = cli(*common, stdin=stdin, text=True)
     assert numeric.returncode == 0, numeric.stderr
     assert numeric.stdout == named.stdout != default.stdout
 
 
-def test_numeric_length_penalty_layers(tmp_path, nmtdecode):
+def test_numeric_length_penalty_layers(tmp_path, cli):
     """In YAML too; a flag overrides the file's alpha; a number and alpha in one layer conflict."""
     config = tmp_path / "job.yaml"
     config.write_text("length_penalty: 0.6\n")
-    assert dumped(nmtdecode("translate", "-c", config, "--alpha", "2", "--dump-config"))["alpha"] == 2.0
+    assert dumped(cli("translate", "-c", config, "--alpha", "2", "--dump-config", text=True))["alpha"] == 2.0
     config.write_text("alpha: 2\nlength_penalty: wu\n")
-    values = dumped(nmtdecode("translate", "-c", config, "--length-penalty", "0.6", "--dump-config"))
+    values = dumped(cli("translate", "-c", config, "--length-penalty", "0.6", "--dump-config", text=True))
     assert (values["length_penalty"], values["alpha"]) == ("avg", 0.6)
-    run = nmtdecode("translate", "--length-penalty", "0.6", "--alpha", "1", "--dump-config")
+    run = cli("translate", "--length-penalty", "0.6", "--alpha", "1", "--dump-config", text=True)
     assert run.returncode == 2 and "give it or alpha, not both" in run.stderr
 
 
@@ -91,20 +86,23 @@ def test_numeric_length_penalty_layers(tmp_path, nmtdecode):
     (["--dtype", "fp16", "--device", "cpu"], "dtype: float16 on CPU"),
     (["--diversity-penalty", "0.5"], "diversity_penalty: has no effect without --beam-groups above 1"),
     (["--ignore-when-blocking", "</s>"], "ignore_when_blocking: has no effect without --block-ngram-repeat"),
+    (["--alignment"], "alignment: has no effect with --format text"),
+    (["--beta", "0.5"], "beta: 0.5 has no effect without --coverage-penalty"),
+    (["--coverage-penalty", "summary"], "coverage_penalty: summary with beta 0 changes nothing"),
 ])
-def test_options_without_effect_are_warned_about(model_dir, args, warning, nmtdecode):
-    run = nmtdecode("translate", "--model", model_dir, "-q", *args, stdin="good morning\n")
+def test_options_without_effect_are_warned_about(model_dir, args, warning, cli):
+    run = cli("translate", "--model", model_dir, "-q", *args, stdin="good morning\n", text=True)
     assert run.returncode == 0, run.stderr
     assert f"nmtdecode: warning: {warning}" in run.stderr
 
 
-def test_no_warning_when_options_take_effect(model_dir, nmtdecode):
-    run = nmtdecode("translate", "--model", model_dir, "-q", "--n-best", "2", "--beam-size", "2", "--format",
-                    "jsonl", "--token-scores", "--max-length", "128", stdin="good morning\n")
+def test_no_warning_when_options_take_effect(model_dir, cli):
+    run = cli("translate", "--model", model_dir, "-q", "--n-best", "2", "--beam-size", "2", "--format",
+              "jsonl", "--token-scores", "--max-length", "128", stdin="good morning\n", text=True)
     assert run.returncode == 0 and run.stderr == "", run.stderr
 
 
-def test_dump_config_flags_over_file_over_model_defaults(model_dir, tmp_path, nmtdecode):
+def test_dump_config_flags_over_file_over_model_defaults(model_dir, tmp_path, cli):
     model = tmp_path / "model"
     shutil.copytree(model_dir, model)
     card = yaml.safe_load((model / "config.yaml").read_text())
@@ -112,10 +110,10 @@ def test_dump_config_flags_over_file_over_model_defaults(model_dir, tmp_path, nm
     (model / "config.yaml").write_text(yaml.safe_dump(card))
     config = tmp_path / "job.yaml"
     config.write_text(yaml.safe_dump({"model": str(model), "beam_size": 4, "min_length": 1}))
-    run = nmtdecode("translate", "-c", config, "--min-length", "0", "--dump-config", stdin="not read\n")
+    run = cli("translate", "-c", config, "--min-length", "0", "--dump-config", stdin="not read\n", text=True)
     values = dumped(run)
     assert (values["min_length"], values["beam_size"], values["alpha"]) == (0, 4, 0.7)
     assert values["n_best"] == 1 and values["model"] == str(model) and run.stderr == ""
     again = tmp_path / "dumped.yaml"
     again.write_text(run.stdout)  # the dump is itself a valid config file
-    assert dumped(nmtdecode("translate", "-c", again, "--dump-config")) == values
+    assert dumped(cli("translate", "-c", again, "--dump-config", text=True)) == values

@@ -59,7 +59,8 @@ def bar_updates(monkeypatch):
 
 def test_bar_has_a_total_moves_per_batch_and_shows_tokens_per_second(model_dir, lines_file, cli, bar_updates):
     src = lines_file(LINES)
-    run = cli("translate", "--model", model_dir, "--src", src, "--batch-size", "2", "--beam-size", "2", text=True)
+    run = cli("translate", "--model", model_dir, "--src", src, "--batch-size", "2", "--beam-size", "2",
+              "--max-length", "8", text=True)
     assert run.returncode == 0, run.stderr
     assert sum(bar_updates) == len(LINES) and len(bar_updates) == 4  # blank lines, then 3 batches of 2
     assert "100%" in run.stderr and f"{len(LINES)}/{len(LINES)}" in run.stderr and "tokens/s" in run.stderr
@@ -67,7 +68,7 @@ def test_bar_has_a_total_moves_per_batch_and_shows_tokens_per_second(model_dir, 
 
 @pytest.mark.parametrize("args", [["--stream"], ["--quiet"]])
 def test_no_bar_when_streaming_or_quiet(model_dir, lines_file, cli, bar_updates, args):
-    run = cli("translate", "--model", model_dir, "--src", lines_file(LINES), *args, text=True)
+    run = cli("translate", "--model", model_dir, "--src", lines_file(LINES), "--max-length", "8", *args, text=True)
     assert run.returncode == 0, run.stderr
     assert "%" not in run.stderr and "lines/s" not in run.stderr and "it/s" not in run.stderr
 
@@ -76,7 +77,7 @@ def test_typed_input_is_answered_line_by_line_without_a_bar(model_dir, cli, bar_
     monkeypatch.setattr(nrun, "stdin_is_terminal", lambda: True)
     sizes, original = [], nrun.chunks
     monkeypatch.setattr(nrun, "chunks", lambda items, size: (sizes.append(size), original(items, size))[1])
-    run = cli("translate", "--model", model_dir, stdin="good morning\nwater\n", text=True)
+    run = cli("translate", "--model", model_dir, "--max-length", "8", stdin="good morning\nwater\n", text=True)
     assert run.returncode == 0, run.stderr
     assert sizes == [1] and len(run.stdout.splitlines()) == 2
     assert "%" not in run.stderr and "2 sentences," in run.stderr

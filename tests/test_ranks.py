@@ -1,8 +1,8 @@
 """torchrun: several processes on one job give the output of one process, and lose nothing.
 
 The byte-identity and kill tests start two CPU ranks with torchrun (gloo) in a subprocess
-(marked `subprocess`); the refusals and the chunk sharing run in this process, with the
-variables torchrun would set."""
+(marked `subprocess`; one torchrun run serves the tests of every format and of several files);
+the refusals and the chunk sharing run in this process, with the variables torchrun would set."""
 
 import json
 import os
@@ -31,7 +31,15 @@ def torchrun(*args, nproc=2):
 
 def job_args(model_dir, src, fmt):
     return ["translate", "--model", model_dir, "--src", src, "--beam-size", 3, "--batch-size", 2,
-            "--threads", 1, "--format", fmt, *FORMATS[fmt], "--quiet"]
+            "--threads", 1, "--max-length", 8, "--format", fmt, *FORMATS[fmt], "--quiet"]
+
+
+def translate(*args):
+    """`nmtdecode ARGS` in this process, outside any test (for the module's shared fixtures); the
+    output goes to files."""
+    from nmtdecode.cli import run
+
+    assert run([str(arg) for arg in args]) == 0
 
 
 def leftovers(tmp_path, name):
@@ -109,63 +117,74 @@ def test_resume_with_another_number_of_processes_is_refused(model_dir, lines_fil
     assert "was begun by 2 processes" in run.stderr and "not one process" in run.stderr
     with pytest.raises(Exception, match="was begun by 2 processes .*not 3 processes"):
         check_layout(str(out), 3, resume=True)
-    run = cli("translate", "--model", model_dir, "--src", src, "--output", out, text=True)  # a new job starts over
+    run = cli("translate", "--model", model_dir, "--src", src, "--output", out, "--max-length", 8,
+              text=True)  # a new job starts over
     assert run.returncode == 0, run.stderr
     assert leftovers(tmp_path, "out.txt") == []
 
 
-@pytest.mark.subprocess
-@pytest.mark.parametrize("fmt", FORMATS)
-def test_two_ranks_write_what_one_process_writes(model_dir, lines_file, tmp_path, cli, fmt):
+@pytest.fixture(scope="module")
+def two_rank_jobs(model_dir, tmp_path_factory):
+    """One jobs config run by one process and by torchrun with two ranks (one start for the
+    tests below): 150 lines (3 chunks of 64 lines, in batches of 2) in each format, by a
+    per-item option, and a second file of 9 lines. Returns the folder with `reference/` and
+    `out/`, each holding the outputs text, nbest, jsonl and short."""
+    folder = tmp_path_factory.mktemp("jobs")
     rng = random.Random(1)
-    src = lines_file([rng.choice(NORMAL) for _ in range(150)])  # 3 chunks of 64 lines, in batches of 2
-    args = job_args(model_dir, src, fmt)
-    reference = cli(*args, "--output", tmp_path / "reference")
-    assert reference.returncode == 0, reference.stderr
-    run = subprocess.run(torchrun(*args, "--output", tmp_path / "out"), capture_output=True, timeout=300)
+    long, short = folder / "long.txt", folder / "short.txt"
+    long.write_text("".join(rng.choice(NORMAL) + "\n" for _ in range(150)))
+    short.write_text("".join(rng.choice(NORMAL) + "\n" for _ in range(9)))
+    for name in ("reference", "out"):
+        (folder / name).mkdir()
+        (folder / f"{name}.yaml").write_text(
+            f"model: {model_dir}\nbeam_size: 3\nbatch_size: 2\nthreads: 1\nmax_length: 8\nquiet: true\njobs:\n"
+            f"  - {{src: {long}, output: {folder / name / 'text'}}}\n"
+            f"  - {{src: {long}, output: {folder / name / 'nbest'}, format: nbest, n_best: 2}}\n"
+            f"  - {{src: {long}, output: {folder / name / 'jsonl'}, format: jsonl, token_scores: true}}\n"
+            f"  - {{src: {short}, output: {folder / name / 'short'}}}\n")
+    translate("translate", "-c", folder / "reference.yaml")
+    run = subprocess.run(torchrun("translate", "-c", folder / "out.yaml"), capture_output=True, timeout=300)
     assert run.returncode == 0, run.stderr.decode()
-    assert (tmp_path / "out").read_bytes() == (tmp_path / "reference").read_bytes()
-    assert leftovers(tmp_path, "out") == []
-    if fmt == "jsonl":  # the global input line, not the line within a rank's share
-        assert [json.loads(line)["index"] for line in (tmp_path / "out").read_text().splitlines()] == list(range(150))
+    return folder
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow  # a torchrun start: ~5 s
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_two_ranks_write_what_one_process_writes(two_rank_jobs, fmt):
+    out, reference = two_rank_jobs / "out", two_rank_jobs / "reference"
+    assert (out / fmt).read_bytes() == (reference / fmt).read_bytes()
+    assert leftovers(out, fmt) == []
+    if fmt == "jsonl":  # the global input line, not the line within a rank's share
+        assert [json.loads(line)["index"] for line in (out / fmt).read_text().splitlines()] == list(range(150))
+
+
+@pytest.mark.subprocess
+@pytest.mark.slow  # a torchrun start: ~5 s
+def test_two_ranks_translate_several_files_as_one_process_does(two_rank_jobs):
+    """Many files in one run (one model load) under torchrun: each file's output as one process
+    writes it (each format but text by a per-item option of the jobs config), and nothing else
+    left beside them."""
+    out, reference = two_rank_jobs / "out", two_rank_jobs / "reference"
+    for name in ("text", "nbest", "jsonl", "short"):
+        assert (out / name).read_bytes() == (reference / name).read_bytes(), name
+    assert sorted(p.name for p in out.iterdir()) == ["jsonl", "nbest", "short", "text"]
+
+
+@pytest.mark.subprocess
+@pytest.mark.slow  # a torchrun start: ~5 s
 def test_two_ranks_sample_with_prefixes_as_one_process_does(model_dir, lines_file, tmp_path, cli):
     """Sampling draws by input line, and each line keeps its prefix line, whichever rank decodes it."""
     rng = random.Random(3)
     src = lines_file([rng.choice(NORMAL) for _ in range(80)])
     prefix = lines_file([rng.choice(["", "the", "a dog"]) for _ in range(80)], name="prefix.txt")
     args = ["translate", "--model", model_dir, "--src", src, "--prefix", prefix, "--sampling", "--n-best", 2,
-            "--batch-size", 2, "--threads", 1, "--format", "nbest", "--quiet"]
+            "--batch-size", 2, "--threads", 1, "--max-length", 8, "--format", "nbest", "--quiet"]
     reference = cli(*args, "--output", tmp_path / "reference")
     assert reference.returncode == 0, reference.stderr
     run = subprocess.run(torchrun(*args, "--output", tmp_path / "out"), capture_output=True, timeout=300)
     assert run.returncode == 0, run.stderr.decode()
     assert (tmp_path / "out").read_bytes() == (tmp_path / "reference").read_bytes()
-
-
-@pytest.mark.subprocess
-def test_two_ranks_translate_several_files_as_one_process_does(model_dir, lines_file, tmp_path, cli):
-    """Many files in one run (one model load) under torchrun: each file's output as one process
-    writes it, the first file's in jsonl by a per-item option of a jobs config."""
-    rng = random.Random(2)
-    sources = [lines_file([rng.choice(NORMAL) for _ in range(n)], name=f"in{i}.txt") for i, n in enumerate((70, 9))]
-    config = tmp_path / "jobs.yaml"
-    config.write_text(f"model: {model_dir}\nbeam_size: 3\nbatch_size: 2\nthreads: 1\nquiet: true\njobs:\n"
-                      f"  - {{src: {sources[0]}, output: OUT0, format: jsonl}}\n"
-                      f"  - {{src: {sources[1]}, output: OUT1}}\n")
-    for prefix in ("reference", "out"):
-        (tmp_path / prefix).mkdir()
-        text = config.read_text().replace("OUT", str(tmp_path / prefix / "o"))
-        (tmp_path / f"{prefix}.yaml").write_text(text)
-    reference = cli("translate", "-c", tmp_path / "reference.yaml")
-    assert reference.returncode == 0, reference.stderr
-    run = subprocess.run(torchrun("translate", "-c", tmp_path / "out.yaml"), capture_output=True, timeout=300)
-    assert run.returncode == 0, run.stderr.decode()
-    for name in ("o0", "o1"):
-        assert (tmp_path / "out" / name).read_bytes() == (tmp_path / "reference" / name).read_bytes()
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["o0", "o1"]
 
 
 def _wait_for(path, lines, proc, deadline=300):
@@ -176,23 +195,32 @@ def _wait_for(path, lines, proc, deadline=300):
                 return
         except (OSError, ValueError, KeyError):
             pass
-        time.sleep(0.05)
+        time.sleep(0.01)
     raise AssertionError(f"{path} never recorded {lines} lines")
+
+
+@pytest.fixture(scope="module")
+def killed_job(model_dir, tmp_path_factory):
+    """(input, one process's output) of the job the kill test interrupts: 1,000 lines, 16 chunks
+    of 64 lines; after their first checkpoints the two ranks still decode for about 2 s (on a
+    2-core machine), time enough to kill them before they end."""
+    folder = tmp_path_factory.mktemp("killed")
+    rng = random.Random(2)
+    src = folder / "in.txt"
+    src.write_text("".join(rng.choice(NORMAL) + "\n" for _ in range(1000)))
+    translate(*job_args(model_dir, src, "jsonl"), "--output", folder / "reference")
+    return src, (folder / "reference").read_bytes()
 
 
 @pytest.mark.subprocess
 @pytest.mark.slow
 @pytest.mark.parametrize("victim", ["one rank", "the whole group"])
-def test_killed_ranks_resume_byte_identical(model_dir, lines_file, tmp_path, cli, victim):
-    rng = random.Random(2)
-    src = lines_file([rng.choice(NORMAL) for _ in range(800)])  # 13 chunks of 64 lines
+def test_killed_ranks_resume_byte_identical(model_dir, killed_job, tmp_path, victim):
+    src, reference = killed_job
     args = job_args(model_dir, src, "jsonl")
-    reference = cli(*args, "--output", tmp_path / "reference")
-    assert reference.returncode == 0, reference.stderr
-
     out = tmp_path / "out"
     proc = subprocess.Popen(torchrun(*args, "--output", out), stderr=subprocess.PIPE, start_new_session=True)
-    _wait_for(tmp_path / "out.part-1-of-2.tmp.progress", 128, proc)  # rank 1's first chunk is lines 64-127
+    _wait_for(tmp_path / "out.part-1-of-2.tmp.progress", 64, proc)  # rank 1's share of the first chunk is final
     ranks = [int((tmp_path / f"out.part-{r}-of-2.lock").read_text()) for r in (0, 1)]  # their pids
     if victim == "the whole group":  # torchrun first (its workers run in their own sessions), then the ranks
         proc.kill()
@@ -200,10 +228,10 @@ def test_killed_ranks_resume_byte_identical(model_dir, lines_file, tmp_path, cli
         os.kill(pid, signal.SIGKILL)
     proc.communicate(timeout=120)
     assert proc.returncode != 0 and not out.exists()
-    assert json.loads((tmp_path / "out.part-1-of-2.tmp.progress").read_text())["lines"] < 800
+    assert json.loads((tmp_path / "out.part-1-of-2.tmp.progress").read_text())["lines"] < 1000
 
     resumed = subprocess.run(torchrun(*args, "--output", out, "--resume"), capture_output=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr.decode()
     assert b"out.part-1-of-2: resuming after input line" in resumed.stderr
-    assert out.read_bytes() == (tmp_path / "reference").read_bytes()
+    assert out.read_bytes() == reference
     assert leftovers(tmp_path, "out") == []
