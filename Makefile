@@ -25,8 +25,9 @@ demo: setup
 test: setup
 	$(PY) -m pytest
 
+# the inner loop: make test runs these too, with the real processes and the peers' parity tests
 test-fast: setup
-	$(PY) -m pytest -m "not slow and not subprocess"
+	$(PY) -m pytest -m "not slow and not subprocess and not parity"
 
 bench: setup
 	$(PY) -m pip install --quiet -e '.[bench]'

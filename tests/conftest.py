@@ -8,8 +8,8 @@ one `python -m nmtdecode` smoke test) are marked `subprocess`.
 
 import io
 import os
-import tempfile
 import sys
+import tempfile
 import traceback
 from dataclasses import dataclass
 
@@ -49,7 +49,7 @@ def pytest_collection_modifyitems(config, items):
 def model_dir(tmp_path_factory):
     """A tiny random native model (`build_native_model` defaults: 48 pieces), built once per
     session and shared: tests read it, never change it (copy it first)."""
-    from .helpers import build_native_model
+    from tests.helpers import build_native_model
 
     return build_native_model(tmp_path_factory.mktemp("native") / "model")
 

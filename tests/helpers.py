@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -19,6 +20,8 @@ from torch import nn
 from nmtdecode.models.transformer import Transformer, TransformerConfig
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
+REPO = Path(__file__).resolve().parents[1]  # the repository's root
+DEMO = str(REPO / "data" / "demo")  # the bundled demo model
 
 
 @dataclass

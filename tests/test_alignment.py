@@ -4,10 +4,10 @@ import pytest
 import torch
 
 from nmtdecode.config import DecodingConfig
-from nmtdecode.models.checkpoint import ModelRules
 from nmtdecode.decoding import BatchDecoder
+from nmtdecode.models.checkpoint import ModelRules
 
-from .helpers import BOS, EOS, TableModel, random_sources, tiny_transformer
+from tests.helpers import BOS, EOS, TableModel, random_sources, tiny_transformer
 
 A, B = 4, 5
 BAN_SPECIALS = ModelRules(banned_ids=(0, 1, 2))
@@ -90,7 +90,7 @@ def test_alignment_follows_the_beam_reorder_with_coverage_penalty():
                                                 ({"alignment_layer": -3}, "alignment_layer: -3"),
                                                 ({"alignment_heads": 5}, "alignment_heads: must be in [0, heads=4]")])
 def test_alignment_layer_and_heads_are_checked(overrides, message):
-    from .helpers import tiny_config
+    from tests.helpers import tiny_config
 
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
         tiny_config(**overrides)  # 2 decoder layers, 4 heads

@@ -9,7 +9,7 @@ import pytest
 import nmtdecode
 from nmtdecode.config import ConfigError
 
-from .test_cli import LINES
+from tests.test_cli import LINES
 
 OPTIONS = {"max_length": 8, "batch_size": 3, "device": "cpu"}
 

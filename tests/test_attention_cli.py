@@ -6,8 +6,8 @@ import json
 import pytest
 
 from nmtdecode.config import DecodingConfig
-from nmtdecode.models.loading import load_model
 from nmtdecode.decoding import BatchDecoder
+from nmtdecode.models.loading import load_model
 
 LINES = ["the house is red .", "a dog and a cat sleep in the garden . where is the station ?"]
 

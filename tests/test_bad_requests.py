@@ -16,7 +16,7 @@ import yaml
 
 from nmtdecode.cli import run
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.helpers import REPO
 
 
 def one_line(stderr: str) -> str:

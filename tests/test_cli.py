@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from nmtdecode.config import DecodingConfig
-from nmtdecode.models.loading import load_model
 from nmtdecode.decoding import BatchDecoder
+from nmtdecode.models.loading import load_model
 
 LINES = ["the house is red .", "", "a dog and a cat sleep in the garden .", "   ", "good morning",
          "thank you", "where is the station ?", "water"]

@@ -4,11 +4,11 @@ import io
 
 import pytest
 
-from nmtdecode.config import Config, ConfigError
 from nmtdecode.batching import Example, Result, cut
+from nmtdecode.config import Config, ConfigError
 from nmtdecode.reading import InputError, read_lines
-from nmtdecode.writing import ResultWriter
 from nmtdecode.search.base import Hypothesis
+from nmtdecode.writing import ResultWriter
 
 
 def test_yaml_booleans_and_numbers_are_coerced():

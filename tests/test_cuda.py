@@ -7,7 +7,7 @@ import torch
 from nmtdecode.config import DecodingConfig
 from nmtdecode.decoding import BatchDecoder
 
-from .helpers import forced_total, random_sources, tiny_transformer
+from tests.helpers import forced_total, random_sources, tiny_transformer
 
 pytestmark = pytest.mark.cuda
 

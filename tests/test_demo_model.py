@@ -11,7 +11,7 @@ import sacrebleu
 from nmtdecode.config import Config
 from nmtdecode.engine import Engine
 
-DEMO = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "demo")
+from tests.helpers import DEMO
 
 
 @functools.lru_cache(maxsize=None)

@@ -25,7 +25,9 @@ import pytest
 
 from nmtdecode.cli import cli
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import REPO
+
+ROOT = REPO
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 README_MAX_LINES = 300
 # Named in DESIGN.md, not (yet) in the CLI: the docs must not present them.

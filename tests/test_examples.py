@@ -4,11 +4,12 @@ config, both giving what `nmtdecode translate` gives file by file."""
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers import REPO
+
+ROOT = REPO
 EXAMPLES, DEMO = ROOT / "examples", ROOT / "data" / "demo"
 NAMES = ["animals", "drinks", "greetings"]
 

@@ -7,9 +7,18 @@ import gzip
 
 import pytest
 
-from scripts.demo.freedict import (Entry, b64_number, clean, drop_pronunciation, headword_text,
-                                   looks_like_sentence, parse_entry, read_entries, read_header,
-                                   split_alternatives)
+from scripts.demo.freedict import (
+    Entry,
+    b64_number,
+    clean,
+    drop_pronunciation,
+    headword_text,
+    looks_like_sentence,
+    parse_entry,
+    read_entries,
+    read_header,
+    split_alternatives,
+)
 from scripts.demo.pairs import acceptable, casual_variants, collect_candidates, group_key, split_pairs
 
 # --------------------------------------------------------------------------- files

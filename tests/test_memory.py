@@ -11,10 +11,11 @@ import pytest
 
 from nmtdecode import memory
 from nmtdecode.config import Config
-from nmtdecode.run import translate_job
 from nmtdecode.decoding import BatchDecoder
+from nmtdecode.run import translate_job
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.helpers import REPO
+
 DEMO = os.path.join(REPO, "data", "demo")
 WORDS = "the house is red a dog and cat sleep in garden good morning thank you where station water".split()
 # What a process of this test run prints at its end: its peak address space (kB), for `ulimit -v`.

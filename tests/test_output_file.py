@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from .test_reliability import NORMAL, command, count_lines
+from tests.test_reliability import NORMAL, command, count_lines
 
 LINES = NORMAL * 10  # 70 lines: with --batch-size 1, chunks (32 batches) of 32, 32 and 6 lines
 ARGS = ["--beam-size", 2, "--batch-size", 1, "--max-length", 2, "--quiet"]  # 2 steps: the files are the point

@@ -1,11 +1,12 @@
 """`make setup` installs quietly: the package metadata raises no setuptools warnings."""
 
-import pathlib
 import warnings
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+from tests.helpers import REPO
+
+ROOT = REPO
 
 
 def test_pyproject_applies_without_setuptools_warnings():

@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from nmtdecode.output_file import OutputFile
 from nmtdecode.config import Config
+from nmtdecode.output_file import OutputFile
 from nmtdecode.ranks import Ranks, check_layout, merge, owner, threads_for
 
 NORMAL = ["the house is red .", "a dog and a cat sleep in the garden .", "good morning", "thank you",

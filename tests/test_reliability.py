@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from .helpers import build_native_model
+from tests.helpers import DEMO, build_native_model
 
 NORMAL = ["the house is red .", "a dog and a cat sleep in the garden .", "good morning", "thank you",
           "where is the station ?", "water is cold .", "my friend reads a book ."]
@@ -266,8 +266,8 @@ def test_broken_pipe_is_quiet(model_dir):
 
 def test_out_of_memory_on_one_sentence_names_the_line(model_dir, tmp_path, lines_file, monkeypatch):
     from nmtdecode.config import Config
-    from nmtdecode.run import translate_job
     from nmtdecode.decoding import BatchDecoder
+    from nmtdecode.run import translate_job
 
     src = lines_file(NORMAL[:3])
     config = Config.from_values({"model": str(model_dir), "src": str(src), "quiet": True,
@@ -297,7 +297,7 @@ def catches_sigterm(pid: int) -> bool:
 def test_signal_during_start_up_ends_at_once_with_one_line(tmp_path, lines_file, sig, code):
     """While torch imports and the model loads, a signal ends the program: never swallowed by
     an `except` inside an import, never a half-imported module, never a traceback."""
-    demo = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "demo")
+    demo = DEMO
     src, out = lines_file(NORMAL), tmp_path / "out.txt"
     for delay in (0.0, 0.1, 0.25):  # after the handlers are in place: torch alone takes longer to import
         proc = subprocess.Popen(command("translate", "--model", demo, "--src", src, "--output", out),

@@ -10,7 +10,7 @@ from nmtdecode.models import loading
 from nmtdecode.models.checkpoint import ModelError
 from nmtdecode.models.formats import eole, huggingface, native, opennmt
 
-from .helpers import build_native_model
+from tests.helpers import build_native_model
 
 
 def test_formats_are_tried_native_first():

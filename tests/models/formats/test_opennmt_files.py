@@ -14,7 +14,7 @@ from nmtdecode.models.formats import opennmt
 from nmtdecode.models.transformer import Transformer
 from nmtdecode.opennmt_options import PEER_RENAMES, PEER_WITHOUT_EQUIVALENT
 
-from .helpers import train_sentencepiece
+from tests.helpers import train_sentencepiece
 
 VOCAB = ["<unk>", "<blank>", "<s>", "</s>", "a", "b"]
 

@@ -10,18 +10,19 @@ batch: longest source x max_length_ratio + 5; ours per sentence, equal at batch 
 import random
 import re
 
+import onmt  # noqa: F401  (installed by `make setup`: these tests never skip)
 import pytest
 import torch
-
-import onmt  # noqa: F401  (installed by `make setup`: these tests never skip)
 
 from nmtdecode.api import Translator  # noqa: E402
 from nmtdecode.config import ConfigError  # noqa: E402
 from nmtdecode.models.checkpoint import ModelError  # noqa: E402
 from nmtdecode.models.formats import opennmt  # noqa: E402
 
-from . import peer_opennmt as peer  # noqa: E402
-from .helpers import assert_same_nbest, nbest_of  # noqa: E402
+from tests import peer_opennmt as peer  # noqa: E402
+from tests.helpers import assert_same_nbest, nbest_of  # noqa: E402
+
+pytestmark = pytest.mark.parity  # against a peer library: in make test, not in make test-fast
 
 # Architecture options our loader maps (onmt_train flags), each built and compared.
 VARIANTS = {

@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from nmtdecode.config import DecodingConfig
-from nmtdecode.models.loading import load_model
 from nmtdecode.decoding import BatchDecoder
+from nmtdecode.models.loading import load_model
 
-from .test_parity_hf import EOS, batch, build, ours_generate
+from tests.models.formats.test_huggingface_parity import EOS, batch, build, ours_generate
 
 # The generation settings that make each family force a first token as its real checkpoints do:
 # BART (bart-large-cnn) forces BOS, mBART-50 and M2M100/NLLB the target-language tag. The tags and
@@ -32,6 +32,7 @@ def prefix_of(model, rules) -> list[int]:
     return [model.cfg.decoder_start_id] + ([] if rules.forced_bos_id is None else [rules.forced_bos_id])
 
 
+@pytest.mark.parity
 @pytest.mark.parametrize("family", FORCED)
 def test_score_of_own_translations_is_their_log_prob_and_transformers_sum(family, tmp_path):
     hf, ours, defaults, rules = build(family, tmp_path, num_beams=4, max_length=MAX_LENGTH, **FORCED[family])
@@ -75,7 +76,7 @@ def test_score_of_own_translations_is_their_log_prob_and_transformers_sum(family
 def test_native_score_of_own_translations_is_their_log_prob(model_dir, lines_file, cli):
     """translate's JSONL tokens and log_prob from the command line, scored through the decoder that
     `score` runs (the random model's text does not re-tokenize to the same ids, so ids are scored)."""
-    from .test_cli import LINES
+    from tests.test_cli import LINES
 
     lines = [line for line in LINES if line.strip()] + ["the dog is in the house .", "a red cat"]
     run = cli("translate", "--model", model_dir, "--src", lines_file(lines), "--beam-size", 4, "--n-best", 4,
@@ -99,7 +100,7 @@ def m2m100_directory(root):
     """A seeded random M2M100 model with its tokenizer files (SentencePiece, vocab.json, language codes)."""
     import transformers
 
-    from .test_hf_tokenizers import _quiet, _train
+    from tests.models.formats.test_hf_tokenizers import _quiet, _train
 
     root.mkdir()
     sp = _train(root / "sentencepiece.bpe.model", "bpe")
@@ -124,6 +125,7 @@ def m2m100_directory(root):
     return root, hf, tokenizer
 
 
+@pytest.mark.parity
 def test_cli_score_forces_the_tgt_lang_tag(tmp_path, lines_file, cli):
     """`score --tgt-lang` scores after the target-language tag, as translate decodes; the tag's own
     probability is not counted, and the score is transformers' sum over the same decoder input."""
@@ -184,6 +186,7 @@ def test_cli_score_usage_errors(model_dir, tmp_path, lines_file, cli):
     assert run.returncode == 2 and "unknown option 'modle'" in run.stderr
 
 
+@pytest.mark.parity
 def test_cli_score_jsonl_per_token_and_output_file(tmp_path, lines_file, cli):
     """--format jsonl: tokens (the forced tag first, no EOS), token_scores one per token (the tag's 0
     first) and eos_score apart, the shape of translate's JSONL hypotheses; each token's log-prob is

@@ -7,12 +7,12 @@ import math
 import pytest
 
 from nmtdecode.config import DecodingConfig
+from nmtdecode.decoding import BatchDecoder
 from nmtdecode.models.checkpoint import ModelRules
 from nmtdecode.search.beam import Beam
 from nmtdecode.search.penalties import LengthPenalty
-from nmtdecode.decoding import BatchDecoder
 
-from .helpers import EOS, TableModel
+from tests.helpers import EOS, TableModel
 
 A, B, C = 4, 5, 6
 # beam 2, no length penalty:

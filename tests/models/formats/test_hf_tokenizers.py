@@ -23,16 +23,16 @@ import warnings
 import pytest
 import sentencepiece as spm
 
-from nmtdecode.config import ConfigError
-from nmtdecode.models.checkpoint import ModelError
-from nmtdecode.models.formats.hf_tokenizers import load_tokenizer
-from nmtdecode.models.transformer import TransformerConfig
-
 # The test extra pins transformers 5: its tokenizers are the reference.
 import transformers
 from transformers.convert_slow_tokenizer import MBart50Converter, MBartConverter, NllbConverter
 from transformers.models.nllb.tokenization_nllb import FAIRSEQ_LANGUAGE_CODES as NLLB_CODES
 from transformers.tokenization_utils_base import generate_merges
+
+from nmtdecode.config import ConfigError
+from nmtdecode.models.checkpoint import ModelError
+from nmtdecode.models.formats.hf_tokenizers import load_tokenizer
+from nmtdecode.models.transformer import TransformerConfig
 
 WORDS = ("the a house cat dog runs quickly über straße café naïve Zürich green blue red tree river mountain "
          "small large walks sees eats fish bread water 42 1999 hello world").split()

@@ -14,12 +14,12 @@ import pytest
 import torch
 
 from nmtdecode.config import ConfigError, DecodingConfig
+from nmtdecode.decoding import BatchDecoder
 from nmtdecode.models.checkpoint import ModelRules
 from nmtdecode.search.diverse import DiverseBeamSearch
 from nmtdecode.search.penalties import LengthPenalty
-from nmtdecode.decoding import BatchDecoder
 
-from .helpers import EOS, TableModel, random_sources, tiny_transformer
+from tests.helpers import EOS, TableModel, random_sources, tiny_transformer
 
 BANNED = (0, 1, 2)
 CONTENT = (4, 5, 6, 7)
@@ -189,7 +189,7 @@ def test_batch_order_and_shrinking_change_nothing():
 
 def test_reported_totals_are_model_log_probs():
     """`total` and `token_scores` leave the penalties out: forced decoding gives them back."""
-    from .helpers import forced_total
+    from tests.helpers import forced_total
 
     model = tiny_transformer(1, vocab=20, eos_bias=1.0)
     sources = random_sources(4, 20, seed=3)
@@ -289,7 +289,7 @@ def test_step_candidates_follow_hamming_definition():
 def test_hugging_face_generation_config_sets_the_groups():
     from nmtdecode.models.formats.huggingface import generation_settings
 
-    from .helpers import tiny_config
+    from tests.helpers import tiny_config
 
     defaults, _ = generation_settings({"num_beams": 6, "num_beam_groups": 3, "diversity_penalty": 0.5}, tiny_config())
     assert (defaults["beam_size"], defaults["beam_groups"], defaults["diversity_penalty"]) == (6, 3, 0.5)
@@ -300,7 +300,7 @@ def test_hugging_face_generation_config_sets_the_groups():
 def test_alignment_and_coverage_follow_the_groups():
     """Row facts follow each group's hypotheses from the first step on: alignments equal a
     teacher-forced pass's, and asking for them changes no token or score."""
-    from .test_alignment import attention_by_teacher_forcing
+    from tests.test_alignment import attention_by_teacher_forcing
 
     model = tiny_transformer(2, vocab=20, eos_bias=1.0)
     sources = random_sources(4, 20, seed=4)

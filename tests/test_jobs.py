@@ -8,8 +8,8 @@ on its own and skipped under --resume when complete. Jobs run in this process (`
 import pytest
 import yaml
 
-from .test_output_file import ARGS, LINES, interrupted_after
-from .test_reliability import NORMAL
+from tests.test_output_file import ARGS, LINES, interrupted_after
+from tests.test_reliability import NORMAL
 
 
 @pytest.fixture()

@@ -5,12 +5,12 @@ import math
 import pytest
 
 from nmtdecode.config import DecodingConfig
+from nmtdecode.decoding import BatchDecoder
 from nmtdecode.models.checkpoint import ModelRules
 from nmtdecode.search.beam import Beam
 from nmtdecode.search.penalties import LengthPenalty
-from nmtdecode.decoding import BatchDecoder
 
-from .helpers import EOS, TableModel
+from tests.helpers import EOS, TableModel
 
 A, B = 4, 5
 BAN_SPECIALS = ModelRules(banned_ids=(0, 1, 2))

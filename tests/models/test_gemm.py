@@ -8,10 +8,10 @@ import torch
 from torch import nn
 
 from nmtdecode.config import DecodingConfig
-from nmtdecode.models import gemm
 from nmtdecode.decoding import BatchDecoder
+from nmtdecode.models import gemm
 
-from .helpers import random_sources, tiny_transformer
+from tests.helpers import random_sources, tiny_transformer
 
 needs_onednn = pytest.mark.skipif(not gemm.onednn_available(), reason="this torch build has no oneDNN linear")
 

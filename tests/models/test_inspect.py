@@ -1,7 +1,6 @@
 """`nmtdecode inspect`: takes --model like the other commands, reports the stored dtype and the
 target language a model decodes into by default."""
 
-import pathlib
 from types import SimpleNamespace
 
 import pytest
@@ -10,7 +9,9 @@ import torch
 from nmtdecode.models.checkpoint import ModelRules
 from nmtdecode.models.inspect import default_target_language, stored_dtypes
 
-DEMO = pathlib.Path(__file__).resolve().parent.parent / "data" / "demo"
+from tests.helpers import REPO
+
+DEMO = REPO / "data" / "demo"
 
 
 def test_inspect_takes_model_option_like_the_other_commands(model_dir, cli):

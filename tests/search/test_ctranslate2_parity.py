@@ -12,10 +12,14 @@ import sys
 import pytest
 
 from nmtdecode.config import Config
-from nmtdecode.models.loading import load_model
 from nmtdecode.decoding import BatchDecoder
+from nmtdecode.models.loading import load_model
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.helpers import REPO
+
+pytestmark = pytest.mark.parity  # against a peer library: in make test, not in make test-fast
+
+ROOT = str(REPO)
 DEMO = os.path.join(ROOT, "data", "demo")
 ctranslate2 = pytest.importorskip("ctranslate2")  # in the test extra: never skipped by `make test`
 

@@ -16,25 +16,29 @@ import transformers
 from transformers import GenerationConfig
 
 from nmtdecode.config import Config
+from nmtdecode.decoding import BatchDecoder
 from nmtdecode.models.checkpoint import read_json
 from nmtdecode.models.formats.huggingface import load_network
-from nmtdecode.decoding import BatchDecoder
+
+pytestmark = pytest.mark.parity  # against a peer library: in make test, not in make test-fast
 
 VOCAB, EOS, PAD = 64, 2, 1
 COMMON = dict(vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
               decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=128,
               bos_token_id=0, pad_token_id=PAD, eos_token_id=EOS, dropout=0.0, attention_dropout=0.0,
               activation_dropout=0.0)
+# transformers' classes by name: looked up when a model is built (importing every family's modules
+# costs seconds, which the modules importing `build` would pay at collection).
 FAMILIES = {
-    "marian": (transformers.MarianConfig, transformers.MarianMTModel,
+    "marian": ("MarianConfig", "MarianMTModel",
                dict(pad_token_id=PAD, decoder_start_token_id=PAD, scale_embedding=True, activation_function="swish",
                     forced_eos_token_id=None)),
-    "bart": (transformers.BartConfig, transformers.BartForConditionalGeneration,
+    "bart": ("BartConfig", "BartForConditionalGeneration",
              dict(decoder_start_token_id=EOS, activation_function="gelu", forced_eos_token_id=None)),
-    "mbart": (transformers.MBartConfig, transformers.MBartForConditionalGeneration,
+    "mbart": ("MBartConfig", "MBartForConditionalGeneration",
               dict(decoder_start_token_id=EOS, scale_embedding=True, activation_function="gelu",
                    forced_eos_token_id=None)),
-    "m2m_100": (transformers.M2M100Config, transformers.M2M100ForConditionalGeneration,
+    "m2m_100": ("M2M100Config", "M2M100ForConditionalGeneration",
                 dict(decoder_start_token_id=EOS, scale_embedding=True, activation_function="relu")),
 }
 # Random models fall into repeating one token; these EOS biases (found by a sweep) make greedy
@@ -45,7 +49,8 @@ EOS_BIAS = {"marian": 4.0, "bart": 6.0, "mbart": 4.0, "m2m_100": 1.25}
 
 def build(family, tmp_path, seed=0, **generation):
     """A random model of `family` saved to tmp_path; returns (hf_model, our Transformer, defaults, rules)."""
-    config_cls, model_cls, extra = FAMILIES[family]
+    config_name, model_name, extra = FAMILIES[family]
+    config_cls, model_cls = getattr(transformers, config_name), getattr(transformers, model_name)
     torch.manual_seed(seed)
     hf = model_cls(config_cls(**{**COMMON, **extra})).eval()
     with torch.no_grad():
@@ -212,7 +217,7 @@ def test_marian_directory_end_to_end_matches_transformers(tmp_path, cli):
     """A Marian checkpoint with its tokenizer files, through the CLI: same text as transformers."""
     import sentencepiece as spm
 
-    from .helpers import WORDS
+    from tests.helpers import WORDS
 
     lines = [" ".join(WORDS[i : i + 5]) for i in range(0, len(WORDS) - 5, 3)]
     spm.SentencePieceTrainer.train(sentence_iterator=iter(lines * 20), model_prefix=str(tmp_path / "sp"),

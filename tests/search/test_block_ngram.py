@@ -7,7 +7,6 @@ The scenarios follow OpenNMT-py's onmt/tests/test_beam_search.py
 
 import json
 import math
-import os
 import random
 
 import pytest
@@ -15,11 +14,11 @@ import torch
 from transformers.generation.logits_process import NoRepeatNGramLogitsProcessor
 
 from nmtdecode.config import ConfigError, DecodingConfig
+from nmtdecode.decoding import BatchDecoder
 from nmtdecode.models.checkpoint import ModelRules
 from nmtdecode.search.processors import BlockNgramRepeat, RowHistory
-from nmtdecode.decoding import BatchDecoder
 
-from .helpers import EOS, TableModel
+from tests.helpers import DEMO, EOS, TableModel
 
 BLOCKED = BlockNgramRepeat.BLOCKED
 A, B, C = 4, 5, 6
@@ -153,7 +152,6 @@ def test_piece_list_refuses_other_values():
         Config.from_values({"banned_tokens": [1, 2]})
 
 
-DEMO = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "demo")
 
 
 def test_banned_piece_leaves_the_demo_output(cli, lines_file, tmp_path):

@@ -2,7 +2,6 @@
 probability table against its probabilities, greedy limits, and determinism across batches."""
 
 import math
-import os
 import random
 
 import pytest
@@ -10,11 +9,11 @@ import torch
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 from nmtdecode.config import Config, ConfigError, DecodingConfig
+from nmtdecode.decoding import BatchDecoder
 from nmtdecode.models.checkpoint import ModelRules
 from nmtdecode.search.sampling import Filters, _fmix32, _mul32, draw, hash32, uniforms
-from nmtdecode.decoding import BatchDecoder
 
-from .helpers import EOS, TableModel, random_sources, tiny_transformer
+from tests.helpers import DEMO, EOS, TableModel, random_sources, tiny_transformer
 
 A, B = 4, 5
 BAN_SPECIALS = ModelRules(banned_ids=(0, 1, 2))
@@ -304,7 +303,6 @@ def test_invalid_sampling_options_name_the_key(values, message):
 
 # --- through the command line, on the demo model ----------------------------------------------
 
-DEMO = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "demo")
 
 
 def test_cli_samples_do_not_depend_on_batching(cli, lines_file):
@@ -400,7 +398,7 @@ def test_hugging_face_do_sample_becomes_the_default_with_transformers_values():
 
     from nmtdecode.models.formats.huggingface import generation_settings
 
-    from .helpers import tiny_config
+    from tests.helpers import tiny_config
 
     reference = GenerationConfig._get_default_generation_params()  # what generate() fills in
     saved = json.loads(GenerationConfig(do_sample=True, temperature=0.7).to_json_string())
@@ -421,7 +419,7 @@ def test_a_sampling_model_samples_unless_a_beam_is_asked_for(model_dir, tmp_path
     the output is that of --sampling given by hand; --beam-size 3 turns it back to beam search."""
     import yaml
 
-    from .helpers import build_native_model
+    from tests.helpers import build_native_model
 
     sampling = {"sampling": True, "temperature": 1.5, "top_k": 8, "seed": 3}
     model = build_native_model(tmp_path / "model", decoding=sampling)

@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from nmtdecode.config import DecodingConfig
+from nmtdecode.decoding import BatchDecoder
 from nmtdecode.models.checkpoint import ModelRules
 from nmtdecode.search.penalties import coverage_summary, coverage_wu
-from nmtdecode.decoding import BatchDecoder
 
-from .helpers import EOS, TableModel
+from tests.helpers import EOS, TableModel
 
 A, B = 4, 5
 BAN_SPECIALS = ModelRules(banned_ids=(0, 1, 2))
@@ -113,7 +113,7 @@ def test_coverage_follows_the_beam_reorder():
 @pytest.mark.parametrize("beam", [1, 4])
 def test_coverage_and_alignment_do_not_depend_on_the_batch(beam):
     """A padded batch of sentences of different lengths gives each the results it gets alone."""
-    from .helpers import random_sources, tiny_transformer
+    from tests.helpers import random_sources, tiny_transformer
 
     model = tiny_transformer(5, vocab=20, eos_bias=1.0)
     sources = random_sources(6, 20, seed=8)

@@ -5,19 +5,17 @@ tokens score 0 as forced tokens do, a prefix past the step limit is cut, and the
 import itertools
 import json
 import math
-import os
 import random
 
 import pytest
 
 from nmtdecode.config import DecodingConfig
+from nmtdecode.decoding import BatchDecoder
 from nmtdecode.models.checkpoint import ModelRules
 from nmtdecode.search.penalties import LengthPenalty
-from nmtdecode.decoding import BatchDecoder
 
-from .helpers import EOS, TableModel, random_sources, tiny_transformer
+from tests.helpers import DEMO, EOS, TableModel, random_sources, tiny_transformer
 
-DEMO = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "demo")
 A, B, TAG = 4, 5, 6
 STRATEGIES = {"greedy": dict(beam_size=1), "beam": dict(beam_size=4, n_best=2),
               "sampling": dict(sampling=True, n_best=3, seed=7)}

@@ -12,18 +12,19 @@ import random
 import re
 from pathlib import Path
 
+import eole as eole_package  # noqa: F401  (installed by `make setup`: these tests never skip)
 import pytest
 import torch
-
-import eole as eole_package  # noqa: F401  (installed by `make setup`: these tests never skip)
 
 from nmtdecode.api import Translator  # noqa: E402
 from nmtdecode.models import loading  # noqa: E402
 from nmtdecode.models.checkpoint import ModelError  # noqa: E402
 from nmtdecode.models.formats import eole  # noqa: E402
 
-from . import peer_eole as peer  # noqa: E402
-from .helpers import assert_same_nbest, nbest_of  # noqa: E402
+from tests import peer_eole as peer  # noqa: E402
+from tests.helpers import assert_same_nbest, nbest_of  # noqa: E402
+
+pytestmark = pytest.mark.parity  # against a peer library: in make test, not in make test-fast
 
 # Architecture options our loader maps (keys of eole's `model:` section), each built and compared.
 # add_final_linear_bias is given with add_qkvbias: left to its default, eole 0.6.4 builds the
@@ -146,7 +147,7 @@ def test_the_sentencepiece_transform_is_found_in_the_directory(tmp_path):
     """eole records the transform's models as ${MODEL_PATH}/NAME, copied into the directory."""
     import sentencepiece as spm
 
-    from .helpers import train_sentencepiece
+    from tests.helpers import train_sentencepiece
 
     _, path = peer.build(tmp_path / "model")
     copy = tmp_path / "with_spm"

@@ -10,10 +10,23 @@ import click
 import pytest
 
 from nmtdecode import cli
-from nmtdecode.config import (COVERAGE_PENALTIES, FORMATS, GEMM_BACKENDS, KEY_SECTION, LENGTH_PENALTIES, OPTIONS,
-                              PER_JOB_KEYS, PLAN_OPTIONS, SCORE_FORMATS, SCORE_KEYS, Config, ConfigError, default_of)
-from nmtdecode.option import in_range
+from nmtdecode.config import (
+    COVERAGE_PENALTIES,
+    FORMATS,
+    GEMM_BACKENDS,
+    KEY_SECTION,
+    LENGTH_PENALTIES,
+    OPTIONS,
+    PER_JOB_KEYS,
+    PLAN_OPTIONS,
+    SCORE_FORMATS,
+    SCORE_KEYS,
+    Config,
+    ConfigError,
+    default_of,
+)
 from nmtdecode.jobs import plan_jobs
+from nmtdecode.option import in_range
 
 
 def params(command: str) -> dict[str, click.Parameter]:

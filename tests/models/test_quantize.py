@@ -8,7 +8,7 @@ from torch.ao.nn.quantized.dynamic import Linear as QuantizedLinear
 from nmtdecode.config import Config, ConfigError
 from nmtdecode.models.quantize import quantize_int8
 
-from .helpers import random_sources, tiny_transformer
+from tests.helpers import random_sources, tiny_transformer
 
 
 def test_int8_replaces_linear_layers_and_keeps_logits_close():

@@ -6,8 +6,14 @@ import pytest
 import torch
 from transformers.generation.logits_process import NoRepeatNGramLogitsProcessor
 
-from nmtdecode.search.processors import (BanTokens, ForceEosAtLimit, ForceFirstToken, MinLength, NoRepeatNgram,
-                                         RowHistory)
+from nmtdecode.search.processors import (
+    BanTokens,
+    ForceEosAtLimit,
+    ForceFirstToken,
+    MinLength,
+    NoRepeatNgram,
+    RowHistory,
+)
 
 NEG_INF = -math.inf
 
@@ -66,7 +72,7 @@ def test_no_repeat_ngram_in_decoding(beam):
     from nmtdecode.config import DecodingConfig
     from nmtdecode.decoding import BatchDecoder
 
-    from .helpers import BOS, random_sources, tiny_transformer
+    from tests.helpers import BOS, random_sources, tiny_transformer
 
     model = tiny_transformer(3, vocab=8, eos_bias=-3.0)  # long outputs over 4 content tokens: repeats likely
     cfg = DecodingConfig(beam_size=beam, n_best=beam, max_length=12)
@@ -110,7 +116,7 @@ def test_a_stateful_logits_processor_follows_the_search(beam):
     from nmtdecode.decoding import BatchDecoder
     from nmtdecode.search.processors import Processor, Processors
 
-    from .helpers import random_sources, tiny_transformer
+    from tests.helpers import random_sources, tiny_transformer
 
     assert isinstance(SentenceBias([4]), Processor)
     favourites = [4, 7, 9, 5, 11]

@@ -8,7 +8,7 @@ import torch
 from nmtdecode.models.transformer import Transformer, sinusoidal_table
 from nmtdecode.search.base import StepOutput
 
-from .helpers import tiny_config
+from tests.helpers import tiny_config
 
 
 @pytest.mark.parametrize("pre_norm", [True, False], ids=["pre-norm", "post-norm"])

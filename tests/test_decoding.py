@@ -7,7 +7,7 @@ import pytest
 from nmtdecode.config import DecodingConfig
 from nmtdecode.decoding import BatchDecoder
 
-from .helpers import random_sources, tiny_transformer
+from tests.helpers import random_sources, tiny_transformer
 
 
 def decode(translator, sources, batch_size):

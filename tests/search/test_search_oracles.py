@@ -4,12 +4,12 @@ import pytest
 import torch
 
 from nmtdecode.config import DecodingConfig
+from nmtdecode.decoding import BatchDecoder
 from nmtdecode.models.checkpoint import ModelRules
 from nmtdecode.search.beam import BeamSearch
 from nmtdecode.search.penalties import LengthPenalty
-from nmtdecode.decoding import BatchDecoder
 
-from .helpers import BOS, EOS, brute_force, forced_total, random_sources, tiny_transformer
+from tests.helpers import BOS, EOS, brute_force, forced_total, random_sources, tiny_transformer
 
 BAN_SPECIALS = ModelRules(banned_ids=(0, 1, BOS))
 

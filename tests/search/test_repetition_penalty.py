@@ -7,11 +7,11 @@ import torch
 from transformers.generation.logits_process import RepetitionPenaltyLogitsProcessor
 
 from nmtdecode.config import ConfigError, DecodingConfig
+from nmtdecode.decoding import BatchDecoder
 from nmtdecode.models.checkpoint import ModelRules
 from nmtdecode.search.processors import RepetitionPenalty, RowHistory
-from nmtdecode.decoding import BatchDecoder
 
-from .helpers import BOS, EOS, TableModel
+from tests.helpers import BOS, EOS, TableModel
 
 A, B = 4, 5
 
@@ -83,7 +83,7 @@ def test_repetition_penalty_in_decoding(beam):
 def test_generation_config_repetition_penalty_is_a_default():
     from nmtdecode.models.formats.huggingface import generation_settings
 
-    from .helpers import tiny_config
+    from tests.helpers import tiny_config
 
     defaults, _ = generation_settings({"repetition_penalty": 1.2}, tiny_config())
     assert defaults["repetition_penalty"] == 1.2
