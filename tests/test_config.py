@@ -169,3 +169,42 @@ def test_score_reads_a_files_token_budget_as_tokens():
     assert config.io.format == "text" and config.decoding.beam_size == 5
     with pytest.raises(ConfigError, match="unknown option 'beam'"):
         cli.score_config({"beam": 4}, {})
+
+
+def test_yaml_booleans_and_numbers_are_coerced():
+    config = Config.from_values({"early_stopping": True, "alpha": 1, "beam_size": 3})
+    assert config.decoding.early_stopping == "true"
+    assert config.decoding.alpha == 1.0 and isinstance(config.decoding.alpha, float)
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"min_length": 11, "max_length": 10}, "min_length: 11 is greater than max_length"),
+    ({"batch_type": "words"}, "batch_type: 'words' is not one of sents, tokens"),
+    ({"device": "tpu"}, "device: 'tpu' is not one of"),
+    ({"alpha": "high"}, "alpha: expected float"),
+    ({"beam_size": True}, "beam_size: expected int"),
+])
+def test_invalid_values_name_the_key(values, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        Config.from_values(values)
+
+
+def test_model_defaults_fill_only_what_the_user_left_unset():
+    config = Config.from_values({"beam_size": 2})
+    merged = config.with_model_defaults({"beam_size": 6, "max_length": 40, "early_stopping": True})
+    assert merged.decoding.beam_size == 2  # the user's value wins
+    assert merged.decoding.max_length == 40
+    assert merged.decoding.early_stopping == "true"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("beam_size: 4\nalpha: 1\nbeam_size: 5\n", "job.yaml:3: 'beam_size' is given twice"),
+    ("beam-size: 4\nbeam_size: 5\n", "'beam_size' is given twice (spelt with - and with _)"),
+    ("jobs:\n  - {src: a, output: b, n_best: 1, n-best: 2}\n", "item 1: 'n_best' is given twice"),
+])
+def test_a_key_given_twice_in_a_config_file_is_refused(tmp_path, cli, text, message):
+    """As on the command line, a repeated option is an error, not the last one winning."""
+    path = tmp_path / "job.yaml"
+    path.write_text(text)
+    run = cli("translate", "-c", path, text=True)
+    assert run.returncode == 2 and message in run.stderr and run.stderr.count("\n") == 1
