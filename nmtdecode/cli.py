@@ -210,8 +210,8 @@ def score(config_file, tgt, dump_config, debug, **flags):
         return
     if config.io.model is None:
         raise UsageError("score: give the model as --model DIR (or `model:` in the -c file)")
-    if "src" not in flags or flags["src"] is None or tgt is None:
-        raise UsageError(f"score: give {'--tgt' if tgt is None else '--src'} FILE")
+    if flags["src"] is None or tgt is None:
+        raise UsageError(f"score: give {'--src' if flags['src'] is None else '--tgt'} FILE")
     from .scoring import score_job
 
     score_job(config, tgt)

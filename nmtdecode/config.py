@@ -120,7 +120,6 @@ class BatchingConfig(Section):
     max_src_length: int | None = option(None, "Cut longer sources (tokens) with a warning.", range=">= 1")
 
 
-
 @dataclass
 class RuntimeConfig(Section):
     device: str = option("auto", "auto, cpu, cuda or cuda:N.")
@@ -288,9 +287,7 @@ class Config:
     def with_model_defaults(self, defaults: dict) -> "Config":
         """This config with the model's own decoding defaults under the user's options (they are
         decoding options: the other sections stay as they are)."""
-        config = replace(self, decoding=Config.from_layers(list(self.layers), model_defaults=defaults).decoding)
-        config.validate()
-        return config
+        return replace(self, decoding=Config.from_layers(list(self.layers), model_defaults=defaults).decoding)
 
     def over(self, *layers: dict) -> "Config":
         """This config with more layers of options over it (a job item, an API call)."""
@@ -304,10 +301,6 @@ class Config:
     def user_keys(self) -> frozenset:
         """The keys set by the user (config file, job item, command line, API call)."""
         return frozenset(layered(list(self.layers)))
-
-    def values(self) -> dict:
-        """The options set by the user, as flat {key: value}."""
-        return {key: self.value(key) for key in self.user_keys}
 
     def value(self, key: str):
         return getattr(getattr(self, KEY_SECTION[key]), key)

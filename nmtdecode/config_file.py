@@ -84,7 +84,6 @@ def _resolve_paths(values: dict, base: str):
             values[key] = [resolve(v) for v in value] if isinstance(value, list) else resolve(value)
 
 
-
 def dump(config: Config) -> str:
     """The effective configuration as YAML, usable as a `-c` file. A model's own defaults
     (native `decoding:`, Hugging Face `generation_config.json`) are known only by loading it,

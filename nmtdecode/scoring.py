@@ -15,7 +15,7 @@ import json
 import math
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
 from . import signals
@@ -35,7 +35,7 @@ class ScoreSummary:
     pairs: int = 0
     tokens: int = 0  # target tokens scored, each pair's EOS included
     log_prob: float = 0.0
-    truncated: list[int] | None = None  # line numbers of the sources cut
+    truncated: list[int] = field(default_factory=list)  # line numbers of the sources cut
     seconds: float = 0.0
 
     def line(self) -> str:
@@ -84,7 +84,7 @@ def score_job(config: Config, tgt: str) -> ScoreSummary:
 
 
 def _score_into(out: OutputFile, config: Config, engine: Engine, decoder: BatchDecoder, tgt: str) -> ScoreSummary:
-    summary, start = ScoreSummary(truncated=[]), time.perf_counter()
+    summary, start = ScoreSummary(), time.perf_counter()
     sources = LineReader(config.io.src, config.io.on_invalid_utf8)
     targets = LineReader(tgt, config.io.on_invalid_utf8)
     writer, tokens = OrderedWriter(out.stream), config.io.format == "jsonl"

@@ -61,6 +61,7 @@ import torch.nn.functional as F
 from .base import NEG_INF, Hypothesis, RowFacts, SentenceRecords, StepOutput, attached_per_slot, to_host
 from .penalties import LengthPenalty
 
+
 @dataclass
 class Finished:
     score: float  # after the length and coverage penalties: the ranking key
