@@ -10,7 +10,9 @@ the search), so the real search and translator loop run over it.
 from __future__ import annotations
 
 import itertools
+import json
 import math
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -201,3 +203,16 @@ def assert_same_nbest(theirs, ours):
 
     assert [tokens for tokens, _ in ours] == [tokens for tokens, _ in theirs]
     assert [score for _, score in ours] == pytest.approx([score for _, score in theirs], abs=1e-4)
+
+
+def wait_for_checkpoint(journal, lines: int, proc, timeout: float = 300):
+    """Until `journal` records at least `lines` input lines done (while `proc` runs)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None:
+        try:
+            if json.loads(journal.read_text())["lines"] >= lines:
+                return
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.01)
+    raise AssertionError(f"{journal} never recorded {lines} lines (exit code {proc.poll()})")

@@ -10,13 +10,14 @@ import random
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from nmtdecode.config import Config
 from nmtdecode.output_file import OutputFile
 from nmtdecode.ranks import Ranks, check_layout, merge, owner, threads_for
+
+from tests.helpers import wait_for_checkpoint
 
 NORMAL = ["the house is red .", "a dog and a cat sleep in the garden .", "good morning", "thank you",
           "where is the station ?", "water is cold .", "my friend reads a book .", "", "  "]
@@ -187,18 +188,6 @@ def test_two_ranks_sample_with_prefixes_as_one_process_does(model_dir, lines_fil
     assert (tmp_path / "out").read_bytes() == (tmp_path / "reference").read_bytes()
 
 
-def _wait_for(path, lines, proc, deadline=300):
-    end = time.time() + deadline
-    while time.time() < end and proc.poll() is None:
-        try:
-            if json.loads(path.read_text())["lines"] >= lines:
-                return
-        except (OSError, ValueError, KeyError):
-            pass
-        time.sleep(0.01)
-    raise AssertionError(f"{path} never recorded {lines} lines")
-
-
 @pytest.fixture(scope="module")
 def killed_job(model_dir, tmp_path_factory):
     """(input, one process's output) of the job the kill test interrupts: 1,000 lines, 16 chunks
@@ -220,7 +209,8 @@ def test_killed_ranks_resume_byte_identical(model_dir, killed_job, tmp_path, vic
     args = job_args(model_dir, src, "jsonl")
     out = tmp_path / "out"
     proc = subprocess.Popen(torchrun(*args, "--output", out), stderr=subprocess.PIPE, start_new_session=True)
-    _wait_for(tmp_path / "out.part-1-of-2.tmp.progress", 64, proc)  # rank 1's share of the first chunk is final
+    # rank 1's share of the first chunk is final
+    wait_for_checkpoint(tmp_path / "out.part-1-of-2.tmp.progress", 64, proc)
     ranks = [int((tmp_path / f"out.part-{r}-of-2.lock").read_text()) for r in (0, 1)]  # their pids
     if victim == "the whole group":  # torchrun first (its workers run in their own sessions), then the ranks
         proc.kill()

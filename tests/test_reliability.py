@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.helpers import DEMO, build_native_model
+from tests.helpers import DEMO, build_native_model, wait_for_checkpoint
 
 NORMAL = ["the house is red .", "a dog and a cat sleep in the garden .", "good morning", "thank you",
           "where is the station ?", "water is cold .", "my friend reads a book ."]
@@ -36,19 +36,6 @@ def held_fifo(path, data: bytes) -> int:
     fd = os.open(path, os.O_RDWR)
     os.write(fd, data)
     return fd
-
-
-def wait_for_checkpoint(journal, lines: int, proc, timeout: float = 120):
-    """Until `journal` records at least `lines` input lines done (while `proc` runs)."""
-    deadline = time.time() + timeout
-    while time.time() < deadline and proc.poll() is None:
-        try:
-            if json.loads(journal.read_text())["lines"] >= lines:
-                return
-        except (OSError, ValueError, KeyError):
-            pass
-        time.sleep(0.01)
-    raise AssertionError(f"{journal} never recorded {lines} lines (exit code {proc.poll()})")
 
 
 def test_invalid_utf8_stops_with_file_and_line(model_dir, tmp_path, cli):
@@ -144,7 +131,7 @@ def test_resume_after_kill_is_byte_identical(model_dir, tmp_path, cli):
     fifo = held_fifo(src, "".join(line + "\n" for line in lines[:140]).encode())
     try:
         proc = subprocess.Popen(command(*args, "--output", out), stderr=subprocess.DEVNULL)
-        wait_for_checkpoint(progress, 64, proc)  # the first chunk is final; the job goes on
+        wait_for_checkpoint(progress, 64, proc, timeout=120)  # the first chunk is final; the job goes on
         proc.kill()  # kill -9: no chance to clean up
         proc.wait()
     finally:
@@ -172,7 +159,7 @@ def test_interrupt_exits_cleanly_and_stays_resumable(model_dir, tmp_path, sig, c
     fifo = held_fifo(src, "".join(line + "\n" for line in lines[:64]).encode())
     try:
         proc = subprocess.Popen(command(*args), stderr=subprocess.PIPE)
-        wait_for_checkpoint(tmp_path / "out.txt.tmp.progress", 32, proc)
+        wait_for_checkpoint(tmp_path / "out.txt.tmp.progress", 32, proc, timeout=120)
         proc.send_signal(sig)
         _, stderr = proc.communicate(timeout=120)
     finally:

@@ -152,8 +152,6 @@ def test_piece_list_refuses_other_values():
         Config.from_values({"banned_tokens": [1, 2]})
 
 
-
-
 def test_banned_piece_leaves_the_demo_output(cli, lines_file, tmp_path):
     """Through the command line on the demo model: the banned piece of its output is gone."""
     import sentencepiece as spm

@@ -304,7 +304,6 @@ def test_invalid_sampling_options_name_the_key(values, message):
 # --- through the command line, on the demo model ----------------------------------------------
 
 
-
 def test_cli_samples_do_not_depend_on_batching(cli, lines_file):
     with open(f"{DEMO}/test.en", encoding="utf-8") as f:
         src = lines_file(f.read().splitlines()[:20])

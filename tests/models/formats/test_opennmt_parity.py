@@ -204,7 +204,6 @@ def test_block_ngram_repeat_keeps_its_meaning(seed1, beam_size, ngram, ignored):
     assert_options_keep_their_meaning(seed1, with_ignored, with_ignored, without)
 
 
-
 def test_pieces_are_looked_up_in_the_checkpoint_vocabulary(seed1):
     """ignore_when_blocking and banned_tokens name entries of the checkpoint's target vocab."""
     *_, translator = seed1
@@ -213,6 +212,7 @@ def test_pieces_are_looked_up_in_the_checkpoint_vocabulary(seed1):
     assert "w15" not in ours_nbest(translator, tokens, banned_tokens=["w15"])[0][0]
     with pytest.raises(ConfigError, match="ignore_when_blocking: 'w99' is not a piece of the target vocabulary"):
         nbest_of(translator, tokens, block_ngram_repeat=2, ignore_when_blocking=["w99"])
+
 
 def test_ban_unk_token_keeps_its_meaning(seed1):
     for beam_size in (1, 5):
