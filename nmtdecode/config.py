@@ -129,6 +129,8 @@ class RuntimeConfig(Section):
                            choices=("none", "int8"))
     gemm: str = option("auto", "CPU matrix products: oneDNN with prepacked weights, torch's linear (MKL on x86), "
                        "or auto: the faster on this machine, measured once and remembered.", choices=GEMM_BACKENDS)
+    cuda_graphs: str = option("auto", "CUDA: each decoding step replayed as a captured CUDA graph (auto), or run "
+                              "operator by operator (off).", choices=("auto", "off"))
     threads: int | None = option(None, "CPU threads (torch.set_num_threads).", range=">= 1")
     quiet: bool = option(False, "No progress bar or summary on stderr.", short="-q")
 
@@ -174,7 +176,7 @@ PER_JOB_KEYS = frozenset({"src", "output", "format", "token_scores", "on_invalid
                          | {f.name for f in fields(DecodingConfig)} | {f.name for f in fields(BatchingConfig)})
 # The options `score` shares with translate; from a config file it takes these (and the model) only.
 SCORE_KEYS = ("model", "batch_size", "batch_type", "max_src_length", "on_invalid_utf8", "device", "dtype", "quantize",
-              "gemm", "threads", "quiet", "src_lang", "tgt_lang")
+              "gemm", "cuda_graphs", "threads", "quiet", "src_lang", "tgt_lang")
 # Keys a config file may hold besides the options: they plan a run of many files (jobs.py).
 PLAN_OPTIONS = {
     "output_dir": Option("Instead of --output: each input's output is DIR/its name (with --suffix).  "

@@ -25,6 +25,7 @@ import torch
 
 from .config import ConfigError, DecodingConfig
 from .models.checkpoint import ModelRules
+from .models.fixed_step import FixedShapeSteps
 from .search.base import Hypothesis, RowFacts, RowState, Search, StepOutput
 from .search.beam import BeamSearch
 from .search.diverse import DiverseBeamSearch
@@ -58,9 +59,11 @@ class BatchDecoder:
     """Decodes batches of source ids with one model and one job's decoding options."""
 
     def __init__(self, model: Seq2SeqModel, decoding: DecodingConfig, rules: ModelRules | None = None,
-                 shrink: bool = True, piece_id=None):
-        """piece_id: target piece -> id or None (the tokenizer's), for the options naming pieces."""
+                 shrink: bool = True, piece_id=None, fixed_steps: FixedShapeSteps | None = None):
+        """piece_id: target piece -> id or None (the tokenizer's), for the options naming pieces.
+        fixed_steps: the model's fixed-shape step (CUDA graphs), used instead of its own."""
         self.model = model
+        self.fixed_steps = fixed_steps
         self.cfg = decoding
         self.rules = rules or ModelRules()
         self.shrink = shrink  # drop finished sentences from the batch (off only to test that it changes nothing)
@@ -170,13 +173,13 @@ class BatchDecoder:
         memory = self.model.encode(src, src_mask)
         max_steps = self.max_steps([len(s) for s in sources])
         search = self.make_search(len(sources), max_steps, line_ids, prefixes)
-        cache = self.model.init_cache(memory, src_mask)
+        decode_step, cache = self.start_decoder(memory, src_mask, max(max_steps))
         processors = self.make_processors(search, max_steps, prefixes)
         attention = self.make_attention(cache, src_mask)
         states = (cache, processors) if attention is None else (cache, processors, attention)
         tokens = search.start_tokens
         for step in range(max(max_steps)):
-            logits = self.model.decode_step(tokens, cache)
+            logits = decode_step(tokens, cache)
             logits = processors.on_logits(logits.float(), step)  # nothing unless a rule acts on logits
             logprobs = processors(torch.log_softmax(logits, dim=-1), step)
             out = search.advance(logprobs, step, None if attention is None else attention.facts(cache.attention))
@@ -191,6 +194,14 @@ class BatchDecoder:
                 for hyp in hyps:
                     hyp.attention = [row[: len(source)] for row in hyp.attention or []]
         return results
+
+    def start_decoder(self, memory: torch.Tensor, src_mask: torch.Tensor, positions: int):
+        """The step function and the decoder state of a batch: the model's own, or the fixed-shape
+        step's (models/fixed_step.py), which has the same interface and gives the same tokens."""
+        if self.fixed_steps is None:
+            return self.model.decode_step, self.model.init_cache(memory, src_mask)
+        cache = self.fixed_steps.init_cache(memory, src_mask, positions, self.cfg.rows_per_sentence)
+        return self.fixed_steps.decode_step, cache
 
     def forced_prefix(self) -> list[int]:
         """What the decoder is fed before any target token: the decoder start token, then the

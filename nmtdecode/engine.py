@@ -22,9 +22,11 @@ from .batching import Example, Result
 from .config import Config, ConfigError, RuntimeConfig
 from .decoding import BatchDecoder
 from .models.checkpoint import LoadedModel
+from .models.fixed_step import FixedShapeSteps
 from .models.gemm import apply_backend, choose_backend
 from .models.loading import load_model
 from .models.quantize import quantize_int8
+from .models.transformer import Transformer
 from .search.base import Hypothesis
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -84,8 +86,10 @@ def resolve_device(runtime: RuntimeConfig) -> torch.device:
 class Engine:
     """A loaded model on its device, with the options it was loaded with."""
 
-    def __init__(self, config: Config, loaded: LoadedModel, device: torch.device):
+    def __init__(self, config: Config, loaded: LoadedModel, device: torch.device,
+                 fixed_steps: FixedShapeSteps | None = None):
         self.config, self.loaded, self.device = config, loaded, device
+        self.fixed_steps = fixed_steps  # the CUDA-graph step (models/fixed_step.py), kept across batches and jobs
 
     @classmethod
     def load(cls, config: Config) -> "Engine":
@@ -110,7 +114,8 @@ class Engine:
         # collector, whose full passes over the model's objects otherwise interrupt decoding.
         gc.collect()
         gc.freeze()
-        return cls(config, loaded, device)
+        graphs = device.type == "cuda" and runtime.cuda_graphs == "auto" and isinstance(loaded.model, Transformer)
+        return cls(config, loaded, device, FixedShapeSteps(loaded.model, graphs=True, warn=warn) if graphs else None)
 
     def decoder(self, config: Config) -> tuple[Config, BatchDecoder]:
         """A job's effective config (the model's defaults under the user's options) and its
@@ -126,7 +131,7 @@ class Engine:
         config = config.with_model_defaults(self.loaded.defaults)
         rules = self.loaded.rules_for(config.decoding.src_lang, config.decoding.tgt_lang)
         decoder = BatchDecoder(self.loaded.model, config.decoding, rules,
-                               piece_id=getattr(self.loaded.tokenizer, "piece_id", None))
+                               piece_id=getattr(self.loaded.tokenizer, "piece_id", None), fixed_steps=self.fixed_steps)
         return config, decoder
 
     def encode_source(self, text: str, max_src_length: int | None) -> tuple[list[int], bool]:

@@ -59,6 +59,11 @@ class DecoderCache:
         self.length = 0  # positions decoded so far
         self._mask = None  # (B, 1, width, (length+1)*width) bool, this step's self_mask
 
+    @property
+    def position(self) -> int:
+        """The position of the tokens the next step feeds."""
+        return self.length
+
     def cross(self, layer: int):
         """Encoder keys, values (B, H, S, hd) for `layer`."""
         return self.cross_kv[layer, 0], self.cross_kv[layer, 1]

@@ -211,7 +211,10 @@ class Embeddings(nn.Module):
         first = start + self.offset
         if first + ids.size(1) > self.position_table().size(0):
             raise ValueError(f"sequence longer than the model's {self.position_table().size(0) - self.offset} positions")
-        positions = self.position_table()[first : first + ids.size(1)].to(self.tokens.weight.dtype)
+        return self._embed(ids, self.position_table()[first : first + ids.size(1)])
+
+    def _embed(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        positions = positions.to(self.tokens.weight.dtype)
         if self.zero_pad_id is not None:
             positions = positions * (ids != self.zero_pad_id)[..., None]
         x = self.tokens(ids) * self.scale + positions
@@ -219,9 +222,13 @@ class Embeddings(nn.Module):
             x = self.norm(x)
         return dropout(x, self.dropout, self.training)
 
-    def step(self, ids: torch.Tensor, position: int) -> torch.Tensor:
-        """One token per row at `position`: ids (N,) -> (N, d)."""
-        return self(ids[:, None], start=position)[:, 0]
+    def step(self, ids: torch.Tensor, position: int | torch.Tensor) -> torch.Tensor:
+        """One token per row at `position`: ids (N,) -> (N, d). The position is a number, or a
+        one-element tensor on the device (the fixed-shape step, models/fixed_step.py, whose
+        graphs must not depend on a Python value)."""
+        if isinstance(position, int):
+            return self(ids[:, None], start=position)[:, 0]
+        return self._embed(ids, self.position_table().index_select(0, position + self.offset))
 
 
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
@@ -350,9 +357,10 @@ class Transformer(nn.Module):
         return DecoderCache(cross_kv=cross, memory_mask=mask, alignment=alignment)  # (L, 2, B, H, S, hd)
 
     def decode_step(self, tokens: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
-        """tokens (N,) at position cache.length -> next-token logits (N, V); appends to the cache.
-        N is a multiple of the cache's sentences: each sentence's rows are consecutive."""
-        x = self.tgt_embed.step(tokens, cache.length)  # (N, d)
+        """tokens (N,) at position cache.position -> next-token logits (N, V); appends to the cache.
+        N is a multiple of the cache's sentences: each sentence's rows are consecutive. The cache
+        is a DecoderCache, or the fixed-shape step's (models/fixed_step.py)."""
+        x = self.tgt_embed.step(tokens, cache.position)  # (N, d)
         for i, layer in enumerate(self.decoder_layers):
             x = layer.step(x, cache, i)
         cache.advance()
