@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast bench demo-model clean
+.PHONY: setup demo test test-fast bench gpu-check demo-model clean
 
 setup: $(STAMP)
 
@@ -32,6 +32,11 @@ test-fast: setup
 bench: setup
 	$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) bench/run.py
+
+# On a GPU machine, with its own python3 and packages (no venv, nothing downloaded): the CUDA tests,
+# the CLI job and the benchmark against transformers in one run (bench/gpu_check.py; --dry-run on CPU).
+gpu-check:
+	PYTHONPATH=. $(PYTHON) bench/gpu_check.py $(GPU_CHECK_ARGS)
 
 # Rebuilds data/demo from Debian's FreeDict dictionaries (apt-get install dict-freedict-eng-deu dict-freedict-deu-eng).
 demo-model: setup

@@ -22,18 +22,19 @@ from nmtdecode.models.transformer import Transformer
 VOCAB_BASE = 32000
 
 
-def marian_base(path: str, seed: int = 0) -> str:
+def marian_base(path: str, seed: int = 0, vocab: int = VOCAB_BASE, d_model: int = 512, layers: int = 6) -> str:
+    """Transformer-base by default; smaller shapes for harness smoke tests (bench/gpu_check.py --dry-run)."""
     import transformers
 
     if os.path.isfile(os.path.join(path, "model.safetensors")):
         return path
     torch.manual_seed(seed)
-    pad = VOCAB_BASE - 1  # Marian keeps <pad> last; it is also the decoder start token
+    pad = vocab - 1  # Marian keeps <pad> last; it is also the decoder start token
     config = transformers.MarianConfig(
-        vocab_size=VOCAB_BASE, decoder_vocab_size=VOCAB_BASE, d_model=512, encoder_layers=6, decoder_layers=6,
-        encoder_attention_heads=8, decoder_attention_heads=8, encoder_ffn_dim=2048, decoder_ffn_dim=2048,
-        max_position_embeddings=512, pad_token_id=pad, eos_token_id=0, decoder_start_token_id=pad,
-        activation_function="swish", scale_embedding=True, forced_eos_token_id=None)
+        vocab_size=vocab, decoder_vocab_size=vocab, d_model=d_model, encoder_layers=layers, decoder_layers=layers,
+        encoder_attention_heads=8, decoder_attention_heads=8, encoder_ffn_dim=4 * d_model,
+        decoder_ffn_dim=4 * d_model, max_position_embeddings=512, pad_token_id=pad, eos_token_id=0,
+        decoder_start_token_id=pad, activation_function="swish", scale_embedding=True, forced_eos_token_id=None)
     model = transformers.MarianMTModel(config).eval()
     with torch.no_grad():
         model.model.shared.weight[pad].zero_()  # as in real Marian checkpoints: the start is a zero embedding

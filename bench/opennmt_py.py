@@ -72,6 +72,40 @@ def opennmt_base(directory: str, seed: int = 0) -> str:
     return path
 
 
+def opennmt_base_without_onmt(directory: str, seed: int = 0, vocab_size: int = VOCAB_BASE, **shape) -> str:
+    """The same kind of checkpoint where OpenNMT-py is not installed (the GPU machine): the dict
+    onmt_train saves (`model`, `generator`, `vocab`, `opt`), written by torch.save with our
+    Transformer's own seeded initialization split into OpenNMT-py's layer names. Same shapes
+    as `opennmt_base` (SHAPE, `shape` overriding), not the same numbers."""
+    from nmtdecode.models.formats import opennmt
+    from nmtdecode.models.transformer import Transformer
+
+    path = os.path.join(directory, "model_step_1.pt")
+    if os.path.isfile(path):
+        return path
+    os.makedirs(directory, exist_ok=True)
+    tokens = SPECIALS + [f"t{i}" for i in range(len(SPECIALS), vocab_size)]
+    vocab = {"src": tokens, "tgt": tokens, "data_task": "seq2seq", "decoder_start_token": "<s>"}
+    opt = argparse.Namespace(**{**SHAPE, "position_encoding": True, "max_relative_positions": 0,
+                                "add_qkvbias": False, "add_ffnbias": True, "transforms": [], **shape})
+    cfg = opennmt.model_config(opt, vocab, {}, path)
+    torch.manual_seed(seed)
+    ours = Transformer(cfg).state_dict()
+    linear, direct = opennmt.weight_map(cfg)
+    model, generator = {}, {}
+    for name, parts in linear.items():  # our fused projections, cut back into theirs
+        for part, weight in zip(parts, ours[f"{name}.weight"].chunk(len(parts))):
+            model[f"{part}.weight"] = weight.clone()
+        if "feed_forward" in parts[0]:  # add_qkvbias off: only the feed-forward layers have biases
+            model[f"{parts[0]}.bias"] = ours[f"{name}.bias"].clone()
+    for name, theirs in direct.items():
+        if name in ours:
+            target = generator if theirs.startswith("generator.") else model
+            target[theirs.removeprefix("generator.")] = ours[name].clone()
+    torch.save({"model": model, "generator": generator, "opt": opt, "vocab": vocab}, path)
+    return path
+
+
 def to_ctranslate2(checkpoint: str, path: str) -> str:
     import ctranslate2
 

@@ -4,10 +4,14 @@ Marked `cuda`: skipped (and reported as skipped) without a GPU."""
 import pytest
 import torch
 
+from nmtdecode.batching import Example
 from nmtdecode.config import DecodingConfig
 from nmtdecode.decoding import BatchDecoder
+from nmtdecode.engine import Engine
+from nmtdecode.models.fixed_step import FixedShapeSteps
 
 from tests.helpers import forced_total, random_sources, tiny_transformer
+from tests.models.test_fixed_step import STRATEGIES, assert_same, decode
 
 pytestmark = pytest.mark.cuda
 
@@ -69,3 +73,89 @@ def test_cuda_matches_cpu_with_each_strategy_and_penalty(feature, prefixed):
     assert [[h.alignment for h in n] for n in on_gpu] == [[h.alignment for h in n] for n in on_cpu]
     for a, b in zip(on_gpu, on_cpu):
         assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-4)
+
+
+def test_device_index_on_the_command_line(cli, model_dir, lines_file):
+    """--device cuda:N (the last GPU, so that N is not always 0) translates as the CPU does."""
+    src = lines_file(["hello world", "", "the cat sat on the mat", "a b c"])
+    on_cpu = cli("translate", "--model", model_dir, "--src", src, "--device", "cpu", "--quiet", text=True)
+    on_gpu = cli("translate", "--model", model_dir, "--src", src, "--device", f"cuda:{torch.cuda.device_count() - 1}",
+                 "--quiet", text=True)
+    assert on_gpu.returncode == 0, on_gpu.stderr
+    assert on_gpu.stdout == on_cpu.stdout
+
+
+def test_a_real_cuda_out_of_memory_is_split_in_halves(capsys):
+    """With the allocator capped (set_per_process_memory_fraction) a batch whose logits do not fit
+    raises CUDA's own OutOfMemoryError; the engine retries it in halves and every sentence gets
+    its translation."""
+    model = tiny_transformer(1, vocab=32000, eos_bias=-5.0).to("cuda")  # no early EOS: every step is full
+    sources = random_sources(64, 32000, seed=8)
+    decoder = BatchDecoder(model, DecodingConfig(beam_size=8, max_length=12))
+    reference = [n[0].tokens for n in decoder.translate_batch(sources)]
+    batch = [Example(i, "", ids) for i, ids in enumerate(sources)]
+    engine = Engine(config=None, loaded=None, device=torch.device("cuda"))
+    torch.cuda.empty_cache()
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.set_per_process_memory_fraction((torch.cuda.memory_reserved() + 48 * 2**20) / total)
+    try:
+        split = engine.in_halves_when_out_of_memory(
+            batch, lambda part: [n[0].tokens for n in decoder.translate_batch([e.ids for e in part])])
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+        torch.cuda.empty_cache()
+    assert "out of memory on a batch of 64 sentences; retrying it in halves" in capsys.readouterr().err
+    assert len(split) == 64
+    assert sum(a == b for a, b in zip(split, reference)) >= 60  # other batch shapes may flip a near-tie
+
+
+def refuse_to_fall_back(message):
+    raise AssertionError(message)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_cuda_graphs_give_the_tokens_of_the_eager_step(strategy):
+    """Every strategy, with prefixes, replayed from captured graphs (a capture that fails would
+    fall back to eager steps with a warning: here it fails the test); a second batch of another
+    size reuses the graphs its buckets share."""
+    model = tiny_transformer(1, vocab=20, eos_bias=1.0).to("cuda")
+    sources = random_sources(19, 20, seed=6)
+    prefixes = [[5 + i % 4] * (i % 3) for i in range(19)]
+    cfg = DecodingConfig(max_length=30, **STRATEGIES[strategy])
+    steps = FixedShapeSteps(model, graphs=True, warn=refuse_to_fall_back)
+    assert_same(decode(model, cfg, sources, prefixes), decode(model, cfg, sources, prefixes, steps))
+    captured = len(steps.captured)
+    assert steps.graphs and captured > 0
+    assert_same(decode(model, cfg, sources[:13], prefixes[:13]), decode(model, cfg, sources[:13], prefixes[:13], steps))
+    assert len(steps.captured) <= captured + 2  # 13 sentences: the bucket of 16, already captured as sentences ended
+
+
+def test_cuda_graphs_in_half_precision_agree_with_eager_half_precision():
+    model = tiny_transformer(1, vocab=20, eos_bias=1.0).to("cuda", torch.float16)
+    sources = random_sources(16, 20, seed=4)
+    cfg = DecodingConfig(beam_size=4, max_length=30)
+    eager = decode(model, cfg, sources)
+    graphed = decode(model, cfg, sources, fixed_steps=FixedShapeSteps(model, True, warn=refuse_to_fall_back))
+    assert sum(a[0].tokens == b[0].tokens for a, b in zip(graphed, eager)) >= 14
+
+
+def test_the_command_line_uses_cuda_graphs_unless_told_not_to(cli, model_dir, lines_file):
+    src = lines_file(["hello world", "", "the cat sat on the mat", "a b c", "x"])
+    graphed = cli("translate", "--model", model_dir, "--src", src, "--device", "cuda", "--beam-size", "3", text=True)
+    eager = cli("translate", "--model", model_dir, "--src", src, "--device", "cuda", "--beam-size", "3",
+                "--cuda-graphs", "off", text=True)
+    assert graphed.returncode == 0 and "CUDA graphs are off" not in graphed.stderr, graphed.stderr
+    assert graphed.stdout == eager.stdout
+
+
+def test_cuda_graphs_are_captured_again_when_the_buffers_grow():
+    """A larger batch, a longer source or another beam reallocates the buffers and drops the
+    graphs; the next captures need a new memory pool (reusing the dropped graphs' pool handle
+    made the allocator assert, which turned graphs off for the rest of the run)."""
+    model = tiny_transformer(2, vocab=24, eos_bias=0.5).to("cuda")
+    steps = FixedShapeSteps(model, graphs=True, warn=refuse_to_fall_back)
+    cfg = DecodingConfig(beam_size=3, n_best=3, max_length=20)
+    small, large = random_sources(5, 24, seed=1, max_len=4), random_sources(40, 24, seed=2, max_len=30)
+    for sources, config in ((small, cfg), (large, cfg), (small, DecodingConfig(beam_size=5, max_length=20))):
+        assert_same(decode(model, config, sources), decode(model, config, sources, fixed_steps=steps))
+        assert steps.graphs and steps.captured
