@@ -49,6 +49,7 @@ sys.path.insert(0, HERE)
 
 import convert  # noqa: E402
 import opennmt_py  # noqa: E402
+import worker  # noqa: E402
 
 from nmtdecode.models.fixed_step import FixedShapeSteps  # noqa: E402
 
@@ -348,25 +349,7 @@ def nmtdecode_decoder(task: Task, model, beam: int, fixed_steps=None):
 
 
 def transformers_decoder(task: Task, model, beam: int, device: torch.device):
-    cfg = model.config
-    pad, eos = cfg.pad_token_id, cfg.eos_token_id
-    kwargs = dict(num_beams=beam, do_sample=False, length_penalty=1.0, early_stopping=False,
-                  max_new_tokens=task.max_length, bad_words_ids=[[t] for t in task.banned] or None)
-    if task.fixed:
-        kwargs.update(min_new_tokens=task.fixed, max_new_tokens=task.fixed)
-
-    def translate(batch):
-        ids = torch.full((len(batch), max(map(len, batch))), pad)
-        for row, source in enumerate(batch):
-            ids[row, : len(source)] = torch.tensor(source)
-        ids = ids.to(device)
-        out = model.generate(input_ids=ids, attention_mask=(ids != pad).long(), **kwargs)
-        result = []
-        for row in out[:, 1:].tolist():
-            result.append(row[: row.index(eos)] if eos in row else [t for t in row if t != pad])
-        return result
-
-    return translate
+    return worker.generate(model, beam, task.max_length, task.banned, task.fixed, device=device)
 
 
 def run_batches(device: torch.device, translate, sources: list[list[int]], batch: int):

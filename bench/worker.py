@@ -86,28 +86,39 @@ def run_nmtdecode(args, task):
     return seconds, outputs, backend
 
 
-def run_transformers(args, task):
+def generate(model, beam: int, max_length: int, banned: list[int], fixed_length: int = 0, length_penalty: float = 1.0,
+             device=None):
+    """`transformers` `generate` as the benchmarks run it: a function from a batch of source ids to
+    the 1-best output ids (EOS cut), with Hugging Face's stop rule (early_stopping=False), the
+    banned tokens, and with fixed_length every output exactly that long."""
     import torch
-    import transformers
 
-    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(args.model).eval()
-    pad = model.config.pad_token_id
-    eos = model.config.eos_token_id
-    kwargs = dict(num_beams=args.beam, do_sample=False, length_penalty=args.length_penalty, early_stopping=False,
-                  max_new_tokens=task["max_length"], bad_words_ids=[[t] for t in task["banned"]] or None)
-    if args.fixed_length:
-        kwargs.update(min_new_tokens=args.fixed_length, max_new_tokens=args.fixed_length)
+    pad, eos = model.config.pad_token_id, model.config.eos_token_id
+    kwargs = dict(num_beams=beam, do_sample=False, length_penalty=length_penalty, early_stopping=False,
+                  max_new_tokens=max_length, bad_words_ids=[[t] for t in banned] or None)
+    if fixed_length:
+        kwargs.update(min_new_tokens=fixed_length, max_new_tokens=fixed_length)
 
     def translate(batch):
         ids = torch.full((len(batch), max(map(len, batch))), pad)
         for row, source in enumerate(batch):
             ids[row, : len(source)] = torch.tensor(source)
+        ids = ids.to(device) if device is not None else ids
         out = model.generate(input_ids=ids, attention_mask=(ids != pad).long(), **kwargs)
         result = []
         for row in out[:, 1:].tolist():
             result.append(row[: row.index(eos)] if eos in row else [t for t in row if t != pad])
         return result
 
+    return translate
+
+
+def run_transformers(args, task):
+    import torch
+    import transformers
+
+    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(args.model).eval()
+    translate = generate(model, args.beam, task["max_length"], task["banned"], args.fixed_length, args.length_penalty)
     with torch.inference_mode():
         seconds, outputs = decode_in_batches(translate, task["sources"], args.batch)
     return seconds, outputs, "torch"
