@@ -54,7 +54,7 @@ class StepBuffers:
     (reallocated, and the graphs dropped, when a batch needs more)."""
 
     def __init__(self, model: "Transformer", sentences: int, width: int, positions: int, source: int):
-        cfg, weight = model.cfg, model.output.weight
+        cfg, weight = model.cfg, model.tgt_embed.tokens.weight  # (the output layer may be a packed oneDNN one)
         device, dtype = weight.device, weight.dtype
         layers, heads, hd = cfg.decoder_layers, cfg.heads, cfg.d_model // cfg.heads
         self.sentences, self.width, self.positions, self.source = sentences, width, positions, source

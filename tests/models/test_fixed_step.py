@@ -8,6 +8,7 @@ import pytest
 from nmtdecode.config import DecodingConfig
 from nmtdecode.decoding import BatchDecoder
 from nmtdecode.models.fixed_step import FixedShapeSteps, bucket
+from nmtdecode.models.gemm import use_onednn
 
 from tests.helpers import random_sources, tiny_transformer
 
@@ -82,3 +83,12 @@ def test_fixed_shape_step_follows_each_model_family(family):
 def test_buckets_are_powers_of_two_with_a_floor():
     assert [bucket(n) for n in (1, 2, 3, 5, 32, 33)] == [1, 2, 4, 8, 32, 64]
     assert [bucket(n, 16) for n in (1, 16, 17)] == [16, 16, 32]
+
+
+def test_fixed_shape_step_with_onednn_packed_layers():
+    """The CPU backend replaces the linear layers (the output one too) by packed oneDNN ones,
+    which have no `weight`: the buffers take their device and dtype from the embeddings."""
+    model = use_onednn(tiny_transformer(1, vocab=20, eos_bias=1.0))
+    sources = random_sources(9, 20, seed=5)
+    cfg = DecodingConfig(beam_size=3, n_best=3, max_length=20)
+    assert_same(decode(model, cfg, sources), decode(model, cfg, sources, fixed_steps=FixedShapeSteps(model, False)))
