@@ -95,7 +95,7 @@ class Translator:
     def translate_file(self, src: str, output: str, resume: bool = False, **options):
         """Translate the file `src` into `output` as `nmtdecode translate` does: locked,
         written through OUTPUT.tmp, resumable with `resume=True` (and skipped when complete).
-        Returns the job's `engine.Summary` (sentences, target tokens, seconds)."""
+        Returns the job's `summary.Summary` (sentences, target tokens, seconds)."""
         from .run import translate_job
 
         job = self._call_config(options, {"src": src, "output": output, "resume": resume})

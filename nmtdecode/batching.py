@@ -10,9 +10,10 @@ tokens counting padding (rows x longest source). Lines with nothing to decode
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator
 
-from .search.base import Hypothesis
+if TYPE_CHECKING:  # only named: the job layer reads and batches lines before torch is imported
+    from .search.base import Hypothesis
 
 SORT_CHUNK_BATCHES = 32  # batches' worth of lines sorted together
 

@@ -5,15 +5,13 @@ Python API (api.py) all load through `Engine.load` and decode through the same
 three calls: `decoder(config)` (a job's effective options, the model's own defaults
 filled in, and its `BatchDecoder`), `make_example` (a line tokenized and cut as
 every caller cuts it) and `decode_batch` (results, with the batch split in halves
-when memory runs out). `Summary` counts what a job did. Nothing here knows about
+when memory runs out); what a job reports is summary.py's. Nothing here knows about
 files, locks or ranks: this module imports nothing from the job layer.
 """
 
 from __future__ import annotations
 
 import gc
-import sys
-from dataclasses import dataclass
 
 import torch
 
@@ -28,51 +26,9 @@ from .models.loading import load_model
 from .models.quantize import quantize_int8
 from .models.transformer import Transformer
 from .search.base import Hypothesis
+from .summary import warn
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-
-
-def warn(message: str):
-    print(f"nmtdecode: warning: {message}", file=sys.stderr)
-
-
-def count(n: int, noun: str) -> str:
-    """`1 sentence`, `2 sentences`."""
-    return f"{n} {noun}{'' if n == 1 else 's'}"
-
-
-@dataclass
-class Summary:
-    """What a job (or a rank's share of it) decoded, for its last line on stderr."""
-
-    sentences: int = 0
-    target_tokens: int = 0
-    truncated: int = 0
-    replaced: int = 0
-    seconds: float = 0.0
-
-    def add(self, other: "Summary"):
-        for name in ("sentences", "target_tokens", "truncated", "replaced", "seconds"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-
-    def count(self, examples: list[Example]):
-        """Count decoded source lines, and those cut to the model's length; the first cut one
-        of the job gets a warning."""
-        truncated = sum(e.truncated for e in examples)
-        if truncated and not self.truncated:
-            warn("source lines longer than the model's positions (or --max-src-length) are cut")
-        self.sentences += len(examples)
-        self.truncated += truncated
-
-    def line(self, prefix: str = "nmtdecode:") -> str:
-        rate = self.target_tokens / self.seconds if self.seconds > 0 else 0.0
-        text = (f"{prefix} {count(self.sentences, 'sentence')}, {count(self.target_tokens, 'target token')} "
-                f"in {self.seconds:.2f} s ({rate:.1f} tokens/s)")
-        if self.truncated:
-            text += f"; {count(self.truncated, 'source line')} truncated"
-        if self.replaced:
-            text += f"; {count(self.replaced, 'line')} with invalid UTF-8 replaced"
-        return text
 
 
 def resolve_device(runtime: RuntimeConfig) -> torch.device:
@@ -98,8 +54,6 @@ class Engine:
         if runtime.threads:
             torch.set_num_threads(runtime.threads)
         device = resolve_device(runtime)
-        if config.io.model is None:
-            raise ConfigError("model: no model given (--model PATH or `model:` in the config file)")
         loaded = load_model(config.io.model)
         dtype = DTYPES[runtime.dtype]
         loaded.model.to(device=device, dtype=dtype)

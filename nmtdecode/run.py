@@ -1,6 +1,6 @@
 """Running `translate` jobs: one loop, for one process and for each torchrun rank.
 
-    check every job's input and output, lock the outputs     (before the model loads)
+    check every job's input and output, lock the outputs     (before torch is imported)
     engine = Engine.load(first job with work to do)
     for each job:  read its input in chunks -> cut into batches -> decode its share of the
                    batches -> write the results to its sink -> checkpoint after each chunk
@@ -18,20 +18,24 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from tqdm import tqdm
 
 from . import signals
 from .batching import chunk_size, chunks, cut
 from .config import Config
-from .engine import Engine, Summary, warn
+from .models.detect import model_format
 from .output_file import OutputFile
 from .ranks import (PartWriter, Ranks, all_ranks, check_job, check_layout, device_for, join_group, layouts,
                     leave_group, merge, threads_for)
 from .reading import LineReader, PrefixLines, check_prefix, check_readable, count_lines
 from .signature import job_signature
+from .summary import Summary, warn
 from .writing import ResultWriter
+
+if TYPE_CHECKING:
+    from .engine import Engine
 
 
 def translate_job(jobs: Config | list[Config], engine: Engine | None = None) -> Summary:
@@ -54,13 +58,23 @@ def translate_job(jobs: Config | list[Config], engine: Engine | None = None) -> 
                 pending.append((job, output))
         total = Summary()
         for job, output in pending:
-            engine = engine or Engine.load(job)
+            engine = engine or load_engine(job)
             total.add(decode_job(job, engine, output, WholeJob())[0])
         return total
     finally:
         for output in outputs:
             if output is not None:
                 output.release()
+
+
+def load_engine(config: Config) -> Engine:
+    """The model on its device. torch is imported here, once the inputs and outputs are checked and
+    the model path is found to be a model (models/detect.py), so that a wrong path, an unreadable
+    input or a locked output fails in a fraction of a second."""
+    model_format(config.io.model)
+    from .engine import Engine
+
+    return Engine.load(config)
 
 
 def _claim(job: Config, jobs: list[Config]) -> OutputFile | None:
@@ -216,7 +230,7 @@ def _translate_share(config: Config, ranks: Ranks, engine: Engine | None) -> tup
             if ranks.rank == 0 and not config.runtime.quiet:
                 print(f"nmtdecode: {io_cfg.output} is complete (no parts to resume); nothing to do", file=sys.stderr)
             return Summary(), engine
-        engine = engine or Engine.load(config)
+        engine = engine or load_engine(config)
         summary, lines = decode_job(config, engine, part, RankJob(ranks, part.path))
         group.barrier()  # every part complete
         if ranks.rank == 0:

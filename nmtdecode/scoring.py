@@ -16,18 +16,21 @@ import math
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 from . import signals
 from .batching import Example, chunk_size, chunks, cut
 from .config import SCORE_FORMATS, BatchingConfig, Config, ConfigError
-from .decoding import BatchDecoder
-from .engine import Engine, count, warn
 from .output_file import OutputFile
 from .ranks import Ranks
 from .reading import InputError, LineReader, check_readable, count_lines
-from .run import progress_bar
+from .run import load_engine, progress_bar
+from .summary import count, warn
 from .writing import OrderedWriter
+
+if TYPE_CHECKING:
+    from .decoding import BatchDecoder
+    from .engine import Engine
 
 
 @dataclass
@@ -63,7 +66,7 @@ def score_job(config: Config, tgt: str) -> ScoreSummary:
         out.refuse_source(path)
     out.claim(False)
     try:
-        engine = Engine.load(config)
+        engine = load_engine(config)
         signals.job_started()
         config, decoder = engine.scorer(config)
         out.open(False, signature="")  # no checkpoints: a complete file or none

@@ -187,3 +187,24 @@ def test_nbest_marian_fields_are_log_prob_and_ranking_score(model_dir, src_file,
     assert [float(row[2][4:]) for row in rows] == pytest.approx([h["log_prob"] for h in hyps], abs=1e-5)
     assert [float(row[3]) for row in rows] == pytest.approx([h["score"] for h in hyps], abs=1e-5)
     assert rows[2] == ["1", "", "F0= 0.000000", "0.000000"]  # the empty line
+
+
+@pytest.mark.subprocess
+def test_path_errors_fail_before_torch_is_imported(tmp_path, model_dir):
+    """A wrong model path, an input that cannot be read or an output that cannot be created fails
+    before torch loads (which takes 1-2 s of every process): seen by what the process imported."""
+    lines = tmp_path / "in.txt"
+    lines.write_text("hello\n", encoding="utf-8")
+    cases = [["translate", "--model", str(tmp_path / "missing"), "--src", str(lines)],
+             ["translate", "--model", str(lines), "--src", str(lines)],  # a file, not a model
+             ["translate", "--model", str(model_dir), "--src", str(tmp_path / "missing.en")],
+             ["translate", "--model", str(model_dir), "--src", str(lines), "--output", str(tmp_path / "no" / "o.de")],
+             ["score", "--model", str(tmp_path / "missing"), "--src", str(lines), "--tgt", str(lines)],
+             ["score", "--model", str(model_dir), "--src", str(lines), "--tgt", str(tmp_path / "missing.de")]]
+    code = ("import json, sys\nfrom nmtdecode.cli import run\n"
+            "codes = [run(args) for args in json.loads(sys.argv[1])]\n"
+            "print(json.dumps([codes, 'torch' in sys.modules]))")
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(cases)], capture_output=True, text=True, timeout=60)
+    codes, torch_loaded = json.loads(done.stdout.splitlines()[-1])
+    assert 0 not in codes and done.stderr.count("nmtdecode: error:") == len(cases), done.stderr
+    assert not torch_loaded

@@ -8,26 +8,26 @@ import pytest
 from nmtdecode.config import ConfigError
 from nmtdecode.models import loading
 from nmtdecode.models.checkpoint import ModelError
+from nmtdecode.models.detect import model_format
 from nmtdecode.models.formats import eole, huggingface, native, opennmt
 
 from tests.helpers import build_native_model
 
 
-def test_formats_are_tried_native_first():
-    assert loading.FORMATS == [native, eole, huggingface, opennmt]
-    assert [f.FORMAT for f in loading.FORMATS] == ["native", "eole", "huggingface", "opennmt-py"]
+def test_each_format_is_loaded_by_its_name():
+    assert loading.FORMATS == {"native": native, "eole": eole, "huggingface": huggingface, "opennmt-py": opennmt}
 
 
 def test_load_model_dispatches_on_the_file_each_format_detects(tmp_path):
     model_dir = build_native_model(tmp_path / "native")
-    assert native.detect(str(model_dir)) and not huggingface.detect(str(model_dir))
+    assert model_format(str(model_dir)) == "native"
     assert loading.load_model(str(model_dir)).format == "native"
     (model_dir / "config.json").write_text(json.dumps({"model_type": "t5"}))
     assert loading.load_model(str(model_dir)).format == "native"  # config.yaml wins over config.json
     hf_dir = tmp_path / "hf"
     hf_dir.mkdir()
     (hf_dir / "config.json").write_text(json.dumps({"model_type": "t5", "d_model": 8}))
-    assert huggingface.detect(str(hf_dir)) and not native.detect(str(hf_dir))
+    assert model_format(str(hf_dir)) == "huggingface"
     with pytest.raises(ModelError, match="model_type 't5' is not supported"):  # only the HF format says this
         loading.load_model(str(hf_dir))
 

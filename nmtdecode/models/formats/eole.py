@@ -16,7 +16,6 @@ predict` decodes with OpenNMT-py's beam, so the same rules apply
 from __future__ import annotations
 
 import glob
-import json
 import os
 
 from ..checkpoint import LoadedModel, ModelError, load_weights, read_json, read_safetensors
@@ -56,22 +55,6 @@ MODEL_OPTIONS = {"architecture": ("transformer", {"transformer"}), "generator_fu
 # `eole predict`'s defaults (eole/config/inference.py): as onmt_translate's, but max_length_ratio 2.
 DECODING_DEFAULTS = {"beam_size": 5, "length_penalty": "avg", "alpha": 1.0, "early_stopping": "top",
                      "max_length": 250, "max_len_a": 2.0, "max_len_b": 5}
-
-
-def _model_section(path: str) -> dict | None:
-    try:
-        with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    model = data.get("model") if isinstance(data, dict) else None
-    return model if isinstance(model, dict) and "architecture" in model else None
-
-
-def detect(path: str) -> bool:
-    """An eole directory: a config.json with a `model:` section naming an architecture (a
-    Hugging Face config.json has none)."""
-    return os.path.isdir(path) and _model_section(path) is not None
 
 
 def option(model: dict, side: str, key: str, default):

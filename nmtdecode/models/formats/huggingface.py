@@ -44,11 +44,6 @@ ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_py
 SAME_FOR_BOTH = [("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")]
 
 
-def detect(path: str) -> bool:
-    """A Hugging Face directory is recognised by its config.json."""
-    return os.path.isfile(os.path.join(path, "config.json"))
-
-
 # Sizes every config.json must give, each a positive integer.
 REQUIRED_SIZES = ("vocab_size", "d_model", "encoder_attention_heads", "decoder_attention_heads", "encoder_layers",
                   "decoder_layers", "encoder_ffn_dim", "decoder_ffn_dim")

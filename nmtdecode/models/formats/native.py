@@ -28,11 +28,6 @@ from ..transformer import Transformer, TransformerConfig
 FORMAT = "native"
 
 
-def detect(path: str) -> bool:
-    """A native model directory is recognised by its config.yaml."""
-    return os.path.isfile(os.path.join(path, "config.yaml"))
-
-
 def read_config(path: str) -> dict:
     try:
         with open(os.path.join(path, "config.yaml"), encoding="utf-8") as f:

@@ -62,11 +62,6 @@ DECODING_DEFAULTS = {"beam_size": 5, "length_penalty": "avg", "alpha": 1.0, "ear
 OPENNMT_RULES = ModelRules(banned_ids=(), length_offset=1, opennmt_beam=True)
 
 
-def detect(path: str) -> bool:
-    """An OpenNMT-py checkpoint is a `.pt` file (other formats are directories)."""
-    return os.path.isfile(path) and path.endswith(".pt")
-
-
 def read_checkpoint(path: str) -> dict:
     """The checkpoint's dict, unpickled without running code; one line of error otherwise."""
     try:

@@ -19,6 +19,7 @@ import torch
 from nmtdecode.api import Translator  # noqa: E402
 from nmtdecode.models import loading  # noqa: E402
 from nmtdecode.models.checkpoint import ModelError  # noqa: E402
+from nmtdecode.models.detect import model_format  # noqa: E402
 from nmtdecode.models.formats import eole  # noqa: E402
 
 from tests import peer_eole as peer  # noqa: E402
@@ -54,7 +55,7 @@ def built(request, tmp_path_factory):
 
 def test_the_directory_is_detected_as_eole(built):
     _, path = built
-    assert eole.detect(str(path)) and loading.load_model(str(path)).format == "eole"
+    assert model_format(str(path)) == "eole" and loading.load_model(str(path)).format == "eole"
 
 
 def test_teacher_forced_logits_match_eole(built):

@@ -1,0 +1,64 @@
+"""What every process pays before it decodes: whole `nmtdecode` commands that fail or do little.
+
+    python bench/startup.py [--repeat 5]
+
+Each command runs as its own process (the installed `nmtdecode` of this Python), the median
+of --repeat runs: a mistyped flag, a model path that does not exist, an input that does not
+exist, an output in a folder that does not exist, a directory that is not a model, a config
+key typo, `inspect` on the demo model, and one line translated by it. The errors are found
+before torch is imported (run.py, `load_engine`); `inspect` and the translation import it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEMO = os.path.join(ROOT, "data", "demo")
+
+
+def commands(tmp: str) -> dict[str, tuple[list[str], str]]:
+    """label -> (arguments, stdin)."""
+    sample = os.path.join(DEMO, "sample.en")
+    config = os.path.join(tmp, "typo.yaml")
+    with open(config, "w", encoding="utf-8") as f:
+        f.write(f"model: {DEMO}\nbeam_sise: 4\n")
+    return {
+        "a mistyped flag": (["translate", "--model", DEMO, "--beam-siz", "3"], ""),
+        "a model path that does not exist": (["translate", "--model", os.path.join(tmp, "nothing"), "--src", sample], ""),
+        "an input that does not exist": (["translate", "--model", DEMO, "--src", os.path.join(tmp, "none.en")], ""),
+        "an output folder that does not exist": (["translate", "--model", DEMO, "--src", sample, "--output",
+                                                  os.path.join(tmp, "no", "out.de")], ""),
+        "a folder that is not a model": (["translate", "--model", tmp, "--src", sample], ""),
+        "a config key typo": (["translate", "-c", config, "--src", sample], ""),
+        "inspect the demo model": (["inspect", DEMO], ""),
+        "translate one line (demo, beam 5)": (["translate", "--model", DEMO, "--quiet"], "good morning\n"),
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    print("| command | exit code | seconds (median) |\n|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, (argv, stdin) in commands(tmp).items():
+            times, code = [], None
+            for _ in range(args.repeat):
+                start = time.perf_counter()
+                run = subprocess.run([sys.executable, "-m", "nmtdecode", *argv], input=stdin, capture_output=True,
+                                     text=True, env=env, cwd=ROOT)
+                times.append(time.perf_counter() - start)
+                code = run.returncode
+            print(f"| {label} | {code} | {statistics.median(times):.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

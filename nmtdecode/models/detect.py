@@ -1,0 +1,43 @@
+"""Which format a model path is, from its files alone: no torch, so that a wrong path fails at once.
+
+Tried in order (loading.py loads with the format named here): a native directory has a
+config.yaml; an eole directory a config.json with a `model:` section naming an
+architecture (a Hugging Face config.json has none); a Hugging Face directory a
+config.json; an OpenNMT-py checkpoint is a `.pt` file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from ..config import ConfigError
+
+
+def model_format(path: str | None) -> str:
+    """The format's name (native, eole, huggingface, opennmt-py), or a ConfigError saying why none."""
+    if path is None:
+        raise ConfigError("model: no model given (--model PATH or `model:` in the config file)")
+    if not os.path.exists(path):
+        raise ConfigError(f"model: {path} does not exist")
+    if os.path.isfile(os.path.join(path, "config.yaml")):
+        return "native"
+    if os.path.isdir(path) and eole_model_section(path) is not None:
+        return "eole"
+    if os.path.isfile(os.path.join(path, "config.json")):
+        return "huggingface"
+    if os.path.isfile(path) and path.endswith(".pt"):
+        return "opennmt-py"
+    raise ConfigError(f"model: {path} is not a model directory (no config.yaml for the native format, "
+                      "no config.json for Hugging Face) nor an OpenNMT-py .pt checkpoint")
+
+
+def eole_model_section(path: str) -> dict | None:
+    """The `model:` section of an eole directory's config.json, or None (unreadable, or not eole's)."""
+    try:
+        with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    model = data.get("model") if isinstance(data, dict) else None
+    return model if isinstance(model, dict) and "architecture" in model else None

@@ -1,0 +1,56 @@
+"""What a job tells the user on stderr: warnings, and the summary line of what it decoded.
+
+Imports nothing heavy (no torch): the job layer uses it before the model loads.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .batching import Example
+
+
+def warn(message: str):
+    print(f"nmtdecode: warning: {message}", file=sys.stderr)
+
+
+def count(n: int, noun: str) -> str:
+    """`1 sentence`, `2 sentences`."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+@dataclass
+class Summary:
+    """What a job (or a rank's share of it) decoded, for its last line on stderr."""
+
+    sentences: int = 0
+    target_tokens: int = 0
+    truncated: int = 0
+    replaced: int = 0
+    seconds: float = 0.0
+
+    def add(self, other: "Summary"):
+        for name in ("sentences", "target_tokens", "truncated", "replaced", "seconds"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def count(self, examples: list[Example]):
+        """Count decoded source lines, and those cut to the model's length; the first cut one
+        of the job gets a warning."""
+        truncated = sum(e.truncated for e in examples)
+        if truncated and not self.truncated:
+            warn("source lines longer than the model's positions (or --max-src-length) are cut")
+        self.sentences += len(examples)
+        self.truncated += truncated
+
+    def line(self, prefix: str = "nmtdecode:") -> str:
+        rate = self.target_tokens / self.seconds if self.seconds > 0 else 0.0
+        text = (f"{prefix} {count(self.sentences, 'sentence')}, {count(self.target_tokens, 'target token')} "
+                f"in {self.seconds:.2f} s ({rate:.1f} tokens/s)")
+        if self.truncated:
+            text += f"; {count(self.truncated, 'source line')} truncated"
+        if self.replaced:
+            text += f"; {count(self.replaced, 'line')} with invalid UTF-8 replaced"
+        return text
