@@ -32,7 +32,7 @@ from .ranks import (PartWriter, Ranks, all_ranks, check_job, check_layout, devic
 from .reading import LineReader, PrefixLines, check_prefix, check_readable, count_lines
 from .signature import job_signature
 from .summary import Summary, warn
-from .writing import ResultWriter
+from .writing import ResultWriter, breaks_lines
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -175,10 +175,12 @@ def decode_job(config: Config, engine: Engine, output: OutputFile, share: Share)
         with progress_bar(config, job.done, share.shows_progress) as progress:
             for _, batches in job.chunks():
                 for batch in share.mine(batches):
-                    for result in engine.decode_batch(batch, decoder):
+                    results = engine.decode_batch(batch, decoder)
+                    for result in results:
                         sink.put(result)
                         summary.target_tokens += len(result.hypotheses[0].tokens)
                     summary.count(batch)
+                    summary.count_joined(sum(breaks_lines(result, config.io.format) for result in results))
                     rate = summary.target_tokens / max(time.perf_counter() - start, 1e-9)
                     progress.set_postfix_str(f"{rate:.0f} tokens/s", refresh=False)
                     progress.update(len(batch))

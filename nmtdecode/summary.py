@@ -30,10 +30,11 @@ class Summary:
     target_tokens: int = 0
     truncated: int = 0
     replaced: int = 0
+    joined: int = 0  # outputs whose line breaks were written as spaces (writing.py)
     seconds: float = 0.0
 
     def add(self, other: "Summary"):
-        for name in ("sentences", "target_tokens", "truncated", "replaced", "seconds"):
+        for name in ("sentences", "target_tokens", "truncated", "replaced", "joined", "seconds"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
     def count(self, examples: list[Example]):
@@ -45,6 +46,14 @@ class Summary:
         self.sentences += len(examples)
         self.truncated += truncated
 
+    def count_joined(self, n: int):
+        """Count outputs written as one line though their text held line breaks; the first of
+        the job gets a warning."""
+        if n and not self.joined:
+            warn("the model generated line breaks: each is written as a space, so that every input line has "
+                 "one output line (--format jsonl keeps them)")
+        self.joined += n
+
     def line(self, prefix: str = "nmtdecode:") -> str:
         rate = self.target_tokens / self.seconds if self.seconds > 0 else 0.0
         text = (f"{prefix} {count(self.sentences, 'sentence')}, {count(self.target_tokens, 'target token')} "
@@ -53,4 +62,6 @@ class Summary:
             text += f"; {count(self.truncated, 'source line')} truncated"
         if self.replaced:
             text += f"; {count(self.replaced, 'line')} with invalid UTF-8 replaced"
+        if self.joined:
+            text += f"; {count(self.joined, 'output')} with line breaks written as spaces"
         return text

@@ -4,25 +4,43 @@ Formats: `text` (the best hypothesis), `nbest` (`INDEX ||| TEXT ||| SCORE`, Mose
 `nbest-marian` (Marian's, with the total log-prob as feature F0) and `jsonl` (every
 hypothesis with its scores, optional tokens, per-token scores and alignment). The
 file they go to (temporary file, journal, lock, resume) is output_file.py's.
+
+One output line per input line (one per hypothesis in the n-best formats), always: a
+model that generates line breaks (a byte-level BPE vocabulary has the newline) gets
+each written as a space in those formats (`one_line`), and the job warns; JSONL keeps
+the text as it is, escaped.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 
 from .batching import Result
+
+LINE_BREAK = re.compile(r"\r\n|\r|\n")  # what ends a line for `wc -l` and Python's universal newlines
+
+
+def one_line(text: str) -> str:
+    return LINE_BREAK.sub(" ", text)
+
+
+def breaks_lines(result: Result, fmt: str) -> bool:
+    """Whether a text `format_result` writes for this result held a line break (now a space)."""
+    texts = result.texts[:1] if fmt == "text" else result.texts
+    return fmt != "jsonl" and any(LINE_BREAK.search(text) for text in texts)
 
 
 def format_result(result: Result, fmt: str, token_scores: bool = False) -> str:
     """The output text of one input line, with its trailing newline(s)."""
     if fmt == "text":
-        return (result.texts[0] if result.texts else "") + "\n"
+        return one_line(result.texts[0] if result.texts else "") + "\n"
     if fmt == "nbest":
-        return "".join(f"{result.index} ||| {text} ||| {hyp.score:.6f}\n"
+        return "".join(f"{result.index} ||| {one_line(text)} ||| {hyp.score:.6f}\n"
                        for hyp, text in zip(result.hypotheses, result.texts))
     if fmt == "nbest-marian":  # Marian's: the model's total log-prob as feature F0, then the ranking score
-        return "".join(f"{result.index} ||| {text} ||| F0= {hyp.total:.6f} ||| {hyp.score:.6f}\n"
+        return "".join(f"{result.index} ||| {one_line(text)} ||| F0= {hyp.total:.6f} ||| {hyp.score:.6f}\n"
                        for hyp, text in zip(result.hypotheses, result.texts))
     hyps = []
     for hyp, text in zip(result.hypotheses, result.texts):
