@@ -14,6 +14,16 @@ import os
 from .config import KEY_SECTION, PER_JOB_KEYS, PLAN_KEYS, Config, ConfigError, option_names
 
 
+def file_identity(path: str) -> tuple:
+    """What names one file however it is spelt: (device, inode) when it exists (through links,
+    and hard links alike), else its path with every link and `..` resolved."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return ("path", os.path.realpath(path))
+    return ("inode", st.st_dev, st.st_ino)
+
+
 def _as_list(key: str, value) -> list[str]:
     values = value if isinstance(value, (list, tuple)) else [value]
     if not values or not all(isinstance(v, str) for v in values):
@@ -97,13 +107,15 @@ def plan_jobs(file_values: dict, flags: dict) -> list[Config]:
                           "(prefix: in each item of jobs:)")
     jobs = [Config.from_layers([file_options, item, flag_options]) for item in items]
     if len(jobs) > 1:
-        seen = set()
+        seen = {}  # file -> the output name that named it first
         for job in jobs:
             if job.io.src == "-" or job.io.output == "-":
                 raise ConfigError("src: with several inputs each needs its own output file; stdin and stdout "
                                   "serve only a single job")
-            key = os.path.normpath(job.io.output)
+            key = file_identity(job.io.output)
             if key in seen:
-                raise ConfigError(f"output: {job.io.output} is the output of two jobs")
-            seen.add(key)
+                raise ConfigError(f"output: {job.io.output} is the output of two jobs" +
+                                  ("" if seen[key] == job.io.output else f" (it is {seen[key]}, through a link or "
+                                   "another spelling of the path)"))
+            seen[key] = job.io.output
     return jobs

@@ -5,6 +5,8 @@ Each file is a job of its own for output safety: locked, written through FILE.tm
 on its own and skipped under --resume when complete. Jobs run in this process (`cli`).
 """
 
+import os
+
 import pytest
 import yaml
 
@@ -77,6 +79,30 @@ def test_several_inputs_to_stdout_or_one_output_twice_are_refused(translate, two
     assert translate("--src", *two_inputs).returncode == 2
     run = translate("--src", *two_inputs, "--output", tmp_path / "x.de", tmp_path / "x.de")
     assert run.returncode == 2 and b"output of two jobs" in run.stderr and loads[0] == 0
+
+
+@pytest.mark.parametrize("spelling", ["symlink", "dangling symlink", "hard link", "dotdot", "linked folder"])
+def test_two_outputs_that_are_one_file_are_refused_however_spelt(translate, two_inputs, tmp_path, loads, spelling):
+    """Outputs are compared as files (device and inode, or the path with links and `..`
+    resolved), not as names: the second job would overwrite the first's output."""
+    first = tmp_path / "a.de"
+    if spelling != "dangling symlink":
+        first.write_text("an older output\n", encoding="utf-8")
+    second = tmp_path / "link.de"
+    if spelling in ("symlink", "dangling symlink"):
+        second.symlink_to("a.de")
+    elif spelling == "hard link":
+        os.link(first, second)
+    elif spelling == "dotdot":
+        (tmp_path / "sub").mkdir()
+        second = tmp_path / "sub" / ".." / "a.de"
+    else:
+        (tmp_path / "folder").symlink_to(tmp_path, target_is_directory=True)
+        second = tmp_path / "folder" / "a.de"
+    run = translate("--src", *two_inputs, "--output", first, second)
+    assert run.returncode == 2 and loads[0] == 0
+    assert f"output: {second} is the output of two jobs (it is {first}".encode() in run.stderr
+    assert not first.exists() or first.read_text(encoding="utf-8") == "an older output\n"
 
 
 def test_an_input_that_another_job_writes_is_refused(translate, two_inputs, loads):
