@@ -17,7 +17,10 @@ Misuse is refused or made harmless:
 * Files beside FILE are created exclusively (O_EXCL | O_NOFOLLOW) after
   unlinking whatever held the name: a planted link is removed, never followed.
 * A new job removes the journal before it writes anything, so a later
-  `--resume` never continues one job's output with another's.
+  `--resume` never continues one job's output with another's; and once its
+  run has started decoding (the model loaded) it keeps a FILE.tmp, empty
+  until the first checkpoint, until it completes, so that a `--resume` after
+  it stopped redoes it rather than taking an older FILE for its output.
 * FILE that is a symbolic link or not a regular file (a device such as
   /dev/null or /dev/stdout, a FIFO) is written through: no temporary file,
   no rename, no lock and no resume.
@@ -70,6 +73,7 @@ class OutputFile:
         self.direct = path == "-" or _written_through(path)
         self.stream = None
         self.resumed = Progress()
+        self.marks = False  # resumable: a FILE.tmp with nothing final is kept (empty) as a mark
         self._lock_fd: int | None = None
 
     def refuse_source(self, src: str):
@@ -90,9 +94,12 @@ class OutputFile:
                 raise OutputRefused(f"--src {src} is {what}; it would be overwritten before it is read: "
                                     "choose another --output")
 
-    def claim(self, resume: bool) -> bool:
+    def claim(self, resume: bool, resumable: bool = True) -> bool:
         """Before the model loads: lock FILE (a second job fails at once) and check that the
-        directory is writable. Returns True when --resume finds the job already complete."""
+        directory is writable. Returns True when --resume finds the job already complete.
+
+        resumable: False for `score` and torchrun's merged FILE (whose parts carry the job's
+        progress): nothing is kept of them when they stop (see `mark_unfinished`)."""
         if self.path == "-" and sys.stdout is None:  # started with standard output closed (`>&-`)
             raise OutputRefused("output: standard output is closed (give --output FILE)")
         if self.direct:
@@ -103,8 +110,17 @@ class OutputFile:
                 raise OutputRefused(f"output: cannot write {self.path}: permission denied")
             return False
         self._lock_fd = _lock(self.lock_path, self.path)
+        self.marks = resumable
         return resume and os.path.lexists(self.path) and not (
             os.path.lexists(self.tmp) or os.path.lexists(self.journal))
+
+    def mark_unfinished(self):
+        """A new resumable job whose run has started: an empty FILE.tmp and no journal say that
+        FILE is not its output yet, so that `--resume` after a stop starts it over instead of
+        finding an older FILE complete. Kept until the job completes (`abandon` empties it)."""
+        if self.marks and not self.direct and self.stream is None:
+            remove(self.journal)  # an earlier job's record must never describe this job's FILE.tmp
+            os.close(_create(self.tmp))
 
     def open(self, resume: bool, signature: str) -> int:
         """Open for writing; returns the number of input lines already done."""
@@ -165,13 +181,17 @@ class OutputFile:
             remove(self.journal)  # an empty input never checkpoints
 
     def abandon(self):
-        """After a failure: close, keeping FILE.tmp and its journal for --resume; a FILE.tmp
-        with no journal holds nothing final and is removed."""
+        """After a failure: close, keeping FILE.tmp and its journal for --resume. A FILE.tmp with
+        no journal holds nothing final: emptied, it stays as the mark that FILE is not this job's
+        output (removed when the job is not resumable)."""
         if self.stream is None or self.path == "-":
             return
         self.stream.close(quietly=True)
         if not self.direct and not os.path.lexists(self.journal):
-            remove(self.tmp, quietly=True)
+            if self.marks:
+                _empty(self.tmp)
+            else:
+                remove(self.tmp, quietly=True)
 
     def release(self):
         """Give up the lock (and its file) at the end of the job, whatever happened."""
@@ -231,6 +251,20 @@ class OutputFile:
         if (input_bytes, input_hash) != (expected.input_bytes, expected.input_hash):
             raise OutputRefused(f"--resume: the input is not the one {self.tmp} was made from (its first "
                                 f"{expected.lines} lines differ); run without --resume to start over")
+
+
+def _empty(path: str):
+    """Truncate a file of ours to nothing (quietly: this runs while a failure unwinds)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.ftruncate(fd, 0)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _written_through(path: str) -> bool:

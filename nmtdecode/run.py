@@ -57,8 +57,13 @@ def translate_job(jobs: Config | list[Config], engine: Engine | None = None) -> 
             if output is not None:
                 pending.append((job, output))
         total = Summary()
+        if pending:
+            engine = engine or load_engine(pending[0][0])
+            signals.job_started()  # from here a signal unwinds the run, keeping its outputs resumable
+            for job, output in pending:
+                if not job.io.resume:
+                    output.mark_unfinished()  # every output of the run, before the first is decoded
         for job, output in pending:
-            engine = engine or load_engine(job)
             total.add(decode_job(job, engine, output, WholeJob())[0])
         return total
     finally:
@@ -224,7 +229,7 @@ def _translate_share(config: Config, ranks: Ranks, engine: Engine | None) -> tup
         target.refuse_source(io_cfg.src)
     try:
         if ranks.rank == 0:
-            output.claim(False)  # the lock: one job on OUT, whatever its number of processes
+            output.claim(False, resumable=False)  # the lock: one job on OUT, whatever its number of processes
         part.claim(io_cfg.resume)
         check_layout(io_cfg.output, ranks.world, io_cfg.resume, clean=ranks.rank == 0)
         complete = io_cfg.resume and os.path.lexists(io_cfg.output) and ranks.world not in layouts(io_cfg.output)

@@ -64,7 +64,7 @@ def score_job(config: Config, tgt: str) -> ScoreSummary:
     out = OutputFile(io_cfg.output)
     for path in (io_cfg.src, tgt):
         out.refuse_source(path)
-    out.claim(False)
+    out.claim(False, resumable=False)
     try:
         engine = load_engine(config)
         signals.job_started()

@@ -126,6 +126,22 @@ def test_each_file_resumes_on_its_own_and_complete_ones_are_skipped(translate, l
     assert run.returncode == 0 and run.stderr.count(b"is complete") == 2 and loads[0] == 1  # no load at all
 
 
+def test_resume_redoes_every_file_a_stopped_run_had_not_finished(translate, lines_file, tmp_path):
+    """Older outputs of all three files; a new run completes a, stops within b's first chunk,
+    never starts c: `--resume` keeps the new a and makes b and c anew, none of the older ones."""
+    sources = [lines_file(NORMAL, "a.en"), lines_file(LINES, "b.en"), lines_file(NORMAL[:3], "c.en")]
+    expected = [single(translate, s, tmp_path / f"ref-{i}.de") for i, s in enumerate(sources)]
+    outputs = [tmp_path / "a.de", tmp_path / "b.de", tmp_path / "c.de"]
+    for out in outputs:
+        out.write_bytes(b"an older output\n")
+    with interrupted_after(len(NORMAL) + 5):
+        assert translate("--src", *sources, "--output", *outputs).returncode == 130
+    assert outputs[0].read_bytes() == expected[0]
+    run = translate("--src", *sources, "--output", *outputs, "--resume", "--no-quiet")
+    assert run.returncode == 0, run.stderr
+    assert [out.read_bytes() for out in outputs] == expected and run.stderr.count(b"is complete") == 1
+
+
 @pytest.mark.parametrize("args, named", [
     (["-m", "A", "--model", "B"], b"--model"),
     (["--beam-size", "4", "--beam-size", "5"], b"--beam-size"),

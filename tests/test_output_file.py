@@ -157,6 +157,20 @@ def test_new_job_removes_a_stale_journal(job, src, tmp_path, reference):
     assert b"resuming" not in run.stderr and out.read_bytes() == reference
 
 
+@pytest.mark.parametrize("calls", [0, 5])  # stopped at its first batch, or within its first chunk
+def test_a_new_job_stopped_before_its_first_checkpoint_is_redone_by_resume(job, src, tmp_path, reference, calls):
+    """An older FILE (other options) and a new job that stops before it has anything final:
+    `--resume` must redo the new job, not take the older FILE for its output."""
+    out = tmp_path / "out.txt"
+    out.write_bytes(b"an older output, made with other options\n" * len(LINES))
+    with interrupted_after(calls):
+        assert job(src, out).returncode == 130
+    assert out.with_name("out.txt.tmp").read_bytes() == b"" and not journal_of(out).exists()
+    run = job(src, out, "--resume")
+    assert run.returncode == 0, run.stderr
+    assert b"is complete" not in run.stderr and out.read_bytes() == reference
+
+
 # --- 3. links and special files ------------------------------------------------------------
 
 @pytest.mark.parametrize("planted", ["out.txt.tmp", "out.txt.tmp.progress.new", "out.txt.tmp.progress"])
