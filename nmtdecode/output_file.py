@@ -3,10 +3,12 @@
 `--output FILE` (a regular file, or a name not taken yet) is written as
 FILE.tmp and renamed to FILE when the job completes. FILE.tmp.progress, the
 journal, records after each chunk of input how many input lines and bytes of
-FILE.tmp are final, the job signature (what the output depends on) and a hash
-of the input bytes those lines came from. `--resume` truncates FILE.tmp to the
-recorded size, re-reads and re-hashes the input up to the recorded line and
-continues; so the finished file is byte-identical to an uninterrupted run.
+FILE.tmp are final, a hash of those bytes, the job signature (what the output
+depends on), a hash of the input bytes those lines came from, and a checksum of
+the record itself. `--resume` checks the record and that FILE.tmp holds the
+bytes it describes, truncates FILE.tmp to them, re-reads and re-hashes the input
+up to the recorded line and continues; so the finished file is byte-identical to
+an uninterrupted run, and an edited or corrupt record or FILE.tmp is refused.
 
 Misuse is refused or made harmless:
 
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import stat
@@ -61,6 +64,7 @@ class Progress:
     bytes: int = 0
     input_bytes: int = 0
     input_hash: str = ""
+    output_hash: str = ""  # sha256 of those first `bytes` bytes of FILE.tmp
 
 
 class OutputFile:
@@ -133,10 +137,11 @@ class OutputFile:
             return 0
         if resume and os.path.lexists(self.tmp) and os.path.lexists(self.journal):
             self.resumed = self._read_journal()
-            self.stream = _Sink(self._reopen_tmp(self.resumed.bytes), self.tmp, self.resumed.bytes)
+            fd, digest = self._reopen_tmp(self.resumed)
+            self.stream = _Sink(fd, self.tmp, self.resumed.bytes, digest)
             return self.resumed.lines
         remove(self.journal)  # an earlier job's record must never describe this job's FILE.tmp
-        self.stream = _Sink(_create(self.tmp), self.tmp)
+        self.stream = _Sink(_create(self.tmp), self.tmp, digest=hashlib.sha256())
         return 0
 
     def unfinished(self, reader, on_resume=None):
@@ -162,7 +167,8 @@ class OutputFile:
             return
         input_bytes, input_hash = input_position
         record = {"lines": lines_done, "bytes": self.stream.tell(), "input_bytes": input_bytes,
-                  "input_hash": input_hash, "signature": self.signature}
+                  "input_hash": input_hash, "output_hash": self.stream.digest.hexdigest(), "signature": self.signature}
+        record["check"] = _checksum(record)
         new = self.journal + ".new"
         sink = _Sink(_create(new), new)
         sink.write(json.dumps(record))
@@ -221,17 +227,24 @@ class OutputFile:
             raise OutputRefused(f"--resume: {self.tmp} was written with other options or another model; "
                                 "run without --resume to start over")
         try:
-            progress = Progress(**{k: record[k] for k in ("lines", "bytes", "input_bytes", "input_hash")})
+            progress = Progress(**{k: record[k] for k in ("lines", "bytes", "input_bytes", "input_hash",
+                                                          "output_hash")})
         except KeyError as e:
             raise OutputRefused(f"--resume: {name} is not a valid progress record (no {e.args[0]!r}); "
                                 "run without --resume to start over") from None
         if not (all(type(v) is int and v >= 0 for v in (progress.lines, progress.bytes, progress.input_bytes))
-                and isinstance(progress.input_hash, str)):
+                and isinstance(progress.input_hash, str) and isinstance(progress.output_hash, str)):
             raise OutputRefused(f"--resume: {name} is not a valid progress record (bad values); "
                                 "run without --resume to start over")
+        if record.get("check") != _checksum(record):
+            raise OutputRefused(f"--resume: {name} is not a valid progress record (edited or corrupt: its checksum "
+                                "does not match); run without --resume to start over")
         return progress
 
-    def _reopen_tmp(self, size: int) -> int:
+    def _reopen_tmp(self, progress: Progress):
+        """FILE.tmp opened for appending after the `progress.bytes` bytes its record describes,
+        once their hash is checked, and that hash to go on from."""
+        size = progress.bytes
         try:
             fd = os.open(self.tmp, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as e:
@@ -242,15 +255,38 @@ class OutputFile:
             problem = "is not a regular file" if not stat.S_ISREG(st.st_mode) else "is shorter than its progress record"
             raise OutputRefused(f"--resume: {self.tmp} {problem}")
         os.set_blocking(fd, True)
+        digest = _hash_prefix(fd, size)
+        if digest.hexdigest() != progress.output_hash:
+            os.close(fd)
+            raise OutputRefused(f"--resume: {self.tmp} does not hold the output its progress record describes "
+                                "(edited or corrupt); run without --resume to start over")
         os.ftruncate(fd, size)
         os.lseek(fd, size, os.SEEK_SET)
-        return fd
+        return fd, digest
 
     def _check_input(self, input_bytes: int, input_hash: str):
         expected = self.resumed
         if (input_bytes, input_hash) != (expected.input_bytes, expected.input_hash):
             raise OutputRefused(f"--resume: the input is not the one {self.tmp} was made from (its first "
                                 f"{expected.lines} lines differ); run without --resume to start over")
+
+
+def _checksum(record: dict) -> str:
+    """sha256 of a journal record's fields (but `check`), in a fixed order."""
+    fields = {k: v for k, v in record.items() if k != "check"}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def _hash_prefix(fd: int, size: int):
+    """sha256 of the first `size` bytes of the file `fd` (read from its start)."""
+    digest, done = hashlib.sha256(), 0
+    while done < size:
+        data = os.pread(fd, min(1 << 20, size - done), done)
+        if not data:
+            break
+        digest.update(data)
+        done += len(data)
+    return digest
 
 
 def _empty(path: str):
@@ -371,8 +407,10 @@ class _Sink:
 
     BUFFER = 1 << 16
 
-    def __init__(self, fd: int, name: str, offset: int = 0):
-        self.fd, self.name = fd, name
+    def __init__(self, fd: int, name: str, offset: int = 0, digest=None):
+        """digest: a hashlib object that every byte written goes through (the journal's hash
+        of the output), or None."""
+        self.fd, self.name, self.digest = fd, name, digest
         self.written, self.pending, self.pending_size = offset, [], 0
 
     def write(self, text: str):
@@ -383,8 +421,11 @@ class _Sink:
             self.flush()
 
     def flush(self):
-        view = memoryview(b"".join(self.pending))
+        data = b"".join(self.pending)
+        view = memoryview(data)
         self.pending, self.pending_size = [], 0
+        if self.digest is not None:
+            self.digest.update(data)
         while view:
             try:
                 count = os.write(self.fd, view)

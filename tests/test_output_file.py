@@ -374,6 +374,45 @@ def test_journal_missing_a_field_is_named(job, src, tmp_path):
     assert run.returncode == 2 and b"not a valid progress record (no 'bytes')" in run.stderr
 
 
+CHECKSUM, OUTPUT = b"checksum does not match", b"does not hold the output its progress record describes"
+
+
+@pytest.mark.parametrize("edit, consistent, tmp_edit, refused", [
+    (lambda r: r.update(bytes=100), False, None, CHECKSUM),  # the record edited by hand
+    (lambda r: r.update(bytes=r["bytes"] - 5), False, None, CHECKSUM),
+    (lambda r: r.update(lines=31), False, None, CHECKSUM),
+    (lambda r: r.update(bytes=r["bytes"] - 5), True, None, OUTPUT),  # ... with its checksum made anew
+    (lambda r: r.update(lines=31), True, None, b"the input is not the one"),
+    (None, False, lambda data: data[:10] + bytes([data[10] ^ 1]) + data[11:], OUTPUT),  # FILE.tmp edited
+    (None, False, lambda data: data + b"not final\n", None),  # past the record: cut, and the job resumes
+], ids=["bytes 100", "bytes - 5", "lines", "bytes - 5, checksum too", "lines, checksum too", "tmp edited",
+        "tmp appended"])
+def test_the_journal_is_checked_against_itself_and_the_temporary_file(job, src, tmp_path, reference, edit,
+                                                                     consistent, tmp_edit, refused):
+    """A resumed job continues only from a record whose checksum holds, whose FILE.tmp holds the
+    bytes it describes (their hash), and whose input lines are the input's."""
+    from nmtdecode.output_file import _checksum
+
+    out, tmp = tmp_path / "out.txt", tmp_path / "out.txt.tmp"
+    with interrupted_after(40):
+        assert job(src, out).returncode == 130
+    record = json.loads(journal_of(out).read_text())
+    assert record["lines"] == 32
+    if edit is not None:
+        edit(record)
+    if consistent:
+        record["check"] = _checksum(record)
+    journal_of(out).write_text(json.dumps(record))
+    if tmp_edit is not None:
+        tmp.write_bytes(tmp_edit(tmp.read_bytes()))
+    run = job(src, out, "--resume")
+    if refused is None:
+        assert run.returncode == 0 and out.read_bytes() == reference, run.stderr
+    else:
+        assert run.returncode == 2 and refused in run.stderr and one_line(run.stderr), run.stderr
+        assert not out.exists()
+
+
 def test_full_disk_names_the_file_and_stays_resumable(job, src, tmp_path, reference):
     out = tmp_path / "out.txt"
     real_write, tmp = os.write, str(tmp_path / "out.txt.tmp")
