@@ -31,7 +31,8 @@ def commands(tmp: str) -> dict[str, tuple[list[str], str]]:
         f.write(f"model: {DEMO}\nbeam_sise: 4\n")
     return {
         "a mistyped flag": (["translate", "--model", DEMO, "--beam-siz", "3"], ""),
-        "a model path that does not exist": (["translate", "--model", os.path.join(tmp, "nothing"), "--src", sample], ""),
+        "a model path that does not exist": (["translate", "--model", os.path.join(tmp, "nothing"), "--src",
+                                              sample], ""),
         "an input that does not exist": (["translate", "--model", DEMO, "--src", os.path.join(tmp, "none.en")], ""),
         "an output folder that does not exist": (["translate", "--model", DEMO, "--src", sample, "--output",
                                                   os.path.join(tmp, "no", "out.de")], ""),
