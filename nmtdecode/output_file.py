@@ -14,6 +14,10 @@ Misuse is refused or made harmless:
 
 * A job holds an exclusive lock on FILE.lock (flock) from before the model
   loads until it ends; a second job on the same FILE fails at once (exit 2).
+  The lock is checked again whenever the job writes beside FILE (opening,
+  each checkpoint, the final rename): if FILE.lock or FILE.tmp is no longer
+  the file this job holds (removed, or another job's), the job stops (exit 1)
+  and touches neither.
 * `--src` naming FILE or one of the files beside it (same inode, through
   links) is refused before anything is opened for writing.
 * Files beside FILE are created exclusively (O_EXCL | O_NOFOLLOW) after
@@ -53,6 +57,10 @@ class OutputRefused(ConfigError):
 
 class OutputWriteError(RuntimeError):
     """Writing the output failed, e.g. the disk is full (runtime error, exit code 1)."""
+
+
+class OutputTaken(RuntimeError):
+    """FILE.lock or FILE.tmp stopped being this job's while it ran (exit code 1)."""
 
 
 @dataclass
@@ -123,6 +131,7 @@ class OutputFile:
         FILE is not its output yet, so that `--resume` after a stop starts it over instead of
         finding an older FILE complete. Kept until the job completes (`abandon` empties it)."""
         if self.marks and not self.direct and self.stream is None:
+            self._check_held()
             remove(self.journal)  # an earlier job's record must never describe this job's FILE.tmp
             os.close(_create(self.tmp))
 
@@ -135,6 +144,7 @@ class OutputFile:
         if self.direct:
             self.stream = _Sink(_open_through(self.path), self.path)
             return 0
+        self._check_held()
         if resume and os.path.lexists(self.tmp) and os.path.lexists(self.journal):
             self.resumed = self._read_journal()
             fd, digest = self._reopen_tmp(self.resumed)
@@ -165,6 +175,7 @@ class OutputFile:
         self.stream.flush()
         if self.direct:
             return
+        self._check_held()
         input_bytes, input_hash = input_position
         record = {"lines": lines_done, "bytes": self.stream.tell(), "input_bytes": input_bytes,
                   "input_hash": input_hash, "output_hash": self.stream.digest.hexdigest(), "signature": self.signature}
@@ -180,6 +191,7 @@ class OutputFile:
         if self.path == "-":
             return
         if not self.direct:
+            self._check_held()
             _keep_mode(self.path, self.stream.fd)
         self.stream.close()
         if not self.direct:
@@ -192,8 +204,9 @@ class OutputFile:
         output (removed when the job is not resumable)."""
         if self.stream is None or self.path == "-":
             return
+        ours = self._holds()  # another job's files are left alone
         self.stream.close(quietly=True)
-        if not self.direct and not os.path.lexists(self.journal):
+        if ours and not self.direct and not os.path.lexists(self.journal):
             if self.marks:
                 _empty(self.tmp)
             else:
@@ -202,9 +215,23 @@ class OutputFile:
     def release(self):
         """Give up the lock (and its file) at the end of the job, whatever happened."""
         if self._lock_fd is not None:
-            remove(self.lock_path, quietly=True)  # while still holding it: see _lock
+            if _is_file(self.lock_path, self._lock_fd):  # not another job's, made after ours was removed
+                remove(self.lock_path, quietly=True)  # while still holding it: see _lock
             os.close(self._lock_fd)
             self._lock_fd = None
+
+    def _holds(self) -> bool:
+        """Whether FILE.lock is still the file this job locked, and FILE.tmp (when open) the file
+        it writes: a process that removed the lock lets another job in, which makes its own."""
+        if self._lock_fd is None:
+            return True  # no lock taken: nothing to compare (written through)
+        tmp_ours = self.stream is None or self.stream.fd < 0 or _is_file(self.tmp, self.stream.fd)
+        return _is_file(self.lock_path, self._lock_fd) and tmp_ours
+
+    def _check_held(self):
+        if not self._holds():
+            raise OutputTaken(f"output: {self.lock_path} was removed while this job ran, so another job may be "
+                              f"writing {self.path}: stopping without touching it or {self.tmp}")
 
     def _read_journal(self) -> Progress:
         name = self.journal
@@ -351,6 +378,14 @@ def _lock(lock_path: str, path: str) -> int:
             os.write(fd, f"{os.getpid()}\n".encode())
             return fd
         os.close(fd)
+
+
+def _is_file(path: str, fd: int) -> bool:
+    """Whether the name `path` (not followed if a link) is the file open as `fd`."""
+    try:
+        return os.path.samestat(os.stat(path, follow_symlinks=False), os.fstat(fd))
+    except OSError:
+        return False
 
 
 def _create(path: str) -> int:

@@ -142,6 +142,54 @@ def test_two_real_jobs_on_one_output(model_dir, tmp_path, lines_file, cli):
     assert out.read_bytes().count(b"\n") == len(NORMAL) * 2 and b"{" not in out.read_bytes()
 
 
+@contextlib.contextmanager
+def lock_removed_after(calls: int, out, second_job: bool):
+    """At decoding call `calls`, another process removes FILE.lock; with `second_job`, a second
+    job then takes FILE (its own lock) and leaves a partial FILE.tmp of its own."""
+    from nmtdecode.decoding import BatchDecoder
+    from nmtdecode.output_file import OutputFile
+
+    original, count, taken = BatchDecoder.translate_batch, 0, []
+
+    def meddled(self, sources, *rest):
+        nonlocal count
+        count += 1
+        if count == calls:
+            os.remove(f"{out}.lock")
+            if second_job:
+                other = OutputFile(str(out))
+                other.claim(False)
+                other.open(False, signature="another job")
+                other.stream.write("the second job's line\n")
+                other.stream.flush()
+                taken.append(other)
+        return original(self, sources, *rest)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(BatchDecoder, "translate_batch", meddled)
+        yield taken
+
+
+@pytest.mark.parametrize("second_job", [False, True])
+def test_a_lock_removed_while_the_job_runs_stops_it_without_harm(job, src, tmp_path, reference, second_job):
+    """The job checks its lock and FILE.tmp at each checkpoint and before the final rename: with
+    the lock gone it stops (exit 1). Nobody else came: its partial output resumes. A second job
+    came: its FILE.tmp and lock are left as they are, and FILE is not made from them."""
+    out = tmp_path / "out.txt"
+    with lock_removed_after(40, out, second_job) as taken:
+        run = job(src, out)
+    assert run.returncode == 1 and one_line(run.stderr), run.stderr
+    assert f"{out}.lock was removed while this job ran".encode() in run.stderr and not out.exists()
+    if second_job:
+        assert (tmp_path / "out.txt.tmp").read_text() == "the second job's line\n"
+        assert (tmp_path / "out.txt.lock").exists()  # the second job's, still held
+        taken[0].abandon()
+        taken[0].release()
+    else:
+        resumed = job(src, out, "--resume")
+        assert resumed.returncode == 0 and out.read_bytes() == reference, resumed.stderr
+
+
 # --- 2. a stale journal ------------------------------------------------------------------
 
 def test_new_job_removes_a_stale_journal(job, src, tmp_path, reference):
