@@ -85,6 +85,7 @@ class OutputFile:
         self.direct = path == "-" or _written_through(path)
         self.stream = None
         self.resumed = Progress()
+        self._recorded = (0, (0, ""))  # the lines and input position of the last checkpoint
         self.marks = False  # resumable: a FILE.tmp with nothing final is kept (empty) as a mark
         self._lock_fd: int | None = None
 
@@ -123,8 +124,23 @@ class OutputFile:
             return False
         self._lock_fd = _lock(self.lock_path, self.path)
         self.marks = resumable
-        return resume and os.path.lexists(self.path) and not (
-            os.path.lexists(self.tmp) or os.path.lexists(self.journal))
+        if not resume or not os.path.lexists(self.path) or os.path.lexists(self.tmp):
+            return False
+        if os.path.lexists(self.journal) and self._renamed_complete():
+            remove(self.journal)  # stopped after the final rename, before this: the job is complete
+        return not os.path.lexists(self.journal)
+
+    def _renamed_complete(self) -> bool:
+        """Whether the journal records a complete output that is FILE, byte for byte (its hash)."""
+        try:
+            with open(self.journal, "rb") as f:
+                record = json.loads(f.read(JOURNAL_LIMIT).decode("utf-8"))
+            with open(self.path, "rb") as f:
+                digest = _hash_prefix(f.fileno(), os.fstat(f.fileno()).st_size)
+        except (OSError, UnicodeDecodeError, ValueError):
+            return False
+        return (isinstance(record, dict) and record.get("complete") is True and record.get("check") == _checksum(record)
+                and record.get("output_hash") == digest.hexdigest())
 
     def mark_unfinished(self):
         """A new resumable job whose run has started: an empty FILE.tmp and no journal say that
@@ -147,6 +163,7 @@ class OutputFile:
         self._check_held()
         if resume and os.path.lexists(self.tmp) and os.path.lexists(self.journal):
             self.resumed = self._read_journal()
+            self._recorded = (self.resumed.lines, (self.resumed.input_bytes, self.resumed.input_hash))
             fd, digest = self._reopen_tmp(self.resumed)
             self.stream = _Sink(fd, self.tmp, self.resumed.bytes, digest)
             return self.resumed.lines
@@ -170,15 +187,19 @@ class OutputFile:
         if seen < done:
             self._check_input(*reader.position())
 
-    def checkpoint(self, lines_done: int, input_position: tuple[int, str]):
-        """Everything up to input line `lines_done` is written: make it durable and record it."""
+    def checkpoint(self, lines_done: int, input_position: tuple[int, str], complete: bool = False):
+        """Everything up to input line `lines_done` is written: make it durable and record it.
+        `complete`: the whole output (written by `finish`, just before the rename)."""
         self.stream.flush()
         if self.direct:
             return
         self._check_held()
+        self._recorded = (lines_done, input_position)
         input_bytes, input_hash = input_position
         record = {"lines": lines_done, "bytes": self.stream.tell(), "input_bytes": input_bytes,
                   "input_hash": input_hash, "output_hash": self.stream.digest.hexdigest(), "signature": self.signature}
+        if complete:
+            record["complete"] = True
         record["check"] = _checksum(record)
         new = self.journal + ".new"
         sink = _Sink(_create(new), new)
@@ -187,16 +208,19 @@ class OutputFile:
         _replace(new, self.journal)
 
     def finish(self):
+        """Complete FILE: recorded as complete (so that a stop between the rename and the removal
+        of the journal leaves a job `--resume` finds complete, not one it redoes), renamed, and
+        the journal removed."""
         self.stream.flush()
         if self.path == "-":
             return
         if not self.direct:
-            self._check_held()
+            self.checkpoint(*self._recorded, complete=True)  # the last chunk's lines: all of them
             _keep_mode(self.path, self.stream.fd)
         self.stream.close()
         if not self.direct:
             _replace(self.tmp, self.path)
-            remove(self.journal)  # an empty input never checkpoints
+            remove(self.journal)
 
     def abandon(self):
         """After a failure: close, keeping FILE.tmp and its journal for --resume. A FILE.tmp with

@@ -219,6 +219,47 @@ def test_a_new_job_stopped_before_its_first_checkpoint_is_redone_by_resume(job, 
     assert b"is complete" not in run.stderr and out.read_bytes() == reference
 
 
+@pytest.mark.parametrize("stop", ["after the rename", "before the rename"])
+def test_a_stop_around_the_final_rename_is_not_a_job_to_redo(job, src, tmp_path, reference, stop):
+    """The journal says the output is complete before FILE.tmp is renamed: stopped after the
+    rename, --resume finds FILE complete (no model load); stopped before it, --resume renames
+    without decoding a line again. Either way FILE is the job's output."""
+    import nmtdecode.engine
+    import nmtdecode.output_file as output_file
+
+    out, tmp = tmp_path / "out.txt", str(tmp_path / "out.txt.tmp")
+    replace, remove, renamed = output_file._replace, output_file.remove, []
+
+    def replacing(name, target):
+        if name == tmp and stop == "before the rename":
+            raise KeyboardInterrupt
+        replace(name, target)
+        renamed.append(name == tmp)
+
+    def removing(name, *rest, **kwargs):
+        if name == str(journal_of(out)) and any(renamed):  # finish's, after the rename
+            raise KeyboardInterrupt
+        return remove(name, *rest, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(output_file, "_replace", replacing)
+        patch.setattr(output_file, "remove", removing)
+        assert job(src, out).returncode == 130
+    assert json.loads(journal_of(out).read_text())["complete"] is True
+    decoded = []
+    with pytest.MonkeyPatch.context() as patch:
+        if stop == "after the rename":
+            patch.setattr(nmtdecode.engine, "load_model", lambda path: pytest.fail("the model was loaded"))
+        else:
+            from nmtdecode.decoding import BatchDecoder
+            original_batch = BatchDecoder.translate_batch
+            patch.setattr(BatchDecoder, "translate_batch", lambda *a, **k: decoded.append(1) or original_batch(*a, **k))
+        run = job(src, out, "--resume", "--no-quiet")
+    assert run.returncode == 0, run.stderr
+    assert out.read_bytes() == reference and not decoded and not journal_of(out).exists()
+    assert (b"is complete" in run.stderr) == (stop == "after the rename")
+
+
 # --- 3. links and special files ------------------------------------------------------------
 
 @pytest.mark.parametrize("planted", ["out.txt.tmp", "out.txt.tmp.progress.new", "out.txt.tmp.progress"])
