@@ -73,6 +73,11 @@ class Translator:
 
         if isinstance(sources, str):
             raise TypeError("translate() takes a list of strings, not one string")
+        sources = list(sources)
+        for name, values, allowed in (("source", sources, (str,)), ("prefix", prefixes or [], (str, type(None)))):
+            wrong = next((i for i, value in enumerate(values) if not isinstance(value, allowed)), None)
+            if wrong is not None:
+                raise TypeError(f"translate(): {name} {wrong} is {type(values[wrong]).__name__}, not a string")
         if "prefix" in options:  # a file, for translate_file
             raise ConfigError("prefix: translate() takes its prefixes as a list, prefixes=[...]")
         if prefixes is not None and len(prefixes) != len(sources):

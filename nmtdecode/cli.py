@@ -28,7 +28,7 @@ from .config import (KEY_SECTION, OPTIONS, PLAN_KEYS, PLAN_OPTIONS, SCORE_FORMAT
                      ConfigError, Option, checked_layer, default_of)
 from .config_file import dump, load_yaml
 from .jobs import plan_jobs
-from .signals import Terminated
+from .signals import STOPPED_NOTE, Terminated
 
 
 def _click_type(key: str, declared: Option):
@@ -260,11 +260,11 @@ def run(argv: list[str]) -> int:
     except (click.ClickException, UsageError) as e:  # click's usage errors: one line, as all ours
         print(f"nmtdecode: error: {one_line(e)}", file=sys.stderr)
         return 2
-    except (KeyboardInterrupt, click.Abort):
-        print("nmtdecode: interrupted; partial output kept, rerun with --resume to continue", file=sys.stderr)
+    except (KeyboardInterrupt, click.Abort) as e:
+        print(f"nmtdecode: interrupted; {stopped_note(e)}", file=sys.stderr)
         return 130
-    except Terminated:
-        print("nmtdecode: terminated; partial output kept, rerun with --resume to continue", file=sys.stderr)
+    except Terminated as e:
+        print(f"nmtdecode: terminated; {stopped_note(e)}", file=sys.stderr)
         return 143
     except ConfigError as e:
         if debug:
@@ -277,6 +277,12 @@ def run(argv: list[str]) -> int:
         print(f"nmtdecode: error: {e}", file=sys.stderr)
         return 1
     return 0
+
+
+def stopped_note(stop: BaseException) -> str:
+    """What a stopped job left: the job layer says so on the exception (`STOPPED_NOTE`) when its
+    output cannot be resumed. (click turns Ctrl-C into its Abort, the interrupt as its cause.)"""
+    return getattr(stop.__cause__ or stop, STOPPED_NOTE, "partial output kept, rerun with --resume to continue")
 
 
 # Variables by which a user has already chosen how OpenMP's idle workers wait (libgomp, which

@@ -202,7 +202,11 @@ class OutputFile:
             record["complete"] = True
         record["check"] = _checksum(record)
         new = self.journal + ".new"
-        sink = _Sink(_create(new), new)
+        try:
+            fd = _create(new)
+        except OutputRefused as e:  # mid-run: a runtime failure (exit 1), not a usage error
+            raise OutputWriteError(str(e)) from None
+        sink = _Sink(fd, new)
         sink.write(json.dumps(record))
         sink.close()
         _replace(new, self.journal)

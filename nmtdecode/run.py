@@ -66,10 +66,19 @@ def translate_job(jobs: Config | list[Config], engine: Engine | None = None) -> 
         for job, output in pending:
             total.add(decode_job(job, engine, output, WholeJob())[0])
         return total
+    except (KeyboardInterrupt, signals.Terminated) as stop:
+        if not any(output is not None and not output.direct for output in outputs):
+            setattr(stop, signals.STOPPED_NOTE, NOT_RESUMABLE)
+        raise
     finally:
         for output in outputs:
             if output is not None:
                 output.release()
+
+
+# What a job stopped with only outputs written directly (stdout, a link, a device or a FIFO) left.
+NOT_RESUMABLE = ("what was written so far is kept, but the output (standard output, a link, a device or a FIFO) "
+                 "is written directly, so the job cannot be resumed: run it again")
 
 
 def load_engine(config: Config) -> Engine:

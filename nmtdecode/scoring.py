@@ -24,7 +24,7 @@ from .config import SCORE_FORMATS, BatchingConfig, Config, ConfigError
 from .output_file import OutputFile
 from .ranks import Ranks
 from .reading import InputError, LineReader, check_readable, count_lines
-from .run import load_engine, progress_bar
+from .run import NOT_RESUMABLE, load_engine, progress_bar
 from .summary import count, warn
 from .writing import OrderedWriter
 
@@ -76,6 +76,10 @@ def score_job(config: Config, tgt: str) -> ScoreSummary:
             out.abandon()  # with no journal, FILE.tmp is removed
             raise
         out.finish()
+    except (KeyboardInterrupt, signals.Terminated) as stop:
+        setattr(stop, signals.STOPPED_NOTE,
+                NOT_RESUMABLE if out.direct else "nothing was kept (score writes its output file whole): run it again")
+        raise
     finally:
         out.release()
     if summary.truncated:

@@ -21,6 +21,9 @@ import os
 import signal
 
 EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
+# The attribute by which a job that stops says what it left, when its output cannot be resumed
+# (the program's last line on stderr; by default "partial output kept, rerun with --resume").
+STOPPED_NOTE = "stopped_note"
 _in_job = False
 
 

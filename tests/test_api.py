@@ -79,6 +79,10 @@ def test_options_fixed_at_load_are_refused_per_call(translator, model_dir):
         nmtdecode.Translator.load(str(model_dir), src="in.txt")
     with pytest.raises(TypeError, match="list of strings"):
         translator.translate("water")
+    with pytest.raises(TypeError, match="source 1 is NoneType, not a string"):
+        translator.translate(["a", None])
+    with pytest.raises(TypeError, match="prefix 0 is int, not a string"):
+        translator.translate(["a"], prefixes=[3])
 
 
 @pytest.mark.subprocess

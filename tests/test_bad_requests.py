@@ -133,6 +133,10 @@ MARIAN = {"model_type": "marian", "vocab_size": 64, "d_model": 16, "encoder_atte
     ({"d_model": 16.5}, "d_model: expected a positive integer, got 16.5"),
     ({"max_position_embeddings": -2}, "max_position_embeddings: expected a positive integer, got -2"),
     ({"eos_token_id": 64}, "eos_id: 64 is outside the source vocabulary (64 tokens)"),
+    ({"pad_token_id": "63"}, "pad_token_id: expected a token id (an integer >= 0) or null, got '63'"),
+    ({"decoder_start_token_id": True},
+     "decoder_start_token_id: expected a token id (an integer >= 0) or null, got True"),
+    ({"forced_bos_token_id": -1}, "forced_bos_token_id: expected a token id (an integer >= 0) or null, got -1"),
 ])
 def test_malformed_hugging_face_config_names_file_and_key(tmp_path, cli, change, message):
     model = tmp_path / "hf"
@@ -143,6 +147,17 @@ def test_malformed_hugging_face_config_names_file_and_key(tmp_path, cli, change,
     assert run.returncode == 1
     line = one_line(run.stderr)
     assert f"{model}/config.json: " in line and message in line
+
+
+def test_malformed_generation_config_names_file_and_key(tmp_path, cli):
+    model = tmp_path / "hf"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(MARIAN))
+    (model / "generation_config.json").write_text(json.dumps({"forced_bos_token_id": [5]}))
+    run = cli("translate", "--model", model, stdin="hello\n", text=True)
+    assert run.returncode == 1
+    assert (f"{model}/generation_config.json: forced_bos_token_id: expected a token id (an integer >= 0) or null, "
+            "got [5]") in one_line(run.stderr)
 
 
 def test_closed_stdin_is_said_clearly(model_dir, monkeypatch, capsysbinary):

@@ -502,6 +502,28 @@ def test_the_journal_is_checked_against_itself_and_the_temporary_file(job, src, 
         assert not out.exists()
 
 
+def test_a_journal_that_cannot_be_made_mid_run_is_a_runtime_failure(job, src, tmp_path, reference):
+    """Exit 1 (the run failed), not 2 (the request was wrong): the same command with --resume
+    continues once the journal can be written."""
+    import nmtdecode.output_file as output_file
+
+    out, create, made = tmp_path / "out.txt", output_file._create, []
+
+    def refusing(path):
+        if path.endswith(".progress.new"):
+            if made:  # the second checkpoint's
+                raise output_file.OutputRefused(f"output: cannot create {path}: Permission denied")
+            made.append(path)
+        return create(path)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(output_file, "_create", refusing)
+        run = job(src, out)
+    assert run.returncode == 1 and b"cannot create" in run.stderr and one_line(run.stderr), run.stderr
+    resumed = job(src, out, "--resume")
+    assert resumed.returncode == 0 and out.read_bytes() == reference, resumed.stderr
+
+
 def test_full_disk_names_the_file_and_stays_resumable(job, src, tmp_path, reference):
     out = tmp_path / "out.txt"
     real_write, tmp = os.write, str(tmp_path / "out.txt.tmp")

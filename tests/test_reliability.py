@@ -299,3 +299,25 @@ def test_signal_during_start_up_ends_at_once_with_one_line(tmp_path, lines_file,
         assert stderr.splitlines() == [f"nmtdecode: {'interrupted' if code == 130 else 'terminated'} "
                                        "during start-up; nothing was written".encode()], (delay, stderr)
         assert stdout == b"" and not out.exists() and not (tmp_path / "out.txt.tmp").exists()
+
+
+@pytest.mark.parametrize("command, note", [
+    (["translate", "--output", "-"], b"is written directly, so the job cannot be resumed: run it again"),
+    (["translate", "--output", "OUT"], b"partial output kept, rerun with --resume to continue"),
+    (["score", "--tgt", "SRC", "--output", "OUT"], b"nothing was kept (score writes its output file whole)"),
+    (["score", "--tgt", "SRC"], b"is written directly, so the job cannot be resumed: run it again"),
+])
+def test_a_stopped_job_says_what_it_left(cli, model_dir, lines_file, tmp_path, monkeypatch, command, note):
+    """Ctrl-C during decoding: "rerun with --resume" only where there is something to resume."""
+    from nmtdecode.decoding import BatchDecoder
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    src = lines_file(NORMAL)
+    monkeypatch.setattr(BatchDecoder, "_forced", interrupted)  # score's decoding
+    monkeypatch.setattr(BatchDecoder, "translate_batch", interrupted)
+    args = [str(src) if a == "SRC" else str(tmp_path / "out.txt") if a == "OUT" else a for a in command]
+    run = cli(args[0], "--model", model_dir, "--src", src, *args[1:])
+    last = run.stderr.splitlines()[-1]
+    assert run.returncode == 130 and last.startswith(b"nmtdecode: interrupted; ") and note in last, run.stderr

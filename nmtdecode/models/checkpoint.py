@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
+import re
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -82,8 +84,24 @@ def read_torch_weights(path: str) -> dict[str, torch.Tensor]:
     """A `pytorch_model.bin`-style file: tensors and plain containers only, never pickled code."""
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise ModelError(f"cannot read weights {path}: refused: {unpickling_reason(str(e))}") from None
     except Exception as e:  # the unpickler raises many types; all mean "not readable as weights"
-        raise ModelError(f"cannot read weights {path}: {e}") from None
+        raise ModelError(f"cannot read weights {path}: {type(e).__name__}: {first_line(str(e))}") from None
+
+
+def first_line(message: str) -> str:
+    """The first sentence of an error message (torch's run over several lines of advice)."""
+    line = next((line.strip() for line in message.splitlines() if line.strip()), "no details")
+    return line.split(". ")[0].rstrip(".")
+
+
+def unpickling_reason(message: str) -> str:
+    """The weights-only unpickler's long message, cut to what it refused."""
+    named = re.search(r"GLOBAL ([\w.]+)", message)
+    if named:
+        return f"it holds pickled code, not only weights (it would load {named.group(1)})"
+    return first_line(message)
 
 
 def shared_names(model: torch.nn.Module) -> dict[str, str]:

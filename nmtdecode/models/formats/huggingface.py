@@ -49,9 +49,23 @@ REQUIRED_SIZES = ("vocab_size", "d_model", "encoder_attention_heads", "decoder_a
                   "decoder_layers", "encoder_ffn_dim", "decoder_ffn_dim")
 
 
+# Token ids a config.json or generation_config.json may give: each an integer, or null.
+TOKEN_IDS = ("pad_token_id", "bos_token_id", "eos_token_id", "unk_token_id", "decoder_start_token_id",
+             "forced_bos_token_id", "forced_eos_token_id")
+
+
+def check_token_ids(values: dict, where: str):
+    for key in TOKEN_IDS:
+        value = values.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            raise ModelError(f"{where}: {key}: expected a token id (an integer >= 0) or null, got {value!r}")
+
+
 def check_sizes(hf: dict, path: str):
-    """The architecture's sizes, by their config.json names, before anything is built from them."""
+    """The architecture's sizes and token ids, by their config.json names, before anything is
+    built from them."""
     where = os.path.join(path, "config.json")
+    check_token_ids(hf, where)
     for key in REQUIRED_SIZES + ("max_position_embeddings", "decoder_vocab_size"):
         value = hf.get(key)
         if value is None and key not in REQUIRED_SIZES:
@@ -254,6 +268,7 @@ def load_network(path: str, hf: dict) -> tuple[Transformer, dict, ModelRules]:
     except ValueError as e:  # what check_sizes does not cover (a token id out of range...), by our name for it
         raise ModelError(f"{os.path.join(path, 'config.json')}: {e}") from None
     generation = read_json(os.path.join(path, "generation_config.json"), required=False) or hf
+    check_token_ids(generation, os.path.join(path, "generation_config.json" if generation is not hf else "config.json"))
     if isinstance(generation.get("decoder_start_token_id"), int):  # generation_config.json wins, as in transformers
         cfg.decoder_start_id = generation["decoder_start_token_id"]
     tensors = read_weights(path)

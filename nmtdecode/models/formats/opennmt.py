@@ -19,13 +19,12 @@ from __future__ import annotations
 import argparse
 import os
 import pickle
-import re
 
 import sentencepiece as spm
 import torch
 
 from ...config import ConfigError
-from ..checkpoint import LoadedModel, ModelError, ModelRules, load_weights
+from ..checkpoint import LoadedModel, ModelError, ModelRules, first_line, load_weights, unpickling_reason
 from ..transformer import Transformer, TransformerConfig
 
 FORMAT = "opennmt-py"
@@ -68,10 +67,10 @@ def read_checkpoint(path: str) -> dict:
         with torch.serialization.safe_globals(SAFE_GLOBALS):
             data = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
-        raise ModelError(f"{path}: refused: {_unpickling_reason(str(e))}") from None
+        raise ModelError(f"{path}: refused: {unpickling_reason(str(e))}") from None
     except Exception as e:  # the unpickler raises many types (EOFError, KeyError, RuntimeError...)
         raise ModelError(f"{path}: not a readable PyTorch checkpoint (truncated or corrupt?): "
-                         f"{type(e).__name__}: {_first_line(str(e))}") from None
+                         f"{type(e).__name__}: {first_line(str(e))}") from None
     expected = ("model", "generator", "vocab", "opt")
     if not isinstance(data, dict) or not all(key in data for key in expected):
         found = sorted(map(str, data)) if isinstance(data, dict) else type(data).__name__
@@ -80,20 +79,6 @@ def read_checkpoint(path: str) -> dict:
     if not isinstance(data["opt"], argparse.Namespace) or not isinstance(data["vocab"], dict):
         raise ModelError(f"{path}: not an OpenNMT-py v3 checkpoint: `opt` must be options and `vocab` a dict")
     return data
-
-
-def _first_line(message: str) -> str:
-    """The first sentence of an error message (torch's run over several lines of advice)."""
-    line = next((line.strip() for line in message.splitlines() if line.strip()), "no details")
-    return line.split(". ")[0].rstrip(".")
-
-
-def _unpickling_reason(message: str) -> str:
-    """The weights-only unpickler's long message, cut to what it refused."""
-    named = re.search(r"GLOBAL ([\w.]+)", message)
-    if named:
-        return f"it holds pickled code, not only weights (it would load {named.group(1)})"
-    return _first_line(message)
 
 
 def check_options(opt: argparse.Namespace, path: str):
