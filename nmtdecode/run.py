@@ -290,7 +290,8 @@ class JobInput:
         self.config, self.output = config, output
         self.reader = LineReader(config.io.src, config.io.on_invalid_utf8)
         signals.job_started()  # from here a signal unwinds the job, keeping its output resumable
-        self.done = output.open(config.io.resume, job_signature(config))  # input lines done before
+        signature = job_signature(config, engine.loaded.files)
+        self.done = output.open(config.io.resume, signature)  # input lines done before
         lines = output.unfinished(self.reader, on_resume=lambda n: warn(f"{where}resuming after input line {n}"))
         self.examples = job_examples(config, lines, engine)
 

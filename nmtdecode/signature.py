@@ -30,17 +30,26 @@ def _content_identity(path: str) -> list:
     return [digest.hexdigest(), st.st_size, st.st_mtime_ns]
 
 
-def model_identity(path: str) -> list:
-    """The files of a model directory (or one file), each by content."""
+def model_identity(path: str, files=()) -> list:
+    """The files of a model directory (or one file), each by content; and `files`, those its
+    loader read from elsewhere (a tokenizer in a subfolder or beside a `.pt`, `../` paths,
+    weight shards in subfolders: `LoadedModel.files`), named relative to the model's folder."""
     if not os.path.isdir(path):
-        return _content_identity(path)
-    names = sorted(n for n in os.listdir(path) if os.path.isfile(os.path.join(path, n)))
-    return [[n, *_content_identity(os.path.join(path, n))] for n in names]
+        own, folder, seen = _content_identity(path), os.path.dirname(os.path.realpath(path)), {os.path.realpath(path)}
+    else:
+        names = sorted(n for n in os.listdir(path) if os.path.isfile(os.path.join(path, n)))
+        own, folder = [[n, *_content_identity(os.path.join(path, n))] for n in names], os.path.realpath(path)
+        seen = {os.path.realpath(os.path.join(path, n)) for n in names}
+    elsewhere = sorted({os.path.realpath(f) for f in files} - seen)
+    if not elsewhere:
+        return own  # as before: the signature of a model that reads nothing elsewhere is unchanged
+    return [own, [[os.path.relpath(f, folder), *_content_identity(f)] for f in elsewhere]]
 
 
-def job_signature(config: Config) -> str:
+def job_signature(config: Config, model_files=()) -> str:
     """What the output depends on: every option that changes it, the model files and the
-    nmtdecode version. A partial output is only resumed by a job with the same signature;
+    nmtdecode version (`model_files`: what the loader read, LoadedModel.files). A partial
+    output is only resumed by a job with the same signature;
     the input is checked separately, by the hash of the lines already done (`output.py`).
 
     Left out on purpose: device, threads, gemm and cuda_graphs choose how the same numbers are computed,
@@ -49,7 +58,7 @@ def job_signature(config: Config) -> str:
     parts = {"version": __version__, "decoding": asdict(config.decoding), "batching": asdict(config.batching),
              "dtype": config.runtime.dtype, "quantize": config.runtime.quantize, "format": config.io.format,
              "token_scores": config.io.token_scores, "on_invalid_utf8": config.io.on_invalid_utf8,
-             "stdin": config.io.src == "-", "model": model_identity(config.io.model)}
+             "stdin": config.io.src == "-", "model": model_identity(config.io.model, model_files)}
     if config.io.prefix is not None:  # the prefixes change the output as the input does
         parts["prefix"] = _content_identity(config.io.prefix)
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -362,6 +362,48 @@ def test_resume_refuses_another_quantization(job, src, tmp_path):
     assert json.loads(journal_of(out).read_text())["lines"] == 32  # still resumable as it was
 
 
+def other_sentencepiece(directory, vocab_size: int = 48) -> str:
+    """A SentencePiece model as tests/helpers.py trains it, on other lines: same size, other scores."""
+    import random
+
+    import sentencepiece as spm
+
+    from tests.helpers import WORDS
+
+    rng = random.Random(7)
+    lines = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12))) for _ in range(300)]
+    prefix = str(directory / "other")
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_prefix=prefix, vocab_size=vocab_size, pad_id=0,
+                                   unk_id=1, bos_id=2, eos_id=3, model_type="unigram", character_coverage=1.0,
+                                   minloglevel=2, num_threads=1)
+    return prefix + ".model"
+
+
+@pytest.mark.parametrize("where", ["tok/spm.model", "../shared/spm.model"])
+def test_resume_refuses_a_tokenizer_changed_outside_the_model_folder(model_dir, src, tmp_path, cli, where):
+    """The signature hashes every file the loader reads (here the SentencePiece model a native
+    config names in a subfolder or beside the model's folder), not only the folder's own files."""
+    import shutil
+
+    import yaml
+
+    model = tmp_path / "models" / "m"
+    shutil.copytree(model_dir, model)
+    spm_file = model / where
+    spm_file.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(model / "spm.model", spm_file)
+    config = yaml.safe_load((model / "config.yaml").read_text())
+    config["tokenizer"] = {"source": where}
+    (model / "config.yaml").write_text(yaml.safe_dump(config))
+    out = tmp_path / "out.txt"
+    args = ["translate", "--model", model, "--src", src, "--output", out, *ARGS]
+    with interrupted_after(40):
+        assert cli(*args).returncode == 130
+    shutil.copy(other_sentencepiece(tmp_path), spm_file)
+    run = cli(*args, "--resume")
+    assert run.returncode == 2 and b"written with other options or another model" in run.stderr, run.stderr
+
+
 def test_resume_refuses_an_input_edited_in_place(job, src, tmp_path):
     out = tmp_path / "out.txt"
     with interrupted_after(40):

@@ -14,6 +14,7 @@ import json
 import os
 import pickle
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -47,6 +48,7 @@ class LoadedModel:
     rules: ModelRules = field(default_factory=ModelRules)
     defaults: dict = field(default_factory=dict)  # decoding defaults shipped with the model
     gemm: str = "torch"  # how the CPU runs its linear layers (models/gemm.py), chosen by run.prepare
+    files: tuple[str, ...] = ()  # every file the load read (real paths), for the resume signature
 
     def rules_for(self, src_lang: str | None, tgt_lang: str | None) -> ModelRules:
         """Set the languages on the tokenizer; the model's rules, with the target-language
@@ -57,12 +59,35 @@ class LoadedModel:
         return replace(self.rules, forced_bos_id=forced)
 
 
+_loads: list[list[str]] = []  # the files each model load in progress has read (`recording_reads`)
+
+
+@contextmanager
+def recording_reads():
+    """The files a model load reads, noted by `note_read` as it goes (in the order read; the
+    resume signature hashes them: signature.py)."""
+    files: list[str] = []
+    _loads.append(files)
+    try:
+        yield files
+    finally:
+        _loads.pop()
+
+
+def note_read(path: str) -> str:
+    """Every file a loader reads goes through here (the readers below, the tokenizers' files)."""
+    for files in _loads:
+        files.append(os.path.realpath(path))
+    return path
+
+
 def read_json(path: str, required: bool = True) -> dict:
     """A JSON object from a model directory; a missing optional file is {}."""
     if not os.path.isfile(path):
         if required:
             raise ModelError(f"{path} is missing")
         return {}
+    note_read(path)
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
@@ -75,7 +100,7 @@ def read_json(path: str, required: bool = True) -> dict:
 
 def read_safetensors(path: str) -> dict[str, torch.Tensor]:
     try:
-        return load_file(path)
+        return load_file(note_read(path))
     except (SafetensorError, OSError, ValueError) as e:
         raise ModelError(f"cannot read weights {path}: {e}") from None
 
@@ -83,7 +108,7 @@ def read_safetensors(path: str) -> dict[str, torch.Tensor]:
 def read_torch_weights(path: str) -> dict[str, torch.Tensor]:
     """A `pytorch_model.bin`-style file: tensors and plain containers only, never pickled code."""
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(note_read(path), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         raise ModelError(f"cannot read weights {path}: refused: {unpickling_reason(str(e))}") from None
     except Exception as e:  # the unpickler raises many types; all mean "not readable as weights"

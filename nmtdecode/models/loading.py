@@ -9,7 +9,7 @@ re-exported below are for callers outside the package.
 
 from __future__ import annotations
 
-from .checkpoint import LoadedModel, ModelError, read_json
+from .checkpoint import LoadedModel, ModelError, read_json, recording_reads
 from .detect import model_format
 from .formats import eole, huggingface, native, opennmt
 
@@ -20,4 +20,9 @@ FORMATS = {fmt.FORMAT: fmt for fmt in (native, eole, huggingface, opennmt)}
 
 
 def load_model(path: str | None) -> LoadedModel:
-    return FORMATS[model_format(path)].load(path)
+    """The model at `path`, with the files its format read to build it (`LoadedModel.files`)."""
+    fmt = FORMATS[model_format(path)]
+    with recording_reads() as files:
+        loaded = fmt.load(path)
+    loaded.files = tuple(dict.fromkeys(files))
+    return loaded

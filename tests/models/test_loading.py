@@ -2,6 +2,7 @@
 imports, checkpoint.py <- formats/* <- loading.py and nothing above, is test_imports.py's.)"""
 
 import json
+import os
 
 import pytest
 
@@ -12,6 +13,13 @@ from nmtdecode.models.detect import model_format
 from nmtdecode.models.formats import eole, huggingface, native, opennmt
 
 from tests.helpers import build_native_model
+
+
+def test_a_load_names_every_file_it_read(model_dir):
+    """What the resume signature hashes (signature.py): the config, the weights, the tokenizer."""
+    loaded = loading.load_model(str(model_dir))
+    assert sorted(os.path.basename(f) for f in loaded.files) == ["config.yaml", "model.safetensors", "spm.model"]
+    assert all(os.path.isabs(f) for f in loaded.files)
 
 
 def test_each_format_is_loaded_by_its_name():

@@ -29,7 +29,7 @@ import re
 import sentencepiece as spm
 
 from ...config import ConfigError
-from ..checkpoint import ModelError, read_json
+from ..checkpoint import ModelError, note_read, read_json
 
 # Language codes, in the order that gives their ids (taken as data from transformers 5).
 M2M100_CODES = {
@@ -68,7 +68,7 @@ def _load_spm(path: str) -> spm.SentencePieceProcessor:
     if not os.path.isfile(path):
         raise ModelError(f"{path} is missing")
     try:
-        return spm.SentencePieceProcessor(model_file=path)
+        return spm.SentencePieceProcessor(model_file=note_read(path))
     except (OSError, RuntimeError) as e:
         raise ModelError(f"{path} cannot be read as a SentencePiece model: {e}") from None
 
@@ -185,7 +185,7 @@ def _tokenizers_library():
 def _read_tokenizer_json(path: str) -> _TokenizerJson:
     tokenizers = _tokenizers_library()
     try:
-        return _TokenizerJson(tokenizers.Tokenizer.from_file(path))
+        return _TokenizerJson(tokenizers.Tokenizer.from_file(note_read(path)))
     except Exception as e:  # the library raises plain Exceptions for bad files
         raise ModelError(f"{path} cannot be read: {e}") from None
 
@@ -388,7 +388,7 @@ def _bart(path: str, config: dict) -> HFTokenizer:
 def _byte_level_bpe(vocab_file: str, merges_file: str, specials, add_prefix_space: bool) -> _TokenizerJson:
     tokenizers = _tokenizers_library()
     try:
-        tok = tokenizers.Tokenizer(tokenizers.models.BPE.from_file(vocab_file, merges_file))
+        tok = tokenizers.Tokenizer(tokenizers.models.BPE.from_file(note_read(vocab_file), note_read(merges_file)))
     except Exception as e:
         raise ModelError(f"{vocab_file} / {merges_file} cannot be read: {e}") from None
     tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space)

@@ -20,6 +20,7 @@ from ..checkpoint import (
     ModelError,
     ModelRules,
     load_weights,
+    note_read,
     read_safetensors,
     shared_names,
 )
@@ -30,7 +31,7 @@ FORMAT = "native"
 
 def read_config(path: str) -> dict:
     try:
-        with open(os.path.join(path, "config.yaml"), encoding="utf-8") as f:
+        with open(note_read(os.path.join(path, "config.yaml")), encoding="utf-8") as f:
             data = yaml.safe_load(f)
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise ModelError(f"{path}/config.yaml cannot be read: {e}") from None
@@ -63,6 +64,7 @@ def load(path: str) -> LoadedModel:
     for spm_file in filter(None, [source, target]):
         if not os.path.isfile(spm_file):
             raise ModelError(f"{path}: SentencePiece model {os.path.basename(spm_file)} is missing")
+        note_read(spm_file)
     tokenizer = SentencePieceTokenizer(source, target, eos_id=cfg.eos_id,
                                        special_ids={cfg.pad_id, cfg.bos_id, cfg.decoder_start_id})
     if tokenizer.target.get_piece_size() != cfg.tgt_vocab_size:

@@ -24,7 +24,8 @@ import sentencepiece as spm
 import torch
 
 from ...config import ConfigError
-from ..checkpoint import LoadedModel, ModelError, ModelRules, first_line, load_weights, unpickling_reason
+from ..checkpoint import (LoadedModel, ModelError, ModelRules, first_line, load_weights, note_read,
+                          unpickling_reason)
 from ..transformer import Transformer, TransformerConfig
 
 FORMAT = "opennmt-py"
@@ -65,7 +66,7 @@ def read_checkpoint(path: str) -> dict:
     """The checkpoint's dict, unpickled without running code; one line of error otherwise."""
     try:
         with torch.serialization.safe_globals(SAFE_GLOBALS):
-            data = torch.load(path, map_location="cpu", weights_only=True)
+            data = torch.load(note_read(path), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         raise ModelError(f"{path}: refused: {unpickling_reason(str(e))}") from None
     except Exception as e:  # the unpickler raises many types (EOFError, KeyError, RuntimeError...)
@@ -218,8 +219,8 @@ class VocabTokenizer:
                  specials: dict[str, str] = SPECIALS):
         self.src_ids, self.tgt_ids = token_ids(src_vocab), token_ids(tgt_vocab)
         self.tgt_tokens = list(tgt_vocab)
-        self.src_spm = spm.SentencePieceProcessor(model_file=src_spm) if src_spm else None
-        self.tgt_spm = spm.SentencePieceProcessor(model_file=tgt_spm) if tgt_spm else None
+        self.src_spm = spm.SentencePieceProcessor(model_file=note_read(src_spm)) if src_spm else None
+        self.tgt_spm = spm.SentencePieceProcessor(model_file=note_read(tgt_spm)) if tgt_spm else None
         self.src_unk, self.tgt_unk = self.src_ids[specials["unk"]], self.tgt_ids[specials["unk"]]
         # onmt_translate writes every token before EOS, <blank> and <unk> included
         self.eos_id = self.tgt_ids[specials["eos"]]
