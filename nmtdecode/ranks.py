@@ -145,7 +145,7 @@ def check_job(config: Config):
         raise ConfigError("--stream answers each line as it arrives, in one process: under torchrun leave it out")
     check_readable(io_cfg.src)
     if io_cfg.prefix is not None:
-        check_prefix(io_cfg.src, io_cfg.prefix)
+        check_prefix(io_cfg.src, io_cfg.prefix, io_cfg.resume)
     if not stat.S_ISREG(os.stat(io_cfg.src).st_mode):
         raise ConfigError(f"under torchrun every process reads the whole input: --src {io_cfg.src} must be a "
                           "regular file, not a pipe or device")

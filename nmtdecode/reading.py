@@ -110,10 +110,14 @@ class PrefixLines:
                              "give one prefix line per source line")
 
 
-def check_prefix(src: str, prefix: str):
+def check_prefix(src: str, prefix: str, resume: bool = False):
     """Before the model loads: the prefix file is readable and, when the source is a regular
-    file too, has as many lines."""
+    file too, has as many lines. A pipe or FIFO is read once, as the job goes (it cannot be
+    counted, nor hashed for the resume signature, so it cannot be resumed)."""
     check_readable(prefix)
+    if resume and not os.path.isfile(prefix):
+        raise ConfigError(f"--resume: the prefixes come from {prefix}, a pipe or device, which cannot be read again "
+                          "to check that they are the ones the partial output was made with; give a file")
     counts = count_lines(src), count_lines(prefix)
     if None not in counts and counts[0] != counts[1]:
         raise ConfigError(f"prefix: {prefix} has {counts[1]} lines but {src} has {counts[0]}; "

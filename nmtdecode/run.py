@@ -95,7 +95,7 @@ def _claim(job: Config, jobs: list[Config]) -> OutputFile | None:
     """Check a job's input and lock its output (one process); None when --resume finds it complete."""
     check_readable(job.io.src)
     if job.io.prefix is not None:
-        check_prefix(job.io.src, job.io.prefix)
+        check_prefix(job.io.src, job.io.prefix, job.io.resume)
     output = OutputFile(job.io.output)
     for other in jobs:
         output.refuse_source(other.io.src)

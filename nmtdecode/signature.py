@@ -60,5 +60,5 @@ def job_signature(config: Config, model_files=()) -> str:
              "token_scores": config.io.token_scores, "on_invalid_utf8": config.io.on_invalid_utf8,
              "stdin": config.io.src == "-", "model": model_identity(config.io.model, model_files)}
     if config.io.prefix is not None:  # the prefixes change the output as the input does
-        parts["prefix"] = _content_identity(config.io.prefix)
+        parts["prefix"] = _content_identity(config.io.prefix) if os.path.isfile(config.io.prefix) else "a stream"
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]

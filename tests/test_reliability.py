@@ -38,6 +38,25 @@ def held_fifo(path, data: bytes) -> int:
     return fd
 
 
+@pytest.mark.subprocess
+@pytest.mark.parametrize("name, code", [("model.safetensors", 1), ("spm.model", 1), ("config.yaml", 2)])
+def test_a_fifo_in_place_of_a_model_file_is_refused_not_waited_on(model_dir, tmp_path, name, code):
+    """Nothing ever writes to it: reading it would block forever (with SIGTERM and Ctrl-C
+    ignored while start-up reads it). Every file a loader reads must be a regular file; a
+    config.yaml that is not one does not make a native model folder."""
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(model_dir, model)
+    (model / name).unlink()
+    os.mkfifo(model / name)
+    run = subprocess.run(command("translate", "--model", model), input=b"hello\n", capture_output=True, timeout=60)
+    assert run.returncode == code and len(run.stderr.splitlines()) == 1, run.stderr
+    message = (f"{model / name} is not a regular file (a FIFO, device or folder): a model's files must be files"
+               if code == 1 else f"model: {model} is not a model directory")
+    assert message.encode() in run.stderr
+
+
 def test_invalid_utf8_stops_with_file_and_line(model_dir, tmp_path, cli):
     src = tmp_path / "in.txt"
     src.write_bytes(b"good morning\nbad \xff\xfe here\nthank you\n")

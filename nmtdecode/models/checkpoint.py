@@ -14,6 +14,7 @@ import json
 import os
 import pickle
 import re
+import stat
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
@@ -75,7 +76,15 @@ def recording_reads():
 
 
 def note_read(path: str) -> str:
-    """Every file a loader reads goes through here (the readers below, the tokenizers' files)."""
+    """Every file a loader reads goes through here (the readers below, the tokenizers' files):
+    noted for the resume signature, and refused unless it is a regular file (a FIFO or device
+    in its place would block the load, or never end)."""
+    try:
+        regular = stat.S_ISREG(os.stat(path).st_mode)
+    except OSError as e:
+        raise ModelError(f"cannot read {path}: {e.strerror}") from None
+    if not regular:
+        raise ModelError(f"{path} is not a regular file (a FIFO, device or folder): a model's files must be files")
     for files in _loads:
         files.append(os.path.realpath(path))
     return path

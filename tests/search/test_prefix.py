@@ -168,6 +168,29 @@ def test_cli_refuses_a_prefix_file_of_another_length(cli, lines_file):
     assert "prefix.txt has 1 lines but" in out.stderr and "has 2" in out.stderr
 
 
+def test_cli_reads_prefixes_from_a_fifo_once_and_refuses_to_resume_with_one(cli, lines_file, tmp_path):
+    """A FIFO (or pipe) of prefixes is read as the job goes, once: not consumed by the resume
+    signature first (which left the job "0 lines" of prefixes); --resume cannot check it, and
+    refuses it before the model loads."""
+    import os
+    import threading
+
+    src = lines_file(["good morning", "thank you", "the house"])
+    regular = lines_file(["Das", "", "Ich"], name="prefix.txt")
+    expected = cli("translate", "-m", DEMO, "--src", src, "--prefix", regular, "-q", text=True)
+    fifo = tmp_path / "prefix.fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_bytes(regular.read_bytes()), daemon=True)
+    writer.start()
+    out = cli("translate", "-m", DEMO, "--src", src, "--prefix", fifo, "-q", "--output", tmp_path / "out.txt",
+              text=True)
+    writer.join(timeout=30)
+    assert out.returncode == 0 and (tmp_path / "out.txt").read_text() == expected.stdout, out.stderr
+    out = cli("translate", "-m", "no-such-model", "--src", src, "--prefix", fifo, "--output", tmp_path / "out.txt",
+              "--resume", text=True)
+    assert out.returncode == 2 and f"the prefixes come from {fifo}, a pipe or device" in out.stderr
+
+
 def test_cli_prefix_shorter_than_stdin_fails_naming_the_line(cli, lines_file):
     prefix = lines_file(["Das"], name="prefix.txt")
     out = cli("translate", "-m", DEMO, "--prefix", prefix, "-q", stdin="good morning\nthank you\n", text=True)

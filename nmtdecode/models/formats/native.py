@@ -62,9 +62,9 @@ def load(path: str) -> LoadedModel:
     source = os.path.join(path, tok.get("source", "spm.model"))
     target = os.path.join(path, tok["target"]) if tok.get("target") else None
     for spm_file in filter(None, [source, target]):
-        if not os.path.isfile(spm_file):
+        if not os.path.lexists(spm_file):
             raise ModelError(f"{path}: SentencePiece model {os.path.basename(spm_file)} is missing")
-        note_read(spm_file)
+        note_read(spm_file)  # a regular file
     tokenizer = SentencePieceTokenizer(source, target, eos_id=cfg.eos_id,
                                        special_ids={cfg.pad_id, cfg.bos_id, cfg.decoder_start_id})
     if tokenizer.target.get_piece_size() != cfg.tgt_vocab_size:
