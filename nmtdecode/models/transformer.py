@@ -39,6 +39,11 @@ ACTIVATIONS = {
     "silu": F.silu,
 }
 POSITIONS = ("sinusoidal", "sinusoidal_interleaved", "sinusoidal_fairseq", "learned")
+# Bounds on what a model config may ask for, far above every published encoder-decoder (NLLB:
+# 256k pieces, d_model 2048, 24 layers, 1024 positions): a config beyond them is refused by name
+# before gigabytes are allocated for it (a position table of 300,000 x 4,096, 20,000 layers).
+LIMITS = {"src_vocab_size": 1 << 22, "tgt_vocab_size": 1 << 22, "d_model": 1 << 15, "heads": 1 << 10,
+          "encoder_layers": 1 << 8, "decoder_layers": 1 << 8, "ffn_dim": 1 << 17, "max_positions": 1 << 16}
 
 
 @dataclass
@@ -88,6 +93,9 @@ class TransformerConfig:
                     "ffn_dim", "max_positions"):
             if getattr(self, key) < 1:
                 raise ValueError(f"{key}: must be >= 1, got {getattr(self, key)}")
+            if getattr(self, key) > LIMITS[key]:  # before anything of that size is allocated
+                raise ValueError(f"{key}: {getattr(self, key)} is more than any model this decoder runs asks for "
+                                 f"(at most {LIMITS[key]:,}); a mistyped or hostile config?")
         if self.position_offset < 0:
             raise ValueError(f"position_offset: must be >= 0, got {self.position_offset}")
         if not (self.norm_eps > 0 and 0 <= self.dropout < 1):
