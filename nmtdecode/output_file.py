@@ -133,11 +133,10 @@ class OutputFile:
     def _renamed_complete(self) -> bool:
         """Whether the journal records a complete output that is FILE, byte for byte (its hash)."""
         try:
-            with open(self.journal, "rb") as f:
-                record = json.loads(f.read(JOURNAL_LIMIT).decode("utf-8"))
+            record = self._journal_record()
             with open(self.path, "rb") as f:
                 digest = _hash_prefix(f.fileno(), os.fstat(f.fileno()).st_size)
-        except (OSError, UnicodeDecodeError, ValueError):
+        except (OutputRefused, OSError):
             return False
         return (isinstance(record, dict) and record.get("complete") is True and record.get("check") == _checksum(record)
                 and record.get("output_hash") == digest.hexdigest())
@@ -261,7 +260,8 @@ class OutputFile:
             raise OutputTaken(f"output: {self.lock_path} was removed while this job ran, so another job may be "
                               f"writing {self.path}: stopping without touching it or {self.tmp}")
 
-    def _read_journal(self) -> Progress:
+    def _journal_record(self) -> dict:
+        """The journal as a JSON object (a regular file, never followed if a link), or OutputRefused."""
         name = self.journal
         try:
             fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -278,6 +278,10 @@ class OutputFile:
         if not isinstance(record, dict):
             raise OutputRefused(f"--resume: {name} is not a valid progress record (not a JSON object); "
                                 "run without --resume to start over")
+        return record
+
+    def _read_journal(self) -> Progress:
+        name, record = self.journal, self._journal_record()
         if record.get("signature") != self.signature:
             raise OutputRefused(f"--resume: {self.tmp} was written with other options or another model; "
                                 "run without --resume to start over")
