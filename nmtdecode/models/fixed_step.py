@@ -184,8 +184,7 @@ class FixedShapeSteps:
             self.buffers, self.captured, self.pool = None, {}, None
             self.buffers = StepBuffers(model, *grown)
         b = self.buffers
-        cross = torch.stack([torch.stack(layer.cross_attn.project_memory(memory)) for layer in model.decoder_layers])
-        b.cross_kv[:, :, :sentences, :, :source] = cross
+        b.cross_kv[:, :, :sentences, :, :source] = model.cross_keys_values(memory)
         b.memory_mask[:sentences, 0, 0, :source] = src_mask
         b.memory_mask[:sentences, :, :, source:] = False
         b.memory_mask[sentences:, :, :, 0] = True  # padding sentences attend somewhere: finite, unused

@@ -356,10 +356,15 @@ class Transformer(nn.Module):
             x = self.decoder_norm(x)
         return self.output(x)
 
+    def cross_keys_values(self, memory: torch.Tensor) -> torch.Tensor:
+        """The memory (B, S, d) projected to every decoder layer's cross-attention keys and values,
+        once per sentence: (L, 2, B, H, S, hd)."""
+        return torch.stack([torch.stack(layer.cross_attn.project_memory(memory)) for layer in self.decoder_layers])
+
     def init_cache(self, memory: torch.Tensor, src_mask: torch.Tensor) -> DecoderCache:
         """Project the memory to cross-attention keys/values, once per sentence. Length-sorted
         batches often have no padding: then no step needs the mask."""
-        cross = torch.stack([torch.stack(layer.cross_attn.project_memory(memory)) for layer in self.decoder_layers])
+        cross = self.cross_keys_values(memory)
         mask = None if bool(src_mask.all()) else padding_mask(src_mask)
         alignment = (self.cfg.alignment_layer, self.cfg.alignment_heads)
         return DecoderCache(cross_kv=cross, memory_mask=mask, alignment=alignment)  # (L, 2, B, H, S, hd)
