@@ -44,15 +44,32 @@ INITIAL_CAPACITY = 16
 SENTENCES, POSITIONS, SLOTS = 2, 4, 5  # axes of self_kv
 
 
-class DecoderCache:
-    def __init__(self, cross_kv: torch.Tensor, memory_mask: torch.Tensor | None, alignment: tuple[int, int] = (-1, 1)):
-        self.cross_kv = cross_kv  # (L, 2, B, H, S, hd), one entry per sentence
-        self.memory_mask = memory_mask  # (B, 1, 1, S) bool, True = real source token; None: no padding
-        layers, heads = cross_kv.size(0), cross_kv.size(3)
+class AttentionRecord:
+    """What a decoder state keeps of the cross-attention, when asked (`record_attention`): the
+    weights of one layer averaged over its first heads, one row per hypothesis. Shared by this
+    module's cache and the fixed-shape step's (models/fixed_step.py)."""
+
+    def __init__(self, layers: int, heads: int, alignment: tuple[int, int]):
         self.alignment_layer = alignment[0] % layers  # whose cross-attention `attention` reports
         self.alignment_heads = alignment[1] or heads  # averaged over heads [0, alignment_heads); 0: all
         self.record_attention = False  # set by whoever needs `attention`; off, nothing is kept
         self.attention = None  # (N, S) float32, this step's weights of the alignment layer, when recorded
+
+    def attention_probe(self, layer: int):
+        """The state itself when `layer`'s cross-attention weights are to be kept, else None."""
+        return self if self.record_attention and layer == self.alignment_layer else None
+
+    def averaged(self, weights: torch.Tensor) -> torch.Tensor:
+        """weights (B, H, width, S) of the alignment layer -> (B * width, S) float32."""
+        averaged = weights[:, : self.alignment_heads].float().mean(dim=1)  # (B, width, S)
+        return averaged.reshape(-1, averaged.size(-1))
+
+
+class DecoderCache(AttentionRecord):
+    def __init__(self, cross_kv: torch.Tensor, memory_mask: torch.Tensor | None, alignment: tuple[int, int] = (-1, 1)):
+        super().__init__(cross_kv.size(0), cross_kv.size(3), alignment)
+        self.cross_kv = cross_kv  # (L, 2, B, H, S, hd), one entry per sentence
+        self.memory_mask = memory_mask  # (B, 1, 1, S) bool, True = real source token; None: no padding
         self.self_kv = None  # (L, 2, B, H, capacity, width, hd), allocated at the first step
         self.width = 1  # rows per sentence
         self.path = None  # (N, length): slot of each row's ancestor at each position; None while width is 1
@@ -68,14 +85,9 @@ class DecoderCache:
         """Encoder keys, values (B, H, S, hd) for `layer`."""
         return self.cross_kv[layer, 0], self.cross_kv[layer, 1]
 
-    def attention_probe(self, layer: int) -> "DecoderCache | None":
-        """The cache itself when `layer`'s cross-attention weights are to be kept, else None."""
-        return self if self.record_attention and layer == self.alignment_layer else None
-
     def keep_attention(self, weights: torch.Tensor):
         """weights (B, H, width, S) of the alignment layer -> `attention` (N, S)."""
-        averaged = weights[:, : self.alignment_heads].float().mean(dim=1)  # (B, width, S)
-        self.attention = averaged.reshape(-1, averaged.size(-1))
+        self.attention = self.averaged(weights)
 
     def append_self(self, layer: int, kv: torch.Tensor):
         """Store this step's keys and values, kv (N, 2, H, hd), for `layer` (one copy). Returns the

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .cache import SENTENCES
+from .cache import SENTENCES, AttentionRecord
 
 if TYPE_CHECKING:
     from ..search.base import StepOutput
@@ -72,22 +72,18 @@ class StepBuffers:
                 and source <= self.source)
 
 
-class FixedShapeCache:
+class FixedShapeCache(AttentionRecord):
     """The decoder state of one batch over `StepBuffers`, with `cache.DecoderCache`'s interface
     (what the layers call, and `follow`). Sentence i of the search is sentence i of the buffers
     (finished ones are compacted away); its row j is buffer row i * width + j."""
 
     def __init__(self, buffers: StepBuffers, sentences: int, source: int, alignment: tuple[int, int]):
+        super().__init__(buffers.cross_kv.size(0), buffers.cross_kv.size(3), alignment)
         self.buffers = buffers
         self.sentences, self.width = sentences, 1  # live sentences; rows per sentence as the search sees them
         self.source = source  # the batch's own source length
         self.source_bucket = bucket(source, MIN_SOURCE)
         self.length = 0
-        layers, heads = buffers.cross_kv.size(0), buffers.cross_kv.size(3)
-        self.alignment_layer = alignment[0] % layers
-        self.alignment_heads = alignment[1] or heads
-        self.record_attention = False
-        self.attention = None  # (rows, source) after each step, when recorded
         self.positions_bucket = MIN_POSITIONS  # the positions the current step attends over
 
     @property
@@ -106,14 +102,11 @@ class FixedShapeCache:
         kv = self.buffers.cross_kv[layer, :, : self.sentence_bucket, :, : self.source_bucket]
         return kv[0], kv[1]
 
-    def attention_probe(self, layer: int) -> "FixedShapeCache | None":
-        return self if self.record_attention and layer == self.alignment_layer else None
-
     def keep_attention(self, weights: torch.Tensor):
-        """weights (B, H, width, S) of the alignment layer, into the attention buffer."""
-        averaged = weights[:, : self.alignment_heads].float().mean(dim=1)  # (B, width, S)
-        rows, source = averaged.size(0) * averaged.size(1), averaged.size(2)
-        self.buffers.attention[:rows, :source].copy_(averaged.reshape(rows, source))
+        """weights (B, H, width, S) of the alignment layer, into the attention buffer (the graph's
+        output; decode_step reads the search's rows of it into `attention`)."""
+        averaged = self.averaged(weights)
+        self.buffers.attention[: averaged.size(0), : averaged.size(1)].copy_(averaged)
 
     def append_self(self, layer: int, kv: torch.Tensor):
         """kv (rows, 2, H, hd) written at the step's position; the keys and values of positions
