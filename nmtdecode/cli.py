@@ -34,6 +34,7 @@ from .signals import STOPPED_NOTE, Terminated
 def _click_type(key: str, declared: Option):
     hint = TYPES.get(key, str)
     kinds = typing.get_args(hint) or (hint,)
+    kinds = [k for kind in kinds for k in (typing.get_args(kind) or (kind,))]  # list[float]: float
     if declared.choices is not None and declared.aliases is None:
         return click.Choice(declared.choices)
     return int if int in kinds else float if float in kinds else str
@@ -125,7 +126,7 @@ def one_line(error: click.ClickException) -> str:
 
 
 # Options that take several values: `--src a b` is read as `--src a --src b`.
-MANY_VALUED = ("--src", "-s", "--output", "-o")
+MANY_VALUED = ("--src", "-s", "--output", "-o", "--model", "-m", "--ensemble-weights")
 
 
 def spread_values(args: list[str]) -> list[str]:
@@ -154,9 +155,6 @@ class OneValueCommand(click.Command):
         for param in order:
             if param in seen and not param.multiple and not getattr(param, "is_flag", False):
                 name = max(param.opts, key=len)
-                if param.name == "model":
-                    raise click.UsageError(f"{name}: given more than once; ensembles are not supported, "
-                                           "give one model")
                 raise click.UsageError(f"{name}: given more than once; give it once")
             seen.add(param)
         return super().parse_args(ctx, args)
@@ -230,16 +228,17 @@ def score_config(file_values: dict, flags: dict) -> Config:
 
 
 @cli.command()
-@click.argument("path", required=False)
-@click.option("--model", "-m", help="Model directory (or give it as PATH).")
+@click.argument("paths", nargs=-1, metavar="PATH...")
+@click.option("--model", "-m", "models", multiple=True, help="Model directory (or give it as PATH); several: each.")
 @DEBUG
-def inspect(path, model, debug):
-    """Show a model's format, architecture, vocabulary, stored dtype, target language and decoding defaults."""
-    if (path is None) == (model is None):
-        raise UsageError("inspect: give the model once, as --model PATH or as PATH")
+def inspect(paths, models, debug):
+    """Show a model's format, architecture, vocabulary, stored dtype, target language and decoding
+    defaults; of several (an ensemble's), each in turn."""
+    if bool(paths) == bool(models):
+        raise UsageError("inspect: give the model once, as --model PATH or as PATH (several: each in turn)")
     from .models.inspect import describe
 
-    click.echo(describe(path or model))
+    click.echo("\n".join(describe(path) for path in paths or models))
 
 
 def run(argv: list[str]) -> int:

@@ -30,6 +30,7 @@ LENGTH_PENALTIES = ("none", "avg", "wu")  # search/penalties.py defines each
 COVERAGE_PENALTIES = ("none", "wu", "summary")
 EARLY_STOPPING = ("top", "true", "false", "never")  # search/beam.py defines each
 GEMM_BACKENDS = ("auto", "onednn", "torch")  # models/gemm.py
+ENSEMBLE_RULES = ("prob", "logprob", "opennmt")  # models/ensemble.py defines each
 FORMATS = ("text", "nbest", "nbest-marian", "jsonl")  # writing.py
 SCORE_FORMATS = ("text", "jsonl")  # scoring.py: a log-prob a line, or JSONL with per-token log-probs
 # Other tools' spellings of a dtype (PyTorch, Hugging Face, CTranslate2), each unambiguous.
@@ -143,8 +144,15 @@ class RuntimeConfig(Section):
 
 @dataclass
 class IOConfig(Section):
-    model: str | None = option(None, "Model directory (native, Hugging Face, eole) or OpenNMT-py .pt checkpoint.",
-                               short="-m")
+    model: str | list[str] | None = option(
+        None, "Model directory (native, Hugging Face, eole) or OpenNMT-py .pt checkpoint. Several: --model A B, an "
+        "ensemble decoded as one model.", short="-m", many=True, metavar="PATH...")
+    ensemble_rule: str | None = option(None, "How an ensemble combines its models' next-token scores: prob (mean of "
+                                       "probabilities, fairseq), logprob (weighted sum of log-probs, Marian), "
+                                       "opennmt (mean of logits, OpenNMT-py); unset: opennmt for OpenNMT-py and eole "
+                                       "models, else prob.", choices=ENSEMBLE_RULES)
+    ensemble_weights: list[float] | None = option(None, "One weight per model of the ensemble (default: equal; "
+                                                  "logprob: 1 each).", many=True, metavar="W...")
     src: str = option("-", "Input file(s), one sentence per line; - is stdin. Several: --src a.en b.en, one job "
                       "each, one model load.", short="-s", many=True, metavar="FILE...")
     output: str = option("-", "Output file(s), one per --src; - is stdout.", short="-o", many=True, metavar="FILE...")
@@ -157,7 +165,23 @@ class IOConfig(Section):
     prefix: str | None = option(None, "File of target prefixes, one per --src line (may be empty): each output "
                                 "starts with its prefix.")
 
+    @property
+    def models(self) -> list[str | None]:
+        """The model paths: one, or an ensemble's."""
+        return list(self.model) if isinstance(self.model, list) else [self.model]
+
     def check(self):
+        models = len(self.models)
+        if self.ensemble_weights is not None:
+            if models == 1:
+                raise ConfigError("ensemble_weights: weights are for an ensemble (several models: --model A B)")
+            if len(self.ensemble_weights) != models:
+                raise ConfigError(f"ensemble_weights: {len(self.ensemble_weights)} weights for {models} models; "
+                                  "give one per model")
+            if any(w <= 0 for w in self.ensemble_weights):
+                raise ConfigError(f"ensemble_weights: each must be > 0, got {self.ensemble_weights}")
+        if self.ensemble_rule is not None and models == 1:
+            raise ConfigError("ensemble_rule: a rule is for an ensemble (several models: --model A B)")
         if self.resume and self.output == "-":
             raise ConfigError("resume: needs an output file (--output FILE); stdout cannot be resumed")
         if self.stream and self.resume:
@@ -175,7 +199,7 @@ TYPES = {key: hint for cls in SECTIONS.values() for key, hint in typing.get_type
 PER_JOB_KEYS = frozenset({"src", "output", "format", "token_scores", "on_invalid_utf8", "prefix"}
                          | {f.name for f in fields(DecodingConfig)} | {f.name for f in fields(BatchingConfig)})
 # The options `score` shares with translate; from a config file it takes these (and the model) only.
-SCORE_KEYS = ("model", "batch_size", "batch_type", "max_src_length", "on_invalid_utf8", "device", "dtype", "quantize",
+SCORE_KEYS = ("model", "ensemble_rule", "ensemble_weights", "batch_size", "batch_type", "max_src_length", "on_invalid_utf8", "device", "dtype", "quantize",
               "gemm", "cuda_graphs", "threads", "quiet", "src_lang", "tgt_lang")
 # Keys a config file may hold besides the options: they plan a run of many files (jobs.py).
 PLAN_OPTIONS = {

@@ -92,7 +92,8 @@ def dump(config: Config) -> str:
     if config.io.model is not None:
         from .models.loading import load_model
 
-        config = config.with_model_defaults(load_model(config.io.model).defaults)
+        loaded = load_model(config.io.model, config.io.ensemble_rule, config.io.ensemble_weights)
+        config = config.with_model_defaults(loaded.defaults)
     else:
         header += "# no model given: its defaults (if any) are not included\n"
     return header + yaml.safe_dump(flat_values(config), sort_keys=False, allow_unicode=True)

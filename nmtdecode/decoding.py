@@ -44,6 +44,8 @@ class Seq2SeqModel(Protocol):
     decode_step(tokens (N,), cache) -> logits (N, V); N rows, each sentence's rows consecutive;
         when cache.record_attention is set, it also leaves in cache.attention (N, S) float32 the
         cross-attention weights of each row over its source (0 at padded positions)
+    log_probs(scores (N, V) float32) -> log-probabilities, optional: a model's own normalisation of
+        its step's scores (an ensemble's rule, models/ensemble.py); without it, log_softmax
     """
 
     cfg: object  # pad/unk/eos/decoder-start ids, max_positions
@@ -63,6 +65,7 @@ class BatchDecoder:
         """piece_id: target piece -> id or None (the tokenizer's), for the options naming pieces.
         fixed_steps: the model's fixed-shape step (CUDA graphs), used instead of its own."""
         self.model = model
+        self.log_probs = getattr(model, "log_probs", log_softmax)
         self.fixed_steps = fixed_steps
         self.cfg = decoding
         self.rules = rules or ModelRules()
@@ -181,7 +184,7 @@ class BatchDecoder:
         for step in range(max(max_steps)):
             logits = decode_step(tokens, cache)
             logits = processors.on_logits(logits.float(), step)  # nothing unless a rule acts on logits
-            logprobs = processors(torch.log_softmax(logits, dim=-1), step)
+            logprobs = processors(self.log_probs(logits), step)
             out = search.advance(logprobs, step, None if attention is None else attention.facts(cache.attention))
             if search.done:
                 break
@@ -238,8 +241,13 @@ class BatchDecoder:
         tgt_in, _ = self.pad([prefix + t for t in targets])
         gold, gold_mask = self.pad([t + [self.eos_id] for t in targets])
         logits = self.model(src, src_mask, tgt_in)[:, len(prefix) - 1 :]  # the positions that predict gold
-        logprobs = torch.log_softmax(logits.float(), dim=-1)
+        logprobs = self.log_probs(logits.float())
         return logprobs.gather(2, gold[:, :, None])[:, :, 0], gold_mask
+
+
+def log_softmax(logits: torch.Tensor) -> torch.Tensor:
+    """A model's step logits -> log-probabilities (unless it has its own `log_probs`)."""
+    return torch.log_softmax(logits, dim=-1)
 
 
 class AttentionFacts:

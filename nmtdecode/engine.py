@@ -54,7 +54,7 @@ class Engine:
         if runtime.threads:
             torch.set_num_threads(runtime.threads)
         device = resolve_device(runtime)
-        loaded = load_model(config.io.model)
+        loaded = load_model(config.io.model, config.io.ensemble_rule, config.io.ensemble_weights)
         dtype = DTYPES[runtime.dtype]
         loaded.model.to(device=device, dtype=dtype)
         if runtime.quantize == "int8":

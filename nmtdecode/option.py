@@ -18,7 +18,8 @@ class ConfigError(ValueError):
 class Option:
     """What an option means and which values it takes. `range` is written as in mathematics:
     ">= 1", "> 0", "(0, 1]", "[0, 2^64)"; `hint` follows a range error; `aliases` are other
-    tools' spellings of a choice; `many`: the command line takes several values, one job each."""
+    tools' spellings of a choice; `many`: the command line takes several values (--src a b: one job
+    each; --model A B: an ensemble)."""
 
     help: str
     short: str | None = None
@@ -45,6 +46,12 @@ def coerce(key: str, hint, value):
     allowed = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
     if value is None and type(None) in allowed:
         return None
+    if isinstance(value, (list, tuple)) and list[float] in allowed:
+        return [coerce(key, float, v) for v in value]
+    if isinstance(value, (list, tuple)) and list[str] in allowed:  # paths: model: [A, B] (one alone is A)
+        if not value or not all(isinstance(v, str) and v for v in value):
+            raise ConfigError(f"{key}: expected a path or a list of paths, got {value!r}")
+        return list(value) if len(value) > 1 else value[0]
     if bool in allowed and isinstance(value, bool):
         return value
     if int in allowed and isinstance(value, int) and not isinstance(value, bool):
@@ -58,7 +65,7 @@ def coerce(key: str, hint, value):
             return str(value).lower()
         if isinstance(value, (str, int, float)):
             return str(value)
-    names = " or ".join(t.__name__ for t in allowed if t is not type(None))
+    names = " or ".join(getattr(t, "__name__", str(t)) for t in allowed if t is not type(None))
     raise ConfigError(f"{key}: expected {names}, got {value!r}")
 
 
@@ -93,7 +100,7 @@ def in_range(value, range_text: str) -> bool:
 
 def check_option(key: str, declared: Option, value):
     """A value of option `key` against its declared choices and range."""
-    if declared.choices is not None and value not in declared.choices:
+    if declared.choices is not None and value is not None and value not in declared.choices:
         names = [f"{c} ({', '.join(a for a, to in declared.aliases.items() if to == c)})"
                  if declared.aliases and c in declared.aliases.values() else c for c in declared.choices]
         raise ConfigError(f"{key}: {value!r} is not one of {', '.join(names)}")

@@ -85,7 +85,8 @@ def load_engine(config: Config) -> Engine:
     """The model on its device. torch is imported here, once the inputs and outputs are checked and
     the model path is found to be a model (models/detect.py), so that a wrong path, an unreadable
     input or a locked output fails in a fraction of a second."""
-    model_format(config.io.model)
+    for path in config.io.models:
+        model_format(path)
     from .engine import Engine
 
     return Engine.load(config)

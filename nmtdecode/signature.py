@@ -58,7 +58,12 @@ def job_signature(config: Config, model_files=()) -> str:
     parts = {"version": __version__, "decoding": asdict(config.decoding), "batching": asdict(config.batching),
              "dtype": config.runtime.dtype, "quantize": config.runtime.quantize, "format": config.io.format,
              "token_scores": config.io.token_scores, "on_invalid_utf8": config.io.on_invalid_utf8,
-             "stdin": config.io.src == "-", "model": model_identity(config.io.model, model_files)}
+             "stdin": config.io.src == "-"}
+    if len(config.io.models) == 1:
+        parts["model"] = model_identity(config.io.model, model_files)
+    else:  # an ensemble: every model, in order, and how they are combined
+        parts["model"] = [model_identity(path, model_files) for path in config.io.models]
+        parts["ensemble"] = [config.io.ensemble_rule, config.io.ensemble_weights]
     if config.io.prefix is not None:  # the prefixes change the output as the input does
         parts["prefix"] = _content_identity(config.io.prefix) if os.path.isfile(config.io.prefix) else "a stream"
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -13,6 +13,37 @@ import sentencepiece as spm
 from .config import ConfigError
 
 
+def spm_identity(processor: spm.SentencePieceProcessor) -> bytes:
+    """What decides how a SentencePiece model splits text: its serialized proto without the
+    trainer's record (field 2: paths and options of the training run) and self-test data (field 4),
+    so that two copies of one model trained or saved apart compare equal."""
+    data, kept, at = processor.serialized_model_proto(), bytearray(), 0
+    while at < len(data):
+        start = at
+        key, at = _varint(data, at)
+        kind = key & 7
+        if kind == 0:
+            _, at = _varint(data, at)
+        elif kind == 2:
+            length, at = _varint(data, at)
+            at += length
+        else:  # fixed 64 or 32 bits
+            at += 8 if kind == 1 else 4
+        if key >> 3 not in (2, 4):
+            kept += data[start:at]
+    return bytes(kept)
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    value, shift = 0, 0
+    while True:
+        byte = data[at]
+        value |= (byte & 0x7F) << shift
+        at, shift = at + 1, shift + 7
+        if byte < 0x80:
+            return value, at
+
+
 class SentencePieceTokenizer:
     def __init__(self, source_model: str, target_model: str | None = None, *, eos_id: int, special_ids=()):
         self.source = spm.SentencePieceProcessor(model_file=str(source_model))
@@ -37,6 +68,15 @@ class SentencePieceTokenizer:
         or None when the vocabulary has no such piece."""
         found = self.target.piece_to_id(piece)
         return found if self.target.id_to_piece(found) == piece else None
+
+    def source_identity(self) -> tuple:
+        """Equal for two tokenizers exactly when they give every source line the same ids (an
+        ensemble's models must: models/ensemble.py)."""
+        return ("sentencepiece", spm_identity(self.source), self.eos_id)
+
+    def target_piece(self, id: int) -> str | None:
+        """The target vocabulary entry of model id `id`, or None when there is none."""
+        return self.target.id_to_piece(id) if 0 <= id < self.target.get_piece_size() else None
 
     def set_languages(self, src_lang: str | None, tgt_lang: str | None) -> int | None:
         """Choose source/target languages; returns the token to force first on the target side.

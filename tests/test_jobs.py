@@ -21,9 +21,9 @@ def loads(monkeypatch):
 
     count, original = [0], nmtdecode.engine.load_model
 
-    def counting(path):
+    def counting(*args):
         count[0] += 1
-        return original(path)
+        return original(*args)
 
     monkeypatch.setattr(nmtdecode.engine, "load_model", counting)
     return count
@@ -143,7 +143,7 @@ def test_resume_redoes_every_file_a_stopped_run_had_not_finished(translate, line
 
 
 @pytest.mark.parametrize("args, named", [
-    (["-m", "A", "--model", "B"], b"--model"),
+    (["--max-length", "4", "--max-length", "5"], b"--max-length"),
     (["--beam-size", "4", "--beam-size", "5"], b"--beam-size"),
     (["-k", "4", "--beam-size", "4"], b"--beam-size"),
     (["--format", "text", "--format", "jsonl"], b"--format"),
@@ -151,8 +151,6 @@ def test_resume_redoes_every_file_a_stopped_run_had_not_finished(translate, line
 def test_a_single_valued_option_given_twice_is_refused_by_name(cli, lines_file, args, named):
     run = cli("translate", "--src", lines_file(NORMAL), *args)
     assert run.returncode == 2 and named in run.stderr and run.stderr.count(b"\n") == 1
-    if named == b"--model":
-        assert b"ensembles are not supported" in run.stderr
 
 
 def test_config_jobs_share_options_and_override_per_item(model_dir, translate, two_inputs, tmp_path, cli, loads):
@@ -207,11 +205,6 @@ def test_config_file_lists_inputs_and_derives_outputs_beside_it(model_dir, trans
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.de", "b.de"]
     assert (tmp_path / "out" / "b.de").read_bytes() == expected
 
-
-def test_score_refuses_a_second_model_too(cli, lines_file):
-    src = lines_file(NORMAL)
-    run = cli("score", "-m", "A", "-m", "B", "--src", src, "--tgt", src)
-    assert run.returncode == 2 and b"ensembles are not supported" in run.stderr
 
 
 @pytest.mark.parametrize("top, flags, message", [

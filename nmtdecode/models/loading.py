@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from .checkpoint import LoadedModel, ModelError, read_json, recording_reads
 from .detect import model_format
+from .ensemble import ensemble_of
 from .formats import eole, huggingface, native, opennmt
 
 __all__ = ["FORMATS", "LoadedModel", "ModelError", "load_model", "read_json"]
@@ -19,8 +20,12 @@ __all__ = ["FORMATS", "LoadedModel", "ModelError", "load_model", "read_json"]
 FORMATS = {fmt.FORMAT: fmt for fmt in (native, eole, huggingface, opennmt)}
 
 
-def load_model(path: str | None) -> LoadedModel:
-    """The model at `path`, with the files its format read to build it (`LoadedModel.files`)."""
+def load_model(path: str | list[str] | None, ensemble_rule: str | None = None,
+               ensemble_weights: list[float] | None = None) -> LoadedModel:
+    """The model at `path`, with the files its format read to build it (`LoadedModel.files`); a
+    list of paths is an ensemble, decoded as one model (ensemble.py)."""
+    if isinstance(path, list):
+        return ensemble_of([load_model(p) for p in path], ensemble_rule, ensemble_weights)
     fmt = FORMATS[model_format(path)]
     with recording_reads() as files:
         loaded = fmt.load(path)

@@ -29,6 +29,7 @@ import re
 import sentencepiece as spm
 
 from ...config import ConfigError
+from ...tokenizer import spm_identity
 from ..checkpoint import ModelError, note_read, read_json
 
 # Language codes, in the order that gives their ids (taken as data from transformers 5).
@@ -108,6 +109,13 @@ class _Pieces:
     def id(self, piece: str) -> int | None:
         return self.added.get(piece, self.vocab.get(piece))
 
+    def piece(self, id: int) -> str | None:
+        return self.pieces.get(id)
+
+    def identity(self) -> tuple:
+        return (spm_identity(self.sp), tuple(sorted(self.vocab.items())), tuple(sorted(self.added.items())),
+                self.unk_id, self.marian)
+
     def _split(self, text: str) -> list[str]:
         code = []
         if self.marian and text.startswith(">>") and (end := text.find("<<")) != -1:
@@ -150,6 +158,13 @@ class _FairseqPieces:
         found = self.sp.piece_to_id(piece)
         return found + 1 if self.sp.id_to_piece(found) == piece else None
 
+    def piece(self, id: int) -> str | None:
+        specials = {0: "<s>", 1: "<pad>", 2: "</s>", self.UNK: "<unk>"}
+        return specials.get(id) or (self.sp.id_to_piece(id - 1) if self.UNK < id <= self.size else None)
+
+    def identity(self) -> tuple:
+        return (spm_identity(self.sp),)
+
     def text(self, ids: list[int]) -> str:
         return self.sp.decode([i - 1 for i in ids if self.UNK < i <= self.size])
 
@@ -166,6 +181,12 @@ class _TokenizerJson:
 
     def id(self, token: str) -> int | None:
         return self.tok.token_to_id(token)
+
+    def piece(self, id: int) -> str | None:
+        return self.tok.id_to_token(id)
+
+    def identity(self) -> tuple:
+        return (self.tok.to_str(),)
 
     def ids(self, text: str) -> list[int]:
         return self.tok.encode(text, add_special_tokens=False).ids
@@ -235,6 +256,17 @@ class HFTokenizer:
 
     def language_codes(self) -> list[str]:
         return list(self.languages)
+
+    def source_identity(self) -> tuple:
+        """Equal for two tokenizers exactly when they give every source line the same ids, for
+        the same src_lang (an ensemble's models must: models/ensemble.py)."""
+        return (type(self).__name__, self.source.identity(), tuple(sorted(self.languages.items())), self.unk_id,
+                self.eos_id, tuple(self.bos), self.tag_at_end, self.default_tag, tuple(self.before), tuple(self.after))
+
+    def target_piece(self, id: int) -> str | None:
+        """The target vocabulary entry of model id `id` (a piece or a language tag), or None."""
+        found = self.target.piece(id)
+        return found if found is not None else next((c for c, i in self.languages.items() if i == id), None)
 
     def piece_id(self, piece: str) -> int | None:
         """The id of a target vocabulary entry (a piece or a language tag), or None."""

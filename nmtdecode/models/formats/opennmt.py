@@ -24,6 +24,7 @@ import sentencepiece as spm
 import torch
 
 from ...config import ConfigError
+from ...tokenizer import spm_identity
 from ..checkpoint import (LoadedModel, ModelError, ModelRules, first_line, load_weights, note_read,
                           unpickling_reason)
 from ..transformer import Transformer, TransformerConfig
@@ -243,6 +244,14 @@ class VocabTokenizer:
         """The id of a target vocabulary entry (as `ignore_when_blocking` and `banned_tokens` name
         them), or None when the vocabulary has no such entry."""
         return self.tgt_ids.get(piece)
+
+    def source_identity(self) -> tuple:
+        """Equal for two tokenizers exactly when they give every source line the same ids."""
+        proto = spm_identity(self.src_spm) if self.src_spm is not None else None
+        return ("vocab", proto, tuple(sorted(self.src_ids.items())), self.src_unk)
+
+    def target_piece(self, id: int) -> str | None:
+        return self.tgt_tokens[id] if 0 <= id < len(self.tgt_tokens) else None
 
     def set_languages(self, src_lang: str | None, tgt_lang: str | None) -> int | None:
         if src_lang or tgt_lang:

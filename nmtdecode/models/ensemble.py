@@ -1,0 +1,207 @@
+"""Several models decoded as one: an ensemble (OpenNMT-py `-model a.pt b.pt`, fairseq
+`--path a.pt:b.pt`, Marian `--models a.npz b.npz --weights 0.6 0.4`).
+
+Every model encodes the source and keeps its own decoder state; at each step each one scores
+the next token from the same prefix, and the ensemble combines the M scores into one by a rule:
+
+  rule      the step's scores                            whose          weights
+  prob      log sum_m w_m p_m   (a mixture)               fairseq        normalised to sum 1
+  logprob   sum_m w_m log p_m   (log-linear, unnormalised) Marian          as given (default 1 each)
+  opennmt   log_softmax(sum_m w_m logits_m)               OpenNMT-py      normalised to sum 1
+
+fairseq's `EnsembleModel.forward_decoder` (sequence_generator.py) takes the logsumexp of the
+models' log-probs minus log M; Marian's beam search adds each scorer's weighted log-probs
+(`--weights`, 1 by default) to the path score and never renormalises; OpenNMT-py 3.5.1's
+`EnsembleGenerator` (onmt/decoders/ensemble.py) averages its generators' outputs, which are
+logits in 3.5.1 (a plain Linear), and its translator log-softmaxes the mean
+(translator._decode_and_generate). The cross-attention (alignment, attention, coverage) is the
+models' mean, as OpenNMT-py's `EnsembleDecoder.combine_attns`.
+
+The models must share the target vocabulary (the same piece at every id) and the decoder's
+start, end and pad ids, and split the source into the same ids: like OpenNMT-py (which asserts
+one source vocabulary), fairseq (one task dictionary) and Marian (one set of vocabularies), so
+that the source positions the attention is averaged over are the same positions.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import torch
+from torch import nn
+
+from ..config import ENSEMBLE_RULES as RULES
+from .checkpoint import LoadedModel, ModelError
+
+OPENNMT_FORMATS = ("opennmt-py", "eole")
+
+
+def default_rule(formats: list[str]) -> str:
+    """OpenNMT-py's own rule when every model is an OpenNMT-py or eole checkpoint (what
+    `onmt_translate` gives their users), else fairseq's mixture of probabilities."""
+    return "opennmt" if all(f in OPENNMT_FORMATS for f in formats) else "prob"
+
+
+def rule_weights(rule: str, weights: list[float] | None, models: int) -> list[float]:
+    """The weights a rule applies: a mixture's and a mean's sum to 1; Marian's are as given."""
+    if weights is None:
+        weights = [1.0] * models
+    if len(weights) != models:
+        raise ModelError(f"ensemble_weights: {len(weights)} weights for {models} models; give one per model")
+    if rule == "logprob":
+        return list(weights)
+    total = sum(weights)
+    return [w / total for w in weights]
+
+
+class EnsembleCache:
+    """The decoder states of the ensemble's models for one batch, following the search together;
+    `attention` is their mean, when recorded."""
+
+    def __init__(self, members: list):
+        self.members = members
+        self.attention = None
+
+    @property
+    def record_attention(self) -> bool:
+        return self.members[0].record_attention
+
+    @record_attention.setter
+    def record_attention(self, value: bool):
+        for cache in self.members:
+            cache.record_attention = value
+
+    def follow(self, out):
+        for cache in self.members:
+            cache.follow(out)
+
+
+class Ensemble(nn.Module):
+    """M models behind the one model interface the decoding loop uses (decoding.Seq2SeqModel).
+
+    `encode` gives each model's memory, `init_cache` each model's decoder state, and
+    `decode_step` the combined scores of the next token, which `log_probs` turns into the
+    log-probabilities the search ranks."""
+
+    def __init__(self, members: list[nn.Module], rule: str, weights: list[float]):
+        super().__init__()
+        if rule not in RULES:
+            raise ModelError(f"ensemble_rule: {rule!r} is not one of {', '.join(RULES)}")
+        self.members = nn.ModuleList(members)
+        self.rule = rule
+        self.weights = rule_weights(rule, weights, len(members))
+        self.log_weights = [math.log(w) for w in self.weights]
+        # The decoding loop reads ids and limits from here: the first model's, within every model's positions.
+        self.cfg = replace(members[0].cfg, max_positions=min(m.cfg.max_positions for m in members))
+
+    def encode(self, src_ids: torch.Tensor, src_mask: torch.Tensor) -> list[torch.Tensor]:
+        return [model.encode(src_ids, src_mask) for model in self.members]
+
+    def init_cache(self, memory: list[torch.Tensor], src_mask: torch.Tensor) -> EnsembleCache:
+        return EnsembleCache([model.init_cache(m, src_mask) for model, m in zip(self.members, memory)])
+
+    def decode_step(self, tokens: torch.Tensor, cache: EnsembleCache) -> torch.Tensor:
+        """tokens (N,) -> the combined scores of the next token (N, V); with attention recorded, its
+        mean over the models in cache.attention."""
+        logits = [model.decode_step(tokens, state) for model, state in zip(self.members, cache.members)]
+        if cache.record_attention:
+            cache.attention = torch.stack([state.attention for state in cache.members]).mean(0)
+        return self.combine(logits)
+
+    def combine(self, logits: list[torch.Tensor]) -> torch.Tensor:
+        """The models' logits (each (..., V)) -> the rule's scores (..., V), in float32."""
+        if self.rule == "opennmt":
+            return sum(w * x.float() for w, x in zip(self.weights, logits))
+        logprobs = [torch.log_softmax(x.float(), dim=-1) for x in logits]
+        if self.rule == "logprob":
+            return sum(w * lp for w, lp in zip(self.weights, logprobs))
+        return torch.logsumexp(torch.stack([lw + lp for lw, lp in zip(self.log_weights, logprobs)]), dim=0)
+
+    def log_probs(self, scores: torch.Tensor) -> torch.Tensor:
+        """The search's log-probabilities from the combined scores: normalised, except Marian's
+        log-linear sum, which its beam search ranks as it is."""
+        return scores if self.rule == "logprob" else torch.log_softmax(scores, dim=-1)
+
+    def forward(self, src_ids, src_mask, tgt_in):
+        """Teacher forcing (`score`): the combined scores (B, T, V) of every target position."""
+        return self.combine([model(src_ids, src_mask, tgt_in) for model in self.members])
+
+    def decoding_bytes(self, sentences: int, width: int, positions: int, dtype: torch.dtype) -> int:
+        return sum(model.decoding_bytes(sentences, width, positions, dtype) for model in self.members)
+
+
+def check_members(loaded: list[LoadedModel]):
+    """One line naming the first thing that keeps these models from decoding as one: another
+    target vocabulary, other decoder ids or rules, another split of the source."""
+    first = loaded[0]
+    for other in loaded[1:]:
+        names = f"{other.path} and {first.path}"
+        for key in ("decoder_start_id", "eos_id", "pad_id", "unk_id"):
+            a, b = getattr(first.model.cfg, key), getattr(other.model.cfg, key)
+            if a != b:
+                raise ModelError(f"ensemble: {names} differ in {key} ({b} and {a}); an ensemble's models share "
+                                 "the decoder's start, end and special tokens")
+        difference = first_difference(target_pieces(first), target_pieces(other))
+        if difference is not None:
+            raise ModelError(f"ensemble: {names} have different target vocabularies ({difference}); an ensemble's "
+                             "models must share the target vocabulary, the same piece at every id")
+    check_sources(loaded)
+
+
+def check_sources(loaded: list[LoadedModel]):
+    """The models split every source line into the same ids (with the languages set now)."""
+    first = loaded[0]
+    for other in loaded[1:]:
+        if other.tokenizer.source_identity() != first.tokenizer.source_identity():
+            raise ModelError(f"ensemble: {other.path} and {first.path} split the source differently (another "
+                             "tokenizer or source vocabulary); an ensemble's models must share them, as in "
+                             "OpenNMT-py, fairseq and Marian")
+
+
+def target_pieces(loaded: LoadedModel) -> list[str | None]:
+    return [loaded.tokenizer.target_piece(i) for i in range(loaded.model.cfg.tgt_vocab_size)]
+
+
+def first_difference(a: list, b: list) -> str | None:
+    """Where two vocabularies first differ, in words, or None when they are the same."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return f"id {i} is {y!r} in one and {x!r} in the other"
+    if len(a) != len(b):
+        return f"{len(b)} and {len(a)} entries"
+    return None
+
+
+def ensemble_of(loaded: list[LoadedModel], rule: str | None, weights: list[float] | None) -> LoadedModel:
+    """The models as one LoadedModel: the Ensemble, the first model's tokenizer and defaults, the
+    rules every model agrees on, and the files of all of them."""
+    check_members(loaded)
+    rule = rule or default_rule([m.format for m in loaded])
+    model = Ensemble([m.model for m in loaded], rule, weights)
+    return EnsembleLoaded(model=model, tokenizer=loaded[0].tokenizer, format="ensemble",
+                          path=loaded[0].path, rules=loaded[0].rules, defaults=dict(loaded[0].defaults),
+                          files=tuple(dict.fromkeys(f for m in loaded for f in m.files)), members=loaded)
+
+
+class EnsembleLoaded(LoadedModel):
+    """LoadedModel of an ensemble; `members` are the models as loaded, for their own rules."""
+
+    def __init__(self, members: list[LoadedModel], **fields):
+        super().__init__(**fields)
+        self.members = members
+
+    def rules_for(self, src_lang: str | None, tgt_lang: str | None):
+        """The first model's rules for these languages (its search rules: OpenNMT-py's beam, the
+        length offset); every model must force the same first token and end alike, and still split
+        the source alike, and none may generate what another bans."""
+        rules = [m.rules_for(src_lang, tgt_lang) for m in self.members]
+        for other, member in zip(rules[1:], self.members[1:]):
+            for key in ("forced_bos_id", "forced_eos"):
+                if getattr(other, key) != getattr(rules[0], key):
+                    raise ModelError(f"ensemble: {member.path} and {self.members[0].path} differ in {key} "
+                                     f"({getattr(other, key)} and {getattr(rules[0], key)}); an ensemble's models "
+                                     "must start and end alike")
+        check_sources(self.members)
+        banned = tuple(sorted({i for r in rules for i in r.banned_ids}))
+        return replace(rules[0], banned_ids=banned)
