@@ -199,8 +199,9 @@ TYPES = {key: hint for cls in SECTIONS.values() for key, hint in typing.get_type
 PER_JOB_KEYS = frozenset({"src", "output", "format", "token_scores", "on_invalid_utf8", "prefix"}
                          | {f.name for f in fields(DecodingConfig)} | {f.name for f in fields(BatchingConfig)})
 # The options `score` shares with translate; from a config file it takes these (and the model) only.
-SCORE_KEYS = ("model", "ensemble_rule", "ensemble_weights", "batch_size", "batch_type", "max_src_length", "on_invalid_utf8", "device", "dtype", "quantize",
-              "gemm", "cuda_graphs", "threads", "quiet", "src_lang", "tgt_lang")
+SCORE_KEYS = ("model", "ensemble_rule", "ensemble_weights", "batch_size", "batch_type", "max_src_length",
+              "on_invalid_utf8", "device", "dtype", "quantize", "gemm", "cuda_graphs", "threads", "quiet", "src_lang",
+              "tgt_lang")
 # Keys a config file may hold besides the options: they plan a run of many files (jobs.py).
 PLAN_OPTIONS = {
     "output_dir": Option("Instead of --output: each input's output is DIR/its name (with --suffix).  "
