@@ -48,10 +48,10 @@ class Translator:
         return self.engine.config
 
     @classmethod
-    def load(cls, path: str, **options) -> "Translator":
+    def load(cls, path: str | list[str], **options) -> "Translator":
         """Load the model at `path` (a native, Hugging Face or eole directory, or an OpenNMT-py
-        `.pt` checkpoint) with `options`, the config file's keys; `quiet` defaults to True (no
-        summary on stderr)."""
+        `.pt` checkpoint; a list of them: an ensemble, with `ensemble_rule` and `ensemble_weights`)
+        with `options`, the config file's keys; `quiet` defaults to True (no summary on stderr)."""
         from .engine import Engine  # torch is imported here, not by `import nmtdecode`
 
         files = sorted(k for k in options if k in ("model", "src", "output"))
