@@ -24,6 +24,11 @@ class SentencePieceTokenizer:
         """Source text -> model ids, with EOS appended."""
         return self.source.encode(text) + [self.eos_id]
 
+    def encode_pieces(self, pieces: list[str]) -> list[int]:
+        """Source pieces (text already cut as `encode` cuts it) -> model ids, with EOS appended;
+        a piece the vocabulary lacks is <unk>."""
+        return [self.source.piece_to_id(piece) for piece in pieces] + [self.eos_id]
+
     def decode(self, ids: list[int]) -> str:
         """Target model ids -> text, special tokens left out."""
         return self.target.decode([i for i in ids if i not in self.special_ids])

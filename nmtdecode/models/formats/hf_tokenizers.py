@@ -212,6 +212,12 @@ class HFTokenizer:
         """Source text -> model ids, with EOS and the family's tags."""
         return self.before + self.source.ids(text) + self.after
 
+    def encode_pieces(self, pieces: list[str]) -> list[int]:
+        """Source pieces (text already cut as `encode` cuts it) -> model ids, with EOS and the
+        family's tags; a piece the vocabulary lacks is <unk>."""
+        ids = [self.source.id(piece) for piece in pieces]
+        return self.before + [self.unk_id if i is None else i for i in ids] + self.after
+
     def encode_target(self, text: str) -> list[int]:
         """Target text -> model ids without EOS or tags (forced decoding)."""
         return self.target.ids(text)

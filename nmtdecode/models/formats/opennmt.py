@@ -232,6 +232,10 @@ class VocabTokenizer:
     def encode(self, text: str) -> list[int]:
         return [self.src_ids.get(p, self.src_unk) for p in self._pieces(text, self.src_spm)]
 
+    def encode_pieces(self, pieces: list[str]) -> list[int]:
+        """Source pieces (text already cut as `encode` cuts it) -> ids; unknown ones are <unk>."""
+        return [self.src_ids.get(p, self.src_unk) for p in pieces]
+
     def encode_target(self, text: str) -> list[int]:
         return [self.tgt_ids.get(p, self.tgt_unk) for p in self._pieces(text, self.tgt_spm)]
 
