@@ -1,5 +1,6 @@
 """The Python API (`nmtdecode.Translator`, issue 21): the same results as the command line."""
 
+import doctest
 import itertools
 import json
 import subprocess
@@ -12,6 +13,7 @@ import nmtdecode
 from nmtdecode.batching import chunk_size
 from nmtdecode.config import ConfigError
 
+from tests.helpers import REPO
 from tests.test_cli import LINES
 
 OPTIONS = {"max_length": 8, "batch_size": 3, "device": "cpu"}
@@ -263,3 +265,38 @@ def test_options_a_call_cannot_show_are_warned_about_by_keyword(translator, caps
     assert "beta: 0.5 has no effect without coverage_penalty='wu' or 'summary'" in notes
     assert any(n.startswith("format='jsonl' has no effect on translate()") for n in notes)
     assert not any("--" in n for n in notes) and capsys.readouterr().err == ""
+
+
+# the documentation's examples
+
+
+def python_blocks(page) -> list[tuple[int, str]]:
+    """The ```python blocks of a markdown page: (line of the opening fence, the block's text)."""
+    blocks, start, lines = [], None, []
+    for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), start=1):
+        if start is None and line.strip() == "```python":
+            start, lines = number, []
+        elif start is not None and line.strip() == "```":
+            blocks.append((start, "\n".join(lines) + "\n"))
+            start = None
+        elif start is not None:
+            lines.append(line)
+    return blocks
+
+
+PAGES = [page for page in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))] if python_blocks(page)]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
+def test_the_documented_python_examples_run(page, monkeypatch):
+    """Every ```python block is a doctest, run from the repository root (the demo model), a
+    page's blocks in order in one namespace: each statement runs and each shown result is checked."""
+    monkeypatch.chdir(REPO)
+    namespace, parser, report = {}, doctest.DocTestParser(), []
+    for line, block in python_blocks(page):
+        test = parser.get_doctest(block, namespace, f"{page.name}:{line}", str(page), line)
+        assert test.examples, f"{page.name}:{line}: a python block without >>> examples runs nothing"
+        runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+        runner.run(test, out=report.append, clear_globs=False)
+        assert runner.failures == 0, "".join(report)
+        namespace = test.globs  # a DocTest runs in a copy: the next block continues this one's
