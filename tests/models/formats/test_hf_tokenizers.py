@@ -111,6 +111,7 @@ def _compare(ours, hf, sentences, tags: dict[str, int], frame=(1, 1), tgt: str |
     tag_ids = set(tags.values())
     for s in sentences:
         assert ours.encode(s) == hf(s).input_ids, repr(s)
+        assert ours.encode_pieces(hf.tokenize(s)) == hf(s).input_ids, repr(s)  # the API's token input
         target = hf(text_target=s).input_ids
         assert ours.encode_target(s) == target[before : len(target) - after], repr(s)
         generated = [hf.pad_token_id, hf.unk_token_id] + target + [hf.eos_token_id, hf.pad_token_id]
