@@ -53,6 +53,7 @@ class GeneratedToken:
 
     step: int  # its position in the output, from 0
     token_id: int
+    piece: str | None  # its entry in the target vocabulary (`\u2581Guten`); None for an id the tokenizer lacks
     log_prob: float  # its log-probability (natural log), as `Translation.token_scores` has it
     text: str  # the output so far (this token included), detokenized
 
@@ -64,7 +65,7 @@ class Scored:
     tokens: list[int]  # target token ids, any forced first token included, EOS not
     token_scores: list[float]  # log-probability of each of `tokens` (a forced token: 0)
     eos_score: float  # log-probability of the EOS that ends the target
-    log_prob: float  # their sum, EOS included: what `score` returns
+    log_prob: float  # their sum, EOS included: what `score` returns (up to float32 rounding)
     mean_log_prob: float  # log_prob per scored token (EOS counted, a forced token not), as `score`'s summary
 
 
@@ -131,6 +132,8 @@ class Translator:
         the command line reads a file; memory is bounded by the window, so a generator (even an
         endless one) is never read whole. Options are checked at once; decoding starts with the
         first item asked for."""
+        if isinstance(sources, str) or isinstance(prefixes, str):
+            raise TypeError("translate_iterable() takes an iterable of sources (and of prefixes), not one string")
         config, decoder = self._decoder(options, "translate_iterable()")
         window = chunk_size(config.batching.batch_size, config.batching.batch_type)
         return self._texts_of_windows(iter(sources), None if prefixes is None else iter(prefixes), window,
@@ -139,9 +142,10 @@ class Translator:
     def generate_tokens(self, source, prefix: str | None = None, **options) -> Iterator[GeneratedToken]:
         """The translation of one source, a token at a time as the search chooses it (greedy by
         default, or `sampling=True`): a beam's best hypothesis is known only when the beam ends,
-        so as in CTranslate2's `generate_tokens` there is no beam here. The tokens are those of
-        `translate_batch([source], [prefix])[0][0]`, EOS left out; the last one's `text` is
-        `translate`'s string."""
+        so as in CTranslate2's `generate_tokens` there is no beam here. The tokens and log-probs
+        are those of `translate_batch([source], [prefix], beam_size=1, **options)[0][0]`, EOS
+        left out; the last one's `text` is `translate`'s string. A sample draws as source 0 of
+        `translate` does."""
         [source], [prefix] = self._checked([source], [prefix], "generate_tokens()")
         config, decoder = self._decoder(options, "generate_tokens()", greedy=True)
         if config.decoding.beam_size > 1 and not config.decoding.sampling:
@@ -174,10 +178,12 @@ class Translator:
         from .scoring import score_pairs_by_token
 
         sources, targets = self._pairs(sources, targets, "score_batch()")
-        scored, forced = score_pairs_by_token(self.engine, self._call_config(options), sources, targets)
-        return [Scored(tokens, token_scores, eos, sum(token_scores) + eos,
-                       (sum(token_scores) + eos) / (len(tokens) - forced + 1))
-                for tokens, token_scores, eos in scored]
+        pairs, forced = score_pairs_by_token(self.engine, self._call_config(options), sources, targets)
+        scored = []
+        for tokens, token_scores, eos in pairs:
+            total = sum(token_scores) + eos
+            scored.append(Scored(tokens, token_scores, eos, total, total / (len(tokens) - forced + 1)))
+        return scored
 
     def _pairs(self, sources, targets, method: str) -> tuple[list, list[str]]:
         sources, _ = self._checked(sources, None, method)
@@ -268,7 +274,8 @@ class Translator:
         def emit(tokens: list[int], log_probs: list[float]) -> Iterator[GeneratedToken]:
             for token, log_prob in zip(tokens, log_probs):
                 chosen.append(token)
-                yield GeneratedToken(len(chosen) - 1, token, log_prob, tokenizer.decode(chosen))
+                yield GeneratedToken(len(chosen) - 1, token, tokenizer.target_piece(token), log_prob,
+                                     tokenizer.decode(chosen))
 
         if example.ids is None:
             [hyp] = self.engine.decode_batch([example], decoder)[0].hypotheses

@@ -33,6 +33,10 @@ class SentencePieceTokenizer:
         """Target model ids -> text, special tokens left out."""
         return self.target.decode([i for i in ids if i not in self.special_ids])
 
+    def target_piece(self, token_id: int) -> str:
+        """The target vocabulary's entry for an id (`\u2581Guten`)."""
+        return self.target.id_to_piece(token_id)
+
     def encode_target(self, text: str) -> list[int]:
         """Target text -> model ids (no EOS), for forced decoding."""
         return self.target.encode(text)

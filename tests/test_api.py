@@ -166,17 +166,20 @@ def test_translate_iterable_checks_each_window(translator):
         list(translator.translate_iterable(["a", "b"], prefixes=["x", "y", "z"]))
     with pytest.raises(ConfigError, match="beam_size"):
         translator.translate_iterable(["a"], beam_size=0)  # options: at the call, before any line is read
+    with pytest.raises(TypeError, match="not one string"):
+        translator.translate_iterable("water")  # would be read a character a line
 
 
 # generate_tokens: greedy or sampling, a token at a time
 
 
 @pytest.mark.parametrize("options", [{}, {"sampling": True, "seed": 3, "temperature": 1.5}])
-def test_generate_tokens_are_translate_batchs_tokens(translator, options):
+def test_generate_tokens_are_translate_batchs_tokens(translator, options, spm_model):
     for source, prefix in [*zip(LINES, [None] * len(LINES)), ("good morning", "wa"), ("", "water")]:
         [best] = translator.translate_batch([source], [prefix], beam_size=1, **options)[0]
         tokens = list(translator.generate_tokens(source, prefix, **options))
         assert [t.token_id for t in tokens] == best.tokens and [t.step for t in tokens] == list(range(len(tokens)))
+        assert [t.piece for t in tokens] == [spm_model.id_to_piece(i) for i in best.tokens]
         assert [t.log_prob for t in tokens] == best.token_scores
         assert (tokens[-1].text if tokens else "") == translator.translate([source], [prefix], beam_size=1,
                                                                            **options)[0]
@@ -207,10 +210,15 @@ def test_generate_tokens_refuses_a_beam(translator):
 
 
 @pytest.fixture(scope="module")
-def pieces_of(model_dir):
+def spm_model(model_dir):
     import sentencepiece as spm
 
-    return spm.SentencePieceProcessor(model_file=str(model_dir / "spm.model")).encode
+    return spm.SentencePieceProcessor(model_file=str(model_dir / "spm.model"))
+
+
+@pytest.fixture(scope="module")
+def pieces_of(spm_model):
+    return spm_model.encode
 
 
 @pytest.mark.parametrize("beam", [1, 4])

@@ -93,6 +93,7 @@ class _Pieces:
         self.detok = detok or self.sp  # Marian decodes with source.spm when the vocabulary is shared
         self.vocab, self.unk_id, self.added, self.marian = vocab, unk_id, added, marian
         self.pieces = {i: p for p, i in vocab.items()}
+        self.added_pieces = {i: p for p, i in added.items()}
         alternatives = "|".join(re.escape(t) for t in sorted(added, key=len, reverse=True))
         self.splitter = re.compile(f"({alternatives})") if added else None
 
@@ -107,6 +108,9 @@ class _Pieces:
 
     def id(self, piece: str) -> int | None:
         return self.added.get(piece, self.vocab.get(piece))
+
+    def piece(self, i: int) -> str | None:
+        return self.pieces.get(i, self.added_pieces.get(i))
 
     def _split(self, text: str) -> list[str]:
         code = []
@@ -150,6 +154,11 @@ class _FairseqPieces:
         found = self.sp.piece_to_id(piece)
         return found + 1 if self.sp.id_to_piece(found) == piece else None
 
+    def piece(self, i: int) -> str | None:
+        if i <= self.UNK:
+            return ("<s>", "<pad>", "</s>", "<unk>")[i]
+        return self.sp.id_to_piece(i - 1) if i <= self.size else None  # beyond: language codes, <mask>
+
     def text(self, ids: list[int]) -> str:
         return self.sp.decode([i - 1 for i in ids if self.UNK < i <= self.size])
 
@@ -166,6 +175,9 @@ class _TokenizerJson:
 
     def id(self, token: str) -> int | None:
         return self.tok.token_to_id(token)
+
+    def piece(self, i: int) -> str | None:
+        return self.tok.id_to_token(i)
 
     def ids(self, text: str) -> list[int]:
         return self.tok.encode(text, add_special_tokens=False).ids
@@ -196,12 +208,13 @@ class HFTokenizer:
 
     def __init__(self, source, *, unk_id: int, eos_id: int, special_ids=(), target=None, languages=None,
                  src_lang: str | None = None, tag_at_end: bool = False, bos_id: int | None = None,
-                 cleanup: bool = False):
+                 cleanup: bool = False, tag_piece: str = "{}"):
         self.source, self.target = source, target or source
         self.unk_id, self.eos_id, self.bos = unk_id, eos_id, [] if bos_id is None else [bos_id]
         self.languages = dict(languages or {})
         self.skip = frozenset(special_ids) | {unk_id, eos_id} | set(self.languages.values())
         self.tag_at_end, self.cleanup = tag_at_end, cleanup
+        self.tag_piece = tag_piece  # how a language code is spelt as a piece: M2M100's __en__, else the code
         try:
             self.default_tag = self._tag("src_lang", src_lang) if src_lang else None
         except ConfigError as e:
@@ -241,6 +254,15 @@ class HFTokenizer:
 
     def language_codes(self) -> list[str]:
         return list(self.languages)
+
+    def target_piece(self, token_id: int) -> str | None:
+        """The target vocabulary's entry for an id, as transformers' convert_ids_to_tokens spells it
+        (a piece, a special token, a language tag), or None for an id it does not know."""
+        found = self.target.piece(token_id)
+        if found is None:
+            code = next((c for c, i in self.languages.items() if i == token_id), None)
+            found = None if code is None else self.tag_piece.format(code)
+        return found
 
     def piece_id(self, piece: str) -> int | None:
         """The id of a target vocabulary entry (a piece or a language tag), or None."""
@@ -343,7 +365,7 @@ def _m2m100(path: str, config: dict) -> HFTokenizer:
     pieces = _Pieces(os.path.join(path, "sentencepiece.bpe.model"), vocab, unk, added)
     return HFTokenizer(pieces, unk_id=unk, eos_id=eos, special_ids={vocab[t] for t in names} | set(added.values()),
                        languages={c: len(vocab) + i for i, c in enumerate(codes)},
-                       src_lang=config.get("src_lang") or "en",
+                       src_lang=config.get("src_lang") or "en", tag_piece="__{}__",
                        cleanup=bool(config.get("clean_up_tokenization_spaces")))
 
 

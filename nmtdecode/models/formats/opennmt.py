@@ -243,6 +243,10 @@ class VocabTokenizer:
         pieces = [self.tgt_tokens[i] for i in ids if i != self.eos_id]
         return self.tgt_spm.decode_pieces(pieces) if self.tgt_spm is not None else " ".join(pieces)
 
+    def target_piece(self, token_id: int) -> str:
+        """The target vocabulary's entry for an id."""
+        return self.tgt_tokens[token_id]
+
     def piece_id(self, piece: str) -> int | None:
         """The id of a target vocabulary entry (as `ignore_when_blocking` and `banned_tokens` name
         them), or None when the vocabulary has no such entry."""

@@ -119,6 +119,7 @@ def _compare(ours, hf, sentences, tags: dict[str, int], frame=(1, 1), tgt: str |
             generated = [tags[tgt]] + generated
         expected = hf.decode([i for i in generated if i not in tag_ids], skip_special_tokens=True)
         assert ours.decode(generated) == expected, repr(s)
+        assert [ours.target_piece(i) for i in generated] == hf.convert_ids_to_tokens(generated), repr(s)
 
 
 def _save(hf, path) -> str:
