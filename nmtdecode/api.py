@@ -153,6 +153,9 @@ class Translator:
                               "sampling=True); translate_batch() runs a beam")
         if config.decoding.n_best > 1:
             raise ConfigError("n_best: generate_tokens() yields one hypothesis; translate_batch() gives n_best")
+        # The fixed-shape step (CUDA graphs) decodes in buffers every batch shares; this decoding
+        # pauses between tokens, while other calls may run: it keeps its own state (the model's step).
+        decoder.fixed_steps = None
         return self._tokens(self.engine.make_example(0, source, config.batching.max_src_length, prefix), decoder)
 
     def translate_file(self, src: str, output: str, resume: bool = False, **options):

@@ -197,6 +197,23 @@ def test_generate_tokens_yields_each_token_after_its_step(translator, monkeypatc
     assert n == 6
 
 
+def test_generate_tokens_interleaved_with_other_calls_keep_their_own_state(translator, monkeypatch):
+    """On CUDA the engine's fixed-shape step (CUDA graphs) decodes every batch in one set of
+    buffers; a generator paused mid-sentence must not share them with what runs meanwhile. The
+    same step runs eagerly on CPU, so it is installed here to show it."""
+    from nmtdecode.models.fixed_step import FixedShapeSteps
+
+    monkeypatch.setattr(translator.engine, "fixed_steps", FixedShapeSteps(translator.engine.loaded.model, graphs=False))
+    sources = ["a dog and a cat sleep in the garden .", "where is the station ?"]
+    first, second = (translator.generate_tokens(s, min_length=4) for s in sources)
+    tokens = [[], []]
+    for pair in itertools.zip_longest(first, second):
+        translator.translate(["the house is red ."])  # a batch of its own in between
+        for got, token in zip(tokens, pair):
+            got += [] if token is None else [token.token_id]
+    assert tokens == [translator.translate_batch([s], beam_size=1, min_length=4)[0][0].tokens for s in sources]
+
+
 def test_generate_tokens_refuses_a_beam(translator):
     with pytest.raises(ConfigError, match="beam_size: generate_tokens.. decodes greedily or samples"):
         translator.generate_tokens("water", beam_size=4)
