@@ -230,10 +230,10 @@ class Translator:
         warned about in the API's terms (IneffectiveOptionWarning)."""
         if "prefix" in options:  # a file, for translate_file
             raise ConfigError(f"prefix: {method} takes its prefixes as a list, prefixes=[...]")
-        base = {"beam_size": 1, "n_best": 1} if greedy else {}
-        config, decoder = self.engine.decoder(self._call_config(options, base=base), warn=_warn, api=True)
-        for note in _unseen(config, options, method):
-            _warn(note)
+        base, notes = {"beam_size": 1, "n_best": 1} if greedy else {}, []
+        config, decoder = self.engine.decoder(self._call_config(options, base=base), warn=notes.append, api=True)
+        for note in notes + _unseen(config, options, method):
+            warnings.warn(note, IneffectiveOptionWarning, stacklevel=3)  # at the caller of the public method
         return config, decoder
 
     def _results(self, sources: list, prefixes: list | None, config: Config, decoder, first: int = 0) -> list:
@@ -320,7 +320,3 @@ def _unseen(config: Config, options: dict, method: str) -> list[str]:
             if config.value(key):
                 notes.append(f"{key}=True has no effect on {method}, which returns {shown} Translations with it")
     return notes
-
-
-def _warn(message: str):
-    warnings.warn(message, IneffectiveOptionWarning, stacklevel=4)

@@ -290,6 +290,7 @@ def test_options_a_call_cannot_show_are_warned_about_by_keyword(translator, caps
     assert "beta: 0.5 has no effect without coverage_penalty='wu' or 'summary'" in notes
     assert any(n.startswith("format='jsonl' has no effect on translate()") for n in notes)
     assert not any("--" in n for n in notes) and capsys.readouterr().err == ""
+    assert {w.filename for w in caught} == {__file__}  # pointing at the call
 
 
 # the documentation's examples
