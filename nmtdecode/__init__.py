@@ -1,15 +1,17 @@
 """nmtdecode: a decoder for encoder-decoder translation and summarization checkpoints.
 
-`nmtdecode.Translator` is the Python API (api.py); importing the package does not import torch.
+`nmtdecode.Translator` is the Python _API (api.py); importing the package does not import torch.
 """
 
 from .version import __version__
 
-__all__ = ["Translation", "Translator", "__version__"]
+# The Python API's names: imported from api.py on first use, so that `import nmtdecode` stays light
+_API = ("GeneratedToken", "IneffectiveOptionWarning", "Scored", "Translation", "Translator")
+__all__ = [*_API, "__version__"]
 
 
 def __getattr__(name):
-    if name in ("Translator", "Translation"):
+    if name in _API:
         from . import api
 
         return getattr(api, name)
@@ -17,4 +19,4 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted([*globals(), "Translation", "Translator"])
+    return sorted([*globals(), *_API])

@@ -1,8 +1,14 @@
-"""The Python API: load a model once, then translate lists of strings, files, or score pairs.
+"""The Python API: load a model once, then translate lists, streams and files, or score pairs.
 
     import nmtdecode
     translator = nmtdecode.Translator.load("data/demo", beam_size=4)
     translator.translate(["good morning", "thank you"])        # ['Guten Morgen', 'Danke']
+
+Each method returns one type, whatever the options: `translate` strings,
+`translate_batch` the n-best `Translation`s of each source, `translate_iterable`
+strings as they are ready, `generate_tokens` a `GeneratedToken` per target token,
+`score` numbers, `score_batch` `Scored` records with per-token log-probs.
+Sources are strings or lists of pieces (text already tokenized, as CTranslate2 takes it).
 
 Options are the keys of the YAML config (`beam_size`, `n_best`, `device`, `dtype`, ...):
 given to `load` they hold for every call; given to a call they hold for that call (a layer
@@ -14,8 +20,12 @@ a file translated here and by `nmtdecode translate` with the same options is the
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
+from itertools import islice
+from typing import Iterable, Iterator
 
+from .batching import chunk_size, cut
 from .config import KEY_SECTION, PER_JOB_KEYS, Config, ConfigError
 
 # Options a call may change; the others (model, device, dtype, ...) are fixed by `load`.
@@ -24,7 +34,7 @@ CALL_KEYS = PER_JOB_KEYS - {"src", "output"}
 
 @dataclass
 class Translation:
-    """One hypothesis, as `translate` returns them when asked for scores or an n-best list."""
+    """One hypothesis, as `translate_batch` returns them (the n-best of a source, best first)."""
 
     text: str
     score: float  # the ranking score: total log-probability after the length penalty
@@ -35,6 +45,32 @@ class Translation:
     eos_score: float | None = None  # log-probability of the final EOS; None when cut before EOS
     alignment: list[int] | None = None  # per token: the source position attended most (with alignment=True)
     attention: list[list[float]] | None = None  # per token: its weights over the source tokens (attention=True)
+
+
+@dataclass
+class GeneratedToken:
+    """One target token of `generate_tokens`, yielded as soon as the search has chosen it."""
+
+    step: int  # its position in the output, from 0
+    token_id: int
+    piece: str | None  # its entry in the target vocabulary (`\u2581Guten`); None for an id the tokenizer lacks
+    log_prob: float  # its log-probability (natural log), as `Translation.token_scores` has it
+    text: str  # the output so far (this token included), detokenized
+
+
+@dataclass
+class Scored:
+    """One (source, target) pair as `score_batch` scores it (`nmtdecode score --format jsonl`)."""
+
+    tokens: list[int]  # target token ids, any forced first token included, EOS not
+    token_scores: list[float]  # log-probability of each of `tokens` (a forced token: 0)
+    eos_score: float  # log-probability of the EOS that ends the target
+    log_prob: float  # their sum, EOS included: what `score` returns (up to float32 rounding)
+    mean_log_prob: float  # log_prob per scored token (EOS counted, a forced token not), as `score`'s summary
+
+
+class IneffectiveOptionWarning(UserWarning):
+    """An option given to the Python API changes nothing in that call (`warnings` can filter it)."""
 
 
 class Translator:
@@ -60,42 +96,67 @@ class Translator:
                               "to translate_file()")
         return cls(Engine.load(Config.from_layers([{"quiet": True}, {**options, "model": path}])))
 
-    def translate(self, sources: list[str], scores: bool = False, prefixes: list[str] | None = None,
-                  **options) -> list:
-        """Translate a list of sentences (sorted by length and batched inside).
+    def translate(self, sources: list, prefixes: list[str] | None = None, scores: bool | None = None,
+                  **options) -> list[str]:
+        """The best translation of each source, a string each, in input order (sorted by length
+        and batched inside). A source is a string or a list of pieces. An empty or blank source
+        gives "", or its prefix. `prefixes`: one target prefix per source (may be ""), as
+        --prefix. With `sampling=True`, source i draws as line i of a file would. Options whose
+        results a string cannot show (`n_best`, `alignment`, ...) are warned about:
+        `translate_batch` returns them. `scores=True` is deprecated: it returns
+        `translate_batch`'s result."""
+        if scores is not None:
+            warnings.warn("translate(scores=...) is deprecated: translate() returns strings; translate_batch() "
+                          "returns the n-best Translations with their scores", DeprecationWarning, stacklevel=2)
+            if scores:
+                return self.translate_batch(sources, prefixes, **options)
+        sources, prefixes = self._checked(sources, prefixes, "translate()")
+        config, decoder = self._decoder(options, "translate()")
+        return [result.texts[0] for result in self._results(sources, prefixes, config, decoder)]
 
-        Returns a list of strings, one per source, the best translation of each; with
-        `scores=True` or `n_best` > 1, a list of lists of `Translation`, the n-best
-        hypotheses of each source, best first. An empty or blank source gives "" (score 0),
-        or its prefix. `prefixes`: one target prefix per source (may be ""), as --prefix.
-        With `sampling=True`, source i draws as line i of a file would."""
-        from .batching import cut
+    def translate_batch(self, sources: list, prefixes: list[str] | None = None,
+                        **options) -> list[list[Translation]]:
+        """As `translate`, but for each source its n-best hypotheses (`n_best`, default 1), best
+        first, as `Translation`s: text, scores, tokens, per-token log-probs, and with
+        `alignment=True` / `attention=True` the cross-attention's alignment and weights."""
+        sources, prefixes = self._checked(sources, prefixes, "translate_batch()")
+        config, decoder = self._decoder(options, "translate_batch()")
+        return [[Translation(text, hyp.score, hyp.total, hyp.tokens, hyp.token_scores, hyp.ended, hyp.eos_score,
+                             hyp.alignment, hyp.attention) for hyp, text in zip(result.hypotheses, result.texts)]
+                for result in self._results(sources, prefixes, config, decoder)]
 
-        if isinstance(sources, str):
-            raise TypeError("translate() takes a list of strings, not one string")
-        sources = list(sources)
-        for name, values, allowed in (("source", sources, (str,)), ("prefix", prefixes or [], (str, type(None)))):
-            wrong = next((i for i, value in enumerate(values) if not isinstance(value, allowed)), None)
-            if wrong is not None:
-                raise TypeError(f"translate(): {name} {wrong} is {type(values[wrong]).__name__}, not a string")
-        if "prefix" in options:  # a file, for translate_file
-            raise ConfigError("prefix: translate() takes its prefixes as a list, prefixes=[...]")
-        if prefixes is not None and len(prefixes) != len(sources):
-            raise ValueError(f"translate() got {len(sources)} sources but {len(prefixes)} prefixes")
-        engine = self.engine
-        config, decoder = engine.decoder(self._call_config(options))
-        batching = config.batching
-        examples = [engine.make_example(i, text, batching.max_src_length, None if prefixes is None else prefixes[i])
-                    for i, text in enumerate(sources)]
-        results = [None] * len(examples)
-        for batch in cut(examples, batching.batch_size, batching.batch_type):
-            for result in engine.decode_batch(batch, decoder):
-                results[result.index] = result
-        if not scores and config.decoding.n_best == 1:
-            return [result.texts[0] for result in results]
-        return [[Translation(text, hyp.score, hyp.total, hyp.tokens, hyp.token_scores, hyp.ended,
-                             hyp.eos_score, hyp.alignment, hyp.attention)
-                 for hyp, text in zip(result.hypotheses, result.texts)] for result in results]
+    def translate_iterable(self, sources: Iterable, prefixes: Iterable[str] | None = None,
+                           **options) -> Iterator[str]:
+        """`translate`, lazily: yields the best translation of each source in input order, reading
+        the sources (and prefixes) a window at a time, sorted and batched inside the window as
+        the command line reads a file; memory is bounded by the window, so a generator (even an
+        endless one) is never read whole. Options are checked at once; decoding starts with the
+        first item asked for."""
+        if isinstance(sources, str) or isinstance(prefixes, str):
+            raise TypeError("translate_iterable() takes an iterable of sources (and of prefixes), not one string")
+        config, decoder = self._decoder(options, "translate_iterable()")
+        window = chunk_size(config.batching.batch_size, config.batching.batch_type)
+        return self._texts_of_windows(iter(sources), None if prefixes is None else iter(prefixes), window,
+                                      config, decoder)
+
+    def generate_tokens(self, source, prefix: str | None = None, **options) -> Iterator[GeneratedToken]:
+        """The translation of one source, a token at a time as the search chooses it (greedy by
+        default, or `sampling=True`): a beam's best hypothesis is known only when the beam ends,
+        so as in CTranslate2's `generate_tokens` there is no beam here. The tokens and log-probs
+        are those of `translate_batch([source], [prefix], beam_size=1, **options)[0][0]`, EOS
+        left out; the last one's `text` is `translate`'s string. A sample draws as source 0 of
+        `translate` does."""
+        [source], [prefix] = self._checked([source], [prefix], "generate_tokens()")
+        config, decoder = self._decoder(options, "generate_tokens()", greedy=True)
+        if config.decoding.beam_size > 1 and not config.decoding.sampling:
+            raise ConfigError("beam_size: generate_tokens() decodes greedily or samples (beam_size=1 or "
+                              "sampling=True); translate_batch() runs a beam")
+        if config.decoding.n_best > 1:
+            raise ConfigError("n_best: generate_tokens() yields one hypothesis; translate_batch() gives n_best")
+        # The fixed-shape step (CUDA graphs) decodes in buffers every batch shares; this decoding
+        # pauses between tokens, while other calls may run: it keeps its own state (the model's step).
+        decoder.fixed_steps = None
+        return self._tokens(self.engine.make_example(0, source, config.batching.max_src_length, prefix), decoder)
 
     def translate_file(self, src: str, output: str, resume: bool = False, **options):
         """Translate the file `src` into `output` as `nmtdecode translate` does: locked,
@@ -106,19 +167,156 @@ class Translator:
         job = self._call_config(options, {"src": src, "output": output, "resume": resume})
         return translate_job(job, engine=self.engine)
 
-    def score(self, sources: list[str], targets: list[str], **options) -> list[float]:
-        """The total log-probability of each target (EOS included) given its source."""
+    def score(self, sources: list, targets: list[str], **options) -> list[float]:
+        """The total log-probability of each target (EOS included) given its source, as
+        `nmtdecode score` prints it."""
         from .scoring import score_pairs
 
-        if len(sources) != len(targets):
-            raise ValueError(f"score() got {len(sources)} sources but {len(targets)} targets")
-        return score_pairs(self.engine, self._call_config(options), list(sources), list(targets))
+        sources, targets = self._pairs(sources, targets, "score()")
+        return score_pairs(self.engine, self._call_config(options), sources, targets)
 
-    def _call_config(self, options: dict, files: dict | None = None) -> Config:
-        """This translator's config with one call's options over it."""
+    def score_batch(self, sources: list, targets: list[str], **options) -> list[Scored]:
+        """Each target's log-probability given its source, per token and in all (`Scored`), as
+        `nmtdecode score --format jsonl` gives them; batched as `score` batches."""
+        from .scoring import score_pairs_by_token
+
+        sources, targets = self._pairs(sources, targets, "score_batch()")
+        pairs, forced = score_pairs_by_token(self.engine, self._call_config(options), sources, targets)
+        scored = []
+        for tokens, token_scores, eos in pairs:
+            total = sum(token_scores) + eos
+            scored.append(Scored(tokens, token_scores, eos, total, total / (len(tokens) - forced + 1)))
+        return scored
+
+    def _pairs(self, sources, targets, method: str) -> tuple[list, list[str]]:
+        sources, _ = self._checked(sources, None, method)
+        if isinstance(targets, str):
+            raise TypeError(f"{method} takes a list of targets, not one string")
+        targets = list(targets)
+        self._check_types(targets, "target", (str,), method)
+        if len(sources) != len(targets):
+            raise ValueError(f"{method} got {len(sources)} sources but {len(targets)} targets")
+        return sources, targets
+
+    def _checked(self, sources, prefixes, method: str) -> tuple[list, list | None]:
+        """The sources and prefixes of a call as lists, their lengths and types checked."""
+        if isinstance(sources, str):
+            raise TypeError(f"{method} takes a list of sources, not one string")
+        sources = list(sources)
+        self._check_types(sources, "source", (str, list), method)
+        if prefixes is not None:
+            prefixes = list(prefixes)
+            self._check_types(prefixes, "prefix", (str, type(None)), method)
+            if len(prefixes) != len(sources):
+                raise ValueError(f"{method} got {len(sources)} sources but {len(prefixes)} prefixes")
+        return sources, prefixes
+
+    @staticmethod
+    def _check_types(values: list, name: str, allowed: tuple, method: str, first: int = 0):
+        """A TypeError naming the first value (numbered from `first`) of a wrong type: a source is
+        a string or a list of string pieces."""
+        for i, value in enumerate(values, start=first):
+            if not isinstance(value, allowed):
+                what = "a string or a list of pieces" if list in allowed else "a string"
+                raise TypeError(f"{method}: {name} {i} is {type(value).__name__}, not {what}")
+            if isinstance(value, list):
+                wrong = next((j for j, piece in enumerate(value) if not isinstance(piece, str)), None)
+                if wrong is not None:
+                    raise TypeError(f"{method}: {name} {i} has a {type(value[wrong]).__name__} at position "
+                                    f"{wrong}; a list source holds its pieces as strings")
+
+    def _decoder(self, options: dict, method: str, greedy: bool = False):
+        """This call's effective config and decoder; options that change nothing in `method` are
+        warned about in the API's terms (IneffectiveOptionWarning)."""
+        if "prefix" in options:  # a file, for translate_file
+            raise ConfigError(f"prefix: {method} takes its prefixes as a list, prefixes=[...]")
+        base, notes = {"beam_size": 1, "n_best": 1} if greedy else {}, []
+        config, decoder = self.engine.decoder(self._call_config(options, base=base), warn=notes.append, api=True)
+        for note in notes + _unseen(config, options, method):
+            warnings.warn(note, IneffectiveOptionWarning, stacklevel=3)  # at the caller of the public method
+        return config, decoder
+
+    def _results(self, sources: list, prefixes: list | None, config: Config, decoder, first: int = 0) -> list:
+        """The engine's results of these sources (indexes from `first`), in their order: sorted
+        by length and cut into batches together, as one window of the command line's input."""
+        engine, batching = self.engine, config.batching
+        examples = [engine.make_example(first + i, text, batching.max_src_length,
+                                        None if prefixes is None else prefixes[i]) for i, text in enumerate(sources)]
+        results = [None] * len(examples)
+        for batch in cut(examples, batching.batch_size, batching.batch_type):
+            for result in engine.decode_batch(batch, decoder):
+                results[result.index - first] = result
+        return results
+
+    def _texts_of_windows(self, sources: Iterator, prefixes: Iterator | None, window: int, config: Config,
+                          decoder) -> Iterator[str]:
+        """translate_iterable's work: a window of sources (and as many prefixes) at a time; one
+        prefix more is read at the sources' end, to tell prefixes that outlast them."""
+        first = 0
+        while True:
+            chunk = list(islice(sources, window))
+            given = None if prefixes is None else list(islice(prefixes, len(chunk) or 1))
+            if given is not None and len(given) != len(chunk):
+                which = "after" if len(given) > len(chunk) else "before"
+                raise ValueError(f"translate_iterable(): the prefixes end {which} the sources, "
+                                 f"at source {first + min(len(chunk), len(given))}")
+            if not chunk:
+                return
+            self._check_types(chunk, "source", (str, list), "translate_iterable()", first)
+            if given is not None:
+                self._check_types(given, "prefix", (str, type(None)), "translate_iterable()", first)
+            for result in self._results(chunk, given, config, decoder, first):
+                yield result.texts[0]
+            first += len(chunk)
+
+    def _tokens(self, example, decoder) -> Iterator[GeneratedToken]:
+        """The tokens of one example's single hypothesis, each yielded after the step that chose
+        it (all at once for an empty source: its prefix, if any)."""
+        tokenizer, chosen = self.engine.loaded.tokenizer, []
+
+        def emit(tokens: list[int], log_probs: list[float]) -> Iterator[GeneratedToken]:
+            for token, log_prob in zip(tokens, log_probs):
+                chosen.append(token)
+                yield GeneratedToken(len(chosen) - 1, token, tokenizer.target_piece(token), log_prob,
+                                     tokenizer.decode(chosen))
+
+        if example.ids is None:
+            [hyp] = self.engine.decode_batch([example], decoder)[0].hypotheses
+            yield from emit(hyp.tokens, hyp.token_scores)
+            return
+        total, prefixes = 0.0, [example.prefix] if example.prefix else None
+        for search in decoder.search_steps([example.ids], [example.index], prefixes):
+            record = search.beams[0]  # its one slot: greedy and a single sample never reorder
+            if record.done:  # this step ended it (EOS, which is not yielded, or the step limit)
+                [hyp] = search.results(1)[0]
+                yield from emit(hyp.tokens[len(chosen):], hyp.token_scores[len(chosen):])
+                return
+            [token], [now] = record.next_ys[-1], record.scores[-1]
+            yield from emit([token], [now - total])
+            total = now
+
+    def _call_config(self, options: dict, files: dict | None = None, base: dict | None = None) -> Config:
+        """This translator's config with one call's options over it (over `base`, the call's own
+        defaults)."""
         fixed = sorted(k for k in options if k not in CALL_KEYS)
         if fixed:
             what = "is fixed when the model loads: give it to Translator.load()" if fixed[0] in KEY_SECTION else \
                 "is not an option"
             raise ConfigError(f"{fixed[0]}: {what}")
-        return self.config.over(options, files or {})
+        return self.config.over(base or {}, options, files or {})
+
+
+def _unseen(config: Config, options: dict, method: str) -> list[str]:
+    """Options whose results `method`'s return type does not carry."""
+    notes = []
+    if "format" in options:
+        notes.append(f"format={options['format']!r} has no effect on {method}: translate_file() writes formats")
+    if method in ("translate()", "translate_iterable()"):
+        decoding = config.decoding
+        shown = "the best translation as a string; translate_batch() returns"
+        if decoding.n_best > 1:
+            notes.append(f"n_best={decoding.n_best} has no effect on {method}, which returns {shown} the n-best")
+        for key in ("alignment", "attention", "token_scores"):
+            if config.value(key):
+                notes.append(f"{key}=True has no effect on {method}, which returns {shown} Translations with it")
+    return notes

@@ -19,7 +19,7 @@ engine (engine.py) builds one per job and feeds it batches.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Iterator, Protocol
 
 import torch
 
@@ -172,6 +172,21 @@ class BatchDecoder:
         line_ids: each source's line in the input (sampling draws from streams keyed by it;
         default 0..B-1). prefixes: target token ids forced at the start of each output (after
         the model's forced first token), scored 0; may be empty."""
+        for search in self.search_steps(sources, line_ids, prefixes):
+            pass  # the last step leaves every sentence done
+        results = search.results(self.cfg.n_best)
+        if self.cfg.attention:  # rows as long as each source, not the padded batch
+            for source, hyps in zip(sources, results):
+                for hyp in hyps:
+                    hyp.attention = [row[: len(source)] for row in hyp.attention or []]
+        return results
+
+    @torch.inference_mode()
+    def search_steps(self, sources: list[list[int]], line_ids: list[int] | None = None,
+                     prefixes: list[list[int]] | None = None) -> Iterator[Search]:
+        """The decoding loop of `translate_batch`, step by step: yields the search after each
+        step (its per-sentence records hold what was chosen so far), the last time when every
+        sentence is done. A caller that stops early leaves the batch unfinished."""
         src, src_mask = self.pad(sources)
         memory = self.model.encode(src, src_mask)
         max_steps = self.max_steps([len(s) for s in sources])
@@ -186,17 +201,12 @@ class BatchDecoder:
             logits = processors.on_logits(logits.float(), step)  # nothing unless a rule acts on logits
             logprobs = processors(self.log_probs(logits), step)
             out = search.advance(logprobs, step, None if attention is None else attention.facts(cache.attention))
+            yield search
             if search.done:
                 break
             for state in states:
                 state.follow(out)
             tokens = out.tokens
-        results = search.results(self.cfg.n_best)
-        if self.cfg.attention:  # rows as long as each source, not the padded batch
-            for source, hyps in zip(sources, results):
-                for hyp in hyps:
-                    hyp.attention = [row[: len(source)] for row in hyp.attention or []]
-        return results
 
     def start_decoder(self, memory: torch.Tensor, src_mask: torch.Tensor, positions: int):
         """The step function and the decoder state of a batch: the model's own, or the fixed-shape

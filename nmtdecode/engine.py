@@ -71,11 +71,12 @@ class Engine:
         graphs = device.type == "cuda" and runtime.cuda_graphs == "auto" and isinstance(loaded.model, Transformer)
         return cls(config, loaded, device, FixedShapeSteps(loaded.model, graphs=True, warn=warn) if graphs else None)
 
-    def decoder(self, config: Config) -> tuple[Config, BatchDecoder]:
+    def decoder(self, config: Config, warn=warn, api: bool = False) -> tuple[Config, BatchDecoder]:
         """A job's effective config (the model's defaults under the user's options) and its
-        decoder; options that change nothing are warned about."""
+        decoder; options that change nothing are told to `warn`, named as command-line flags,
+        or with `api` as the Python API's keyword arguments (and then none about --format)."""
         config, decoder = self.scorer(config)
-        for note in ineffective(config, self.loaded.model.cfg.max_positions, self.device.type):
+        for note in ineffective(config, self.loaded.model.cfg.max_positions, self.device.type, api):
             warn(note)
         self._check_fits(config)
         return config, decoder
@@ -88,21 +89,25 @@ class Engine:
                                piece_id=getattr(self.loaded.tokenizer, "piece_id", None), fixed_steps=self.fixed_steps)
         return config, decoder
 
-    def encode_source(self, text: str, max_src_length: int | None) -> tuple[list[int], bool]:
+    def encode_source(self, text: str | list[str], max_src_length: int | None) -> tuple[list[int], bool]:
         """A source line's ids, cut to the model's positions (or max_src_length) with its EOS kept,
-        and whether it was cut: the one rule translate and score share."""
-        ids = self.loaded.tokenizer.encode(text)
+        and whether it was cut: the one rule translate and score share. A list is the line's
+        pieces, already tokenized (the Python API's token input)."""
+        tokenizer = self.loaded.tokenizer
+        ids = tokenizer.encode_pieces(text) if isinstance(text, list) else tokenizer.encode(text)
         cfg = self.loaded.model.cfg
         limit = min(max_src_length or cfg.max_positions, cfg.max_positions)
         if len(ids) > limit:
             return ids[: limit - 1] + [cfg.eos_id], True
         return ids, False
 
-    def make_example(self, index: int, text: str, max_src_length: int | None, prefix: str | None = None) -> Example:
-        """Tokenize one line; whitespace-only lines get nothing to decode; long ones are cut (EOS
-        kept). A target prefix is tokenized with the target tokenizer, without EOS."""
+    def make_example(self, index: int, text: str | list[str], max_src_length: int | None,
+                     prefix: str | None = None) -> Example:
+        """Tokenize one line (or take its pieces); whitespace-only lines (no pieces) get nothing to
+        decode; long ones are cut (EOS kept). A target prefix is tokenized with the target
+        tokenizer, without EOS."""
         prefix_ids = self.loaded.tokenizer.encode_target(prefix) if prefix and prefix.strip() else None
-        if not text.strip():
+        if not (text if isinstance(text, list) else text.strip()):
             return Example(index, text, prefix=prefix_ids)
         ids, truncated = self.encode_source(text, max_src_length)
         return Example(index, text, ids, truncated=truncated, prefix=prefix_ids)
@@ -184,10 +189,41 @@ class Engine:
         return Result(example.index, hyps, [self.loaded.tokenizer.decode(tokens)] * cfg.n_best)
 
 
-def ineffective(config: Config, max_positions: int, device_type: str) -> list[str]:
+def ineffective(config: Config, max_positions: int, device_type: str, api: bool = False) -> list[str]:
     """Warnings for options that change nothing (or only slow things down) in this job: not
-    errors, since a shared config file may well set them for another model or format."""
-    io, decoding, user, notes = config.io, config.decoding, config.user_keys, []
+    errors, since a shared config file may well set them for another model or format. Options
+    are named as flags, or with `api` as keyword arguments; the Python API has no --format
+    (its methods' results say which options show: api.py warns about those)."""
+    decoding, user = config.decoding, config.user_keys
+    notes = [] if api else format_notes(config)
+    flag = keyword if api else cli_flag
+    if "beta" in user and decoding.beta != 0 and decoding.coverage_penalty == "none":
+        notes.append(f"beta: {decoding.beta} has no effect without {flag('coverage_penalty', 'wu', 'summary')}")
+    if decoding.coverage_penalty != "none" and decoding.beta == 0:
+        wanted = "beta > 0" if api else "--beta B, B > 0"
+        notes.append(f"coverage_penalty: {decoding.coverage_penalty} with beta 0 changes nothing ({wanted})")
+    if "max_length" in user and decoding.max_length > max_positions:
+        notes.append(f"max_length: {decoding.max_length} is above the model's {max_positions} target positions, "
+                     f"which cap every output at {max_positions} tokens")
+    if "diversity_penalty" in user and decoding.beam_groups == 1:
+        notes.append(f"diversity_penalty: has no effect without {flag('beam_groups')} above 1")
+    if decoding.ignore_when_blocking and not decoding.block_ngram_repeat:
+        notes.append(f"ignore_when_blocking: has no effect without {flag('block_ngram_repeat')}")
+    sampling = "sampling=True" if api else "--sampling"
+    if not decoding.sampling:
+        notes += [f"{key}: has no effect without {sampling}{'' if api else ' (sampling: true)'}"
+                  for key in ("temperature", "top_k", "top_p", "seed") if key in user]
+    elif "early_stopping" in user:
+        notes.append(f"early_stopping: has no effect with {sampling} (each sample ends at EOS or the step limit)")
+    if config.runtime.dtype == "float16" and device_type == "cpu":
+        notes.append("dtype: float16 on CPU has few native kernels and is usually slower than float32 "
+                     "(bfloat16 is fast on CPUs with AMX)")
+    return notes
+
+
+def format_notes(config: Config) -> list[str]:
+    """Options whose results the job's output format does not write."""
+    io, decoding, notes = config.io, config.decoding, []
     if decoding.n_best > 1 and io.format == "text":
         notes.append(f"n_best: {decoding.n_best} has no effect with --format text, which writes the best "
                      "hypothesis only (--format nbest or jsonl writes them all)")
@@ -196,23 +232,14 @@ def ineffective(config: Config, max_positions: int, device_type: str) -> list[st
     for key in ("alignment", "attention"):
         if getattr(decoding, key) and io.format != "jsonl":
             notes.append(f"{key}: has no effect with --format {io.format} (it adds fields to jsonl)")
-    if "beta" in user and decoding.beta != 0 and decoding.coverage_penalty == "none":
-        notes.append(f"beta: {decoding.beta} has no effect without --coverage-penalty wu or summary")
-    if decoding.coverage_penalty != "none" and decoding.beta == 0:
-        notes.append(f"coverage_penalty: {decoding.coverage_penalty} with beta 0 changes nothing (--beta B, B > 0)")
-    if "max_length" in user and decoding.max_length > max_positions:
-        notes.append(f"max_length: {decoding.max_length} is above the model's {max_positions} target positions, "
-                     f"which cap every output at {max_positions} tokens")
-    if "diversity_penalty" in user and decoding.beam_groups == 1:
-        notes.append("diversity_penalty: has no effect without --beam-groups above 1")
-    if decoding.ignore_when_blocking and not decoding.block_ngram_repeat:
-        notes.append("ignore_when_blocking: has no effect without --block-ngram-repeat")
-    if not decoding.sampling:
-        notes += [f"{key}: has no effect without --sampling (sampling: true)"
-                  for key in ("temperature", "top_k", "top_p", "seed") if key in user]
-    elif "early_stopping" in user:
-        notes.append("early_stopping: has no effect with --sampling (each sample ends at EOS or the step limit)")
-    if config.runtime.dtype == "float16" and device_type == "cpu":
-        notes.append("dtype: float16 on CPU has few native kernels and is usually slower than float32 "
-                     "(bfloat16 is fast on CPUs with AMX)")
     return notes
+
+
+def cli_flag(key: str, *values: str) -> str:
+    """An option as the command line spells it: `--coverage-penalty wu or summary`."""
+    return f"--{key.replace('_', '-')}" + (f" {' or '.join(values)}" if values else "")
+
+
+def keyword(key: str, *values: str) -> str:
+    """An option as the Python API spells it: `coverage_penalty='wu' or 'summary'`."""
+    return key + (f"={' or '.join(map(repr, values))}" if values else "")

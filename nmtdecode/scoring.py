@@ -155,16 +155,28 @@ def scored_batches(engine: Engine, decoder: BatchDecoder, examples: Iterable[Exa
                 batch, lambda part: score([e.ids for e in part], [e.target for e in part]))
 
 
-def score_pairs(engine: Engine, config: Config, sources: list[str], targets: list[str]) -> list[float]:
+def score_pairs(engine: Engine, config: Config, sources: list, targets: list[str]) -> list[float]:
     """The total log-probability of each target given its source, in their order (the Python API)."""
+    return _in_order(engine, engine.scorer(config), sources, targets, tokens=False)
+
+
+def score_pairs_by_token(engine: Engine, config: Config, sources: list,
+                         targets: list[str]) -> tuple[list[tuple], int]:
+    """Each pair's (tokens, token_scores, eos_score) as `BatchDecoder.score_tokens` gives them, in
+    their order, and how many tokens the model forces at the start of each (scored 0)."""
     config, decoder = engine.scorer(config)
+    return _in_order(engine, (config, decoder), sources, targets, tokens=True), len(decoder.forced_prefix()) - 1
+
+
+def _in_order(engine: Engine, scorer: tuple, sources: list, targets: list[str], tokens: bool) -> list:
+    config, decoder = scorer
     examples = pair_examples(engine, decoder, ((i, s, t) for i, (s, t) in enumerate(zip(sources, targets))),
                              config.batching.max_src_length)
-    totals = [0.0] * len(sources)
-    for batch, scores in scored_batches(engine, decoder, examples, config.batching):
-        for example, total in zip(batch, scores):
-            totals[example.index] = total
-    return totals
+    found = [None] * len(sources)
+    for batch, scores in scored_batches(engine, decoder, examples, config.batching, tokens):
+        for example, score in zip(batch, scores):
+            found[example.index] = score
+    return found
 
 
 def _lines(numbers: list[int], shown: int = 5) -> str:

@@ -55,9 +55,18 @@ class SentencePieceTokenizer:
         """Source text -> model ids, with EOS appended."""
         return self.source.encode(text) + [self.eos_id]
 
+    def encode_pieces(self, pieces: list[str]) -> list[int]:
+        """Source pieces (text already cut as `encode` cuts it) -> model ids, with EOS appended;
+        a piece the vocabulary lacks is <unk>."""
+        return [self.source.piece_to_id(piece) for piece in pieces] + [self.eos_id]
+
     def decode(self, ids: list[int]) -> str:
         """Target model ids -> text, special tokens left out."""
         return self.target.decode([i for i in ids if i not in self.special_ids])
+
+    def target_piece(self, token_id: int) -> str | None:
+        """The target vocabulary's entry for an id (`\u2581Guten`), or None beyond the vocabulary."""
+        return self.target.id_to_piece(token_id) if 0 <= token_id < self.target.get_piece_size() else None
 
     def encode_target(self, text: str) -> list[int]:
         """Target text -> model ids (no EOS), for forced decoding."""
@@ -73,10 +82,6 @@ class SentencePieceTokenizer:
         """Equal for two tokenizers exactly when they give every source line the same ids (an
         ensemble's models must: models/ensemble.py)."""
         return ("sentencepiece", spm_identity(self.source), self.eos_id)
-
-    def target_piece(self, id: int) -> str | None:
-        """The target vocabulary entry of model id `id`, or None when there is none."""
-        return self.target.id_to_piece(id) if 0 <= id < self.target.get_piece_size() else None
 
     def set_languages(self, src_lang: str | None, tgt_lang: str | None) -> int | None:
         """Choose source/target languages; returns the token to force first on the target side.

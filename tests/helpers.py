@@ -193,7 +193,7 @@ def build_native_model(directory, vocab_size: int = 48, seed: int = 0, decoding=
 def nbest_of(translator, tokens: list[str], **options) -> list[tuple[list[str], float]]:
     """A pre-tokenized sentence through the Python API: its n-best as (tokens, score), best first
     (the parity tests' view of a peer's output, OpenNMT-py's and eole's)."""
-    results = translator.translate([" ".join(tokens)], scores=True, format="jsonl", **options)[0]
+    results = translator.translate_batch([tokens], **options)[0]
     return [(r.text.split(), r.score) for r in results]
 
 

@@ -94,6 +94,7 @@ class _Pieces:
         self.detok = detok or self.sp  # Marian decodes with source.spm when the vocabulary is shared
         self.vocab, self.unk_id, self.added, self.marian = vocab, unk_id, added, marian
         self.pieces = {i: p for p, i in vocab.items()}
+        self.added_pieces = {i: p for p, i in added.items()}
         alternatives = "|".join(re.escape(t) for t in sorted(added, key=len, reverse=True))
         self.splitter = re.compile(f"({alternatives})") if added else None
 
@@ -109,8 +110,8 @@ class _Pieces:
     def id(self, piece: str) -> int | None:
         return self.added.get(piece, self.vocab.get(piece))
 
-    def piece(self, id: int) -> str | None:
-        return self.pieces.get(id)
+    def piece(self, i: int) -> str | None:
+        return self.pieces.get(i, self.added_pieces.get(i))
 
     def identity(self) -> tuple:
         return (spm_identity(self.sp), tuple(sorted(self.vocab.items())), tuple(sorted(self.added.items())),
@@ -158,9 +159,10 @@ class _FairseqPieces:
         found = self.sp.piece_to_id(piece)
         return found + 1 if self.sp.id_to_piece(found) == piece else None
 
-    def piece(self, id: int) -> str | None:
-        specials = {0: "<s>", 1: "<pad>", 2: "</s>", self.UNK: "<unk>"}
-        return specials.get(id) or (self.sp.id_to_piece(id - 1) if self.UNK < id <= self.size else None)
+    def piece(self, i: int) -> str | None:
+        if i <= self.UNK:
+            return ("<s>", "<pad>", "</s>", "<unk>")[i]
+        return self.sp.id_to_piece(i - 1) if i <= self.size else None  # beyond: language codes, <mask>
 
     def identity(self) -> tuple:
         return (spm_identity(self.sp),)
@@ -182,8 +184,8 @@ class _TokenizerJson:
     def id(self, token: str) -> int | None:
         return self.tok.token_to_id(token)
 
-    def piece(self, id: int) -> str | None:
-        return self.tok.id_to_token(id)
+    def piece(self, i: int) -> str | None:
+        return self.tok.id_to_token(i)
 
     def identity(self) -> tuple:
         return (self.tok.to_str(),)
@@ -217,12 +219,13 @@ class HFTokenizer:
 
     def __init__(self, source, *, unk_id: int, eos_id: int, special_ids=(), target=None, languages=None,
                  src_lang: str | None = None, tag_at_end: bool = False, bos_id: int | None = None,
-                 cleanup: bool = False):
+                 cleanup: bool = False, tag_piece: str = "{}"):
         self.source, self.target = source, target or source
         self.unk_id, self.eos_id, self.bos = unk_id, eos_id, [] if bos_id is None else [bos_id]
         self.languages = dict(languages or {})
         self.skip = frozenset(special_ids) | {unk_id, eos_id} | set(self.languages.values())
         self.tag_at_end, self.cleanup = tag_at_end, cleanup
+        self.tag_piece = tag_piece  # how a language code is spelt as a piece: M2M100's __en__, else the code
         try:
             self.default_tag = self._tag("src_lang", src_lang) if src_lang else None
         except ConfigError as e:
@@ -232,6 +235,12 @@ class HFTokenizer:
     def encode(self, text: str) -> list[int]:
         """Source text -> model ids, with EOS and the family's tags."""
         return self.before + self.source.ids(text) + self.after
+
+    def encode_pieces(self, pieces: list[str]) -> list[int]:
+        """Source pieces (text already cut as `encode` cuts it) -> model ids, with EOS and the
+        family's tags; a piece the vocabulary lacks is <unk>."""
+        ids = [self.source.id(piece) for piece in pieces]
+        return self.before + [self.unk_id if i is None else i for i in ids] + self.after
 
     def encode_target(self, text: str) -> list[int]:
         """Target text -> model ids without EOS or tags (forced decoding)."""
@@ -263,10 +272,14 @@ class HFTokenizer:
         return (type(self).__name__, self.source.identity(), tuple(sorted(self.languages.items())), self.unk_id,
                 self.eos_id, tuple(self.bos), self.tag_at_end, self.default_tag, tuple(self.before), tuple(self.after))
 
-    def target_piece(self, id: int) -> str | None:
-        """The target vocabulary entry of model id `id` (a piece or a language tag), or None."""
-        found = self.target.piece(id)
-        return found if found is not None else next((c for c, i in self.languages.items() if i == id), None)
+    def target_piece(self, token_id: int) -> str | None:
+        """The target vocabulary's entry for an id, as transformers' convert_ids_to_tokens spells it
+        (a piece, a special token, a language tag), or None for an id it does not know."""
+        found = self.target.piece(token_id)
+        if found is None:
+            code = next((c for c, i in self.languages.items() if i == token_id), None)
+            found = None if code is None else self.tag_piece.format(code)
+        return found
 
     def piece_id(self, piece: str) -> int | None:
         """The id of a target vocabulary entry (a piece or a language tag), or None."""
@@ -369,7 +382,7 @@ def _m2m100(path: str, config: dict) -> HFTokenizer:
     pieces = _Pieces(os.path.join(path, "sentencepiece.bpe.model"), vocab, unk, added)
     return HFTokenizer(pieces, unk_id=unk, eos_id=eos, special_ids={vocab[t] for t in names} | set(added.values()),
                        languages={c: len(vocab) + i for i, c in enumerate(codes)},
-                       src_lang=config.get("src_lang") or "en",
+                       src_lang=config.get("src_lang") or "en", tag_piece="__{}__",
                        cleanup=bool(config.get("clean_up_tokenization_spaces")))
 
 

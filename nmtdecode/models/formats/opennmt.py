@@ -233,12 +233,20 @@ class VocabTokenizer:
     def encode(self, text: str) -> list[int]:
         return [self.src_ids.get(p, self.src_unk) for p in self._pieces(text, self.src_spm)]
 
+    def encode_pieces(self, pieces: list[str]) -> list[int]:
+        """Source pieces (text already cut as `encode` cuts it) -> ids; unknown ones are <unk>."""
+        return [self.src_ids.get(p, self.src_unk) for p in pieces]
+
     def encode_target(self, text: str) -> list[int]:
         return [self.tgt_ids.get(p, self.tgt_unk) for p in self._pieces(text, self.tgt_spm)]
 
     def decode(self, ids: list[int]) -> str:
         pieces = [self.tgt_tokens[i] for i in ids if i != self.eos_id]
         return self.tgt_spm.decode_pieces(pieces) if self.tgt_spm is not None else " ".join(pieces)
+
+    def target_piece(self, token_id: int) -> str | None:
+        """The target vocabulary's entry for an id, or None beyond the vocabulary."""
+        return self.tgt_tokens[token_id] if 0 <= token_id < len(self.tgt_tokens) else None
 
     def piece_id(self, piece: str) -> int | None:
         """The id of a target vocabulary entry (as `ignore_when_blocking` and `banned_tokens` name
@@ -249,9 +257,6 @@ class VocabTokenizer:
         """Equal for two tokenizers exactly when they give every source line the same ids."""
         proto = spm_identity(self.src_spm) if self.src_spm is not None else None
         return ("vocab", proto, tuple(sorted(self.src_ids.items())), self.src_unk)
-
-    def target_piece(self, id: int) -> str | None:
-        return self.tgt_tokens[id] if 0 <= id < len(self.tgt_tokens) else None
 
     def set_languages(self, src_lang: str | None, tgt_lang: str | None) -> int | None:
         if src_lang or tgt_lang:

@@ -111,6 +111,7 @@ def _compare(ours, hf, sentences, tags: dict[str, int], frame=(1, 1), tgt: str |
     tag_ids = set(tags.values())
     for s in sentences:
         assert ours.encode(s) == hf(s).input_ids, repr(s)
+        assert ours.encode_pieces(hf.tokenize(s)) == hf(s).input_ids, repr(s)  # the API's token input
         target = hf(text_target=s).input_ids
         assert ours.encode_target(s) == target[before : len(target) - after], repr(s)
         generated = [hf.pad_token_id, hf.unk_token_id] + target + [hf.eos_token_id, hf.pad_token_id]
@@ -118,6 +119,7 @@ def _compare(ours, hf, sentences, tags: dict[str, int], frame=(1, 1), tgt: str |
             generated = [tags[tgt]] + generated
         expected = hf.decode([i for i in generated if i not in tag_ids], skip_special_tokens=True)
         assert ours.decode(generated) == expected, repr(s)
+        assert [ours.target_piece(i) for i in generated] == hf.convert_ids_to_tokens(generated), repr(s)
 
 
 def _save(hf, path) -> str:

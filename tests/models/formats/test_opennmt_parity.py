@@ -277,7 +277,7 @@ def test_coverage_penalty_ignores_padded_source_positions(seed1):
     with torch.no_grad():
         theirs = peer.translator(model, opt, vocab, **options).translate_batch(batch, attn_debug=False)
     assert float(theirs["scores"][1][0]) == float("-inf")
-    ours = translator.translate([" ".join(long), " ".join(short)], scores=True, batch_size=2, **options)
+    ours = translator.translate_batch([" ".join(long), " ".join(short)], batch_size=2, **options)
     alone = ours_nbest(translator, short, **options)
     assert_same_nbest(alone, [(r.text.split(), r.score) for r in ours[1]])
     assert_same_nbest(peer.translate(peer.translator(model, opt, vocab, **options), short), alone)
