@@ -32,6 +32,13 @@ class SentencePieceTokenizer:
         """Target text -> model ids (no EOS), for forced decoding."""
         return self.target.encode(text)
 
+    def source_pieces(self, ids: list[int]) -> list[str]:
+        """Source ids -> the vocabulary's pieces (`\u2581the`, `</s>`), for --dump-beam."""
+        return [self.source.id_to_piece(i) for i in ids]
+
+    def target_pieces(self, ids: list[int]) -> list[str]:
+        return [self.target.id_to_piece(i) for i in ids]
+
     def piece_id(self, piece: str) -> int | None:
         """The id of a target vocabulary entry, spelt as the tokenizer spells it (`\u2581the`),
         or None when the vocabulary has no such piece."""
