@@ -208,8 +208,8 @@ def ineffective(config: Config, max_positions: int, device_type: str) -> list[st
     if io.token_scores and io.format != "jsonl":
         notes.append(f"token_scores: has no effect with --format {io.format} (it adds fields to jsonl)")
     for key in ("alignment", "attention"):
-        if getattr(decoding, key) and io.format != "jsonl":
-            notes.append(f"{key}: has no effect with --format {io.format} (it adds fields to jsonl)")
+        if getattr(decoding, key) and io.format != "jsonl" and io.dump_beam is None:
+            notes.append(f"{key}: has no effect with --format {io.format} (it adds fields to jsonl and --dump-beam)")
     if "beta" in user and decoding.beta != 0 and decoding.coverage_penalty == "none":
         notes.append(f"beta: {decoding.beta} has no effect without --coverage-penalty wu or summary")
     if decoding.coverage_penalty != "none" and decoding.beta == 0:

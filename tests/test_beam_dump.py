@@ -100,6 +100,13 @@ def test_the_output_is_the_same_with_and_without_the_dump(cli, model_dir, tmp_pa
     assert plain.returncode == dumped.returncode == 0 and plain.stdout == dumped.stdout
 
 
+def test_attention_has_an_effect_with_the_dump(cli, model_dir, tmp_path):
+    run = cli("translate", "--model", model_dir, "--attention", "--max-length", 6, "--dump-beam", tmp_path / "d",
+              stdin="the house\n", text=True)
+    assert run.returncode == 0 and "has no effect" not in run.stderr
+    assert "attention" in json.loads((tmp_path / "d").read_text())["nbest"][0]
+
+
 def test_nothing_more_is_kept_without_the_option(model_dir):
     loaded = load_model(str(model_dir))
     for trace in (False, True):

@@ -86,7 +86,7 @@ def heatmap_svg(record: dict, entry: dict) -> str:
     rows, sources = entry["attention"], record["source_pieces"]
     targets = [record["pieces"].get(str(t), f"<{t}>") for t in entry["tokens"]]
     aligned = entry.get("alignment") or [max(range(len(r)), key=r.__getitem__) if r else None for r in rows]
-    left, top = 110, 90
+    left, top = 90, 70
     width, height = left + CELL * len(sources) + 10, top + CELL * len(rows) + 10
     parts = [f'<svg class="heatmap" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}">']
     for j, piece in enumerate(sources):
