@@ -33,6 +33,7 @@ class Result:
     index: int
     hypotheses: list[Hypothesis]
     texts: list[str] = field(default_factory=list)
+    search: dict | None = None  # the line's search, for --dump-beam (beam_dump.py)
 
 
 def chunk_size(batch_size: int, batch_type: str) -> int:

@@ -1,4 +1,4 @@
-"""Command line: `nmtdecode translate | score | inspect`.
+"""Command line: `nmtdecode translate | score | inspect | show`.
 
 Thin by design: parse flags (each built from its option's declaration in config.py),
 layer them over the YAML file into a `Config`, call the library. OpenNMT-py's
@@ -239,6 +239,19 @@ def inspect(paths, models, debug):
     from .models.inspect import describe
 
     click.echo("\n".join(describe(path) for path in paths or models))
+
+
+@cli.command()
+@click.argument("dump")
+@click.option("--output", "-o", required=True, help="The HTML page to write (one file: inline SVG, CSS and script).")
+@click.option("--sentence", "-n", type=int, default=None, help="Only input line N (1-based).")
+@DEBUG
+def show(dump, output, sentence, debug):
+    """Draw the searches of a `translate --dump-beam` file as one HTML page: each line's beam tree
+    (n-best paths highlighted, pruned branches faded) and, when recorded, its attention."""
+    from .show import write_page
+
+    write_page(dump, output, sentence)
 
 
 def run(argv: list[str]) -> int:

@@ -164,6 +164,9 @@ class IOConfig(Section):
     stream: bool = option(False, "Answer each input line as soon as it arrives.")
     prefix: str | None = option(None, "File of target prefixes, one per --src line (may be empty): each output "
                                 "starts with its prefix.")
+    dump_beam: str | None = option(None, "Write each line's search (beam tree, finished hypotheses, n-best) as "
+                                   "JSONL to this file, for `nmtdecode show` (OpenNMT-py's -dump_beam).",
+                                   metavar="FILE")
 
     @property
     def models(self) -> list[str | None]:
@@ -188,6 +191,12 @@ class IOConfig(Section):
             raise ConfigError("stream: cannot be combined with resume")
         if self.prefix == "-":
             raise ConfigError("prefix: needs a file (stdin is the source's)")
+        if self.dump_beam is not None:
+            if self.dump_beam in ("-", ""):
+                raise ConfigError("dump_beam: needs a file name (stdout is the output's)")
+            if self.resume:
+                raise ConfigError("dump_beam: cannot be combined with resume (the dump is written whole, "
+                                  "by one uninterrupted run)")
 
 
 SECTIONS = {"decoding": DecodingConfig, "batching": BatchingConfig, "runtime": RuntimeConfig, "io": IOConfig}
@@ -196,7 +205,7 @@ OPTIONS: dict[str, Option] = {f.name: f.metadata["option"] for cls in SECTIONS.v
 TYPES = {key: hint for cls in SECTIONS.values() for key, hint in typing.get_type_hints(cls).items()}  # int, str | None
 # What may differ between the jobs of one model load (an item of `jobs:`, one API call): its files and
 # what needs no other model load.
-PER_JOB_KEYS = frozenset({"src", "output", "format", "token_scores", "on_invalid_utf8", "prefix"}
+PER_JOB_KEYS = frozenset({"src", "output", "format", "token_scores", "on_invalid_utf8", "prefix", "dump_beam"}
                          | {f.name for f in fields(DecodingConfig)} | {f.name for f in fields(BatchingConfig)})
 # The options `score` shares with translate; from a config file it takes these (and the model) only.
 SCORE_KEYS = ("model", "ensemble_rule", "ensemble_weights", "batch_size", "batch_type", "max_src_length",

@@ -61,11 +61,14 @@ class BatchDecoder:
     """Decodes batches of source ids with one model and one job's decoding options."""
 
     def __init__(self, model: Seq2SeqModel, decoding: DecodingConfig, rules: ModelRules | None = None,
-                 shrink: bool = True, piece_id=None, fixed_steps: FixedShapeSteps | None = None):
+                 shrink: bool = True, piece_id=None, fixed_steps: FixedShapeSteps | None = None,
+                 trace: bool = False):
         """piece_id: target piece -> id or None (the tokenizer's), for the options naming pieces.
-        fixed_steps: the model's fixed-shape step (CUDA graphs), used instead of its own."""
+        fixed_steps: the model's fixed-shape step (CUDA graphs), used instead of its own.
+        trace: the searches keep every hypothesis that ends, for `search_batch`'s caller (--dump-beam)."""
         self.model = model
         self.log_probs = getattr(model, "log_probs", log_softmax)
+        self.trace = trace
         self.fixed_steps = fixed_steps
         self.cfg = decoding
         self.rules = rules or ModelRules()
@@ -117,6 +120,8 @@ class BatchDecoder:
             search = BeamSearch(beam_size=cfg.beam_size, early_stopping=cfg.early_stopping,
                                 n_best=cfg.n_best, opennmt=self.rules.opennmt_beam, **common)
         search.shrink = self.shrink
+        if self.trace:
+            search.trace()
         return search
 
     def make_processors(self, search: Search, max_steps: list[int],
@@ -164,7 +169,6 @@ class BatchDecoder:
             [len(s) for s in sources], device=self.device)[:, None]
         return ids, mask
 
-    @torch.inference_mode()
     def translate_batch(self, sources: list[list[int]], line_ids: list[int] | None = None,
                         prefixes: list[list[int]] | None = None) -> list[list[Hypothesis]]:
         """Source id sequences (EOS included) -> the n-best hypotheses of each, in the same order.
@@ -172,6 +176,11 @@ class BatchDecoder:
         line_ids: each source's line in the input (sampling draws from streams keyed by it;
         default 0..B-1). prefixes: target token ids forced at the start of each output (after
         the model's forced first token), scored 0; may be empty."""
+        return self.search_batch(sources, line_ids, prefixes)[0]
+
+    def search_batch(self, sources: list[list[int]], line_ids: list[int] | None = None,
+                     prefixes: list[list[int]] | None = None) -> tuple[list[list[Hypothesis]], Search]:
+        """As `translate_batch`, and the search itself: its per-sentence records (beam_dump.py)."""
         for search in self.search_steps(sources, line_ids, prefixes):
             pass  # the last step leaves every sentence done
         results = search.results(self.cfg.n_best)
@@ -179,12 +188,12 @@ class BatchDecoder:
             for source, hyps in zip(sources, results):
                 for hyp in hyps:
                     hyp.attention = [row[: len(source)] for row in hyp.attention or []]
-        return results
+        return results, search
 
     @torch.inference_mode()
     def search_steps(self, sources: list[list[int]], line_ids: list[int] | None = None,
                      prefixes: list[list[int]] | None = None) -> Iterator[Search]:
-        """The decoding loop of `translate_batch`, step by step: yields the search after each
+        """The decoding loop of `search_batch`, step by step: yields the search after each
         step (its per-sentence records hold what was chosen so far), the last time when every
         sentence is done. A caller that stops early leaves the batch unfinished."""
         src, src_mask = self.pad(sources)

@@ -15,7 +15,7 @@ import gc
 
 import torch
 
-from . import memory
+from . import beam_dump, memory
 from .batching import Example, Result
 from .config import Config, ConfigError, RuntimeConfig
 from .decoding import BatchDecoder
@@ -86,7 +86,8 @@ class Engine:
         config = config.with_model_defaults(self.loaded.defaults)
         rules = self.loaded.rules_for(config.decoding.src_lang, config.decoding.tgt_lang)
         decoder = BatchDecoder(self.loaded.model, config.decoding, rules,
-                               piece_id=getattr(self.loaded.tokenizer, "piece_id", None), fixed_steps=self.fixed_steps)
+                               piece_id=getattr(self.loaded.tokenizer, "piece_id", None), fixed_steps=self.fixed_steps,
+                               trace=config.io.dump_beam is not None)
         return config, decoder
 
     def encode_source(self, text: str | list[str], max_src_length: int | None) -> tuple[list[int], bool]:
@@ -114,14 +115,27 @@ class Engine:
 
     def decode_batch(self, batch: list[Example], decoder: BatchDecoder) -> list[Result]:
         """The results of one batch, in its order."""
+        tokenizer = self.loaded.tokenizer
         if batch[0].ids is None:  # empty lines: n_best hypotheses each, empty or their prefix (as CTranslate2)
-            return [self._nothing_to_decode(e, decoder.cfg) for e in batch]
+            results = [self._nothing_to_decode(e, decoder.cfg) for e in batch]
+            if decoder.trace:
+                for e, result in zip(batch, results):
+                    result.search = beam_dump.empty_record(e, result, decoder, tokenizer)
+            return results
 
         def decode(part: list[Example]) -> list[Result]:
             prefixes = [e.prefix or [] for e in part] if any(e.prefix for e in part) else None
-            nbests = decoder.translate_batch([e.ids for e in part], [e.index for e in part], prefixes)
-            tokenizer = self.loaded.tokenizer
-            return [Result(e.index, hyps, [tokenizer.decode(h.tokens) for h in hyps]) for e, hyps in zip(part, nbests)]
+            sources, line_ids = [e.ids for e in part], [e.index for e in part]
+            if decoder.trace:
+                nbests, search = decoder.search_batch(sources, line_ids, prefixes)
+            else:
+                nbests = decoder.translate_batch(sources, line_ids, prefixes)
+            results = [Result(e.index, hyps, [tokenizer.decode(h.tokens) for h in hyps])
+                       for e, hyps in zip(part, nbests)]
+            if decoder.trace:
+                for i, (e, result) in enumerate(zip(part, results)):
+                    result.search = beam_dump.sentence_record(e, result, search, i, decoder, tokenizer)
+            return results
 
         return self.in_halves_when_out_of_memory(batch, decode, lambda part: self._too_big(part, decoder))
 
@@ -230,8 +244,8 @@ def format_notes(config: Config) -> list[str]:
     if io.token_scores and io.format != "jsonl":
         notes.append(f"token_scores: has no effect with --format {io.format} (it adds fields to jsonl)")
     for key in ("alignment", "attention"):
-        if getattr(decoding, key) and io.format != "jsonl":
-            notes.append(f"{key}: has no effect with --format {io.format} (it adds fields to jsonl)")
+        if getattr(decoding, key) and io.format != "jsonl" and io.dump_beam is None:
+            notes.append(f"{key}: has no effect with --format {io.format} (it adds fields to jsonl and --dump-beam)")
     return notes
 
 

@@ -102,9 +102,10 @@ def plan_jobs(file_values: dict, flags: dict) -> list[Config]:
     items = _items({k: v for layer in (values, flags) for k, v in layer.items() if k in files})
     file_options = {k: v for k, v in values.items() if k not in files}
     flag_options = {k: v for k, v in flags.items() if k not in files}
-    if len(items) > 1 and {**file_options, **flag_options}.get("prefix") is not None:
-        raise ConfigError("prefix: a prefix file goes with one input; with several, give each its own "
-                          "(prefix: in each item of jobs:)")
+    for key, what in (("prefix", "a prefix file"), ("dump_beam", "a beam dump")):
+        if len(items) > 1 and {**file_options, **flag_options}.get(key) is not None:
+            raise ConfigError(f"{key}: {what} goes with one input; with several, give each its own "
+                              f"({key}: in each item of jobs:)")
     jobs = [Config.from_layers([file_options, item, flag_options]) for item in items]
     if len(jobs) > 1:
         seen = {}  # file -> the output name that named it first

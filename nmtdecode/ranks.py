@@ -143,6 +143,8 @@ def check_job(config: Config):
         raise ConfigError("under torchrun every process reads the whole input: give --src FILE, not stdin")
     if io_cfg.stream:
         raise ConfigError("--stream answers each line as it arrives, in one process: under torchrun leave it out")
+    if io_cfg.dump_beam is not None:
+        raise ConfigError("--dump-beam writes one file in one process: under torchrun leave it out")
     check_readable(io_cfg.src)
     if io_cfg.prefix is not None:
         check_prefix(io_cfg.src, io_cfg.prefix, io_cfg.resume)

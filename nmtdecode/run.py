@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from . import signals
 from .batching import chunk_size, chunks, cut
-from .config import Config
+from .config import Config, ConfigError
 from .models.detect import model_format
 from .output_file import OutputFile
 from .ranks import (PartWriter, Ranks, all_ranks, check_job, check_layout, device_for, join_group, layouts,
@@ -32,7 +32,8 @@ from .ranks import (PartWriter, Ranks, all_ranks, check_job, check_layout, devic
 from .reading import LineReader, PrefixLines, check_prefix, check_readable, count_lines
 from .signature import job_signature
 from .summary import Summary, warn
-from .writing import ResultWriter, breaks_lines
+from .jobs import file_identity
+from .writing import BothWriters, ResultWriter, SearchWriter, breaks_lines
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -49,29 +50,31 @@ def translate_job(jobs: Config | list[Config], engine: Engine | None = None) -> 
     ranks = Ranks.from_env()
     if ranks is not None:
         return _translate_ranks(jobs, ranks, engine)
-    outputs, pending = [], []
+    outputs, pending, dumps = [], [], []
     try:
         for job in jobs:
             output = _claim(job, jobs)
             outputs.append(output)
             if output is not None:
-                pending.append((job, output))
+                dump = _claim_dump(job, output)
+                dumps.append(dump)
+                pending.append((job, output, dump))
         total = Summary()
         if pending:
             engine = engine or load_engine(pending[0][0])
             signals.job_started()  # from here a signal unwinds the run, keeping its outputs resumable
-            for job, output in pending:
+            for job, output, _ in pending:
                 if not job.io.resume:
                     output.mark_unfinished()  # every output of the run, before the first is decoded
-        for job, output in pending:
-            total.add(decode_job(job, engine, output, WholeJob())[0])
+        for job, output, dump in pending:
+            total.add(decode_job(job, engine, output, WholeJob(dump))[0])
         return total
     except (KeyboardInterrupt, signals.Terminated) as stop:
         if not any(output is not None and not output.direct for output in outputs):
             setattr(stop, signals.STOPPED_NOTE, NOT_RESUMABLE)
         raise
     finally:
-        for output in outputs:
+        for output in outputs + dumps:
             if output is not None:
                 output.release()
 
@@ -90,6 +93,22 @@ def load_engine(config: Config) -> Engine:
     from .engine import Engine
 
     return Engine.load(config)
+
+
+def _claim_dump(job: Config, output: OutputFile) -> OutputFile | None:
+    """Lock a job's --dump-beam file (written whole through FILE.tmp, as score's output: complete
+    or absent); never its input, prefix or output."""
+    io_cfg = job.io
+    if io_cfg.dump_beam is None:
+        return None
+    if io_cfg.output != "-" and file_identity(io_cfg.dump_beam) == file_identity(io_cfg.output):
+        raise ConfigError(f"dump_beam: {io_cfg.dump_beam} is the job's --output; give it a file of its own")
+    dump = OutputFile(io_cfg.dump_beam)
+    for path in (io_cfg.src, io_cfg.prefix, output.tmp):
+        if path is not None:
+            dump.refuse_source(path)
+    dump.claim(False, resumable=False)
+    return dump
 
 
 def _claim(job: Config, jobs: list[Config]) -> OutputFile | None:
@@ -129,23 +148,39 @@ class Share(Protocol):
 
     def complete(self, output: OutputFile): ...  # after the last chunk
 
+    def abandon(self): ...  # after a failure
+
 
 class WholeJob:
-    """One process's share of a job: every batch, written in input order into the output."""
+    """One process's share of a job: every batch, written in input order into the output (and
+    each line's search into the --dump-beam file, when given)."""
 
     shows_progress = True
     reports_input = True
     where = ""
     summary_prefix = "nmtdecode:"
 
+    def __init__(self, dump: OutputFile | None = None):
+        self.dump = dump
+
     def mine(self, batches) -> list:
         return list(batches)
 
-    def sink(self, output: OutputFile, config: Config, first_index: int) -> ResultWriter:
-        return ResultWriter(output.stream, config.io.format, config.io.token_scores, first_index)
+    def sink(self, output: OutputFile, config: Config, first_index: int) -> ResultWriter | BothWriters:
+        writer = ResultWriter(output.stream, config.io.format, config.io.token_scores, first_index)
+        if self.dump is None:
+            return writer
+        self.dump.open(False, signature="")  # no checkpoints: a complete file or none
+        return BothWriters(writer, SearchWriter(self.dump.stream))
 
     def complete(self, output: OutputFile):
         output.finish()
+        if self.dump is not None:
+            self.dump.finish()
+
+    def abandon(self):
+        if self.dump is not None:
+            self.dump.abandon()  # with no journal, FILE.tmp is removed
 
 
 @dataclass
@@ -178,6 +213,9 @@ class RankJob:
     def complete(self, output: OutputFile):
         pass  # PartWriter.close closed it; the merge finishes the job
 
+    def abandon(self):
+        pass
+
 
 def decode_job(config: Config, engine: Engine, output: OutputFile, share: Share) -> tuple[Summary, int]:
     """Decode `share` (WholeJob or RankJob) of one job into `output`, checkpointed after each
@@ -203,6 +241,7 @@ def decode_job(config: Config, engine: Engine, output: OutputFile, share: Share)
         sink.close()
     except BaseException:
         output.abandon()  # keeps FILE.tmp and its journal for --resume
+        share.abandon()
         raise
     share.complete(output)
     summary.replaced, summary.seconds = job.reader.replaced_lines, time.perf_counter() - start

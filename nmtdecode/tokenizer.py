@@ -72,6 +72,10 @@ class SentencePieceTokenizer:
         """Target text -> model ids (no EOS), for forced decoding."""
         return self.target.encode(text)
 
+    def source_piece(self, token_id: int) -> str | None:
+        """The source vocabulary's entry for an id (`\u2581the`, `</s>`), or None beyond it."""
+        return self.source.id_to_piece(token_id) if 0 <= token_id < self.source.get_piece_size() else None
+
     def piece_id(self, piece: str) -> int | None:
         """The id of a target vocabulary entry, spelt as the tokenizer spells it (`\u2581the`),
         or None when the vocabulary has no such piece."""

@@ -102,3 +102,34 @@ class ResultWriter:
 
     def close(self):
         self.lines.close()
+
+
+class SearchWriter:
+    """--dump-beam: each line's search (beam_dump.py), one JSON object a line, in input order."""
+
+    def __init__(self, stream):
+        self.lines = OrderedWriter(stream)
+
+    def put(self, result: Result):
+        self.lines.put(result.index, json.dumps(result.search, ensure_ascii=False) + "\n")
+
+    def close(self):
+        self.lines.close()
+
+
+class BothWriters:
+    """The output's writer and the search dump's, fed the same results."""
+
+    def __init__(self, output, dump: SearchWriter):
+        self.output, self.dump = output, dump
+
+    def put(self, result: Result):
+        self.output.put(result)
+        self.dump.put(result)
+
+    def end_chunk(self):
+        self.output.end_chunk()
+
+    def close(self):
+        self.output.close()
+        self.dump.close()

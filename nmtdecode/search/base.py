@@ -162,6 +162,21 @@ class SentenceRecords:
         """The n best finished hypotheses of every sentence, best first."""
         return [beam.nbest(n_best, self.eos_id) for beam in self.beams]
 
+    def trace(self):
+        """From now on every Beam keeps each hypothesis that ends (`Beam.ended`), not only its
+        best: what --dump-beam writes. Off by default, so that nothing more is kept."""
+        for beam in self.beams:
+            beam.ended = []
+
+    def beams_of(self, sentence: int) -> list:
+        """The Beams that searched sentence `sentence`: one (its groups' with diverse.py)."""
+        return [self.beams[sentence]]
+
+    def chosen(self, sentence: int, n_best: int) -> list[tuple[int, object]]:
+        """The finished hypotheses `results` gives for a sentence, as (its Beam in `beams_of`,
+        its Finished record), best first; fewer than n_best when fewer were reachable."""
+        return [(0, f) for f in self.beams[sentence].finished[:n_best]]
+
 
 def to_host(**tensors: torch.Tensor) -> dict[str, list[list]]:
     """One device->host copy of several (n, m_i) tensors; returns each, by name, as nested lists.

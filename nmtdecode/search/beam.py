@@ -91,6 +91,7 @@ class Beam:
         # source position), "attention" (its weights over the source)
         self.attached: dict[str, list[list]] = {}
         self.finished: list[Finished] = []  # the best `size` finished hypotheses, best first
+        self.ended: list[Finished] | None = None  # every hypothesis that ended, in order, when traced (--dump-beam)
         self.done = False
 
     def is_last_step(self, step: int) -> bool:
@@ -129,6 +130,8 @@ class Beam:
         score = self.penalty(ranked, step + 1) - coverage_penalty
         # keep the pool sorted, best first; a tie goes after the earlier hypothesis
         finished = Finished(score, total, step, prev, token, attached or {})
+        if self.ended is not None:
+            self.ended.append(finished)
         bisect.insort_right(self.finished, finished, key=lambda f: -f.score)
         del self.finished[self.size :]
 

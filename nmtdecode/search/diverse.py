@@ -151,12 +151,19 @@ class DiverseBeamSearch(BeamSearch):
         return row["top_scores"][0]
 
     def results(self, n_best: int) -> list[list[Hypothesis]]:
-        """The n best of each sentence over all its groups' pools, by (penalised) score. Ties go
-        as in transformers: it sorts ascending and pops, so the later group's comes first."""
+        """The n best of each sentence over all its groups' pools, by (penalised) score."""
         results = []
-        for start in range(0, len(self.beams), self.groups):
-            pooled = [beam.hypothesis(f, self.eos_id) for beam in self.beams[start : start + self.groups]
-                      for f in beam.finished]
-            best = sorted(pooled, key=lambda h: h.score)[::-1][:n_best]
+        for sentence in range(len(self.beams) // self.groups):
+            groups = self.beams_of(sentence)
+            best = [groups[g].hypothesis(f, self.eos_id) for g, f in self.chosen(sentence, n_best)]
             results.append(best + [Hypothesis([], NEG_INF, NEG_INF, [], False) for _ in range(n_best - len(best))])
         return results
+
+    def beams_of(self, sentence: int) -> list:
+        return self.beams[sentence * self.groups : (sentence + 1) * self.groups]
+
+    def chosen(self, sentence: int, n_best: int) -> list[tuple[int, object]]:
+        """The n best over the sentence's groups, as (group, Finished). Ties go as in transformers:
+        it sorts ascending and pops, so the later group's comes first."""
+        pooled = [(g, f) for g, beam in enumerate(self.beams_of(sentence)) for f in beam.finished]
+        return sorted(pooled, key=lambda gf: gf[1].score)[::-1][:n_best]

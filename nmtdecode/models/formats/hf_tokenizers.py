@@ -275,7 +275,14 @@ class HFTokenizer:
     def target_piece(self, token_id: int) -> str | None:
         """The target vocabulary's entry for an id, as transformers' convert_ids_to_tokens spells it
         (a piece, a special token, a language tag), or None for an id it does not know."""
-        found = self.target.piece(token_id)
+        return self._piece(self.target, token_id)
+
+    def source_piece(self, token_id: int) -> str | None:
+        """The source vocabulary's entry for an id, as `target_piece` spells it."""
+        return self._piece(self.source, token_id)
+
+    def _piece(self, side, token_id: int) -> str | None:
+        found = side.piece(token_id)
         if found is None:
             code = next((c for c, i in self.languages.items() if i == token_id), None)
             found = None if code is None else self.tag_piece.format(code)

@@ -219,7 +219,7 @@ class VocabTokenizer:
     def __init__(self, src_vocab: list, tgt_vocab: list, src_spm: str | None, tgt_spm: str | None,
                  specials: dict[str, str] = SPECIALS):
         self.src_ids, self.tgt_ids = token_ids(src_vocab), token_ids(tgt_vocab)
-        self.tgt_tokens = list(tgt_vocab)
+        self.src_tokens, self.tgt_tokens = list(src_vocab), list(tgt_vocab)
         self.src_spm = spm.SentencePieceProcessor(model_file=note_read(src_spm)) if src_spm else None
         self.tgt_spm = spm.SentencePieceProcessor(model_file=note_read(tgt_spm)) if tgt_spm else None
         self.src_unk, self.tgt_unk = self.src_ids[specials["unk"]], self.tgt_ids[specials["unk"]]
@@ -247,6 +247,10 @@ class VocabTokenizer:
     def target_piece(self, token_id: int) -> str | None:
         """The target vocabulary's entry for an id, or None beyond the vocabulary."""
         return self.tgt_tokens[token_id] if 0 <= token_id < len(self.tgt_tokens) else None
+
+    def source_piece(self, token_id: int) -> str | None:
+        """The source vocabulary's entry for an id, or None beyond the vocabulary."""
+        return self.src_tokens[token_id] if 0 <= token_id < len(self.src_tokens) else None
 
     def piece_id(self, piece: str) -> int | None:
         """The id of a target vocabulary entry (as `ignore_when_blocking` and `banned_tokens` name

@@ -120,6 +120,9 @@ def _compare(ours, hf, sentences, tags: dict[str, int], frame=(1, 1), tgt: str |
         expected = hf.decode([i for i in generated if i not in tag_ids], skip_special_tokens=True)
         assert ours.decode(generated) == expected, repr(s)
         assert [ours.target_piece(i) for i in generated] == hf.convert_ids_to_tokens(generated), repr(s)
+        pieces = hf.tokenize(s)  # --dump-beam's source pieces: the source vocabulary's entries
+        known = [p if i != hf.unk_token_id else hf.unk_token for p, i in zip(pieces, hf.convert_tokens_to_ids(pieces))]
+        assert [ours.source_piece(i) for i in hf.convert_tokens_to_ids(pieces)] == known, repr(s)
 
 
 def _save(hf, path) -> str:
