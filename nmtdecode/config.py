@@ -75,6 +75,10 @@ class DecodingConfig(Section):
     alignment: bool = option(False, "JSONL: add each target token's source token position (argmax of the "
                              "cross-attention).")
     attention: bool = option(False, "JSONL: add each target token's cross-attention weights over the source tokens.")
+    replace_unk: bool = option(False, "Replace each generated <unk> by the source piece its step attended most "
+                               "(OpenNMT-py's -replace_unk).")
+    report_align: bool = option(False, "Text and n-best: add ' ||| ' and Pharaoh pairs SRC-TGT (of words when the "
+                                "pieces mark word starts); JSONL: add the pieces and the pairs.")
     beam_groups: int = option(1, "Diverse beam search: split the beam into G groups (Hugging Face's group beam "
                               "search).", range=">= 1")
     diversity_penalty: float = option(0.0, "Diverse beam search: subtracted per beam of an earlier group that "

@@ -23,7 +23,7 @@ PEER_RENAMES = {
 # Their options that ask for something nmtdecode does without (logging, multi-GPU launch,
 # tokenization given in the model's own options) or does not have.
 PEER_WITHOUT_EQUIVALENT = ("verbose", "report_time", "log_file", "attn_debug", "align_debug", "dump_beam",
-                           "world_size", "gpu_ranks", "tgt", "replace_unk", "phrase_table", "stepwise_penalty",
+                           "world_size", "gpu_ranks", "tgt", "phrase_table", "stepwise_penalty",
                            "ratio", "transforms", "src_subword_model", "tgt_subword_model")
 
 

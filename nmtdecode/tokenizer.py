@@ -32,6 +32,16 @@ class SentencePieceTokenizer:
         """Target text -> model ids (no EOS), for forced decoding."""
         return self.target.encode(text)
 
+    # Pieces (--replace-unk, --report-align): the source's as its text spells them, one per id of
+    # `encode` (an unknown piece keeps its text), the target's as the vocabulary spells them.
+    word_marker = "\u2581"  # what starts a word in both vocabularies' pieces
+
+    def source_pieces(self, text: str) -> list[str]:
+        return self.source.encode(text, out_type=str) + [self.source.id_to_piece(self.eos_id)]
+
+    def target_pieces(self, ids: list[int]) -> list[str]:
+        return [self.target.id_to_piece(i) for i in ids]
+
     def piece_id(self, piece: str) -> int | None:
         """The id of a target vocabulary entry, spelt as the tokenizer spells it (`\u2581the`),
         or None when the vocabulary has no such piece."""

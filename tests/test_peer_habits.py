@@ -31,7 +31,8 @@ def test_usage_errors_are_one_line(args, names, cli):
     (["-src", "in.txt"], "--src"),
     (["-n_best", "2"], "--n-best"),
     (["-gpu", "0"], "--device cuda:N"),
-    (["-replace_unk"], "translate --help"),
+    (["-replace_unk"], "--replace-unk"),
+    (["-report_align"], "--report-align"),
 ])
 def test_opennmt_single_dash_options_name_ours(args, ours, cli):
     run = cli("translate", "--model", "m", *args, text=True)

@@ -23,6 +23,7 @@ before the language codes.
 from __future__ import annotations
 
 import difflib
+import functools
 import os
 import re
 
@@ -108,6 +109,19 @@ class _Pieces:
     def id(self, piece: str) -> int | None:
         return self.added.get(piece, self.vocab.get(piece))
 
+    def split_pieces(self, text: str) -> list[str]:
+        """One per id of `ids`, as the text spells it (a piece the vocabulary lacks too)."""
+        out = []
+        for part in self.splitter.split(text) if self.splitter else [text]:
+            if part in self.added:
+                out.append(part)
+            elif part:
+                out += self._split(part)
+        return out
+
+    def piece(self, i: int) -> str:
+        return self.pieces.get(i) or next((t for t, j in self.added.items() if j == i), "")
+
     def _split(self, text: str) -> list[str]:
         code = []
         if self.marian and text.startswith(">>") and (end := text.find("<<")) != -1:
@@ -143,6 +157,13 @@ class _FairseqPieces:
     def ids(self, text: str) -> list[int]:
         return [self.UNK if self.sp.is_unknown(i) else i + 1 for i in self.sp.encode(text)]
 
+    def split_pieces(self, text: str) -> list[str]:
+        return self.sp.encode(text, out_type=str)
+
+    def piece(self, i: int) -> str:
+        specials = ("<s>", "<pad>", "</s>", "<unk>")
+        return specials[i] if i <= self.UNK else self.sp.id_to_piece(i - 1) if i <= self.size else ""
+
     def id(self, piece: str) -> int | None:
         specials = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": self.UNK}
         if piece in specials:
@@ -169,6 +190,17 @@ class _TokenizerJson:
 
     def ids(self, text: str) -> list[int]:
         return self.tok.encode(text, add_special_tokens=False).ids
+
+    def split_pieces(self, text: str) -> list[str]:
+        return self.tok.encode(text, add_special_tokens=False).tokens
+
+    @functools.cached_property
+    def marks_words(self) -> bool:
+        """Whether its pieces start words with SentencePiece's mark (NLLB's do, BART's byte-level ones not)."""
+        return any(token.startswith("\u2581") for token in self.tok.get_vocab())
+
+    def piece(self, i: int) -> str:
+        return self.tok.id_to_token(i) or ""
 
     def text(self, ids: list[int]) -> str:
         return self.tok.decode(ids, skip_special_tokens=True)
@@ -235,6 +267,24 @@ class HFTokenizer:
 
     def language_codes(self) -> list[str]:
         return list(self.languages)
+
+    # Pieces (--replace-unk, --report-align): the source's as its text spells them, one per id of
+    # `encode`, tags and EOS as the vocabulary spells them; the target's as the vocabulary does.
+    @property
+    def word_marker(self) -> str | None:
+        """SentencePiece's word-start mark, or None for a byte-level BPE (GPT-2's, BART's)."""
+        return "\u2581" if getattr(self.target, "marks_words", True) else None
+
+    def source_pieces(self, text: str) -> list[str]:
+        return ([self._piece(self.source, i) for i in self.before] + self.source.split_pieces(text)
+                + [self._piece(self.source, i) for i in self.after])
+
+    def target_pieces(self, ids: list[int]) -> list[str]:
+        return [self._piece(self.target, i) for i in ids]
+
+    def _piece(self, backend, i: int) -> str:
+        """The vocabulary's spelling of id i, or its language code (fairseq's codes follow the pieces)."""
+        return backend.piece(i) or next((c for c, j in self.languages.items() if j == i), "")
 
     def piece_id(self, piece: str) -> int | None:
         """The id of a target vocabulary entry (a piece or a language tag), or None."""

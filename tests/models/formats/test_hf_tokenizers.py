@@ -118,6 +118,14 @@ def _compare(ours, hf, sentences, tags: dict[str, int], frame=(1, 1), tgt: str |
             generated = [tags[tgt]] + generated
         expected = hf.decode([i for i in generated if i not in tag_ids], skip_special_tokens=True)
         assert ours.decode(generated) == expected, repr(s)
+        # the pieces of --report-align: one per id, the vocabulary's spelling (the text's where it is <unk>)
+        source_ids = hf(s).input_ids
+        pieces = ours.source_pieces(s)
+        assert len(pieces) == len(source_ids), repr(s)
+        assert all(ours.source.id(piece) == i or ours.languages.get(piece) == i
+                   for piece, i in zip(pieces, source_ids) if i != hf.unk_token_id), repr(s)  # the source vocabulary's
+        codes = {i: code for code, i in ours.languages.items() if i not in hf.get_vocab().values()}
+        assert ours.target_pieces(target) == [codes.get(i, t) for i, t in zip(target, hf.convert_ids_to_tokens(target))]
 
 
 def _save(hf, path) -> str:
