@@ -28,6 +28,7 @@ from .config import (KEY_SECTION, OPTIONS, PLAN_KEYS, PLAN_OPTIONS, SCORE_FORMAT
                      ConfigError, Option, checked_layer, default_of)
 from .config_file import dump, load_yaml
 from .jobs import plan_jobs
+from .opennmt_options import peer_flag_message
 from .signals import STOPPED_NOTE, Terminated
 
 
@@ -100,9 +101,15 @@ def check_spelling(group: click.Group, argv: list[str]):
         return
     command = group.commands[argv[names[0]]]
     longs = {opt for param in command.params for opt in param.opts + param.secondary_opts if opt.startswith("--")}
-    for arg in argv[names[0] + 1:]:
+    for position, arg in enumerate(argv[names[0] + 1:], names[0] + 1):
         if arg == "--":
             return
+        flag = arg.split("=", 1)[0]
+        if flag.startswith("--") and flag not in longs and peer_flag_message(flag):
+            raise UsageError(peer_flag_message(flag))
+        if arg == "--alignment" and argv[position + 1: position + 2] in (["hard"], ["soft"]):  # Marian's
+            raise UsageError(f"--alignment {argv[position + 1]}: that is Marian's; nmtdecode's Pharaoh pairs after "
+                             "the text are --report-align (--alignment is a flag: JSONL source positions)")
         if not SINGLE_DASH.fullmatch(arg):
             continue
         ours = "--" + arg[1:].replace("_", "-")
