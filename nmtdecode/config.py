@@ -20,6 +20,7 @@ valid choices; the CLI turns it into exit code 2.
 
 from __future__ import annotations
 
+import difflib
 import typing
 from dataclasses import MISSING, dataclass, field, fields, replace
 
@@ -193,12 +194,20 @@ PLAN_KEYS = ("jobs", *PLAN_OPTIONS)
 BEAM_KEYS = ("beam_size", "beam_groups", "diversity_penalty")
 
 
-def unknown_key_error(key: str) -> ConfigError:
-    """The error for an unknown key, naming our equivalent where it is another tool's name."""
+def unknown_key_message(key: str, known=None) -> str:
+    """Why `key` is not an option: our equivalent where it is another tool's name, else the
+    nearest spellings among `known` (default: every option and plan key)."""
     message = peer_option_message(key)
     if message is not None:
-        return ConfigError(message)
-    return ConfigError(f"unknown option {key!r}; valid options: {', '.join(sorted([*KEY_SECTION, *PLAN_KEYS]))}")
+        return message
+    close = difflib.get_close_matches(key, sorted(known or [*KEY_SECTION, *PLAN_KEYS]), n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(close)}?" if close else "nmtdecode translate --help lists the options"
+    return f"unknown option {key!r} ({hint})"
+
+
+def unknown_key_error(key: str) -> ConfigError:
+    """The error for an unknown key (`unknown_key_message`)."""
+    return ConfigError(unknown_key_message(key))
 
 
 def _number(value) -> float | None:
