@@ -27,7 +27,7 @@ from . import signals
 from .config import (KEY_SECTION, OPTIONS, PLAN_KEYS, PLAN_OPTIONS, SCORE_FORMATS, SCORE_KEYS, TYPES, Config,
                      ConfigError, Option, checked_layer, default_of)
 from .config_file import dump, load_yaml
-from .jobs import plan_jobs
+from .jobs import make_output_dir, plan_jobs
 from .opennmt_options import peer_flag_message
 from .signals import STOPPED_NOTE, Terminated
 
@@ -189,12 +189,14 @@ def translate(config_file, dump_config, debug, **flags):
       echo "good morning" | nmtdecode translate --model data/demo --beam-size 5
       nmtdecode translate -m data/demo --src a.en b.en --output-dir out --suffix .de
     """
-    jobs = plan_jobs(load_yaml(config_file) if config_file else {}, _given(flags))
+    file_values, given = load_yaml(config_file) if config_file else {}, _given(flags)
+    jobs = plan_jobs(file_values, given)
     if dump_config:
         if len(jobs) > 1:
             raise ConfigError(f"--dump-config shows one job's configuration; this run has {len(jobs)} (give one --src)")
         click.echo(dump(jobs[0]), nl=False)
         return
+    make_output_dir(file_values, given)
     from .run import translate_job
 
     translate_job(jobs)

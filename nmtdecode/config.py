@@ -184,10 +184,10 @@ SCORE_KEYS = ("model", "batch_size", "batch_type", "max_src_length", "on_invalid
               "gemm", "cuda_graphs", "threads", "quiet", "src_lang", "tgt_lang")
 # Keys a config file may hold besides the options: they plan a run of many files (jobs.py).
 PLAN_OPTIONS = {
-    "output_dir": Option("Instead of --output: each input's output is DIR/its name (with --suffix).  "
-                         "[default: the input's directory]", metavar="DIR"),
+    "output_dir": Option("Instead of --output: each input's output is DIR/its name (its extension replaced with "
+                         "--suffix), DIR created if missing.  [default: the input's directory]", metavar="DIR"),
     "suffix": Option("Instead of --output: the input name's last extension replaced by SUFFIX (a.en -> a.de with "
-                     ".de).", metavar="SUFFIX"),
+                     "de or .de; _de.txt is appended as it is: a_de.txt).", metavar="SUFFIX"),
 }
 PLAN_KEYS = ("jobs", *PLAN_OPTIONS)
 # Sampling and a beam exclude each other: what a layer asking for one drops from the layers below.

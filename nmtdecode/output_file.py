@@ -390,8 +390,11 @@ def _lock(lock_path: str, path: str) -> int:
     while True:
         try:
             fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
-        except OSError as e:
-            raise OutputRefused(f"output: cannot create {lock_path}: {_reason(e)}") from None
+        except OSError as e:  # named by the output, not by the lock file the user never asked for
+            if e.errno in (errno.ENOENT, errno.ENOTDIR):
+                raise OutputRefused(f"output: cannot write {path}: its directory {os.path.dirname(path) or '.'} "
+                                    "does not exist") from None
+            raise OutputRefused(f"output: cannot write {path}: {_reason(e)}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
