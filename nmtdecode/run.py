@@ -193,18 +193,22 @@ def decode_job(config: Config, engine: Engine, output: OutputFile, share: Share)
     """Decode `share` (WholeJob or RankJob) of one job into `output`, checkpointed after each
     chunk; returns its summary and the input's line count."""
     config, decoder = engine.decoder(config)
-    summary, start, source_bytes = Summary(), time.perf_counter(), 0
+    summary, start, source_bytes, busy = Summary(), time.perf_counter(), 0, 0.0
     job = JobInput(config, output, engine, where=share.where)
     sink = share.sink(output, config, job.done)
+    if config.io.stream and stdin_is_terminal() and not config.runtime.quiet:
+        print("nmtdecode: ready: type a line to translate it (Ctrl-D ends)", file=sys.stderr)
     try:
         with progress_bar(config, job.done, share.shows_progress, getattr(share, "label", "")) as progress:
             total_bytes = bytes_left(config.io.src, job.done, progress.total) if not progress.disable else None
             for _, batches in job.chunks():
                 for batch in share.mine(batches):
+                    batch_start = time.perf_counter()
                     results = engine.decode_batch(batch, decoder)
                     for result in results:
                         sink.put(result)
                         summary.target_tokens += len(result.hypotheses[0].tokens)
+                    busy += time.perf_counter() - batch_start
                     summary.count(batch)
                     summary.count_joined(sum(breaks_lines(result, config.io.format) for result in results))
                     summary.unfinished += sum(not r.hypotheses[0].ended for r in results if r.hypotheses)
@@ -221,7 +225,9 @@ def decode_job(config: Config, engine: Engine, output: OutputFile, share: Share)
         output.abandon()  # keeps FILE.tmp and its journal for --resume
         raise
     share.complete(output)
-    summary.replaced, summary.seconds = job.reader.replaced_lines, time.perf_counter() - start
+    # answering line by line, the time waiting for the next line is not decoding time
+    summary.replaced = job.reader.replaced_lines
+    summary.seconds = busy if config.io.stream else time.perf_counter() - start
     if summary.replaced and share.reports_input:
         warn(f"{summary.replaced} lines had invalid UTF-8, decoded with U+FFFD")
     if not config.runtime.quiet:

@@ -88,6 +88,27 @@ def test_typed_input_is_answered_line_by_line_without_a_bar(model_dir, cli, bar_
     assert "%" not in run.stderr and "2 sentences," in run.stderr
 
 
+def test_typed_input_gets_a_prompt_and_its_rate_leaves_out_the_waiting(model_dir, cli, monkeypatch):
+    """Each line arrives 0.4 s after the last (a person typing): the summary's time is the decoding's."""
+    import time
+
+    monkeypatch.setattr(nrun, "stdin_is_terminal", lambda: True)
+    original = nrun.chunks
+
+    def typed(items, size):
+        for chunk in original(items, size):
+            time.sleep(0.4)
+            yield chunk
+
+    monkeypatch.setattr(nrun, "chunks", typed)
+    run = cli("translate", "--model", model_dir, "--max-length", "4", stdin="good morning\nwater\n", text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stderr.startswith("nmtdecode: ready: type a line to translate it (Ctrl-D ends)\n")
+    seconds = float(re.search(r"target tokens? in ([\d.]+) s", run.stderr).group(1))
+    wall = float(re.search(r", ([\d.]+) s in all", run.stderr).group(1))
+    assert seconds < 0.4 < 0.8 <= wall
+
+
 def test_summary_says_one_sentence(model_dir, cli):
     run = cli("translate", "--model", model_dir, "--max-length", "1", stdin="good morning\n", text=True)
     assert run.returncode == 0, run.stderr
