@@ -105,7 +105,7 @@ class OutputFile:
             if (st.st_dev, st.st_ino) == source:
                 what = "the output file" if name == self.path else f"{name}, a file the job writes for --output"
                 raise OutputRefused(f"--src {src} is {what}; it would be overwritten before it is read: "
-                                    "choose another --output")
+                                    "choose another --output (or --output-dir, --suffix)")
 
     def claim(self, resume: bool, resumable: bool = True) -> bool:
         """Before the model loads: lock FILE (a second job fails at once) and check that the

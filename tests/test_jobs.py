@@ -245,3 +245,10 @@ def test_ambiguous_job_lists_are_refused(model_dir, tmp_path, cli, top, flags, m
     config.write_text(yaml.safe_dump({"model": str(model_dir), **top, "jobs": [{"src": "a.en", "output": "a.de"}]}))
     run = cli("translate", "-c", config, *flags)
     assert run.returncode == 2 and message in run.stderr and loads[0] == 0
+
+
+def test_output_dir_without_suffix_keeps_the_name_and_never_the_input_itself(translate, two_inputs, tmp_path):
+    a, _ = two_inputs
+    run = translate("--src", a, "--output-dir", a.parent)  # the input's own directory: it would be the input
+    assert run.returncode == 2 and b"is the output file" in run.stderr and b"--suffix" in run.stderr
+    assert a.read_text().splitlines() == NORMAL
