@@ -27,7 +27,8 @@ from . import signals
 from .config import (KEY_SECTION, OPTIONS, PLAN_KEYS, PLAN_OPTIONS, SCORE_FORMATS, SCORE_KEYS, TYPES, Config,
                      ConfigError, Option, checked_layer, default_of)
 from .config_file import dump, load_yaml
-from .jobs import plan_jobs
+from .jobs import make_output_dir, plan_jobs
+from .opennmt_options import peer_flag_message
 from .signals import STOPPED_NOTE, Terminated
 
 
@@ -101,9 +102,15 @@ def check_spelling(group: click.Group, argv: list[str]):
         return
     command = group.commands[argv[names[0]]]
     longs = {opt for param in command.params for opt in param.opts + param.secondary_opts if opt.startswith("--")}
-    for arg in argv[names[0] + 1:]:
+    for position, arg in enumerate(argv[names[0] + 1:], names[0] + 1):
         if arg == "--":
             return
+        flag = arg.split("=", 1)[0]
+        if flag.startswith("--") and flag not in longs and peer_flag_message(flag):
+            raise UsageError(peer_flag_message(flag))
+        if arg == "--alignment" and argv[position + 1: position + 2] in (["hard"], ["soft"]):  # Marian's
+            raise UsageError(f"--alignment {argv[position + 1]}: that is Marian's; nmtdecode's Pharaoh pairs after "
+                             "the text are --report-align (--alignment is a flag: JSONL source positions)")
         if not SINGLE_DASH.fullmatch(arg):
             continue
         ours = "--" + arg[1:].replace("_", "-")
@@ -180,12 +187,14 @@ def translate(config_file, dump_config, debug, **flags):
       echo "good morning" | nmtdecode translate --model data/demo --beam-size 5
       nmtdecode translate -m data/demo --src a.en b.en --output-dir out --suffix .de
     """
-    jobs = plan_jobs(load_yaml(config_file) if config_file else {}, _given(flags))
+    file_values, given = load_yaml(config_file) if config_file else {}, _given(flags)
+    jobs = plan_jobs(file_values, given)
     if dump_config:
         if len(jobs) > 1:
             raise ConfigError(f"--dump-config shows one job's configuration; this run has {len(jobs)} (give one --src)")
         click.echo(dump(jobs[0]), nl=False)
         return
+    make_output_dir(file_values, given)
     from .run import translate_job
 
     translate_job(jobs)

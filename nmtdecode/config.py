@@ -20,6 +20,7 @@ valid choices; the CLI turns it into exit code 2.
 
 from __future__ import annotations
 
+import difflib
 import typing
 from dataclasses import MISSING, dataclass, field, fields, replace
 
@@ -76,6 +77,10 @@ class DecodingConfig(Section):
     alignment: bool = option(False, "JSONL: add each target token's source token position (argmax of the "
                              "cross-attention).")
     attention: bool = option(False, "JSONL: add each target token's cross-attention weights over the source tokens.")
+    replace_unk: bool = option(False, "Replace each generated <unk> by the source piece its step attended most "
+                               "(OpenNMT-py's -replace_unk).")
+    report_align: bool = option(False, "Text and n-best: add ' ||| ' and Pharaoh pairs SRC-TGT (of words when the "
+                                "pieces mark word starts); JSONL: add the pieces and the pairs.")
     beam_groups: int = option(1, "Diverse beam search: split the beam into G groups (Hugging Face's group beam "
                               "search).", range=">= 1")
     diversity_penalty: float = option(0.0, "Diverse beam search: subtracted per beam of an earlier group that "
@@ -213,22 +218,30 @@ SCORE_KEYS = ("model", "ensemble_rule", "ensemble_weights", "batch_size", "batch
               "tgt_lang")
 # Keys a config file may hold besides the options: they plan a run of many files (jobs.py).
 PLAN_OPTIONS = {
-    "output_dir": Option("Instead of --output: each input's output is DIR/its name (with --suffix).  "
-                         "[default: the input's directory]", metavar="DIR"),
+    "output_dir": Option("Instead of --output: each input's output is DIR/its name (its extension replaced with "
+                         "--suffix), DIR created if missing.  [default: the input's directory]", metavar="DIR"),
     "suffix": Option("Instead of --output: the input name's last extension replaced by SUFFIX (a.en -> a.de with "
-                     ".de).", metavar="SUFFIX"),
+                     "de or .de; _de.txt is appended as it is: a_de.txt).", metavar="SUFFIX"),
 }
 PLAN_KEYS = ("jobs", *PLAN_OPTIONS)
 # Sampling and a beam exclude each other: what a layer asking for one drops from the layers below.
 BEAM_KEYS = ("beam_size", "beam_groups", "diversity_penalty")
 
 
-def unknown_key_error(key: str) -> ConfigError:
-    """The error for an unknown key, naming our equivalent where it is another tool's name."""
+def unknown_key_message(key: str, known=None) -> str:
+    """Why `key` is not an option: our equivalent where it is another tool's name, else the
+    nearest spellings among `known` (default: every option and plan key)."""
     message = peer_option_message(key)
     if message is not None:
-        return ConfigError(message)
-    return ConfigError(f"unknown option {key!r}; valid options: {', '.join(sorted([*KEY_SECTION, *PLAN_KEYS]))}")
+        return message
+    close = difflib.get_close_matches(key, sorted(known or [*KEY_SECTION, *PLAN_KEYS]), n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(close)}?" if close else "nmtdecode translate --help lists the options"
+    return f"unknown option {key!r} ({hint})"
+
+
+def unknown_key_error(key: str) -> ConfigError:
+    """The error for an unknown key (`unknown_key_message`)."""
+    return ConfigError(unknown_key_message(key))
 
 
 def _number(value) -> float | None:

@@ -12,7 +12,7 @@ import os
 
 import yaml
 
-from .config import Config, ConfigError, flat_values, option_names
+from .config import KEY_SECTION, PLAN_KEYS, Config, ConfigError, flat_values, option_names, unknown_key_message
 
 # Options naming files: in a config file, a relative path is relative to that file's directory.
 PATH_KEYS = ("model", "src", "output", "output_dir", "prefix")
@@ -56,19 +56,48 @@ def load_yaml(path: str) -> dict:
         raise ConfigError(f"config file {path}:{line}: invalid UTF-8 at byte {e.start}") from None
     except _KeyTwice as e:
         raise ConfigError(f"config file {path}:{e.line}: {e.key!r} is given twice") from None
+    except yaml.MarkedYAMLError as e:  # one line: where, and what went wrong there
+        mark = e.problem_mark or e.context_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else path
+        raise ConfigError(f"config file {where}: not valid YAML: {e.problem or e.context}") from None
     except yaml.YAMLError as e:
-        raise ConfigError(f"config file {path} is not valid YAML: {e}") from None
+        raise ConfigError(f"config file {path}: not valid YAML: {' '.join(str(e).split())}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must be a mapping of option: value")
     values = option_names(data, f"config file {path}")
+    _check_keys(path, raw, values)
     base = os.path.dirname(path)
     _resolve_paths(values, base)
     for item in values.get("jobs") or []:
         if isinstance(item, dict):
             _resolve_paths(item, base)
     return values
+
+
+def _check_keys(path: str, raw: bytes, values: dict):
+    """Refuse an unknown key of the file or of an item of its `jobs:`, naming the file, its line and
+    the nearest spellings (the lines are looked up only then)."""
+    known = {*KEY_SECTION, *PLAN_KEYS}
+    unknown = [(None, key) for key in values if key not in known]
+    items = values.get("jobs") if isinstance(values.get("jobs"), list) else []
+    unknown += [(n, key) for n, item in enumerate(items) if isinstance(item, dict)
+                for key in option_names(item, f"jobs: item {n + 1}") if key not in known]
+    if not unknown:
+        return
+    item, key = unknown[0]
+    where = f"{path}:{_key_line(raw, key, item)}" + ("" if item is None else f": jobs: item {item + 1}")
+    raise ConfigError(f"config file {where}: {unknown_key_message(key)}")
+
+
+def _key_line(raw: bytes, key: str, item: int | None) -> int | str:
+    """The line of `key` at the top of the file, or in item `item` of its `jobs:` ('?' if not found)."""
+    node = yaml.compose(raw.decode("utf-8"), Loader=yaml.SafeLoader)
+    if item is not None:
+        jobs = next(v for k, v in node.value if str(k.value).replace("-", "_") == "jobs")
+        node = jobs.value[item]
+    return next((k.start_mark.line + 1 for k, _ in node.value if str(k.value).replace("-", "_") == key), "?")
 
 
 def _resolve_paths(values: dict, base: str):

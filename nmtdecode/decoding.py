@@ -154,10 +154,11 @@ class BatchDecoder:
         coverage = None
         if cfg.coverage_penalty != "none" and cfg.beta > 0:
             coverage = Coverage(cfg.coverage_penalty, cfg.beta, src_mask)
-        if coverage is None and not cfg.alignment and not cfg.attention:
+        alignment = cfg.alignment or cfg.replace_unk or cfg.report_align  # the last two are made of it
+        if coverage is None and not alignment and not cfg.attention:
             return None
         cache.record_attention = True
-        return AttentionFacts(coverage, cfg.alignment, cfg.attention)
+        return AttentionFacts(coverage, alignment, cfg.attention)
 
     def pad(self, sources: list[list[int]]):
         longest = max(len(s) for s in sources)

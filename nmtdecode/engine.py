@@ -17,7 +17,7 @@ import torch
 
 from . import beam_dump, memory
 from .batching import Example, Result
-from .config import Config, ConfigError, RuntimeConfig
+from .config import Config, ConfigError, DecodingConfig, RuntimeConfig
 from .decoding import BatchDecoder
 from .models.checkpoint import LoadedModel
 from .models.fixed_step import FixedShapeSteps
@@ -25,6 +25,7 @@ from .models.gemm import apply_backend, choose_backend
 from .models.loading import load_model
 from .models.quantize import quantize_int8
 from .models.transformer import Transformer
+from .pieces import aligned_result
 from .search.base import Hypothesis
 from .summary import warn
 
@@ -130,14 +131,35 @@ class Engine:
                 nbests, search = decoder.search_batch(sources, line_ids, prefixes)
             else:
                 nbests = decoder.translate_batch(sources, line_ids, prefixes)
-            results = [Result(e.index, hyps, [tokenizer.decode(h.tokens) for h in hyps])
-                       for e, hyps in zip(part, nbests)]
+            results = [self.result(e, hyps, decoder.cfg) for e, hyps in zip(part, nbests)]
             if decoder.trace:
                 for i, (e, result) in enumerate(zip(part, results)):
                     result.search = beam_dump.sentence_record(e, result, search, i, decoder, tokenizer)
             return results
 
         return self.in_halves_when_out_of_memory(batch, decode, lambda part: self._too_big(part, decoder))
+
+    def result(self, example: Example, hyps: list[Hypothesis], cfg: DecodingConfig) -> Result:
+        """A line's result: each hypothesis's text, and with --replace-unk or --report-align what its
+        alignment makes of it (pieces.py); the alignment itself is reported only when asked."""
+        tokenizer = self.loaded.tokenizer
+        if not (cfg.replace_unk or cfg.report_align):
+            return Result(example.index, hyps, [tokenizer.decode(h.tokens) for h in hyps])
+        mc = self.loaded.model.cfg
+        special = {mc.eos_id, mc.bos_id, mc.pad_id, mc.decoder_start_id, *getattr(tokenizer, "languages", {}).values()}
+        source_ids = example.ids or []
+        source_pieces = tokenizer.source_pieces(example.text) if source_ids else []
+        if example.truncated:  # cut as encode_source cuts the ids, its EOS kept
+            source_pieces = source_pieces[: len(source_ids) - 1] + [tokenizer.source_piece(mc.eos_id) or ""]
+        if len(source_pieces) != len(source_ids):
+            raise RuntimeError(f"input line {example.index + 1}: the tokenizer gave {len(source_pieces)} pieces for "
+                               f"{len(source_ids)} ids")
+        result = aligned_result(example.index, hyps, tokenizer, source_ids, source_pieces, special, mc.unk_id,
+                                cfg.replace_unk, cfg.report_align)
+        if not cfg.alignment:
+            for hyp in hyps:
+                hyp.alignment = None
+        return result
 
     def in_halves_when_out_of_memory(self, batch: list, work, too_big=lambda part: None) -> list:
         """work(batch), a list with one entry per item. When the device runs out of memory (or on
@@ -197,10 +219,11 @@ class Engine:
         """An empty source line's result: n_best hypotheses of its prefix (none: empty), scored 0, with
         one entry per token in every per-token array (no source position to align to: null)."""
         tokens = list(example.prefix or [])
-        arrays = dict(alignment=[None] * len(tokens) if cfg.alignment else None,
+        aligned = cfg.alignment or cfg.replace_unk or cfg.report_align
+        arrays = dict(alignment=[None] * len(tokens) if aligned else None,
                       attention=[[] for _ in tokens] if cfg.attention else None)
         hyps = [Hypothesis(list(tokens), 0.0, 0.0, [0.0] * len(tokens), **arrays) for _ in range(cfg.n_best)]
-        return Result(example.index, hyps, [self.loaded.tokenizer.decode(tokens)] * cfg.n_best)
+        return self.result(example, hyps, cfg)
 
 
 def ineffective(config: Config, max_positions: int, device_type: str, api: bool = False) -> list[str]:

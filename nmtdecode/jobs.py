@@ -33,12 +33,15 @@ def _as_list(key: str, value) -> list[str]:
 
 def output_name(src: str, output_dir: str | None, suffix: str | None) -> str:
     """The output of `src` by the --output-dir/--suffix rule: the input's name in `output_dir`
-    (default: the input's own directory), its last extension replaced by `suffix` if given."""
+    (default: the input's own directory), its last extension replaced by `suffix` if given. A
+    suffix that starts with a letter or digit is an extension (`de` is `.de`: a.en -> a.de); one
+    that starts otherwise is appended as it is (`_de.txt`: a.en -> a_de.txt). Without a suffix
+    the name stays (out/a.en: the directory tells them apart; the input itself is refused)."""
     if src == "-":
         raise ConfigError("output_dir: stdin (-) has no name to derive an output from; use --output")
     name = os.path.basename(src)
-    if suffix is not None:
-        name = os.path.splitext(name)[0] + suffix
+    if suffix:
+        name = os.path.splitext(name)[0] + ("." + suffix if suffix[0].isalnum() else suffix)
     return os.path.join(output_dir if output_dir is not None else os.path.dirname(src), name)
 
 
@@ -57,6 +60,9 @@ def _items(values: dict) -> list[dict]:
             raise ConfigError("jobs: give either jobs: or src:/output: at the top of the file, not both")
         return [_job_item(n, item, output_dir, suffix) for n, item in enumerate(_job_list(values.pop("jobs")), 1)]
     sources = _as_list("src", "-" if sources is None else sources)
+    if outputs is None and not derive and len(sources) > 1:
+        raise ConfigError(f"output: {len(sources)} input files need an output each: give --output with one file "
+                          "per input, or --output-dir DIR and/or --suffix SUFFIX (outputs named after the inputs)")
     outputs = [output_name(s, output_dir, suffix) for s in sources] if derive else outputs
     outputs = _as_list("output", "-" if outputs is None else outputs)
     if len(outputs) != len(sources):
@@ -120,3 +126,13 @@ def plan_jobs(file_values: dict, flags: dict) -> list[Config]:
                                    "another spelling of the path)"))
             seen[key] = job.io.output
     return jobs
+
+
+def make_output_dir(file_values: dict, flags: dict):
+    """Create the --output-dir (the command line's, else the config file's) if it is missing."""
+    output_dir = flags.get("output_dir", file_values.get("output_dir"))
+    if isinstance(output_dir, str) and not os.path.isdir(output_dir):
+        try:
+            os.makedirs(output_dir, exist_ok=True)
+        except OSError as e:
+            raise ConfigError(f"output_dir: cannot create {output_dir}: {e.strerror}") from None

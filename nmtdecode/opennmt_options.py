@@ -1,7 +1,9 @@
 """OpenNMT-py's `onmt_translate` and eole's `predict` option names, and nmtdecode's for each.
 
 A YAML file written for them runs here once their names are ours (docs/formats.md, "Coming from
-OpenNMT-py or eole"); an unknown key that is one of their names is refused with ours.
+OpenNMT-py or eole"); an unknown key that is one of their names is refused with ours. Other
+tools' double-dash flags (fairseq, CTranslate2, Marian, transformers) are refused on the command
+line with ours (`PEER_FLAGS`, cli.check_spelling), not with click's nearest spelling.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ PEER_RENAMES = {
 # Their options that ask for something nmtdecode does without (logging, multi-GPU launch,
 # tokenization given in the model's own options) or does not have.
 PEER_WITHOUT_EQUIVALENT = ("verbose", "report_time", "log_file", "attn_debug", "align_debug",
-                           "world_size", "gpu_ranks", "tgt", "replace_unk", "phrase_table", "stepwise_penalty",
+                           "world_size", "gpu_ranks", "tgt", "phrase_table", "stepwise_penalty",
                            "ratio", "transforms", "src_subword_model", "tgt_subword_model")
 
 
@@ -35,3 +37,32 @@ def peer_option_message(key: str) -> str | None:
     if key in PEER_WITHOUT_EQUIVALENT:
         return f"unknown option {key!r} (an OpenNMT-py/eole name): nmtdecode has no equivalent; remove it"
     return None
+
+
+# Other tools' double-dash flags that are not ours: (whose, what to write here).
+PEER_FLAGS = {
+    "--gpu": ("OpenNMT-py", "--device cuda:N (--device cpu for the CPU)"),
+    "--gpus": ("transformers/Lightning", "--device cuda:N, or torchrun for several"),
+    "--cpu": ("fairseq", "--device cpu"),
+    "--max-tokens": ("fairseq", "--batch-size N --batch-type tokens"),
+    "--max-batch-size": ("CTranslate2", "--batch-size N"),
+    "--mini-batch": ("Marian", "--batch-size N"),
+    "--nbest": ("fairseq", "--n-best N (with --format nbest or jsonl)"),
+    "--num-hypotheses": ("CTranslate2", "--n-best N (with --format nbest or jsonl)"),
+    "--num-return-sequences": ("transformers", "--n-best N (with --format nbest or jsonl)"),
+    "--beam": ("fairseq", "--beam-size K"),
+    "--num-beams": ("transformers", "--beam-size K"),
+    "--lenpen": ("fairseq", "--alpha A (with the default --length-penalty avg)"),
+    "--compute-type": ("CTranslate2", "--dtype float32|float16|bfloat16, or --quantize int8"),
+    "--print-alignment": ("fairseq", "--report-align (Pharaoh pairs after the text)"),
+    "--models": ("Marian", "--model PATH"),
+    "--input": ("Marian", "--src FILE"),
+}
+
+
+def peer_flag_message(flag: str) -> str | None:
+    """Why `flag`, another tool's flag, is not ours and what to write instead; None if it is not one."""
+    if flag not in PEER_FLAGS:
+        return None
+    whose, ours = PEER_FLAGS[flag]
+    return f"no such option: {flag} (that is {whose}'s); nmtdecode's is {ours}"

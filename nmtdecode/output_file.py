@@ -105,7 +105,7 @@ class OutputFile:
             if (st.st_dev, st.st_ino) == source:
                 what = "the output file" if name == self.path else f"{name}, a file the job writes for --output"
                 raise OutputRefused(f"--src {src} is {what}; it would be overwritten before it is read: "
-                                    "choose another --output")
+                                    "choose another --output (or --output-dir, --suffix)")
 
     def claim(self, resume: bool, resumable: bool = True) -> bool:
         """Before the model loads: lock FILE (a second job fails at once) and check that the
@@ -390,8 +390,11 @@ def _lock(lock_path: str, path: str) -> int:
     while True:
         try:
             fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
-        except OSError as e:
-            raise OutputRefused(f"output: cannot create {lock_path}: {_reason(e)}") from None
+        except OSError as e:  # named by the output, not by the lock file the user never asked for
+            if e.errno in (errno.ENOENT, errno.ENOTDIR):
+                raise OutputRefused(f"output: cannot write {path}: its directory {os.path.dirname(path) or '.'} "
+                                    "does not exist") from None
+            raise OutputRefused(f"output: cannot write {path}: {_reason(e)}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:

@@ -31,7 +31,7 @@ from .ranks import (PartWriter, Ranks, all_ranks, check_job, check_layout, devic
                     leave_group, merge, threads_for)
 from .reading import LineReader, PrefixLines, check_prefix, check_readable, count_lines
 from .signature import job_signature
-from .summary import Summary, warn
+from .summary import Summary, count, seconds_left, timing, warn
 from .jobs import file_identity
 from .writing import BothWriters, ResultWriter, SearchWriter, breaks_lines
 
@@ -50,7 +50,7 @@ def translate_job(jobs: Config | list[Config], engine: Engine | None = None) -> 
     ranks = Ranks.from_env()
     if ranks is not None:
         return _translate_ranks(jobs, ranks, engine)
-    outputs, pending, dumps = [], [], []
+    outputs, pending, dumps, started, load_seconds = [], [], [], time.perf_counter(), None
     try:
         for job in jobs:
             output = _claim(job, jobs)
@@ -61,13 +61,19 @@ def translate_job(jobs: Config | list[Config], engine: Engine | None = None) -> 
                 pending.append((job, output, dump))
         total = Summary()
         if pending:
-            engine = engine or load_engine(pending[0][0])
+            if engine is None:
+                engine, load_seconds = load_engine(pending[0][0]), time.perf_counter() - started
             signals.job_started()  # from here a signal unwinds the run, keeping its outputs resumable
             for job, output, _ in pending:
                 if not job.io.resume:
                     output.mark_unfinished()  # every output of the run, before the first is decoded
+        several = len(jobs) > 1  # then each file's bar and summary line name it, and a total follows
         for job, output, dump in pending:
-            total.add(decode_job(job, engine, output, WholeJob(dump))[0])
+            share = WholeJob(dump, job.io.src) if several else WholeJob(dump, timed=(started, load_seconds))
+            total.add(decode_job(job, engine, output, share)[0])
+        if several and pending and not pending[0][0].runtime.quiet:
+            print(total.line(f"nmtdecode: all {count(len(pending), 'file')}:")
+                  + timing(load_seconds, time.perf_counter() - started), file=sys.stderr)
         return total
     except (KeyboardInterrupt, signals.Terminated) as stop:
         if not any(output is not None and not output.direct for output in outputs):
@@ -153,15 +159,18 @@ class Share(Protocol):
 
 class WholeJob:
     """One process's share of a job: every batch, written in input order into the output (and
-    each line's search into the --dump-beam file, when given)."""
+    each line's search into the --dump-beam file, when given). label: the file it names (one of
+    several); timed: (the run's start, the model's load time or None), which the run's only job
+    adds to its summary line."""
 
     shows_progress = True
     reports_input = True
-    where = ""
-    summary_prefix = "nmtdecode:"
 
-    def __init__(self, dump: OutputFile | None = None):
-        self.dump = dump
+    def __init__(self, dump: OutputFile | None = None, label: str = "",
+                 timed: tuple[float, float | None] | None = None):
+        self.dump, self.label, self.timed = dump, label, timed
+        self.where = f"{label}: " if label else ""
+        self.summary_prefix = f"nmtdecode: {label}:" if label else "nmtdecode:"
 
     def mine(self, batches) -> list:
         return list(batches)
@@ -221,21 +230,31 @@ def decode_job(config: Config, engine: Engine, output: OutputFile, share: Share)
     """Decode `share` (WholeJob or RankJob) of one job into `output`, checkpointed after each
     chunk; returns its summary and the input's line count."""
     config, decoder = engine.decoder(config)
-    summary, start = Summary(), time.perf_counter()
+    summary, start, source_bytes, busy = Summary(), time.perf_counter(), 0, 0.0
     job = JobInput(config, output, engine, where=share.where)
     sink = share.sink(output, config, job.done)
+    if config.io.stream and stdin_is_terminal() and not config.runtime.quiet:
+        print("nmtdecode: ready: type a line to translate it (Ctrl-D ends)", file=sys.stderr)
     try:
-        with progress_bar(config, job.done, share.shows_progress) as progress:
+        with progress_bar(config, job.done, share.shows_progress, getattr(share, "label", "")) as progress:
+            total_bytes = bytes_left(config.io.src, job.done, progress.total) if not progress.disable else None
             for _, batches in job.chunks():
                 for batch in share.mine(batches):
+                    batch_start = time.perf_counter()
                     results = engine.decode_batch(batch, decoder)
                     for result in results:
                         sink.put(result)
                         summary.target_tokens += len(result.hypotheses[0].tokens)
+                    busy += time.perf_counter() - batch_start
                     summary.count(batch)
                     summary.count_joined(sum(breaks_lines(result, config.io.format) for result in results))
-                    rate = summary.target_tokens / max(time.perf_counter() - start, 1e-9)
-                    progress.set_postfix_str(f"{rate:.0f} tokens/s", refresh=False)
+                    summary.unfinished += sum(not r.hypotheses[0].ended for r in results if r.hypotheses)
+                    elapsed = time.perf_counter() - start
+                    source_bytes += sum(len(e.text.encode("utf-8")) + 1 for e in batch)
+                    left = seconds_left(elapsed, source_bytes, total_bytes)
+                    eta = "" if left is None else f", {tqdm.format_interval(left)} left"
+                    progress.set_postfix_str(f"{summary.target_tokens / max(elapsed, 1e-9):.0f} tokens/s{eta}",
+                                             refresh=False)
                     progress.update(len(batch))
                 sink.end_chunk()
         sink.close()
@@ -244,11 +263,15 @@ def decode_job(config: Config, engine: Engine, output: OutputFile, share: Share)
         share.abandon()
         raise
     share.complete(output)
-    summary.replaced, summary.seconds = job.reader.replaced_lines, time.perf_counter() - start
+    # answering line by line, the time waiting for the next line is not decoding time
+    summary.replaced = job.reader.replaced_lines
+    summary.seconds = busy if config.io.stream else time.perf_counter() - start
     if summary.replaced and share.reports_input:
         warn(f"{summary.replaced} lines had invalid UTF-8, decoded with U+FFFD")
     if not config.runtime.quiet:
-        print(summary.line(share.summary_prefix), file=sys.stderr)
+        timed = getattr(share, "timed", None)
+        extra = "" if timed is None else timing(timed[1], time.perf_counter() - timed[0])
+        print(summary.line(share.summary_prefix) + extra, file=sys.stderr)
     return summary, job.done
 
 
@@ -361,9 +384,20 @@ def interactive(config: Config) -> Config:
     return config
 
 
-def progress_bar(config: Config, done: int, wanted: bool = True) -> tqdm:
-    """Lines done, of how many (a regular file is counted first: percent and ETA), and tokens/s;
-    on a terminal only, and not while answering line by line (it would mix with the typing)."""
+def progress_bar(config: Config, done: int, wanted: bool = True, label: str = "") -> tqdm:
+    """Lines done, of how many (a regular file is counted first: percent), tokens/s and the time
+    left (by source bytes: summary.seconds_left); named by `label` (one file of several); on a
+    terminal only, and not while answering line by line (it would mix with the typing)."""
     shown = wanted and not config.runtime.quiet and not config.io.stream and stderr_is_terminal()
     total = count_lines(config.io.src) if shown else None
-    return tqdm(total=total, initial=done, unit=" lines", disable=not shown, dynamic_ncols=True)
+    layout = {} if total is None else {"bar_format": "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"}
+    return tqdm(total=total, initial=done, unit=" lines", disable=not shown, dynamic_ncols=True,
+                desc=os.path.basename(label) or None, **layout)
+
+
+def bytes_left(src: str, done: int, lines: int | None) -> int | None:
+    """The source bytes still to decode of a regular file (`done` of its `lines` lines already are:
+    their share of its size), or None (stdin, an uncounted input)."""
+    if src == "-" or not lines or not os.path.isfile(src):
+        return None
+    return os.path.getsize(src) * (lines - done) // lines

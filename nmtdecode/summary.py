@@ -31,10 +31,11 @@ class Summary:
     truncated: int = 0
     replaced: int = 0
     joined: int = 0  # outputs whose line breaks were written as spaces (writing.py)
+    unfinished: int = 0  # outputs whose best hypothesis the step limit cut before EOS
     seconds: float = 0.0
 
     def add(self, other: "Summary"):
-        for name in ("sentences", "target_tokens", "truncated", "replaced", "joined", "seconds"):
+        for name in ("sentences", "target_tokens", "truncated", "replaced", "joined", "unfinished", "seconds"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
     def count(self, examples: list[Example]):
@@ -64,4 +65,22 @@ class Summary:
             text += f"; {count(self.replaced, 'line')} with invalid UTF-8 replaced"
         if self.joined:
             text += f"; {count(self.joined, 'output')} with line breaks written as spaces"
+        if self.unfinished:
+            text += (f"; {self.unfinished} of {count(self.sentences, 'output')} unfinished (cut by the step limit "
+                     "before EOS: raise --max-length)")
         return text
+
+
+def timing(load_seconds: float | None, wall_seconds: float) -> str:
+    """What a run's last summary line adds: the model's load time (None: loaded before) and the wall time."""
+    loaded = "" if load_seconds is None else f"model loaded in {load_seconds:.2f} s, "
+    return f"; {loaded}{wall_seconds:.2f} s in all"
+
+
+def seconds_left(elapsed: float, done: int, total: int | None) -> float | None:
+    """The time left when `done` of `total` units (source bytes) took `elapsed` seconds: a rate
+    per byte of source, not per line, since batches come longest first (batching.py) and a
+    line-rate would overestimate the rest. None while nothing is done or the total is unknown."""
+    if not total or done <= 0:
+        return None
+    return elapsed * max(total - done, 0) / done

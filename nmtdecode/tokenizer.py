@@ -76,6 +76,13 @@ class SentencePieceTokenizer:
         """The source vocabulary's entry for an id (`\u2581the`, `</s>`), or None beyond it."""
         return self.source.id_to_piece(token_id) if 0 <= token_id < self.source.get_piece_size() else None
 
+    # Pieces (--replace-unk, --report-align): the source's as its text spells them, one per id of
+    # `encode` (an unknown piece keeps its text), the target's as the vocabulary spells them (`target_piece`).
+    word_marker = "\u2581"  # what starts a word in both vocabularies' pieces
+
+    def source_pieces(self, text: str) -> list[str]:
+        return self.source.encode(text, out_type=str) + [self.source.id_to_piece(self.eos_id)]
+
     def piece_id(self, piece: str) -> int | None:
         """The id of a target vocabulary entry, spelt as the tokenizer spells it (`\u2581the`),
         or None when the vocabulary has no such piece."""

@@ -34,14 +34,17 @@ def breaks_lines(result: Result, fmt: str) -> bool:
 
 def format_result(result: Result, fmt: str, token_scores: bool = False) -> str:
     """The output text of one input line, with its trailing newline(s)."""
+    # --report-align: Pharaoh pairs after the text (OpenNMT-py's -report_align, Marian's --alignment),
+    # last in Moses' n-best (its alignment field), after the text in Marian's
+    pairs = [f" ||| {p}" for p in result.pharaoh] if result.pharaoh is not None else [""] * len(result.texts)
     if fmt == "text":
-        return one_line(result.texts[0] if result.texts else "") + "\n"
+        return one_line(result.texts[0] if result.texts else "") + (pairs[0] if result.texts else "") + "\n"
     if fmt == "nbest":
-        return "".join(f"{result.index} ||| {one_line(text)} ||| {hyp.score:.6f}\n"
-                       for hyp, text in zip(result.hypotheses, result.texts))
+        return "".join(f"{result.index} ||| {one_line(text)} ||| {hyp.score:.6f}{align}\n"
+                       for hyp, text, align in zip(result.hypotheses, result.texts, pairs))
     if fmt == "nbest-marian":  # Marian's: the model's total log-prob as feature F0, then the ranking score
-        return "".join(f"{result.index} ||| {one_line(text)} ||| F0= {hyp.total:.6f} ||| {hyp.score:.6f}\n"
-                       for hyp, text in zip(result.hypotheses, result.texts))
+        return "".join(f"{result.index} ||| {one_line(text)}{align} ||| F0= {hyp.total:.6f} ||| {hyp.score:.6f}\n"
+                       for hyp, text, align in zip(result.hypotheses, result.texts, pairs))
     hyps = []
     for hyp, text in zip(result.hypotheses, result.texts):
         entry = {"text": text, "score": _finite(hyp.score), "log_prob": _finite(hyp.total), "ended": hyp.ended}
@@ -54,8 +57,13 @@ def format_result(result: Result, fmt: str, token_scores: bool = False) -> str:
             entry["alignment"] = hyp.alignment
         if hyp.attention is not None:
             entry["attention"] = hyp.attention
+        if result.pharaoh is not None:  # --report-align: the pieces the indexes count, and the pairs
+            entry["pieces"], entry["pharaoh"] = result.pieces[len(hyps)], result.pharaoh[len(hyps)]
         hyps.append(entry)
-    return json.dumps({"index": result.index, "hypotheses": hyps}, ensure_ascii=False) + "\n"
+    record = {"index": result.index, "hypotheses": hyps}
+    if result.source_pieces is not None:
+        record["source_pieces"] = result.source_pieces
+    return json.dumps(record, ensure_ascii=False) + "\n"
 
 
 def _finite(x: float) -> float | None:

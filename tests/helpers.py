@@ -175,8 +175,9 @@ def train_sentencepiece(directory, vocab_size: int = 48) -> str:
     return prefix + ".model"
 
 
-def build_native_model(directory, vocab_size: int = 48, seed: int = 0, decoding=None):
-    """Save a tiny random model in the native format; returns its directory."""
+def build_native_model(directory, vocab_size: int = 48, seed: int = 0, decoding=None, unk_bias: float = 0.0):
+    """Save a tiny random model in the native format; returns its directory. `unk_bias` raises
+    <unk>'s logit, so that the model generates it."""
     import shutil
 
     from nmtdecode.models.formats import native
@@ -184,6 +185,8 @@ def build_native_model(directory, vocab_size: int = 48, seed: int = 0, decoding=
     directory.mkdir(parents=True, exist_ok=True)
     spm_file = train_sentencepiece(directory, vocab_size)
     model = tiny_transformer(seed, vocab=vocab_size, eos_bias=2.0, max_positions=128)
+    with torch.no_grad():
+        model.output.bias[UNK] = unk_bias
     shutil.move(spm_file, directory / "spm.model")
     native.save(str(directory), model, {"source": "spm.model"}, decoding=decoding, banned_ids=[PAD, BOS],
                 dtype=torch.float32)

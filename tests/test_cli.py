@@ -104,6 +104,22 @@ def test_bad_config_exits_2_before_loading(content, message, tmp_path, cli):
     assert "Traceback" not in run.stderr
 
 
+@pytest.mark.parametrize("content, where, message", [
+    ("beam_size: [1\n", ":2:1: not valid YAML: expected ',' or ']'", None),
+    ("model: x\n  foo: [\n", ":2:6: not valid YAML: mapping values are not allowed here", None),
+    ("beam_size: 4\nbeam_sise: 4\n", ":2: unknown option 'beam_sise' (did you mean beam_size", None),
+    ("beam_size: 4\njobs:\n  - src: a\n    output: b\n  - src: c\n    outptu: d\n",
+     ":6: jobs: item 2: unknown option 'outptu' (did you mean output", "cannot differ"),
+])
+def test_config_file_mistakes_are_one_line_naming_file_and_line(content, where, message, tmp_path, cli):
+    config = tmp_path / "job.yaml"
+    config.write_text(content)
+    run = cli("translate", "-c", config, stdin="", text=True)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+    assert f"config file {config}{where}" in run.stderr and len(run.stderr) < 200, run.stderr
+    assert message is None or message not in run.stderr
+
+
 def test_invalid_yaml_and_missing_model_exit_2(tmp_path, cli):
     config = tmp_path / "broken.yaml"
     config.write_text("beam_size: [1\n")

@@ -51,3 +51,21 @@ def test_jobs_config_runs_every_item_with_its_own_options(corpus, tmp_path, cli)
     assert (corpus / "animals.de").read_text() == expected(cli, corpus / "animals.en", "--beam-size", 2)
     assert (corpus / "drinks.jsonl").read_text() == expected(cli, corpus / "drinks.en", "--format", "jsonl",
                                                              "--n-best", 3)
+
+
+@pytest.mark.subprocess
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_summaries_target_works_on_a_fresh_checkout(tmp_path, cli):
+    """The shipped articles are summarized with the model given (the demo model stands in for BART
+    here), one summary line per article line; without the model, one message says where it comes from."""
+    articles = tmp_path / "articles"
+    shutil.copytree(EXAMPLES / "articles", articles)
+    make = ["make", "-s", "-C", str(EXAMPLES), "summaries", f"ARTICLES={articles}",
+            f"NMTDECODE={sys.executable} -m nmtdecode"]
+    missing = subprocess.run(make + [f"BART={tmp_path / 'bart-large-cnn'}"], capture_output=True, text=True)
+    assert missing.returncode != 0 and "huggingface-cli download facebook/bart-large-cnn" in missing.stderr
+    assert not (articles / "news.sum").exists()
+    run = subprocess.run(make + [f"BART={DEMO}"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert (articles / "news.sum").read_text() == expected(
+        cli, articles / "news.txt", "-c", ROOT / "configs" / "bart-summarization.yaml")

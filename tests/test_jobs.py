@@ -69,6 +69,27 @@ def test_output_dir_and_suffix_name_the_outputs(translate, two_inputs, tmp_path)
     assert run.returncode == 0 and (tmp_path / "a.fr").exists()
 
 
+@pytest.mark.parametrize("suffix, name", [("de", "a.de"), (".de", "a.de"), ("_de.txt", "a_de.txt"), (None, "a.en")])
+def test_output_dir_is_created_and_suffix_is_an_extension(translate, two_inputs, tmp_path, suffix, name):
+    a, _ = two_inputs
+    expected = single(translate, a, tmp_path / "ref-a.de")
+    out = tmp_path / "new" / "out"  # missing, and so is its parent
+    run = translate("--src", a, "--output-dir", out, *(["--suffix", suffix] if suffix else []))
+    assert run.returncode == 0, run.stderr
+    assert [p.name for p in out.iterdir()] == [name] and (out / name).read_bytes() == expected
+
+
+def test_several_inputs_without_outputs_say_how_to_name_them(translate, two_inputs, loads):
+    run = translate("--src", *two_inputs)
+    assert run.returncode == 2 and loads[0] == 0 and run.stderr.count(b"\n") == 1
+    assert b"2 input files need an output each" in run.stderr and b"--output-dir" in run.stderr
+
+
+def test_a_missing_output_directory_is_named_not_the_lock_file(translate, two_inputs, tmp_path):
+    run = translate("--src", two_inputs[0], "--output", tmp_path / "nowhere" / "a.de")
+    assert run.returncode != 0 and b"nowhere does not exist" in run.stderr and b".lock" not in run.stderr
+
+
 @pytest.mark.parametrize("outputs", [["x.de"], ["x.de", "y.de", "z.de"]])
 def test_one_output_per_input_or_a_clear_error(translate, two_inputs, tmp_path, outputs, loads):
     run = translate("--src", *two_inputs, "--output", *[tmp_path / o for o in outputs])
@@ -217,3 +238,10 @@ def test_ambiguous_job_lists_are_refused(model_dir, tmp_path, cli, top, flags, m
     config.write_text(yaml.safe_dump({"model": str(model_dir), **top, "jobs": [{"src": "a.en", "output": "a.de"}]}))
     run = cli("translate", "-c", config, *flags)
     assert run.returncode == 2 and message in run.stderr and loads[0] == 0
+
+
+def test_output_dir_without_suffix_keeps_the_name_and_never_the_input_itself(translate, two_inputs, tmp_path):
+    a, _ = two_inputs
+    run = translate("--src", a, "--output-dir", a.parent)  # the input's own directory: it would be the input
+    assert run.returncode == 2 and b"is the output file" in run.stderr and b"--suffix" in run.stderr
+    assert a.read_text().splitlines() == NORMAL

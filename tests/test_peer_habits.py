@@ -27,11 +27,30 @@ def test_usage_errors_are_one_line(args, names, cli):
 
 
 @pytest.mark.parametrize("args, ours", [
+    (["--gpu", "0"], "--device cuda:N"),
+    (["--cpu"], "--device cpu"),
+    (["--max-tokens", "4000"], "--batch-type tokens"),
+    (["--max-tokens=4000"], "--batch-type tokens"),
+    (["--nbest", "3"], "--n-best"),
+    (["--num-hypotheses", "3"], "--n-best"),
+    (["--compute-type", "int8"], "--quantize int8"),
+    (["--print-alignment"], "--report-align"),
+    (["--num-beams", "4"], "--beam-size"),
+    (["--alignment", "hard"], "--report-align"),
+])
+def test_other_tools_double_dash_flags_name_ours(args, ours, cli):
+    run = cli("translate", "--model", "m", *args, text=True)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+    assert ours in run.stderr and args[0].split("=")[0] in run.stderr and "Did you mean" not in run.stderr
+
+
+@pytest.mark.parametrize("args, ours", [
     (["-beam_size", "5"], "--beam-size"),
     (["-src", "in.txt"], "--src"),
     (["-n_best", "2"], "--n-best"),
     (["-gpu", "0"], "--device cuda:N"),
-    (["-replace_unk"], "translate --help"),
+    (["-replace_unk"], "--replace-unk"),
+    (["-report_align"], "--report-align"),
 ])
 def test_opennmt_single_dash_options_name_ours(args, ours, cli):
     run = cli("translate", "--model", "m", *args, text=True)

@@ -1,10 +1,15 @@
 """The progress bar and the summary line: a file is counted first (total, percent, ETA), the bar
 moves per batch and shows tokens/s; no bar when answering line by line; typed input is streamed."""
 
+import json
+import re
+
 import pytest
 
 from nmtdecode import reading as nio
 from nmtdecode import run as nrun
+
+from tests.helpers import REPO
 
 LINES = ["the house is red .", "", "a dog and a cat sleep in the garden .", "good morning", "thank you",
          "where is the station ?", "water", "   "]
@@ -83,7 +88,68 @@ def test_typed_input_is_answered_line_by_line_without_a_bar(model_dir, cli, bar_
     assert "%" not in run.stderr and "2 sentences," in run.stderr
 
 
+def test_typed_input_gets_a_prompt_and_its_rate_leaves_out_the_waiting(model_dir, cli, monkeypatch):
+    """Each line arrives 0.4 s after the last (a person typing): the summary's time is the decoding's."""
+    import time
+
+    monkeypatch.setattr(nrun, "stdin_is_terminal", lambda: True)
+    original = nrun.chunks
+
+    def typed(items, size):
+        for chunk in original(items, size):
+            time.sleep(0.4)
+            yield chunk
+
+    monkeypatch.setattr(nrun, "chunks", typed)
+    run = cli("translate", "--model", model_dir, "--max-length", "4", stdin="good morning\nwater\n", text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stderr.startswith("nmtdecode: ready: type a line to translate it (Ctrl-D ends)\n")
+    seconds = float(re.search(r"target tokens? in ([\d.]+) s", run.stderr).group(1))
+    wall = float(re.search(r", ([\d.]+) s in all", run.stderr).group(1))
+    assert seconds < 0.4 < 0.8 <= wall
+
+
 def test_summary_says_one_sentence(model_dir, cli):
     run = cli("translate", "--model", model_dir, "--max-length", "1", stdin="good morning\n", text=True)
     assert run.returncode == 0, run.stderr
     assert "nmtdecode: 1 sentence, 1 target token in" in run.stderr
+
+
+def test_summary_counts_outputs_the_step_limit_cut_and_states_load_and_wall_time(cli):
+    """The demo model, whose outputs end: with a step limit of 3 some are cut, counted as JSONL says."""
+    src = REPO / "data" / "demo" / "sample.en"
+    common = ["translate", "--model", REPO / "data" / "demo", "--src", src, "--beam-size", "2", "--max-length", "3"]
+    records = cli(*common, "--format", "jsonl", "-q", text=True)
+    unfinished = sum(not json.loads(line)["hypotheses"][0]["ended"] for line in records.stdout.splitlines())
+    lines = len(records.stdout.splitlines())
+    assert 0 < unfinished < lines
+    run = cli(*common, text=True)
+    assert run.returncode == 0, run.stderr
+    summary = run.stderr.splitlines()[-1]
+    assert f"; {unfinished} of {lines} outputs unfinished (cut by the step limit" in summary
+    load, wall = map(float, re.search(r"; model loaded in ([\d.]+) s, ([\d.]+) s in all$", summary).groups())
+    decoding = float(re.search(r"target tokens? in ([\d.]+) s", summary).group(1))
+    assert 0 < load and load + decoding <= wall + 0.02
+    assert "unfinished" not in cli(*common[:-1], "50", text=True).stderr
+
+
+def test_several_files_name_each_bar_and_summary_and_end_with_a_total(model_dir, lines_file, cli, bar_updates):
+    a, b = lines_file(LINES, "a.en"), lines_file(LINES[:3], "b.en")
+    run = cli("translate", "--model", model_dir, "--src", a, b, "--suffix", "de", "--max-length", "8",
+              "--batch-size", "2", text=True)
+    assert run.returncode == 0, run.stderr
+    lines = [line for line in run.stderr.replace("\r", "\n").splitlines() if line.startswith("nmtdecode:")]
+    assert lines[0].startswith(f"nmtdecode: {a}: {len(LINES)} sentences,")
+    assert lines[1].startswith(f"nmtdecode: {b}: 3 sentences,")
+    tokens = [int(re.search(r"(\d+) target tokens", line).group(1)) for line in lines[:2]]
+    assert lines[2].startswith(f"nmtdecode: all 2 files: {len(LINES) + 3} sentences, {sum(tokens)} target tokens")
+    assert "model loaded in" in lines[2] and "model loaded" not in lines[0] + lines[1]
+    assert "a.en: " in run.stderr and "b.en: " in run.stderr and " left" in run.stderr  # the bars: name, time left
+
+
+def test_time_left_is_by_source_bytes_not_lines():
+    from nmtdecode.summary import seconds_left
+
+    assert seconds_left(10.0, 25, 100) == 30.0  # a quarter of the bytes took 10 s: 30 s for the rest
+    assert seconds_left(10.0, 0, 100) is None and seconds_left(1.0, 5, None) is None
+    assert nrun.bytes_left("-", 0, 10) is None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 from ..config import ConfigError
 
@@ -19,9 +20,13 @@ def model_format(path: str | None) -> str:
     if path is None:
         raise ConfigError("model: no model given (--model PATH or `model:` in the config file)")
     if not os.path.exists(path):
-        raise ConfigError(f"model: {path} does not exist")
+        raise ConfigError(f"model: {path} does not exist" + (HUB_HINT.format(path) if HUB_ID.fullmatch(path) else ""))
     if os.path.isfile(os.path.join(path, "config.yaml")):
         return "native"
+    if is_ctranslate2(path):
+        raise ConfigError(f"model: {path} is a CTranslate2 model (model.bin and its vocabulary, converted for "
+                          "CTranslate2); nmtdecode reads the checkpoint it was converted from (a Hugging Face "
+                          "directory, an OpenNMT-py .pt, an eole directory): give that")
     if os.path.isdir(path) and eole_model_section(path) is not None:
         return "eole"
     if os.path.isfile(os.path.join(path, "config.json")):
@@ -30,6 +35,21 @@ def model_format(path: str | None) -> str:
         return "opennmt-py"
     raise ConfigError(f"model: {path} is not a model directory (no config.yaml for the native format, "
                       "no config.json for Hugging Face) nor an OpenNMT-py .pt checkpoint")
+
+
+# What a Hugging Face Hub id looks like (owner/name); nmtdecode never downloads, so it says how.
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+HUB_HINT = ("; it looks like a Hugging Face Hub id, and nmtdecode reads local directories only (no network): "
+            "download it where there is internet (huggingface-cli download {0} --local-dir DIR) and give --model DIR")
+# CTranslate2's converters write model.bin beside the vocabularies (ctranslate2/specs/model_spec.py).
+CTRANSLATE2_VOCABULARIES = ("shared_vocabulary.json", "source_vocabulary.json", "shared_vocabulary.txt",
+                            "source_vocabulary.txt")
+
+
+def is_ctranslate2(path: str) -> bool:
+    """A directory CTranslate2 converted a model into: model.bin and its vocabulary files."""
+    return os.path.isfile(os.path.join(path, "model.bin")) and any(
+        os.path.isfile(os.path.join(path, name)) for name in CTRANSLATE2_VOCABULARIES)
 
 
 def eole_model_section(path: str) -> dict | None:

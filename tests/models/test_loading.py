@@ -51,3 +51,25 @@ def test_load_model_error_texts(tmp_path):
             loading.load_model(str(path))
         assert str(error.value) == (f"model: {path} is not a model directory (no config.yaml for the native format, "
                                     "no config.json for Hugging Face) nor an OpenNMT-py .pt checkpoint")
+
+
+@pytest.mark.parametrize("vocabulary", ["shared_vocabulary.json", "source_vocabulary.txt"])
+def test_a_ctranslate2_directory_says_so_in_one_line(tmp_path, vocabulary, cli):
+    """What CTranslate2's converters write (ctranslate2/specs/model_spec.py: model.bin, config.json
+    without model_type, {shared,source,target}_vocabulary.json; .txt before 3.0)."""
+    (tmp_path / "model.bin").write_bytes(b"\x00" * 16)
+    (tmp_path / "config.json").write_text(json.dumps({"add_source_bos": False, "unk_token": "<unk>"}))
+    (tmp_path / vocabulary).write_text('["<unk>", "<s>", "</s>"]')
+    with pytest.raises(ConfigError, match="is a CTranslate2 model .* reads the checkpoint it was converted from"):
+        model_format(str(tmp_path))
+    run = cli("translate", "--model", tmp_path, stdin="a\n", text=True)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1 and "CTranslate2" in run.stderr
+
+
+def test_a_hub_id_that_is_not_here_says_how_to_get_it(tmp_path):
+    with pytest.raises(ConfigError, match=r"Helsinki-NLP/opus-mt-en-de does not exist; it looks like a Hugging Face "
+                                          r"Hub id.*huggingface-cli download Helsinki-NLP/opus-mt-en-de"):
+        model_format("Helsinki-NLP/opus-mt-en-de")
+    with pytest.raises(ConfigError) as plain:  # a path that is not an id gets no hint
+        model_format(str(tmp_path / "missing" / "model"))
+    assert "Hub" not in str(plain.value)

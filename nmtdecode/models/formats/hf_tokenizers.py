@@ -23,6 +23,7 @@ before the language codes.
 from __future__ import annotations
 
 import difflib
+import functools
 import os
 import re
 
@@ -117,6 +118,16 @@ class _Pieces:
         return (spm_identity(self.sp), tuple(sorted(self.vocab.items())), tuple(sorted(self.added.items())),
                 self.unk_id, self.marian)
 
+    def split_pieces(self, text: str) -> list[str]:
+        """One per id of `ids`, as the text spells it (a piece the vocabulary lacks too)."""
+        out = []
+        for part in self.splitter.split(text) if self.splitter else [text]:
+            if part in self.added:
+                out.append(part)
+            elif part:
+                out += self._split(part)
+        return out
+
     def _split(self, text: str) -> list[str]:
         code = []
         if self.marian and text.startswith(">>") and (end := text.find("<<")) != -1:
@@ -151,6 +162,9 @@ class _FairseqPieces:
 
     def ids(self, text: str) -> list[int]:
         return [self.UNK if self.sp.is_unknown(i) else i + 1 for i in self.sp.encode(text)]
+
+    def split_pieces(self, text: str) -> list[str]:
+        return self.sp.encode(text, out_type=str)
 
     def id(self, piece: str) -> int | None:
         specials = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": self.UNK}
@@ -192,6 +206,14 @@ class _TokenizerJson:
 
     def ids(self, text: str) -> list[int]:
         return self.tok.encode(text, add_special_tokens=False).ids
+
+    def split_pieces(self, text: str) -> list[str]:
+        return self.tok.encode(text, add_special_tokens=False).tokens
+
+    @functools.cached_property
+    def marks_words(self) -> bool:
+        """Whether its pieces start words with SentencePiece's mark (NLLB's do, BART's byte-level ones not)."""
+        return any(token.startswith("\u2581") for token in self.tok.get_vocab())
 
     def text(self, ids: list[int]) -> str:
         return self.tok.decode(ids, skip_special_tokens=True)
@@ -287,6 +309,17 @@ class HFTokenizer:
             code = next((c for c, i in self.languages.items() if i == token_id), None)
             found = None if code is None else self.tag_piece.format(code)
         return found
+
+    # Pieces (--replace-unk, --report-align): the source's as its text spells them, one per id of
+    # `encode`, tags and EOS as the vocabulary spells them; the target's: `target_piece`.
+    @property
+    def word_marker(self) -> str | None:
+        """SentencePiece's word-start mark, or None for a byte-level BPE (GPT-2's, BART's)."""
+        return "\u2581" if getattr(self.target, "marks_words", True) else None
+
+    def source_pieces(self, text: str) -> list[str]:
+        return ([self.source_piece(i) or "" for i in self.before] + self.source.split_pieces(text)
+                + [self.source_piece(i) or "" for i in self.after])
 
     def piece_id(self, piece: str) -> int | None:
         """The id of a target vocabulary entry (a piece or a language tag), or None."""

@@ -240,6 +240,15 @@ class VocabTokenizer:
     def encode_target(self, text: str) -> list[int]:
         return [self.tgt_ids.get(p, self.tgt_unk) for p in self._pieces(text, self.tgt_spm)]
 
+    @property
+    def word_marker(self) -> str:
+        """What starts a word in the pieces: SentencePiece's mark, or a space between whitespace tokens."""
+        return "\u2581" if self.tgt_spm is not None else " "
+
+    def source_pieces(self, text: str) -> list[str]:
+        """One piece per id of `encode`, as the text spells it (an unknown piece too)."""
+        return self._pieces(text, self.src_spm)
+
     def decode(self, ids: list[int]) -> str:
         pieces = [self.tgt_tokens[i] for i in ids if i != self.eos_id]
         return self.tgt_spm.decode_pieces(pieces) if self.tgt_spm is not None else " ".join(pieces)

@@ -123,6 +123,12 @@ def _compare(ours, hf, sentences, tags: dict[str, int], frame=(1, 1), tgt: str |
         pieces = hf.tokenize(s)  # --dump-beam's source pieces: the source vocabulary's entries
         known = [p if i != hf.unk_token_id else hf.unk_token for p, i in zip(pieces, hf.convert_tokens_to_ids(pieces))]
         assert [ours.source_piece(i) for i in hf.convert_tokens_to_ids(pieces)] == known, repr(s)
+        # the pieces of --report-align: one per id, the vocabulary's spelling (the text's where it is <unk>)
+        source_ids = hf(s).input_ids
+        pieces = ours.source_pieces(s)
+        assert len(pieces) == len(source_ids), repr(s)
+        assert all(ours.source.id(piece) == i or ours.piece_id(piece) == i
+                   for piece, i in zip(pieces, source_ids) if i != hf.unk_token_id), repr(s)  # the source vocabulary's
 
 
 def _save(hf, path) -> str:

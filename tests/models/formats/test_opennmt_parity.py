@@ -281,3 +281,31 @@ def test_coverage_penalty_ignores_padded_source_positions(seed1):
     alone = ours_nbest(translator, short, **options)
     assert_same_nbest(alone, [(r.text.split(), r.score) for r in ours[1]])
     assert_same_nbest(peer.translate(peer.translator(model, opt, vocab, **options), short), alone)
+
+
+@pytest.mark.parametrize("beam_size", [1, 5])
+def test_replace_unk_matches_onmt_translate(seed1, beam_size):
+    """onmt_translate's -replace_unk (onmt/translate/translation.py, TranslationBuilder
+    _build_target_tokens: each <unk> becomes the source token of the step's highest "std" attention)
+    on seed 1's model, whose outputs hold <unk>; every source token is in its vocabulary, so its copy
+    of the vocabulary entry and ours of the source text agree."""
+    from onmt.inputters.inputter import dict_to_vocabs
+    from onmt.translate.translation import TranslationBuilder
+
+    model, opt, vocab, _, translator = seed1
+    n_best = min(beam_size, 2)
+    onmt_translator = peer.translator(model, opt, vocab, beam_size=beam_size, n_best=n_best, replace_unk=True)
+    builder = TranslationBuilder(dict_to_vocabs(vocab), n_best=n_best, replace_unk=True)
+    replaced = 0
+    for tokens in sources(4):
+        ids = torch.tensor([[peer.VOCAB.index(t) for t in tokens]])
+        batch = {"src": ids[:, :, None], "srclen": torch.tensor([len(tokens)]), "indices": torch.tensor([0]),
+                 "ind_in_bucket": [0]}
+        with torch.no_grad():
+            [theirs] = builder.from_batch(onmt_translator.translate_batch(batch, attn_debug=False))
+        ours = translator.translate([" ".join(tokens)], scores=True, beam_size=beam_size, n_best=n_best,
+                                    replace_unk=True)[0]
+        plain = translator.translate([" ".join(tokens)], scores=True, beam_size=beam_size, n_best=n_best)[0]
+        assert [h.text for h in ours] == [" ".join(sent) for sent in theirs.pred_sents]
+        replaced += sum(h.text.split().count("<unk>") for h in plain) - sum(h.text.split().count("<unk>") for h in ours)
+    assert replaced > 0  # the test could fail: <unk>s were generated and replaced
