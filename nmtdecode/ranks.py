@@ -41,6 +41,7 @@ import glob
 import heapq
 import os
 import re
+import socket
 import stat
 import time
 from dataclasses import dataclass
@@ -214,12 +215,33 @@ class Group:
         timeout = rendezvous_timeout()
         if not dist.is_initialized():
             try:
+                self._store_reachable(time.monotonic() + timeout)
                 dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout))
-            except RuntimeError as e:
+            except (OSError, RuntimeError) as e:
                 raise PeerLost(f"rank {ranks.rank} of {ranks.world}: no rendezvous with the other processes of the "
                                f"job within {timeout:g} s ({_reason(e)}): was torchrun stopped? "
                                f"({RENDEZVOUS_TIMEOUT} sets the limit); nothing was written") from None
         self.long = self._polled(lambda: dist.new_group(backend="gloo", timeout=WAIT), STARTING)
+
+    def _store_reachable(self, deadline: float):
+        """Until the rendezvous store (MASTER_ADDR:MASTER_PORT, torchrun's own under torchrun) takes
+        a connection. Tried here, a second at a time, because torch's own attempt cannot be
+        interrupted: a signal would wait for its timeout. The rank that serves the store itself
+        (rank 0 started by hand) does not wait."""
+        env = os.environ
+        if self.ranks.rank == 0 and env.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+            return
+        host, port = env.get("MASTER_ADDR"), env.get("MASTER_PORT", "")
+        if not host or not port.isdigit():
+            return  # torch names what is missing
+        while True:
+            try:
+                socket.create_connection((host, int(port)), timeout=1).close()
+                return
+            except OSError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.2)  # a signal is handled here
 
     def all_ranks(self, flag: bool) -> bool:
         """True when `flag` is true on every rank (also a barrier)."""
@@ -248,6 +270,8 @@ class Group:
 
 def _reason(error: Exception) -> str:
     """The first sentence of a torch.distributed or gloo error, without its source location."""
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
     line = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
     return re.sub(r"^\[[^\]]*\]\s*", "", line).split(". ")[0][:200]
 

@@ -173,9 +173,8 @@ def test_a_rank_whose_launcher_is_gone_ends_at_the_rendezvous_timeout(model_dir,
     assert runs, "still waiting for the rendezvous after 60 s"
     assert runs[0].returncode == 1
     assert runs[0].stderr.strip() == (
-        "nmtdecode: error: rank 1 of 2: no rendezvous with the other processes of the job within 1 s "
-        f"(The client socket has timed out after 1000ms while trying to connect to (127.0.0.1, {port}).): was "
-        "torchrun stopped? (NMTDECODE_RENDEZVOUS_TIMEOUT sets the limit); nothing was written")
+        "nmtdecode: error: rank 1 of 2: no rendezvous with the other processes of the job within 1 s (Connection "
+        "refused): was torchrun stopped? (NMTDECODE_RENDEZVOUS_TIMEOUT sets the limit); nothing was written")
     assert leftovers(tmp_path, "out.txt") == []
 
 
