@@ -271,8 +271,11 @@ def run(argv: list[str]) -> int:
     """
     debug = "--debug" in argv
     try:
-        check_spelling(cli, list(argv))
-        cli.main(args=list(argv), prog_name="nmtdecode", standalone_mode=False)
+        try:
+            check_spelling(cli, list(argv))
+            cli.main(args=list(argv), prog_name="nmtdecode", standalone_mode=False)
+        finally:
+            signals.job_ended()  # a signal from here on would only replace the line said below
     except click.exceptions.Exit as e:
         return e.exit_code
     except click.exceptions.NoArgsIsHelpError as e:  # `nmtdecode` alone: the help, as click shows it
@@ -281,12 +284,8 @@ def run(argv: list[str]) -> int:
     except (click.ClickException, UsageError) as e:  # click's usage errors: one line, as all ours
         print(f"nmtdecode: error: {one_line(e)}", file=sys.stderr)
         return 2
-    except (KeyboardInterrupt, click.Abort) as e:
-        print(f"nmtdecode: interrupted; {stopped_note(e)}", file=sys.stderr)
-        return 130
-    except Terminated as e:
-        print(f"nmtdecode: terminated; {stopped_note(e)}", file=sys.stderr)
-        return 143
+    except (KeyboardInterrupt, click.Abort, Terminated) as e:
+        return stopped(e)
     except ConfigError as e:
         if debug:
             raise
@@ -298,6 +297,13 @@ def run(argv: list[str]) -> int:
         print(f"nmtdecode: error: {e}", file=sys.stderr)
         return 1
     return 0
+
+
+def stopped(stop: BaseException) -> int:
+    """One line for a job stopped by SIGINT or SIGTERM; its exit code."""
+    terminated = isinstance(stop, Terminated)
+    print(f"nmtdecode: {'terminated' if terminated else 'interrupted'}; {stopped_note(stop)}", file=sys.stderr)
+    return 143 if terminated else 130
 
 
 def stopped_note(stop: BaseException) -> str:
@@ -323,11 +329,25 @@ def openmp_environment(environ, torch_loaded: bool) -> dict:
     return {"GOMP_SPINCOUNT": str(SPIN_ROUNDS)}
 
 
+def distributed_log_environment(environ, torch_loaded: bool) -> dict:
+    """Under torchrun (WORLD_SIZE set), TORCH_CPP_LOG_LEVEL=FATAL unless the user chose a level:
+    a rendezvous that times out or a peer that dies is one line of ours (ranks.PeerLost), not
+    c10d's log lines with their C++ stack frames. Read when torch loads."""
+    if torch_loaded or "TORCH_CPP_LOG_LEVEL" in environ or environ.get("WORLD_SIZE", "1") in ("", "1"):
+        return {}
+    return {"TORCH_CPP_LOG_LEVEL": "FATAL"}
+
+
 def main(argv=None):
     """The `nmtdecode` program: process-wide signal handling around `run` (signals.py)."""
-    os.environ.update(openmp_environment(os.environ, "torch" in sys.modules))
+    torch_loaded = "torch" in sys.modules
+    os.environ.update(openmp_environment(os.environ, torch_loaded))
+    os.environ.update(distributed_log_environment(os.environ, torch_loaded))
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends quietly
     signals.install()
-    code = run(sys.argv[1:] if argv is None else argv)
+    try:
+        code = run(sys.argv[1:] if argv is None else argv)
+    except (KeyboardInterrupt, Terminated) as stop:  # the instant before run() stopped listening
+        code = stopped(stop)
     signals.ignore()  # the job is over: exit with its code
     sys.exit(code)

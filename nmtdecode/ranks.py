@@ -22,10 +22,16 @@ renamed) and removes them.
 The processes wait for each other through a torch.distributed process group on
 gloo, also on GPUs: they exchange no tensors, only wait (at start, when the parts
 are complete, when OUT is written), and gloo's waits need no device and may last
-as long as the longest share (NCCL's watchdog would end them).
+as long as the longest share (NCCL's watchdog would end them). The rendezvous and
+the wait at start are bounded (`NMTDECODE_RENDEZVOUS_TIMEOUT`, 10 minutes), so that
+workers whose launcher died during start-up end instead of waiting for days; the
+waits are polled, so that a signal is handled at once, and a peer lost during one
+is one line (`PeerLost`, exit 1).
 
 --resume continues every rank's part with the same number of processes; a job begun
 with another number of processes (or in one process) is refused, naming it (exit 2).
+A merge that was stopped (rank 0 killed while writing OUT.tmp, or between its rename
+and the removal of its journal) left every part complete: --resume merges again.
 """
 
 from __future__ import annotations
@@ -35,7 +41,9 @@ import glob
 import heapq
 import os
 import re
+import socket
 import stat
+import time
 from dataclasses import dataclass
 
 from .batching import Result
@@ -45,6 +53,8 @@ from .reading import check_prefix, check_readable
 from .writing import format_result
 
 WAIT = datetime.timedelta(days=7)  # a rank may wait for the others as long as their share takes
+RENDEZVOUS_TIMEOUT = "NMTDECODE_RENDEZVOUS_TIMEOUT"  # seconds: joining the group and the wait at start
+RENDEZVOUS_DEFAULT = 600.0
 PART = re.compile(r"\.part-(\d+)-of-(\d+)(\.tmp|\.tmp\.progress)?$")
 
 
@@ -101,8 +111,14 @@ def layouts(output: str) -> dict[int, list[str]]:
 def check_layout(output: str, world: int, resume: bool, clean: bool = True):
     """Before anything is written (the output locked): --resume of work begun with another number
     of processes is refused; a new job (`clean`: its process holds the lock) removes such
-    leftovers, so that a later --resume never mixes them."""
-    others = {n: names for n, names in layouts(output).items() if n != world}
+    leftovers, so that a later --resume never mixes them. Under torchrun, OUT.tmp or its journal
+    beside every part of the job is a stopped merge's (see `merge_stopped`): --resume merges again."""
+    found = layouts(output)
+    if resume and world > 1 and 1 in found and merge_stopped(output, world):
+        merged = found.pop(1)
+        for name in merged if clean else ():
+            remove(name)
+    others = {n: names for n, names in found.items() if n != world}
     if not others:
         return
     if resume:
@@ -114,6 +130,15 @@ def check_layout(output: str, world: int, resume: bool, clean: bool = True):
     for names in others.values() if clean else ():
         for name in names:
             remove(name)
+
+
+def merge_stopped(output: str, world: int) -> bool:
+    """Whether every part of a job of `world` processes is there with its journal. Beside them, an
+    OUT.tmp (or its journal) can only be their merge's: a one-process job on OUT removes the parts
+    of others before it writes, and rank 0 removes OUT.tmp before its rank's part is made."""
+    ranks = Ranks(0, world, 0, world)
+    return all(os.path.lexists(f"{ranks.part(output, r)}{suffix}") for r in range(world)
+               for suffix in (".tmp", ".tmp.progress"))
 
 
 def threads_for(config: Config, ranks: Ranks) -> int:
@@ -156,13 +181,101 @@ def check_job(config: Config):
                           "beside it), not stdout, a link or a device")
 
 
-def join_group():
-    """The process group of the ranks (joined once, by the first job)."""
-    import torch.distributed as dist
+class PeerLost(RuntimeError):
+    """The other processes of the job could not be reached, or one of them stopped (exit code 1)."""
 
-    if not dist.is_initialized():
-        dist.init_process_group("gloo", timeout=WAIT)
-    return dist
+
+def rendezvous_timeout(environ=None) -> float:
+    """Seconds a rank waits to join the others (NMTDECODE_RENDEZVOUS_TIMEOUT, else 10 minutes)."""
+    value = (os.environ if environ is None else environ).get(RENDEZVOUS_TIMEOUT, "")
+    if not value.strip():
+        return RENDEZVOUS_DEFAULT
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds < float("inf"):
+        raise ConfigError(f"{RENDEZVOUS_TIMEOUT}={value!r}: expected a number of seconds > 0")
+    return seconds
+
+
+# What a rank lost by a peer says was left: at start (claiming the outputs) nothing was decoded;
+# waiting for the others' shares, every part is resumable.
+STARTING = "nothing was decoded: run the command again"
+KEPT = "the finished parts are kept: rerun the command with --resume"
+
+
+class Group:
+    """The ranks' process group (gloo). Joining it and the wait at start (`all_ranks`) are bounded
+    by the rendezvous timeout, the waits for the others' shares (`wait`) by WAIT, on a second
+    group. Every wait is polled, so that a signal stops a rank at once, and fails as PeerLost."""
+
+    def __init__(self, ranks: Ranks):
+        import torch.distributed as dist
+
+        self.ranks, self.dist = ranks, dist
+        timeout = rendezvous_timeout()
+        if not dist.is_initialized():
+            try:
+                self._store_reachable(time.monotonic() + timeout)
+                dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout))
+            except (OSError, RuntimeError) as e:
+                raise PeerLost(f"rank {ranks.rank} of {ranks.world}: no rendezvous with the other processes of the "
+                               f"job within {timeout:g} s ({_reason(e)}): was torchrun stopped? "
+                               f"({RENDEZVOUS_TIMEOUT} sets the limit); nothing was written") from None
+        self.long = self._polled(lambda: dist.new_group(backend="gloo", timeout=WAIT), STARTING)
+
+    def _store_reachable(self, deadline: float):
+        """Until the rendezvous store (MASTER_ADDR:MASTER_PORT, torchrun's own under torchrun) takes
+        a connection. Tried here, a second at a time, because torch's own attempt cannot be
+        interrupted: a signal would wait for its timeout. The rank that serves the store itself
+        (rank 0 started by hand) does not wait."""
+        env = os.environ
+        if self.ranks.rank == 0 and env.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+            return
+        host, port = env.get("MASTER_ADDR"), env.get("MASTER_PORT", "")
+        if not host or not port.isdigit():
+            return  # torch names what is missing
+        while True:
+            try:
+                socket.create_connection((host, int(port)), timeout=1).close()
+                return
+            except OSError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.2)  # a signal is handled here
+
+    def all_ranks(self, flag: bool) -> bool:
+        """True when `flag` is true on every rank (also a barrier)."""
+        import torch
+
+        value = torch.tensor([1 if flag else 0])
+        self._polled(lambda: self.dist.all_reduce(value, op=self.dist.ReduceOp.MIN, async_op=True), STARTING, True)
+        return bool(value.item())
+
+    def wait(self):
+        """Until every rank is here (as long as the others' shares take)."""
+        self._polled(lambda: self.dist.barrier(group=self.long, async_op=True), KEPT, True)
+
+    def _polled(self, start, note: str, wait: bool = False):
+        try:
+            work = start()
+            if wait:
+                while not work.is_completed():
+                    time.sleep(0.02)  # a signal is handled here, not after the wait
+                work.wait()
+            return work
+        except RuntimeError as e:
+            raise PeerLost(f"rank {self.ranks.rank} of {self.ranks.world}: another process of the job stopped or "
+                           f"cannot be reached ({_reason(e)}); {note}") from None
+
+
+def _reason(error: Exception) -> str:
+    """The first sentence of a torch.distributed or gloo error, without its source location."""
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    line = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
+    return re.sub(r"^\[[^\]]*\]\s*", "", line).split(". ")[0][:200]
 
 
 def leave_group():
@@ -170,15 +283,6 @@ def leave_group():
 
     if dist.is_initialized():
         dist.destroy_process_group()
-
-
-def all_ranks(dist, flag: bool) -> bool:
-    """True when `flag` is true on every rank (also a barrier)."""
-    import torch
-
-    value = torch.tensor([1 if flag else 0])
-    dist.all_reduce(value, op=dist.ReduceOp.MIN)
-    return bool(value.item())
 
 
 def owner(batch: int, world: int) -> int:

@@ -27,8 +27,8 @@ from .batching import chunk_size, chunks, cut
 from .config import Config, ConfigError
 from .models.detect import model_format
 from .output_file import OutputFile
-from .ranks import (PartWriter, Ranks, all_ranks, check_job, check_layout, device_for, join_group, layouts,
-                    leave_group, merge, threads_for)
+from .ranks import (Group, PartWriter, Ranks, check_job, check_layout, device_for, layouts, leave_group, merge,
+                    threads_for)
 from .reading import LineReader, PrefixLines, check_prefix, check_readable, count_lines
 from .signature import job_signature
 from .summary import Summary, count, seconds_left, timing, warn
@@ -277,48 +277,58 @@ def decode_job(config: Config, engine: Engine, output: OutputFile, share: Share)
 
 def _translate_ranks(jobs: list[Config], ranks: Ranks, engine: Engine | None) -> Summary:
     """This rank's share of every job, one after the other with one model load, each followed
-    (rank 0) by its merge; returns this rank's summary of them all."""
-    total = Summary()
+    (rank 0) by its merge; returns this rank's summary of them all. As in one process, every
+    job's files are claimed first, and once the model is loaded every part a new job has not
+    written yet is marked unfinished, so that --resume after a stop never takes an older OUT
+    for a job no rank had started."""
     for config in jobs:
         check_job(config)
-    join_group()
+    group, claimed, pending = Group(ranks), [], []
     try:
         for config in jobs:
             config = config.over({"threads": threads_for(config, ranks), "device": device_for(config, ranks)})
-            summary, engine = _translate_share(config, ranks, engine)
+            output, part = OutputFile(config.io.output), OutputFile(ranks.part(config.io.output))
+            claimed.append((output, part))
+            if not _claim_share(config, ranks, group, output, part):
+                pending.append((config, output, part))
+        total = Summary()
+        if pending:
+            engine = engine or load_engine(pending[0][0])
+            signals.job_started()  # from here a signal unwinds the run, keeping the parts resumable
+            for config, _, part in pending:
+                if not config.io.resume:
+                    part.mark_unfinished()
+        for config, output, part in pending:
+            summary, lines = decode_job(config, engine, part, RankJob(ranks, part.path))
+            group.wait()  # every part complete
+            if ranks.rank == 0:
+                merge(output, [ranks.part(config.io.output, r) for r in range(ranks.world)], lines)
+            group.wait()  # OUT written: the job ends for all
             total.add(summary)
         return total
     finally:
+        for output, part in claimed:
+            part.release()
+            output.release()
         leave_group()
 
 
-def _translate_share(config: Config, ranks: Ranks, engine: Engine | None) -> tuple[Summary, Engine | None]:
-    """One job under torchrun: this rank's part, then (rank 0) the merge into OUT."""
-    io_cfg, group = config.io, join_group()
-    output = OutputFile(io_cfg.output)
-    part = OutputFile(ranks.part(io_cfg.output))
+def _claim_share(config: Config, ranks: Ranks, group: Group, output: OutputFile, part: OutputFile) -> bool:
+    """Lock a job's OUT (rank 0) and this rank's part, before the model loads; True when --resume
+    finds the job complete (OUT there and no part of it), on every rank."""
+    io_cfg = config.io
     for target in (output, part):
         target.refuse_source(io_cfg.src)
-    try:
-        if ranks.rank == 0:
-            output.claim(False, resumable=False)  # the lock: one job on OUT, whatever its number of processes
-        part.claim(io_cfg.resume)
-        check_layout(io_cfg.output, ranks.world, io_cfg.resume, clean=ranks.rank == 0)
-        complete = io_cfg.resume and os.path.lexists(io_cfg.output) and ranks.world not in layouts(io_cfg.output)
-        if all_ranks(group, complete):
-            if ranks.rank == 0 and not config.runtime.quiet:
-                print(f"nmtdecode: {io_cfg.output} is complete (no parts to resume); nothing to do", file=sys.stderr)
-            return Summary(), engine
-        engine = engine or load_engine(config)
-        summary, lines = decode_job(config, engine, part, RankJob(ranks, part.path))
-        group.barrier()  # every part complete
-        if ranks.rank == 0:
-            merge(output, [ranks.part(io_cfg.output, r) for r in range(ranks.world)], lines)
-        group.barrier()  # OUT written: the job ends for all
-        return summary, engine
-    finally:
-        part.release()
-        output.release()
+    if ranks.rank == 0:
+        output.claim(False, resumable=False)  # the lock: one job on OUT, whatever its number of processes
+    part.claim(io_cfg.resume)
+    check_layout(io_cfg.output, ranks.world, io_cfg.resume, clean=ranks.rank == 0)
+    complete = io_cfg.resume and os.path.lexists(io_cfg.output) and ranks.world not in layouts(io_cfg.output)
+    if not group.all_ranks(complete):
+        return False
+    if ranks.rank == 0 and not config.runtime.quiet:
+        print(f"nmtdecode: {io_cfg.output} is complete (no parts to resume); nothing to do", file=sys.stderr)
+    return True
 
 
 def job_examples(config: Config, lines, engine: Engine):

@@ -10,6 +10,10 @@ Two phases, because what is safe to do differs:
   is raised as KeyboardInterrupt or `Terminated`, which unwind through the job so that
   partial output is kept resumable; the CLI turns them into the exit code.
 
+Once the job has ended, however (`job_ended`: the program is reporting how, or exiting), a
+signal is ignored: the program already says one line and exits with its code (under torchrun
+a peer's failure and the launcher's SIGTERM come together).
+
 A signal that the process inherited as ignored (`nohup`, `cmd &` in a script for SIGINT)
 stays ignored, as the shell asked. Only `install` (the program, not the library) sets
 handlers; with none installed, nothing here has an effect.
@@ -25,6 +29,7 @@ EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
 # (the program's last line on stderr; by default "partial output kept, rerun with --resume").
 STOPPED_NOTE = "stopped_note"
 _in_job = False
+_ended = False
 
 
 class Terminated(BaseException):
@@ -40,8 +45,14 @@ def install():
 
 def job_started():
     """From now on a signal unwinds the job instead of ending the process at once."""
-    global _in_job
-    _in_job = True
+    global _in_job, _ended
+    _in_job, _ended = True, False
+
+
+def job_ended():
+    """From now on a signal is ignored: the run is over, its line is being said."""
+    global _in_job, _ended
+    _in_job, _ended = False, True
 
 
 def ignore():
@@ -51,6 +62,8 @@ def ignore():
 
 
 def _handle(signum, frame):
+    if _ended:
+        return
     if _in_job:
         raise KeyboardInterrupt() if signum == signal.SIGINT else Terminated()
     what = "interrupted" if signum == signal.SIGINT else "terminated"

@@ -191,3 +191,69 @@ def test_closed_stdin_in_a_real_process(model_dir):
     done = subprocess.run(shell, shell=True, capture_output=True, timeout=300)
     assert done.returncode == 1 and b"standard input is closed" in done.stderr
     assert len(done.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda m: m.update(d_model=4096), "d_model: the config asks for src_embed.tokens.weight of shape (48, 4096), "
+                                       "the weights hold (48, 32)"),
+    (lambda m: m.update(src_vocab_size=250000), "src_vocab_size: the config asks for src_embed.tokens.weight of "
+                                                "shape (250000, 32), the weights hold (48, 32)"),
+    (lambda m: m.update(ffn_dim=100000), "ffn_dim: the config asks for encoder_layers.0.ffn.up.weight of shape "
+                                         "(100000, 32), the weights hold (64, 32)"),
+    (lambda m: m.update(decoder_layers=200), "decoder_layers: the config asks for 200 layers, the weights hold 2"),
+    (lambda m: m.update(positions="learned", max_positions=30000),
+     "weights do not match the architecture; missing: ['src_embed.positions.weight']"),
+])
+def test_config_sizes_are_checked_against_the_weights_before_the_model_is_allocated(
+        model_dir, tmp_path, cli, monkeypatch, edit, message):
+    """A config that asks for more than its weights hold (issue 34: d_model 4,096 reached 2.6 GB
+    before a shape mismatch) fails naming the key and both shapes, and nothing is allocated."""
+    from nmtdecode.models.transformer import Transformer
+
+    monkeypatch.setattr(Transformer, "uninitialised", lambda cfg: pytest.fail("allocated before the check"))
+    broken = native_copy(model_dir, tmp_path, lambda d: edit(d["model"]))
+    run = cli("translate", "--model", broken, stdin="hello\n", text=True)
+    assert run.returncode == 1
+    assert one_line(run.stderr) == f"nmtdecode: error: {broken}: {message}"
+
+
+def test_shapes_of_each_format_are_checked_under_our_names():
+    """check_dimensions on the shapes an OpenNMT-py checkpoint gives our parameters (mapped_shapes:
+    fused projections counted as their parts together), and on a shared vocabulary."""
+    import torch
+
+    from nmtdecode.models.checkpoint import ModelError, check_dimensions
+    from nmtdecode.models.formats.opennmt import mapped_shapes, weight_map
+    from tests.helpers import tiny_config
+
+    cfg = tiny_config(vocab=12, encoder_layers=1, decoder_layers=1)
+    linear, direct = weight_map(cfg)
+    theirs = {source: torch.empty(12, 32) for source in direct.values() if "embeddings" in source}
+    theirs.update({f"{p}.weight": torch.empty(64 if "w_1" in p else 32, 32)
+                   for parts in linear.values() for p in parts})
+    shapes = mapped_shapes(theirs, linear, direct)
+    assert shapes["encoder_layers.0.self_attn.qkv.weight"] == (96, 32)  # query, keys and values
+    check_dimensions(cfg, shapes, "ckpt.pt")  # the sizes agree
+    with pytest.raises(ModelError, match=r"^ckpt.pt: ffn_dim: the config asks for encoder_layers.0.ffn.up.weight of "
+                                         r"shape \(2048, 32\), the weights hold \(64, 32\)$"):
+        check_dimensions(tiny_config(vocab=12, encoder_layers=1, decoder_layers=1, ffn_dim=2048), shapes, "ckpt.pt")
+    shared = tiny_config(vocab=12, encoder_layers=1, decoder_layers=1, share_embeddings=True)
+    check_dimensions(shared, {k: v for k, v in shapes.items() if k != "tgt_embed.tokens.weight"}, "ckpt.pt")
+
+
+@pytest.mark.parametrize("failure", [MemoryError(), RuntimeError("DefaultCPUAllocator: can't allocate memory: you "
+                                                                  "tried to allocate 98304 bytes. Error code 12")])
+def test_running_out_of_memory_building_the_model_names_what_asked_for_it(model_dir, cli, monkeypatch, failure):
+    """One line, exit 1, naming the config's largest demand: the test model's decoder, 2 layers of
+    8 d^2 + 2 d ffn parameters (d 32, ffn 64: 24,576 float32 numbers, 98,304 bytes)."""
+    from nmtdecode.models.transformer import Transformer
+
+    def fail(cfg):
+        raise failure
+
+    monkeypatch.setattr(Transformer, "uninitialised", fail)
+    run = cli("translate", "--model", model_dir, stdin="hello\n", text=True)
+    assert run.returncode == 1
+    line = one_line(run.stderr)
+    assert line.startswith(f"nmtdecode: error: {model_dir}: out of memory allocating the model (")
+    assert line.endswith("most of it for decoder_layers 2 of d_model 32, ffn_dim 64 (0.1 MB)")

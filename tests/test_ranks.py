@@ -8,14 +8,17 @@ import json
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
+import threading
 
 import pytest
 
-from nmtdecode.config import Config
-from nmtdecode.output_file import OutputFile
-from nmtdecode.ranks import Ranks, check_layout, merge, owner, threads_for
+from nmtdecode import signals
+from nmtdecode.config import Config, ConfigError
+from nmtdecode.output_file import OutputFile, OutputRefused
+from nmtdecode.ranks import KEPT, Group, PeerLost, Ranks, check_layout, merge, owner, rendezvous_timeout, threads_for
 
 from tests.helpers import wait_for_checkpoint
 
@@ -124,6 +127,149 @@ def test_resume_with_another_number_of_processes_is_refused(model_dir, lines_fil
     assert leftovers(tmp_path, "out.txt") == []
 
 
+def test_a_stopped_merge_is_merged_again_by_resume(tmp_path):
+    """OUT.tmp (rank 0 killed while merging) or OUT.tmp.progress (killed between the rename and
+    its removal) beside every part of the job: --resume with the same processes merges again
+    instead of taking them for a one-process job; one part missing, they are still refused."""
+    out = str(tmp_path / "out.txt")
+    for left in (["out.txt.tmp"], ["out.txt", "out.txt.tmp.progress"], ["out.txt.tmp", "out.txt.tmp.progress"]):
+        for name in ["out.txt.part-0-of-2.tmp", "out.txt.part-0-of-2.tmp.progress", "out.txt.part-1-of-2.tmp",
+                     "out.txt.part-1-of-2.tmp.progress", *left]:
+            (tmp_path / name).write_text("x")
+        check_layout(out, 2, resume=True, clean=False)  # another rank: nothing removed
+        assert all((tmp_path / name).exists() for name in left)
+        check_layout(out, 2, resume=True)  # rank 0: the merge's files go
+        assert leftovers(tmp_path, "out.txt")[-1] == "out.txt.part-1-of-2.tmp.progress"
+        assert not any(name.startswith("out.txt.tmp") for name in leftovers(tmp_path, "out.txt"))
+    (tmp_path / "out.txt.part-1-of-2.tmp.progress").unlink()
+    (tmp_path / "out.txt.tmp").write_text("x")
+    with pytest.raises(OutputRefused, match="was begun by one process"):
+        check_layout(out, 2, resume=True)
+
+
+def test_the_rendezvous_timeout_is_bounded_and_read_from_the_environment():
+    assert rendezvous_timeout({}) == 600
+    assert rendezvous_timeout({"NMTDECODE_RENDEZVOUS_TIMEOUT": "2.5"}) == 2.5
+    for bad in ("0", "-1", "soon", "inf", "nan"):
+        with pytest.raises(ConfigError, match=f"NMTDECODE_RENDEZVOUS_TIMEOUT='{bad}': expected a number of seconds"):
+            rendezvous_timeout({"NMTDECODE_RENDEZVOUS_TIMEOUT": bad})
+
+
+def test_a_rank_whose_launcher_is_gone_ends_at_the_rendezvous_timeout(model_dir, lines_file, tmp_path, torchrun_env,
+                                                                      monkeypatch, cli):
+    """Rank 1 of 2 with nothing at MASTER_ADDR:PORT (torchrun killed during start-up) gives up after
+    NMTDECODE_RENDEZVOUS_TIMEOUT seconds with one line, exit 1 (it waited 7 days before)."""
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("MASTER_PORT", str(port))
+    monkeypatch.setenv("NMTDECODE_RENDEZVOUS_TIMEOUT", "1")
+    runs = []
+    args = ("translate", "--model", model_dir, "--src", lines_file(["hello"]), "--output", tmp_path / "out.txt")
+    worker = threading.Thread(target=lambda: runs.append(cli(*args, text=True)), daemon=True)
+    worker.start()
+    worker.join(timeout=60)
+    assert runs, "still waiting for the rendezvous after 60 s"
+    assert runs[0].returncode == 1
+    assert runs[0].stderr.strip() == (
+        "nmtdecode: error: rank 1 of 2: no rendezvous with the other processes of the job within 1 s (Connection "
+        "refused): was torchrun stopped? (NMTDECODE_RENDEZVOUS_TIMEOUT sets the limit); nothing was written")
+    assert leftovers(tmp_path, "out.txt") == []
+
+
+def test_c10d_logs_are_quiet_under_torchrun_unless_chosen():
+    from nmtdecode.cli import distributed_log_environment as quiet
+
+    assert quiet({"WORLD_SIZE": "2"}, torch_loaded=False) == {"TORCH_CPP_LOG_LEVEL": "FATAL"}
+    assert quiet({"WORLD_SIZE": "2", "TORCH_CPP_LOG_LEVEL": "INFO"}, torch_loaded=False) == {}
+    assert quiet({"WORLD_SIZE": "1"}, torch_loaded=False) == quiet({}, torch_loaded=False) == {}
+    assert quiet({"WORLD_SIZE": "2"}, torch_loaded=True) == {}
+
+
+def test_a_peer_lost_during_a_wait_is_one_line():
+    """gloo's error when a peer died (its source location first) becomes PeerLost naming the rank."""
+    group = Group.__new__(Group)
+    group.ranks = Ranks(1, 2, 1, 2)
+
+    def closed():
+        raise RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
+                           "[127.0.0.1]:29500. This is typically caused by a remote worker hanging\nException ...")
+
+    with pytest.raises(PeerLost) as lost:
+        group._polled(closed, KEPT, wait=True)
+    assert str(lost.value) == ("rank 1 of 2: another process of the job stopped or cannot be reached "
+                               "(Connection closed by peer [127.0.0.1]:29500); the finished parts are kept: rerun the "
+                               "command with --resume")
+
+
+def test_a_signal_while_a_failure_is_reported_leaves_one_line(monkeypatch, capsys):
+    """Under torchrun a peer's failure and the launcher's SIGTERM come together: a SIGTERM that
+    arrives while the error is being said (injected: formatting the error sends it) no longer
+    escapes as a Terminated traceback; the error's line and exit code stand."""
+    from nmtdecode.cli import run
+    from nmtdecode.models import inspect
+
+    class GlooError(RuntimeError):
+        def __str__(self):
+            os.kill(os.getpid(), signal.SIGTERM)
+            return "Connection closed by peer"
+
+    def fail(path):
+        raise GlooError()
+
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    monkeypatch.setattr(inspect, "describe", fail)
+    try:
+        signals.install()
+        signals.job_started()
+        code = run(["inspect", "somewhere"])
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+        signals.job_ended()
+    assert code == 1
+    assert capsys.readouterr().err == "nmtdecode: error: Connection closed by peer\n"
+
+
+class AloneGroup:
+    """In place of the process group, for rank 0 run alone in this process: the others agree."""
+
+    def __init__(self, ranks):
+        pass
+
+    def all_ranks(self, flag: bool) -> bool:
+        return flag
+
+    def wait(self):
+        pass
+
+
+def test_resume_under_torchrun_never_takes_an_older_output_for_a_file_no_rank_started(
+        model_dir, lines_file, tmp_path, torchrun_env, monkeypatch, cli):
+    """Older a.de and b.de; a new two-file run under torchrun stops at its first batch (injected),
+    before any rank began b: b's part is kept as a mark, so that --resume does not find the older
+    b.de complete (it did: no part of b existed)."""
+    from nmtdecode.engine import Engine
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("nmtdecode.run.Group", AloneGroup)
+    monkeypatch.setattr(Engine, "decode_batch", interrupted)  # Ctrl-C at the first batch
+    sources = [lines_file(NORMAL, "a.en"), lines_file(NORMAL[:3], "b.en")]
+    outputs = [tmp_path / "a.de", tmp_path / "b.de"]
+    for out in outputs:
+        out.write_bytes(b"an older output\n")
+    args = ["translate", "--model", model_dir, "--src", *sources, "--output", *outputs, "--max-length", 8]
+    assert cli(*args).returncode == 130
+    assert (tmp_path / "b.de.part-0-of-2.tmp").read_bytes() == b""  # the mark
+    assert not (tmp_path / "b.de.part-0-of-2.tmp.progress").exists()
+    resumed = cli(*args, "--resume", text=True)
+    assert resumed.returncode == 130 and "is complete" not in resumed.stderr
+    assert [out.read_bytes() for out in outputs] == [b"an older output\n"] * 2  # untouched until merged
+
+
 @pytest.fixture(scope="module")
 def two_rank_jobs(model_dir, tmp_path_factory):
     """One jobs config run by one process and by torchrun with two ranks (one start for the
@@ -224,4 +370,23 @@ def test_killed_ranks_resume_byte_identical(model_dir, killed_job, tmp_path, vic
     assert resumed.returncode == 0, resumed.stderr.decode()
     assert b"out.part-1-of-2: resuming after input line" in resumed.stderr
     assert out.read_bytes() == reference
+    assert leftovers(tmp_path, "out") == []
+
+
+@pytest.mark.subprocess
+@pytest.mark.slow  # two torchrun starts: ~12 s
+def test_rank_0_killed_during_the_merge_resumes_by_merging_again(model_dir, two_rank_jobs, tmp_path):
+    """kill -9 of rank 0 after 40 of 150 lines of OUT.tmp (injected by tests/stopped_merge.py): the
+    same command with --resume merges the complete parts again (it refused before, advising to
+    start over) and gives one process's output, leaving nothing beside it."""
+    src, out = two_rank_jobs / "long.txt", tmp_path / "out"
+    args = [*job_args(model_dir, src, "text"), "--output", out]
+    killer = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+              os.path.join(os.path.dirname(__file__), "stopped_merge.py"), *map(str, args)]
+    stopped = subprocess.run(killer, capture_output=True, timeout=300, env={**os.environ, "STOP_AFTER_RECORDS": "40"})
+    assert stopped.returncode != 0 and not out.exists()
+    assert len((tmp_path / "out.tmp").read_text().splitlines()) == 40  # the kill came within the merge
+    resumed = subprocess.run(torchrun(*args, "--resume"), capture_output=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr.decode()
+    assert out.read_bytes() == (two_rank_jobs / "reference" / "text").read_bytes()
     assert leftovers(tmp_path, "out") == []

@@ -22,7 +22,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
-from .transformer import Transformer
+from .transformer import Transformer, TransformerConfig
 
 
 class ModelError(RuntimeError):
@@ -172,3 +172,76 @@ def load_weights(model: Transformer, tensors: dict[str, torch.Tensor], source: s
     for alias, first in aliases.items():
         module, _, name = alias.rpartition(".")
         setattr(model.get_submodule(module), name, model.get_parameter(first))
+
+
+def check_dimensions(cfg: TransformerConfig, shapes: dict[str, tuple[int, ...]], source: str):
+    """Before the model is allocated: the config's sizes against the shapes of the weights that
+    fix them (our names -> shapes: a safetensors header, or tensors already read), so that a
+    config asking for more than the weights hold fails naming the key and both shapes instead
+    of allocating it first (a d_model of 4,096 over a checkpoint 512 wide)."""
+    for name, keys in _sized_by(cfg):
+        expected = tuple(getattr(cfg, key) + (cfg.position_offset if key == "max_positions" else 0) for key in keys)
+        if name not in shapes:
+            raise ModelError(f"{source}: weights do not match the architecture; missing: [{name!r}]")
+        actual = tuple(shapes[name])
+        if actual != expected:
+            wrong = [k for k, e, a in zip(keys, expected, actual) if e != a] if len(actual) == len(keys) else keys
+            raise ModelError(f"{source}: {', '.join(wrong)}: the config asks for {name} of shape {expected}, "
+                             f"the weights hold {actual}")
+    for stack in ("encoder_layers", "decoder_layers"):
+        held = {int(m.group(1)) for n in shapes if (m := re.match(rf"{stack}\.(\d+)\.", n))}
+        if len(held) != getattr(cfg, stack):
+            raise ModelError(f"{source}: {stack}: the config asks for {getattr(cfg, stack)} layers, "
+                             f"the weights hold {len(held)}")
+
+
+def _sized_by(cfg: TransformerConfig) -> list[tuple[str, tuple[str, ...]]]:
+    """The parameters whose shapes show every size of the config (but heads, which no shape
+    shows): each with the config keys of its dimensions."""
+    sized = [("src_embed.tokens.weight", ("src_vocab_size", "d_model"))]
+    if not cfg.share_embeddings:
+        sized.append(("tgt_embed.tokens.weight", ("tgt_vocab_size", "d_model")))
+    if cfg.positions == "learned":
+        sized += [(f"{side}_embed.positions.weight", ("max_positions", "d_model")) for side in ("src", "tgt")]
+    return sized + [(f"{stack}.0.ffn.up.weight", ("ffn_dim", "d_model"))
+                    for stack in ("encoder_layers", "decoder_layers")]
+
+
+def allocate(cfg: TransformerConfig, source: str) -> Transformer:
+    """The model's memory (Transformer.uninitialised), once `check_dimensions` passed; running out
+    of memory is one line naming the config's largest demand, not the allocator's message."""
+    try:
+        return Transformer.uninitialised(cfg)
+    except (MemoryError, RuntimeError) as e:
+        if not isinstance(e, MemoryError) and "memory" not in str(e).lower() and "bad_alloc" not in str(e):
+            raise
+        what, size = largest_demand(cfg)
+        raise ModelError(f"{source}: out of memory allocating the model ({_bytes(parameter_count(cfg) * 4)} in "
+                         f"float32); most of it for {what} ({_bytes(size * 4)})") from None
+
+
+def _demands(cfg: TransformerConfig) -> dict[str, int]:
+    """The parameters each size of the config asks for (biases and norms aside), by what asks."""
+    d, ffn = cfg.d_model, cfg.ffn_dim
+    table = (cfg.max_positions + cfg.position_offset) * d * (2 if cfg.positions == "learned" else 0)
+    vocab = (cfg.src_vocab_size + (0 if cfg.share_embeddings else cfg.tgt_vocab_size)
+             + (0 if cfg.tie_output else cfg.tgt_vocab_size)) * d
+    return {f"src_vocab_size {cfg.src_vocab_size:,}, tgt_vocab_size {cfg.tgt_vocab_size:,} x d_model {d:,}": vocab,
+            f"max_positions {cfg.max_positions:,} x d_model {d:,}": table,
+            f"encoder_layers {cfg.encoder_layers:,} of d_model {d:,}, ffn_dim {ffn:,}":
+                cfg.encoder_layers * (4 * d * d + 2 * d * ffn),
+            f"decoder_layers {cfg.decoder_layers:,} of d_model {d:,}, ffn_dim {ffn:,}":
+                cfg.decoder_layers * (8 * d * d + 2 * d * ffn)}
+
+
+def largest_demand(cfg: TransformerConfig) -> tuple[str, int]:
+    """The config keys that ask for the most parameters, and how many."""
+    return max(_demands(cfg).items(), key=lambda item: item[1])
+
+
+def parameter_count(cfg: TransformerConfig) -> int:
+    return sum(_demands(cfg).values())
+
+
+def _bytes(size: int) -> str:
+    return f"{size / 1e9:.1f} GB" if size >= 1e8 else f"{size / 1e6:.1f} MB"

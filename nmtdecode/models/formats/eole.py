@@ -18,10 +18,10 @@ from __future__ import annotations
 import glob
 import os
 
-from ..checkpoint import LoadedModel, ModelError, load_weights, read_json, read_safetensors
-from ..transformer import Transformer, TransformerConfig
+from ..checkpoint import LoadedModel, ModelError, allocate, check_dimensions, load_weights, read_json, read_safetensors
+from ..transformer import TransformerConfig
 from .opennmt import (OPENNMT_RULES, POSITION_TYPES, VocabTokenizer, attention_projections, convert_weights,
-                      special_ids, subword_models)
+                      mapped_shapes, special_ids, subword_models)
 
 FORMAT = "eole"
 ROLES = {"unk": "unk_token", "pad": "pad_token", "bos": "bos_token", "eos": "eos_token"}
@@ -193,7 +193,8 @@ def load(path: str) -> LoadedModel:
         raise ModelError(f"{path}/vocab.json: expected token lists under src and tgt")
     weights = read_weights(path)
     cfg = model_config(config["model"], vocab, weights, path)
-    model = Transformer.uninitialised(cfg)
+    check_dimensions(cfg, mapped_shapes(weights, *weight_map(cfg)), path)
+    model = allocate(cfg, path)
     load_weights(model, convert_weights(model, weights, *weight_map(cfg)), path)
     src_spm, tgt_spm = tokenizer_files(config, path)
     tokenizer = VocabTokenizer(vocab["src"], vocab["tgt"], src_spm, tgt_spm, special_tokens(vocab))

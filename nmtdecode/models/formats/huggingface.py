@@ -21,6 +21,8 @@ from ..checkpoint import (
     LoadedModel,
     ModelError,
     ModelRules,
+    allocate,
+    check_dimensions,
     load_weights,
     read_json,
     read_safetensors,
@@ -275,8 +277,10 @@ def load_network(path: str, hf: dict) -> tuple[Transformer, dict, ModelRules]:
     bias = tensors.get("final_logits_bias", tensors.get("model.final_logits_bias"))
     # Most checkpoints store an all-zero final_logits_bias: adding it would cost a pass over every step's logits.
     cfg.final_logits_bias = bias is not None and bool(bias.any())
-    model = Transformer.uninitialised(cfg)
-    load_weights(model, convert_weights(cfg, tensors, path), path)
+    ours = convert_weights(cfg, tensors, path)
+    check_dimensions(cfg, {name: tensor.shape for name, tensor in ours.items()}, path)
+    model = allocate(cfg, path)
+    load_weights(model, ours, path)
     defaults, rules = generation_settings(generation, cfg)
     return model.eval(), defaults, rules
 

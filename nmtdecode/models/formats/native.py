@@ -19,6 +19,8 @@ from ..checkpoint import (
     LoadedModel,
     ModelError,
     ModelRules,
+    allocate,
+    check_dimensions,
     load_weights,
     note_read,
     read_safetensors,
@@ -55,8 +57,10 @@ def load(path: str) -> LoadedModel:
         cfg = TransformerConfig.from_dict(data["model"])
     except (TypeError, ValueError) as e:
         raise ModelError(f"{path}/config.yaml: {e}") from None
-    model = Transformer.uninitialised(cfg)
-    load_weights(model, read_safetensors(os.path.join(path, "model.safetensors")), path)
+    tensors = read_safetensors(os.path.join(path, "model.safetensors"))
+    check_dimensions(cfg, {name: tensor.shape for name, tensor in tensors.items()}, path)
+    model = allocate(cfg, path)
+    load_weights(model, tensors, path)
     model.eval()
     tok = data.get("tokenizer") or {}
     source = os.path.join(path, tok.get("source", "spm.model"))

@@ -25,8 +25,8 @@ import torch
 
 from ...config import ConfigError
 from ...tokenizer import spm_identity
-from ..checkpoint import (LoadedModel, ModelError, ModelRules, first_line, load_weights, note_read,
-                          unpickling_reason)
+from ..checkpoint import (LoadedModel, ModelError, ModelRules, allocate, check_dimensions, first_line, load_weights,
+                          note_read, unpickling_reason)
 from ..transformer import Transformer, TransformerConfig
 
 FORMAT = "opennmt-py"
@@ -190,6 +190,18 @@ def _feed_forward(ours: str, theirs: str, norms: dict, linear: dict, direct: dic
             direct[f"{ours}.{block}.norm.{part}"] = f"{theirs}.{norm}.{part}"
 
 
+def mapped_shapes(theirs: dict[str, torch.Tensor], linear: dict[str, list[str]],
+                  direct: dict[str, str]) -> dict[str, tuple[int, ...]]:
+    """The shapes that `convert_weights` would give our parameters, without converting (the
+    model is not allocated yet: checkpoint.check_dimensions)."""
+    shapes = {name: tuple(theirs[source].shape) for name, source in direct.items() if source in theirs}
+    for name, parts in linear.items():
+        found = [theirs[f"{p}.weight"].shape for p in parts if f"{p}.weight" in theirs]
+        if found and len(found) == len(parts):
+            shapes[f"{name}.weight"] = (sum(shape[0] for shape in found), *found[0][1:])
+    return shapes
+
+
 def convert_weights(model: Transformer, theirs: dict[str, torch.Tensor], linear: dict[str, list[str]],
                     direct: dict[str, str]) -> dict[str, torch.Tensor]:
     """Their tensors under our names (`weight_map`); a bias the checkpoint lacks (add_qkvbias
@@ -309,7 +321,8 @@ def load(path: str) -> LoadedModel:
     theirs = dict(data["model"])
     theirs.update({f"generator.{name}": tensor for name, tensor in data["generator"].items()})
     cfg = model_config(opt, vocab, theirs, path)
-    model = Transformer.uninitialised(cfg)
+    check_dimensions(cfg, mapped_shapes(theirs, *weight_map(cfg)), path)
+    model = allocate(cfg, path)
     load_weights(model, convert_weights(model, theirs, *weight_map(cfg)), path)
     recorded = {side: getattr(opt, f"{side}_subword_model", None) for side in ("src", "tgt")}
     beside = os.path.dirname(os.path.abspath(path))

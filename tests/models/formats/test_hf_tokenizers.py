@@ -127,7 +127,7 @@ def _compare(ours, hf, sentences, tags: dict[str, int], frame=(1, 1), tgt: str |
         source_ids = hf(s).input_ids
         pieces = ours.source_pieces(s)
         assert len(pieces) == len(source_ids), repr(s)
-        assert all(ours.source.id(piece) == i or ours.piece_id(piece) == i
+        assert all(ours.source.id(piece) == i or ours.source_piece(i) == piece
                    for piece, i in zip(pieces, source_ids) if i != hf.unk_token_id), repr(s)  # the source vocabulary's
 
 
