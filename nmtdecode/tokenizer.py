@@ -17,31 +17,42 @@ def spm_identity(processor: spm.SentencePieceProcessor) -> bytes:
     """What decides how a SentencePiece model splits text: its serialized proto without the
     trainer's record (field 2: paths and options of the training run) and self-test data (field 4),
     so that two copies of one model trained or saved apart compare equal."""
-    data, kept, at = processor.serialized_model_proto(), bytearray(), 0
-    while at < len(data):
-        start = at
-        key, at = _varint(data, at)
-        kind = key & 7
-        if kind == 0:
-            _, at = _varint(data, at)
-        elif kind == 2:
-            length, at = _varint(data, at)
-            at += length
-        else:  # fixed 64 or 32 bits
-            at += 8 if kind == 1 else 4
-        if key >> 3 not in (2, 4):
-            kept += data[start:at]
-    return bytes(kept)
+    fields = protobuf_fields(processor.serialized_model_proto())
+    return b"".join(raw for number, _, raw in fields if number not in (2, 4))
 
 
-def _varint(data: bytes, at: int) -> tuple[int, int]:
-    value, shift = 0, 0
+# SentencePiece models are protobuf messages; their wire format is read here without a protobuf package.
+
+def read_varint(data: bytes, i: int) -> tuple[int, int]:
+    """The variable-length integer at data[i], and where the next field starts."""
+    value = shift = 0
     while True:
-        byte = data[at]
+        byte = data[i]
         value |= (byte & 0x7F) << shift
-        at, shift = at + 1, shift + 7
+        i, shift = i + 1, shift + 7
         if byte < 0x80:
-            return value, at
+            return value, i
+
+
+def protobuf_fields(data: bytes):
+    """(field number, wire type, raw bytes of the whole field) of each field of one message."""
+    i = 0
+    while i < len(data):
+        start = i
+        key, i = read_varint(data, i)
+        wire = key & 7
+        if wire == 0:
+            _, i = read_varint(data, i)
+        elif wire == 1:
+            i += 8
+        elif wire == 5:
+            i += 4
+        elif wire == 2:
+            size, i = read_varint(data, i)
+            i += size
+        else:
+            raise ValueError(f"unexpected protobuf wire type {wire}")
+        yield key >> 3, wire, data[start:i]
 
 
 class SentencePieceTokenizer:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from nmtdecode.tokenizer import protobuf_fields, read_varint
+
 from .common import BOS, EOS, PAD, UNK, read_lines, write_lines
 
 
@@ -31,16 +33,6 @@ def train_spm(args, scratch: Path):
 # --------------------------------------------------------------------------- protobuf wire format
 
 
-def _varint(data: bytes, i: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[i]
-        value |= (byte & 0x7F) << shift
-        i, shift = i + 1, shift + 7
-        if byte < 0x80:
-            return value, i
-
-
 def _encode_varint(value: int) -> bytes:
     out = bytearray()
     while True:
@@ -50,37 +42,16 @@ def _encode_varint(value: int) -> bytes:
             return bytes(out)
 
 
-def _fields(data: bytes):
-    """(field number, wire type, raw bytes of the whole field) of one protobuf message."""
-    i = 0
-    while i < len(data):
-        start = i
-        key, i = _varint(data, i)
-        wire = key & 7
-        if wire == 0:
-            _, i = _varint(data, i)
-        elif wire == 1:
-            i += 8
-        elif wire == 5:
-            i += 4
-        elif wire == 2:
-            size, i = _varint(data, i)
-            i += size
-        else:
-            raise ValueError(f"unexpected protobuf wire type {wire}")
-        yield key >> 3, wire, data[start:i]
-
-
 def without_training_paths(model: bytes) -> bytes:
     """The SentencePiece model minus the paths it was trained from: its TrainerSpec
     (field 2) records `input` (1) and `model_prefix` (2), absolute paths of the
     machine that trained it. Pieces and normalizer are untouched."""
     out = bytearray()
-    for number, wire, raw in _fields(model):
+    for number, wire, raw in protobuf_fields(model):
         if number == 2 and wire == 2:
-            key_end = _varint(raw, 0)[1]
-            body = _varint(raw, key_end)[1]
-            spec = b"".join(r for n, _, r in _fields(raw[body:]) if n not in (1, 2))
+            key_end = read_varint(raw, 0)[1]
+            body = read_varint(raw, key_end)[1]
+            spec = b"".join(r for n, _, r in protobuf_fields(raw[body:]) if n not in (1, 2))
             raw = raw[:key_end] + _encode_varint(len(spec)) + spec
         out += raw
     return bytes(out)

@@ -225,3 +225,11 @@ def test_score_gives_the_ensembles_log_probability(native_models, tmp_path, cli)
         per_token = zip([*a["token_scores"], a["eos_score"]], [*b["token_scores"], b["eos_score"]])
         expected = sum(math.log((math.exp(x) + math.exp(y)) / 2) for x, y in per_token)
         assert pair["log_prob"] == pytest.approx(expected, abs=1e-5)
+
+
+def test_sentencepiece_models_trained_apart_split_alike(native_models):
+    """The source check compares what splits text (pieces, normaliser), not the trainer's record of
+    where each copy was trained: the two copies agree, the model of another vocabulary does not."""
+    first, second, other = (load_model(str(path)).tokenizer.source_identity() for path in native_models)
+    assert first == second
+    assert first != other
