@@ -19,7 +19,7 @@ from . import beam_dump, memory
 from .batching import Example, Result
 from .config import Config, ConfigError, DecodingConfig, RuntimeConfig
 from .decoding import BatchDecoder
-from .models.checkpoint import LoadedModel
+from .models.checkpoint import LoadedModel, ModelError, largest_demand
 from .models.fixed_step import FixedShapeSteps
 from .models.gemm import apply_backend, choose_backend
 from .models.loading import load_model
@@ -40,6 +40,21 @@ def resolve_device(runtime: RuntimeConfig) -> torch.device:
     return torch.device(runtime.device)
 
 
+def place(model: torch.nn.Module, device: torch.device, dtype: torch.dtype):
+    """The model's weights moved to `device` in `dtype`; running out of memory there is one line
+    naming what the weights need and the config's largest demand, not the allocator's message."""
+    try:
+        model.to(device=device, dtype=dtype)
+    except (RuntimeError, MemoryError) as error:  # torch.OutOfMemoryError is a RuntimeError
+        if not memory.is_out_of_memory(error):
+            raise
+        need = sum(p.numel() for p in model.parameters()) * dtype.itemsize
+        configs = [m.cfg for m in getattr(model, "members", [model])]  # an ensemble's models, or the model
+        what, _ = max((largest_demand(cfg) for cfg in configs), key=lambda demand: demand[1])
+        raise ModelError(f"out of memory placing the model on {device} in {str(dtype).removeprefix('torch.')}: its "
+                         f"weights need {memory.gigabytes(need)}, most of them for {what}") from None
+
+
 class Engine:
     """A loaded model on its device, with the options it was loaded with."""
 
@@ -57,7 +72,7 @@ class Engine:
         device = resolve_device(runtime)
         loaded = load_model(config.io.model, config.io.ensemble_rule, config.io.ensemble_weights)
         dtype = DTYPES[runtime.dtype]
-        loaded.model.to(device=device, dtype=dtype)
+        place(loaded.model, device, dtype)
         if runtime.quantize == "int8":
             if device.type != "cpu":
                 raise ConfigError("quantize: int8 is for CPU decoding; on CUDA use --dtype float16 or bfloat16")

@@ -257,3 +257,19 @@ def test_running_out_of_memory_building_the_model_names_what_asked_for_it(model_
     line = one_line(run.stderr)
     assert line.startswith(f"nmtdecode: error: {model_dir}: out of memory allocating the model (")
     assert line.endswith("most of it for decoder_layers 2 of d_model 32, ffn_dim 64 (0.1 MB)")
+
+
+def test_running_out_of_memory_placing_the_model_names_what_asked_for_it(model_dir, cli, monkeypatch):
+    """Moving the weights to the device in its dtype (CUDA's out-of-memory error raised in its
+    place): one line, exit 1, naming what the weights need and the config's largest demand."""
+    import torch
+
+    def fail(module, *args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 MiB (GPU 0; ...)\nmore advice")
+
+    monkeypatch.setattr(torch.nn.Module, "to", fail)
+    run = cli("translate", "--model", model_dir, "--dtype", "bfloat16", stdin="hello\n", text=True)
+    assert run.returncode == 1
+    line = one_line(run.stderr)
+    assert line.startswith("nmtdecode: error: out of memory placing the model on cpu in bfloat16: its weights need ")
+    assert line.endswith("most of them for decoder_layers 2 of d_model 32, ffn_dim 64")
