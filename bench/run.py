@@ -26,7 +26,7 @@ its early exit only then), where the outputs should agree.
 Also the whole command-line job on the demo test set (process start, model load, reading,
 decoding, writing) and peak memory against input size. Writes --output (bench/results.md;
 bench/out/results-quick.md with --quick). The figures in README.md and docs/speed.md come from the per-CPU copies
-kept in bench/ (results-intel-xeon-amx.md, results-amd-epyc-zen5.md).
+kept in bench/ (results-intel-xeon-amx.md, results-amd-epyc-zen5.md, results-amd-epyc-zen4.md).
 """
 
 from __future__ import annotations
