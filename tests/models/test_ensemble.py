@@ -233,3 +233,34 @@ def test_sentencepiece_models_trained_apart_split_alike(native_models):
     first, second, other = (load_model(str(path)).tokenizer.source_identity() for path in native_models)
     assert first == second
     assert first != other
+
+
+def test_inspect_and_dump_config_take_an_ensemble(native_models, cli):
+    first, second, _ = native_models
+    shown = cli("inspect", first, second, text=True)
+    assert shown.returncode == 0 and shown.stdout.count("format:        native") == 2
+    assert f"path:          {first}" in shown.stdout and f"path:          {second}" in shown.stdout
+    dumped = cli("translate", "-m", first, second, "--ensemble-rule", "logprob", "--dump-config", text=True)
+    assert dumped.returncode == 0, dumped.stderr
+    import yaml
+
+    values = yaml.safe_load(dumped.stdout)
+    assert values["model"] == [str(first), str(second)] and values["ensemble_rule"] == "logprob"
+
+
+def test_an_int8_ensemble_of_two_copies_decodes_as_the_int8_model():
+    """--quantize int8 quantizes every model of the ensemble: two copies of the demo model, each
+    quantized, give the quantized demo model's translations."""
+    from nmtdecode.api import Translator
+
+    lines = ["good morning", "the house is big", "thank you very much", "where is the station?"]
+
+    def best(translator):
+        return [(n[0].text, n[0].score) for n in translator.translate_batch(lines)]
+
+    alone = best(Translator.load(DEMO, quantize="int8", max_length=16))
+    both = best(Translator.load([DEMO, DEMO], quantize="int8", max_length=16))
+    assert [text for text, _ in both] == [text for text, _ in alone]
+    assert [score for _, score in both] == pytest.approx([score for _, score in alone], abs=1e-5)
+    in_float32 = best(Translator.load(DEMO, max_length=16))
+    assert [score for _, score in in_float32] != pytest.approx([score for _, score in alone], abs=1e-5)
