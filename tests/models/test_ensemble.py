@@ -89,17 +89,20 @@ def test_an_ensemble_of_one_model_is_the_model(rule):
     assert [h.score for n in ours for h in n] == pytest.approx([h.score for n in plain for h in n], abs=1e-5)
 
 
-def test_two_copies_of_a_model_decode_as_the_model():
-    """A mixture (or mean of logits) of two equal distributions is that distribution."""
+@pytest.mark.parametrize("options", [{}, {"coverage_penalty": "wu", "beta": 0.3, "alignment": True},
+                                     {"beam_groups": 3, "diversity_penalty": 0.5}, {"block_ngram_repeat": 2}])
+def test_two_copies_of_a_model_decode_as_the_model(options):
+    """A mixture (or mean of logits) of two equal distributions is that distribution, and the
+    mean of two equal attentions that attention (coverage penalty, alignment)."""
     model = tiny_transformer(4, vocab=12, eos_bias=1.5)
     sources = random_sources(4, 12, seed=3)
-    cfg = Config.from_values({"beam_size": 3, "n_best": 2, "max_length": 10}).decoding
+    cfg = Config.from_values({"beam_size": 3, "n_best": 2, "max_length": 10, **options}).decoding
     plain = BatchDecoder(model, cfg, BAN_SPECIALS).translate_batch(sources)
     for rule in ("prob", "opennmt"):
         ours = BatchDecoder(Ensemble([model, model], rule, None), cfg, BAN_SPECIALS).translate_batch(sources)
-        assert [[h.tokens for h in n] for n in ours] == [[h.tokens for h in n] for n in plain]
-        assert [h.total for n in ours for h in n] == pytest.approx([h.total for n in plain for h in n],
-                                                                       abs=1e-5)
+        assert [[(h.tokens, h.alignment) for h in n] for n in ours] == \
+            [[(h.tokens, h.alignment) for h in n] for n in plain]
+        assert [h.score for n in ours for h in n] == pytest.approx([h.score for n in plain for h in n], abs=1e-5)
 
 
 def test_forced_score_is_the_log_of_the_mean_probability_of_each_token():
