@@ -25,9 +25,10 @@ demo: setup
 test: setup
 	$(PY) -m pytest
 
-# the inner loop: make test runs these too, with the real processes and the peers' parity tests
+# the inner loop, on every core (pytest-xdist): make test runs these too, one at a time, with the
+# real processes and the peers' parity tests
 test-fast: setup
-	$(PY) -m pytest -m "not slow and not subprocess and not parity"
+	$(PY) -m pytest -n auto -m "not slow and not subprocess and not parity"
 
 bench: setup
 	$(PY) -m pip install --quiet -e '.[bench]'
