@@ -25,6 +25,7 @@ import torch
 
 from .config import ConfigError, DecodingConfig
 from .models.checkpoint import ModelRules
+from .models.ensemble import MemberSources
 from .models.fixed_step import FixedShapeSteps
 from .search.base import Hypothesis, RowFacts, RowState, Search, StepOutput
 from .search.beam import BeamSearch
@@ -160,9 +161,9 @@ class BatchDecoder:
         cache.record_attention = True
         return AttentionFacts(coverage, alignment, cfg.attention)
 
-    def pad(self, sources: list[list[int]]):
+    def pad(self, sources: list[list[int]], pad_id: int | None = None):
         longest = max(len(s) for s in sources)
-        ids = torch.full((len(sources), longest), self.pad_id, dtype=torch.long)
+        ids = torch.full((len(sources), longest), self.pad_id if pad_id is None else pad_id, dtype=torch.long)
         for row, source in enumerate(sources):
             ids[row, : len(source)] = torch.tensor(source, dtype=torch.long)
         ids = ids.to(self.device)
@@ -197,8 +198,7 @@ class BatchDecoder:
         """The decoding loop of `search_batch`, step by step: yields the search after each
         step (its per-sentence records hold what was chosen so far), the last time when every
         sentence is done. A caller that stops early leaves the batch unfinished."""
-        src, src_mask = self.pad(sources)
-        memory = self.model.encode(src, src_mask)
+        memory, src_mask = self.encode(sources)
         max_steps = self.max_steps([len(s) for s in sources])
         search = self.make_search(len(sources), max_steps, line_ids, prefixes)
         decode_step, cache = self.start_decoder(memory, src_mask, max(max_steps))
@@ -217,6 +217,19 @@ class BatchDecoder:
             for state in states:
                 state.follow(out)
             tokens = out.tokens
+
+    def encode(self, sources: list[list[int]]):
+        """The batch's memory and source mask: the padded ids through the model's encoder, or, for
+        an ensemble whose models split the source differently (MemberSources), each model's own."""
+        src, src_mask = self.pad(sources)
+        if isinstance(sources[0], MemberSources):
+            return self.model.encode_each(self.pad_each(sources)), src_mask
+        return self.model.encode(src, src_mask), src_mask
+
+    def pad_each(self, sources: list[MemberSources]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Each ensemble model's own ids of the batch, padded with its own pad id, and their masks."""
+        return [self.pad([s.members[m] for s in sources], model.cfg.pad_id)
+                for m, model in enumerate(self.model.members)]
 
     def start_decoder(self, memory: torch.Tensor, src_mask: torch.Tensor, positions: int):
         """The step function and the decoder state of a batch: the model's own, or the fixed-shape
@@ -257,10 +270,13 @@ class BatchDecoder:
     def _forced(self, sources, targets):
         """(B, T) log-prob of each target token and EOS after the forced prefix, and its mask."""
         prefix = self.forced_prefix()
-        src, src_mask = self.pad(sources)
         tgt_in, _ = self.pad([prefix + t for t in targets])
         gold, gold_mask = self.pad([t + [self.eos_id] for t in targets])
-        logits = self.model(src, src_mask, tgt_in)[:, len(prefix) - 1 :]  # the positions that predict gold
+        if isinstance(sources[0], MemberSources):
+            logits = self.model.forward_each(self.pad_each(sources), tgt_in)
+        else:
+            logits = self.model(*self.pad(sources), tgt_in)
+        logits = logits[:, len(prefix) - 1 :]  # the positions that predict gold
         logprobs = self.log_probs(logits.float())
         return logprobs.gather(2, gold[:, :, None])[:, :, 0], gold_mask
 

@@ -18,9 +18,11 @@ logits in 3.5.1 (a plain Linear), and its translator log-softmaxes the mean
 models' mean, as OpenNMT-py's `EnsembleDecoder.combine_attns`.
 
 The models must share the target vocabulary (the same piece at every id) and the decoder's
-start, end and pad ids, and split the source into the same ids: like OpenNMT-py (which asserts
-one source vocabulary), fairseq (one task dictionary) and Marian (one set of vocabularies), so
-that the source positions the attention is averaged over are the same positions.
+start, end and pad ids. Each encodes the source with its own tokenizer: when they split it alike
+(the same tokenizer and source vocabulary, which OpenNMT-py, fairseq and Marian require of an
+ensemble) the batch's ids serve them all; otherwise each line carries every model's own ids
+(`MemberSources`), and options that read the attention are refused, since the models' source
+positions differ and their attention has no mean.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import torch
 from torch import nn
 
 from ..config import ENSEMBLE_RULES as RULES
+from ..config import ConfigError
 from .checkpoint import LoadedModel, ModelError
 
 OPENNMT_FORMATS = ("opennmt-py", "eole")
@@ -53,6 +56,49 @@ def rule_weights(rule: str, weights: list[float] | None, models: int) -> list[fl
         return list(weights)
     total = sum(weights)
     return [w / total for w in weights]
+
+
+class MemberSources(list):
+    """A source line for models that split it differently: the first model's ids (what batching
+    sorts by and the step limit counts), and every model's own ids in `members`."""
+
+    def __init__(self, members: list[list[int]]):
+        super().__init__(members[0])
+        self.members = members
+
+    def cut(self, limit: int, eos_id: int) -> tuple["MemberSources", bool]:
+        """Each model's ids cut to `limit` with EOS kept, and whether any was cut."""
+        cut = [ids[: limit - 1] + [eos_id] if len(ids) > limit else ids for ids in self.members]
+        return MemberSources(cut), any(len(ids) > limit for ids in self.members)
+
+
+class EnsembleTokenizer:
+    """The first model's tokenizer (the target side is shared), except that a source line is
+    encoded by every model's own tokenizer when they split it differently (`alike` False)."""
+
+    def __init__(self, tokenizers: list):
+        self.tokenizers = tokenizers
+        self.alike = sources_alike(tokenizers)
+
+    def __getattr__(self, name: str):
+        return getattr(self.tokenizers[0], name)
+
+    def encode(self, text: str) -> list[int]:
+        if self.alike:
+            return self.tokenizers[0].encode(text)
+        return MemberSources([tokenizer.encode(text) for tokenizer in self.tokenizers])
+
+    def encode_pieces(self, pieces: list[str]) -> list[int]:
+        if self.alike:
+            return self.tokenizers[0].encode_pieces(pieces)
+        raise ConfigError("sources given as pieces: the ensemble's models split the source differently, "
+                          "each its own way; give the sources as text")
+
+
+def sources_alike(tokenizers: list) -> bool:
+    """Whether the tokenizers split every source line into the same ids (with the languages set now)."""
+    first = tokenizers[0].source_identity()
+    return all(tokenizer.source_identity() == first for tokenizer in tokenizers[1:])
 
 
 class EnsembleCache:
@@ -95,11 +141,16 @@ class Ensemble(nn.Module):
         # The decoding loop reads ids and limits from here: the first model's, within every model's positions.
         self.cfg = replace(members[0].cfg, max_positions=min(m.cfg.max_positions for m in members))
 
-    def encode(self, src_ids: torch.Tensor, src_mask: torch.Tensor) -> list[torch.Tensor]:
-        return [model.encode(src_ids, src_mask) for model in self.members]
+    def encode(self, src_ids: torch.Tensor, src_mask: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Each model's memory of the batch, with the source mask it goes with."""
+        return [(model.encode(src_ids, src_mask), src_mask) for model in self.members]
 
-    def init_cache(self, memory: list[torch.Tensor], src_mask: torch.Tensor) -> EnsembleCache:
-        return EnsembleCache([model.init_cache(m, src_mask) for model, m in zip(self.members, memory)])
+    def encode_each(self, sources: list[tuple[torch.Tensor, torch.Tensor]]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The same, each model over its own (ids, mask) of the batch (MemberSources)."""
+        return [(model.encode(ids, mask), mask) for model, (ids, mask) in zip(self.members, sources)]
+
+    def init_cache(self, memory: list[tuple[torch.Tensor, torch.Tensor]], src_mask=None) -> EnsembleCache:
+        return EnsembleCache([model.init_cache(m, mask) for model, (m, mask) in zip(self.members, memory)])
 
     def decode_step(self, tokens: torch.Tensor, cache: EnsembleCache) -> torch.Tensor:
         """tokens (N,) -> the combined scores of the next token (N, V); with attention recorded, its
@@ -135,6 +186,10 @@ class Ensemble(nn.Module):
         """Teacher forcing (`score`): the combined scores (B, T, V) of every target position."""
         return self.combine([model(src_ids, src_mask, tgt_in) for model in self.members])
 
+    def forward_each(self, sources: list[tuple[torch.Tensor, torch.Tensor]], tgt_in):
+        """The same, each model over its own (ids, mask) of the batch (MemberSources)."""
+        return self.combine([model(ids, mask, tgt_in) for model, (ids, mask) in zip(self.members, sources)])
+
     def decoding_bytes(self, sentences: int, width: int, positions: int, dtype: torch.dtype) -> int:
         return sum(model.decoding_bytes(sentences, width, positions, dtype) for model in self.members)
 
@@ -154,17 +209,7 @@ def check_members(loaded: list[LoadedModel]):
         if difference is not None:
             raise ModelError(f"ensemble: {names} have different target vocabularies ({difference}); an ensemble's "
                              "models must share the target vocabulary, the same piece at every id")
-    check_sources(loaded)
 
-
-def check_sources(loaded: list[LoadedModel]):
-    """The models split every source line into the same ids (with the languages set now)."""
-    first = loaded[0]
-    for other in loaded[1:]:
-        if other.tokenizer.source_identity() != first.tokenizer.source_identity():
-            raise ModelError(f"ensemble: {other.path} and {first.path} split the source differently (another "
-                             "tokenizer or source vocabulary); an ensemble's models must share them, as in "
-                             "OpenNMT-py, fairseq and Marian")
 
 
 def target_pieces(loaded: LoadedModel) -> list[str | None]:
@@ -182,12 +227,13 @@ def first_difference(a: list, b: list) -> str | None:
 
 
 def ensemble_of(loaded: list[LoadedModel], rule: str | None, weights: list[float] | None) -> LoadedModel:
-    """The models as one LoadedModel: the Ensemble, the first model's tokenizer and defaults, the
-    rules every model agrees on, and the files of all of them."""
+    """The models as one LoadedModel: the Ensemble, their tokenizers (the first one's for the target),
+    the first one's defaults, the rules every model agrees on, and the files of all of them."""
     check_members(loaded)
     rule = rule or default_rule([m.format for m in loaded])
     model = Ensemble([m.model for m in loaded], rule, weights)
-    return EnsembleLoaded(model=model, tokenizer=loaded[0].tokenizer, format="ensemble",
+    tokenizer = EnsembleTokenizer([m.tokenizer for m in loaded])
+    return EnsembleLoaded(model=model, tokenizer=tokenizer, format="ensemble",
                           path=loaded[0].path, rules=loaded[0].rules, defaults=dict(loaded[0].defaults),
                           files=tuple(dict.fromkeys(f for m in loaded for f in m.files)), members=loaded)
 
@@ -201,8 +247,8 @@ class EnsembleLoaded(LoadedModel):
 
     def rules_for(self, src_lang: str | None, tgt_lang: str | None):
         """The first model's rules for these languages (its search rules: OpenNMT-py's beam, the
-        length offset); every model must force the same first token and end alike, and still split
-        the source alike, and none may generate what another bans."""
+        length offset); every model must force the same first token and end alike, and none may
+        generate what another bans. Whether they split the source alike is known from here."""
         rules = [m.rules_for(src_lang, tgt_lang) for m in self.members]
         for other, member in zip(rules[1:], self.members[1:]):
             for key in ("forced_bos_id", "forced_eos"):
@@ -210,6 +256,17 @@ class EnsembleLoaded(LoadedModel):
                     raise ModelError(f"ensemble: {member.path} and {self.members[0].path} differ in {key} "
                                      f"({getattr(other, key)} and {getattr(rules[0], key)}); an ensemble's models "
                                      "must start and end alike")
-        check_sources(self.members)
+        self.tokenizer.alike = sources_alike(self.tokenizer.tokenizers)
         banned = tuple(sorted({i for r in rules for i in r.banned_ids}))
         return replace(rules[0], banned_ids=banned)
+
+    def check_decoding(self, decoding):
+        """Options that read the cross-attention need the models' source positions to be the same."""
+        if self.tokenizer.alike:
+            return
+        asked = [key for key in ("alignment", "attention", "replace_unk", "report_align") if getattr(decoding, key)]
+        if decoding.coverage_penalty != "none" and decoding.beta > 0:
+            asked.append("coverage_penalty")
+        if asked:
+            raise ConfigError(f"{asked[0]}: the ensemble's models split the source differently, so their "
+                              "attention has no common source positions to average or align to")

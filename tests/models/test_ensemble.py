@@ -267,3 +267,89 @@ def test_an_int8_ensemble_of_two_copies_decodes_as_the_int8_model():
     assert [score for _, score in both] == pytest.approx([score for _, score in alone], abs=1e-5)
     in_float32 = best(Translator.load(DEMO, max_length=16))
     assert [score for _, score in in_float32] != pytest.approx([score for _, score in alone], abs=1e-5)
+
+
+@pytest.fixture(scope="module")
+def split_models(tmp_path_factory):
+    """Two native models that share a target SentencePiece model (48 pieces) but each split the
+    source with its own (40 and 44 pieces): an ensemble whose models encode each line their own way."""
+    import shutil
+
+    from nmtdecode.models.formats import native
+    from tests.helpers import BOS, PAD, train_sentencepiece
+
+    root = tmp_path_factory.mktemp("split")
+    target = train_sentencepiece(root, 48)
+    paths = []
+    for name, source_pieces, seed in (("a", 40, 5), ("b", 44, 6)):
+        directory = root / name
+        directory.mkdir()
+        shutil.copy(train_sentencepiece(directory, source_pieces), directory / "src.model")
+        shutil.copy(target, directory / "tgt.model")
+        model = tiny_transformer(seed, vocab=48, src_vocab_size=source_pieces, eos_bias=1.0, max_positions=128)
+        native.save(str(directory), model, {"source": "src.model", "target": "tgt.model"}, banned_ids=[PAD, BOS],
+                    dtype=torch.float32)
+        paths.append(str(directory))
+    return paths
+
+
+def reference_greedy(paths: list[str], text: str, steps: int) -> tuple[list[int], float]:
+    """fairseq's mixture by hand: each model encodes `text` with its own tokenizer and scores every
+    prefix by a full teacher-forced pass; the mixture's best token (pad and BOS banned) is taken."""
+    from tests.helpers import BOS, PAD
+
+    loaded = [load_model(path) for path in paths]
+    tokens, total = [], 0.0
+    for _ in range(steps):
+        mixed = 0.0
+        for model in loaded:
+            src = torch.tensor([model.tokenizer.encode(text)])
+            tgt_in = torch.tensor([[model.model.cfg.decoder_start_id, *tokens]])
+            with torch.no_grad():
+                logits = model.model(src, torch.ones_like(src, dtype=torch.bool), tgt_in)[0, -1]
+            mixed = mixed + torch.softmax(logits.double(), -1) / len(loaded)
+        logprobs = mixed.log()
+        logprobs[[PAD, BOS]] = -math.inf
+        token = int(logprobs.argmax())
+        total += float(logprobs[token])
+        if token == EOS:
+            break
+        tokens.append(token)
+    return tokens, total
+
+
+def test_models_that_split_the_source_differently_each_encode_their_own_ids(split_models):
+    from nmtdecode.api import Translator
+
+    first, second = (load_model(path).tokenizer for path in split_models)
+    lines = ["the house is red", "a dog and a cat sleep in the garden", "good morning , thank you"]
+    assert any(first.encode(line) != second.encode(line) for line in lines)  # the test could fail
+    translator = Translator.load(split_models, beam_size=1, max_length=12)
+    for line, [best] in zip(lines, translator.translate_batch(lines)):
+        tokens, total = reference_greedy(split_models, line, 12)
+        assert best.tokens == tokens
+        assert best.log_prob == pytest.approx(total, abs=1e-4)
+
+
+def test_models_that_split_the_source_differently_score_and_refuse_attention(split_models, tmp_path, cli):
+    """score: per token ln((p_A + p_B) / 2) from each model's own forced pass; options that need the
+    models' attention at common source positions are refused by name."""
+    import json
+
+    src, tgt = tmp_path / "src.txt", tmp_path / "tgt.txt"
+    src.write_text("the house is red\nwhere is the station ?\n")
+    tgt.write_text("a dog\nthe garden\n")
+
+    def scores(*models):
+        run = cli("score", *models, "--src", src, "--tgt", tgt, "-q", "--format", "jsonl", text=True)
+        assert run.returncode == 0, run.stderr
+        return [json.loads(line) for line in run.stdout.splitlines()]
+
+    both, alone_a, alone_b = scores("-m", *split_models), scores("-m", split_models[0]), scores("-m", split_models[1])
+    for pair, a, b in zip(both, alone_a, alone_b, strict=True):
+        per_token = zip([*a["token_scores"], a["eos_score"]], [*b["token_scores"], b["eos_score"]])
+        assert pair["log_prob"] == pytest.approx(sum(math.log((math.exp(x) + math.exp(y)) / 2)
+                                                     for x, y in per_token), abs=1e-5)
+    for option in ("--alignment", "--replace-unk", "--report-align"):
+        run = cli("translate", "-m", *split_models, option, stdin="the house is red\n", text=True)
+        assert run.returncode == 2 and "split the source differently" in run.stderr
