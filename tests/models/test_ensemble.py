@@ -208,14 +208,13 @@ def test_ensemble_options_are_checked_when_loaded():
         Config.from_values({"model": ["a", "b"], "ensemble_weights": [1, -1]})
 
 
-def test_score_gives_the_ensembles_log_probability(native_models, tmp_path, cli):
+def assert_score_is_the_mixture(cli, tmp_path, first, second):
     """`score -m A -m B` under prob: per target token (EOS included), ln((p_A + p_B) / 2), with
     each model's p from its own `score --format jsonl`."""
     import json
 
-    first, second, _ = native_models
     src, tgt = tmp_path / "src.txt", tmp_path / "tgt.txt"
-    src.write_text("the house is red\nwater is cold\n")
+    src.write_text("the house is red\nwhere is the station ?\n")
     tgt.write_text("a dog\nthe garden\n")
 
     def scores(*models):
@@ -228,6 +227,10 @@ def test_score_gives_the_ensembles_log_probability(native_models, tmp_path, cli)
         per_token = zip([*a["token_scores"], a["eos_score"]], [*b["token_scores"], b["eos_score"]])
         expected = sum(math.log((math.exp(x) + math.exp(y)) / 2) for x, y in per_token)
         assert pair["log_prob"] == pytest.approx(expected, abs=1e-5)
+
+
+def test_score_gives_the_ensembles_log_probability(native_models, tmp_path, cli):
+    assert_score_is_the_mixture(cli, tmp_path, *native_models[:2])
 
 
 def test_sentencepiece_models_trained_apart_split_alike(native_models):
@@ -332,24 +335,9 @@ def test_models_that_split_the_source_differently_each_encode_their_own_ids(spli
 
 
 def test_models_that_split_the_source_differently_score_and_refuse_attention(split_models, tmp_path, cli):
-    """score: per token ln((p_A + p_B) / 2) from each model's own forced pass; options that need the
-    models' attention at common source positions are refused by name."""
-    import json
-
-    src, tgt = tmp_path / "src.txt", tmp_path / "tgt.txt"
-    src.write_text("the house is red\nwhere is the station ?\n")
-    tgt.write_text("a dog\nthe garden\n")
-
-    def scores(*models):
-        run = cli("score", *models, "--src", src, "--tgt", tgt, "-q", "--format", "jsonl", text=True)
-        assert run.returncode == 0, run.stderr
-        return [json.loads(line) for line in run.stdout.splitlines()]
-
-    both, alone_a, alone_b = scores("-m", *split_models), scores("-m", split_models[0]), scores("-m", split_models[1])
-    for pair, a, b in zip(both, alone_a, alone_b, strict=True):
-        per_token = zip([*a["token_scores"], a["eos_score"]], [*b["token_scores"], b["eos_score"]])
-        assert pair["log_prob"] == pytest.approx(sum(math.log((math.exp(x) + math.exp(y)) / 2)
-                                                     for x, y in per_token), abs=1e-5)
+    """score: the mixture of each model's own forced pass; options that need the models' attention
+    at common source positions are refused by name."""
+    assert_score_is_the_mixture(cli, tmp_path, *split_models)
     for option in ("--alignment", "--replace-unk", "--report-align"):
         run = cli("translate", "-m", *split_models, option, stdin="the house is red\n", text=True)
         assert run.returncode == 2 and "split the source differently" in run.stderr
