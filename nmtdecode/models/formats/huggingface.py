@@ -165,16 +165,20 @@ def weight_map(cfg: TransformerConfig) -> dict[str, list[str]]:
         if cfg.pre_norm:
             for p in ("weight", "bias"):
                 names[f"{side}_norm.{p}"] = [f"model.{side}.layer_norm.{p}"]
+    self_attention = {"qkv": ["q", "k", "v"], "out": ["out"]}
     for i in range(cfg.encoder_layers):
         ours, theirs = f"encoder_layers.{i}", f"model.encoder.layers.{i}"
-        names.update(_attention(f"{ours}.self_attn", f"{theirs}.self_attn", {"qkv": ["q", "k", "v"], "out": ["out"]}))
-        names.update(_feed_forward(ours, theirs, {"attn_block": "self_attn_layer_norm", "ffn_block": "final_layer_norm"}))
+        names.update(_attention(f"{ours}.self_attn", f"{theirs}.self_attn", self_attention))
+        names.update(_feed_forward(ours, theirs, {"attn_block": "self_attn_layer_norm",
+                                                  "ffn_block": "final_layer_norm"}))
     for i in range(cfg.decoder_layers):
         ours, theirs = f"decoder_layers.{i}", f"model.decoder.layers.{i}"
-        names.update(_attention(f"{ours}.self_attn", f"{theirs}.self_attn", {"qkv": ["q", "k", "v"], "out": ["out"]}))
-        names.update(_attention(f"{ours}.cross_attn", f"{theirs}.encoder_attn", {"q": ["q"], "kv": ["k", "v"], "out": ["out"]}))
+        names.update(_attention(f"{ours}.self_attn", f"{theirs}.self_attn", self_attention))
+        names.update(_attention(f"{ours}.cross_attn", f"{theirs}.encoder_attn",
+                                {"q": ["q"], "kv": ["k", "v"], "out": ["out"]}))
         names.update(_feed_forward(ours, theirs, {"self_block": "self_attn_layer_norm",
-                                                  "cross_block": "encoder_attn_layer_norm", "ffn_block": "final_layer_norm"}))
+                                                  "cross_block": "encoder_attn_layer_norm",
+                                                  "ffn_block": "final_layer_norm"}))
     if not cfg.tie_output:
         names["output.weight"] = ["lm_head.weight"]
     if cfg.final_logits_bias:
