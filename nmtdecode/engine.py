@@ -82,8 +82,8 @@ class Engine:
             loaded.gemm = choose_backend(loaded.model, runtime.gemm, device, dtype)
             apply_backend(loaded.model, loaded.gemm)
         # What is loaded now lives as long as the process: exempt it from the cyclic garbage
-        # collector, whose full passes over the model's objects otherwise interrupt decoding.
-        gc.collect()
+        # collector, whose full passes over the model's objects otherwise interrupt decoding. No
+        # collection first: it found ~20 unreachable objects among ~170,000 and took 80-100 ms.
         gc.freeze()
         graphs = device.type == "cuda" and runtime.cuda_graphs == "auto" and isinstance(loaded.model, Transformer)
         return cls(config, loaded, device, FixedShapeSteps(loaded.model, graphs=True, warn=warn) if graphs else None)
