@@ -147,6 +147,8 @@ class Share(Protocol):
     reports_input: bool  # warns about the input's replaced lines
     where: str  # what messages about its output start with
     summary_prefix: str  # what its summary line starts with
+    label: str  # the file its progress bar names ("": none)
+    timed: tuple[float, float | None] | None  # (the run's start, the model's load time): added to its summary
 
     def mine(self, batches) -> list: ...  # its batches of a chunk's
 
@@ -200,6 +202,8 @@ class RankJob:
     ranks: Ranks
     part_name: str
     shows_progress = False
+    label = ""
+    timed = None
 
     @property
     def reports_input(self) -> bool:  # every rank reads (and counts) the whole input: rank 0 tells
@@ -236,7 +240,7 @@ def decode_job(config: Config, engine: Engine, output: OutputFile, share: Share)
     if config.io.stream and stdin_is_terminal() and not config.runtime.quiet:
         print("nmtdecode: ready: type a line to translate it (Ctrl-D ends)", file=sys.stderr)
     try:
-        with progress_bar(config, job.done, share.shows_progress, getattr(share, "label", "")) as progress:
+        with progress_bar(config, job.done, share.shows_progress, share.label) as progress:
             total_bytes = bytes_left(config.io.src, job.done, progress.total) if not progress.disable else None
             for _, batches in job.chunks():
                 for batch in share.mine(batches):
@@ -269,7 +273,7 @@ def decode_job(config: Config, engine: Engine, output: OutputFile, share: Share)
     if summary.replaced and share.reports_input:
         warn(f"{summary.replaced} lines had invalid UTF-8, decoded with U+FFFD")
     if not config.runtime.quiet:
-        timed = getattr(share, "timed", None)
+        timed = share.timed
         extra = "" if timed is None else timing(timed[1], time.perf_counter() - timed[0])
         print(summary.line(share.summary_prefix) + extra, file=sys.stderr)
     return summary, job.done
