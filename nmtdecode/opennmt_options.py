@@ -55,7 +55,7 @@ PEER_FLAGS = {
     "--lenpen": ("fairseq", "--alpha A (with the default --length-penalty avg)"),
     "--compute-type": ("CTranslate2", "--dtype float32|float16|bfloat16, or --quantize int8"),
     "--print-alignment": ("fairseq", "--report-align (Pharaoh pairs after the text)"),
-    "--models": ("Marian", "--model PATH"),
+    "--models": ("Marian", "--model A B (several models decode as an ensemble)"),
     "--input": ("Marian", "--src FILE"),
 }
 

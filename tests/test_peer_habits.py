@@ -37,6 +37,7 @@ def test_usage_errors_are_one_line(args, names, cli):
     (["--print-alignment"], "--report-align"),
     (["--num-beams", "4"], "--beam-size"),
     (["--alignment", "hard"], "--report-align"),
+    (["--models", "a", "b"], "--model A B"),
 ])
 def test_other_tools_double_dash_flags_name_ours(args, ours, cli):
     run = cli("translate", "--model", "m", *args, text=True)
