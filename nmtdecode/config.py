@@ -106,6 +106,12 @@ class DecodingConfig(Section):
         """Hypotheses decoded side by side for each sentence: the beam, or the samples."""
         return self.n_best if self.sampling else self.beam_size
 
+    @property
+    def aligned(self) -> bool:
+        """Whether the hypotheses record their alignment: asked for, or what --replace-unk and
+        --report-align are made of."""
+        return self.alignment or self.replace_unk or self.report_align
+
     def check(self):
         if self.n_best > self.beam_size and not self.sampling:
             raise ConfigError(f"n_best: {self.n_best} is greater than beam_size ({self.beam_size})")

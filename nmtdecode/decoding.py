@@ -155,11 +155,10 @@ class BatchDecoder:
         coverage = None
         if cfg.coverage_penalty != "none" and cfg.beta > 0:
             coverage = Coverage(cfg.coverage_penalty, cfg.beta, src_mask)
-        alignment = cfg.alignment or cfg.replace_unk or cfg.report_align  # the last two are made of it
-        if coverage is None and not alignment and not cfg.attention:
+        if coverage is None and not cfg.aligned and not cfg.attention:
             return None
         cache.record_attention = True
-        return AttentionFacts(coverage, alignment, cfg.attention)
+        return AttentionFacts(coverage, cfg.aligned, cfg.attention)
 
     def pad(self, sources: list[list[int]], pad_id: int | None = None):
         longest = max(len(s) for s in sources)

@@ -239,8 +239,7 @@ class Engine:
         """An empty source line's result: n_best hypotheses of its prefix (none: empty), scored 0, with
         one entry per token in every per-token array (no source position to align to: null)."""
         tokens = list(example.prefix or [])
-        aligned = cfg.alignment or cfg.replace_unk or cfg.report_align
-        arrays = dict(alignment=[None] * len(tokens) if aligned else None,
+        arrays = dict(alignment=[None] * len(tokens) if cfg.aligned else None,
                       attention=[[] for _ in tokens] if cfg.attention else None)
         hyps = [Hypothesis(list(tokens), 0.0, 0.0, [0.0] * len(tokens), **arrays) for _ in range(cfg.n_best)]
         return self.result(example, hyps, cfg)
