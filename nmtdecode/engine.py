@@ -20,7 +20,7 @@ from .batching import Example, Result
 from .config import Config, ConfigError, DecodingConfig, RuntimeConfig
 from .decoding import BatchDecoder
 from .models.checkpoint import LoadedModel, ModelError, largest_demand
-from .models.ensemble import EnsembleLoaded, MemberSources
+from .models.ensemble import MemberSources
 from .models.fixed_step import FixedShapeSteps
 from .models.gemm import apply_backend, choose_backend
 from .models.loading import load_model
@@ -93,8 +93,7 @@ class Engine:
         decoder; options that change nothing are told to `warn`, named as command-line flags,
         or with `api` as the Python API's keyword arguments (and then none about --format)."""
         config, decoder = self.scorer(config)
-        if isinstance(self.loaded, EnsembleLoaded):
-            self.loaded.check_decoding(config.decoding)
+        self.loaded.check_decoding(config.decoding)
         for note in ineffective(config, self.loaded.model.cfg.max_positions, self.device.type, api):
             warn(note)
         self._check_fits(config)

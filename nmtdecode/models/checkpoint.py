@@ -51,6 +51,9 @@ class LoadedModel:
     gemm: str = "torch"  # how the CPU runs its linear layers (models/gemm.py), chosen by run.prepare
     files: tuple[str, ...] = ()  # every file the load read (real paths), for the resume signature
 
+    def check_decoding(self, decoding):
+        """Refuse decoding options this model cannot serve (an ensemble's: models/ensemble.py)."""
+
     def rules_for(self, src_lang: str | None, tgt_lang: str | None) -> ModelRules:
         """Set the languages on the tokenizer; the model's rules, with the target-language
         tag forced first where the family does that."""
