@@ -9,6 +9,7 @@ tokens counting padding (rows x longest source). Lines with nothing to decode
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable, Iterator
 
@@ -38,6 +39,12 @@ class Result:
     source_pieces: list[str] | None = None
     pieces: list[list[str]] | None = None
     pharaoh: list[str] | None = None
+
+
+def finite_or_null(x: float) -> float | None:
+    """JSON has no infinity: an impossible score (a hypothesis with no possible continuation, an
+    empty beam slot) is null."""
+    return x if math.isfinite(x) else None
 
 
 def chunk_size(batch_size: int, batch_type: str) -> int:

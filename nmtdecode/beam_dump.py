@@ -36,7 +36,7 @@ Nothing is recorded unless the option is given: the searches keep every ended hy
 
 from __future__ import annotations
 
-import math
+from .batching import finite_or_null
 
 STOP_RULES = {"beam": None, "diverse": None, "greedy": "eos", "sampling": "eos"}
 
@@ -49,13 +49,8 @@ def search_kind(decoding) -> str:
     return "diverse" if decoding.beam_groups > 1 else "beam"
 
 
-def _number(x: float) -> float | None:
-    """JSON has no infinity: an impossible score (an empty slot) is null."""
-    return x if math.isfinite(x) else None
-
-
 def _scores(steps: list[list[float]]) -> list[list[float | None]]:
-    return [[_number(x) for x in step] for step in steps]
+    return [[finite_or_null(x) for x in step] for step in steps]
 
 
 def target_pieces(tokenizer, ids) -> dict[str, str]:
@@ -72,16 +67,16 @@ def beam_record(beam, eos_id: int) -> dict:
     record = {"predicted_ids": beam.next_ys, "beam_parent_ids": beam.prev_ks, "scores": _scores(beam.scores)}
     if "alignment" in beam.attached:
         record["alignments"] = beam.attached["alignment"]
-    record["finished"] = [{"step": f.step, "parent": f.prev, "token": f.token, "score": _number(f.score),
-                           "log_prob": _number(f.total), "ended": f.token == eos_id}
+    record["finished"] = [{"step": f.step, "parent": f.prev, "token": f.token, "score": finite_or_null(f.score),
+                           "log_prob": finite_or_null(f.total), "ended": f.token == eos_id}
                           for f in beam.ended or []]
     return record
 
 
 def nbest_entry(hyp, text: str, where: tuple[int, int] | None) -> dict:
     entry = {"beam": None if where is None else where[0], "finished": None if where is None else where[1],
-             "tokens": hyp.tokens, "text": text, "score": _number(hyp.score), "log_prob": _number(hyp.total),
-             "ended": hyp.ended}
+             "tokens": hyp.tokens, "text": text, "score": finite_or_null(hyp.score),
+             "log_prob": finite_or_null(hyp.total), "ended": hyp.ended}
     if hyp.attention is not None:
         entry["attention"] = hyp.attention
     if hyp.alignment is not None:

@@ -14,10 +14,9 @@ the text as it is, escaped.
 from __future__ import annotations
 
 import json
-import math
 import re
 
-from .batching import Result
+from .batching import Result, finite_or_null
 
 LINE_BREAK = re.compile(r"\r\n|\r|\n")  # what ends a line for `wc -l` and Python's universal newlines
 
@@ -47,7 +46,8 @@ def format_result(result: Result, fmt: str, token_scores: bool = False) -> str:
                        for hyp, text, align in zip(result.hypotheses, result.texts, pairs))
     hyps = []
     for hyp, text in zip(result.hypotheses, result.texts):
-        entry = {"text": text, "score": _finite(hyp.score), "log_prob": _finite(hyp.total), "ended": hyp.ended}
+        entry = {"text": text, "score": finite_or_null(hyp.score), "log_prob": finite_or_null(hyp.total),
+                 "ended": hyp.ended}
         if token_scores or hyp.alignment is not None or hyp.attention is not None:
             entry["tokens"] = hyp.tokens
         if token_scores:  # one per token; EOS's apart (null when the step limit cut the hypothesis)
@@ -64,11 +64,6 @@ def format_result(result: Result, fmt: str, token_scores: bool = False) -> str:
     if result.source_pieces is not None:
         record["source_pieces"] = result.source_pieces
     return json.dumps(record, ensure_ascii=False) + "\n"
-
-
-def _finite(x: float) -> float | None:
-    """JSON has no infinity: a hypothesis with no possible continuation reports null."""
-    return x if math.isfinite(x) else None
 
 
 class OrderedWriter:
