@@ -145,7 +145,11 @@ class Engine:
 
         def decode(part: list[Example]) -> list[Result]:
             prefixes = [e.prefix or [] for e in part] if any(e.prefix for e in part) else None
-            nbests, search = decoder.search_batch([e.ids for e in part], [e.index for e in part], prefixes)
+            sources, line_ids = [e.ids for e in part], [e.index for e in part]
+            if decoder.trace:
+                nbests, search = decoder.search_batch(sources, line_ids, prefixes)
+            else:
+                nbests = decoder.translate_batch(sources, line_ids, prefixes)
             results = [self.result(e, hyps, decoder.cfg) for e, hyps in zip(part, nbests)]
             if decoder.trace:
                 for i, (e, result) in enumerate(zip(part, results)):
