@@ -14,7 +14,9 @@ Models, each converted to every system (bench/convert.py):
                  Translator and CTranslate2's converter on the same file, after a check that
                  nmtdecode and OpenNMT-py give the same tokens at beam 5.
 Beam 1 and 5, batches of 32 cut from the length-sorted input, float32, int8 and bfloat16, on
-CPU with --threads threads. Each measurement runs in its own process (bench/worker.py), so
+CPU with --threads threads; on the natural-length models also each system at its best use of
+the cores, --threads batches at once with one thread each (nmtdecode --inter-threads,
+CTranslate2 inter_threads). Each measurement runs in its own process (bench/worker.py), so
 peak memory is its own; systems are interleaved and the fastest of --repeat runs is kept.
 
 Which rows are compared: nmtdecode with its defaults (stop rule `top`, average length
@@ -81,11 +83,22 @@ OPENNMT_ROWS = [
 ]
 
 
-def rows_for(beam: int, natural: bool):
+def best_setting_rows(threads: int) -> list:
+    """Each system at its best use of the cores: `threads` batches at once, one thread each
+    (nmtdecode --inter-threads, CTranslate2 inter_threads), beside the equal setting's one batch
+    at a time with `threads` threads for each operation."""
+    ours = f"nmtdecode --inter-threads {threads} --threads 1"
+    setting = {"inter_threads": threads, "threads": 1}
+    return [(ours, "nmtdecode", setting, None),
+            (f"ctranslate2 inter_threads {threads}, intra_threads 1", "ctranslate2", setting, ours)]
+
+
+def rows_for(beam: int, natural: bool, threads: int = 1):
+    best = best_setting_rows(threads) if natural and threads > 1 else []
     if beam == 1:  # greedy: no stop rule or length penalty to tell apart
         rows = [r for r in COMPARED if "early-stopping" not in r[0]]
-        return [(lab, sys_, opt, "nmtdecode" if lab == "transformers" else ref) for lab, sys_, opt, ref in rows]
-    return COMPARED + (SAME_RULE if natural else [])
+        return [(lab, sys_, opt, "nmtdecode" if lab == "transformers" else ref) for lab, sys_, opt, ref in rows] + best
+    return COMPARED + (SAME_RULE if natural else []) + best
 
 
 def sorted_task(sources, **task):
@@ -194,7 +207,7 @@ def agreement(a, b):
 def benchmark_model(name, dirs, task, beam, args, loaded=None, references=None, fixed=0, rows=None):
     """One model at one beam size: every row of `rows` (rows_for's by default), interleaved,
     fastest of --repeat."""
-    rows = rows or rows_for(beam, natural=not fixed)
+    rows = rows or rows_for(beam, natural=not fixed, threads=args.threads)
     task_file = os.path.join(OUT, f"{name}-task.json")
     with open(task_file, "w", encoding="utf-8") as f:
         json.dump(task, f)
@@ -247,8 +260,14 @@ def whole_job_rows(args, n: int):
     jobs = {
         "nmtdecode translate (CLI)": [sys.executable, "-m", "nmtdecode", "translate", "--model", args.demo,
                                       "--src", src, "--output", out, "--threads", str(args.threads), "--quiet"],
+        f"nmtdecode translate (CLI) --inter-threads {args.threads} --threads 1": [
+            sys.executable, "-m", "nmtdecode", "translate", "--model", args.demo, "--src", src, "--output", out,
+            "--inter-threads", str(args.threads), "--threads", "1", "--quiet"],
         "ctranslate2 (Python job)": [sys.executable, os.path.join(HERE, "peer_job.py"), "ctranslate2",
                                      os.path.join(OUT, "demo-ct2"), args.demo, src, out, str(args.threads)],
+        f"ctranslate2 (Python job) inter_threads {args.threads}, intra_threads 1": [
+            sys.executable, os.path.join(HERE, "peer_job.py"), "ctranslate2", os.path.join(OUT, "demo-ct2"), args.demo,
+            src, out, "1", str(args.threads)],
         "transformers (Python job)": [sys.executable, os.path.join(HERE, "peer_job.py"), "transformers",
                                       os.path.join(OUT, "demo-hf"), args.demo, src, out, str(args.threads)],
     }

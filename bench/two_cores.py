@@ -4,8 +4,10 @@
 
 Whole processes (start-up, model load, tokenization, decoding, writing) translating the demo
 model's test lines, beam 5 and beam 1, fastest of --repeat, with the cores split two ways:
-  nmtdecode    one process with --threads CORES, or CORES torchrun processes of one thread
-               each (`torchrun --nproc-per-node CORES`: the batches shared, outputs merged);
+  nmtdecode    one process with --threads CORES; one process decoding CORES batches at once
+               of one thread each (--inter-threads CORES --threads 1); or CORES torchrun
+               processes of one thread each (`torchrun --nproc-per-node CORES`: the batches
+               shared, outputs merged);
   ctranslate2  the job of bench/peer_job.py with intra_threads CORES, or inter_threads CORES
                (CORES batches at once) of one thread each.
 Prints each time, the ratio at the equal setting (one process, CORES threads each) and at each
@@ -38,6 +40,8 @@ def settings(cores: int, beam: int, src: str, out: str) -> dict[str, list[str]]:
     peer = [os.path.join(HERE, "peer_job.py"), "ctranslate2", CT2, DEMO, src, out]
     return {
         f"nmtdecode, 1 process x {cores} threads": [sys.executable, *job, "--threads", str(cores)],
+        f"nmtdecode, 1 process, --inter-threads {cores} x 1 thread": [sys.executable, *job, "--threads", "1",
+                                                                    "--inter-threads", str(cores)],
         f"nmtdecode, {cores} processes x 1 thread": [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node",
                                                      str(cores), "--standalone", *job, "--threads", "1"],
         f"ctranslate2, intra_threads {cores}": [sys.executable, *peer, str(cores), "1", str(beam)],

@@ -6,7 +6,7 @@ beam size, length limits and thread count; tokenization is not timed.
 
     python bench/worker.py SYSTEM MODEL_DIR TASK.json --beam 5 --batch 32 --threads 2
         [--precision float32|int8|bfloat16] [--rule top|true|false|never] [--gemm auto|onednn|torch]
-        [--length-penalty A] [--fixed-length N]
+        [--length-penalty A] [--fixed-length N] [--inter-threads N]
 SYSTEM: nmtdecode | transformers | ctranslate2
         | opennmt-py (OpenNMT-py's Translator, as onmt_translate builds it; bench/opennmt_py.py)
         | nmtdecode-file (the CLI job on a text file TASK; for peak memory against input size)
@@ -16,7 +16,9 @@ its own rule, OpenNMT-py its own); --length-penalty is the exponent alpha of the
 penalty (nmtdecode and OpenNMT-py: 0 means `none`; CTranslate2: 0 switches it to its early-exit
 rule, OpenNMT's `top`). --fixed-length N sets the minimum and maximum length to N (OpenNMT-py:
 -min_length N -max_length N -max_length_ratio 0, which yields exactly N tokens, EOS banned
-until then).
+until then). --inter-threads N decodes N batches at once, each operation with --threads
+threads (nmtdecode: engine.in_order, as its --inter-threads; CTranslate2: inter_threads N and
+intra_threads --threads).
 """
 
 from __future__ import annotations
@@ -38,13 +40,17 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def decode_in_batches(translate, sources, batch_size):
-    """Warm up on a few sentences, then time `translate` over the batches; returns (seconds, outputs)."""
+def decode_in_batches(translate, sources, batch_size, at_once=1):
+    """Warm up on a few sentences, then time `translate` over the batches, `at_once` of them at the
+    same time (nmtdecode's --inter-threads: engine.in_order); returns (seconds, outputs)."""
+    from nmtdecode.engine import in_order
+
     translate(sources[: min(4, len(sources))])
     start = time.perf_counter()
     outputs = []
-    for i in range(0, len(sources), batch_size):
-        outputs += translate(sources[i : i + batch_size])
+    batches = [sources[i : i + batch_size] for i in range(0, len(sources), batch_size)]
+    for _, translated in in_order(translate, batches, at_once):
+        outputs += translated
     return time.perf_counter() - start, outputs
 
 
@@ -79,10 +85,10 @@ def run_nmtdecode(args, task):
     translator = BatchDecoder(model, Config.from_values(values).decoding, rules)
 
     def translate(batch):
-        return [n[0].tokens for n in translator.translate_batch(batch)]
+        with torch.inference_mode():  # in the thread that decodes it
+            return [n[0].tokens for n in translator.translate_batch(batch)]
 
-    with torch.inference_mode():
-        seconds, outputs = decode_in_batches(translate, task["sources"], args.batch)
+    seconds, outputs = decode_in_batches(translate, task["sources"], args.batch, args.inter_threads)
     return seconds, outputs, backend
 
 
@@ -128,7 +134,7 @@ def run_ctranslate2(args, task):
     import ctranslate2
 
     translator = ctranslate2.Translator(args.model, device="cpu", compute_type=args.precision,
-                                        intra_threads=args.threads, inter_threads=1)
+                                        intra_threads=args.threads, inter_threads=args.inter_threads)
     tokens = task["tokens"]
     sources = [[tokens[i] for i in s] for s in task["sources"]]
     index = {t: i for i, t in enumerate(tokens)}
@@ -187,7 +193,9 @@ def main():
     parser.add_argument("task")
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2, help="threads of each operation (CTranslate2: intra_threads)")
+    parser.add_argument("--inter-threads", type=int, default=1,
+                        help="batches decoded at once (nmtdecode: --inter-threads; CTranslate2: inter_threads)")
     parser.add_argument("--fixed-length", type=int, default=0)
     parser.add_argument("--precision", default="float32", choices=["float32", "int8", "bfloat16"])
     parser.add_argument("--rule", default="top", choices=["top", "true", "false", "never"])

@@ -243,8 +243,9 @@ class Translator:
         examples = [engine.make_example(first + i, text, batching.max_src_length,
                                         None if prefixes is None else prefixes[i]) for i, text in enumerate(sources)]
         results = [None] * len(examples)
-        for batch in cut(examples, batching.batch_size, batching.batch_type):
-            for result in engine.decode_batch(batch, decoder):
+        batches = cut(examples, batching.batch_size, batching.batch_type)
+        for _, done in engine.decode_batches(batches, decoder, engine.batches_at_once(config)):
+            for result in done:
                 results[result.index - first] = result
         return results
 

@@ -21,6 +21,7 @@ valid choices; the CLI turns it into exit code 2.
 from __future__ import annotations
 
 import difflib
+import os
 import typing
 from dataclasses import MISSING, dataclass, field, fields, replace
 
@@ -143,8 +144,22 @@ class RuntimeConfig(Section):
                        "or auto: the faster on this machine, measured once and remembered.", choices=GEMM_BACKENDS)
     cuda_graphs: str = option("auto", "CUDA: each decoding step replayed as a captured CUDA graph (auto), or run "
                               "operator by operator (off).", choices=("auto", "off"))
-    threads: int | None = option(None, "CPU threads (torch.set_num_threads).", range=">= 1")
+    threads: int | None = option(None, "CPU threads of each operation (torch.set_num_threads); default: the "
+                                 "CPUs, shared among --inter-threads.", range=">= 1")
+    inter_threads: int = option(1, "CPU: batches decoded at once, each by a thread of its own (CTranslate2's "
+                                "inter_threads); their results are written in input order.", range=">= 1")
     quiet: bool = option(False, "No progress bar or summary on stderr.", short="-q")
+
+    def operation_threads(self, processes: int = 1) -> int | None:
+        """Threads for each operation: --threads, or the CPUs shared among the processes on this
+        machine and the batches each decodes at once; None (torch's default: every core) for one
+        process decoding one batch at a time."""
+        if self.threads:
+            return self.threads
+        if processes == 1 and self.inter_threads == 1:
+            return None
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        return max(1, cpus // (processes * self.inter_threads))
 
     def check(self):
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):

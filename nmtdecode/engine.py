@@ -12,6 +12,9 @@ files, locks or ranks: this module imports nothing from the job layer.
 from __future__ import annotations
 
 import gc
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from typing import Iterable, Iterator
 
 import torch
 
@@ -68,8 +71,9 @@ class Engine:
     def load(cls, config: Config) -> "Engine":
         """Load the model onto its device, in its dtype, with its matrix-product backend."""
         runtime = config.runtime
-        if runtime.threads:
-            torch.set_num_threads(runtime.threads)
+        threads = runtime.operation_threads()
+        if threads:
+            torch.set_num_threads(threads)
         device = resolve_device(runtime)
         loaded = load_model(config.io.model, config.io.ensemble_rule, config.io.ensemble_weights)
         dtype = DTYPES[runtime.dtype]
@@ -158,6 +162,20 @@ class Engine:
 
         return self.in_halves_when_out_of_memory(batch, decode, lambda part: self._too_big(part, decoder))
 
+    def batches_at_once(self, config: Config) -> int:
+        """--inter-threads on CPU; one batch at a time on CUDA (its steps replay one captured graph)
+        and when answering line by line (each line is answered before the next is read)."""
+        if self.device.type != "cpu" or config.io.stream:
+            return 1
+        return config.runtime.inter_threads
+
+    def decode_batches(self, batches: Iterable[list[Example]], decoder: BatchDecoder,
+                       at_once: int = 1) -> Iterator[tuple[list[Example], list[Result]]]:
+        """Each batch with its results, in the order given, `at_once` batches decoded at the same
+        time (--inter-threads, `in_order`). The model and the decoder are shared; all per-batch
+        state (search, cache, processors) is the batch's own."""
+        return in_order(lambda batch: self.decode_batch(batch, decoder), batches, at_once)
+
     def result(self, example: Example, hyps: list[Hypothesis], cfg: DecodingConfig) -> Result:
         """A line's result: each hypothesis's text, and with --replace-unk or --report-align what its
         alignment makes of it (pieces.py); the alignment itself is reported only when asked."""
@@ -244,6 +262,31 @@ class Engine:
         return self.result(example, hyps, cfg)
 
 
+def in_order(work, items: Iterable, at_once: int = 1) -> Iterator[tuple]:
+    """(item, work(item)) for each item, in the order given, with `at_once` items worked on at the
+    same time, each by a thread of its own. Decoding, torch releases the GIL inside its
+    operations, so one batch's matrix products run while another's Python bookkeeping does, as
+    CTranslate2's inter_threads replicas do."""
+    if at_once == 1:
+        for item in items:
+            yield item, work(item)
+        return
+    with ThreadPoolExecutor(at_once, thread_name_prefix="nmtdecode-batch") as pool:
+        pending: deque = deque()  # (item, future) in the order given, at most at_once
+        try:
+            for item in items:
+                pending.append((item, pool.submit(work, item)))
+                if len(pending) == at_once:
+                    item, future = pending.popleft()
+                    yield item, future.result()
+            while pending:
+                item, future = pending.popleft()
+                yield item, future.result()
+        finally:  # stopped early (an error, a signal): what has not started never will
+            for _, future in pending:
+                future.cancel()
+
+
 def ineffective(config: Config, max_positions: int, device_type: str, api: bool = False) -> list[str]:
     """Warnings for options that change nothing (or only slow things down) in this job: not
     errors, since a shared config file may well set them for another model or format. Options
@@ -270,6 +313,9 @@ def ineffective(config: Config, max_positions: int, device_type: str, api: bool 
                   for key in ("temperature", "top_k", "top_p", "seed") if key in user]
     elif "early_stopping" in user:
         notes.append(f"early_stopping: has no effect with {sampling} (each sample ends at EOS or the step limit)")
+    if config.runtime.inter_threads > 1 and (device_type != "cpu" or config.io.stream):
+        where = "on CUDA" if device_type != "cpu" else "when answering line by line (--stream)"
+        notes.append(f"inter_threads: has no effect {where}: one batch is decoded at a time")
     if config.runtime.dtype == "float16" and device_type == "cpu":
         notes.append("dtype: float16 on CPU has few native kernels and is usually slower than float32 "
                      "(bfloat16 is fast on CPUs with AMX)")

@@ -142,11 +142,9 @@ def merge_stopped(output: str, world: int) -> bool:
 
 
 def threads_for(config: Config, ranks: Ranks) -> int:
-    """--threads, or this machine's CPUs shared among the processes on it."""
-    if config.runtime.threads:
-        return config.runtime.threads
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, cpus // ranks.local_world)
+    """--threads, or this machine's CPUs shared among the processes on it (and the batches each
+    decodes at once, --inter-threads)."""
+    return config.runtime.operation_threads(ranks.local_world)
 
 
 def device_for(config: Config, ranks: Ranks) -> str:

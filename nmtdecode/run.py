@@ -18,7 +18,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Iterable, Iterator, Protocol
 
 from tqdm import tqdm
 
@@ -234,7 +234,7 @@ def decode_job(config: Config, engine: Engine, output: OutputFile, share: Share)
     """Decode `share` (WholeJob or RankJob) of one job into `output`, checkpointed after each
     chunk; returns its summary and the input's line count."""
     config, decoder = engine.decoder(config)
-    summary, start, source_bytes, busy = Summary(), time.perf_counter(), 0, 0.0
+    summary, start, source_bytes, waiting = Summary(), time.perf_counter(), 0, InputWait()
     job = JobInput(config, output, engine, where=share.where)
     sink = share.sink(output, config, job.done)
     if config.io.stream and stdin_is_terminal() and not config.runtime.quiet:
@@ -242,14 +242,12 @@ def decode_job(config: Config, engine: Engine, output: OutputFile, share: Share)
     try:
         with progress_bar(config, job.done, share.shows_progress, share.label) as progress:
             total_bytes = bytes_left(config.io.src, job.done, progress.total) if not progress.disable else None
-            for _, batches in job.chunks():
-                for batch in share.mine(batches):
-                    batch_start = time.perf_counter()
-                    results = engine.decode_batch(batch, decoder)
+            at_once = engine.batches_at_once(config)
+            for _, batches in waiting.over(job.chunks()):
+                for batch, results in engine.decode_batches(waiting.over(share.mine(batches)), decoder, at_once):
                     for result in results:
                         sink.put(result)
                         summary.target_tokens += len(result.hypotheses[0].tokens)
-                    busy += time.perf_counter() - batch_start
                     summary.count(batch)
                     summary.count_joined(sum(breaks_lines(result, config.io.format) for result in results))
                     summary.unfinished += sum(not r.hypotheses[0].ended for r in results if r.hypotheses)
@@ -267,9 +265,8 @@ def decode_job(config: Config, engine: Engine, output: OutputFile, share: Share)
         share.abandon()
         raise
     share.complete(output)
-    # answering line by line, the time waiting for the next line is not decoding time
     summary.replaced = job.reader.replaced_lines
-    summary.seconds = busy if config.io.stream else time.perf_counter() - start
+    summary.seconds = time.perf_counter() - start - (waiting.seconds if config.io.stream else 0.0)
     if summary.replaced and share.reports_input:
         warn(f"{summary.replaced} lines had invalid UTF-8, decoded with U+FFFD")
     if not config.runtime.quiet:
@@ -277,6 +274,26 @@ def decode_job(config: Config, engine: Engine, output: OutputFile, share: Share)
         extra = "" if timed is None else timing(timed[1], time.perf_counter() - timed[0])
         print(summary.line(share.summary_prefix) + extra, file=sys.stderr)
     return summary, job.done
+
+
+class InputWait:
+    """The time spent waiting for the input's next batch: answering line by line, the time
+    waiting for the next line is not decoding time."""
+
+    def __init__(self):
+        self.seconds = 0.0
+
+    def over(self, batches: Iterable) -> Iterator:
+        iterator = iter(batches)
+        while True:
+            start = time.perf_counter()
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                return
+            finally:
+                self.seconds += time.perf_counter() - start
+            yield batch
 
 
 def _translate_ranks(jobs: list[Config], ranks: Ranks, engine: Engine | None) -> Summary:
