@@ -152,3 +152,10 @@ def test_load_weights_gives_the_model_the_tensors_themselves_and_keeps_ties():
     src, mask, tgt = torch.randint(4, 50, (2, 5)), torch.ones(2, 5, dtype=torch.bool), torch.randint(4, 50, (2, 4))
     with torch.no_grad():
         torch.testing.assert_close(model(src, mask, tgt), source(src, mask, tgt))
+
+
+def test_every_activation_a_config_accepts_has_a_function():
+    from nmtdecode.models.architecture import ACTIVATION_NAMES
+    from nmtdecode.models.transformer import ACTIVATIONS
+
+    assert set(ACTIVATIONS) == set(ACTIVATION_NAMES)
