@@ -78,8 +78,8 @@ class TransformerConfig:
                 if not 0 <= getattr(self, key) < size:
                     raise ValueError(f"{key}: {getattr(self, key)} is outside the {side} vocabulary ({size} tokens)")
         if not -self.decoder_layers <= self.alignment_layer < self.decoder_layers:
-            raise ValueError(f"alignment_layer: {self.alignment_layer} is not a layer of the {self.decoder_layers}-layer "
-                             "decoder")
+            raise ValueError(f"alignment_layer: {self.alignment_layer} is not a layer of the "
+                             f"{self.decoder_layers}-layer decoder")
         if not 0 <= self.alignment_heads <= self.heads:
             raise ValueError(f"alignment_heads: must be in [0, heads={self.heads}], got {self.alignment_heads}")
         if self.d_model % self.heads:
