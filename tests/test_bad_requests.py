@@ -231,7 +231,7 @@ def test_shapes_of_each_format_are_checked_under_our_names():
     theirs = {source: torch.empty(12, 32) for source in direct.values() if "embeddings" in source}
     theirs.update({f"{p}.weight": torch.empty(64 if "w_1" in p else 32, 32)
                    for parts in linear.values() for p in parts})
-    shapes = mapped_shapes(theirs, linear, direct)
+    shapes = mapped_shapes(cfg, {name: tuple(t.shape) for name, t in theirs.items()}, linear, direct)
     assert shapes["encoder_layers.0.self_attn.qkv.weight"] == (96, 32)  # query, keys and values
     check_dimensions(cfg, shapes, "ckpt.pt")  # the sizes agree
     with pytest.raises(ModelError, match=r"^ckpt.pt: ffn_dim: the config asks for encoder_layers.0.ffn.up.weight of "

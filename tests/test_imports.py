@@ -113,7 +113,9 @@ def test_ranks_imports_nothing_that_runs_a_job():
 @pytest.mark.parametrize("module", ["nmtdecode.models.loading", "nmtdecode.models.checkpoint",
                                     "nmtdecode.models.formats.native", "nmtdecode.models.formats.huggingface",
                                     "nmtdecode.models.formats.hf_tokenizers", "nmtdecode.models.formats.opennmt",
-                                    "nmtdecode.models.formats.eole", "nmtdecode.models.inspect"])
+                                    "nmtdecode.models.formats.eole", "nmtdecode.models.inspect",
+                                    "nmtdecode.models.formats.native_config", "nmtdecode.models.formats.hf_config",
+                                    "nmtdecode.models.formats.eole_config", "nmtdecode.models.formats.opennmt_shared"])
 def test_reading_a_checkpoint_imports_nothing_above_the_models(module):
     """The loading layer: checkpoint.py <- formats/* <- loading.py; it may use the options' errors
     (config.py, a leaf), the tokenizer and the step contract (search/base.py), never a search
@@ -130,12 +132,27 @@ def test_the_options_import_nothing_but_their_peers_names():
     assert GRAPH["nmtdecode.option"] == GRAPH["nmtdecode.opennmt_options"] == set()
 
 
-@pytest.mark.parametrize("name", ["native", "huggingface", "hf_tokenizers", "opennmt", "eole"])
+# The halves of the formats that read a model's files without torch, and the modules they read with.
+WITHOUT_TORCH = {"nmtdecode.models.architecture", "nmtdecode.models.checkpoint", "nmtdecode.models.stored",
+                 "nmtdecode.tokenizer", "nmtdecode.config", "nmtdecode.models.formats.hf_tokenizers",
+                 "nmtdecode.models.formats.opennmt_shared", "nmtdecode.models.formats.native_config",
+                 "nmtdecode.models.formats.hf_config", "nmtdecode.models.formats.eole_config"}
+
+
+@pytest.mark.parametrize("name", ["native", "huggingface", "hf_tokenizers", "opennmt", "eole", "native_config",
+                                  "hf_config", "eole_config", "opennmt_shared"])
 def test_formats_depend_only_on_the_checkpoint_the_transformer_and_the_tokenizers(name):
-    allowed = {"nmtdecode.models.checkpoint", "nmtdecode.models.transformer", "nmtdecode.tokenizer",
-               "nmtdecode.config", "nmtdecode.models.formats.hf_tokenizers", "nmtdecode.models.formats.opennmt"}
+    allowed = WITHOUT_TORCH | {"nmtdecode.models.transformer", "nmtdecode.models.weights",
+                               "nmtdecode.models.formats.opennmt"}
     assert GRAPH[f"nmtdecode.models.formats.{name}"] <= allowed
 
 
+@pytest.mark.parametrize("name", sorted(WITHOUT_TORCH - {"nmtdecode.config"}))
+def test_what_reads_a_model_without_torch_imports_only_modules_without_torch(name):
+    """What `nmtdecode inspect` reads a model with (tests/models/test_inspect.py checks that
+    torch is not imported); config.py's own imports are pinned above."""
+    assert reachable(GRAPH, name) <= WITHOUT_TORCH | {"nmtdecode.option", "nmtdecode.opennmt_options"}
+
+
 def test_checkpoint_is_a_leaf_of_the_loading_layer():
-    assert GRAPH["nmtdecode.models.checkpoint"] <= {"nmtdecode.models.transformer", "nmtdecode.config"}
+    assert GRAPH["nmtdecode.models.checkpoint"] == {"nmtdecode.models.architecture"}  # no torch

@@ -1,28 +1,25 @@
-"""What every checkpoint format builds on: the loaded-model record, its errors and the safe readers.
+"""What every checkpoint format builds on, without torch: the loaded-model record, the rules a
+model brings, its errors, the reading of its files and the check of its sizes.
 
 A leaf of the loading layer: the formats (`models/formats/*`) import from here,
 the dispatcher (`loading.py`) imports the formats, so neither imports the other
-and reading a checkpoint never pulls in the search or the decoding loop.
-Weights are read from safetensors, or with `torch.load(weights_only=True)`,
-never by unpickling code; a weight that is missing, unexpected or of the
-wrong shape fails by name.
+and reading a checkpoint never pulls in the search or the decoding loop. No
+torch here, so that a model's files are read and checked, and described by
+`nmtdecode inspect`, before (or without) torch: what needs it (reading tensors,
+building the model, giving it its weights) is weights.py's.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import pickle
 import re
 import stat
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from typing import Callable
 
-import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file
-
-from .transformer import Transformer, TransformerConfig
+from .architecture import TransformerConfig
 
 
 class ModelError(RuntimeError):
@@ -42,7 +39,7 @@ class ModelRules:
 
 @dataclass
 class LoadedModel:
-    model: Transformer
+    model: object  # transformer.Transformer (not imported here: it needs torch)
     tokenizer: object  # tokenizer.SentencePieceTokenizer or compatible
     format: str  # "native", "huggingface/marian", ...
     path: str
@@ -61,6 +58,23 @@ class LoadedModel:
         if forced is None:
             return self.rules
         return replace(self.rules, forced_bos_id=forced)
+
+
+@dataclass
+class ModelFacts:
+    """What a model's files say, read without torch: what `nmtdecode inspect` shows, and what a
+    format's loader builds the model from (each format's `describe`)."""
+
+    format: str
+    cfg: TransformerConfig
+    stored: object  # the weight files (stored.py): their tensors for a load, their headers for inspect
+    shapes: dict[str, tuple[int, ...]]  # our parameters, tied ones once -> the shapes the weights give them
+    rules: ModelRules
+    defaults: dict  # decoding defaults shipped with the model
+    tokenizer: Callable[[], object]  # builds it; a load calls it once the weights are in, so their errors come first
+
+    def loaded(self, model, path: str) -> LoadedModel:
+        return LoadedModel(model.eval(), self.tokenizer(), self.format, path, self.rules, self.defaults)
 
 
 _loads: list[list[str]] = []  # the files each model load in progress has read (`recording_reads`)
@@ -110,23 +124,6 @@ def read_json(path: str, required: bool = True) -> dict:
     return data
 
 
-def read_safetensors(path: str) -> dict[str, torch.Tensor]:
-    try:
-        return load_file(note_read(path))
-    except (SafetensorError, OSError, ValueError) as e:
-        raise ModelError(f"cannot read weights {path}: {e}") from None
-
-
-def read_torch_weights(path: str) -> dict[str, torch.Tensor]:
-    """A `pytorch_model.bin`-style file: tensors and plain containers only, never pickled code."""
-    try:
-        return torch.load(note_read(path), map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as e:
-        raise ModelError(f"cannot read weights {path}: refused: {unpickling_reason(str(e))}") from None
-    except Exception as e:  # the unpickler raises many types; all mean "not readable as weights"
-        raise ModelError(f"cannot read weights {path}: {type(e).__name__}: {first_line(str(e))}") from None
-
-
 def first_line(message: str) -> str:
     """The first sentence of an error message (torch's run over several lines of advice)."""
     line = next((line.strip() for line in message.splitlines() if line.strip()), "no details")
@@ -139,42 +136,6 @@ def unpickling_reason(message: str) -> str:
     if named:
         return f"it holds pickled code, not only weights (it would load {named.group(1)})"
     return first_line(message)
-
-
-def shared_names(model: torch.nn.Module) -> dict[str, str]:
-    """Parameter names that alias an earlier one (tied embeddings): alias -> first name."""
-    first, aliases = {}, {}
-    for name, tensor in model.state_dict(keep_vars=True).items():
-        key = (tensor.data_ptr(), tuple(tensor.shape))
-        if key in first:
-            aliases[name] = first[key]
-        else:
-            first[key] = name
-    return aliases
-
-
-def load_weights(model: Transformer, tensors: dict[str, torch.Tensor], source: str):
-    """Give `model` the `tensors` (our parameter names), strictly checked.
-
-    The tensors become the parameters (no copy: a model built uninitialised never touches its own
-    memory, so the weights are held once, not twice, while loading); ones of another dtype are
-    converted, and tied parameters are tied again to the tensor their first name gets."""
-    aliases = shared_names(model)
-    expected = {n: t for n, t in model.state_dict().items() if n not in aliases}
-    missing = sorted(set(expected) - set(tensors))
-    unexpected = sorted(set(tensors) - set(expected) - set(aliases))
-    if missing or unexpected:
-        raise ModelError(f"{source}: weights do not match the architecture; "
-                         f"missing: {missing[:5]}, unexpected: {unexpected[:5]}")
-    for name, tensor in expected.items():
-        if tuple(tensors[name].shape) != tuple(tensor.shape):
-            raise ModelError(f"{source}: {name} has shape {tuple(tensors[name].shape)}, "
-                             f"the config implies {tuple(tensor.shape)}")
-    model.load_state_dict({n: tensors[n].to(t.dtype).contiguous() for n, t in expected.items()}, strict=False,
-                          assign=True)
-    for alias, first in aliases.items():
-        module, _, name = alias.rpartition(".")
-        setattr(model.get_submodule(module), name, model.get_parameter(first))
 
 
 def check_dimensions(cfg: TransformerConfig, shapes: dict[str, tuple[int, ...]], source: str):
@@ -210,19 +171,6 @@ def _sized_by(cfg: TransformerConfig) -> list[tuple[str, tuple[str, ...]]]:
                     for stack in ("encoder_layers", "decoder_layers")]
 
 
-def allocate(cfg: TransformerConfig, source: str) -> Transformer:
-    """The model's memory (Transformer.uninitialised), once `check_dimensions` passed; running out
-    of memory is one line naming the config's largest demand, not the allocator's message."""
-    try:
-        return Transformer.uninitialised(cfg)
-    except (MemoryError, RuntimeError) as e:
-        if not isinstance(e, MemoryError) and "memory" not in str(e).lower() and "bad_alloc" not in str(e):
-            raise
-        what, size = largest_demand(cfg)
-        raise ModelError(f"{source}: out of memory allocating the model ({_bytes(parameter_count(cfg) * 4)} in "
-                         f"float32); most of it for {what} ({_bytes(size * 4)})") from None
-
-
 def _demands(cfg: TransformerConfig) -> dict[str, int]:
     """The parameters each size of the config asks for (biases and norms aside), by what asks."""
     d, ffn = cfg.d_model, cfg.ffn_dim
@@ -244,7 +192,3 @@ def largest_demand(cfg: TransformerConfig) -> tuple[str, int]:
 
 def parameter_count(cfg: TransformerConfig) -> int:
     return sum(_demands(cfg).values())
-
-
-def _bytes(size: int) -> str:
-    return f"{size / 1e9:.1f} GB" if size >= 1e8 else f"{size / 1e6:.1f} MB"

@@ -1,36 +1,83 @@
-"""`nmtdecode inspect PATH`: what a model directory (or OpenNMT-py `.pt` file) holds, without decoding anything."""
+"""`nmtdecode inspect PATH`: what a model directory (or OpenNMT-py `.pt` file) holds, without decoding anything.
+
+Without torch where the weights are safetensors (the native format, Hugging Face, eole): the
+format's `describe`, the code its loader builds the model from, reads the weight files' headers
+(stored.py), whose shapes give the parameter count. A pickled checkpoint (an OpenNMT-py `.pt`, a
+`pytorch_model.bin`) needs torch to be read at all, so it is loaded whole.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
+import math
 import os
-import struct
+from dataclasses import dataclass
 
-import torch
+from .checkpoint import ModelRules
+from .detect import model_format
+from .formats import eole_config, hf_config, native_config
+from .stored import DTYPE_NAMES, NeedsTorch, SafetensorsHeaders, read_header
 
-from .loading import load_model
-
-SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
-                      "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
-
-
-def _safetensors_dtypes(path: str) -> set[str]:
-    """The dtypes in a safetensors file, from its JSON header (no tensor is read)."""
-    with open(path, "rb") as f:
-        (size,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(size))
-    return {SAFETENSORS_DTYPES.get(v["dtype"], v["dtype"].lower()) for k, v in header.items() if k != "__metadata__"}
+# Each format whose files can be read without torch, by its name: its describe(path, read).
+DESCRIBE = {fmt.FORMAT: fmt.describe for fmt in (native_config, eole_config, hf_config)}
+# A model is built in torch's default dtype, float32 (Transformer.uninitialised), and
+# load_weights converts the stored tensors to it.
+LOADED_DTYPES = ["float32"]
 
 
-def _tensors(state) -> list[torch.Tensor]:
-    """The tensors of a state dict, or of the state dicts in a checkpoint dict (OpenNMT-py's
-    `model` and `generator`)."""
-    if isinstance(state, torch.Tensor):
-        return [state]
-    if isinstance(state, dict):
-        return [t for value in state.values() if isinstance(value, (dict, torch.Tensor)) for t in _tensors(value)]
-    return []
+@dataclass
+class Summary:
+    """What inspect shows of a model, read from its files or from the loaded model."""
+
+    format: str
+    cfg: object  # architecture.TransformerConfig
+    rules: ModelRules
+    defaults: dict
+    tokenizer: object
+    parameters: int  # tied weights once
+    loaded_dtypes: list[str]
+
+
+def summary(path: str) -> Summary:
+    """The model's summary, without torch where its format's describe can read its weight files."""
+    describe = DESCRIBE.get(model_format(path))
+    if describe is not None:
+        try:
+            facts = describe(path, SafetensorsHeaders)
+        except NeedsTorch:
+            pass
+        else:
+            parameters = sum(math.prod(shape) for shape in facts.shapes.values())
+            return Summary(facts.format, facts.cfg, facts.rules, facts.defaults, facts.tokenizer(), parameters,
+                           LOADED_DTYPES)
+    return loaded_summary(path)
+
+
+def loaded_summary(path: str) -> Summary:
+    """The summary of the model loaded whole (torch)."""
+    from .loading import load_model
+
+    loaded = load_model(path)
+    params = {id(p): p for p in loaded.model.parameters()}.values()  # tied weights once
+    dtypes = sorted({str(p.dtype).replace("torch.", "") for p in params})
+    return Summary(loaded.format, loaded.model.cfg, loaded.rules, loaded.defaults, loaded.tokenizer,
+                   sum(p.numel() for p in params), dtypes)
+
+
+def _torch_dtypes(path: str) -> set[str]:
+    """The dtypes of the tensors in a pickled checkpoint (read with weights_only=True)."""
+    import torch
+
+    def tensors(state) -> list:  # a state dict, or the state dicts in a checkpoint dict (OpenNMT-py's)
+        if isinstance(state, torch.Tensor):
+            return [state]
+        if isinstance(state, dict):
+            return [t for value in state.values() if isinstance(value, (dict, torch.Tensor)) for t in tensors(value)]
+        return []
+
+    with torch.serialization.safe_globals([argparse.Namespace]):  # OpenNMT-py's options
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    return {str(t.dtype).replace("torch.", "") for t in tensors(state)}
 
 
 def stored_dtypes(path: str) -> list[str]:
@@ -39,11 +86,9 @@ def stored_dtypes(path: str) -> list[str]:
     found: set[str] = set()
     for name in names:
         if name.endswith(".safetensors"):
-            found |= _safetensors_dtypes(name)
+            found |= {DTYPE_NAMES.get(v["dtype"], v["dtype"].lower()) for v in read_header(name)[0].values()}
         elif name.endswith((".bin", ".pt")):
-            with torch.serialization.safe_globals([argparse.Namespace]):  # OpenNMT-py's options
-                state = torch.load(name, map_location="cpu", weights_only=True, mmap=True)
-            found |= {str(t.dtype).replace("torch.", "") for t in _tensors(state)}
+            found |= _torch_dtypes(name)
     floating = sorted(d for d in found if d.startswith(("float", "bfloat")))
     return floating or sorted(found)
 
@@ -64,28 +109,26 @@ def default_target_language(loaded) -> str:
 
 
 def describe(path: str) -> str:
-    loaded = load_model(path)
-    model, cfg = loaded.model, loaded.model.cfg
-    params = {id(p): p for p in model.parameters()}.values()  # tied weights once
-    dtypes = sorted({str(p.dtype).replace("torch.", "") for p in params})
+    model = summary(path)
+    cfg = model.cfg
     lines = [
         f"path:          {path}",
-        f"format:        {loaded.format}",
+        f"format:        {model.format}",
         f"architecture:  Transformer {cfg.encoder_layers}+{cfg.decoder_layers} layers, d_model {cfg.d_model}, "
         f"{cfg.heads} heads, ffn {cfg.ffn_dim}, {cfg.activation}, {'pre' if cfg.pre_norm else 'post'}-norm, "
         f"{cfg.positions} positions",
         f"vocabulary:    source {cfg.src_vocab_size}, target {cfg.tgt_vocab_size}"
         f"{' (shared embeddings)' if cfg.share_embeddings else ''}",
-        f"parameters:    {sum(p.numel() for p in params):,}",
-        f"dtype:         stored {', '.join(stored_dtypes(path)) or 'unknown'}; loaded as {', '.join(dtypes)} "
-        "(--dtype chooses the compute precision)",
+        f"parameters:    {model.parameters:,}",
+        f"dtype:         stored {', '.join(stored_dtypes(path)) or 'unknown'}; "
+        f"loaded as {', '.join(model.loaded_dtypes)} (--dtype chooses the compute precision)",
         f"special ids:   pad {cfg.pad_id}, unk {cfg.unk_id}, bos {cfg.bos_id}, eos {cfg.eos_id}, "
         f"decoder start {cfg.decoder_start_id}",
     ]
-    if loaded.defaults:
-        lines.append("decoding defaults: " + ", ".join(f"{k}={v}" for k, v in sorted(loaded.defaults.items())))
-    codes = loaded.tokenizer.language_codes()
+    if model.defaults:
+        lines.append("decoding defaults: " + ", ".join(f"{k}={v}" for k, v in sorted(model.defaults.items())))
+    codes = model.tokenizer.language_codes()
     if codes:
         lines.append(f"languages:     {len(codes)} ({', '.join(codes[:10])}{', ...' if len(codes) > 10 else ''})")
-    lines.append(f"target language: {default_target_language(loaded)}")
+    lines.append(f"target language: {default_target_language(model)}")
     return "\n".join(lines)

@@ -2,9 +2,10 @@
 
 The dispatcher on top of the loading layer: it imports the formats
 (`formats/*.py`, each with its `FORMAT` name and `load(path)`), which import only
-`checkpoint.py` and `transformer.py`, so nothing here is imported back. The
-safe readers and the `LoadedModel` record live in `checkpoint.py`; the names
-re-exported below are for callers outside the package.
+`checkpoint.py`, `weights.py` and `transformer.py` (and their torch-free halves,
+`formats/*_config.py`), so nothing here is imported back. The `LoadedModel`
+record lives in `checkpoint.py`, the safe readers of tensors in `weights.py`;
+the names re-exported below are for callers outside the package.
 """
 
 from __future__ import annotations

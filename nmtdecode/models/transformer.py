@@ -23,127 +23,21 @@ from __future__ import annotations
 
 import math
 from contextlib import contextmanager
-from dataclasses import MISSING, asdict, dataclass, fields
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .architecture import TransformerConfig
 from .attention import CrossAttention, SelfAttention
 from .cache import DecoderCache
 
-ACTIVATIONS = {
+ACTIVATIONS = {  # architecture.ACTIVATION_NAMES, each with its function
     "relu": F.relu,
     "gelu": F.gelu,
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
     "silu": F.silu,
 }
-POSITIONS = ("sinusoidal", "sinusoidal_interleaved", "sinusoidal_fairseq", "learned")
-# Bounds on what a model config may ask for, far above every published encoder-decoder (NLLB:
-# 256k pieces, d_model 2048, 24 layers, 1024 positions): a config beyond them is refused by name
-# before gigabytes are allocated for it (a position table of 300,000 x 4,096, 20,000 layers).
-LIMITS = {"src_vocab_size": 1 << 22, "tgt_vocab_size": 1 << 22, "d_model": 1 << 15, "heads": 1 << 10,
-          "encoder_layers": 1 << 8, "decoder_layers": 1 << 8, "ffn_dim": 1 << 17, "max_positions": 1 << 16}
-
-
-@dataclass
-class TransformerConfig:
-    src_vocab_size: int
-    tgt_vocab_size: int
-    d_model: int = 512
-    heads: int = 8
-    encoder_layers: int = 6
-    decoder_layers: int = 6
-    ffn_dim: int = 2048
-    activation: str = "relu"
-    pre_norm: bool = True
-    # Pre-norm stacks end with a layer norm; post-norm ones usually do not.
-    encoder_final_norm: bool = True
-    decoder_final_norm: bool = True
-    positions: str = "sinusoidal"
-    position_offset: int = 0  # index of position 0 in the table (BART: 2, M2M100: pad_id + 1)
-    max_positions: int = 1024
-    embed_scale: float = 1.0  # sqrt(d_model) for Vaswani-style models
-    zero_pad_positions: bool = False  # fairseq/M2M100: a pad token gets a zero position vector
-    layernorm_embedding: bool = False  # BART/mBART normalise the embedding sum
-    share_embeddings: bool = False  # source and target token embeddings are one matrix
-    tie_output: bool = True  # output projection is the target embedding matrix
-    final_logits_bias: bool = False  # a bias on the output logits (BART/Marian's final_logits_bias)
-    bias: bool = True
-    norm_eps: float = 1e-5
-    dropout: float = 0.0  # used only when training (scripts/)
-    pad_id: int = 0
-    unk_id: int = 1
-    bos_id: int = 2
-    eos_id: int = 3
-    decoder_start_id: int = 2  # first decoder input (Marian: pad, BART: eos, native: bos)
-    # Whose cross-attention coverage penalties and alignments read: this decoder layer (negative:
-    # from the last), averaged over its first alignment_heads heads (0: all). The default, the
-    # last layer's first head, is OpenNMT-py's `std` attention and CTranslate2's default; a model
-    # trained with guided alignment names its layer and heads (OpenNMT-py's alignment_layer/heads).
-    alignment_layer: int = -1
-    alignment_heads: int = 1
-
-    def __post_init__(self):
-        """Every field checked by name (ValueError), so that a malformed model config fails
-        with its key, not later with a division by zero or an index out of range."""
-        for f in fields(self):
-            _check_type(f.name, getattr(self, f.name), f.type)
-        for key in ("src_vocab_size", "tgt_vocab_size", "d_model", "heads", "encoder_layers", "decoder_layers",
-                    "ffn_dim", "max_positions"):
-            if getattr(self, key) < 1:
-                raise ValueError(f"{key}: must be >= 1, got {getattr(self, key)}")
-            if getattr(self, key) > LIMITS[key]:  # before anything of that size is allocated
-                raise ValueError(f"{key}: {getattr(self, key)} is more than any model this decoder runs asks for "
-                                 f"(at most {LIMITS[key]:,}); a mistyped or hostile config?")
-        if self.position_offset < 0:
-            raise ValueError(f"position_offset: must be >= 0, got {self.position_offset}")
-        if not (self.norm_eps > 0 and 0 <= self.dropout < 1):
-            raise ValueError(f"norm_eps ({self.norm_eps}) must be > 0 and dropout ({self.dropout}) in [0, 1)")
-        # the special tokens each side looks up: source padding and EOS; the target's start,
-        # EOS, and the pad and unknown tokens that may be banned
-        for side, size, keys in (("source", self.src_vocab_size, ("pad_id", "eos_id")),
-                                 ("target", self.tgt_vocab_size, ("pad_id", "unk_id", "eos_id", "decoder_start_id"))):
-            for key in keys:
-                if not 0 <= getattr(self, key) < size:
-                    raise ValueError(f"{key}: {getattr(self, key)} is outside the {side} vocabulary ({size} tokens)")
-        if not -self.decoder_layers <= self.alignment_layer < self.decoder_layers:
-            raise ValueError(f"alignment_layer: {self.alignment_layer} is not a layer of the {self.decoder_layers}-layer "
-                             "decoder")
-        if not 0 <= self.alignment_heads <= self.heads:
-            raise ValueError(f"alignment_heads: must be in [0, heads={self.heads}], got {self.alignment_heads}")
-        if self.d_model % self.heads:
-            raise ValueError(f"d_model ({self.d_model}) must be divisible by heads ({self.heads})")
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(f"activation {self.activation!r} is not one of {sorted(ACTIVATIONS)}")
-        if self.positions not in POSITIONS:
-            raise ValueError(f"positions {self.positions!r} is not one of {list(POSITIONS)}")
-        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
-            raise ValueError("share_embeddings needs equal source and target vocabulary sizes")
-
-    @classmethod
-    def from_dict(cls, values: dict) -> "TransformerConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown model config keys: {', '.join(unknown)}")
-        missing = [f.name for f in fields(cls) if f.default is MISSING and f.name not in values]
-        if missing:
-            raise ValueError(f"{missing[0]} is missing")
-        return cls(**values)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-def _check_type(key: str, value, kind: str):
-    """kind: a field's annotation ("int", "float", "bool", "str"); ints count as floats."""
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    valid = {"int": isinstance(value, int) and not isinstance(value, bool),
-             "float": number and math.isfinite(value), "bool": isinstance(value, bool),
-             "str": isinstance(value, str)}[kind]
-    if not valid:
-        raise ValueError(f"{key}: expected {'a finite float' if kind == 'float' else kind}, got {value!r}")
 
 
 def sinusoidal_table(length: int, dim: int, kind: str) -> torch.Tensor:

@@ -1,13 +1,17 @@
 """`nmtdecode inspect`: takes --model like the other commands, reports the stored dtype and the
 target language a model decodes into by default."""
 
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
 import torch
 
+from nmtdecode.models import inspect
 from nmtdecode.models.checkpoint import ModelRules
 from nmtdecode.models.inspect import default_target_language, stored_dtypes
+from nmtdecode.models.stored import floats
 
 from tests.helpers import REPO
 
@@ -55,3 +59,46 @@ def _loaded(languages, forced=None, start=None):
 ])
 def test_default_target_language(loaded, expected):
     assert default_target_language(loaded) == expected
+
+
+def assert_inspect_matches_the_loaded_model(path: str, monkeypatch) -> inspect.Summary:
+    """inspect read the model without loading it, and says what the loaded model says: every field
+    of its configuration, rules, decoding defaults, languages, the parameters of the built model
+    (tied ones once) and their dtype; its text the same, line for line."""
+    loaded = inspect.loaded_summary(path)
+    with monkeypatch.context() as patch:
+        patch.setattr(inspect, "loaded_summary", lambda path: pytest.fail("inspect loaded the model"))
+        described = inspect.summary(path)
+        text = inspect.describe(path)
+    assert described.cfg == loaded.cfg
+    assert (described.format, described.rules, described.defaults) == (loaded.format, loaded.rules, loaded.defaults)
+    assert (described.parameters, described.loaded_dtypes) == (loaded.parameters, loaded.loaded_dtypes)
+    assert described.tokenizer.language_codes() == loaded.tokenizer.language_codes()
+    monkeypatch.setattr(inspect, "summary", inspect.loaded_summary)
+    assert text == inspect.describe(path)
+    return described
+
+
+@pytest.mark.parametrize("which", ["demo", "test model"])
+def test_inspect_of_a_native_model_matches_the_load(model_dir, monkeypatch, which):
+    assert_inspect_matches_the_loaded_model(str(DEMO) if which == "demo" else model_dir, monkeypatch)
+
+
+@pytest.mark.subprocess
+def test_inspect_of_the_demo_never_imports_torch(tmp_path):
+    """The whole command in a fresh interpreter: nothing on the way (the package, the CLI, the
+    format, the tokenizer) imports torch."""
+    script = ("import sys\nfrom nmtdecode.cli import main\ntry:\n    main(['inspect', sys.argv[1]])\n"
+              "except SystemExit as e:\n    assert not e.code, e.code\n"
+              "assert 'torch' not in sys.modules, 'torch was imported'\n")
+    run = subprocess.run([sys.executable, "-c", script, str(DEMO)], capture_output=True, text=True, cwd=REPO)
+    assert run.returncode == 0, run.stderr
+    assert "format:        native" in run.stdout
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16])
+def test_a_stored_tensors_numbers_are_read_without_torch(dtype):
+    tensor = torch.tensor([0.0, -0.0, 1.5, -2.25, 3e-3, 65504.0, float("inf")], dtype=dtype)
+    raw = bytes(tensor.view(torch.uint8).tolist())
+    name = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16"}[dtype]
+    assert floats(raw, name, "t") == tensor.tolist()

@@ -136,7 +136,7 @@ def test_an_uninitialised_model_is_the_same_model_once_filled(tied):
 def test_load_weights_gives_the_model_the_tensors_themselves_and_keeps_ties():
     """No copy (so a checkpoint is held once while it loads): each parameter is the given tensor,
     converted where its dtype differs; tied parameters are one tensor again afterwards."""
-    from nmtdecode.models.checkpoint import load_weights
+    from nmtdecode.models.weights import load_weights
 
     cfg = tiny_config(50, share_embeddings=True, tie_output=True, final_logits_bias=True)
     torch.manual_seed(1)
@@ -152,3 +152,10 @@ def test_load_weights_gives_the_model_the_tensors_themselves_and_keeps_ties():
     src, mask, tgt = torch.randint(4, 50, (2, 5)), torch.ones(2, 5, dtype=torch.bool), torch.randint(4, 50, (2, 4))
     with torch.no_grad():
         torch.testing.assert_close(model(src, mask, tgt), source(src, mask, tgt))
+
+
+def test_every_activation_a_config_accepts_has_a_function():
+    from nmtdecode.models.architecture import ACTIVATION_NAMES
+    from nmtdecode.models.transformer import ACTIVATIONS
+
+    assert set(ACTIVATIONS) == set(ACTIVATION_NAMES)

@@ -287,7 +287,7 @@ def test_step_candidates_follow_hamming_definition():
 
 
 def test_hugging_face_generation_config_sets_the_groups():
-    from nmtdecode.models.formats.huggingface import generation_settings
+    from nmtdecode.models.formats.hf_config import generation_settings
 
     from tests.helpers import tiny_config
 

@@ -81,7 +81,7 @@ def test_repetition_penalty_in_decoding(beam):
 
 
 def test_generation_config_repetition_penalty_is_a_default():
-    from nmtdecode.models.formats.huggingface import generation_settings
+    from nmtdecode.models.formats.hf_config import generation_settings
 
     from tests.helpers import tiny_config
 

@@ -395,7 +395,7 @@ def test_hugging_face_do_sample_becomes_the_default_with_transformers_values():
 
     from transformers import GenerationConfig
 
-    from nmtdecode.models.formats.huggingface import generation_settings
+    from nmtdecode.models.formats.hf_config import generation_settings
 
     from tests.helpers import tiny_config
 

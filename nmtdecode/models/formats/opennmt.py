@@ -20,22 +20,20 @@ import argparse
 import os
 import pickle
 
-import sentencepiece as spm
 import torch
 
-from ...config import ConfigError
-from ...tokenizer import spm_identity
-from ..checkpoint import (LoadedModel, ModelError, ModelRules, allocate, check_dimensions, first_line, load_weights,
-                          note_read, unpickling_reason)
-from ..transformer import Transformer, TransformerConfig
+from ..architecture import TransformerConfig
+from ..checkpoint import LoadedModel, ModelError, check_dimensions, first_line, note_read, unpickling_reason
+from ..transformer import Transformer
+from ..weights import allocate, load_weights
+from .opennmt_shared import (OPENNMT_RULES, POSITION_TYPES, VocabTokenizer, attention_projections, mapped_shapes,
+                             special_ids, subword_models, untied)
 
 FORMAT = "opennmt-py"
 # The only non-tensor class an OpenNMT-py checkpoint pickles: its options.
 SAFE_GLOBALS = [argparse.Namespace]
-SPECIALS = {"unk": "<unk>", "pad": "<blank>", "bos": "<s>", "eos": "</s>"}
 # OpenNMT-py 3.5's "silu" and "gated-gelu" are gated (a third projection, w_3): not ours.
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu"}
-POSITION_TYPES = {"SinusoidalInterleaved": "sinusoidal_interleaved", "SinusoidalConcat": "sinusoidal_fairseq"}
 # Options whose other values change the network in ways our Transformer does not have:
 # option -> (value it must have, when missing; the values we support).
 FIXED_OPTIONS = {
@@ -57,10 +55,6 @@ RELATIVE_POSITIONS = {-1: "rotary position embeddings", -2: "ALiBi"}
 # with alpha 1, a step limit of min(max_length, |src| * max_length_ratio + 5).
 DECODING_DEFAULTS = {"beam_size": 5, "length_penalty": "avg", "alpha": 1.0, "early_stopping": "top",
                      "max_length": 250, "max_len_a": 1.25, "max_len_b": 5}
-# How onmt_translate (and eole predict) search: nothing banned but <unk> with ban_unk_token
-# (onmt/translate/decode_strategy.py); the length penalty counts one token more than were
-# generated, and the beam keeps a finished candidate's slot empty for a step (beam_search.py).
-OPENNMT_RULES = ModelRules(banned_ids=(), length_offset=1, opennmt_beam=True)
 
 
 def read_checkpoint(path: str) -> dict:
@@ -106,20 +100,6 @@ def check_options(opt: argparse.Namespace, path: str):
                              f"(supported: {', '.join(table)})")
 
 
-def token_ids(tokens: list) -> dict:
-    """A vocabulary's token -> id; a token listed twice keeps its first id."""
-    return {token: i for i, token in reversed(list(enumerate(tokens)))}
-
-
-def special_ids(tokens: list, side: str, path: str, specials: dict[str, str] = SPECIALS) -> dict[str, int]:
-    """The ids of the special tokens (role -> token) in one vocabulary."""
-    index = token_ids(tokens)
-    missing = [token for token in specials.values() if token not in index]
-    if missing:
-        raise ModelError(f"{path}: the {side} vocabulary has no {missing[0]} token")
-    return {role: index[token] for role, token in specials.items()}
-
-
 def model_config(opt: argparse.Namespace, vocab: dict, weights: dict, path: str) -> TransformerConfig:
     check_options(opt, path)
     if vocab.get("data_task", "seq2seq") != "seq2seq" or vocab.get("src_feats"):
@@ -144,17 +124,6 @@ def model_config(opt: argparse.Namespace, vocab: dict, weights: dict, path: str)
             pad_id=tgt["pad"], unk_id=tgt["unk"], bos_id=tgt["bos"], eos_id=tgt["eos"], decoder_start_id=tgt["bos"])
     except (AttributeError, TypeError, ValueError) as e:
         raise ModelError(f"{path}: options do not describe a Transformer: {e}") from None
-
-
-def attention_projections(ours: str, theirs: str, fused: dict) -> dict:
-    """Our fused projections are concatenations of theirs, rows in this order."""
-    if ours.endswith("self_attn"):
-        fused[f"{ours}.qkv"] = [f"{theirs}.linear_query", f"{theirs}.linear_keys", f"{theirs}.linear_values"]
-    else:
-        fused[f"{ours}.q"] = [f"{theirs}.linear_query"]
-        fused[f"{ours}.kv"] = [f"{theirs}.linear_keys", f"{theirs}.linear_values"]
-    fused[f"{ours}.out"] = [f"{theirs}.final_linear"]
-    return fused
 
 
 def weight_map(cfg: TransformerConfig) -> tuple[dict[str, list[str]], dict[str, str]]:
@@ -190,18 +159,6 @@ def _feed_forward(ours: str, theirs: str, norms: dict, linear: dict, direct: dic
             direct[f"{ours}.{block}.norm.{part}"] = f"{theirs}.{norm}.{part}"
 
 
-def mapped_shapes(theirs: dict[str, torch.Tensor], linear: dict[str, list[str]],
-                  direct: dict[str, str]) -> dict[str, tuple[int, ...]]:
-    """The shapes that `convert_weights` would give our parameters, without converting (the
-    model is not allocated yet: checkpoint.check_dimensions)."""
-    shapes = {name: tuple(theirs[source].shape) for name, source in direct.items() if source in theirs}
-    for name, parts in linear.items():
-        found = [theirs[f"{p}.weight"].shape for p in parts if f"{p}.weight" in theirs]
-        if found and len(found) == len(parts):
-            shapes[f"{name}.weight"] = (sum(shape[0] for shape in found), *found[0][1:])
-    return shapes
-
-
 def convert_weights(model: Transformer, theirs: dict[str, torch.Tensor], linear: dict[str, list[str]],
                     direct: dict[str, str]) -> dict[str, torch.Tensor]:
     """Their tensors under our names (`weight_map`); a bias the checkpoint lacks (add_qkvbias
@@ -216,103 +173,7 @@ def convert_weights(model: Transformer, theirs: dict[str, torch.Tensor], linear:
         if f"{name}.bias" in expected:
             ours[f"{name}.bias"] = torch.cat([theirs.get(f"{p}.bias", torch.zeros(theirs[f"{p}.weight"].size(0)))
                                               for p in parts])
-    if model.cfg.tie_output:
-        ours.pop("output.weight", None)
-    if model.cfg.share_embeddings:
-        ours.pop("tgt_embed.tokens.weight", None)
-    return ours
-
-
-class VocabTokenizer:
-    """Text -> pieces (a SentencePiece model, or a whitespace split of pre-tokenized text) ->
-    ids in the checkpoint's own vocabularies; unknown pieces become <unk>. The source gets
-    no EOS, as OpenNMT-py feeds its encoder (onmt/inputters/text_utils.py numericalize)."""
-
-    def __init__(self, src_vocab: list, tgt_vocab: list, src_spm: str | None, tgt_spm: str | None,
-                 specials: dict[str, str] = SPECIALS):
-        self.src_ids, self.tgt_ids = token_ids(src_vocab), token_ids(tgt_vocab)
-        self.src_tokens, self.tgt_tokens = list(src_vocab), list(tgt_vocab)
-        self.src_spm = spm.SentencePieceProcessor(model_file=note_read(src_spm)) if src_spm else None
-        self.tgt_spm = spm.SentencePieceProcessor(model_file=note_read(tgt_spm)) if tgt_spm else None
-        self.src_unk, self.tgt_unk = self.src_ids[specials["unk"]], self.tgt_ids[specials["unk"]]
-        # onmt_translate writes every token before EOS, <blank> and <unk> included
-        self.eos_id = self.tgt_ids[specials["eos"]]
-
-    @staticmethod
-    def _pieces(text: str, model) -> list[str]:
-        return model.encode(text, out_type=str) if model is not None else text.split()
-
-    def encode(self, text: str) -> list[int]:
-        return [self.src_ids.get(p, self.src_unk) for p in self._pieces(text, self.src_spm)]
-
-    def encode_pieces(self, pieces: list[str]) -> list[int]:
-        """Source pieces (text already cut as `encode` cuts it) -> ids; unknown ones are <unk>."""
-        return [self.src_ids.get(p, self.src_unk) for p in pieces]
-
-    def encode_target(self, text: str) -> list[int]:
-        return [self.tgt_ids.get(p, self.tgt_unk) for p in self._pieces(text, self.tgt_spm)]
-
-    @property
-    def word_marker(self) -> str:
-        """What starts a word in the pieces: SentencePiece's mark, or a space between whitespace tokens."""
-        return "\u2581" if self.tgt_spm is not None else " "
-
-    def source_pieces(self, text: str) -> list[str]:
-        """One piece per id of `encode`, as the text spells it (an unknown piece too)."""
-        return self._pieces(text, self.src_spm)
-
-    def decode(self, ids: list[int]) -> str:
-        pieces = [self.tgt_tokens[i] for i in ids if i != self.eos_id]
-        return self.tgt_spm.decode_pieces(pieces) if self.tgt_spm is not None else " ".join(pieces)
-
-    def target_piece(self, token_id: int) -> str | None:
-        """The target vocabulary's entry for an id, or None beyond the vocabulary."""
-        return self.tgt_tokens[token_id] if 0 <= token_id < len(self.tgt_tokens) else None
-
-    def source_piece(self, token_id: int) -> str | None:
-        """The source vocabulary's entry for an id, or None beyond the vocabulary."""
-        return self.src_tokens[token_id] if 0 <= token_id < len(self.src_tokens) else None
-
-    def piece_id(self, piece: str) -> int | None:
-        """The id of a target vocabulary entry (as `ignore_when_blocking` and `banned_tokens` name
-        them), or None when the vocabulary has no such entry."""
-        return self.tgt_ids.get(piece)
-
-    def source_identity(self) -> tuple:
-        """Equal for two tokenizers exactly when they give every source line the same ids."""
-        proto = spm_identity(self.src_spm) if self.src_spm is not None else None
-        return ("vocab", proto, tuple(sorted(self.src_ids.items())), self.src_unk)
-
-    def set_languages(self, src_lang: str | None, tgt_lang: str | None) -> int | None:
-        if src_lang or tgt_lang:
-            raise ConfigError("src_lang/tgt_lang: this model has no language tags")
-        return None
-
-    def language_codes(self) -> list[str]:
-        return []
-
-
-def subword_models(transforms: list, recorded: dict[str, str | None], path: str,
-                   beside: str) -> tuple[str | None, str | None]:
-    """The SentencePiece models of the `sentencepiece` transform recorded with the model
-    (recorded: side -> path): the recorded path, else the file of that name in the directory
-    `beside`. Without the transform the input is taken as pre-tokenized (split on whitespace)."""
-    tokenizers = [t for t in transforms or [] if t in ("sentencepiece", "onmt_tokenize", "bpe")]
-    if not tokenizers:
-        return None, None
-    if tokenizers != ["sentencepiece"]:
-        raise ModelError(f"{path}: the {tokenizers[0]} transform is not supported (only sentencepiece)")
-    found = []
-    for side in ("src", "tgt"):
-        name = recorded.get(side)
-        if not name:
-            raise ModelError(f"{path}: the sentencepiece transform names no {side}_subword_model")
-        chosen = next((p for p in (name, os.path.join(beside, os.path.basename(name))) if os.path.isfile(p)), None)
-        if chosen is None:
-            raise ModelError(f"{path}: {side}_subword_model {name} is missing "
-                             f"(put {os.path.basename(name)} next to the checkpoint)")
-        found.append(chosen)
-    return found[0], found[1]
+    return untied(model.cfg, ours)
 
 
 def load(path: str) -> LoadedModel:
@@ -321,7 +182,8 @@ def load(path: str) -> LoadedModel:
     theirs = dict(data["model"])
     theirs.update({f"generator.{name}": tensor for name, tensor in data["generator"].items()})
     cfg = model_config(opt, vocab, theirs, path)
-    check_dimensions(cfg, mapped_shapes(theirs, *weight_map(cfg)), path)
+    shapes = {name: tuple(tensor.shape) for name, tensor in theirs.items()}
+    check_dimensions(cfg, mapped_shapes(cfg, shapes, *weight_map(cfg)), path)
     model = allocate(cfg, path)
     load_weights(model, convert_weights(model, theirs, *weight_map(cfg)), path)
     recorded = {side: getattr(opt, f"{side}_subword_model", None) for side in ("src", "tgt")}

@@ -1,0 +1,85 @@
+"""What a checkpoint's weight files hold, seen without torch: each tensor's name and shape, and the
+values of the few small tensors a format's configuration depends on (a bias that may be all zeros,
+a layer's scale).
+
+Two views with one face (`shapes`, `values(name)`), so that a format describes a model with the
+same code whether its tensors were read (`Tensors`, the loaders) or only their headers
+(`SafetensorsHeaders`, `nmtdecode inspect`). A safetensors file starts with 8 bytes of
+little-endian header length, then the JSON header: each tensor's dtype, shape and byte range
+(huggingface/safetensors, "Format" in its README).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+
+from .checkpoint import ModelError, note_read
+
+DTYPE_NAMES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
+               "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
+FLOAT_CODES = {"F64": "d", "F32": "f", "F16": "e"}  # struct's codes; BF16 is the top half of a float32
+MAX_HEADER = 100_000_000  # the safetensors library's own limit on a header
+
+
+class NeedsTorch(Exception):
+    """A weight file that only torch reads (a pickled .bin or .pt): no view without it."""
+
+
+def read_header(path: str) -> tuple[dict, int]:
+    """A safetensors file's tensors (name -> dtype, shape, data_offsets) and where their data starts."""
+    try:
+        with open(note_read(path), "rb") as f:
+            (size,) = struct.unpack("<Q", f.read(8))
+            if size > MAX_HEADER:
+                raise ValueError(f"a header of {size:,} bytes")
+            header = json.loads(f.read(size))
+        if not isinstance(header, dict):
+            raise ValueError("the header is not a JSON object")
+    except (OSError, struct.error, ValueError, UnicodeDecodeError) as e:
+        raise ModelError(f"cannot read weights {path}: {e}") from None
+    header.pop("__metadata__", None)
+    return header, 8 + size
+
+
+class Tensors:
+    """Tensors already read (name -> tensor)."""
+
+    def __init__(self, tensors: dict):
+        self.tensors = tensors
+        self.shapes = {name: tuple(tensor.shape) for name, tensor in tensors.items()}
+
+    def values(self, name: str) -> list[float]:
+        return self.tensors[name].flatten().tolist()
+
+
+class SafetensorsHeaders:
+    """Safetensors files known by their headers; a tensor's bytes are read only when asked for."""
+
+    def __init__(self, paths: list[str]):
+        self.where = {}  # name -> (file, where its data starts, its header entry)
+        for path in paths:
+            if not path.endswith(".safetensors"):
+                raise NeedsTorch(path)
+            header, start = read_header(path)
+            self.where.update({name: (path, start, entry) for name, entry in header.items()})
+        self.shapes = {name: tuple(entry["shape"]) for name, (_, _, entry) in self.where.items()}
+
+    def values(self, name: str) -> list[float]:
+        path, start, entry = self.where[name]
+        begin, end = entry["data_offsets"]
+        with open(path, "rb") as f:
+            f.seek(start + begin)
+            return floats(f.read(end - begin), entry["dtype"], f"{path}: {name}")
+
+
+def floats(data: bytes, dtype: str, what: str) -> list[float]:
+    """The numbers of a floating-point tensor's little-endian bytes."""
+    if dtype == "BF16":
+        count = len(data) // 2
+        halves = struct.unpack(f"<{count}H", data)
+        return list(struct.unpack(f"<{count}f", struct.pack(f"<{count}I", *(h << 16 for h in halves))))
+    if dtype not in FLOAT_CODES:
+        raise ModelError(f"{what}: expected a floating-point tensor, got {DTYPE_NAMES.get(dtype, dtype)}")
+    code = FLOAT_CODES[dtype]
+    return list(struct.unpack(f"<{len(data) // struct.calcsize(code)}{code}", data))
