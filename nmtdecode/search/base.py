@@ -139,6 +139,17 @@ class Search(Protocol):
     def results(self, n_best: int) -> list[list[Hypothesis]]: ...
 
 
+# The batch sizes a shrinking batch passes through: powers of two and the halfway points.
+BATCH_SIZES = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512]
+
+
+def kept_batch_size(searching: int) -> int:
+    """The smallest of BATCH_SIZES that holds `searching` sentences (0 when none is left)."""
+    if searching == 0:
+        return 0
+    return next((size for size in BATCH_SIZES if size >= searching), searching)
+
+
 class SentenceRecords:
     """Shared by the strategies: one record per input sentence (search/beam.py:Beam) and the
     sentence index of each sentence still in the batch."""
@@ -153,10 +164,19 @@ class SentenceRecords:
         return all(self.beams[s].done for s in self.active)
 
     def survivors(self) -> list[int]:
-        """Positions in `active` of the sentences that stay in the batch after this step."""
+        """Positions in `active` of the sentences that stay in the batch after this step: those
+        still searching, topped up with finished ones to the next of BATCH_SIZES. The batch
+        shrinks only when it falls to a smaller size of that list, so a batch meets a handful
+        of row counts, not one per finished sentence: every new row count costs oneDNN a kernel
+        compilation (~0.5 ms per matrix shape) and every shrink a copy of the cache."""
         if not self.shrink:
             return list(range(len(self.active)))
-        return [i for i, s in enumerate(self.active) if not self.beams[s].done]
+        searching = [i for i, s in enumerate(self.active) if not self.beams[s].done]
+        size = kept_batch_size(len(searching))
+        if size >= len(self.active):
+            return list(range(len(self.active)))
+        finished = [i for i, s in enumerate(self.active) if self.beams[s].done]
+        return sorted(searching + finished[: size - len(searching)])
 
     def results(self, n_best: int) -> list[list[Hypothesis]]:
         """The n best finished hypotheses of every sentence, best first."""
