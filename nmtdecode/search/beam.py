@@ -206,15 +206,40 @@ class Candidates:
 
 
 def top_candidates(totals: torch.Tensor, wanted: int, vocab: int, eos_id: int) -> Candidates:
-    """The `wanted` best of each row of totals (n, width*V), best first: one topk. A vocabulary
+    """The `wanted` best of each row of totals (n, width*V), best first (top_k). A vocabulary
     smaller than that is padded with impossible EOS candidates."""
-    scores, ids = totals.topk(min(wanted, totals.size(1)), dim=1)
+    scores, ids = top_k(totals, min(wanted, totals.size(1)))
     tokens, prev = ids % vocab, ids // vocab
     if scores.size(1) < wanted:
         missing = (0, wanted - scores.size(1))
         scores = F.pad(scores, missing, value=NEG_INF)
         tokens, prev = F.pad(tokens, missing, value=eos_id), F.pad(prev, missing, value=0)
     return Candidates(scores, tokens, prev)
+
+
+BLOCK = 32  # top_k's block width
+
+
+def top_k(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """values.topk(k, dim=1) (values and column indices, best first) for long rows, in two small
+    topks instead of one long one. Each row is cut into blocks of BLOCK columns; the k blocks
+    with the largest maxima hold the row's k largest values (each block ranked above them has a
+    value at least as large), so the topk of those k * BLOCK candidates is the row's. On CPU,
+    ~2x faster on CPU at 160 rows of 6,000 (one beam-5 step of a batch of 32). Ties between equal
+    values may come out in another order than one topk's; the values are the same."""
+    n, m = values.shape
+    whole = m // BLOCK * BLOCK
+    if whole < 4 * k * BLOCK or values.device.type != "cpu" or values.stride(1) != 1:
+        return values.topk(k, dim=1)  # short rows: one topk is as fast; a GPU's topk is one fast kernel
+    blocks = values.as_strided((n, whole // BLOCK, BLOCK), (values.stride(0), BLOCK, 1))  # a view: no copy
+    chosen = blocks.amax(dim=2).topk(k, dim=1).indices  # (n, k) the blocks with the k largest maxima
+    candidates = blocks.gather(1, chosen[:, :, None].expand(n, k, BLOCK)).view(n, k * BLOCK)
+    columns = (chosen[:, :, None] * BLOCK + torch.arange(BLOCK, device=values.device)).view(n, k * BLOCK)
+    if whole < m:  # the last, partial block: always a candidate
+        candidates = torch.cat([candidates, values[:, whole:]], dim=1)
+        columns = torch.cat([columns, torch.arange(whole, m, device=values.device).expand(n, m - whole)], dim=1)
+    best, at = candidates.topk(k, dim=1)
+    return best, columns.gather(1, at)
 
 
 class BeamSearch(SentenceRecords):
@@ -241,7 +266,7 @@ class BeamSearch(SentenceRecords):
         return self.commit(self.select_candidates(logprobs), step, facts)
 
     def select_candidates(self, logprobs: torch.Tensor) -> Candidates:
-        """The 2k best continuations of every sentence over all its rows: one topk of (n, width*V)."""
+        """The 2k best continuations of every sentence over all its rows: the topk of (n, width*V)."""
         n, vocab = len(self.active), logprobs.size(1)
         totals = logprobs.add_(self.alive_scores[:, None]).view(n, -1)
         return top_candidates(totals, 2 * self.k, vocab, self.eos_id)
