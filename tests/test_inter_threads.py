@@ -32,9 +32,9 @@ def test_the_output_is_the_one_batch_at_a_time_output(model_dir, tmp_path, inter
     assert run_job(model_dir, tmp_path, "several", inter_threads=inter_threads) == one
 
 
-def test_batches_are_decoded_at_the_same_time(model_dir, tmp_path, monkeypatch):
+def first_two_batches_meet(monkeypatch) -> list:
     """The first two batches wait for each other before decoding: decoded one at a time, the
-    barrier times out (BrokenBarrierError) and the job fails."""
+    barrier times out (BrokenBarrierError). Returns the list of decode calls."""
     meeting, calls, lock = threading.Barrier(2, timeout=10), [], threading.Lock()
     decode = BatchDecoder.translate_batch
 
@@ -47,6 +47,11 @@ def test_batches_are_decoded_at_the_same_time(model_dir, tmp_path, monkeypatch):
         return decode(self, *args, **kwargs)
 
     monkeypatch.setattr(BatchDecoder, "translate_batch", meet_then_decode)
+    return calls
+
+
+def test_batches_are_decoded_at_the_same_time(model_dir, tmp_path, monkeypatch):
+    calls = first_two_batches_meet(monkeypatch)
     assert len(run_job(model_dir, tmp_path, "met", inter_threads=2).splitlines()) == len(LINES)
     assert len(calls) == 5
 
@@ -78,3 +83,12 @@ def test_it_is_said_to_change_nothing_where_one_batch_is_decoded_at_a_time():
     assert not any(note in n for n in ineffective(Config.from_values({"inter_threads": 2}), 64, "cpu"))
     assert any(note in n for n in ineffective(Config.from_values({"inter_threads": 2}), 64, "cuda"))
     assert any(note in n for n in ineffective(Config.from_values({"inter_threads": 2, "stream": True}), 64, "cpu"))
+
+
+def test_the_python_api_decodes_several_batches_at_once_with_the_same_translations(model_dir, monkeypatch):
+    from nmtdecode.api import Translator
+
+    one = Translator.load(str(model_dir)).translate_batch(LINES, batch_size=2, beam_size=2, n_best=2, max_length=6)
+    first_two_batches_meet(monkeypatch)
+    several = Translator.load(str(model_dir), inter_threads=2)
+    assert several.translate_batch(LINES, batch_size=2, beam_size=2, n_best=2, max_length=6) == one
