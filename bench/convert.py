@@ -171,7 +171,7 @@ def to_marian(model: Transformer, path: str, banned_ids=()) -> str:
     `banned_ids` (never generated) become the generation config's bad_words_ids."""
     import transformers
 
-    from nmtdecode.models.formats.huggingface import weight_map
+    from nmtdecode.models.formats.hf_config import weight_map
 
     cfg = model.cfg
     if cfg.pre_norm or cfg.encoder_final_norm or cfg.positions != "sinusoidal" or cfg.share_embeddings:
