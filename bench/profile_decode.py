@@ -68,7 +68,7 @@ def main():
     total = sum(e.self_cpu_time_total for e in events)
     matmul = sum(e.self_cpu_time_total for e in events if e.key in MATMULS)
     print(f"matrix products (incl. attention kernels): {100 * matmul / total:.0f}% of self CPU time")
-    steps = next((e.count for e in events if e.key == "aten::topk"), 0)
+    steps = next((e.count for e in events if e.key == "aten::_log_softmax"), 0)  # one per step, every search
     calls = sum(e.count for e in events if e.key.startswith(("aten::", "mkldnn::", "quantized::")))
     if steps:
         print(f"{steps} decoding steps, {total / steps / 1000:.2f} ms and ~{calls / steps:.0f} operator calls "
