@@ -14,6 +14,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
+from .. import memory
 from .architecture import TransformerConfig
 from .checkpoint import ModelError, first_line, largest_demand, note_read, parameter_count, unpickling_reason
 from .stored import Tensors
@@ -88,7 +89,7 @@ def allocate(cfg: TransformerConfig, source: str) -> Transformer:
     try:
         return Transformer.uninitialised(cfg)
     except (MemoryError, RuntimeError) as e:
-        if not isinstance(e, MemoryError) and "memory" not in str(e).lower() and "bad_alloc" not in str(e):
+        if not memory.is_out_of_memory(e):
             raise
         what, size = largest_demand(cfg)
         raise ModelError(f"{source}: out of memory allocating the model ({_bytes(parameter_count(cfg) * 4)} in "
