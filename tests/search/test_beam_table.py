@@ -164,3 +164,13 @@ def test_top_rule_needs_both_conditions(top_ended, finished, stops):
     for i in range(finished):
         beam.add_finished(step=1, prev=i, token=EOS, total=-1.0 - i)
     assert beam.cannot_improve(step=3, best_alive=0.0) is stops
+
+
+def test_greedy_takes_the_first_of_equal_maxima_with_its_log_prob():
+    """Greedy search takes argmax's token (the lowest id among equal best ones) and records its
+    log-prob; here a and b tie at every step until EOS is certain."""
+    tie = {(): {A: 0.4, B: 0.4, EOS: 0.2}, (A,): {B: 0.45, A: 0.45, EOS: 0.1}}
+    [[hyp]] = run([tie], [[0, EOS]], beam_size=1, n_best=1)
+    assert hyp.tokens == [A, A]
+    assert hyp.token_scores == pytest.approx([math.log(0.4), math.log(0.45)])
+    assert hyp.eos_score == pytest.approx(0.0)
