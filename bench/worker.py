@@ -6,7 +6,7 @@ beam size, length limits and thread count; tokenization is not timed.
 
     python bench/worker.py SYSTEM MODEL_DIR TASK.json --beam 5 --batch 32 --threads 2
         [--precision float32|int8|bfloat16] [--rule top|true|false|never] [--gemm auto|onednn|torch]
-        [--length-penalty A] [--fixed-length N] [--inter-threads N]
+        [--length-penalty A] [--fixed-length N] [--inter-threads N] [--max-length N]
 SYSTEM: nmtdecode | transformers | ctranslate2
         | opennmt-py (OpenNMT-py's Translator, as onmt_translate builds it; bench/opennmt_py.py)
         | nmtdecode-file (the CLI job on a text file TASK; for peak memory against input size)
@@ -18,7 +18,8 @@ rule, OpenNMT's `top`). --fixed-length N sets the minimum and maximum length to 
 -min_length N -max_length N -max_length_ratio 0, which yields exactly N tokens, EOS banned
 until then). --inter-threads N decodes N batches at once, each operation with --threads
 threads (nmtdecode: engine.in_order, as its --inter-threads; CTranslate2: inter_threads N and
-intra_threads --threads).
+intra_threads --threads). --max-length N replaces the task's output limit: with 1, a run is the
+encoder and one step, so the time above that of a full run is the decoding steps'.
 """
 
 from __future__ import annotations
@@ -201,6 +202,7 @@ def main():
     parser.add_argument("--rule", default="top", choices=["top", "true", "false", "never"])
     parser.add_argument("--gemm", default="auto", choices=["auto", "onednn", "torch"])
     parser.add_argument("--length-penalty", type=float, default=1.0)
+    parser.add_argument("--max-length", type=int, default=0, help="output limit instead of the task's")
     args = parser.parse_args()
     import torch
 
@@ -210,6 +212,8 @@ def main():
         return
     with open(args.task, encoding="utf-8") as f:
         task = json.load(f)
+    if args.max_length:
+        task["max_length"] = args.max_length
     runner = {"nmtdecode": run_nmtdecode, "transformers": run_transformers, "ctranslate2": run_ctranslate2,
               "opennmt-py": run_opennmt}
     seconds, outputs, backend = runner[args.system](args, task)
