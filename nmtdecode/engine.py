@@ -56,7 +56,7 @@ def place(model: torch.nn.Module, device: torch.device, dtype: torch.dtype):
         configs = [m.cfg for m in getattr(model, "members", [model])]  # an ensemble's models, or the model
         what, _ = max((largest_demand(cfg) for cfg in configs), key=lambda demand: demand[1])
         raise ModelError(f"out of memory placing the model on {device} in {str(dtype).removeprefix('torch.')}: its "
-                         f"weights need {memory.gigabytes(need)}, most of them for {what}") from None
+                         f"weights need {memory.readable_size(need)}, most of them for {what}") from None
 
 
 class Engine:
@@ -233,8 +233,8 @@ class Engine:
         need = self.loaded.model.decoding_bytes(1, width, 2, DTYPES[config.runtime.dtype])
         if need > total:
             key = "n_best" if decoding.sampling else "beam_size"
-            raise ConfigError(f"{key}: {width} needs at least {memory.gigabytes(need)} for one "
-                              f"sentence's second decoding step, more than the {memory.gigabytes(total)} "
+            raise ConfigError(f"{key}: {width} needs at least {memory.readable_size(need)} for one "
+                              f"sentence's second decoding step, more than the {memory.readable_size(total)} "
                               "this process can use; choose a smaller beam")
 
     def _too_big(self, batch: list[Example], decoder: BatchDecoder) -> str | None:
@@ -249,8 +249,8 @@ class Engine:
                                     next(model.parameters()).dtype)
         if need <= available:
             return None
-        return (f"a batch of {len(batch)} sentences may need {memory.gigabytes(need)} by its step limit, more than "
-                f"the {memory.gigabytes(available)} available; decoding it in halves")
+        return (f"a batch of {len(batch)} sentences may need {memory.readable_size(need)} by its step limit, more than "
+                f"the {memory.readable_size(available)} available; decoding it in halves")
 
     def _nothing_to_decode(self, example: Example, cfg) -> Result:
         """An empty source line's result: n_best hypotheses of its prefix (none: empty), scored 0, with

@@ -80,5 +80,6 @@ def available_bytes() -> int | None:
     return None if available is None else available + (_meminfo("SwapFree") or 0)
 
 
-def gigabytes(n: int) -> str:
-    return f"{n / 2**30:.1f} GiB"
+def readable_size(n: int) -> str:
+    """A byte count for a message: GiB, or MiB below a tenth of one."""
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 / 10 else f"{n / 2**20:.1f} MiB"

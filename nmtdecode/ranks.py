@@ -48,6 +48,7 @@ from dataclasses import dataclass
 
 from .batching import Result
 from .config import Config, ConfigError
+from .models.checkpoint import first_line
 from .output_file import OutputFile, OutputRefused, remove
 from .reading import check_prefix, check_readable
 from .writing import format_result
@@ -272,8 +273,7 @@ def _reason(error: Exception) -> str:
     """The first sentence of a torch.distributed or gloo error, without its source location."""
     if isinstance(error, OSError) and error.strerror:
         return error.strerror
-    line = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
-    return re.sub(r"^\[[^\]]*\]\s*", "", line).split(". ")[0][:200]
+    return re.sub(r"^\[[^\]]*\]\s*", "", first_line(str(error)))[:200]
 
 
 def leave_group():

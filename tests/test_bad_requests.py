@@ -256,7 +256,8 @@ def test_running_out_of_memory_building_the_model_names_what_asked_for_it(model_
     assert run.returncode == 1
     line = one_line(run.stderr)
     assert line.startswith(f"nmtdecode: error: {model_dir}: out of memory allocating the model (")
-    assert line.endswith("most of it for decoder_layers 2 of d_model 32, ffn_dim 64 (0.1 MB)")
+    # the decoder layers: 24,576 float32 parameters, 96 KiB
+    assert line.endswith("most of it for decoder_layers 2 of d_model 32, ffn_dim 64 (0.1 MiB)")
 
 
 def test_running_out_of_memory_placing_the_model_names_what_asked_for_it(model_dir, cli, monkeypatch):

@@ -110,3 +110,10 @@ def test_real_cpu_out_of_memory_under_ulimit_splits_the_batch(model_dir, tmp_pat
     assert b"out of memory on a batch of 16 sentences; retrying it in halves" in batched.stderr
     assert b"Traceback" not in batched.stderr
     assert batched.stdout == alone.stdout and len(batched.stdout.splitlines()) == 16
+
+
+def test_readable_size_uses_mib_below_a_tenth_of_a_gib():
+    assert memory.readable_size(24 * 2**30) == "24.0 GiB"
+    assert memory.readable_size(2**30 // 10 + 1) == "0.1 GiB"
+    assert memory.readable_size(2**30 // 10) == "102.4 MiB"
+    assert memory.readable_size(102656) == "0.1 MiB"

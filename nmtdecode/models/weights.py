@@ -92,9 +92,8 @@ def allocate(cfg: TransformerConfig, source: str) -> Transformer:
         if not memory.is_out_of_memory(e):
             raise
         what, size = largest_demand(cfg)
-        raise ModelError(f"{source}: out of memory allocating the model ({_bytes(parameter_count(cfg) * 4)} in "
-                         f"float32); most of it for {what} ({_bytes(size * 4)})") from None
+        whole, largest = (memory.readable_size(n * 4) for n in (parameter_count(cfg), size))
+        raise ModelError(f"{source}: out of memory allocating the model ({whole} in float32); "
+                         f"most of it for {what} ({largest})") from None
 
 
-def _bytes(size: int) -> str:
-    return f"{size / 1e9:.1f} GB" if size >= 1e8 else f"{size / 1e6:.1f} MB"
