@@ -273,6 +273,8 @@ def _reason(error: Exception) -> str:
     """The first sentence of a torch.distributed or gloo error, without its source location."""
     if isinstance(error, OSError) and error.strerror:
         return error.strerror
+    if not str(error).strip():
+        return type(error).__name__
     return re.sub(r"^\[[^\]]*\]\s*", "", first_line(str(error)))[:200]
 
 
