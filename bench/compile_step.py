@@ -61,11 +61,16 @@ def best_ms(step, steps: int) -> float:
     return best * 1e3
 
 
-def eager_step(model, rows: int, steps: int) -> float:
+def encoded(model, rows: int):
+    """The encoder output and source mask of `rows` random sources of SOURCE_LENGTH tokens."""
     generator = torch.Generator().manual_seed(0)
     src = torch.randint(4, model.cfg.src_vocab_size, (rows, SOURCE_LENGTH), generator=generator)
     mask = torch.ones(rows, SOURCE_LENGTH, dtype=torch.bool)
-    cache = model.init_cache(model.encode(src, mask), mask)
+    return model.encode(src, mask), mask
+
+
+def eager_step(model, rows: int, steps: int) -> float:
+    cache = model.init_cache(*encoded(model, rows))
     tokens = torch.full((rows,), model.cfg.decoder_start_id)
     for _ in range(WARM_STEPS):
         model.decode_step(tokens, cache)
@@ -77,11 +82,8 @@ def eager_step(model, rows: int, steps: int) -> float:
 
 
 def fixed_steps(model, rows: int):
-    generator = torch.Generator().manual_seed(0)
-    src = torch.randint(4, model.cfg.src_vocab_size, (rows, SOURCE_LENGTH), generator=generator)
-    mask = torch.ones(rows, SOURCE_LENGTH, dtype=torch.bool)
     steps = FixedShapeSteps(model, graphs=False)
-    cache = steps.init_cache(model.encode(src, mask), mask, positions=2 * WARM_STEPS, width=1)
+    cache = steps.init_cache(*encoded(model, rows), positions=2 * WARM_STEPS, width=1)
     cache.__class__ = StillCache
     steps.buffers.position.fill_(WARM_STEPS)
     return steps, cache
