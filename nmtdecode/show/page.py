@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from html import escape
 
-from .tree import Node, Tree, layout
+from .tree import Node, Tree, layout, piece_of
 
 BOX_W, BOX_H = 92, 30
 CELL = 22  # heatmap cell, px
@@ -72,19 +72,18 @@ def _edge_svg(tree: Tree, node: Node) -> str:
 
 
 def tree_svg(tree: Tree) -> str:
-    edges = [_edge_svg(tree, n) for n in tree.nodes if n.parent]
-    # the n-best edges last, so that they are drawn over the others
-    edges.sort(key=lambda e: (' nbest' in e, ' best' in e))
+    # the n-best nodes and their edges last, the best one at the very end: drawn over the others
     nodes = sorted(tree.nodes, key=lambda n: (bool(n.ranks), 0 in n.ranks))
+    edges = "".join(_edge_svg(tree, n) for n in nodes if n.parent)
     return (f'<svg class="tree" xmlns="http://www.w3.org/2000/svg" width="{tree.width:g}" height="{tree.height:g}" '
-            f'viewBox="0 0 {tree.width:g} {tree.height:g}"><g class="edges">{"".join(edges)}</g>'
+            f'viewBox="0 0 {tree.width:g} {tree.height:g}"><g class="edges">{edges}</g>'
             f'<g class="nodes">{"".join(_node_svg(n) for n in nodes)}</g></svg>')
 
 
 def heatmap_svg(record: dict, entry: dict) -> str:
     """The cross-attention of one n-best entry: a row per target token, a column per source piece."""
     rows, sources = entry["attention"], record["source_pieces"]
-    targets = [record["pieces"].get(str(t), f"<{t}>") for t in entry["tokens"]]
+    targets = [piece_of(record, t) for t in entry["tokens"]]
     aligned = entry.get("alignment") or [max(range(len(r)), key=r.__getitem__) if r else None for r in rows]
     left, top = 90, 70
     width, height = left + CELL * len(sources) + 10, top + CELL * len(rows) + 10
