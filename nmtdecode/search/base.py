@@ -178,9 +178,21 @@ class SentenceRecords:
         finished = [i for i, s in enumerate(self.active) if self.beams[s].done]
         return sorted(searching + finished[: size - len(searching)])
 
+    @property
+    def sentences(self) -> int:
+        """How many input sentences the search holds (one Beam each; its groups' with diverse.py)."""
+        return len(self.beams)
+
     def results(self, n_best: int) -> list[list[Hypothesis]]:
-        """The n best finished hypotheses of every sentence, best first."""
-        return [beam.nbest(n_best, self.eos_id) for beam in self.beams]
+        """The n best finished hypotheses of every sentence (`chosen`), best first. Always n a
+        sentence: when fewer were reachable (the other continuations masked), impossible empty
+        ones (score -inf) keep n entries a line."""
+        results = []
+        for sentence in range(self.sentences):
+            beams = self.beams_of(sentence)
+            best = [beams[b].hypothesis(f, self.eos_id) for b, f in self.chosen(sentence, n_best)]
+            results.append(best + [Hypothesis([], NEG_INF, NEG_INF, [], False) for _ in range(n_best - len(best))])
+        return results
 
     def trace(self):
         """From now on every Beam keeps each hypothesis that ends (`Beam.ended`), not only its

@@ -177,12 +177,6 @@ class Beam:
                           eos_score=token_scores[-1] if ended else None,
                           **{name: values[:kept] for name, values in along.items()})
 
-    def nbest(self, n: int, eos_id: int) -> list[Hypothesis]:
-        """Always n hypotheses, best first: when fewer than n were reachable (the other
-        continuations masked), impossible empty ones (score -inf) keep n entries a line."""
-        found = [self.hypothesis(f, eos_id) for f in self.finished[:n]]
-        return found + [Hypothesis([], NEG_INF, NEG_INF, [], False) for _ in range(n - len(found))]
-
 
 @dataclass
 class Candidates:

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import NEG_INF, Hypothesis, RowFacts, StepOutput
+from .base import NEG_INF, RowFacts, StepOutput
 from .beam import BeamSearch, Candidates, top_candidates
 
 
@@ -150,14 +150,9 @@ class DiverseBeamSearch(BeamSearch):
         """transformers' group search bounds with the best candidate of the step, EOS included."""
         return row["top_scores"][0]
 
-    def results(self, n_best: int) -> list[list[Hypothesis]]:
-        """The n best of each sentence over all its groups' pools, by (penalised) score."""
-        results = []
-        for sentence in range(len(self.beams) // self.groups):
-            groups = self.beams_of(sentence)
-            best = [groups[g].hypothesis(f, self.eos_id) for g, f in self.chosen(sentence, n_best)]
-            results.append(best + [Hypothesis([], NEG_INF, NEG_INF, [], False) for _ in range(n_best - len(best))])
-        return results
+    @property
+    def sentences(self) -> int:
+        return len(self.beams) // self.groups
 
     def beams_of(self, sentence: int) -> list:
         return self.beams[sentence * self.groups : (sentence + 1) * self.groups]
