@@ -100,13 +100,16 @@ class _Pieces:
         self.splitter = re.compile(f"({alternatives})") if added else None
 
     def ids(self, text: str) -> list[int]:
-        out = []
+        return [i for _, i in self._pieces_and_ids(text)]
+
+    def _pieces_and_ids(self, text: str):
+        """(piece as the text spells it, its id) for each piece: an added token whole, the rest
+        split by the SentencePiece model and looked up in the vocabulary (<unk> when missing)."""
         for part in self.splitter.split(text) if self.splitter else [text]:
             if part in self.added:
-                out.append(self.added[part])
+                yield part, self.added[part]
             elif part:
-                out += [self.vocab.get(p, self.unk_id) for p in self._split(part)]
-        return out
+                yield from ((p, self.vocab.get(p, self.unk_id)) for p in self._split(part))
 
     def id(self, piece: str) -> int | None:
         return self.added.get(piece, self.vocab.get(piece))
@@ -120,13 +123,7 @@ class _Pieces:
 
     def split_pieces(self, text: str) -> list[str]:
         """One per id of `ids`, as the text spells it (a piece the vocabulary lacks too)."""
-        out = []
-        for part in self.splitter.split(text) if self.splitter else [text]:
-            if part in self.added:
-                out.append(part)
-            elif part:
-                out += self._split(part)
-        return out
+        return [p for p, _ in self._pieces_and_ids(text)]
 
     def _split(self, text: str) -> list[str]:
         code = []
@@ -174,9 +171,9 @@ class _FairseqPieces:
         return found + 1 if self.sp.id_to_piece(found) == piece else None
 
     def piece(self, i: int) -> str | None:
-        if i <= self.UNK:
+        if 0 <= i <= self.UNK:
             return ("<s>", "<pad>", "</s>", "<unk>")[i]
-        return self.sp.id_to_piece(i - 1) if i <= self.size else None  # beyond: language codes, <mask>
+        return self.sp.id_to_piece(i - 1) if self.UNK < i <= self.size else None  # beyond: language codes, <mask>
 
     def identity(self) -> tuple:
         return (spm_identity(self.sp),)

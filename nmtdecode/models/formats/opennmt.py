@@ -183,9 +183,10 @@ def load(path: str) -> LoadedModel:
     theirs.update({f"generator.{name}": tensor for name, tensor in data["generator"].items()})
     cfg = model_config(opt, vocab, theirs, path)
     shapes = {name: tuple(tensor.shape) for name, tensor in theirs.items()}
-    check_dimensions(cfg, mapped_shapes(cfg, shapes, *weight_map(cfg)), path)
+    linear, direct = weight_map(cfg)
+    check_dimensions(cfg, mapped_shapes(cfg, shapes, linear, direct), path)
     model = allocate(cfg, path)
-    load_weights(model, convert_weights(model, theirs, *weight_map(cfg)), path)
+    load_weights(model, convert_weights(model, theirs, linear, direct), path)
     recorded = {side: getattr(opt, f"{side}_subword_model", None) for side in ("src", "tgt")}
     beside = os.path.dirname(os.path.abspath(path))
     src_spm, tgt_spm = subword_models(getattr(opt, "transforms", None), recorded, path, beside)

@@ -91,7 +91,7 @@ class VocabTokenizer:
         return model.encode(text, out_type=str) if model is not None else text.split()
 
     def encode(self, text: str) -> list[int]:
-        return [self.src_ids.get(p, self.src_unk) for p in self._pieces(text, self.src_spm)]
+        return self.encode_pieces(self._pieces(text, self.src_spm))
 
     def encode_pieces(self, pieces: list[str]) -> list[int]:
         """Source pieces (text already cut as `encode` cuts it) -> ids; unknown ones are <unk>."""

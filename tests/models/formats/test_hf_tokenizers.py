@@ -258,6 +258,7 @@ def test_nllb_sentencepiece_fairseq_ids(tmp_path):
     tags = _tags(hf, NLLB_CODES)
     hf.tgt_lang = "fra_Latn"
     _compare(ours, hf, PLAIN, tags, tgt="fra_Latn")
+    assert ours.target_piece(-1) is None and ours.source_piece(fairseq["<mask>"] + 1) is None  # ids it does not know
     assert ours.set_languages("ces_Latn", "ukr_Cyrl") == tags["ukr_Cyrl"]
     hf.src_lang = "ces_Latn"
     assert [ours.encode(s) for s in PLAIN] == [hf(s).input_ids for s in PLAIN]
