@@ -91,8 +91,10 @@ class SentencePieceTokenizer:
     # `encode` (an unknown piece keeps its text), the target's as the vocabulary spells them (`target_piece`).
     word_marker = "\u2581"  # what starts a word in both vocabularies' pieces
 
-    def source_pieces(self, text: str) -> list[str]:
-        return self.source.encode(text, out_type=str) + [self.source.id_to_piece(self.eos_id)]
+    def source_pieces(self, text: str | list[str]) -> list[str]:
+        """One piece per id of `encode` (of `encode_pieces` for a list of pieces), EOS included."""
+        pieces = text if isinstance(text, list) else self.source.encode(text, out_type=str)
+        return pieces + [self.source.id_to_piece(self.eos_id)]
 
     def piece_id(self, piece: str) -> int | None:
         """The id of a target vocabulary entry, spelt as the tokenizer spells it (`\u2581the`),

@@ -246,6 +246,27 @@ def test_pieces_translate_as_their_text(translator, pieces_of, beam):
     assert translator.score(pieces, LINES) == translator.score(LINES, LINES)
 
 
+def test_pieces_report_and_replace_as_their_text(translator, pieces_of):
+    """--replace-unk and --report-align read the source's pieces: given as pieces, the line's
+    result (the <unk> replaced by the source piece it attends, the Pharaoh pairs) is its text's."""
+    from dataclasses import replace
+
+    from nmtdecode.search.base import Hypothesis
+    from tests.helpers import UNK
+
+    engine, line = translator.engine, LINES[2]
+    cfg = replace(engine.config.decoding, replace_unk=True, report_align=True)
+    results = []
+    for source in (line, pieces_of(line, out_type=str)):
+        example = engine.make_example(0, source, None)
+        hyps = [Hypothesis([UNK, 5, UNK], 0.0, 0.0, alignment=[2, 0, 1])]
+        results.append(engine.result(example, hyps, cfg))
+    by_text, by_pieces = results
+    assert by_pieces.source_pieces == by_text.source_pieces == pieces_of(line, out_type=str) + ["</s>"]
+    assert by_pieces.pieces == by_text.pieces and by_pieces.pieces[0][0] == by_text.source_pieces[2]
+    assert (by_pieces.texts, by_pieces.pharaoh) == (by_text.texts, by_text.pharaoh)
+
+
 def test_a_piece_not_in_the_vocabulary_is_unk(translator):
     from tests.helpers import UNK
 

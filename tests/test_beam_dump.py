@@ -165,3 +165,6 @@ def test_the_dump_names_the_pieces_of_every_tokenizer():
     tokenizer = VocabTokenizer(src, tgt, None, None)
     assert source_pieces(tokenizer, [4, 5, 3]) == ["Haus", "rot", "</s>"]
     assert target_pieces(tokenizer, [6, 4, 9]) == {"4": "house", "6": "is", "9": "<9>"}
+    # --report-align's pieces of a line given as text and as pieces (the API's token input)
+    assert tokenizer.source_pieces("Haus Dach rot") == tokenizer.source_pieces(["Haus", "Dach", "rot"]) == \
+        ["Haus", "Dach", "rot"]

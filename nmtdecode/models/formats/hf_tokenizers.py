@@ -314,8 +314,10 @@ class HFTokenizer:
         """SentencePiece's word-start mark, or None for a byte-level BPE (GPT-2's, BART's)."""
         return "\u2581" if getattr(self.target, "marks_words", True) else None
 
-    def source_pieces(self, text: str) -> list[str]:
-        return ([self.source_piece(i) or "" for i in self.before] + self.source.split_pieces(text)
+    def source_pieces(self, text: str | list[str]) -> list[str]:
+        """One piece per id of `encode` (of `encode_pieces` for a list of pieces), tags included."""
+        pieces = text if isinstance(text, list) else self.source.split_pieces(text)
+        return ([self.source_piece(i) or "" for i in self.before] + pieces
                 + [self.source_piece(i) or "" for i in self.after])
 
     def piece_id(self, piece: str) -> int | None:

@@ -105,9 +105,10 @@ class VocabTokenizer:
         """What starts a word in the pieces: SentencePiece's mark, or a space between whitespace tokens."""
         return "\u2581" if self.tgt_spm is not None else " "
 
-    def source_pieces(self, text: str) -> list[str]:
-        """One piece per id of `encode`, as the text spells it (an unknown piece too)."""
-        return self._pieces(text, self.src_spm)
+    def source_pieces(self, text: str | list[str]) -> list[str]:
+        """One piece per id of `encode` (of `encode_pieces` for a list of pieces), as the text
+        spells it (an unknown piece too)."""
+        return list(text) if isinstance(text, list) else self._pieces(text, self.src_spm)
 
     def decode(self, ids: list[int]) -> str:
         pieces = [self.tgt_tokens[i] for i in ids if i != self.eos_id]

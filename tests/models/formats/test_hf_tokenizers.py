@@ -127,6 +127,7 @@ def _compare(ours, hf, sentences, tags: dict[str, int], frame=(1, 1), tgt: str |
         source_ids = hf(s).input_ids
         pieces = ours.source_pieces(s)
         assert len(pieces) == len(source_ids), repr(s)
+        assert ours.source_pieces(ours.source.split_pieces(s)) == pieces, repr(s)  # the API's token input
         assert all(ours.source.id(piece) == i or ours.source_piece(i) == piece
                    for piece, i in zip(pieces, source_ids) if i != hf.unk_token_id), repr(s)  # the source vocabulary's
 
