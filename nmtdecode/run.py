@@ -244,17 +244,18 @@ def decode_job(config: Config, engine: Engine, output: OutputFile, share: Share)
             total_bytes = bytes_left(config.io.src, job.done, progress.total) if not progress.disable else None
             at_once = engine.batches_at_once(config)
             for _, batches in waiting.over(job.chunks()):
-                for batch, results in engine.decode_batches(waiting.over(share.mine(batches)), decoder, at_once):
+                for batch, results in engine.decode_batches(share.mine(batches), decoder, at_once):
                     for result in results:
                         sink.put(result)
                         summary.target_tokens += len(result.hypotheses[0].tokens)
                     summary.count(batch)
                     summary.count_joined(sum(breaks_lines(result, config.io.format) for result in results))
                     summary.unfinished += sum(not r.hypotheses[0].ended for r in results if r.hypotheses)
-                    elapsed = time.perf_counter() - start
-                    source_bytes += sum(len(e.text.encode("utf-8")) + 1 for e in batch)
-                    left = seconds_left(elapsed, source_bytes, total_bytes)
-                    eta = "" if left is None else f", {tqdm.format_interval(left)} left"
+                    elapsed, eta = time.perf_counter() - start, ""
+                    if total_bytes is not None:  # the bar shows the time left
+                        source_bytes += sum(len(e.text.encode("utf-8")) + 1 for e in batch)
+                        left = seconds_left(elapsed, source_bytes, total_bytes)
+                        eta = "" if left is None else f", {tqdm.format_interval(left)} left"
                     progress.set_postfix_str(f"{summary.target_tokens / max(elapsed, 1e-9):.0f} tokens/s{eta}",
                                              refresh=False)
                     progress.update(len(batch))
