@@ -163,11 +163,7 @@ class Engine:
         return self.in_halves_when_out_of_memory(batch, decode, lambda part: self._too_big(part, decoder))
 
     def batches_at_once(self, config: Config) -> int:
-        """--inter-threads on CPU; one batch at a time on CUDA (its steps replay one captured graph)
-        and when answering line by line (each line is answered before the next is read)."""
-        if self.device.type != "cpu" or config.io.stream:
-            return 1
-        return config.runtime.inter_threads
+        return batches_at_once(config, self.device.type)
 
     def decode_batches(self, batches: Iterable[list[Example]], decoder: BatchDecoder,
                        at_once: int = 1) -> Iterator[tuple[list[Example], list[Result]]]:
@@ -287,6 +283,14 @@ def in_order(work, items: Iterable, at_once: int = 1) -> Iterator[tuple]:
                 future.cancel()
 
 
+def batches_at_once(config: Config, device_type: str) -> int:
+    """--inter-threads on CPU; one batch at a time on CUDA (its steps replay one captured graph)
+    and when answering line by line (each line is answered before the next is read)."""
+    if device_type != "cpu" or config.io.stream:
+        return 1
+    return config.runtime.inter_threads
+
+
 def ineffective(config: Config, max_positions: int, device_type: str, api: bool = False) -> list[str]:
     """Warnings for options that change nothing (or only slow things down) in this job: not
     errors, since a shared config file may well set them for another model or format. Options
@@ -313,7 +317,7 @@ def ineffective(config: Config, max_positions: int, device_type: str, api: bool 
                   for key in ("temperature", "top_k", "top_p", "seed") if key in user]
     elif "early_stopping" in user:
         notes.append(f"early_stopping: has no effect with {sampling} (each sample ends at EOS or the step limit)")
-    if config.runtime.inter_threads > 1 and (device_type != "cpu" or config.io.stream):
+    if config.runtime.inter_threads > 1 and batches_at_once(config, device_type) == 1:
         where = "on CUDA" if device_type != "cpu" else "when answering line by line (--stream)"
         notes.append(f"inter_threads: has no effect {where}: one batch is decoded at a time")
     if config.runtime.dtype == "float16" and device_type == "cpu":
