@@ -106,8 +106,9 @@ def check_spelling(group: click.Group, argv: list[str]):
         if arg == "--":
             return
         flag = arg.split("=", 1)[0]
-        if flag.startswith("--") and flag not in longs and peer_flag_message(flag):
-            raise UsageError(peer_flag_message(flag))
+        peer = peer_flag_message(flag) if flag.startswith("--") and flag not in longs else None
+        if peer:
+            raise UsageError(peer)
         if arg == "--alignment" and argv[position + 1: position + 2] in (["hard"], ["soft"]):  # Marian's
             raise UsageError(f"--alignment {argv[position + 1]}: that is Marian's; nmtdecode's Pharaoh pairs after "
                              "the text are --report-align (--alignment is a flag: JSONL source positions)")

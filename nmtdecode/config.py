@@ -249,13 +249,13 @@ PLAN_KEYS = ("jobs", *PLAN_OPTIONS)
 BEAM_KEYS = ("beam_size", "beam_groups", "diversity_penalty")
 
 
-def unknown_key_message(key: str, known=None) -> str:
+def unknown_key_message(key: str) -> str:
     """Why `key` is not an option: our equivalent where it is another tool's name, else the
-    nearest spellings among `known` (default: every option and plan key)."""
+    nearest spellings among every option and plan key."""
     message = peer_option_message(key)
     if message is not None:
         return message
-    close = difflib.get_close_matches(key, sorted(known or [*KEY_SECTION, *PLAN_KEYS]), n=3, cutoff=0.6)
+    close = difflib.get_close_matches(key, sorted([*KEY_SECTION, *PLAN_KEYS]), n=3, cutoff=0.6)
     hint = f"did you mean {' or '.join(close)}?" if close else "nmtdecode translate --help lists the options"
     return f"unknown option {key!r} ({hint})"
 

@@ -157,7 +157,7 @@ def scored_batches(engine: Engine, decoder: BatchDecoder, examples: Iterable[Exa
 
 def score_pairs(engine: Engine, config: Config, sources: list, targets: list[str]) -> list[float]:
     """The total log-probability of each target given its source, in their order (the Python API)."""
-    return _in_order(engine, engine.scorer(config), sources, targets, tokens=False)
+    return _in_order(engine, *engine.scorer(config), sources, targets, tokens=False)
 
 
 def score_pairs_by_token(engine: Engine, config: Config, sources: list,
@@ -165,11 +165,11 @@ def score_pairs_by_token(engine: Engine, config: Config, sources: list,
     """Each pair's (tokens, token_scores, eos_score) as `BatchDecoder.score_tokens` gives them, in
     their order, and how many tokens the model forces at the start of each (scored 0)."""
     config, decoder = engine.scorer(config)
-    return _in_order(engine, (config, decoder), sources, targets, tokens=True), len(decoder.forced_prefix()) - 1
+    return _in_order(engine, config, decoder, sources, targets, tokens=True), len(decoder.forced_prefix()) - 1
 
 
-def _in_order(engine: Engine, scorer: tuple, sources: list, targets: list[str], tokens: bool) -> list:
-    config, decoder = scorer
+def _in_order(engine: Engine, config: Config, decoder: BatchDecoder, sources: list, targets: list[str],
+              tokens: bool) -> list:
     examples = pair_examples(engine, decoder, ((i, s, t) for i, (s, t) in enumerate(zip(sources, targets))),
                              config.batching.max_src_length)
     found = [None] * len(sources)
