@@ -312,6 +312,8 @@ def _unseen(config: Config, options: dict, method: str) -> list[str]:
     notes = []
     if "format" in options:
         notes.append(f"format={options['format']!r} has no effect on {method}: translate_file() writes formats")
+    if config.decoding.report_align:
+        notes.append(f"report_align=True has no effect on {method}: translate_file() writes the Pharaoh pairs")
     if method in ("translate()", "translate_iterable()"):
         decoding = config.decoding
         shown = "the best translation as a string; translate_batch() returns"

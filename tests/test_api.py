@@ -304,12 +304,14 @@ def test_options_that_show_in_the_result_are_not_warned_about(translator, capsys
 
 def test_options_a_call_cannot_show_are_warned_about_by_keyword(translator, capsys):
     with pytest.warns(nmtdecode.IneffectiveOptionWarning) as caught:
-        translator.translate(["water"], n_best=3, beam_size=3, alignment=True, beta=0.5, format="jsonl")
+        translator.translate(["water"], n_best=3, beam_size=3, alignment=True, beta=0.5, format="jsonl",
+                             report_align=True)
     notes = [str(w.message) for w in caught]
     assert any(n.startswith("n_best=3 has no effect on translate()") and "translate_batch()" in n for n in notes)
     assert any(n.startswith("alignment=True has no effect on translate()") for n in notes)
     assert "beta: 0.5 has no effect without coverage_penalty='wu' or 'summary'" in notes
     assert any(n.startswith("format='jsonl' has no effect on translate()") for n in notes)
+    assert any(n.startswith("report_align=True has no effect on translate()") for n in notes)
     assert not any("--" in n for n in notes) and capsys.readouterr().err == ""
     assert {w.filename for w in caught} == {__file__}  # pointing at the call
 
