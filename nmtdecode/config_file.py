@@ -15,7 +15,7 @@ import yaml
 from .config import KEY_SECTION, PLAN_KEYS, Config, ConfigError, flat_values, option_names, unknown_key_message
 
 # Options naming files: in a config file, a relative path is relative to that file's directory.
-PATH_KEYS = ("model", "src", "output", "output_dir", "prefix")
+PATH_KEYS = ("model", "src", "output", "output_dir", "prefix", "dump_beam")
 
 
 class _KeyTwice(Exception):

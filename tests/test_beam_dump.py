@@ -168,3 +168,17 @@ def test_the_dump_names_the_pieces_of_every_tokenizer():
     # --report-align's pieces of a line given as text and as pieces (the API's token input)
     assert tokenizer.source_pieces("Haus Dach rot") == tokenizer.source_pieces(["Haus", "Dach", "rot"]) == \
         ["Haus", "Dach", "rot"]
+
+
+def test_a_config_files_dump_beam_is_relative_to_the_file(cli, model_dir, tmp_path, lines_file):
+    """As its src and output: a relative dump_beam in a config file names a file beside the config."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    config = tmp_path / "sub" / "job.yaml"
+    config.write_text(f"model: {model_dir}\nsrc: {lines_file(LINES)}\noutput: o.txt\ndump_beam: d.jsonl\n"
+                      "max_length: 4\nquiet: true\n", encoding="utf-8")
+    run = cli("translate", "-c", config, cwd=tmp_path / "elsewhere", text=True)
+    assert run.returncode == 0, run.stderr
+    dump = tmp_path / "sub" / "d.jsonl"
+    assert len(dump.read_text(encoding="utf-8").splitlines()) == len(LINES)
+    assert not (tmp_path / "elsewhere" / "d.jsonl").exists()
