@@ -113,19 +113,34 @@ def plan_jobs(file_values: dict, flags: dict) -> list[Config]:
             raise ConfigError(f"{key}: {what} goes with one input; with several, give each its own "
                               f"({key}: in each item of jobs:)")
     jobs = [Config.from_layers([file_options, item, flag_options]) for item in items]
-    if len(jobs) > 1:
-        seen = {}  # file -> the output name that named it first
-        for job in jobs:
-            if job.io.src == "-" or job.io.output == "-":
-                raise ConfigError("src: with several inputs each needs its own output file; stdin and stdout "
-                                  "serve only a single job")
-            key = file_identity(job.io.output)
-            if key in seen:
-                raise ConfigError(f"output: {job.io.output} is the output of two jobs" +
-                                  ("" if seen[key] == job.io.output else f" (it is {seen[key]}, through a link or "
-                                   "another spelling of the path)"))
-            seen[key] = job.io.output
+    if len(jobs) > 1 and any(job.io.src == "-" or job.io.output == "-" for job in jobs):
+        raise ConfigError("src: with several inputs each needs its own output file; stdin and stdout "
+                          "serve only a single job")
     return jobs
+
+
+WRITTEN = {"output": "the output", "dump_beam": "the beam dump"}  # the files a job writes
+
+
+def check_written_files(jobs: list[Config]):
+    """No file is written twice in a run: by two jobs (their outputs, their --dump-beam files) or
+    by one job as its output and its beam dump. Files are compared as files, not as names."""
+    seen = {}  # file -> (the key, the name that named it first, its job)
+    for number, job in enumerate(jobs):
+        for key in WRITTEN:
+            path = getattr(job.io, key)
+            if path is None or path == "-":
+                continue
+            identity = file_identity(path)
+            if identity in seen:
+                first_key, first_path, first_job = seen[identity]
+                if first_job == number:
+                    raise ConfigError(f"{key}: {path} is the job's --output; give it a file of its own")
+                alias = "" if first_path == path else f" (it is {first_path}, through a link or another spelling " \
+                    "of the path)"
+                whose = "two jobs" if first_key == key else "another job"
+                raise ConfigError(f"{key}: {path} is {WRITTEN[first_key]} of {whose}{alias}")
+            seen[identity] = (key, path, number)
 
 
 def make_output_dir(file_values: dict, flags: dict):

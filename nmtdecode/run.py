@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from . import signals
 from .batching import chunk_size, chunks, cut
-from .config import Config, ConfigError
+from .config import Config
 from .models.detect import model_format
 from .output_file import OutputFile
 from .ranks import (Group, PartWriter, Ranks, check_job, check_layout, device_for, layouts, leave_group, merge,
@@ -32,7 +32,7 @@ from .ranks import (Group, PartWriter, Ranks, check_job, check_layout, device_fo
 from .reading import LineReader, PrefixLines, check_prefix, check_readable, count_lines
 from .signature import job_signature
 from .summary import Summary, count, seconds_left, timing, warn
-from .jobs import file_identity
+from .jobs import check_written_files
 from .writing import BothWriters, ResultWriter, SearchWriter, breaks_lines
 
 if TYPE_CHECKING:
@@ -47,6 +47,7 @@ def translate_job(jobs: Config | list[Config], engine: Engine | None = None) -> 
     loads; a job complete under --resume is skipped; the locks are released however the
     run ends. Returns the summary of all jobs together (under torchrun, this rank's)."""
     jobs = [interactive(job) for job in ([jobs] if isinstance(jobs, Config) else jobs)]
+    check_written_files(jobs)
     ranks = Ranks.from_env()
     if ranks is not None:
         return _translate_ranks(jobs, ranks, engine)
@@ -107,8 +108,6 @@ def _claim_dump(job: Config, output: OutputFile) -> OutputFile | None:
     io_cfg = job.io
     if io_cfg.dump_beam is None:
         return None
-    if io_cfg.output != "-" and file_identity(io_cfg.dump_beam) == file_identity(io_cfg.output):
-        raise ConfigError(f"dump_beam: {io_cfg.dump_beam} is the job's --output; give it a file of its own")
     dump = OutputFile(io_cfg.dump_beam)
     for path in (io_cfg.src, io_cfg.prefix, output.tmp):
         if path is not None:

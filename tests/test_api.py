@@ -90,6 +90,13 @@ def test_translate_file_is_the_command_lines_job(translator, cli, model_dir, src
     assert again.sentences == 0  # complete: skipped
 
 
+def test_translate_file_refuses_a_beam_dump_that_is_its_output(translator, src_file, tmp_path):
+    out = tmp_path / "out.txt"
+    with pytest.raises(ConfigError, match="dump_beam: .*out.txt is the job's --output; give it a file of its own"):
+        translator.translate_file(str(src_file), str(out), dump_beam=str(out))
+    assert not out.exists()
+
+
 def test_score_is_the_command_lines_score(translator, cli, model_dir, src_file, lines_file):
     targets = [line[::-1] for line in LINES]
     run = cli("score", "--model", model_dir, "--src", src_file, "--tgt", lines_file(targets, "tgt.txt"), text=True)

@@ -245,3 +245,21 @@ def test_output_dir_without_suffix_keeps_the_name_and_never_the_input_itself(tra
     run = translate("--src", a, "--output-dir", a.parent)  # the input's own directory: it would be the input
     assert run.returncode == 2 and b"is the output file" in run.stderr and b"--suffix" in run.stderr
     assert a.read_text().splitlines() == NORMAL
+
+
+@pytest.mark.parametrize("first, second, message", [
+    ({"dump_beam": "d.jsonl"}, {"dump_beam": "d.jsonl"}, "dump_beam: {tmp}/d.jsonl is the beam dump of two jobs"),
+    ({"dump_beam": "b.de"}, {}, "output: {tmp}/b.de is the beam dump of another job"),
+    ({}, {"dump_beam": "a.de"}, "dump_beam: {tmp}/a.de is the output of another job"),
+])
+def test_a_beam_dump_that_another_job_writes_is_refused(first, second, message, model_dir, cli, two_inputs, tmp_path,
+                                                        loads):
+    """A job's --dump-beam file is a file it writes, as its output is: no two jobs share one."""
+    a, b = two_inputs
+    config = tmp_path / "jobs.yaml"
+    jobs = [{"src": str(a), "output": "a.de", **first}, {"src": str(b), "output": "b.de", **second}]
+    config.write_text(yaml.safe_dump({"model": str(model_dir), "jobs": jobs}))
+    run = cli("translate", "-c", config, *ARGS)
+    assert run.returncode == 2 and loads[0] == 0, run.stderr
+    assert run.stderr.strip().endswith(message.format(tmp=tmp_path).encode()), run.stderr
+    assert not any(tmp_path.glob("*.de")) and not (tmp_path / "d.jsonl").exists()
