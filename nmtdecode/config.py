@@ -113,6 +113,13 @@ class DecodingConfig(Section):
         --report-align are made of."""
         return self.alignment or self.replace_unk or self.report_align
 
+    @property
+    def attention_readers(self) -> list[str]:
+        """The options asked for that read the cross-attention (empty: none is recorded): the
+        alignment and what is made of it, the attention itself, a coverage penalty that acts."""
+        asked = [key for key in ("alignment", "attention", "replace_unk", "report_align") if getattr(self, key)]
+        return asked + (["coverage_penalty"] if self.coverage_penalty != "none" and self.beta > 0 else [])
+
     def check(self):
         if self.n_best > self.beam_size and not self.sampling:
             raise ConfigError(f"n_best: {self.n_best} is greater than beam_size ({self.beam_size})")

@@ -151,12 +151,10 @@ class BatchDecoder:
 
     def make_attention(self, cache, src_mask) -> "AttentionFacts | None":
         """What the search needs from the cross-attention, or None (then none is recorded)."""
-        cfg = self.cfg
-        coverage = None
-        if cfg.coverage_penalty != "none" and cfg.beta > 0:
-            coverage = Coverage(cfg.coverage_penalty, cfg.beta, src_mask)
-        if coverage is None and not cfg.aligned and not cfg.attention:
+        cfg, readers = self.cfg, self.cfg.attention_readers
+        if not readers:
             return None
+        coverage = Coverage(cfg.coverage_penalty, cfg.beta, src_mask) if "coverage_penalty" in readers else None
         cache.record_attention = True
         return AttentionFacts(coverage, cfg.aligned, cfg.attention)
 

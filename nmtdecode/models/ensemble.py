@@ -264,9 +264,7 @@ class EnsembleLoaded(LoadedModel):
         """Options that read the cross-attention need the models' source positions to be the same."""
         if self.tokenizer.alike:
             return
-        asked = [key for key in ("alignment", "attention", "replace_unk", "report_align") if getattr(decoding, key)]
-        if decoding.coverage_penalty != "none" and decoding.beta > 0:
-            asked.append("coverage_penalty")
+        asked = decoding.attention_readers
         if asked:
             raise ConfigError(f"{asked[0]}: the ensemble's models split the source differently, so their "
                               "attention has no common source positions to average or align to")
