@@ -218,9 +218,10 @@ class BatchDecoder:
     def encode(self, sources: list[list[int]]):
         """The batch's memory and source mask: the padded ids through the model's encoder, or, for
         an ensemble whose models split the source differently (MemberSources), each model's own."""
+        if isinstance(sources[0], MemberSources):  # the mask of the first model's ids is the search's
+            each = self.pad_each(sources)
+            return self.model.encode_each(each), each[0][1]
         src, src_mask = self.pad(sources)
-        if isinstance(sources[0], MemberSources):
-            return self.model.encode_each(self.pad_each(sources)), src_mask
         return self.model.encode(src, src_mask), src_mask
 
     def pad_each(self, sources: list[MemberSources]) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -143,7 +143,7 @@ class Ensemble(nn.Module):
 
     def encode(self, src_ids: torch.Tensor, src_mask: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Each model's memory of the batch, with the source mask it goes with."""
-        return [(model.encode(src_ids, src_mask), src_mask) for model in self.members]
+        return self.encode_each([(src_ids, src_mask)] * len(self.members))
 
     def encode_each(self, sources: list[tuple[torch.Tensor, torch.Tensor]]) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """The same, each model over its own (ids, mask) of the batch (MemberSources)."""
@@ -184,7 +184,7 @@ class Ensemble(nn.Module):
 
     def forward(self, src_ids, src_mask, tgt_in):
         """Teacher forcing (`score`): the combined scores (B, T, V) of every target position."""
-        return self.combine([model(src_ids, src_mask, tgt_in) for model in self.members])
+        return self.forward_each([(src_ids, src_mask)] * len(self.members), tgt_in)
 
     def forward_each(self, sources: list[tuple[torch.Tensor, torch.Tensor]], tgt_in):
         """The same, each model over its own (ids, mask) of the batch (MemberSources)."""
