@@ -38,17 +38,6 @@ from __future__ import annotations
 
 from .batching import finite_or_null
 
-STOP_RULES = {"beam": None, "diverse": None, "greedy": "eos", "sampling": "eos"}
-
-
-def search_kind(decoding) -> str:
-    if decoding.sampling:
-        return "sampling"
-    if decoding.beam_size == 1:
-        return "greedy"
-    return "diverse" if decoding.beam_groups > 1 else "beam"
-
-
 def _scores(steps: list[list[float]]) -> list[list[float | None]]:
     return [[finite_or_null(x) for x in step] for step in steps]
 
@@ -88,7 +77,6 @@ def sentence_record(example, result, search, sentence: int, decoder, tokenizer) 
     """The dump of one decoded line: `sentence` is its position in the batch `search` searched,
     `result` its Result (n-best hypotheses and their texts)."""
     cfg = decoder.cfg
-    kind = search_kind(cfg)
     beams = search.beams_of(sentence)
     ended_at = [{id(f): j for j, f in enumerate(beam.ended or [])} for beam in beams]
     chosen = [(g, ended_at[g][id(f)]) for g, f in search.chosen(sentence, cfg.n_best)]
@@ -102,9 +90,9 @@ def sentence_record(example, result, search, sentence: int, decoder, tokenizer) 
         ids.update(hyp.tokens)
     penalty = decoder.penalty
     return {"index": example.index, "source": example.text, "source_pieces": source_pieces(tokenizer, example.ids),
-            "search": kind, "beam_size": beams[0].size,
+            "search": search.kind, "beam_size": beams[0].size,
             "groups": len(beams), "n_best": cfg.n_best,
-            "stop_rule": STOP_RULES[kind] or cfg.early_stopping,
+            "stop_rule": search.stop_rule or cfg.early_stopping,
             "length_penalty": {"name": penalty.name, "alpha": penalty.alpha, "offset": penalty.offset},
             "max_steps": beams[0].max_steps, "eos_id": decoder.eos_id, "pieces": target_pieces(tokenizer, ids),
             "beams": records,

@@ -157,6 +157,8 @@ class SentenceRecords:
     beams: list
     active: list[int]
     eos_id: int
+    kind: str  # the strategy's name in --dump-beam: greedy, sampling, beam, diverse
+    stop_rule: str | None = "eos"  # a sentence ends at its first EOS; None: by its Beams' early_stopping
     shrink: bool = True  # finished sentences leave the batch (off only to test that it changes nothing)
 
     @property

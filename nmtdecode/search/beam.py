@@ -243,6 +243,8 @@ class BeamSearch(SentenceRecords):
     `alive_scores` (rows,) holds each row's total log-prob.
     """
 
+    kind, stop_rule = "beam", None
+
     def __init__(self, *, batch_size, beam_size, max_steps, start_id, eos_id, penalty, early_stopping, device,
                  n_best=1, opennmt=False):
         self.k = beam_size

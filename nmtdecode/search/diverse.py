@@ -47,6 +47,8 @@ from .beam import BeamSearch, Candidates, top_candidates
 
 
 class DiverseBeamSearch(BeamSearch):
+    kind = "diverse"
+
     def __init__(self, *, batch_size, beam_size, groups, diversity_penalty, max_steps, start_id, eos_id, penalty,
                  early_stopping, device, n_best=1, forced_steps=None):
         group_size = beam_size // groups

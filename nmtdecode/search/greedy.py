@@ -15,6 +15,8 @@ from .penalties import LengthPenalty
 
 
 class GreedySearch(SentenceRecords):
+    kind = "greedy"
+
     def __init__(self, *, batch_size, max_steps, start_id, eos_id, penalty: LengthPenalty, device):
         self.eos_id = eos_id
         self.beams = [Beam(1, m, penalty) for m in max_steps]

@@ -156,6 +156,8 @@ class SamplingSearch(SentenceRecords):
     (the rows of a sentence stay together, as in beam search). Each sentence's samples live in
     one `Beam` of N slots: slot j is sample j, finished samples in its pool, sorted by score."""
 
+    kind = "sampling"
+
     def __init__(self, *, batch_size, samples, max_steps, start_id, eos_id, penalty: LengthPenalty, device,
                  filters: Filters, seed: int, line_ids: list[int]):
         self.n = samples
