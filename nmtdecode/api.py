@@ -25,11 +25,12 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Iterable, Iterator
 
-from .batching import chunk_size, cut
+from .batching import chunk_size, chunks, cut
 from .config import KEY_SECTION, PER_JOB_KEYS, Config, ConfigError
 
 # Options a call may change; the others (model, device, dtype, ...) are fixed by `load`.
 CALL_KEYS = PER_JOB_KEYS - {"src", "output"}
+_END = object()  # what next() gives for an exhausted iterator, where None is a value
 
 
 @dataclass
@@ -253,22 +254,22 @@ class Translator:
                           decoder) -> Iterator[str]:
         """translate_iterable's work: a window of sources (and as many prefixes) at a time; one
         prefix more is read at the sources' end, to tell prefixes that outlast them."""
+        def prefixes_end(which: str, at: int):
+            raise ValueError(f"translate_iterable(): the prefixes end {which} the sources, at source {at}")
+
         first = 0
-        while True:
-            chunk = list(islice(sources, window))
-            given = None if prefixes is None else list(islice(prefixes, len(chunk) or 1))
-            if given is not None and len(given) != len(chunk):
-                which = "after" if len(given) > len(chunk) else "before"
-                raise ValueError(f"translate_iterable(): the prefixes end {which} the sources, "
-                                 f"at source {first + min(len(chunk), len(given))}")
-            if not chunk:
-                return
+        for chunk in chunks(sources, window):
+            given = None if prefixes is None else list(islice(prefixes, len(chunk)))
+            if given is not None and len(given) < len(chunk):
+                prefixes_end("before", first + len(given))
             self._check_types(chunk, "source", (str, list), "translate_iterable()", first)
             if given is not None:
                 self._check_types(given, "prefix", (str, type(None)), "translate_iterable()", first)
             for result in self._results(chunk, given, config, decoder, first):
                 yield result.texts[0]
             first += len(chunk)
+        if prefixes is not None and next(prefixes, _END) is not _END:  # a prefix may be None
+            prefixes_end("after", first)
 
     def _tokens(self, example, decoder) -> Iterator[GeneratedToken]:
         """The tokens of one example's single hypothesis, each yielded after the step that chose

@@ -171,6 +171,10 @@ def test_translate_iterable_checks_each_window(translator):
         list(translator.translate_iterable(["a", "b"], prefixes=["x"]))
     with pytest.raises(ValueError, match="prefixes end after the sources, at source 2"):
         list(translator.translate_iterable(["a", "b"], prefixes=["x", "y", "z"]))
+    with pytest.raises(ValueError, match="prefixes end after the sources, at source 2"):
+        list(translator.translate_iterable(["a", "b"], prefixes=["x", "y", None]))  # no prefix is one too
+    with pytest.raises(ValueError, match="prefixes end after the sources, at source 0"):
+        list(translator.translate_iterable([], prefixes=["x"]))
     with pytest.raises(ConfigError, match="beam_size"):
         translator.translate_iterable(["a"], beam_size=0)  # options: at the call, before any line is read
     with pytest.raises(TypeError, match="not one string"):
