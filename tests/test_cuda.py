@@ -125,9 +125,10 @@ def test_cuda_graphs_give_the_tokens_of_the_eager_step(strategy):
     steps = FixedShapeSteps(model, graphs=True, warn=refuse_to_fall_back)
     assert_same(decode(model, cfg, sources, prefixes), decode(model, cfg, sources, prefixes, steps))
     captured = len(steps.captured)
-    assert steps.graphs and captured > 0
+    assert steps.graphs and captured > 0 and steps.captures == captured  # one capture per bucket
     assert_same(decode(model, cfg, sources[:13], prefixes[:13]), decode(model, cfg, sources[:13], prefixes[:13], steps))
     assert len(steps.captured) <= captured + 2  # 13 sentences: the bucket of 16, already captured as sentences ended
+    assert steps.captures == len(steps.captured)  # the buffers did not grow: nothing captured twice
 
 
 def test_cuda_graphs_in_half_precision_agree_with_eager_half_precision():

@@ -6,8 +6,12 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from tests.helpers import REPO
+
+sys.path.insert(0, str(REPO / "bench"))
+import gpu_check  # noqa: E402
 
 
 @pytest.mark.slow
@@ -25,3 +29,30 @@ def test_the_gpu_check_runs_every_section_on_cpu(tmp_path):
     rows = [line for line in table.splitlines() if line.startswith(("| demo |", "| marian-base |", "| opennmt-base |"))]
     assert len(rows) == 3 * 3 * 2 * 2  # models x dtypes x beams x batch sizes, each measured
     assert all(float(row.split("|")[5]) > 0 for row in rows)  # nmtdecode's tokens/s
+
+
+
+class TwoBatchPasses:
+    """run_batches' translate over three sources in batches of two: numbers its calls (its
+    outputs say which call made them), and captures() grows in each pass listed in `capturing`."""
+
+    def __init__(self, capturing: set[int]):
+        self.capturing, self.calls = capturing, 0
+
+    def translate(self, batch):
+        self.calls += 1
+        return [self.calls] * len(batch)
+
+    def captures(self) -> int:
+        return sum(1 for p in self.capturing if p < self.calls // 2)  # passes finished
+
+
+@pytest.mark.parametrize(("capturing", "warm_up"), [({0}, 2), ({0, 1}, 3), ({0, 1, 2}, 4), ({0, 1, 2, 3, 4}, 4)])
+def test_warm_up_passes_go_on_while_graphs_are_captured(capturing, warm_up):
+    """At least two warm-up passes; more while the last one captured graphs, at most four; then
+    two timed passes."""
+    passes = TwoBatchPasses(capturing)
+    seconds, outputs, made = gpu_check.run_batches(torch.device("cpu"), passes.translate, [[1], [2], [3]], 2,
+                                                   passes.captures)
+    assert made == warm_up + 2 and passes.calls == 2 * made
+    assert seconds >= 0 and outputs == [2 * made - 1, 2 * made - 1, 2 * made]  # the last pass's

@@ -2,7 +2,7 @@
 
 On a GPU the incremental step of `transformer.py` is bound by launches, not arithmetic: a
 Transformer-base step issues ~250 kernels (a few microseconds each) from ~700 operator calls
-that each cost the host several microseconds more (bench/gpu-check.md, "where a step's time
+that each cost the host several microseconds more (bench/gpu-check-h200-first.md, "where a step's time
 goes"). A CUDA graph records the kernels of one step once and replays them with one launch,
 but only if every replay has the same shapes and reads and writes the same memory. The step
 of `cache.py` has neither: its rows shrink as sentences finish and its keys grow by one
@@ -162,6 +162,7 @@ class FixedShapeSteps:
         self.buffers: StepBuffers | None = None
         self.captured: dict[tuple, tuple] = {}  # bucket key -> (graph, logits it writes)
         self.pool = None
+        self.captures = 0  # graphs captured so far (again after the buffers grow): a job's one-off cost
 
     def init_cache(self, memory: torch.Tensor, src_mask: torch.Tensor, positions: int, width: int) -> FixedShapeCache:
         """The batch's encoder output projected into the buffers; positions: its step limit."""
@@ -244,5 +245,6 @@ class FixedShapeSteps:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool):
             logits = self._step(cache)
+        self.captures += 1
         cache.length = t  # the Python side of the step ran twice; the caller sets it once
         return graph, logits
