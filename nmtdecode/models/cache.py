@@ -28,10 +28,17 @@ translator for coverage penalties and alignments): then, after each step,
 
 `follow(out)` tracks one search step (search/base.py:StepOutput): row r of the
 next step continues row out.origin[r]; only the sentences out.keep stay.
+
+When the cache grows, widens to the beam or drops finished sentences, it is
+copied into a new tensor. On the CPU those tensors come from `Scratch`, memory
+kept from copy to copy and from batch to batch, not from the operating system.
 """
 
 from __future__ import annotations
 
+import math
+import threading
+import weakref
 from typing import TYPE_CHECKING
 
 import torch
@@ -42,6 +49,49 @@ if TYPE_CHECKING:  # the model does not depend on the search, only on this shape
 
 INITIAL_CAPACITY = 16
 SENTENCES, POSITIONS, SLOTS = 2, 4, 5  # axes of self_kv
+
+
+class Scratch:
+    """Where a cache's copies of itself go on the CPU. A new tensor of the cache's size is new
+    memory from the operating system, and each of its pages faults on its first write: on a
+    2-vCPU VM that made the copies of a beam-5 job on the demo cost 3-6 times what copying into
+    memory already written costs (docs/speed.md, "Reused memory for the cache"). So each kind of
+    tensor ("self", "cross") alternates between two flat buffers: a copy goes into the one that
+    does not hold the current data. The buffers only grow; they are kept for the next batch
+    (`borrow`), so a process holds up to twice its largest cache per batch decoded at once.
+    CUDA tensors are allocated as before: its caching allocator reuses memory already."""
+
+    _free: list["Scratch"] = []  # not in use: each cache borrows one, and it comes back with the cache
+    _lock = threading.Lock()  # --inter-threads decodes batches at once
+
+    def __init__(self):
+        self.pairs: dict[str, list] = {}  # kind -> [buffer, buffer, index of the one to use next]
+
+    @classmethod
+    def borrow(cls, owner) -> "Scratch":
+        """A Scratch for `owner` alone, given back when the owner is garbage."""
+        with cls._lock:
+            scratch = cls._free.pop() if cls._free else cls()
+        weakref.finalize(owner, cls._give_back, scratch)
+        return scratch
+
+    @classmethod
+    def _give_back(cls, scratch: "Scratch"):
+        with cls._lock:
+            cls._free.append(scratch)
+
+    def next(self, kind: str, like: torch.Tensor, shape) -> torch.Tensor:
+        """An uninitialised tensor of `shape`, with `like`'s dtype and device, that is not the
+        memory of the tensor this `kind` got last time (which the caller is copying from)."""
+        if like.device.type != "cpu":
+            return like.new_empty(shape)
+        pair = self.pairs.setdefault(kind, [None, None, 0])
+        i, size = pair[2], math.prod(shape)
+        pair[2] = 1 - i
+        if pair[i] is None or pair[i].numel() < size or pair[i].dtype != like.dtype:
+            with torch.inference_mode(False):  # a normal tensor: batches decoded outside inference mode write it too
+                pair[i] = torch.empty(size, dtype=like.dtype)
+        return pair[i][:size].view(shape)
 
 
 class AttentionRecord:
@@ -75,6 +125,7 @@ class DecoderCache(AttentionRecord):
         self.path = None  # (N, length): slot of each row's ancestor at each position; None while width is 1
         self.length = 0  # positions decoded so far
         self._mask = None  # (B, 1, width, (length+1)*width) bool, this step's self_mask
+        self.scratch = Scratch.borrow(self)
 
     @property
     def position(self) -> int:
@@ -121,7 +172,7 @@ class DecoderCache(AttentionRecord):
     def _grow(self, like: torch.Tensor):
         n, _, heads, hd = like.shape
         layers, capacity = self.cross_kv.size(0), max(INITIAL_CAPACITY, 2 * self.length)
-        grown = like.new_empty((layers, 2, n // self.width, heads, capacity, self.width, hd))
+        grown = self.scratch.next("self", like, (layers, 2, n // self.width, heads, capacity, self.width, hd))
         if self.self_kv is not None:
             grown[:, :, :, :, : self.length] = self.self_kv[:, :, :, :, : self.length]
         self.self_kv = grown
@@ -131,7 +182,10 @@ class DecoderCache(AttentionRecord):
         out.origin[r] (row r itself when origin is None) extended by the slot that row held at the
         step just decoded."""
         if out.keep is not None:
-            self.cross_kv = self.cross_kv.index_select(SENTENCES, out.keep)
+            shape = list(self.cross_kv.shape)
+            shape[SENTENCES] = out.keep.numel()
+            kept = self.scratch.next("cross", self.cross_kv, shape)
+            self.cross_kv = torch.index_select(self.cross_kv, SENTENCES, out.keep, out=kept)
             if self.memory_mask is not None:
                 self.memory_mask = self.memory_mask.index_select(0, out.keep)
             if self.self_kv is not None:
@@ -159,7 +213,7 @@ class DecoderCache(AttentionRecord):
         """Copy the filled positions of the sentences `keep` into a buffer of the same capacity."""
         shape = list(self.self_kv.shape)
         shape[SENTENCES] = keep.numel()
-        kept = self.self_kv.new_empty(shape)
+        kept = self.scratch.next("self", self.self_kv, shape)
         t = self.length
         torch.index_select(self.self_kv[:, :, :, :, :t], SENTENCES, keep, out=kept[:, :, :, :, :t])
         self.self_kv = kept
@@ -173,7 +227,7 @@ class DecoderCache(AttentionRecord):
             raise ValueError(f"rows per sentence went down from {self.width} to {width}")
         shape = list(self.self_kv.shape)
         shape[SLOTS] = width
-        wider = self.self_kv.new_empty(shape)
+        wider = self.scratch.next("self", self.self_kv, shape)
         wider[:, :, :, :, : self.length, self.width :] = 0
         wider[:, :, :, :, : self.length, : self.width] = self.self_kv[:, :, :, :, : self.length]
         self.self_kv, self.width = wider, width
