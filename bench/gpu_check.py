@@ -497,8 +497,8 @@ def benchmark_row(report, device, task, ours, steps, peer, dtype, dtype_name, be
     step_ms = seconds / steps * 1e3
     cells = [task.name, dtype_name, beam, batch, f"{tokens / seconds:.0f}"]
     if peer is not None:
-        peer = transformers_decoder(task, peer, beam, device)
-        peer_seconds, peer_outputs, _ = run_batches(device, peer, task.sources, batch)
+        generate = transformers_decoder(task, peer, beam, device)
+        peer_seconds, peer_outputs, _ = run_batches(device, generate, task.sources, batch)
         peer_tokens = sum(map(len, peer_outputs))
         cells += [f"{peer_tokens / peer_seconds:.0f}", f"{peer_seconds / seconds:.2f}",
                   same(outputs, peer_outputs)]
