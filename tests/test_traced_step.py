@@ -1,0 +1,22 @@
+"""bench/traced_step.py, the measurement behind docs/speed.md's traced-step lead: it must run, and
+the traced step must give the eager step's logits bit for bit at every row count it measures."""
+
+import sys
+
+import pytest
+
+from tests.helpers import REPO
+
+sys.path.insert(0, str(REPO / "bench"))
+import traced_step  # noqa: E402
+
+
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")  # the trace keeps one shape's branches, as meant
+def test_the_traced_step_gives_the_eager_logits(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["traced_step.py", "--rows", "1,5", "--steps", "2"])
+    monkeypatch.setattr(traced_step.PackedLinear, "forward", traced_step.PackedLinear.forward)  # undone after
+    traced_step.main()
+    rows = [line.split("|") for line in capsys.readouterr().out.splitlines() if line.startswith("| 1 ")
+            or line.startswith("| 5 ")]
+    assert len(rows) == 2
+    assert all(cells[5].strip() == "True" for cells in rows)  # same logits
