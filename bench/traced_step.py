@@ -1,12 +1,17 @@
 """How much of a CPU decoding step is Python: the eager step against the same step recorded by
 `torch.jit.trace` (TorchScript, part of torch: no compiler needed), demo model, beam 1.
 
-    python bench/traced_step.py [--threads 2] [--rows 1,8,32,160] [--steps 300]
+    python bench/traced_step.py [--threads 2] [--rows 1,8,32,160] [--steps 300] [--fixed-shape]
 
 The trace is of one shape and one position (the cache is reset to the same position before every
 call), so it is not a decoder yet: it measures what running the step's ~100 operator calls
 without the Python between them would save, which `torch.compile` (bench/compile_step.py) did not
 show on this CPU. The logits must be bit-identical to the eager step's; the script checks.
+
+With --fixed-shape it traces the fixed-shape step instead (models/fixed_step.py, whose position
+is a tensor): recorded once at one position, the trace is run at the next positions of its
+positions bucket and compared with that step run eagerly, the first step towards one trace per
+bucket serving a whole job.
 
 The tracer cannot record `torch.ops.mkldnn._linear_pointwise` called from Python (its
 `Scalar?[]` argument), so for the trace the oneDNN products go through a TorchScript function
@@ -52,11 +57,51 @@ def best_ms(call, steps: int) -> float:
     return best * 1e3
 
 
+def fixed_shape(model, packed: list, rows_list: list[int], steps: int):
+    """The fixed-shape step traced at position WARM_STEPS, then run at the next positions of its
+    bucket: same logits as that step run eagerly, and its time against the eager one."""
+    from nmtdecode.models.fixed_step import FixedShapeSteps
+
+    print("| rows | positions the trace ran at | same logits | eager | traced | traced ÷ eager |")
+    print("|---|---|---|---|---|---|")
+    t0 = compile_step.WARM_STEPS
+    for rows in rows_list:
+        fixed = FixedShapeSteps(model, graphs=False)
+        cache = fixed.init_cache(*compile_step.encoded(model, rows), positions=64, width=1)
+        buffers = fixed.buffers
+
+        def eager(t: int):
+            buffers.position.fill_(t)
+            cache.length, cache.positions_bucket = t, 16
+            return fixed._step(cache)
+
+        def step(tokens, position, *weights):  # the position lives in the buffers; here it is an input too
+            buffers.tokens.copy_(tokens)
+            return fixed._step(cache)
+        for t in range(t0):
+            eager(t)
+        tokens = buffers.tokens.clone()
+        buffers.position.fill_(t0)
+        traced = torch.jit.trace(step, (tokens, buffers.position, *packed), check_trace=False)
+        positions = range(t0, t0 + 4)
+        same = True
+        for t in positions:
+            expected = eager(t).clone()  # writes position t; the trace then rewrites it from the same state
+            buffers.position.fill_(t)
+            same &= torch.equal(traced(tokens, buffers.position, *packed), expected)
+        eager_ms = best_ms(lambda: eager(t0), steps)
+        buffers.position.fill_(t0)
+        traced_ms = best_ms(lambda: traced(tokens, buffers.position, *packed), steps)
+        print(f"| {rows} | {positions.start}-{positions.stop - 1} | {same} | {eager_ms:.3f} | {traced_ms:.3f} "
+              f"| {traced_ms / eager_ms:.2f} |")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rows", default="1,8,32,160")
     parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--fixed-shape", action="store_true", help="trace the fixed-shape step (see above)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     traceable_products()
@@ -66,6 +111,10 @@ def main():
     packed = [m.packed_weight for m in model.modules() if isinstance(m, PackedLinear)]
     print(f"CPU: {cpu_description()}; {args.threads} threads; torch {torch.__version__}; demo model, beam 1, "
           f"ms per step\n")
+    if args.fixed_shape:
+        with torch.no_grad():
+            fixed_shape(model, packed, [int(r) for r in args.rows.split(",")], args.steps)
+        return
     print("| rows | eager | traced | traced ÷ eager | same logits | tracing it, s |")
     print("|---|---|---|---|---|---|")
     with torch.no_grad():

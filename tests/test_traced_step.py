@@ -16,7 +16,17 @@ def test_the_traced_step_gives_the_eager_logits(monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["traced_step.py", "--rows", "1,5", "--steps", "2"])
     monkeypatch.setattr(traced_step.PackedLinear, "forward", traced_step.PackedLinear.forward)  # undone after
     traced_step.main()
-    rows = [line.split("|") for line in capsys.readouterr().out.splitlines() if line.startswith("| 1 ")
-            or line.startswith("| 5 ")]
+    rows = [line.split("|") for line in capsys.readouterr().out.splitlines() if line.startswith(("| 1 ", "| 5 "))]
     assert len(rows) == 2
     assert all(cells[5].strip() == "True" for cells in rows)  # same logits
+
+
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
+def test_a_trace_of_the_fixed_shape_step_serves_the_next_positions(monkeypatch, capsys):
+    """Recorded at one position, run at the next four of its bucket: the eager logits each time."""
+    monkeypatch.setattr(sys, "argv", ["traced_step.py", "--rows", "1,5", "--steps", "2", "--fixed-shape"])
+    monkeypatch.setattr(traced_step.PackedLinear, "forward", traced_step.PackedLinear.forward)
+    traced_step.main()
+    rows = [line.split("|") for line in capsys.readouterr().out.splitlines() if line.startswith(("| 1 ", "| 5 "))]
+    assert len(rows) == 2
+    assert all(cells[2].strip() == "10-13" and cells[3].strip() == "True" for cells in rows)
