@@ -6,7 +6,7 @@ beam size, length limits and thread count; tokenization is not timed.
 
     python bench/worker.py SYSTEM MODEL_DIR TASK.json --beam 5 --batch 32 --threads 2
         [--precision float32|int8|bfloat16] [--rule top|true|false|never] [--gemm auto|onednn|torch]
-        [--length-penalty A] [--fixed-length N] [--inter-threads N] [--max-length N]
+        [--length-penalty A] [--fixed-length N] [--inter-threads N] [--max-length N] [--traced-step auto|off]
 SYSTEM: nmtdecode | transformers | ctranslate2
         | opennmt-py (OpenNMT-py's Translator, as onmt_translate builds it; bench/opennmt_py.py)
         | nmtdecode-file (the CLI job on a text file TASK; for peak memory against input size)
@@ -65,6 +65,7 @@ def run_nmtdecode(args, task):
     from nmtdecode.models.loading import load_model
     from nmtdecode.models.quantize import quantize_int8
     from nmtdecode.decoding import BatchDecoder
+    from nmtdecode.models.traced_step import TracedSteps
 
     if task["format"] in ("native", "opennmt-py"):
         loaded = load_model(args.model)
@@ -83,7 +84,8 @@ def run_nmtdecode(args, task):
               "length_penalty": "avg" if args.length_penalty else "none", "alpha": args.length_penalty or 1.0}
     if args.fixed_length:
         values.update(min_length=args.fixed_length, max_length=args.fixed_length)
-    translator = BatchDecoder(model, Config.from_values(values).decoding, rules)
+    traced = TracedSteps(model) if args.traced_step == "auto" and args.precision != "int8" else None  # as Engine.load
+    translator = BatchDecoder(model, Config.from_values(values).decoding, rules, traced_steps=traced)
 
     def translate(batch):
         with torch.inference_mode():  # in the thread that decodes it
@@ -201,6 +203,8 @@ def main():
     parser.add_argument("--precision", default="float32", choices=["float32", "int8", "bfloat16"])
     parser.add_argument("--rule", default="top", choices=["top", "true", "false", "never"])
     parser.add_argument("--gemm", default="auto", choices=["auto", "onednn", "torch"])
+    parser.add_argument("--traced-step", default="auto", choices=["auto", "off"],
+                        help="nmtdecode: its CPU step recorded by TorchScript, as the engine runs it (auto)")
     parser.add_argument("--length-penalty", type=float, default=1.0)
     parser.add_argument("--max-length", type=int, default=0, help="output limit instead of the task's")
     args = parser.parse_args()

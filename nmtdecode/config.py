@@ -151,6 +151,9 @@ class RuntimeConfig(Section):
                        "or auto: the faster on this machine, measured once and remembered.", choices=GEMM_BACKENDS)
     cuda_graphs: str = option("auto", "CUDA: each decoding step replayed as a captured CUDA graph (auto), or run "
                               "operator by operator (off).", choices=("auto", "off"))
+    traced_step: str = option("auto", "CPU: the decoding step recorded once by TorchScript and replayed without "
+                              "Python between its operators (auto), or run operator by operator (off). Same "
+                              "tokens.", choices=("auto", "off"))
     threads: int | None = option(None, "CPU threads of each operation (torch.set_num_threads); default: the "
                                  "CPUs, shared among --inter-threads.", range=">= 1")
     inter_threads: int = option(1, "CPU: batches decoded at once, each by a thread of its own (CTranslate2's "
@@ -242,8 +245,8 @@ PER_JOB_KEYS = frozenset({"src", "output", "format", "token_scores", "on_invalid
                          | {f.name for f in fields(DecodingConfig)} | {f.name for f in fields(BatchingConfig)})
 # The options `score` shares with translate; from a config file it takes these (and the model) only.
 SCORE_KEYS = ("model", "ensemble_rule", "ensemble_weights", "batch_size", "batch_type", "max_src_length",
-              "on_invalid_utf8", "device", "dtype", "quantize", "gemm", "cuda_graphs", "threads", "quiet", "src_lang",
-              "tgt_lang")
+              "on_invalid_utf8", "device", "dtype", "quantize", "gemm", "cuda_graphs", "traced_step", "threads",
+              "quiet", "src_lang", "tgt_lang")
 # Keys a config file may hold besides the options: they plan a run of many files (jobs.py).
 PLAN_OPTIONS = {
     "output_dir": Option("Instead of --output: each input's output is DIR/its name (its extension replaced with "

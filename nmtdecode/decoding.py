@@ -27,6 +27,7 @@ from .config import ConfigError, DecodingConfig
 from .models.checkpoint import ModelRules
 from .models.ensemble import MemberSources
 from .models.fixed_step import FixedShapeSteps
+from .models.traced_step import TracedSteps
 from .search.base import Hypothesis, RowFacts, RowState, Search, StepOutput
 from .search.beam import BeamSearch
 from .search.diverse import DiverseBeamSearch
@@ -63,14 +64,16 @@ class BatchDecoder:
 
     def __init__(self, model: Seq2SeqModel, decoding: DecodingConfig, rules: ModelRules | None = None,
                  shrink: bool = True, piece_id=None, fixed_steps: FixedShapeSteps | None = None,
-                 trace: bool = False):
+                 trace: bool = False, traced_steps: TracedSteps | None = None):
         """piece_id: target piece -> id or None (the tokenizer's), for the options naming pieces.
         fixed_steps: the model's fixed-shape step (CUDA graphs), used instead of its own.
+        traced_steps: the model's own step recorded by TorchScript (CPU), used instead of it.
         trace: the searches keep every hypothesis that ends, for `search_batch`'s caller (--dump-beam)."""
         self.model = model
         self.log_probs = getattr(model, "log_probs", log_softmax)
         self.trace = trace
         self.fixed_steps = fixed_steps
+        self.traced_steps = traced_steps
         self.cfg = decoding
         self.rules = rules or ModelRules()
         self.shrink = shrink  # drop finished sentences from the batch (off only to test that it changes nothing)
@@ -233,7 +236,8 @@ class BatchDecoder:
         """The step function and the decoder state of a batch: the model's own, or the fixed-shape
         step's (models/fixed_step.py), which has the same interface and gives the same tokens."""
         if self.fixed_steps is None:
-            return self.model.decode_step, self.model.init_cache(memory, src_mask)
+            decode_step = self.model.decode_step if self.traced_steps is None else self.traced_steps.decode_step
+            return decode_step, self.model.init_cache(memory, src_mask)
         cache = self.fixed_steps.init_cache(memory, src_mask, positions, self.cfg.rows_per_sentence)
         return self.fixed_steps.decode_step, cache
 

@@ -25,6 +25,7 @@ from .decoding import BatchDecoder
 from .models.checkpoint import LoadedModel, ModelError, largest_demand
 from .models.ensemble import MemberSources
 from .models.fixed_step import FixedShapeSteps
+from .models.traced_step import TracedSteps
 from .models.gemm import apply_backend, choose_backend
 from .models.loading import load_model
 from .models.quantize import quantize_int8
@@ -63,9 +64,10 @@ class Engine:
     """A loaded model on its device, with the options it was loaded with."""
 
     def __init__(self, config: Config, loaded: LoadedModel, device: torch.device,
-                 fixed_steps: FixedShapeSteps | None = None):
+                 fixed_steps: FixedShapeSteps | None = None, traced_steps: TracedSteps | None = None):
         self.config, self.loaded, self.device = config, loaded, device
         self.fixed_steps = fixed_steps  # the CUDA-graph step (models/fixed_step.py), kept across batches and jobs
+        self.traced_steps = traced_steps  # the CPU step recorded by TorchScript (models/traced_step.py), likewise
 
     @classmethod
     def load(cls, config: Config) -> "Engine":
@@ -90,7 +92,10 @@ class Engine:
         # collection first: it found ~20 unreachable objects among ~170,000 and took 80-100 ms.
         gc.freeze()
         graphs = device.type == "cuda" and runtime.cuda_graphs == "auto" and isinstance(loaded.model, Transformer)
-        return cls(config, loaded, device, FixedShapeSteps(loaded.model, graphs=True, warn=warn) if graphs else None)
+        traced = (device.type == "cpu" and runtime.traced_step == "auto" and runtime.quantize == "none"
+                  and isinstance(loaded.model, Transformer))
+        return cls(config, loaded, device, FixedShapeSteps(loaded.model, graphs=True, warn=warn) if graphs else None,
+                   TracedSteps(loaded.model, warn=warn) if traced else None)
 
     def decoder(self, config: Config, warn=warn, api: bool = False) -> tuple[Config, BatchDecoder]:
         """A job's effective config (the model's defaults under the user's options) and its
@@ -109,7 +114,7 @@ class Engine:
         rules = self.loaded.rules_for(config.decoding.src_lang, config.decoding.tgt_lang)
         decoder = BatchDecoder(self.loaded.model, config.decoding, rules,
                                piece_id=getattr(self.loaded.tokenizer, "piece_id", None), fixed_steps=self.fixed_steps,
-                               trace=config.io.dump_beam is not None)
+                               trace=config.io.dump_beam is not None, traced_steps=self.traced_steps)
         return config, decoder
 
     def encode_source(self, text: str | list[str], max_src_length: int | None) -> tuple[list[int], bool]:

@@ -197,9 +197,15 @@ def test_generate_tokens_are_translate_batchs_tokens(translator, options, spm_mo
 
 
 def test_generate_tokens_yields_each_token_after_its_step(translator, monkeypatch):
-    model, steps = translator.engine.loaded.model, []
-    step = model.decode_step
-    monkeypatch.setattr(model, "decode_step", lambda *args: steps.append(1) or step(*args))
+    """Counted at the step function the decoder runs (the model's own, or its traced step on CPU)."""
+    from nmtdecode.decoding import BatchDecoder
+
+    steps, start_decoder = [], BatchDecoder.start_decoder
+
+    def counted(self, *args):
+        step, cache = start_decoder(self, *args)
+        return (lambda *a: steps.append(1) or step(*a)), cache
+    monkeypatch.setattr(BatchDecoder, "start_decoder", counted)
     tokens = translator.generate_tokens("a dog and a cat sleep in the garden .", max_length=6, ban_unk=True,
                                         min_length=6)
     assert steps == []  # nothing decoded before the first token is asked for
