@@ -144,14 +144,22 @@ class DecoderCache(AttentionRecord):
         """Store this step's keys and values, kv (N, 2, H, hd), for `layer` (one copy). Returns the
         keys and values of every position so far, (B, H, (t+1)*width, hd), each sentence's slots
         side by side, and the mask of what each row may attend to (None when width is 1)."""
-        if self.self_kv is None or self.length == self.self_kv.size(POSITIONS):
-            self._grow(kv)
+        self.make_room(kv)
         t, (n, _, heads, hd) = self.length, kv.shape
         sentences = n // self.width
         # (N, 2, H, hd) -> (2, B, H, width, hd): row b*width + j goes to sentence b, slot j
         self.self_kv[layer, :, :, :, t] = kv.view(sentences, self.width, 2, heads, hd).permute(2, 0, 3, 1, 4)
-        past = self.self_kv[layer, :, :, :, : t + 1].flatten(3, 4)  # (2, B, H, (t+1)*width, hd)
+        past = self.past(layer)
         return past[0], past[1], self.self_mask()
+
+    def make_room(self, like: torch.Tensor):
+        """Room for position `length` (like: this step's keys and values, (N, 2, H, hd))."""
+        if self.self_kv is None or self.length == self.self_kv.size(POSITIONS):
+            self._grow(like)
+
+    def past(self, layer: int) -> torch.Tensor:
+        """Keys and values of every position up to `length`: (2, B, H, (length+1)*width, hd), a view."""
+        return self.self_kv[layer, :, :, :, : self.length + 1].flatten(3, 4)
 
     def self_mask(self) -> torch.Tensor | None:
         """Which (position, slot) each row attends to: its ancestors', and its own at this step."""

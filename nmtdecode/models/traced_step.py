@@ -22,10 +22,11 @@ Python. So does everything when tracing fails, after one warning.
 from __future__ import annotations
 
 import threading
+from typing import NamedTuple
 
 import torch
 
-from .cache import POSITIONS, DecoderCache
+from .cache import DecoderCache
 from .gemm import PackedLinear
 
 # The tracer cannot record torch.ops.mkldnn._linear_pointwise called from Python (its Scalar?[]
@@ -42,14 +43,29 @@ def packed_linear(x: torch.Tensor, layer: PackedLinear) -> torch.Tensor:
     return _SCRIPTED.packed_linear(x, layer.packed_weight, layer.bias, layer.post_op, layer.algorithm)
 
 
+class StepInputs(NamedTuple):
+    """What a recorded step reads, in the order it takes them."""
+
+    tokens: torch.Tensor  # (N,)
+    position: torch.Tensor  # (1,): the position of the tokens
+    cross_kv: torch.Tensor  # (L, 2, B, H, S, hd)
+    memory_mask: torch.Tensor  # (B, 1, 1, S) bool
+    self_mask: torch.Tensor | None  # which slots each row attends to; None with one row per sentence
+    pasts: list  # per layer, the cache's keys and values up to this position: (2, B, H, (t+1)*width, hd)
+
+    def flat(self) -> list:
+        return [self.tokens, self.position, self.cross_kv, self.memory_mask,
+                *([] if self.self_mask is None else [self.self_mask]), *self.pasts]
+
+
 class TraceInputs:
-    """What a recorded step reads, with the part of DecoderCache's interface the layers call."""
+    """StepInputs as the layers see a cache: the part of DecoderCache's interface they call."""
 
     record_attention = False
 
-    def __init__(self, position, cross_kv, memory_mask, self_mask, pasts, width: int):
-        self.position, self.cross_kv, self.memory_mask = position, cross_kv, memory_mask
-        self.mask, self.pasts, self.width = self_mask, pasts, width
+    def __init__(self, inputs: StepInputs, width: int):
+        self.position, self.cross_kv, self.memory_mask = inputs.position, inputs.cross_kv, inputs.memory_mask
+        self.mask, self.pasts, self.width = inputs.self_mask, inputs.pasts, width
 
     def cross(self, layer: int):
         return self.cross_kv[layer, 0], self.cross_kv[layer, 1]
@@ -61,7 +77,7 @@ class TraceInputs:
         """kv (N, 2, H, hd) into the last `width` slots of the layer's view, which end at this
         step's position; returns the view's keys, values and the ancestry mask, as the cache does."""
         _, _, heads, hd = kv.shape
-        past = self.pasts[layer]  # (2, B, H, (t+1)*width, hd)
+        past = self.pasts[layer]
         past[:, :, :, -self.width:] = kv.view(-1, self.width, 2, heads, hd).permute(2, 0, 3, 1, 4)
         return past[0], past[1], self.mask
 
@@ -84,41 +100,34 @@ class TracedSteps:
         if self.failed or cache.record_attention:
             return self.model.decode_step(tokens, cache)
         width = tokens.numel() // cache.cross_kv.size(2)
-        inputs = self._inputs(tokens, cache, width)
-        key = (width, inputs[4] is not None)
-        step = self.traced.get(key)
+        inputs = self._inputs(tokens, cache)
+        key = (width, inputs.self_mask is not None)
+        step = self.traced.get(key) or self._trace(key, inputs)
         if step is None:
-            step = self._trace(key, inputs)
-            if step is None:
-                return self.model.decode_step(tokens, cache)
-        logits = step(*self._flat(inputs))
+            return self.model.decode_step(tokens, cache)
+        logits = step(*inputs.flat())
         cache.advance()
         return logits
 
-    def _inputs(self, tokens, cache: DecoderCache, width: int):
-        t = cache.length
-        if cache.self_kv is None or t == cache.self_kv.size(POSITIONS):
-            cfg = self.model.cfg
-            cache._grow(cache.cross_kv.new_empty((tokens.numel(), 2, cfg.heads, cfg.d_model // cfg.heads)))
-        pasts = [cache.self_kv[layer, :, :, :, : t + 1].flatten(3, 4) for layer in range(cache.self_kv.size(0))]
+    def _inputs(self, tokens, cache: DecoderCache) -> StepInputs:
+        cfg = self.model.cfg
+        cache.make_room(cache.cross_kv.new_empty((tokens.numel(), 2, cfg.heads, cfg.d_model // cfg.heads)))
         memory_mask = cache.memory_mask
         if memory_mask is None:  # no source padded: a mask of all True attends the same
             memory_mask = torch.ones((cache.cross_kv.size(2), 1, 1, cache.cross_kv.size(4)), dtype=torch.bool)
-        return tokens, torch.tensor([t]), cache.cross_kv, memory_mask, cache.self_mask(), pasts
+        return StepInputs(tokens, torch.tensor([cache.length]), cache.cross_kv, memory_mask, cache.self_mask(),
+                          [cache.past(layer) for layer in range(cfg.decoder_layers)])
 
-    @staticmethod
-    def _flat(inputs) -> list:
-        tokens, position, cross_kv, memory_mask, mask, pasts = inputs
-        return [tokens, position, cross_kv, memory_mask, *([] if mask is None else [mask]), *pasts]
-
-    def _trace(self, key: tuple, inputs):
+    def _trace(self, key: tuple, example: StepInputs):
+        """The step of this key recorded on `example` (None, after one warning, if it cannot be)."""
         width, masked = key
-        layers = len(inputs[5])
-        model, packed = self.model, self.packed
+        model, layers, weights = self.model, len(example.pasts), [layer.packed_weight for layer in self.packed]
 
-        def step(tokens, position, cross_kv, memory_mask, *rest):
+        def step(*flat):  # StepInputs.flat(), then the packed weights (inputs: the tracer cannot hold them)
+            tokens, position, cross_kv, memory_mask, *rest = flat[: len(flat) - len(weights)]
             mask, pasts = (rest[0], rest[1:]) if masked else (None, rest)
-            return model.decode_step(tokens, TraceInputs(position, cross_kv, memory_mask, mask, pasts[:layers], width))
+            inputs = StepInputs(tokens, position, cross_kv, memory_mask, mask, pasts[:layers])
+            return model.decode_step(tokens, TraceInputs(inputs, width))
         with self.lock:
             if key in self.traced:
                 return self.traced[key]
@@ -127,9 +136,7 @@ class TracedSteps:
                 PackedLinear.forward = lambda layer, x: packed_linear(x, layer)
                 for parameter in model.parameters():
                     parameter.requires_grad_(False)  # a trace holds them as constants
-                weights = [layer.packed_weight for layer in packed]  # inputs: the tracer cannot hold them
-                traced = torch.jit.trace(lambda *args: step(*args[: len(args) - len(weights)]),
-                                         (*self._flat(inputs), *weights), check_trace=False)
+                traced = torch.jit.trace(step, (*example.flat(), *weights), check_trace=False)
             except Exception as error:  # noqa: BLE001 - any failure: decode eagerly, as before
                 self.failed = True
                 if self.warn:
