@@ -47,16 +47,6 @@ def traceable_products():
                                                                   self.algorithm)
 
 
-def best_ms(call, steps: int) -> float:
-    best = float("inf")
-    for _ in range(5):
-        start = time.perf_counter()
-        for _ in range(steps):
-            call()
-        best = min(best, (time.perf_counter() - start) / steps)
-    return best * 1e3
-
-
 def fixed_shape(model, packed: list, rows_list: list[int], steps: int):
     """The fixed-shape step traced at position WARM_STEPS, then run at the next positions of its
     bucket: same logits as that step run eagerly, and its time against the eager one."""
@@ -89,9 +79,9 @@ def fixed_shape(model, packed: list, rows_list: list[int], steps: int):
             expected = eager(t).clone()  # writes position t; the trace then rewrites it from the same state
             buffers.position.fill_(t)
             same &= torch.equal(traced(tokens, buffers.position, *packed), expected)
-        eager_ms = best_ms(lambda: eager(t0), steps)
+        eager_ms = compile_step.best_ms(lambda: eager(t0), steps)
         buffers.position.fill_(t0)
-        traced_ms = best_ms(lambda: traced(tokens, buffers.position, *packed), steps)
+        traced_ms = compile_step.best_ms(lambda: traced(tokens, buffers.position, *packed), steps)
         print(f"| {rows} | {positions.start}-{positions.stop - 1} | {same} | {eager_ms:.3f} | {traced_ms:.3f} "
               f"| {traced_ms / eager_ms:.2f} |")
 
@@ -133,8 +123,8 @@ def main():
             same = torch.equal(traced(tokens, *packed), expected)  # the first calls optimise the graph
             traced(tokens, *packed)
             tracing = time.perf_counter() - start
-            eager_ms = best_ms(lambda: step(tokens), args.steps)
-            traced_ms = best_ms(lambda: traced(tokens, *packed), args.steps)
+            eager_ms = compile_step.best_ms(lambda: step(tokens), args.steps)
+            traced_ms = compile_step.best_ms(lambda: traced(tokens, *packed), args.steps)
             print(f"| {rows} | {eager_ms:.3f} | {traced_ms:.3f} | {traced_ms / eager_ms:.2f} | {same} "
                   f"| {tracing:.2f} |")
 
