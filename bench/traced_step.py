@@ -4,18 +4,20 @@
     python bench/traced_step.py [--threads 2] [--rows 1,8,32,160] [--steps 300] [--fixed-shape]
 
 The trace is of one shape and one position (the cache is reset to the same position before every
-call), so it is not a decoder yet: it measures what running the step's ~100 operator calls
-without the Python between them would save, which `torch.compile` (bench/compile_step.py) did not
-show on this CPU. The logits must be bit-identical to the eager step's; the script checks.
+call): it measures what running the step's ~100 operator calls without the Python between them
+saves, which `torch.compile` (bench/compile_step.py) did not show on this CPU. The logits must be
+bit-identical to the eager step's; the script checks.
 
 With --fixed-shape it traces the fixed-shape step instead (models/fixed_step.py, whose position
 is a tensor): recorded once at one position, the trace is run at the next positions of its
-positions bucket and compared with that step run eagerly, the first step towards one trace per
-bucket serving a whole job.
+positions bucket and compared with that step run eagerly: the design decoding did not take, one
+trace per bucket (docs/speed.md, "The traced step on the CPU", says why).
 
 The tracer cannot record `torch.ops.mkldnn._linear_pointwise` called from Python (its
-`Scalar?[]` argument), so for the trace the oneDNN products go through a TorchScript function
-that makes the same call (`PackedLinear.forward` is replaced here, in this process only).
+`Scalar?[]` argument), so here the oneDNN products go through the TorchScript function that
+makes the same call (models/traced_step.py's `packed_linear`; `PackedLinear.forward` is replaced
+in this process only). Decoding itself traces the model's step in a shape-general way
+(models/traced_step.py, `--traced-step`); this script measures one shape and one position.
 """
 
 from __future__ import annotations
@@ -34,17 +36,10 @@ sys.path.insert(0, HERE)
 import compile_step  # noqa: E402
 
 from nmtdecode.models.gemm import PackedLinear, cpu_description  # noqa: E402
-
-SCRIPTED = torch.jit.CompilationUnit("""
-def packed_linear(x: Tensor, w: Tensor, b: Optional[Tensor], post_op: str, algorithm: str):
-    scalars: List[Optional[number]] = []
-    return torch.ops.mkldnn._linear_pointwise(x, w, b, post_op, scalars, algorithm)
-""")
-
+from nmtdecode.models.traced_step import packed_linear  # noqa: E402
 
 def traceable_products():
-    PackedLinear.forward = lambda self, x: SCRIPTED.packed_linear(x, self.packed_weight, self.bias, self.post_op,
-                                                                  self.algorithm)
+    PackedLinear.forward = lambda self, x: packed_linear(x, self)
 
 
 def fixed_shape(model, packed: list, rows_list: list[int], steps: int):
