@@ -37,7 +37,8 @@ def test_traced_step_gives_the_results_of_the_model_step(strategy, prefixed):
     sources = random_sources(19, 20, seed=6)
     prefixes = [[5 + i % 4] * (i % 3) for i in range(19)] if prefixed else None
     cfg = DecodingConfig(max_length=30, **STRATEGIES[strategy])
-    assert_identical(decode(model, cfg, sources, prefixes), decode(model, cfg, sources, prefixes, TracedSteps(model)))
+    traced = decode(model, cfg, sources, prefixes, TracedSteps(model, eager_steps=0))
+    assert_identical(decode(model, cfg, sources, prefixes), traced)
 
 
 def test_one_trace_per_kind_of_step_serves_every_batch():
@@ -45,7 +46,7 @@ def test_one_trace_per_kind_of_step_serves_every_batch():
     cache's first capacity reuse the traces of the first batch: greedy steps, and beam steps
     after the first (their rows need the ancestry mask)."""
     model = use_onednn(tiny_transformer(2, vocab=24, eos_bias=-1.0))
-    steps = TracedSteps(model)
+    steps = TracedSteps(model, eager_steps=0)
     unpadded = [[5 + (i + j) % 15 for j in range(6)] + [2] for i in range(7)]
     batches = (random_sources(5, 24, seed=1, max_len=4), random_sources(40, 24, seed=2, max_len=30), unpadded)
     for cfg in (DecodingConfig(beam_size=1, max_length=40), DecodingConfig(beam_size=3, n_best=3, max_length=40)):
@@ -70,7 +71,8 @@ def test_traced_step_follows_each_model_family_and_backend(family, backend):
         model = use_onednn(model)
     sources = random_sources(11, 20, seed=4)
     cfg = DecodingConfig(beam_size=4, n_best=2, max_length=25)
-    assert_identical(decode(model, cfg, sources), decode(model, cfg, sources, traced_steps=TracedSteps(model)))
+    traced = decode(model, cfg, sources, traced_steps=TracedSteps(model, eager_steps=0))
+    assert_identical(decode(model, cfg, sources), traced)
 
 
 def test_a_step_that_cannot_be_traced_runs_eagerly_after_one_warning(monkeypatch):
@@ -79,7 +81,7 @@ def test_a_step_that_cannot_be_traced_runs_eagerly_after_one_warning(monkeypatch
     monkeypatch.setattr(torch.jit, "trace", refuse)
     model = use_onednn(tiny_transformer(1, vocab=20, eos_bias=1.0))
     warnings = []
-    steps = TracedSteps(model, warn=warnings.append)
+    steps = TracedSteps(model, warn=warnings.append, eager_steps=0)
     sources = random_sources(6, 20, seed=3)
     cfg = DecodingConfig(beam_size=2, n_best=2, max_length=20)
     for _ in range(2):
@@ -90,8 +92,8 @@ def test_a_step_that_cannot_be_traced_runs_eagerly_after_one_warning(monkeypatch
 
 
 def test_the_engine_traces_on_the_cpu_unless_told_not_to(model_dir, tmp_path):
-    """A whole job: the same bytes (scores included) with `traced_step: off`; int8 models, whose
-    products are torch's quantized ones, run eagerly."""
+    """A whole job: the same bytes (scores included) with `traced_step: off`, and with every step
+    traced from the first; int8 models, whose products are torch's quantized ones, run eagerly."""
     from nmtdecode.config import Config
     from nmtdecode.engine import Engine
     from nmtdecode.run import translate_job
@@ -106,8 +108,27 @@ def test_the_engine_traces_on_the_cpu_unless_told_not_to(model_dir, tmp_path):
         translate_job(Config.from_values(values), engine)
         return engine, (tmp_path / name).read_text(encoding="utf-8")
     traced_engine, traced = job("traced.jsonl")
+    traced_engine.traced_steps.eager_steps = 0
+    translate_job(Config.from_values({"model": str(model_dir), "src": str(src), "output": str(tmp_path / "again.jsonl"),
+                                      "format": "jsonl", "token_scores": True, "n_best": 2, "beam_size": 3,
+                                      "batch_size": 2, "quiet": True}), traced_engine)
+    assert sorted(traced_engine.traced_steps.traced) == [(1, False), (3, True)]
+    assert (tmp_path / "again.jsonl").read_text(encoding="utf-8") == traced
     eager_engine, eager = job("eager.jsonl", traced_step="off")
-    assert traced_engine.traced_steps is not None and traced_engine.traced_steps.traced
+    assert traced_engine.traced_steps is not None  # this short job ran its steps eagerly (EAGER_STEPS)
     assert eager_engine.traced_steps is None
     assert traced == eager
     assert job("int8.jsonl", quantize="int8")[0].traced_steps is None
+
+
+def test_a_kind_of_step_is_traced_after_its_eager_steps():
+    """Three steps of each kind run eagerly, then that kind is traced: a short batch never pays
+    for a trace."""
+    model = use_onednn(tiny_transformer(1, vocab=20, eos_bias=-2.0))
+    steps = TracedSteps(model, eager_steps=3)
+    greedy = DecodingConfig(beam_size=1, min_length=2, max_length=3)  # three steps
+    sources = random_sources(4, 20, seed=2)
+    assert_identical(decode(model, greedy, sources), decode(model, greedy, sources, traced_steps=steps))
+    assert steps.traced == {} and steps.seen == {(1, False): 3}
+    assert_identical(decode(model, greedy, sources), decode(model, greedy, sources, traced_steps=steps))
+    assert list(steps.traced) == [(1, False)]
