@@ -70,6 +70,7 @@ class Sizes:
     batches: tuple[int, ...]
     copy_mib: int  # the bandwidth probe's buffer
     matmul: int  # the arithmetic probe's square size
+    passes: tuple[int, int] = (2, 2)  # run_batches: fewest warm-up passes, timed passes
     marian: dict = field(default_factory=dict)  # convert.marian_base shape
     opennmt: dict = field(default_factory=dict)  # opennmt_py.opennmt_base_without_onmt shape
     pytest_timeout: int = 300
@@ -78,6 +79,7 @@ class Sizes:
 FULL = Sizes(sentences=256, fixed=32, demo_lines=512, cli_lines=1000, cpu_lines=100, batches=(32, 128),
              copy_mib=1024, matmul=8192)
 DRY = Sizes(sentences=8, fixed=4, demo_lines=8, cli_lines=8, cpu_lines=4, batches=(2, 4), copy_mib=16, matmul=256,
+            passes=(1, 1),
             marian=dict(vocab=500, d_model=64, layers=2),
             opennmt=dict(vocab_size=500, hidden_size=64, word_vec_size=64, transformer_ff=256, enc_layers=2,
                          dec_layers=2), pytest_timeout=120)
@@ -364,30 +366,31 @@ def transformers_decoder(task: Task, model, beam: int, device: torch.device):
 
 
 def run_batches(device: torch.device, translate, sources: list[list[int]], batch: int, captures=lambda: 0,
-                timed_passes: int = 2):
-    """Warm-up passes over every batch, then the fastest of `timed_passes` timed ones: (seconds,
-    outputs, passes made). The warm-up pays what a long job pays once (CUDA graph captures, each new
-    shape's first kernels and cuBLAS heuristics), for every system alike: at least two passes, and
+                passes: tuple[int, int] = (2, 2)):
+    """Warm-up passes over every batch, then the fastest of the timed ones: (seconds, outputs,
+    passes made); `passes`: (fewest warm-up passes, timed passes). The warm-up pays what a long job
+    pays once (CUDA graph captures, each new shape's first kernels and cuBLAS heuristics), for every
+    system alike: at least two passes, and
     more (up to four) while a pass still captures graphs (captures(): how many so far), as it does
     after the buffers grew in the first. One warm-up pass was not enough on an H200: the second pass
     recaptured the graphs the growth dropped, and once took 0.29 s for a batch that then took 0.05."""
     batches = [sources[i : i + batch] for i in range(0, len(sources), batch)]
-    passes, best, before = 0, None, -1
+    (warm_up, timed), made, best, before = passes, 0, None, -1
     with torch.inference_mode():
-        while passes < 2 or (passes < 4 and captures() != before):
+        while made < warm_up or (made < 4 and captures() != before):
             before = captures()
             for b in batches:
                 translate(b)
-            passes += 1
-        for _ in range(timed_passes):
+            made += 1
+        for _ in range(timed):
             synchronize(device)
             start = time.perf_counter()
             outputs = [o for b in batches for o in translate(b)]
             synchronize(device)
             seconds = time.perf_counter() - start
             best = seconds if best is None else min(best, seconds)
-            passes += 1
-    return best, outputs, passes
+            made += 1
+    return best, outputs, made
 
 
 class StepCounter:
@@ -459,7 +462,7 @@ def benchmark(report: Report, device: torch.device, sizes: Sizes, out: str, fact
                         continue
                     try:
                         table.append(benchmark_row(report, device, task, ours, steps, peer, dtype, dtype_name, beam,
-                                                   batch, facts))
+                                                   batch, facts, sizes.passes))
                     except Exception:  # noqa: BLE001
                         report.log(traceback.format_exc())
                         table.append(f"| {name} | {dtype_name} | {beam} | {batch} | FAILED (see the log) |")
@@ -480,16 +483,17 @@ def benchmark(report: Report, device: torch.device, sizes: Sizes, out: str, fact
     return verdict, table + notes
 
 
-def benchmark_row(report, device, task, ours, steps, peer, dtype, dtype_name, beam, batch, facts) -> str:
+def benchmark_row(report, device, task, ours, steps, peer, dtype, dtype_name, beam, batch, facts, passes) -> str:
     """nmtdecode as the engine runs it (the fixed-shape step, replayed as CUDA graphs on a GPU),
     its eager step (--cuda-graphs off) and transformers on the same sentences and batches."""
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     with StepCounter(steps) as counter:
-        seconds, outputs, passes = run_batches(device, nmtdecode_decoder(task, ours, beam, steps), task.sources,
-                                               batch, captures=lambda: steps.captures)
-    eager_seconds, eager_outputs, _ = run_batches(device, nmtdecode_decoder(task, ours, beam), task.sources, batch)
-    steps = counter.steps / passes  # one pass's
+        seconds, outputs, made = run_batches(device, nmtdecode_decoder(task, ours, beam, steps), task.sources,
+                                             batch, captures=lambda: steps.captures, passes=passes)
+    eager_seconds, eager_outputs, _ = run_batches(device, nmtdecode_decoder(task, ours, beam), task.sources, batch,
+                                                  passes=passes)
+    steps = counter.steps / made  # one pass's
     peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else 0
     tokens = sum(map(len, outputs))
     source = sum(map(len, task.sources)) / len(task.sources)
@@ -498,7 +502,7 @@ def benchmark_row(report, device, task, ours, steps, peer, dtype, dtype_name, be
     cells = [task.name, dtype_name, beam, batch, f"{tokens / seconds:.0f}"]
     if peer is not None:
         generate = transformers_decoder(task, peer, beam, device)
-        peer_seconds, peer_outputs, _ = run_batches(device, generate, task.sources, batch)
+        peer_seconds, peer_outputs, _ = run_batches(device, generate, task.sources, batch, passes=passes)
         peer_tokens = sum(map(len, peer_outputs))
         cells += [f"{peer_tokens / peer_seconds:.0f}", f"{peer_seconds / seconds:.2f}",
                   same(outputs, peer_outputs)]

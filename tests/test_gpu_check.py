@@ -47,12 +47,14 @@ class TwoBatchPasses:
         return sum(1 for p in self.capturing if p < self.calls // 2)  # passes finished
 
 
-@pytest.mark.parametrize(("capturing", "warm_up"), [({0}, 2), ({0, 1}, 3), ({0, 1, 2}, 4), ({0, 1, 2, 3, 4}, 4)])
-def test_warm_up_passes_go_on_while_graphs_are_captured(capturing, warm_up):
-    """At least two warm-up passes; more while the last one captured graphs, at most four; then
-    two timed passes."""
-    passes = TwoBatchPasses(capturing)
-    seconds, outputs, made = gpu_check.run_batches(torch.device("cpu"), passes.translate, [[1], [2], [3]], 2,
-                                                   passes.captures)
-    assert made == warm_up + 2 and passes.calls == 2 * made
+@pytest.mark.parametrize(("capturing", "passes", "warm_up"), [
+    ({0}, (2, 2), 2), ({0, 1}, (2, 2), 3), ({0, 1, 2}, (2, 2), 4), ({0, 1, 2, 3, 4}, (2, 2), 4),
+    (set(), (1, 1), 1), ({0}, (1, 1), 2)])  # the dry run's (1, 1): one warm-up pass unless it captured
+def test_warm_up_passes_go_on_while_graphs_are_captured(capturing, passes, warm_up):
+    """At least the warm-up passes asked for; more while the last one captured graphs, at most
+    four; then the timed passes."""
+    fake = TwoBatchPasses(capturing)
+    seconds, outputs, made = gpu_check.run_batches(torch.device("cpu"), fake.translate, [[1], [2], [3]], 2,
+                                                   fake.captures, passes)
+    assert made == warm_up + passes[1] and fake.calls == 2 * made
     assert seconds >= 0 and outputs == [2 * made - 1, 2 * made - 1, 2 * made]  # the last pass's
