@@ -13,11 +13,10 @@ is a tensor): recorded once at one position, the trace is run at the next positi
 positions bucket and compared with that step run eagerly: the design decoding did not take, one
 trace per bucket (docs/speed.md, "The traced step on the CPU", says why).
 
-The tracer cannot record `torch.ops.mkldnn._linear_pointwise` called from Python (its
-`Scalar?[]` argument), so here the oneDNN products go through the TorchScript function that
-makes the same call (models/traced_step.py's `packed_linear`; `PackedLinear.forward` is replaced
-in this process only). Decoding itself traces the model's step in a shape-general way
-(models/traced_step.py, `--traced-step`); this script measures one shape and one position.
+The packed oneDNN weights are inputs of each trace (the tracer cannot hold them as constants);
+`PackedLinear` gives the tracer a form of its product it can record (models/gemm.py). Decoding
+itself traces the model's step in a shape-general way (models/traced_step.py, `--traced-step`);
+this script measures one shape and one position.
 """
 
 from __future__ import annotations
@@ -36,11 +35,6 @@ sys.path.insert(0, HERE)
 import compile_step  # noqa: E402
 
 from nmtdecode.models.gemm import PackedLinear, cpu_description  # noqa: E402
-from nmtdecode.models.traced_step import packed_linear  # noqa: E402
-
-def traceable_products():
-    PackedLinear.forward = lambda self, x: packed_linear(x, self)
-
 
 def fixed_shape(model, packed: list, rows_list: list[int], steps: int):
     """The fixed-shape step traced at position WARM_STEPS, then run at the next positions of its
@@ -89,7 +83,6 @@ def main():
     parser.add_argument("--fixed-shape", action="store_true", help="trace the fixed-shape step (see above)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    traceable_products()
     model = compile_step.load("onednn")
     for parameter in model.parameters():
         parameter.requires_grad_(False)  # a traced graph holds them as constants

@@ -14,7 +14,6 @@ import traced_step  # noqa: E402
 @pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")  # the trace keeps one shape's branches, as meant
 def test_the_traced_step_gives_the_eager_logits(monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["traced_step.py", "--rows", "1,5", "--steps", "2"])
-    monkeypatch.setattr(traced_step.PackedLinear, "forward", traced_step.PackedLinear.forward)  # undone after
     traced_step.main()
     rows = [line.split("|") for line in capsys.readouterr().out.splitlines() if line.startswith(("| 1 ", "| 5 "))]
     assert len(rows) == 2
@@ -25,7 +24,6 @@ def test_the_traced_step_gives_the_eager_logits(monkeypatch, capsys):
 def test_a_trace_of_the_fixed_shape_step_serves_the_next_positions(monkeypatch, capsys):
     """Recorded at one position, run at the next four of its bucket: the eager logits each time."""
     monkeypatch.setattr(sys, "argv", ["traced_step.py", "--rows", "1,5", "--steps", "2", "--fixed-shape"])
-    monkeypatch.setattr(traced_step.PackedLinear, "forward", traced_step.PackedLinear.forward)
     traced_step.main()
     rows = [line.split("|") for line in capsys.readouterr().out.splitlines() if line.startswith(("| 1 ", "| 5 "))]
     assert len(rows) == 2

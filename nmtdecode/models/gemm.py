@@ -37,6 +37,15 @@ def onednn_available() -> bool:
 POST_OPS = {"relu": ("relu", ""), "gelu": ("gelu", "none"), "gelu_tanh": ("gelu", "tanh"), "silu": ("swish", "")}
 
 
+# The tracer (models/traced_step.py) cannot record torch.ops.mkldnn._linear_pointwise called from
+# Python (its Scalar?[] argument); a TorchScript function making the same call can be recorded.
+_TRACEABLE = torch.jit.CompilationUnit("""
+def packed_linear(x: Tensor, w: Tensor, b: Optional[Tensor], post_op: str, algorithm: str):
+    scalars: List[Optional[number]] = []
+    return torch.ops.mkldnn._linear_pointwise(x, w, b, post_op, scalars, algorithm)
+""")
+
+
 class PackedLinear(nn.Module):
     """y = activation(x W^T + b) with W held in oneDNN's packed layout (CPU, float32 or bfloat16);
     `activation` is one of POST_OPS or None."""
@@ -51,6 +60,8 @@ class PackedLinear(nn.Module):
         self.post_op, self.algorithm = POST_OPS[activation] if activation else ("none", "")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.jit.is_tracing():  # the same product, in the form the tracer records (per thread)
+            return _TRACEABLE.packed_linear(x, self.packed_weight, self.bias, self.post_op, self.algorithm)
         return torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, self.bias, self.post_op, [], self.algorithm)
 
     def extra_repr(self) -> str:

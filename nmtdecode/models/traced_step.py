@@ -34,20 +34,6 @@ from .gemm import PackedLinear
 
 EAGER_STEPS = 64  # steps of a kind run eagerly before it is traced
 
-# The tracer cannot record torch.ops.mkldnn._linear_pointwise called from Python (its Scalar?[]
-# argument); a TorchScript function making the same call can be recorded.
-_SCRIPTED = torch.jit.CompilationUnit("""
-def packed_linear(x: Tensor, w: Tensor, b: Optional[Tensor], post_op: str, algorithm: str):
-    scalars: List[Optional[number]] = []
-    return torch.ops.mkldnn._linear_pointwise(x, w, b, post_op, scalars, algorithm)
-""")
-
-
-def packed_linear(x: torch.Tensor, layer: PackedLinear) -> torch.Tensor:
-    """PackedLinear's product in the form the tracer records (used only while tracing)."""
-    return _SCRIPTED.packed_linear(x, layer.packed_weight, layer.bias, layer.post_op, layer.algorithm)
-
-
 class StepInputs(NamedTuple):
     """What a recorded step reads, in the order it takes them."""
 
@@ -139,11 +125,9 @@ class TracedSteps:
             inputs = StepInputs(tokens, position, cross_kv, memory_mask, mask, pasts[:layers])
             return model.decode_step(tokens, TraceInputs(inputs, width))
         with self.lock:
-            if key in self.traced:
-                return self.traced[key]
-            saved = PackedLinear.forward
+            if key in self.traced or self.failed:  # another thread traced it, or failed to, meanwhile
+                return self.traced.get(key)
             try:
-                PackedLinear.forward = lambda layer, x: packed_linear(x, layer)
                 for parameter in model.parameters():
                     parameter.requires_grad_(False)  # a trace holds them as constants
                 traced = torch.jit.trace(step, (*example.flat(), *weights), check_trace=False)
@@ -153,7 +137,5 @@ class TracedSteps:
                     self.warn(f"the traced decoding step is off for this run ({type(error).__name__}: "
                               f"{str(error).splitlines()[0] if str(error) else ''}); decoding without it")
                 return None
-            finally:
-                PackedLinear.forward = saved
             self.traced[key] = lambda *args: traced(*args, *weights)
             return self.traced[key]
