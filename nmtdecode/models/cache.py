@@ -144,7 +144,7 @@ class DecoderCache(AttentionRecord):
         """Store this step's keys and values, kv (N, 2, H, hd), for `layer` (one copy). Returns the
         keys and values of every position so far, (B, H, (t+1)*width, hd), each sentence's slots
         side by side, and the mask of what each row may attend to (None when width is 1)."""
-        self.make_room(kv)
+        self.make_room()
         t, (n, _, heads, hd) = self.length, kv.shape
         sentences = n // self.width
         # (N, 2, H, hd) -> (2, B, H, width, hd): row b*width + j goes to sentence b, slot j
@@ -152,10 +152,10 @@ class DecoderCache(AttentionRecord):
         past = self.past(layer)
         return past[0], past[1], self.self_mask()
 
-    def make_room(self, like: torch.Tensor):
-        """Room for position `length` (like: this step's keys and values, (N, 2, H, hd))."""
+    def make_room(self):
+        """Room for position `length` in the self-attention cache."""
         if self.self_kv is None or self.length == self.self_kv.size(POSITIONS):
-            self._grow(like)
+            self._grow()
 
     def past(self, layer: int) -> torch.Tensor:
         """Keys and values of every position up to `length`: (2, B, H, (length+1)*width, hd), a view."""
@@ -177,10 +177,12 @@ class DecoderCache(AttentionRecord):
         """Called by the model once all layers have appended the current step."""
         self.length += 1
 
-    def _grow(self, like: torch.Tensor):
-        n, _, heads, hd = like.shape
-        layers, capacity = self.cross_kv.size(0), max(INITIAL_CAPACITY, 2 * self.length)
-        grown = self.scratch.next("self", like, (layers, 2, n // self.width, heads, capacity, self.width, hd))
+    def _grow(self):
+        """Allocate the cache, or double its capacity. Its sentences, heads, head size, dtype and
+        device are the encoder keys' (cross_kv)."""
+        layers, _, sentences, heads, _, hd = self.cross_kv.shape
+        capacity = max(INITIAL_CAPACITY, 2 * self.length)
+        grown = self.scratch.next("self", self.cross_kv, (layers, 2, sentences, heads, capacity, self.width, hd))
         if self.self_kv is not None:
             grown[:, :, :, :, : self.length] = self.self_kv[:, :, :, :, : self.length]
         self.self_kv = grown

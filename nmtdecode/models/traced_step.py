@@ -6,8 +6,8 @@ compiler needed) records the calls of one step and replays them without the Pyth
 model a step took 0.50 of its eager time at 1 row and 0.77 at 32 (`bench/traced_step.py`).
 
 A trace keeps as constants the Python numbers it saw, so the recorded step must read everything
-that changes from its inputs (`TraceInputs`): the tokens, the position as a tensor, the encoder's
-keys and values, the source mask, and per layer a view of the self-attention cache up to and
+that changes from its inputs (`StepInputs`): the tokens, the position as a tensor, the encoder's
+keys and values, the source and ancestry masks, and per layer a view of the self-attention cache up to and
 including this step's position (the step writes its keys and values into the view's last slots,
 which are the cache's). The sizes of all of those are read inside the trace, so one trace serves
 every row count, position and source length; it is recorded once per kind of step (beam width;
@@ -34,6 +34,7 @@ from .gemm import PackedLinear
 
 EAGER_STEPS = 64  # steps of a kind run eagerly before it is traced
 
+
 class StepInputs(NamedTuple):
     """What a recorded step reads, in the order it takes them."""
 
@@ -51,8 +52,6 @@ class StepInputs(NamedTuple):
 
 class TraceInputs:
     """StepInputs as the layers see a cache: the part of DecoderCache's interface they call."""
-
-    record_attention = False
 
     def __init__(self, inputs: StepInputs, width: int):
         self.position, self.cross_kv, self.memory_mask = inputs.position, inputs.cross_kv, inputs.memory_mask
@@ -77,8 +76,8 @@ class TraceInputs:
 
 
 class TracedSteps:
-    """`decode_step` for one model on the CPU, as the model has it: each kind of step traced on
-    first use, then replayed (decoding.py calls this instead of the model's own)."""
+    """`decode_step` for one model on the CPU, as the model has it: each kind of step traced after
+    `eager_steps` eager ones, then replayed (decoding.py calls this instead of the model's own)."""
 
     def __init__(self, model, warn=None, eager_steps: int = EAGER_STEPS):
         self.model, self.warn, self.eager_steps = model, warn, eager_steps
@@ -106,23 +105,22 @@ class TracedSteps:
         return logits
 
     def _inputs(self, tokens, cache: DecoderCache) -> StepInputs:
-        cfg = self.model.cfg
-        cache.make_room(cache.cross_kv.new_empty((tokens.numel(), 2, cfg.heads, cfg.d_model // cfg.heads)))
+        cache.make_room()
         memory_mask = cache.memory_mask
         if memory_mask is None:  # no source padded: a mask of all True attends the same
             memory_mask = torch.ones((cache.cross_kv.size(2), 1, 1, cache.cross_kv.size(4)), dtype=torch.bool)
         return StepInputs(tokens, torch.tensor([cache.length]), cache.cross_kv, memory_mask, cache.self_mask(),
-                          [cache.past(layer) for layer in range(cfg.decoder_layers)])
+                          [cache.past(layer) for layer in range(self.model.cfg.decoder_layers)])
 
     def _trace(self, key: tuple, example: StepInputs):
         """The step of this key recorded on `example` (None, after one warning, if it cannot be)."""
         width, masked = key
-        model, layers, weights = self.model, len(example.pasts), [layer.packed_weight for layer in self.packed]
+        model, weights = self.model, [layer.packed_weight for layer in self.packed]
 
         def step(*flat):  # StepInputs.flat(), then the packed weights (inputs: the tracer cannot hold them)
             tokens, position, cross_kv, memory_mask, *rest = flat[: len(flat) - len(weights)]
             mask, pasts = (rest[0], rest[1:]) if masked else (None, rest)
-            inputs = StepInputs(tokens, position, cross_kv, memory_mask, mask, pasts[:layers])
+            inputs = StepInputs(tokens, position, cross_kv, memory_mask, mask, pasts)
             return model.decode_step(tokens, TraceInputs(inputs, width))
         with self.lock:
             if key in self.traced or self.failed:  # another thread traced it, or failed to, meanwhile
