@@ -54,7 +54,7 @@ SENTENCES, POSITIONS, SLOTS = 2, 4, 5  # axes of self_kv
 class Scratch:
     """Where a cache's copies of itself go on the CPU. A new tensor of the cache's size is new
     memory from the operating system, and each of its pages faults on its first write: on a
-    2-vCPU VM that made the copies of a beam-5 job on the demo cost 3-6 times what copying into
+    2-vCPU AMD EPYC (Zen 4) VM that made the copies of a beam-5 job on the demo cost 3-6 times what copying into
     memory already written costs (docs/speed.md, "Reused memory for the cache"). So each kind of
     tensor ("self", "cross") alternates between two flat buffers: a copy goes into the one that
     does not hold the current data. The buffers only grow; they are kept for the next batch

@@ -3,7 +3,8 @@
 On a CPU a small model's step is bound by its ~100 operator calls and the Python between them,
 not by arithmetic (docs/speed.md, "Where the time goes"). TorchScript (part of torch: no
 compiler needed) records the calls of one step and replays them without the Python: on the demo
-model a step took 0.50 of its eager time at 1 row and 0.77 at 32 (`bench/traced_step.py`).
+model a step took 0.50 of its eager time at 1 row and 0.77 at 32 on a 2-vCPU AMD EPYC (Zen 4)
+(`bench/traced_step.py`).
 
 A trace keeps as constants the Python numbers it saw, so the recorded step must read everything
 that changes from its inputs (`StepInputs`): the tokens, the position as a tensor, the encoder's
