@@ -11,8 +11,16 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .cache import DecoderCache
+
+# Every fused attention kernel but cuDNN's. torch picks cuDNN's for float16 and bfloat16 on recent
+# GPUs, and it builds a plan for every new shape: on an H100, 7.5 ms a call the first time a shape
+# is seen, 0.72 s of a 2.4 s first pass over the demo's 1,000 test lines in float16, where nearly
+# every batch brings a new source length (docs/speed.md#gpus). The memory-efficient kernel takes
+# the same masks without a plan.
+WITHOUT_CUDNN = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 def split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
@@ -23,6 +31,14 @@ def split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
     b, h, t, hd = x.shape
     return x.transpose(1, 2).reshape(b, t, h * hd)  # (B, T, d)
+
+
+def fused_attention(q, keys, values, mask=None, causal=False, dropout=0.0):
+    """scaled_dot_product_attention, on a GPU without cuDNN's kernel (WITHOUT_CUDNN)."""
+    if not q.is_cuda:
+        return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, is_causal=causal, dropout_p=dropout)
+    with sdpa_kernel(WITHOUT_CUDNN):
+        return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, is_causal=causal, dropout_p=dropout)
 
 
 def attend(q, keys, values, mask=None):
@@ -58,7 +74,7 @@ class SelfAttention(nn.Module):
         q, k, v = (split_heads(t, self.heads) for t in self.qkv(x).chunk(3, dim=-1))
         if self.training or causal or x.is_cuda:
             p = self.dropout if self.training else 0.0
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, dropout_p=p)
+            y = fused_attention(q, k, v, mask, causal, p)
         else:
             y = attend(q, k, v, mask)
         return self.out(merge_heads(y))
@@ -97,7 +113,7 @@ class CrossAttention(nn.Module):
         """x (B, T, d) against one sentence's memory per row; keys, values (B, H, S, hd)."""
         q = split_heads(self.q(x), self.heads)
         p = self.dropout if self.training else 0.0
-        return self.out(merge_heads(F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, dropout_p=p)))
+        return self.out(merge_heads(fused_attention(q, keys, values, mask, dropout=p)))
 
     def step(self, x, keys, values, mask, probe: DecoderCache | None = None):
         """One position for each of the k rows (beams) of every sentence, x (B*k, d).
