@@ -1,7 +1,7 @@
 """How much of a CPU decoding step is Python: the eager step against the same step recorded by
 `torch.jit.trace` (TorchScript, part of torch: no compiler needed), demo model, beam 1.
 
-    python bench/traced_step.py [--threads 2] [--rows 1,8,32,160] [--steps 300] [--fixed-shape]
+    python bench/traced_step.py [--threads 2] [--rows 1,8,32,160] [--steps 300] [--fixed-shape|--first-replays]
 
 The trace is of one shape and one position (the cache is reset to the same position before every
 call): it measures what running the step's ~100 operator calls without the Python between them
@@ -75,12 +75,45 @@ def fixed_shape(model, packed: list, rows_list: list[int], steps: int):
               f"| {traced_ms / eager_ms:.2f} |")
 
 
+def first_replays(model, packed: list, rows_list: list[int], rounds: int = 8):
+    """What TorchScript's graph optimizations cost once: the step traced again and again, its first
+    three replays timed with them on and off, alternately (decoding replays with them off:
+    models/traced_step.py). Medians of `rounds`, ms."""
+    print("| rows | optimizations | tracing | replay 1 | replay 2 | replay 3 |")
+    print("|---|---|---|---|---|---|")
+    for rows in rows_list:
+        cache = model.init_cache(*compile_step.encoded(model, rows))
+        tokens = torch.full((rows,), model.cfg.decoder_start_id)
+        for _ in range(compile_step.WARM_STEPS):
+            model.decode_step(tokens, cache)
+
+        def step(tokens, *weights):
+            cache.length = compile_step.WARM_STEPS
+            return model.decode_step(tokens, cache)
+        times = {True: [], False: []}
+        for _ in range(rounds):
+            for optimize in times:
+                with torch.jit.optimized_execution(optimize):
+                    marks = [time.perf_counter()]
+                    traced = torch.jit.trace(step, (tokens, *packed), check_trace=False)
+                    marks.append(time.perf_counter())
+                    for _ in range(3):
+                        traced(tokens, *packed)
+                        marks.append(time.perf_counter())
+                times[optimize].append([b - a for a, b in zip(marks, marks[1:])])
+        for optimize, runs in times.items():
+            medians = [sorted(run[i] for run in runs)[rounds // 2] * 1e3 for i in range(4)]
+            print(f"| {rows} | {'on' if optimize else 'off'} | " + " | ".join(f"{m:.1f}" for m in medians) + " |")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rows", default="1,8,32,160")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--fixed-shape", action="store_true", help="trace the fixed-shape step (see above)")
+    parser.add_argument("--first-replays", action="store_true",
+                        help="the one-off cost of TorchScript's graph optimizations (see first_replays)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     model = compile_step.load("onednn")
@@ -89,9 +122,10 @@ def main():
     packed = [m.packed_weight for m in model.modules() if isinstance(m, PackedLinear)]
     print(f"CPU: {cpu_description()}; {args.threads} threads; torch {torch.__version__}; demo model, beam 1, "
           f"ms per step\n")
-    if args.fixed_shape:
+    if args.fixed_shape or args.first_replays:
         with torch.no_grad():
-            fixed_shape(model, packed, [int(r) for r in args.rows.split(",")], args.steps)
+            rows = [int(r) for r in args.rows.split(",")]
+            fixed_shape(model, packed, rows, args.steps) if args.fixed_shape else first_replays(model, packed, rows)
         return
     print("| rows | eager | traced | traced ÷ eager | same logits | tracing it, s |")
     print("|---|---|---|---|---|---|")

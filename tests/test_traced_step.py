@@ -28,3 +28,17 @@ def test_a_trace_of_the_fixed_shape_step_serves_the_next_positions(monkeypatch, 
     rows = [line.split("|") for line in capsys.readouterr().out.splitlines() if line.startswith(("| 1 ", "| 5 "))]
     assert len(rows) == 2
     assert all(cells[2].strip() == "10-13" and cells[3].strip() == "True" for cells in rows)
+
+
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
+def test_first_replays_times_the_trace_with_and_without_optimizations(monkeypatch, capsys):
+    """One row per setting, each a tracing time and three replay times; the thread's setting is
+    left as it was."""
+    import torch
+
+    monkeypatch.setattr(sys, "argv", ["traced_step.py", "--rows", "1", "--first-replays"])
+    traced_step.main()
+    rows = [line.split("|")[1:-1] for line in capsys.readouterr().out.splitlines() if line.startswith("| 1 ")]
+    assert [cells[1].strip() for cells in rows] == ["on", "off"]
+    assert all(float(ms) > 0 for cells in rows for ms in cells[2:])
+    assert torch._C._get_graph_executor_optimize()

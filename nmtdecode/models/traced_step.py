@@ -17,10 +17,17 @@ cache interface (`cache.py`). The logits are the eager step's, bit for bit
 (tests/models/test_traced_step.py runs every strategy both ways).
 
 A kind of step is traced once it has run `EAGER_STEPS` times eagerly: recording it and the
-first replays cost ~0.05-0.1 s, more than a job of a few lines decodes in (a 10-line job took
-0.14 s against 0.06 s when it traced at once). A step that records attention (coverage,
+first replays cost ~0.05-0.1 s (~0.03 s since the replays run unoptimized, below), more than a job
+of a few lines decodes in (a 10-line job took 0.14 s against 0.06 s when it traced at once). A step that records attention (coverage,
 alignment, --attention) runs eagerly: the recording is Python. So does everything when tracing
 fails, after one warning.
+
+The recorded step is replayed without TorchScript's graph optimizations. They profile the first
+runs, then rewrite and specialize the graph: on the CPU, where no fuser runs, that cost ~20 ms
+once per kind of step and saved nothing (the first two replays took 12.9 and 14.3 ms against 4.9
+and 1.4 ms at one row, 14.9 and 17.0 against 9.7 and 8.2 ms at 160; from the third on the same;
+demo model, 2-vCPU AMD EPYC Zen 4, `python bench/traced_step.py --first-replays`). The switch
+is per thread (`torch.jit.optimized_execution`): the caller's own TorchScript keeps its setting.
 """
 
 from __future__ import annotations
@@ -101,7 +108,8 @@ class TracedSteps:
         step = step or self._trace(key, inputs)
         if step is None:
             return self.model.decode_step(tokens, cache)
-        logits = step(*inputs.flat())
+        with torch.jit.optimized_execution(False):  # the same ops, without a one-off cost (see above)
+            logits = step(*inputs.flat())
         cache.advance()
         return logits
 

@@ -132,3 +132,22 @@ def test_a_kind_of_step_is_traced_after_its_eager_steps():
     assert steps.traced == {} and steps.seen == {(1, False): 3}
     assert_identical(decode(model, greedy, sources), decode(model, greedy, sources, traced_steps=steps))
     assert list(steps.traced) == [(1, False)]
+
+
+def test_replays_run_without_torchscripts_graph_optimizations():
+    """The replay turns the executor's optimizations off for its own call (a one-off cost, no gain
+    on the CPU: traced_step.py) and leaves the thread's setting as it found it."""
+    model = use_onednn(tiny_transformer(1, vocab=20, eos_bias=-2.0))
+    steps = TracedSteps(model, eager_steps=0)
+    cfg = DecodingConfig(beam_size=1, min_length=2, max_length=4)
+    sources = random_sources(4, 20, seed=2)
+    decode(model, cfg, sources, traced_steps=steps)  # traces the greedy kind
+    replay, optimized = steps.traced[(1, False)], []
+
+    def spy(*args):
+        optimized.append(torch._C._get_graph_executor_optimize())
+        return replay(*args)
+    steps.traced[(1, False)] = spy
+    assert_identical(decode(model, cfg, sources), decode(model, cfg, sources, traced_steps=steps))
+    assert optimized and not any(optimized)
+    assert torch._C._get_graph_executor_optimize()
