@@ -65,7 +65,7 @@ def run_nmtdecode(args, task):
     from nmtdecode.models.loading import load_model
     from nmtdecode.models.quantize import quantize_int8
     from nmtdecode.decoding import BatchDecoder
-    from nmtdecode.models.traced_step import TracedSteps
+    from nmtdecode.models.traced_step import traced_steps_for
 
     if task["format"] in ("native", "opennmt-py"):
         loaded = load_model(args.model)
@@ -84,7 +84,8 @@ def run_nmtdecode(args, task):
               "length_penalty": "avg" if args.length_penalty else "none", "alpha": args.length_penalty or 1.0}
     if args.fixed_length:
         values.update(min_length=args.fixed_length, max_length=args.fixed_length)
-    traced = TracedSteps(model) if args.traced_step == "auto" and args.precision != "int8" else None  # as Engine.load
+    quantize = "int8" if args.precision == "int8" else "none"
+    traced = traced_steps_for(model, torch.device("cpu"), args.traced_step, quantize)  # as Engine.load decides
     translator = BatchDecoder(model, Config.from_values(values).decoding, rules, traced_steps=traced)
 
     def translate(batch):

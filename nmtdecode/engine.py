@@ -25,7 +25,7 @@ from .decoding import BatchDecoder
 from .models.checkpoint import LoadedModel, ModelError, largest_demand
 from .models.ensemble import MemberSources
 from .models.fixed_step import FixedShapeSteps
-from .models.traced_step import TracedSteps
+from .models.traced_step import TracedSteps, traced_steps_for
 from .models.gemm import apply_backend, choose_backend
 from .models.loading import load_model
 from .models.quantize import quantize_int8
@@ -92,10 +92,8 @@ class Engine:
         # collection first: it found ~20 unreachable objects among ~170,000 and took 80-100 ms.
         gc.freeze()
         graphs = device.type == "cuda" and runtime.cuda_graphs == "auto" and isinstance(loaded.model, Transformer)
-        traced = (device.type == "cpu" and runtime.traced_step == "auto" and runtime.quantize == "none"
-                  and isinstance(loaded.model, Transformer))
         return cls(config, loaded, device, FixedShapeSteps(loaded.model, graphs=True, warn=warn) if graphs else None,
-                   TracedSteps(loaded.model, warn=warn) if traced else None)
+                   traced_steps_for(loaded.model, device, runtime.traced_step, runtime.quantize, warn))
 
     def decoder(self, config: Config, warn=warn, api: bool = False) -> tuple[Config, BatchDecoder]:
         """A job's effective config (the model's defaults under the user's options) and its

@@ -18,9 +18,9 @@ cache interface (`cache.py`). The logits are the eager step's, bit for bit
 
 A kind of step is traced once it has run `EAGER_STEPS` times eagerly: recording it and the
 first replays cost ~0.05-0.1 s (~0.03 s since the replays run unoptimized, below), more than a job
-of a few lines decodes in (a 10-line job took 0.14 s against 0.06 s when it traced at once). A step that records attention (coverage,
-alignment, --attention) runs eagerly: the recording is Python. So does everything when tracing
-fails, after one warning.
+of a few lines decodes in (a 10-line job took 0.14 s against 0.06 s when it traced at once). A
+step that records attention (coverage, alignment, --attention) runs eagerly: the recording is
+Python. So does everything when tracing fails, after one warning.
 
 The recorded step is replayed without TorchScript's graph optimizations. They profile the first
 runs, then rewrite and specialize the graph: on the CPU, where no fuser runs, that cost ~20 ms
@@ -146,3 +146,13 @@ class TracedSteps:
                 return None
             self.traced[key] = lambda *args: traced(*args, *weights)
             return self.traced[key]
+
+
+def traced_steps_for(model, device: torch.device, setting: str, quantize: str, warn=None) -> TracedSteps | None:
+    """The traced step where `--traced-step auto` (`setting`) asks for it and it serves: on the CPU,
+    for one Transformer with float weights (int8's quantized products and ensembles step eagerly)."""
+    from .transformer import Transformer
+
+    if device.type == "cpu" and setting == "auto" and quantize == "none" and isinstance(model, Transformer):
+        return TracedSteps(model, warn=warn)
+    return None
