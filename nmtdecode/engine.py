@@ -24,12 +24,11 @@ from .config import Config, ConfigError, DecodingConfig, RuntimeConfig
 from .decoding import BatchDecoder
 from .models.checkpoint import LoadedModel, ModelError, largest_demand
 from .models.ensemble import MemberSources
-from .models.fixed_step import FixedShapeSteps
+from .models.fixed_step import FixedShapeSteps, fixed_steps_for
 from .models.traced_step import TracedSteps, traced_steps_for
 from .models.gemm import apply_backend, choose_backend
 from .models.loading import load_model
 from .models.quantize import quantize_int8
-from .models.transformer import Transformer
 from .pieces import aligned_result
 from .search.base import Hypothesis
 from .summary import warn
@@ -91,8 +90,7 @@ class Engine:
         # collector, whose full passes over the model's objects otherwise interrupt decoding. No
         # collection first: it found ~20 unreachable objects among ~170,000 and took 80-100 ms.
         gc.freeze()
-        graphs = device.type == "cuda" and runtime.cuda_graphs == "auto" and isinstance(loaded.model, Transformer)
-        return cls(config, loaded, device, FixedShapeSteps(loaded.model, graphs=True, warn=warn) if graphs else None,
+        return cls(config, loaded, device, fixed_steps_for(loaded.model, device, runtime.cuda_graphs, warn),
                    traced_steps_for(loaded.model, device, runtime.traced_step, runtime.quantize, warn))
 
     def decoder(self, config: Config, warn=warn, api: bool = False) -> tuple[Config, BatchDecoder]:

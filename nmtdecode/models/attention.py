@@ -15,9 +15,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .cache import DecoderCache
 
-# Every fused attention kernel but cuDNN's. torch picks cuDNN's for float16 and bfloat16 on recent
-# GPUs, and it builds a plan for every new shape: on an H100, 7.5 ms a call the first time a shape
-# is seen, 0.72 s of a 2.4 s first pass over the demo's 1,000 test lines in float16, where nearly
+# Every fused attention kernel but cuDNN's. On an H100 torch picks cuDNN's for float16 (with a
+# padding mask and without), and cuDNN builds a plan for every new shape: 7.5 ms a call the first
+# time a shape is seen, 0.72 s of a 2.4 s first pass over the demo's 1,000 test lines, where nearly
 # every batch brings a new source length (docs/speed.md#gpus). The memory-efficient kernel takes
 # the same masks without a plan.
 WITHOUT_CUDNN = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]

@@ -248,3 +248,13 @@ class FixedShapeSteps:
         self.captures += 1
         cache.length = t  # the Python side of the step ran twice; the caller sets it once
         return graph, logits
+
+
+def fixed_steps_for(model, device: torch.device, setting: str, warn=None) -> FixedShapeSteps | None:
+    """The fixed-shape step replayed as CUDA graphs where `--cuda-graphs auto` (`setting`) asks for
+    it: on a GPU, for one Transformer (an ensemble steps eagerly)."""
+    from .transformer import Transformer
+
+    if device.type == "cuda" and setting == "auto" and isinstance(model, Transformer):
+        return FixedShapeSteps(model, graphs=True, warn=warn)
+    return None
