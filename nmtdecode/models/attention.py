@@ -8,6 +8,8 @@ Q queries, d model width, H heads, hd = d / H.
 
 from __future__ import annotations
 
+import threading
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -15,12 +17,16 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .cache import DecoderCache
 
-# Every fused attention kernel but cuDNN's. On an H100 torch picks cuDNN's for float16 (with a
-# padding mask and without), and cuDNN builds a plan for every new shape: 7.5 ms a call the first
+# Every fused attention kernel but cuDNN's. On an H100 torch 2.11 picks cuDNN's for float16 (with
+# a padding mask and without), and cuDNN builds a plan for every new shape: 7.5 ms a call the first
 # time a shape is seen, 0.72 s of a 2.4 s first pass over the demo's 1,000 test lines, where nearly
 # every batch brings a new source length (docs/speed.md#gpus). The memory-efficient kernel takes
-# the same masks without a plan.
+# the same masks without a plan, flash attention the unmasked case.
 WITHOUT_CUDNN = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+# sdpa_kernel sets process-wide flags and restores them on leaving: two threads inside it at once
+# (API callers decoding on a GPU from several threads) could restore each other's. The CLI encodes
+# one batch at a time on a GPU, so the lock never waits there.
+SDPA_FLAGS = threading.Lock()
 
 
 def split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
@@ -37,7 +43,7 @@ def fused_attention(q, keys, values, mask=None, causal=False, dropout=0.0):
     """scaled_dot_product_attention, on a GPU without cuDNN's kernel (WITHOUT_CUDNN)."""
     if not q.is_cuda:
         return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, is_causal=causal, dropout_p=dropout)
-    with sdpa_kernel(WITHOUT_CUDNN):
+    with SDPA_FLAGS, sdpa_kernel(WITHOUT_CUDNN):
         return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, is_causal=causal, dropout_p=dropout)
 
 
