@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 
@@ -77,8 +78,8 @@ def fixed_shape(model, packed: list, rows_list: list[int], steps: int):
 
 def first_replays(model, packed: list, rows_list: list[int], rounds: int = 8):
     """What TorchScript's graph optimizations cost once: the step traced again and again, its first
-    three replays timed with them on and off, alternately (decoding replays with them off:
-    models/traced_step.py). Medians of `rounds`, ms."""
+    three replays timed with them on and off, alternately, each setting first in half the rounds
+    (decoding replays with them off: models/traced_step.py). Medians of `rounds`, ms."""
     print("| rows | optimizations | tracing | replay 1 | replay 2 | replay 3 |")
     print("|---|---|---|---|---|---|")
     for rows in rows_list:
@@ -91,8 +92,8 @@ def first_replays(model, packed: list, rows_list: list[int], rounds: int = 8):
             cache.length = compile_step.WARM_STEPS
             return model.decode_step(tokens, cache)
         times = {True: [], False: []}
-        for _ in range(rounds):
-            for optimize in times:
+        for round_ in range(rounds):
+            for optimize in (True, False) if round_ % 2 == 0 else (False, True):
                 with torch.jit.optimized_execution(optimize):
                     marks = [time.perf_counter()]
                     traced = torch.jit.trace(step, (tokens, *packed), check_trace=False)
@@ -102,7 +103,7 @@ def first_replays(model, packed: list, rows_list: list[int], rounds: int = 8):
                         marks.append(time.perf_counter())
                 times[optimize].append([b - a for a, b in zip(marks, marks[1:])])
         for optimize, runs in times.items():
-            medians = [sorted(run[i] for run in runs)[rounds // 2] * 1e3 for i in range(4)]
+            medians = [statistics.median(run[i] for run in runs) * 1e3 for i in range(4)]
             print(f"| {rows} | {'on' if optimize else 'off'} | " + " | ".join(f"{m:.1f}" for m in medians) + " |")
 
 
@@ -111,9 +112,10 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rows", default="1,8,32,160")
     parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--fixed-shape", action="store_true", help="trace the fixed-shape step (see above)")
-    parser.add_argument("--first-replays", action="store_true",
-                        help="the one-off cost of TorchScript's graph optimizations (see first_replays)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--fixed-shape", action="store_true", help="trace the fixed-shape step (see above)")
+    mode.add_argument("--first-replays", action="store_true",
+                      help="the one-off cost of TorchScript's graph optimizations (see first_replays)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     model = compile_step.load("onednn")
@@ -122,15 +124,19 @@ def main():
     packed = [m.packed_weight for m in model.modules() if isinstance(m, PackedLinear)]
     print(f"CPU: {cpu_description()}; {args.threads} threads; torch {torch.__version__}; demo model, beam 1, "
           f"ms per step\n")
-    if args.fixed_shape or args.first_replays:
+    rows_list = [int(r) for r in args.rows.split(",")]
+    if args.fixed_shape:
         with torch.no_grad():
-            rows = [int(r) for r in args.rows.split(",")]
-            fixed_shape(model, packed, rows, args.steps) if args.fixed_shape else first_replays(model, packed, rows)
+            fixed_shape(model, packed, rows_list, args.steps)
+        return
+    if args.first_replays:
+        with torch.no_grad():
+            first_replays(model, packed, rows_list)
         return
     print("| rows | eager | traced | traced ÷ eager | same logits | tracing it, s |")
     print("|---|---|---|---|---|---|")
     with torch.no_grad():
-        for rows in map(int, args.rows.split(",")):
+        for rows in rows_list:
             cache = model.init_cache(*compile_step.encoded(model, rows))
             tokens = torch.full((rows,), model.cfg.decoder_start_id)
             for _ in range(compile_step.WARM_STEPS):

@@ -17,15 +17,16 @@ cache interface (`cache.py`). The logits are the eager step's, bit for bit
 (tests/models/test_traced_step.py runs every strategy both ways).
 
 A kind of step is traced once it has run `EAGER_STEPS` times eagerly: recording it and the
-first replays cost ~0.05-0.1 s (~0.03 s since the replays run unoptimized, below), more than a job
-of a few lines decodes in (a 10-line job took 0.14 s against 0.06 s when it traced at once). A
-step that records attention (coverage, alignment, --attention) runs eagerly: the recording is
-Python. So does everything when tracing fails, after one warning.
+first replays cost ~0.05-0.1 s (13-15 ms less since the replays run unoptimized, below), more
+than a job of a few lines decodes in (on the AMD EPYC Zen 4, a 10-line job took 0.14 s against
+0.06 s when it traced at once, and 0.10-0.14 s against 0.04-0.05 s after that change). A step
+that records attention (coverage, alignment, --attention) runs eagerly: the recording is Python.
+So does everything when tracing fails, after one warning.
 
 The recorded step is replayed without TorchScript's graph optimizations. They profile the first
-runs, then rewrite and specialize the graph: on the CPU, where no fuser runs, that cost ~20 ms
-once per kind of step and saved nothing (the first two replays took 12.9 and 14.3 ms against 4.9
-and 1.4 ms at one row, 14.9 and 17.0 against 9.7 and 8.2 ms at 160; from the third on the same;
+runs, then rewrite and specialize the graph: on the CPU, where no fuser runs, that cost 13-15 ms
+once per kind of step and saved nothing (the first two replays took 8.2 and 8.7 ms against 3.2
+and 0.8 ms at one row, 14.3 and 15.6 against 8.7 and 7.1 ms at 160; from the third on the same;
 demo model, 2-vCPU AMD EPYC Zen 4, `python bench/traced_step.py --first-replays`). The switch
 is per thread (`torch.jit.optimized_execution`): the caller's own TorchScript keeps its setting.
 """
@@ -39,6 +40,7 @@ import torch
 
 from .cache import DecoderCache
 from .gemm import PackedLinear
+from .transformer import Transformer
 
 EAGER_STEPS = 64  # steps of a kind run eagerly before it is traced
 
@@ -151,8 +153,6 @@ class TracedSteps:
 def traced_steps_for(model, device: torch.device, setting: str, quantize: str, warn=None) -> TracedSteps | None:
     """The traced step where `--traced-step auto` (`setting`) asks for it and it serves: on the CPU,
     for one Transformer with float weights (int8's quantized products and ensembles step eagerly)."""
-    from .transformer import Transformer
-
     if device.type == "cpu" and setting == "auto" and quantize == "none" and isinstance(model, Transformer):
         return TracedSteps(model, warn=warn)
     return None
