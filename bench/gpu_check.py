@@ -237,7 +237,8 @@ def cli_job(report: Report, device: torch.device, sizes: Sizes, out: str) -> tup
             "float32 --cuda-graphs off": (device.type, src, ["--cuda-graphs", "off"]),
             "float16": (device.type, src, ["--dtype", "float16"]),
             # the same job again: a first job slower than the second is a cost of first use (the first
-            # float16 job was 4-5x float32 while the encoder ran cuDNN's attention: docs/speed.md#gpus)
+            # float16 job was 4-5x float32 on an H100 and an H200, torch 2.11, while the encoder ran
+            # cuDNN's attention: docs/speed.md#gpus)
             "float16 again": (device.type, src, ["--dtype", "float16"]),
             "float16 --batch-size 128": (device.type, src, ["--dtype", "float16", "--batch-size", "128"])}
     if device.type == "cuda":

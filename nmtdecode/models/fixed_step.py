@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING
 import torch
 
 from .cache import SENTENCES, AttentionRecord
+from .transformer import Transformer
 
 if TYPE_CHECKING:
     from ..search.base import StepOutput
-    from .transformer import Transformer
 
 MIN_POSITIONS = 16  # the smallest positions bucket
 MIN_SOURCE = 16  # the smallest source bucket
@@ -253,8 +253,6 @@ class FixedShapeSteps:
 def fixed_steps_for(model, device: torch.device, setting: str, warn=None) -> FixedShapeSteps | None:
     """The fixed-shape step replayed as CUDA graphs where `--cuda-graphs auto` (`setting`) asks for
     it: on a GPU, for one Transformer (an ensemble steps eagerly)."""
-    from .transformer import Transformer
-
     if device.type == "cuda" and setting == "auto" and isinstance(model, Transformer):
         return FixedShapeSteps(model, graphs=True, warn=warn)
     return None
