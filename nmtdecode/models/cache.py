@@ -192,9 +192,7 @@ class DecoderCache(AttentionRecord):
         out.origin[r] (row r itself when origin is None) extended by the slot that row held at the
         step just decoded."""
         if out.keep is not None:
-            shape = list(self.cross_kv.shape)
-            shape[SENTENCES] = out.keep.numel()
-            kept = self.scratch.next("cross", self.cross_kv, shape)
+            kept = self._resized("cross", self.cross_kv, SENTENCES, out.keep.numel())
             self.cross_kv = torch.index_select(self.cross_kv, SENTENCES, out.keep, out=kept)
             if self.memory_mask is not None:
                 self.memory_mask = self.memory_mask.index_select(0, out.keep)
@@ -221,9 +219,7 @@ class DecoderCache(AttentionRecord):
 
     def _keep_sentences(self, keep: torch.Tensor):
         """Copy the filled positions of the sentences `keep` into a buffer of the same capacity."""
-        shape = list(self.self_kv.shape)
-        shape[SENTENCES] = keep.numel()
-        kept = self.scratch.next("self", self.self_kv, shape)
+        kept = self._resized("self", self.self_kv, SENTENCES, keep.numel())
         t = self.length
         torch.index_select(self.self_kv[:, :, :, :, :t], SENTENCES, keep, out=kept[:, :, :, :, :t])
         self.self_kv = kept
@@ -235,9 +231,13 @@ class DecoderCache(AttentionRecord):
         of the buffer is left uninitialised (zeroing it all cost ~2 ms a batch at beam 5)."""
         if width < self.width:
             raise ValueError(f"rows per sentence went down from {self.width} to {width}")
-        shape = list(self.self_kv.shape)
-        shape[SLOTS] = width
-        wider = self.scratch.next("self", self.self_kv, shape)
+        wider = self._resized("self", self.self_kv, SLOTS, width)
         wider[:, :, :, :, : self.length, self.width :] = 0
         wider[:, :, :, :, : self.length, : self.width] = self.self_kv[:, :, :, :, : self.length]
         self.self_kv, self.width = wider, width
+
+    def _resized(self, kind: str, tensor: torch.Tensor, axis: int, size: int) -> torch.Tensor:
+        """A Scratch tensor of `kind` shaped like `tensor` but `size` long on `axis`, uninitialised."""
+        shape = list(tensor.shape)
+        shape[axis] = size
+        return self.scratch.next(kind, tensor, shape)
