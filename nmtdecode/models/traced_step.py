@@ -38,7 +38,7 @@ from typing import NamedTuple
 
 import torch
 
-from .cache import DecoderCache
+from .cache import SENTENCES, DecoderCache
 from .gemm import PackedLinear
 from .transformer import Transformer
 
@@ -100,7 +100,7 @@ class TracedSteps:
     def decode_step(self, tokens: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
         if self.failed or cache.record_attention:
             return self.model.decode_step(tokens, cache)
-        key = (tokens.numel() // cache.cross_kv.size(2), cache.self_mask() is not None)  # (width, masked)
+        key = (tokens.numel() // cache.cross_kv.size(SENTENCES), cache.self_mask() is not None)  # (width, masked)
         step = self.traced.get(key)
         if step is None:
             self.seen[key] = self.seen.get(key, 0) + 1
@@ -119,7 +119,8 @@ class TracedSteps:
         cache.make_room()
         memory_mask = cache.memory_mask
         if memory_mask is None:  # no source padded: a mask of all True attends the same
-            memory_mask = torch.ones((cache.cross_kv.size(2), 1, 1, cache.cross_kv.size(4)), dtype=torch.bool)
+            sentences, source = cache.cross_kv.size(SENTENCES), cache.cross_kv.size(-2)
+            memory_mask = torch.ones((sentences, 1, 1, source), dtype=torch.bool)
         return StepInputs(tokens, torch.tensor([cache.length]), cache.cross_kv, memory_mask, cache.self_mask(),
                           [cache.past(layer) for layer in range(self.model.cfg.decoder_layers)])
 
