@@ -371,10 +371,10 @@ def run_batches(device: torch.device, translate, sources: list[list[int]], batch
     """Warm-up passes over every batch, then the fastest of the timed ones: (seconds, outputs,
     passes made); `passes`: (fewest warm-up passes, timed passes). The warm-up pays what a long job
     pays once (CUDA graph captures, each new shape's first kernels and cuBLAS heuristics), for every
-    system alike: at least two passes, and
-    more (up to four) while a pass still captures graphs (captures(): how many so far), as it does
-    after the buffers grew in the first. One warm-up pass was not enough on an H200: the second pass
-    recaptured the graphs the growth dropped, and once took 0.29 s for a batch that then took 0.05."""
+    system alike: `passes[0]` passes (two in the full check), and more (up to four in all) while a
+    pass still captures graphs (captures(): how many so far), as it does after the buffers grew in
+    the first. One warm-up pass was not enough on an H200: the second pass recaptured the graphs the
+    growth dropped, and once took 0.29 s for a batch that then took 0.05."""
     batches = [sources[i : i + batch] for i in range(0, len(sources), batch)]
     (warm_up, timed), made, best, before = passes, 0, None, -1
     with torch.inference_mode():
