@@ -51,6 +51,13 @@ INITIAL_CAPACITY = 16
 SENTENCES, POSITIONS, SLOTS = 2, 4, 5  # axes of self_kv
 
 
+def by_slot(kv: torch.Tensor, width: int) -> torch.Tensor:
+    """One step's keys and values, kv (N, 2, H, hd), laid out as the caches hold them:
+    (2, B, H, width, hd), row b*width + j going to sentence b, slot j."""
+    _, _, heads, hd = kv.shape
+    return kv.view(-1, width, 2, heads, hd).permute(2, 0, 3, 1, 4)
+
+
 class Scratch:
     """Where a cache's copies of itself go on the CPU. A new tensor of the cache's size is new
     memory from the operating system, and each of its pages faults on its first write: on a
@@ -145,10 +152,7 @@ class DecoderCache(AttentionRecord):
         keys and values of every position so far, (B, H, (t+1)*width, hd), each sentence's slots
         side by side, and the mask of what each row may attend to (None when width is 1)."""
         self.make_room()
-        t, (n, _, heads, hd) = self.length, kv.shape
-        sentences = n // self.width
-        # (N, 2, H, hd) -> (2, B, H, width, hd): row b*width + j goes to sentence b, slot j
-        self.self_kv[layer, :, :, :, t] = kv.view(sentences, self.width, 2, heads, hd).permute(2, 0, 3, 1, 4)
+        self.self_kv[layer, :, :, :, self.length] = by_slot(kv, self.width)
         past = self.past(layer)
         return past[0], past[1], self.self_mask()
 

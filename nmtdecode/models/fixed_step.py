@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .cache import SENTENCES, AttentionRecord
+from .cache import SENTENCES, AttentionRecord, by_slot
 from .transformer import Transformer
 
 if TYPE_CHECKING:
@@ -112,8 +112,7 @@ class FixedShapeCache(AttentionRecord):
         """kv (rows, 2, H, hd) written at the step's position; the keys and values of positions
         [0, positions_bucket) of every slot, and the mask of each row's ancestors."""
         b, sentences, positions = self.buffers, self.sentence_bucket, self.positions_bucket
-        _, _, heads, hd = kv.shape
-        new = kv.view(sentences, b.width, 2, heads, hd).permute(2, 0, 3, 1, 4).unsqueeze(3)  # (2, B, H, 1, width, hd)
+        new = by_slot(kv, b.width).unsqueeze(3)  # (2, B, H, 1, width, hd)
         b.self_kv[layer, :, :sentences].index_copy_(3, b.position, new)
         past = b.self_kv[layer, :, :sentences, :, :positions].flatten(3, 4)  # (2, B, H, positions*width, hd)
         mask = b.ancestry[:sentences, :, :positions].flatten(2, 3)[:, None]  # (B, 1, width, positions*width)

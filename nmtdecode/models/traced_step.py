@@ -38,7 +38,7 @@ from typing import NamedTuple
 
 import torch
 
-from .cache import SENTENCES, DecoderCache
+from .cache import SENTENCES, DecoderCache, by_slot
 from .gemm import PackedLinear
 from .transformer import Transformer
 
@@ -76,9 +76,8 @@ class TraceInputs:
     def append_self(self, layer: int, kv: torch.Tensor):
         """kv (N, 2, H, hd) into the last `width` slots of the layer's view, which end at this
         step's position; returns the view's keys, values and the ancestry mask, as the cache does."""
-        _, _, heads, hd = kv.shape
         past = self.pasts[layer]
-        past[:, :, :, -self.width:] = kv.view(-1, self.width, 2, heads, hd).permute(2, 0, 3, 1, 4)
+        past[:, :, :, -self.width:] = by_slot(kv, self.width)
         return past[0], past[1], self.mask
 
     def advance(self):
