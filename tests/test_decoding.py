@@ -57,3 +57,18 @@ def test_dropping_finished_sentences_changes_nothing(setup, beam, early_stopping
     shrinking = BatchDecoder(model, cfg).translate_batch(sources)
     fixed = BatchDecoder(model, cfg, shrink=False).translate_batch(sources)
     assert_same(shrinking, fixed)
+
+
+@pytest.mark.parametrize("shape", [(3, 7), (64, 50_000), (2, 5, 11)])
+def test_log_softmax_in_place_gives_the_bits_of_torchs_own(shape):
+    """decoding.log_softmax writes the log-probabilities over the logits: the same values as
+    torch.log_softmax's new tensor, bit for bit (a kernel that wrote before reading would not)."""
+    import torch
+
+    from nmtdecode.decoding import log_softmax
+
+    torch.manual_seed(0)
+    logits = torch.randn(shape) * 4
+    expected = torch.log_softmax(logits, dim=-1)
+    result = log_softmax(logits)
+    assert result.data_ptr() == logits.data_ptr() and torch.equal(result, expected)
