@@ -26,9 +26,8 @@ from .models.checkpoint import LoadedModel, ModelError, largest_demand
 from .models.ensemble import MemberSources
 from .models.fixed_step import FixedShapeSteps, fixed_steps_for
 from .models.traced_step import TracedSteps, traced_steps_for
-from .models.gemm import apply_backend, choose_backend
 from .models.loading import load_model
-from .models.quantize import quantize_int8
+from .models.placement import Placement
 from .pieces import aligned_result
 from .search.base import Hypothesis
 from .summary import warn
@@ -42,21 +41,6 @@ def resolve_device(runtime: RuntimeConfig) -> torch.device:
     if runtime.device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"device: {runtime.device} was asked for, but no CUDA device is available")
     return torch.device(runtime.device)
-
-
-def place(model: torch.nn.Module, device: torch.device, dtype: torch.dtype):
-    """The model's weights moved to `device` in `dtype`; running out of memory there is one line
-    naming what the weights need and the config's largest demand, not the allocator's message."""
-    try:
-        model.to(device=device, dtype=dtype)
-    except (RuntimeError, MemoryError) as error:  # torch.OutOfMemoryError is a RuntimeError
-        if not memory.is_out_of_memory(error):
-            raise
-        need = sum(p.numel() for p in model.parameters()) * dtype.itemsize
-        configs = [m.cfg for m in getattr(model, "members", [model])]  # an ensemble's models, or the model
-        what, _ = max((largest_demand(cfg) for cfg in configs), key=lambda demand: demand[1])
-        raise ModelError(f"out of memory placing the model on {device} in {str(dtype).removeprefix('torch.')}: its "
-                         f"weights need {memory.readable_size(need)}, most of them for {what}") from None
 
 
 class Engine:
@@ -76,16 +60,12 @@ class Engine:
         if threads:
             torch.set_num_threads(threads)
         device = resolve_device(runtime)
-        loaded = load_model(config.io.model, config.io.ensemble_rule, config.io.ensemble_weights)
-        dtype = DTYPES[runtime.dtype]
-        place(loaded.model, device, dtype)
-        if runtime.quantize == "int8":
-            if device.type != "cpu":
-                raise ConfigError("quantize: int8 is for CPU decoding; on CUDA use --dtype float16 or bfloat16")
-            quantize_int8(loaded.model)
-        else:
-            loaded.gemm = choose_backend(loaded.model, runtime.gemm, device, dtype)
-            apply_backend(loaded.model, loaded.gemm)
+        if runtime.quantize == "int8" and device.type != "cpu":
+            raise ConfigError("quantize: int8 is for CPU decoding; on CUDA use --dtype float16 or bfloat16")
+        # every weight read once, straight into its form on its device (models/placement.py)
+        placement = Placement(device, DTYPES[runtime.dtype], "int8" if runtime.quantize == "int8" else runtime.gemm)
+        loaded = load_model(config.io.model, config.io.ensemble_rule, config.io.ensemble_weights, placement)
+        memory.tune_allocator()
         # What is loaded now lives as long as the process: exempt it from the cyclic garbage
         # collector, whose full passes over the model's objects otherwise interrupt decoding. No
         # collection first: it found ~20 unreachable objects among ~170,000 and took 80-100 ms.

@@ -120,6 +120,14 @@ def tiny_transformer(seed: int = 0, vocab: int = 12, eos_bias: float = 0.0, **ov
     return model
 
 
+def placed(model: Transformer, backend: str, dtype: torch.dtype = torch.float32) -> Transformer:
+    """`model` with its weights in the form a load gives them (models/placement.py): `onednn` packed
+    products, `int8`, or `torch`; in place."""
+    from nmtdecode.models.placement import Placement, place_model
+
+    return place_model(model, Placement(dtype=dtype, backend=backend))
+
+
 def random_sources(n: int, vocab: int, seed: int = 1, min_len: int = 1, max_len: int = 9) -> list[list[int]]:
     g = torch.Generator().manual_seed(seed)
     sources = []

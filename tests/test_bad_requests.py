@@ -261,14 +261,16 @@ def test_running_out_of_memory_building_the_model_names_what_asked_for_it(model_
 
 
 def test_running_out_of_memory_placing_the_model_names_what_asked_for_it(model_dir, cli, monkeypatch):
-    """Moving the weights to the device in its dtype (CUDA's out-of-memory error raised in its
+    """Reading the weights onto the device in its dtype (CUDA's out-of-memory error raised in its
     place): one line, exit 1, naming what the weights need and the config's largest demand."""
     import torch
 
-    def fail(module, *args, **kwargs):
+    from nmtdecode.models import placement
+
+    def fail(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 MiB (GPU 0; ...)\nmore advice")
 
-    monkeypatch.setattr(torch.nn.Module, "to", fail)
+    monkeypatch.setattr(placement, "read", fail)
     run = cli("translate", "--model", model_dir, "--dtype", "bfloat16", stdin="hello\n", text=True)
     assert run.returncode == 1
     line = one_line(run.stderr)

@@ -143,7 +143,7 @@ WITHOUT_TORCH = {"nmtdecode.models.architecture", "nmtdecode.models.checkpoint",
                                   "hf_config", "eole_config", "opennmt_shared"])
 def test_formats_depend_only_on_the_checkpoint_the_transformer_and_the_tokenizers(name):
     allowed = WITHOUT_TORCH | {"nmtdecode.models.transformer", "nmtdecode.models.weights",
-                               "nmtdecode.models.formats.opennmt"}
+                               "nmtdecode.models.placement", "nmtdecode.models.formats.opennmt"}
     assert GRAPH[f"nmtdecode.models.formats.{name}"] <= allowed
 
 

@@ -44,6 +44,8 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
+from .. import memory
+
 if TYPE_CHECKING:  # the model does not depend on the search, only on this shape of its output
     from ..search.base import StepOutput
 
@@ -66,7 +68,12 @@ class Scratch:
     tensor ("self", "cross") alternates between two flat buffers: a copy goes into the one that
     does not hold the current data. The buffers only grow; they are kept for the next batch
     (`borrow`), so a process holds up to twice its largest cache per batch decoded at once.
+    A copy larger than KEPT_BYTES gets memory of its own instead, freed with the cache: a second
+    copy of a real-size model's cache would be hundreds of megabytes held for a rare grow, and
+    glibc's heap keeps such blocks for reuse anyway (memory.tune_allocator).
     CUDA tensors are allocated as before: its caching allocator reuses memory already."""
+
+    KEPT_BYTES = 64 << 20
 
     _free: list["Scratch"] = []  # not in use: each cache borrows one, and it comes back with the cache
     _lock = threading.Lock()  # --inter-threads decodes batches at once
@@ -90,10 +97,12 @@ class Scratch:
     def next(self, kind: str, like: torch.Tensor, shape) -> torch.Tensor:
         """An uninitialised tensor of `shape`, with `like`'s dtype and device, that is not the
         memory of the tensor this `kind` got last time (which the caller is copying from)."""
-        if like.device.type != "cpu":
+        size = math.prod(shape)
+        if like.device.type != "cpu" or size * like.element_size() > self.KEPT_BYTES:
+            self.pairs.pop(kind, None)  # what it kept is smaller than what is now needed
             return like.new_empty(shape)
         pair = self.pairs.setdefault(kind, [None, None, 0])
-        i, size = pair[2], math.prod(shape)
+        i = pair[2]
         pair[2] = 1 - i
         if pair[i] is None or pair[i].numel() < size or pair[i].dtype != like.dtype:
             with torch.inference_mode(False):  # a normal tensor: batches decoded outside inference mode write it too
@@ -189,7 +198,7 @@ class DecoderCache(AttentionRecord):
         grown = self.scratch.next("self", self.cross_kv, (layers, 2, sentences, heads, capacity, self.width, hd))
         if self.self_kv is not None:
             grown[:, :, :, :, : self.length] = self.self_kv[:, :, :, :, : self.length]
-        self.self_kv = grown
+        self._install("self_kv", grown)
 
     def follow(self, out: "StepOutput"):
         """Track one search step: keep the sentences out.keep, and give row r the path of row
@@ -197,7 +206,7 @@ class DecoderCache(AttentionRecord):
         step just decoded."""
         if out.keep is not None:
             kept = self._resized("cross", self.cross_kv, SENTENCES, out.keep.numel())
-            self.cross_kv = torch.index_select(self.cross_kv, SENTENCES, out.keep, out=kept)
+            self._install("cross_kv", torch.index_select(self.cross_kv, SENTENCES, out.keep, out=kept))
             if self.memory_mask is not None:
                 self.memory_mask = self.memory_mask.index_select(0, out.keep)
             if self.self_kv is not None:
@@ -226,7 +235,7 @@ class DecoderCache(AttentionRecord):
         kept = self._resized("self", self.self_kv, SENTENCES, keep.numel())
         t = self.length
         torch.index_select(self.self_kv[:, :, :, :, :t], SENTENCES, keep, out=kept[:, :, :, :, :t])
-        self.self_kv = kept
+        self._install("self_kv", kept)
 
     def _widen(self, width: int):
         """More rows per sentence (after the first step): same positions, more slots. The new
@@ -238,7 +247,18 @@ class DecoderCache(AttentionRecord):
         wider = self._resized("self", self.self_kv, SLOTS, width)
         wider[:, :, :, :, : self.length, self.width :] = 0
         wider[:, :, :, :, : self.length, : self.width] = self.self_kv[:, :, :, :, : self.length]
-        self.self_kv, self.width = wider, width
+        self._install("self_kv", wider)
+        self.width = width
+
+    def _install(self, name: str, tensor: torch.Tensor):
+        """`tensor` replaces the copy it was made from. One too large for Scratch to keep goes back
+        to the system at once (memory.give_back_freed): in the heap it would stay resident, a hole
+        as large as a real-size model's cache."""
+        old = getattr(self, name)
+        setattr(self, name, tensor)
+        if old is not None and old.device.type == "cpu" and old.numel() * old.element_size() > Scratch.KEPT_BYTES:
+            del old
+            memory.give_back_freed()
 
     def _resized(self, kind: str, tensor: torch.Tensor, axis: int, size: int) -> torch.Tensor:
         """A Scratch tensor of `kind` shaped like `tensor` but `size` long on `axis`, uninitialised."""

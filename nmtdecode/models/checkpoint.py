@@ -45,7 +45,7 @@ class LoadedModel:
     path: str
     rules: ModelRules = field(default_factory=ModelRules)
     defaults: dict = field(default_factory=dict)  # decoding defaults shipped with the model
-    gemm: str = "torch"  # how the CPU runs its linear layers (models/gemm.py), chosen by run.prepare
+    gemm: str = "torch"  # how the CPU multiplies by its weights: torch, onednn or int8 (models/placement.py)
     files: tuple[str, ...] = ()  # every file the load read (real paths), for the resume signature
 
     def check_decoding(self, decoding):
@@ -73,8 +73,8 @@ class ModelFacts:
     defaults: dict  # decoding defaults shipped with the model
     tokenizer: Callable[[], object]  # builds it; a load calls it once the weights are in, so their errors come first
 
-    def loaded(self, model, path: str) -> LoadedModel:
-        return LoadedModel(model.eval(), self.tokenizer(), self.format, path, self.rules, self.defaults)
+    def loaded(self, model, path: str, gemm: str = "torch") -> LoadedModel:
+        return LoadedModel(model.eval(), self.tokenizer(), self.format, path, self.rules, self.defaults, gemm)
 
 
 _loads: list[list[str]] = []  # the files each model load in progress has read (`recording_reads`)

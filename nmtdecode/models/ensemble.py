@@ -235,7 +235,8 @@ def ensemble_of(loaded: list[LoadedModel], rule: str | None, weights: list[float
     tokenizer = EnsembleTokenizer([m.tokenizer for m in loaded])
     return EnsembleLoaded(model=model, tokenizer=tokenizer, format="ensemble",
                           path=loaded[0].path, rules=loaded[0].rules, defaults=dict(loaded[0].defaults),
-                          files=tuple(dict.fromkeys(f for m in loaded for f in m.files)), members=loaded)
+                          files=tuple(dict.fromkeys(f for m in loaded for f in m.files)), members=loaded,
+                          gemm=loaded[0].gemm)
 
 
 class EnsembleLoaded(LoadedModel):

@@ -26,6 +26,9 @@ import torch
 from torch import nn
 
 PROBE_ROWS = (8, 32, 160)  # decoder rows per step: a few sentences, a batch of 32 at beam 1, at beam 5
+# A wider product is measured on this many of its rows and counted as many times as it holds such
+# blocks: a 256k-token output projection costs one 4k block's random weights, not a gigabyte's.
+PROBE_WIDTH = 4096
 ONEDNN_MARGIN = 0.9  # auto picks oneDNN when its products take at most 90% of torch's time
 
 
@@ -46,39 +49,59 @@ def packed_linear(x: Tensor, w: Tensor, b: Optional[Tensor], post_op: str, algor
 """)
 
 
-class PackedLinear(nn.Module):
-    """y = activation(x W^T + b) with W held in oneDNN's packed layout (CPU, float32 or bfloat16);
-    `activation` is one of POST_OPS or None."""
+# A plain weight is multiplied by this many bytes of it at a time: oneDNN reorders what it is given
+# at every product, and a whole 256k-token projection would be a gigabyte of scratch each step.
+PLAIN_BLOCK_BYTES = 16 << 20
 
-    def __init__(self, linear: nn.Linear, activation: str | None = None):
+
+class PackedLinear(nn.Module):
+    """y = activation(x W^T + b) through oneDNN (CPU, float32 or bfloat16); `activation` is one of
+    POST_OPS or None. With `pack` (the rule) W is held in oneDNN's packed layout, which replaces
+    the plain weight; without it W stays the plain tensor given, shared with what else reads it
+    (an output projection tied to the token embeddings, whose lookup needs plain rows), and
+    oneDNN reorders it at each product, a block of rows at a time: slower than packed, much
+    faster than torch's MKL product where MKL does not know the CPU (docs/speed.md)."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, activation: str | None = None,
+                 pack: bool = True):
         super().__init__()
-        self.in_features, self.out_features = linear.in_features, linear.out_features
-        weight = linear.weight.detach()
-        self.register_buffer("packed_weight", torch.ops.mkldnn._reorder_linear_weight(weight, None), persistent=False)
-        self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach(), requires_grad=False)
+        self.out_features, self.in_features = weight.shape
+        self.packed = pack
+        if pack:
+            self.register_buffer("packed_weight", torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None),
+                                 persistent=False)
+        else:
+            self.plain_weight = weight  # a Parameter of another module: not registered twice
+        self.bias = None if bias is None else nn.Parameter(bias.detach(), requires_grad=False)
         self.activation = activation
         self.post_op, self.algorithm = POST_OPS[activation] if activation else ("none", "")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.packed:
+            return self._by_blocks(x)
+        return self._product(x, self.packed_weight, self.bias)
+
+    def _product(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         if torch.jit.is_tracing():  # the same product, in the form the tracer records (per thread)
-            return _TRACEABLE.packed_linear(x, self.packed_weight, self.bias, self.post_op, self.algorithm)
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, self.bias, self.post_op, [], self.algorithm)
+            return _TRACEABLE.packed_linear(x, weight, bias, self.post_op, self.algorithm)
+        return torch.ops.mkldnn._linear_pointwise(x, weight, bias, self.post_op, [], self.algorithm)
+
+    def _by_blocks(self, x: torch.Tensor) -> torch.Tensor:
+        """The plain weight's product, PLAIN_BLOCK_BYTES of its rows at a time, into one output."""
+        rows = max(1, PLAIN_BLOCK_BYTES // (self.in_features * self.plain_weight.element_size()))
+        if rows >= self.out_features:
+            return self._product(x, self.plain_weight, self.bias)
+        out = x.new_empty(*x.shape[:-1], self.out_features)
+        for first in range(0, self.out_features, rows):
+            block = slice(first, first + rows)
+            bias = None if self.bias is None else self.bias[block]
+            out[..., block] = self._product(x, self.plain_weight[block], bias)
+        return out
 
     def extra_repr(self) -> str:
         fused = f", then {self.activation}" if self.activation else ""
-        return f"in_features={self.in_features}, out_features={self.out_features}, onednn packed{fused}"
-
-
-def use_onednn(model: nn.Module) -> nn.Module:
-    """Replace every nn.Linear of `model` (in place) by a PackedLinear of the same weights; a
-    feed-forward block's activation moves into its first product."""
-    for parent in list(model.modules()):
-        if type(getattr(parent, "up", None)) is nn.Linear and getattr(parent, "activation_name", None) in POST_OPS:
-            parent.up, parent.activation = PackedLinear(parent.up, parent.activation_name), None
-        for name, child in list(parent.named_children()):
-            if type(child) is nn.Linear:
-                setattr(parent, name, PackedLinear(child))
-    return model
+        layout = "packed" if self.packed else "plain (shared)"
+        return f"in_features={self.in_features}, out_features={self.out_features}, onednn {layout}{fused}"
 
 
 def linear_shapes(model: nn.Module) -> dict[tuple[int, int], int]:
@@ -106,12 +129,22 @@ def _best_of_both(first, second, budget: float = 0.01) -> tuple[float, float]:
     return best[0], best[1]
 
 
+def probed_shapes(shapes: dict[tuple[int, int], int]) -> dict[tuple[int, int], float]:
+    """The shapes `measure` times, each with its weight in the step: products wider than
+    PROBE_WIDTH are timed on PROBE_WIDTH rows of their weight and counted in proportion."""
+    probed: dict[tuple[int, int], float] = {}
+    for (out_features, in_features), count in shapes.items():
+        width = min(out_features, PROBE_WIDTH)
+        probed[width, in_features] = probed.get((width, in_features), 0.0) + count * out_features / width
+    return probed
+
+
 def measure(shapes: dict[tuple[int, int], int], dtype: torch.dtype) -> dict[str, float]:
     """Seconds one decoding step's products would take with each backend, on random data."""
     totals = {"torch": 0.0, "onednn": 0.0}
     generator = torch.Generator().manual_seed(0)
     with torch.inference_mode():
-        for (out_features, in_features), count in shapes.items():
+        for (out_features, in_features), count in probed_shapes(shapes).items():
             weight = torch.randn(out_features, in_features, generator=generator).to(dtype)
             bias = torch.randn(out_features, generator=generator).to(dtype)
             packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
@@ -204,7 +237,3 @@ def choose_backend(model: nn.Module, requested: str, device: torch.device, dtype
     if requested == "auto":
         return auto_backend(model, dtype)
     return requested
-
-
-def apply_backend(model: nn.Module, backend: str) -> nn.Module:
-    return use_onednn(model) if backend == "onednn" else model

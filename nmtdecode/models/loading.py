@@ -14,6 +14,7 @@ from .checkpoint import LoadedModel, ModelError, read_json, recording_reads
 from .detect import model_format
 from .ensemble import ensemble_of
 from .formats import eole, huggingface, native, opennmt
+from .placement import Placement
 
 __all__ = ["FORMATS", "LoadedModel", "ModelError", "load_model", "read_json"]
 
@@ -22,13 +23,15 @@ FORMATS = {fmt.FORMAT: fmt for fmt in (native, eole, huggingface, opennmt)}
 
 
 def load_model(path: str | list[str] | None, ensemble_rule: str | None = None,
-               ensemble_weights: list[float] | None = None) -> LoadedModel:
-    """The model at `path`, with the files its format read to build it (`LoadedModel.files`); a
-    list of paths is an ensemble, decoded as one model (ensemble.py)."""
+               ensemble_weights: list[float] | None = None, placement: Placement | None = None) -> LoadedModel:
+    """The model at `path`, its weights read into the form `placement` gives them (models/placement.py:
+    device, dtype, how the CPU multiplies; default float32 on the CPU), with the files its format
+    read to build it (`LoadedModel.files`); a list of paths is an ensemble, decoded as one model
+    (ensemble.py)."""
     if isinstance(path, list):
-        return ensemble_of([load_model(p) for p in path], ensemble_rule, ensemble_weights)
+        return ensemble_of([load_model(p, placement=placement) for p in path], ensemble_rule, ensemble_weights)
     fmt = FORMATS[model_format(path)]
     with recording_reads() as files:
-        loaded = fmt.load(path)
+        loaded = fmt.load(path, placement)
     loaded.files = tuple(dict.fromkeys(files))
     return loaded

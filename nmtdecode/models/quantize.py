@@ -1,21 +1,118 @@
-"""int8 weights for CPU decoding: dynamic quantization of every linear layer.
+"""int8 weights for CPU decoding, as CTranslate2 keeps them: every linear layer, the token
+embeddings and the output projection.
 
-Weights are stored as int8 with one scale per output row; activations are
-quantized on the fly per batch (PyTorch's fbgemm/onednn kernels). Embeddings,
-layer norms and the attention arithmetic stay in float32.
+Weights are int8 with one scale per output row (symmetric: scale = max |row| / 127).
+Linear layers run PyTorch's dynamic-quantization kernels (fbgemm), which quantize
+each batch's activations on the fly. The token embeddings are an int8 table with
+its row scales (`Int8Embedding`); when the output projection is tied to them it
+multiplies by that same table (`Int8TiedOutput`, `torch._int_mm` with each row of
+activations quantized alone), so the largest matrix of a big-vocabulary model is
+held once, in int8. Layer norms, positions and the attention arithmetic stay float32.
+
+Weights are quantized a block of rows at a time as they are read
+(`quantized_rows`), so a 256k x 1024 embedding never exists in float32 in memory.
 """
 
 from __future__ import annotations
 
+import threading
 import warnings
 
 import torch
 from torch import nn
+from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
+
+ROWS_AT_ONCE = 4096  # rows quantized per block: a few MB of float32 at a time
 
 
-def quantize_int8(model: nn.Module) -> nn.Module:
-    if next(model.parameters()).device.type != "cpu":
-        raise ValueError("quantize: int8 is for CPU decoding; on CUDA use --dtype float16 or bfloat16")
+def quantize_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """rows (n, d) float -> int8 (n, d) and float32 scales (n,), symmetric per row."""
+    scales = rows.abs().amax(dim=1).float().clamp_min(torch.finfo(torch.float32).tiny) / 127
+    return torch.round(rows / scales[:, None]).clamp_(-127, 127).to(torch.int8), scales
+
+
+_reused = threading.local()  # per loading thread: the float32 block and int8 rows of `quantized_rows`
+
+
+def _scratch(name: str, shape: tuple[int, int], dtype: torch.dtype) -> torch.Tensor:
+    """A tensor of `shape` kept by this thread for the next call: a load that allocated and freed
+    them layer after layer would leave its heap full of holes (hundreds of MB at NLLB-600M)."""
+    size = shape[0] * shape[1]
+    buffer = getattr(_reused, name, None)
+    if buffer is None or buffer.numel() < size:
+        buffer = torch.empty(size, dtype=dtype)
+        setattr(_reused, name, buffer)
+    return buffer[:size].view(shape)
+
+
+def quantized_rows(source, rows_at_once: int = ROWS_AT_ONCE, kept: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """A stored weight (models/weights.py: StoredTensor, InMemoryTensor, Joined) read and quantized a
+    block of rows at a time: its int8 rows and their scales. Unless `kept`, the rows are this
+    thread's scratch, valid until its next call (for a layer that copies them: `int8_linear`)."""
+    n, d = source.shape
+    values = torch.empty(n, d, dtype=torch.int8) if kept else _scratch("values", (n, d), torch.int8)
+    scales = torch.empty(n)
+    block = _scratch("block", (min(n, rows_at_once), d), torch.float32)
+    for first in range(0, n, rows_at_once):
+        part = block[: min(rows_at_once, n - first)]
+        source.read_rows(first, part)
+        values[first : first + len(part)], scales[first : first + len(part)] = quantize_rows(part)
+    return values, scales
+
+
+def int8_linear(values: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None) -> nn.Module:
+    """A dynamic-quantization linear layer (fbgemm) of int8 rows with per-row scales."""
+    out_features, in_features = values.shape
     with warnings.catch_warnings():  # torch.ao.quantization announces its move to torchao
         warnings.simplefilter("ignore")
-        return torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8, inplace=True)
+        # built 1 x 1, then given its weight: built at its size, it would pack a zero weight first
+        layer = DynamicInt8Linear(1, 1, bias_=bias is not None, dtype=torch.qint8)
+        layer.in_features, layer.out_features = in_features, out_features
+        weight = torch._make_per_channel_quantized_tensor(values, scales.double(),
+                                                           torch.zeros(out_features, dtype=torch.long), 0)
+        layer.set_weight_bias(weight, bias)
+    return layer
+
+
+class Int8Embedding(nn.Module):
+    """Token embeddings as int8 rows with one scale each; a lookup gives float32 rows."""
+
+    def __init__(self, values: torch.Tensor, scales: torch.Tensor):
+        super().__init__()
+        self.register_buffer("values", values)  # (V, d) int8
+        self.register_buffer("scales", scales)  # (V,) float32
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        flat = ids.reshape(-1)
+        rows = self.values.index_select(0, flat).float() * self.scales.index_select(0, flat)[:, None]
+        return rows.view(*ids.shape, -1)
+
+    def extra_repr(self) -> str:
+        return f"{self.values.size(0)}, {self.values.size(1)}, int8 rows with scales"
+
+
+class Int8TiedOutput(nn.Module):
+    """The output projection tied to an Int8Embedding: logits = x E^T + b with the embedding's own
+    int8 table, x quantized per row (an int8 product, then each entry scaled by its row's and its
+    token's scale). The int32 products are made TOKENS_AT_ONCE tokens at a time, so the only
+    vocabulary-wide tensor is the float32 logits."""
+
+    TOKENS_AT_ONCE = 16384
+
+    def __init__(self, embedding: Int8Embedding, bias: torch.Tensor | None):
+        super().__init__()
+        self.embedding = embedding
+        self.bias = None if bias is None else nn.Parameter(bias, requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, x.size(-1)).float()
+        values, scales = quantize_rows(rows)
+        table, vocab = self.embedding.values, self.embedding.values.size(0)
+        logits = rows.new_empty(rows.size(0), vocab)
+        for first in range(0, vocab, self.TOKENS_AT_ONCE):
+            tokens = slice(first, first + self.TOKENS_AT_ONCE)
+            torch.mul(torch._int_mm(values, table[tokens].t()), self.embedding.scales[tokens], out=logits[:, tokens])
+        logits.mul_(scales[:, None])
+        if self.bias is not None:
+            logits.add_(self.bias)
+        return logits.view(*x.shape[:-1], -1)

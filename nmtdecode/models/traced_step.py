@@ -94,7 +94,7 @@ class TracedSteps:
         self.seen: dict[tuple, int] = {}  # (width, masked) -> steps run eagerly so far
         self.failed = False
         self.lock = threading.Lock()  # --inter-threads: batches decoded at once share the traces
-        self.packed = [m for m in model.modules() if isinstance(m, PackedLinear)]
+        self.packed = [m for m in model.modules() if isinstance(m, PackedLinear) and m.packed]
 
     def decode_step(self, tokens: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
         if self.failed or cache.record_attention:

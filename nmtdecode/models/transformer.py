@@ -116,10 +116,11 @@ class Embeddings(nn.Module):
         return self._embed(ids, self.position_table()[first : first + ids.size(1)])
 
     def _embed(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        positions = positions.to(self.tokens.weight.dtype)
+        x = self.tokens(ids) * self.scale  # the tokens may be int8 rows (models/quantize.py), looked up as floats
+        positions = positions.to(x.dtype)
         if self.zero_pad_id is not None:
             positions = positions * (ids != self.zero_pad_id)[..., None]
-        x = self.tokens(ids) * self.scale + positions
+        x = x + positions
         if self.norm is not None:
             x = self.norm(x)
         return dropout(x, self.dropout, self.training)

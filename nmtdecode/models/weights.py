@@ -4,47 +4,214 @@ What a format reads without torch (its configuration, the record it returns, the
 errors) is checkpoint.py's; this module holds what needs torch. Weights are read
 from safetensors, or with `torch.load(weights_only=True)`, never by unpickling
 code; a weight that is missing, unexpected or of the wrong shape fails by name.
+
+A safetensors tensor is read when the model asks for it, straight into memory
+the model keeps (`StoredTensor`), not through a memory map of the whole file:
+a map stays resident while any tensor viewing it lives, so a model whose
+weights are converted (packed, quantized, another dtype) would hold the file's
+pages beside its own copy. Each chunk read is checked for non-finite values
+while it is in the cache, so a checkpoint of NaNs fails at load instead of
+decoding one word for every line.
 """
 
 from __future__ import annotations
 
+import ctypes
+import math
+import os
 import pickle
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file
 
 from .. import memory
 from .architecture import TransformerConfig
 from .checkpoint import ModelError, first_line, largest_demand, note_read, parameter_count, unpickling_reason
-from .stored import Tensors
+from .stored import DTYPE_NAMES, SafetensorsHeaders
 from .transformer import Transformer
 
-
-def read_tensors(files: list[str]) -> Tensors:
-    """The tensors of a model's weight files (safetensors, or a pytorch_model.bin), as the view a
-    format's `describe` reads (stored.py)."""
-    tensors = {}
-    for name in files:
-        tensors.update(read_safetensors(name) if name.endswith(".safetensors") else read_torch_weights(name))
-    return Tensors(tensors)
+# The dtypes a checkpoint's weights may have (safetensors codes): floating point only. A tensor of
+# integers in a weight's place is not converted to float: its bytes mean something else.
+FLOAT_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
+CHUNK_BYTES = 16 << 20  # read and checked in pieces that stay in the CPU's cache
 
 
-def read_safetensors(path: str) -> dict[str, torch.Tensor]:
-    try:
-        return load_file(note_read(path))
-    except (SafetensorError, OSError, ValueError) as e:
-        raise ModelError(f"cannot read weights {path}: {e}") from None
+class StoredTensor:
+    """One tensor of a safetensors file, read when asked (`read_rows`)."""
+
+    def __init__(self, path: str, offset: int, entry: dict, name: str):
+        self.path, self.name = path, name
+        try:
+            code, self.shape, (begin, end) = entry["dtype"], tuple(int(n) for n in entry["shape"]), entry["data_offsets"]
+        except (KeyError, TypeError, ValueError):
+            raise ModelError(f"cannot read weights {path}: the header's entry for tensor {name} is not a "
+                             "tensor's") from None
+        self.dtype_name, self.dtype = DTYPE_NAMES.get(code, str(code)), FLOAT_DTYPES.get(code)
+        self.start, self.size = offset + begin, end - begin
+
+    def check(self):
+        """A weight must hold floating-point numbers, as many bytes as its shape needs."""
+        if self.dtype is None:
+            raise ModelError(f"cannot read weights {self.path}: tensor {self.name} holds {self.dtype_name}; "
+                             "weights must be float32, float16 or bfloat16")
+        if self.size != math.prod(self.shape) * self.dtype.itemsize:
+            raise ModelError(f"cannot read weights {self.path}: tensor {self.name} has {self.size:,} bytes, its "
+                             f"shape {self.shape} needs {math.prod(self.shape) * self.dtype.itemsize:,}")
+
+    def reshaped(self, shape: tuple[int, ...]) -> "StoredTensor":
+        """The same bytes seen with another shape of as many elements."""
+        view = object.__new__(StoredTensor)
+        view.__dict__.update(self.__dict__, shape=tuple(shape))
+        return view
+
+    def read_rows(self, first: int, out: torch.Tensor):
+        """Rows first .. first + len(out) (along dim 0) into `out` (contiguous, any float dtype)."""
+        row_bytes = math.prod(self.shape[1:]) * self.dtype.itemsize
+        rows_per_chunk = max(1, CHUNK_BYTES // max(row_bytes, 1))
+        with open(note_read(self.path), "rb", buffering=0) as f:
+            for start in range(0, out.size(0), rows_per_chunk):
+                rows = out[start : start + rows_per_chunk]
+                chunk = rows if rows.dtype == self.dtype else torch.empty(rows.shape, dtype=self.dtype)
+                self._read_into(f, self.start + (first + start) * row_bytes, chunk)
+                check_finite(chunk, self)
+                if chunk is not rows:
+                    rows.copy_(chunk)
+
+    def _read_into(self, f, position: int, tensor: torch.Tensor):
+        size = tensor.numel() * tensor.element_size()
+        view = memoryview((ctypes.c_char * size).from_address(tensor.data_ptr())).cast("B")
+        f.seek(position)
+        done = 0
+        while done < size:
+            got = f.readinto(view[done:])
+            if not got:
+                raise ModelError(f"cannot read weights {self.path}: the file ends inside tensor {self.name} "
+                                 "(truncated?)")
+            done += got
+
+
+class InMemoryTensor:
+    """A tensor already read (a pickled checkpoint, a model built in memory), with the same face."""
+
+    def __init__(self, tensor: torch.Tensor, name: str, where: str):
+        self.tensor, self.name, self.where = tensor, name, where
+        self.shape, self.dtype = tuple(tensor.shape), tensor.dtype
+
+    def check(self):
+        if not self.tensor.is_floating_point():
+            raise ModelError(f"{self.where}: tensor {self.name} holds {str(self.dtype).removeprefix('torch.')}; "
+                             "weights must be float32, float16 or bfloat16")
+
+    def reshaped(self, shape: tuple[int, ...]) -> "InMemoryTensor":
+        return InMemoryTensor(self.tensor.reshape(shape), self.name, self.where)
+
+    def read_rows(self, first: int, out: torch.Tensor):
+        rows = (self.tensor if self.tensor.dim() else self.tensor.view(1))[first : first + out.size(0)]
+        check_finite(rows, self)
+        out.copy_(rows)
+
+
+class Joined:
+    """Tensors joined on dim 0 (a fused projection made of the checkpoint's separate ones)."""
+
+    def __init__(self, parts: list):
+        self.parts = parts
+        self.shape = (sum(p.shape[0] for p in parts), *parts[0].shape[1:])
+        self.dtype = parts[0].dtype
+        self.name = parts[0].name
+
+    def check(self):
+        for part in self.parts:
+            part.check()
+
+    def read_rows(self, first: int, out: torch.Tensor):
+        start = 0  # of the current part, in the joined rows
+        for part in self.parts:
+            lo, hi = max(first, start), min(first + out.size(0), start + part.shape[0])
+            if lo < hi:
+                part.read_rows(lo - start, out[lo - first : hi - first])
+            start += part.shape[0]
+
+
+def join(parts: list):
+    """One tensor made of `parts` joined on dim 0 (no copy until it is read)."""
+    return parts[0] if len(parts) == 1 else Joined(parts)
+
+
+def check_finite(tensor: torch.Tensor, source):
+    if tensor.numel() and not bool(torch.isfinite(torch.stack(torch.aminmax(tensor))).all()):
+        where = getattr(source, "path", None) or getattr(source, "where", "")
+        raise ModelError(f"{where}: tensor {source.name} holds NaN or infinite values; the checkpoint is damaged "
+                         "(or was saved after training diverged)")
+
+
+def read(source, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """The whole of `source` in a tensor of `dtype` (default: as stored): a new one, or, for a
+    tensor already in memory as asked, that tensor itself."""
+    source.check()
+    if isinstance(source, InMemoryTensor) and source.dtype == (dtype or source.dtype) and \
+            source.tensor.is_contiguous() and source.tensor.device.type == "cpu":
+        check_finite(source.tensor, source)
+        return source.tensor
+    out = torch.empty(source.shape, dtype=dtype or source.dtype)
+    if out.numel():
+        source.read_rows(0, out if out.dim() else out.view(1))
+    return out
+
+
+class StoredTensors:
+    """A model's weight files as the view a format's `describe` reads (stored.py: `shapes`,
+    `values(name)`), with each tensor to be read by the loader (`tensors`: name -> StoredTensor
+    or InMemoryTensor)."""
+
+    def __init__(self, files: list[str]):
+        self.tensors = {}
+        for path in files:
+            if path.endswith(".safetensors"):
+                headers = SafetensorsHeaders([path])
+                stored = {name: StoredTensor(file, start, entry, name) for name, (file, start, entry) in
+                          headers.where.items()}
+                check_length(path, stored.values())
+                self.tensors.update(stored)
+            else:
+                self.tensors.update({name: InMemoryTensor(tensor, name, path)
+                                     for name, tensor in read_torch_weights(path).items()})
+        self.shapes = {name: tensor.shape for name, tensor in self.tensors.items()}
+
+    def values(self, name: str) -> list[float]:
+        return read(self.tensors[name], torch.float64).flatten().tolist()
+
+
+def check_length(path: str, tensors) -> None:
+    """A file shorter than its header says (a copy cut short) fails before anything is read."""
+    needed = max((t.start + t.size for t in tensors), default=0)
+    size = os.path.getsize(path)
+    if size < needed:
+        raise ModelError(f"cannot read weights {path}: the file has {size:,} bytes, its header describes "
+                         f"{needed:,} (truncated?)")
+
+
+def read_tensors(files: list[str]) -> StoredTensors:
+    """The tensors of a model's weight files (safetensors, or a pytorch_model.bin), to be read as
+    the model is filled."""
+    return StoredTensors(files)
 
 
 def read_torch_weights(path: str) -> dict[str, torch.Tensor]:
     """A `pytorch_model.bin`-style file: tensors and plain containers only, never pickled code."""
     try:
-        return torch.load(note_read(path), map_location="cpu", weights_only=True)
+        data = torch.load(note_read(path), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         raise ModelError(f"cannot read weights {path}: refused: {unpickling_reason(str(e))}") from None
     except Exception as e:  # the unpickler raises many types; all mean "not readable as weights"
         raise ModelError(f"cannot read weights {path}: {type(e).__name__}: {first_line(str(e))}") from None
+    if not isinstance(data, dict) or not all(isinstance(t, torch.Tensor) for t in data.values()):
+        raise ModelError(f"cannot read weights {path}: expected a dict of tensors")
+    return data
+
+
+def in_memory(tensors: dict[str, torch.Tensor], where: str) -> dict[str, InMemoryTensor]:
+    """Tensors already read, with the face of stored ones."""
+    return {name: InMemoryTensor(tensor, name, where) for name, tensor in tensors.items()}
 
 
 def shared_names(model: torch.nn.Module) -> dict[str, str]:
@@ -59,28 +226,20 @@ def shared_names(model: torch.nn.Module) -> dict[str, str]:
     return aliases
 
 
-def load_weights(model: Transformer, tensors: dict[str, torch.Tensor], source: str):
-    """Give `model` the `tensors` (our parameter names), strictly checked.
-
-    The tensors become the parameters (no copy: a model built uninitialised never touches its own
-    memory, so the weights are held once, not twice, while loading); ones of another dtype are
-    converted, and tied parameters are tied again to the tensor their first name gets."""
+def check_weights(model: Transformer, sources: dict, source: str):
+    """The sources (our names -> stored tensors) against the model's parameters: names and shapes."""
     aliases = shared_names(model)
     expected = {n: t for n, t in model.state_dict().items() if n not in aliases}
-    missing = sorted(set(expected) - set(tensors))
-    unexpected = sorted(set(tensors) - set(expected) - set(aliases))
+    missing = sorted(set(expected) - set(sources))
+    unexpected = sorted(set(sources) - set(expected) - set(aliases))
     if missing or unexpected:
         raise ModelError(f"{source}: weights do not match the architecture; "
                          f"missing: {missing[:5]}, unexpected: {unexpected[:5]}")
     for name, tensor in expected.items():
-        if tuple(tensors[name].shape) != tuple(tensor.shape):
-            raise ModelError(f"{source}: {name} has shape {tuple(tensors[name].shape)}, "
+        if tuple(sources[name].shape) != tuple(tensor.shape):
+            raise ModelError(f"{source}: {name} has shape {tuple(sources[name].shape)}, "
                              f"the config implies {tuple(tensor.shape)}")
-    model.load_state_dict({n: tensors[n].to(t.dtype).contiguous() for n, t in expected.items()}, strict=False,
-                          assign=True)
-    for alias, first in aliases.items():
-        module, _, name = alias.rpartition(".")
-        setattr(model.get_submodule(module), name, model.get_parameter(first))
+        sources[name].check()
 
 
 def allocate(cfg: TransformerConfig, source: str) -> Transformer:
@@ -95,5 +254,3 @@ def allocate(cfg: TransformerConfig, source: str) -> Transformer:
         whole, largest = (memory.readable_size(n * 4) for n in (parameter_count(cfg), size))
         raise ModelError(f"{source}: out of memory allocating the model ({whole} in float32); "
                          f"most of it for {what} ({largest})") from None
-
-

@@ -8,9 +8,8 @@ import pytest
 from nmtdecode.config import DecodingConfig
 from nmtdecode.decoding import BatchDecoder
 from nmtdecode.models.fixed_step import FixedShapeSteps, bucket
-from nmtdecode.models.gemm import use_onednn
 
-from tests.helpers import random_sources, tiny_transformer
+from tests.helpers import placed, random_sources, tiny_transformer
 
 STRATEGIES = {
     "greedy": dict(beam_size=1),
@@ -88,7 +87,7 @@ def test_buckets_are_powers_of_two_with_a_floor():
 def test_fixed_shape_step_with_onednn_packed_layers():
     """The CPU backend replaces the linear layers (the output one too) by packed oneDNN ones,
     which have no `weight`: the buffers take their device and dtype from the embeddings."""
-    model = use_onednn(tiny_transformer(1, vocab=20, eos_bias=1.0))
+    model = placed(tiny_transformer(1, vocab=20, eos_bias=1.0), "onednn")
     sources = random_sources(9, 20, seed=5)
     cfg = DecodingConfig(beam_size=3, n_best=3, max_length=20)
     assert_same(decode(model, cfg, sources), decode(model, cfg, sources, fixed_steps=FixedShapeSteps(model, False)))

@@ -11,7 +11,7 @@ from nmtdecode.config import DecodingConfig
 from nmtdecode.decoding import BatchDecoder
 from nmtdecode.models import gemm
 
-from tests.helpers import random_sources, tiny_transformer
+from tests.helpers import placed, random_sources, tiny_transformer
 
 needs_onednn = pytest.mark.skipif(not gemm.onednn_available(), reason="this torch build has no oneDNN linear")
 
@@ -25,7 +25,7 @@ def test_packed_linear_equals_linear_in_float32(shape, bias):
     x = torch.randn(*shape, 32)
     with torch.inference_mode():
         expected = linear(x)
-        got = gemm.PackedLinear(linear)(x)
+        got = gemm.PackedLinear(linear.weight, linear.bias)(x)
     assert got.shape == expected.shape
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
@@ -37,7 +37,7 @@ def test_packed_linear_in_bfloat16_rounds_like_bfloat16():
     x = torch.randn(10, 64).to(torch.bfloat16)
     with torch.inference_mode():
         exact = nn.functional.linear(x.float(), linear.weight.float(), linear.bias.float())
-        got = gemm.PackedLinear(linear)(x)
+        got = gemm.PackedLinear(linear.weight, linear.bias)(x)
     assert got.dtype == torch.bfloat16
     torch.testing.assert_close(got.float(), exact, rtol=2e-2, atol=5e-2)  # bfloat16 keeps 8 bits of mantissa
 
@@ -45,7 +45,7 @@ def test_packed_linear_in_bfloat16_rounds_like_bfloat16():
 @needs_onednn
 def test_onednn_model_decodes_like_the_plain_model():
     plain = tiny_transformer(2, vocab=24, eos_bias=0.8)
-    packed = gemm.use_onednn(tiny_transformer(2, vocab=24, eos_bias=0.8))
+    packed = placed(tiny_transformer(2, vocab=24, eos_bias=0.8), "onednn")
     assert not any(type(m) is nn.Linear for m in packed.modules())
     assert sum(isinstance(m, gemm.PackedLinear) for m in packed.modules()) == sum(gemm.linear_shapes(plain).values())
     src = torch.tensor(random_sources(3, 24, seed=2, min_len=6, max_len=6))

@@ -8,10 +8,9 @@ import torch
 
 from nmtdecode.config import DecodingConfig
 from nmtdecode.decoding import BatchDecoder
-from nmtdecode.models.gemm import use_onednn
 from nmtdecode.models.traced_step import TracedSteps
 
-from tests.helpers import random_sources, tiny_transformer
+from tests.helpers import placed, random_sources, tiny_transformer
 from tests.models.test_fixed_step import STRATEGIES
 
 pytestmark = pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")  # sizes read as the trace means to
@@ -33,7 +32,7 @@ def assert_identical(eager, traced):
 @pytest.mark.parametrize("prefixed", [False, True])
 def test_traced_step_gives_the_results_of_the_model_step(strategy, prefixed):
     """19 sentences that end at different steps (EOS is favoured): finished ones leave the batch."""
-    model = use_onednn(tiny_transformer(1, vocab=20, eos_bias=1.0))
+    model = placed(tiny_transformer(1, vocab=20, eos_bias=1.0), "onednn")
     sources = random_sources(19, 20, seed=6)
     prefixes = [[5 + i % 4] * (i % 3) for i in range(19)] if prefixed else None
     cfg = DecodingConfig(max_length=30, **STRATEGIES[strategy])
@@ -45,7 +44,7 @@ def test_one_trace_per_kind_of_step_serves_every_batch():
     """Batches of other sizes, source lengths (one with no padding at all) and lengths past the
     cache's first capacity reuse the traces of the first batch: greedy steps, and beam steps
     after the first (their rows need the ancestry mask)."""
-    model = use_onednn(tiny_transformer(2, vocab=24, eos_bias=-1.0))
+    model = placed(tiny_transformer(2, vocab=24, eos_bias=-1.0), "onednn")
     steps = TracedSteps(model, eager_steps=0)
     unpadded = [[5 + (i + j) % 15 for j in range(6)] + [2] for i in range(7)]
     batches = (random_sources(5, 24, seed=1, max_len=4), random_sources(40, 24, seed=2, max_len=30), unpadded)
@@ -68,7 +67,7 @@ def test_one_trace_per_kind_of_step_serves_every_batch():
 def test_traced_step_follows_each_model_family_and_backend(family, backend):
     model = tiny_transformer(3, vocab=20, eos_bias=1.0, **family)
     if backend == "onednn":
-        model = use_onednn(model)
+        model = placed(model, "onednn")
     sources = random_sources(11, 20, seed=4)
     cfg = DecodingConfig(beam_size=4, n_best=2, max_length=25)
     traced = decode(model, cfg, sources, traced_steps=TracedSteps(model, eager_steps=0))
@@ -79,7 +78,7 @@ def test_a_step_that_cannot_be_traced_runs_eagerly_after_one_warning(monkeypatch
     def refuse(*args, **kwargs):
         raise RuntimeError("not traceable\nsecond line")
     monkeypatch.setattr(torch.jit, "trace", refuse)
-    model = use_onednn(tiny_transformer(1, vocab=20, eos_bias=1.0))
+    model = placed(tiny_transformer(1, vocab=20, eos_bias=1.0), "onednn")
     warnings = []
     steps = TracedSteps(model, warn=warnings.append, eager_steps=0)
     sources = random_sources(6, 20, seed=3)
@@ -124,7 +123,7 @@ def test_the_engine_traces_on_the_cpu_unless_told_not_to(model_dir, tmp_path):
 def test_a_kind_of_step_is_traced_after_its_eager_steps():
     """Three steps of each kind run eagerly, then that kind is traced: a short batch never pays
     for a trace."""
-    model = use_onednn(tiny_transformer(1, vocab=20, eos_bias=-2.0))
+    model = placed(tiny_transformer(1, vocab=20, eos_bias=-2.0), "onednn")
     steps = TracedSteps(model, eager_steps=3)
     greedy = DecodingConfig(beam_size=1, min_length=2, max_length=3)  # three steps
     sources = random_sources(4, 20, seed=2)
@@ -137,7 +136,7 @@ def test_a_kind_of_step_is_traced_after_its_eager_steps():
 def test_replays_run_without_torchscripts_graph_optimizations():
     """The replay turns the executor's optimizations off for its own call (a one-off cost, no gain
     on the CPU: traced_step.py) and leaves the thread's setting as it found it."""
-    model = use_onednn(tiny_transformer(1, vocab=20, eos_bias=-2.0))
+    model = placed(tiny_transformer(1, vocab=20, eos_bias=-2.0), "onednn")
     steps = TracedSteps(model, eager_steps=0)
     cfg = DecodingConfig(beam_size=1, min_length=2, max_length=4)
     sources = random_sources(4, 20, seed=2)

@@ -136,7 +136,7 @@ def test_an_uninitialised_model_is_the_same_model_once_filled(tied):
 def test_load_weights_gives_the_model_the_tensors_themselves_and_keeps_ties():
     """No copy (so a checkpoint is held once while it loads): each parameter is the given tensor,
     converted where its dtype differs; tied parameters are one tensor again afterwards."""
-    from nmtdecode.models.weights import load_weights
+    from nmtdecode.models.placement import load_weights
 
     cfg = tiny_config(50, share_embeddings=True, tie_output=True, final_logits_bias=True)
     torch.manual_seed(1)

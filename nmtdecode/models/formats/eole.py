@@ -6,15 +6,17 @@ to the model.
 from __future__ import annotations
 
 from ..checkpoint import LoadedModel
-from ..weights import allocate, load_weights, read_tensors
+from ..placement import Placement, load_weights
+from ..weights import allocate, read_tensors
 from .eole_config import FORMAT, describe, weight_map
 from .opennmt import convert_weights
 
 __all__ = ["FORMAT", "load"]
 
 
-def load(path: str) -> LoadedModel:
+def load(path: str, placement: Placement | None = None) -> LoadedModel:
     facts = describe(path, read_tensors)
     model = allocate(facts.cfg, path)
-    load_weights(model, convert_weights(model, facts.stored.tensors, *weight_map(facts.cfg)), path)
-    return facts.loaded(model, path)
+    placed = load_weights(model, convert_weights(model, facts.stored.tensors, *weight_map(facts.cfg)), path,
+                          placement)
+    return facts.loaded(model, path, placed.backend)

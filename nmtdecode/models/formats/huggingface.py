@@ -8,39 +8,38 @@ are read (`model.safetensors`, also sharded, or `pytorch_model.bin` with
 
 from __future__ import annotations
 
-import torch
-
 from ..checkpoint import LoadedModel, ModelRules
+from ..placement import Placement, load_weights
 from ..transformer import Transformer
-from ..weights import allocate, load_weights, read_tensors
+from ..weights import allocate, join, read_tensors
 from .hf_config import FORMAT, describe, weight_sources
 
 __all__ = ["FORMAT", "convert_weights", "load", "load_network"]
 
 
-def convert_weights(sources: dict[str, list[str]], tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Our parameters from the stored tensors (hf_config.weight_sources: which, joined on dim 0)."""
-    ours = {name: torch.cat([tensors[s] for s in parts], dim=0) if len(parts) > 1 else tensors[parts[0]]
-            for name, parts in sources.items()}
+def convert_weights(sources: dict[str, list[str]], tensors: dict) -> dict:
+    """Our parameters from the stored tensors (hf_config.weight_sources: which, joined on dim 0),
+    to be read as the model is filled (models/weights.py)."""
+    ours = {name: join([tensors[s] for s in parts]) for name, parts in sources.items()}
     if "output.bias" in ours:  # stored as a (1, vocabulary) row
-        ours["output.bias"] = ours["output.bias"].reshape(-1)
+        ours["output.bias"] = ours["output.bias"].reshaped((ours["output.bias"].shape[-1],))
     return ours
 
 
-def load_network(path: str, hf: dict) -> tuple[Transformer, dict, ModelRules]:
+def load_network(path: str, hf: dict, placement: Placement | None = None) -> tuple[Transformer, dict, ModelRules]:
     """The model with its weights, decoding defaults and rules; no tokenizer."""
-    model, facts = _network(path, hf)
+    model, facts, _ = _network(path, hf, placement)
     return model, facts.defaults, facts.rules
 
 
-def _network(path: str, hf: dict | None = None):
+def _network(path: str, hf: dict | None = None, placement: Placement | None = None):
     facts = describe(path, read_tensors, hf)
     model = allocate(facts.cfg, path)
     tensors = facts.stored.tensors
-    load_weights(model, convert_weights(weight_sources(facts.cfg, tensors, path), tensors), path)
-    return model.eval(), facts
+    placed = load_weights(model, convert_weights(weight_sources(facts.cfg, tensors, path), tensors), path, placement)
+    return model.eval(), facts, placed
 
 
-def load(path: str) -> LoadedModel:
-    model, facts = _network(path)  # architecture and weight errors come before tokenizer ones
-    return facts.loaded(model, path)
+def load(path: str, placement: Placement | None = None) -> LoadedModel:
+    model, facts, placed = _network(path, placement=placement)  # architecture and weight errors before tokenizer ones
+    return facts.loaded(model, path, placed.backend)

@@ -11,18 +11,19 @@ import yaml
 from safetensors.torch import save_file
 
 from ..checkpoint import LoadedModel
+from ..placement import Placement, load_weights
 from ..transformer import Transformer
-from ..weights import allocate, load_weights, read_tensors, shared_names
+from ..weights import allocate, read_tensors, shared_names
 from .native_config import FORMAT, WEIGHTS, describe
 
 __all__ = ["FORMAT", "load", "save"]
 
 
-def load(path: str) -> LoadedModel:
+def load(path: str, placement: Placement | None = None) -> LoadedModel:
     facts = describe(path, read_tensors)
     model = allocate(facts.cfg, path)
-    load_weights(model, facts.stored.tensors, path)
-    return facts.loaded(model, path)
+    placed = load_weights(model, facts.stored.tensors, path, placement)
+    return facts.loaded(model, path, placed.backend)
 
 
 def save(path: str, model: Transformer, spm_files: dict[str, str], decoding: dict | None = None,

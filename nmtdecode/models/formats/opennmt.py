@@ -24,8 +24,9 @@ import torch
 
 from ..architecture import TransformerConfig
 from ..checkpoint import LoadedModel, ModelError, check_dimensions, first_line, note_read, unpickling_reason
+from ..placement import Placement, load_weights
 from ..transformer import Transformer
-from ..weights import allocate, load_weights
+from ..weights import InMemoryTensor, allocate, in_memory, join
 from .opennmt_shared import (OPENNMT_RULES, POSITION_TYPES, VocabTokenizer, attention_projections, mapped_shapes,
                              special_ids, subword_models, untied)
 
@@ -159,24 +160,28 @@ def _feed_forward(ours: str, theirs: str, norms: dict, linear: dict, direct: dic
             direct[f"{ours}.{block}.norm.{part}"] = f"{theirs}.{norm}.{part}"
 
 
-def convert_weights(model: Transformer, theirs: dict[str, torch.Tensor], linear: dict[str, list[str]],
-                    direct: dict[str, str]) -> dict[str, torch.Tensor]:
-    """Their tensors under our names (`weight_map`); a bias the checkpoint lacks (add_qkvbias
-    off while add_ffnbias is on, say) becomes zeros, which is the same layer without one. A
-    float16 checkpoint stays float16 here: `load_weights` converts to the model's dtype."""
+def convert_weights(model: Transformer, theirs: dict, linear: dict[str, list[str]], direct: dict[str, str]) -> dict:
+    """Their tensors (models/weights.py's stored ones) under our names (`weight_map`), to be read as
+    the model is filled; a bias the checkpoint lacks (add_qkvbias off while add_ffnbias is on,
+    say) becomes zeros, which is the same layer without one. A float16 checkpoint stays float16
+    here: the tensors are converted as they are read."""
     ours = {name: theirs[source] for name, source in direct.items() if source in theirs}
     expected = model.state_dict()
     for name, parts in linear.items():
         if any(f"{p}.weight" not in theirs for p in parts):
             continue  # reported by load_weights as missing
-        ours[f"{name}.weight"] = torch.cat([theirs[f"{p}.weight"] for p in parts])
+        ours[f"{name}.weight"] = join([theirs[f"{p}.weight"] for p in parts])
         if f"{name}.bias" in expected:
-            ours[f"{name}.bias"] = torch.cat([theirs.get(f"{p}.bias", torch.zeros(theirs[f"{p}.weight"].size(0)))
-                                              for p in parts])
+            ours[f"{name}.bias"] = join([theirs.get(f"{p}.bias") or _zeros(theirs[f"{p}.weight"].shape[0], p)
+                                         for p in parts])
     return untied(model.cfg, ours)
 
 
-def load(path: str) -> LoadedModel:
+def _zeros(size: int, name: str) -> InMemoryTensor:
+    return InMemoryTensor(torch.zeros(size), f"{name}.bias", "zeros for a missing bias")
+
+
+def load(path: str, placement: Placement | None = None) -> LoadedModel:
     data = read_checkpoint(path)
     opt, vocab = data["opt"], data["vocab"]
     theirs = dict(data["model"])
@@ -186,9 +191,12 @@ def load(path: str) -> LoadedModel:
     linear, direct = weight_map(cfg)
     check_dimensions(cfg, mapped_shapes(cfg, shapes, linear, direct), path)
     model = allocate(cfg, path)
-    load_weights(model, convert_weights(model, theirs, linear, direct), path)
+    sources = convert_weights(model, in_memory(theirs, path), linear, direct)
+    theirs.clear(), data.clear()  # the tensors are kept by `sources` alone: each freed once read
+    placed = load_weights(model, sources, path, placement)
     recorded = {side: getattr(opt, f"{side}_subword_model", None) for side in ("src", "tgt")}
     beside = os.path.dirname(os.path.abspath(path))
     src_spm, tgt_spm = subword_models(getattr(opt, "transforms", None), recorded, path, beside)
     tokenizer = VocabTokenizer(vocab["src"], vocab["tgt"], src_spm, tgt_spm)
-    return LoadedModel(model.eval(), tokenizer, FORMAT, path, OPENNMT_RULES, dict(DECODING_DEFAULTS))
+    return LoadedModel(model.eval(), tokenizer, FORMAT, path, OPENNMT_RULES, dict(DECODING_DEFAULTS),
+                       gemm=placed.backend)

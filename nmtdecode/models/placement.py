@@ -1,0 +1,171 @@
+"""Where and in what form a model's weights live, decided before they are read.
+
+A placement is a device, a dtype and the way the CPU multiplies by the weights
+(`backend`): torch's own products on plain tensors, oneDNN on packed ones
+(models/gemm.py), or int8 (models/quantize.py). `fill` reads every weight once,
+straight into that form, layer by layer: a packed or quantized layer replaces
+the plain one as soon as it is made, so no weight is ever held twice, and the
+peak of a load is the model's final size plus one layer.
+
+Tied weights stay one tensor: an output projection tied to the token embeddings
+multiplies by the embeddings' own matrix (plain, or int8 with its scales),
+because the lookup needs its rows as they are. Layers are filled by a few
+threads at once: reading a file and packing a layer run outside Python's lock.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+
+import torch
+from torch import nn
+
+from .. import memory
+from . import gemm
+from .checkpoint import ModelError, largest_demand
+from .quantize import Int8Embedding, Int8TiedOutput, int8_linear, quantized_rows
+from .weights import check_weights, in_memory, read, shared_names
+
+BACKENDS = ("torch", "onednn", "int8")
+# A tied output projection up to this size gets a packed copy beside the embeddings' plain matrix:
+# a product by the plain one costs 12-38% more on Transformer-base shapes (docs/speed.md), and a
+# second copy of 32k x 512 is 64 MB. Above it (NLLB's, mBART's 256k x 1024: 1 GB) the two share one.
+PACKED_TIED_COPY_BYTES = 256 << 20
+MAX_READERS = 4  # threads filling layers at once (reading from the page cache gains little beyond that)
+
+
+@dataclass(frozen=True)
+class Placement:
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    dtype: torch.dtype = torch.float32
+    backend: str = "torch"  # one of BACKENDS, or "auto": gemm.choose_backend decides for the model's shapes
+
+    def resolved(self, model: nn.Module) -> "Placement":
+        """The placement with its backend decided: int8 stays, `torch` off the CPU and where oneDNN
+        cannot serve, `auto` measured on the model's shapes (gemm.choose_backend)."""
+        if self.backend == "int8":
+            if self.device.type != "cpu":
+                raise ValueError("quantize: int8 is for CPU decoding; on CUDA use --dtype float16 or bfloat16")
+            return self
+        return replace(self, backend=gemm.choose_backend(model, self.backend, self.device, self.dtype))
+
+
+def fill(model: nn.Module, sources: dict, placement: Placement) -> Placement:
+    """Give every parameter of `model` (built by Transformer.uninitialised, or in memory) its weight
+    from `sources` (our names -> stored tensors, models/weights.py; checked by the caller) in the form
+    `placement` says. Returns the placement with its backend decided, also kept as `model.placement`."""
+    placement = placement.resolved(model)
+    try:
+        _fill(model, sources, placement)
+    except (RuntimeError, MemoryError) as error:  # torch.OutOfMemoryError is a RuntimeError
+        if not memory.is_out_of_memory(error):
+            raise
+        need = sum(t.numel() for t in model.state_dict().values()) * placement.dtype.itemsize
+        what, _ = largest_demand(model.cfg)
+        raise ModelError(f"out of memory placing the model on {placement.device} in "
+                         f"{str(placement.dtype).removeprefix('torch.')}: its weights need "
+                         f"{memory.readable_size(need)}, most of them for {what}") from None
+    model.placement = placement
+    return placement
+
+
+def _fill(model: nn.Module, sources: dict, placement: Placement):
+    parents = _parents(model)
+    aliases = shared_names(model)
+    tied, own = [], []
+    for name, module in model.named_modules():
+        names = [f"{name}.{p}" if name else p for p, t in module.named_parameters(recurse=False)]
+        if names:
+            (tied if any(n in aliases for n in names) else own).append((name, module))
+    readers = max(1, min(MAX_READERS, torch.get_num_threads()))
+    with ThreadPoolExecutor(readers) as pool:
+        for _ in pool.map(lambda job: _fill_layer(*job, sources, placement, parents), own):
+            pass  # each job's error comes out here
+    for name, module in tied:  # after the layers whose weights they share
+        _fill_tied(model, name, module, aliases, sources, placement, parents)
+    for module in model.modules():  # buffers the model computed itself (sinusoids)
+        for key, buffer in module._buffers.items():
+            if buffer is not None and buffer.is_floating_point() and buffer.layout == torch.strided:
+                module._buffers[key] = buffer.to(placement.device, placement.dtype)
+
+
+def load_weights(model: nn.Module, sources: dict, source: str, placement: Placement | None = None) -> Placement:
+    """Give `model` its weights from `sources` (our parameter names -> stored tensors of
+    models/weights.py, or plain tensors), strictly checked (names and shapes, before anything is
+    read), each read once into the form `placement` gives it (default: float32 on the CPU).
+    Returns the placement with its backend decided."""
+    sources = {name: in_memory({name: t}, source)[name] if isinstance(t, torch.Tensor) else t
+               for name, t in sources.items()}
+    check_weights(model, sources, source)
+    return fill(model, sources, placement or Placement())
+
+
+def place_model(model: nn.Module, placement: Placement) -> nn.Module:
+    """A model already in memory, its weights given the form `placement` says (in place)."""
+    sources = in_memory({n: t.detach() for n, t in model.state_dict().items()
+                         if n not in shared_names(model) and t.layout == torch.strided}, "model")
+    check_weights(model, sources, "model")
+    fill(model, sources, placement)
+    return model
+
+
+def _parents(model: nn.Module) -> dict[int, list[tuple[nn.Module, str]]]:
+    """Every place a module hangs from (a module shared by two parents, as shared embeddings are,
+    is replaced in both): id(module) -> [(parent, attribute)]."""
+    parents: dict[int, list[tuple[nn.Module, str]]] = {}
+    for parent in model.modules():
+        for key, child in parent._modules.items():
+            if child is not None:
+                parents.setdefault(id(child), []).append((parent, key))
+    return parents
+
+
+def _replace(old: nn.Module, new: nn.Module, parents: dict):
+    for parent, key in parents.get(id(old), []):
+        setattr(parent, key, new)
+
+
+def _plain(source, placement: Placement) -> nn.Parameter:
+    return nn.Parameter(read(source, placement.dtype).to(placement.device), requires_grad=False)
+
+
+def _fill_layer(name: str, module: nn.Module, sources: dict, placement: Placement, parents: dict):
+    """One layer's weights, in the placement's form; a linear layer or token embedding may be
+    replaced by its packed or int8 kind."""
+    own = {key: sources.pop(f"{name}.{key}" if name else key) for key, p in module.named_parameters(recurse=False)}
+    if type(module) is nn.Linear and placement.backend == "int8":
+        values, scales = quantized_rows(own["weight"], kept=False)  # int8_linear packs a copy
+        bias = read(own["bias"], torch.float32) if "bias" in own else None
+        _replace(module, int8_linear(values, scales, bias), parents)
+    elif type(module) is nn.Linear and placement.backend == "onednn":
+        weight = read(own["weight"], placement.dtype)
+        bias = read(own["bias"], placement.dtype) if "bias" in own else None
+        parent, key = parents[id(module)][0]
+        fused = key == "up" and getattr(parent, "activation_name", None) in gemm.POST_OPS
+        _replace(module, gemm.PackedLinear(weight, bias, parent.activation_name if fused else None), parents)
+        if fused:
+            parent.activation = None  # applied inside the product
+    elif type(module) is nn.Embedding and name.endswith("tokens") and placement.backend == "int8":
+        _replace(module, Int8Embedding(*quantized_rows(own["weight"])), parents)
+    else:
+        for key, source in own.items():
+            setattr(module, key, _plain(source, placement))
+
+
+def _fill_tied(model: nn.Module, name: str, module: nn.Module, aliases: dict, sources: dict,
+               placement: Placement, parents: dict):
+    """A layer whose weight is another's (the output projection tied to the token embeddings):
+    it reads that layer's weight, in whatever form it was given; its own bias is its own."""
+    first = aliases[f"{name}.weight"]
+    owner = model.get_submodule(first.rpartition(".")[0])
+    bias = sources.pop(f"{name}.bias", None)
+    if isinstance(owner, Int8Embedding):
+        _replace(module, Int8TiedOutput(owner, None if bias is None else read(bias, torch.float32)), parents)
+        return
+    module.weight = owner.weight
+    if bias is not None:
+        module.bias = _plain(bias, placement)
+    if type(module) is nn.Linear and placement.backend == "onednn":
+        copy = module.weight.numel() * module.weight.element_size() <= PACKED_TIED_COPY_BYTES
+        _replace(module, gemm.PackedLinear(module.weight, module.bias, pack=copy), parents)
