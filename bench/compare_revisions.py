@@ -27,11 +27,10 @@ import torch
 torch.set_num_threads(int(sys.argv[2]))
 from nmtdecode.config import Config
 from nmtdecode.decoding import BatchDecoder
-from nmtdecode.models.gemm import apply_backend, choose_backend
 from nmtdecode.models.loading import load_model
+from nmtdecode.models.placement import Placement
 demo = sys.argv[3]
-loaded = load_model(demo)
-apply_backend(loaded.model, choose_backend(loaded.model, "auto", torch.device("cpu"), torch.float32))
+loaded = load_model(demo, placement=Placement(backend="auto"))
 with open(os.path.join(demo, "test.en"), encoding="utf-8") as f:
     sources = sorted((loaded.tokenizer.encode(line.rstrip("\n")) for line in f), key=len)
 options = {"beam_size": int(sys.argv[1]), "length_penalty": "none"}

@@ -44,6 +44,31 @@ def marian_base(path: str, seed: int = 0, vocab: int = VOCAB_BASE, d_model: int 
     return path
 
 
+VOCAB_600M = 256206  # NLLB-200's vocabulary
+
+
+def nllb_600m_shape(path: str, seed: int = 0, vocab: int = VOCAB_600M, d_model: int = 1024, layers: int = 12) -> str:
+    """An NLLB-200-distilled-600M shaped M2M100 (d_model 1024, 12+12 layers, 16 heads, FFN 4096, 256k
+    vocabulary, tied embeddings: 615M parameters, 2.5 GB in float32) with seeded random weights,
+    saved by `transformers`; smaller shapes for smoke tests of the harness."""
+    import transformers
+
+    if os.path.isfile(os.path.join(path, "model.safetensors")):
+        return path
+    torch.manual_seed(seed)
+    config = transformers.M2M100Config(
+        vocab_size=vocab, d_model=d_model, encoder_layers=layers, decoder_layers=layers, encoder_attention_heads=16,
+        decoder_attention_heads=16, encoder_ffn_dim=4 * d_model, decoder_ffn_dim=4 * d_model,
+        max_position_embeddings=1024, scale_embedding=True, activation_function="relu", pad_token_id=1,
+        bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, dropout=0.0, attention_dropout=0.0,
+        activation_dropout=0.0, tie_word_embeddings=True)
+    model = transformers.M2M100ForConditionalGeneration(config).eval()
+    model.generation_config = transformers.GenerationConfig(decoder_start_token_id=2, eos_token_id=2, pad_token_id=1,
+                                                            bos_token_id=0)
+    model.save_pretrained(path)
+    return path
+
+
 def token_strings(size: int, specials: dict[int, str]) -> list[str]:
     """Vocabulary strings for CTranslate2 when a model has no tokenizer (ids are fed as tokens)."""
     return [specials.get(i, f"t{i}") for i in range(size)]

@@ -41,8 +41,8 @@ def main():
     from nmtdecode.config import Config
     from nmtdecode.models.checkpoint import read_json
     from nmtdecode.models.formats.huggingface import load_network
-    from nmtdecode.models.gemm import apply_backend, choose_backend, cpu_description
-    from nmtdecode.models.quantize import quantize_int8
+    from nmtdecode.models.gemm import cpu_description
+    from nmtdecode.models.placement import Placement, place_model
     from nmtdecode.decoding import BatchDecoder
 
     if args.model == "demo":
@@ -51,12 +51,8 @@ def main():
         dirs, task = prepare_marian(32)
         model, _, rules = load_network(dirs["nmtdecode"], read_json(os.path.join(dirs["nmtdecode"], "config.json")))
         sources, forced = task["sources"], {"min_length": 32, "max_length": 32}
-    if args.int8:
-        quantize_int8(model)
-    else:
-        backend = choose_backend(model, args.gemm, torch.device("cpu"), torch.float32)
-        apply_backend(model, backend)
-        print(f"gemm: {backend} ({cpu_description()})")
+    place_model(model, Placement(backend="int8" if args.int8 else args.gemm))
+    print(f"gemm: {model.placement.backend} ({cpu_description()})")
     decoding = Config.from_values({"beam_size": args.beam, "length_penalty": "avg", "alpha": 1.0, **forced}).decoding
     translator = BatchDecoder(model, decoding, rules)
     with torch.inference_mode():

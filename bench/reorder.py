@@ -30,7 +30,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-from nmtdecode.models.gemm import apply_backend, choose_backend  # noqa: E402
+from nmtdecode.models.placement import Placement, place_model  # noqa: E402
 from nmtdecode.decoding import BatchDecoder  # noqa: E402
 
 INITIAL_CAPACITY = 16
@@ -133,8 +133,8 @@ def main():
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     for name, model, rules, sources, decoding in cases():
-        backend = choose_backend(model, args.gemm, torch.device("cpu"), torch.float32)
-        apply_backend(model, backend)
+        place_model(model, Placement(backend=args.gemm))
+        backend = model.placement.backend
         variants = {"paths": BatchDecoder(model, decoding, rules),
                     "gather": BatchDecoder(GatherModel(model), decoding, rules)}
         best, outputs = dict.fromkeys(variants, float("inf")), {}

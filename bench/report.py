@@ -51,19 +51,23 @@ def machine_lines(args) -> list[str]:
 
 
 def speed_table(rows) -> list[str]:
-    lines = ["| model | beam | system | sentences/s | target tokens/s | peak RSS MB | CPU matrix products | "
-             "compared with | its speed ÷ this speed | same 1-best | BLEU | chrF |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | beam | system | sentences/s | target tokens/s | load s | process s | peak RSS MB | "
+             "CPU matrix products | compared with | its speed ÷ this speed | its process ÷ this process | "
+             "same 1-best | BLEU | chrF |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        vs = f"{r['vs']} | {r['ratio']:.2f}× | {100 * r['same']:.0f}%" if r.get("vs") else "– | – | –"
+        vs = (f"{r['vs']} | {r['ratio']:.2f}× | {r['process_ratio']:.2f}× | {100 * r['same']:.0f}%" if r.get("vs")
+              else "– | – | – | –")
         quality = f"{r['bleu']:.1f} | {r['chrf']:.1f}" if "bleu" in r else "– | –"
         lines.append(f"| {r['model']} | {r['beam']} | {r['system']} | {r['sent_s']:.2f} | {r['tok_s']:.1f} | "
-                     f"{r['rss']:.0f} | {r['gemm']} | {vs} | {quality} |")
+                     f"{r['load_s']:.2f} | {r['process_s']:.1f} | {r['rss']:.0f} | {r['gemm']} | {vs} | {quality} |")
     return lines
 
 
 def write_results(path, machine, rows, jobs, memory, notes):
-    lines = machine + ["", "Decoding (token ids in, token ids out; model load and tokenization not timed). "
+    lines = machine + ["", "Decoding (token ids in, token ids out; tokenization not timed). \"load s\": from the model's path to a "
+                       "model ready to decode, after `import torch`; \"process s\": the whole worker process (start, "
+                       "imports, load, a warm-up on 4 sentences, decoding). "
                        "Each compared row is measured against an nmtdecode row (\"compared with\"); "
                        "\"its speed ÷ this speed\" above 1 means that nmtdecode row is faster.", ""]
     lines += speed_table(rows)

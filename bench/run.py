@@ -47,7 +47,8 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 
-from convert import VOCAB_BASE, marian_base, to_ctranslate2, to_marian, to_transformers, token_strings  # noqa: E402
+from convert import (VOCAB_600M, VOCAB_BASE, marian_base, nllb_600m_shape, to_ctranslate2, to_marian,  # noqa: E402
+                     to_transformers, token_strings)
 from report import machine_lines, write_results  # noqa: E402
 
 import opennmt_py  # noqa: E402
@@ -81,6 +82,20 @@ OPENNMT_ROWS = [
     ("nmtdecode int8", "nmtdecode", {"precision": "int8"}, None),
     ("ctranslate2 int8", "ctranslate2", {"precision": "int8"}, "nmtdecode int8"),
 ]
+
+
+# nllb-600m: a real-size model, where load time and memory count as much as decoding; CTranslate2
+# reads a model converted to its precision (as its users store one), nmtdecode converts at load
+BIG_ROWS = [
+    ("nmtdecode", "nmtdecode", {}, None),
+    ("ctranslate2", "ctranslate2", {}, "nmtdecode"),
+    ("nmtdecode int8", "nmtdecode", {"precision": "int8"}, None),
+    ("ctranslate2 int8", "ctranslate2", {"precision": "int8"}, "nmtdecode int8"),
+    ("nmtdecode bf16", "nmtdecode", {"precision": "bfloat16"}, "nmtdecode"),
+    ("nmtdecode --early-stopping false", "nmtdecode", {"rule": "false"}, None),
+    ("transformers", "transformers", {}, "nmtdecode --early-stopping false"),
+]
+BIG_SENTENCES, BIG_BEAMS = 16, (1, 4)  # one batch of 16, as NLLB's users run it (its beam size is 4)
 
 
 def best_setting_rows(threads: int) -> list:
@@ -124,6 +139,28 @@ def prepare_marian(n_sentences: int):
                              generator=g).tolist() + [0] for _ in range(n_sentences)]
     task, _ = sorted_task(sources, format="huggingface", tokens=tokens, max_length=256, banned=[VOCAB_BASE - 1])
     return {"nmtdecode": hf_dir, "transformers": hf_dir, "ctranslate2": ct2_dir}, task
+
+
+def prepare_nllb(n_sentences: int):
+    """The NLLB-600M shaped model (bench/convert.py), CTranslate2's conversions of it in float32
+    and int8, and a task of `n_sentences` random sources of 10-40 tokens."""
+    from nmtdecode.models.checkpoint import read_json
+    from nmtdecode.models.formats.huggingface import load_network
+
+    hf_dir = nllb_600m_shape(os.path.join(OUT, "nllb-600m"))
+    tokens = token_strings(VOCAB_600M, {0: "<s>", 1: "<pad>", 2: "</s>", 3: "<unk>"})
+    dirs = {"nmtdecode": hf_dir, "transformers": hf_dir}
+    for label, quantization in (("ctranslate2", None), ("ctranslate2 int8", "int8")):
+        dirs[label] = os.path.join(OUT, "nllb-600m-ct2" + (f"-{quantization}" if quantization else ""))
+        if not os.path.isfile(os.path.join(dirs[label], "model.bin")):
+            model, _, _ = load_network(hf_dir, read_json(os.path.join(hf_dir, "config.json")))
+            to_ctranslate2(model, tokens, dirs[label], quantization)
+            del model
+    g = torch.Generator().manual_seed(1)
+    sources = [torch.randint(4, VOCAB_600M, (int(torch.randint(10, 40, (1,), generator=g)),),
+                             generator=g).tolist() + [2] for _ in range(n_sentences)]
+    task, _ = sorted_task(sources, format="huggingface", tokens=tokens, max_length=256, banned=[])
+    return dirs, task
 
 
 def prepare_opennmt(n_sentences: int, threads: int):
@@ -180,17 +217,20 @@ def prepare_natural(name: str, n: int, demo: str):
     return dirs, task, loaded, [references[i] for i in order]
 
 
-def measure(system, model_dir, task_file, beam, threads, options, fixed_length=0):
+def measure(system, model_dir, task_file, beam, threads, options, fixed_length=0, batch=32):
+    """One worker process's result, with the wall time of the whole process (`process_seconds`:
+    start, imports, load, a warm-up on 4 sentences, decoding)."""
     cmd = [sys.executable, os.path.join(HERE, "worker.py"), system, model_dir, task_file, "--beam", str(beam),
-           "--threads", str(threads), "--batch", "32"]
+           "--threads", str(threads), "--batch", str(batch)]
     cmd += [f"--{key.replace('_', '-')}={value}" for key, value in options.items()]
     if fixed_length:
         cmd += ["--fixed-length", str(fixed_length)]
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS=str(threads))
+    start = time.perf_counter()
     run = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if run.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{run.stderr[-3000:]}")
-    return json.loads(run.stdout.splitlines()[-1])
+    return {**json.loads(run.stdout.splitlines()[-1]), "process_seconds": time.perf_counter() - start}
 
 
 def bleu_chrf(outputs, loaded, references):
@@ -204,9 +244,9 @@ def agreement(a, b):
     return sum(x == y for x, y in zip(a, b)) / len(a)
 
 
-def benchmark_model(name, dirs, task, beam, args, loaded=None, references=None, fixed=0, rows=None):
+def benchmark_model(name, dirs, task, beam, args, loaded=None, references=None, fixed=0, rows=None, batch=32):
     """One model at one beam size: every row of `rows` (rows_for's by default), interleaved,
-    fastest of --repeat."""
+    fastest of --repeat. A row's model is dirs[label] where there is one, else dirs[system]."""
     rows = rows or rows_for(beam, natural=not fixed, threads=args.threads)
     task_file = os.path.join(OUT, f"{name}-task.json")
     with open(task_file, "w", encoding="utf-8") as f:
@@ -215,7 +255,7 @@ def benchmark_model(name, dirs, task, beam, args, loaded=None, references=None, 
     for repeat in range(args.repeat):  # interleaved: on a shared machine the speed drifts over minutes
         for label, system, options, _ in rows:
             print(f"{name} beam {beam}: {label} (run {repeat + 1}) ...", file=sys.stderr, flush=True)
-            r = measure(system, dirs[system], task_file, beam, args.threads, options, fixed)
+            r = measure(system, dirs.get(label, dirs[system]), task_file, beam, args.threads, options, fixed, batch)
             if label not in best or r["seconds"] < best[label]["seconds"]:
                 best[label] = r
     table = []
@@ -223,10 +263,11 @@ def benchmark_model(name, dirs, task, beam, args, loaded=None, references=None, 
         r = best[label]
         row = {"model": name, "beam": beam, "system": label, "sent_s": r["sentences"] / r["seconds"],
                "tok_s": r["target_tokens"] / r["seconds"], "rss": r["peak_rss_mb"], "gemm": r["gemm"],
-               "vs": reference}
+               "load_s": r["load_seconds"], "process_s": r["process_seconds"], "vs": reference}
         if reference:
             ref = best[reference]
             row["ratio"] = r["seconds"] / ref["seconds"]  # > 1: the reference (an nmtdecode row) is faster
+            row["process_ratio"] = r["process_seconds"] / ref["process_seconds"]
             row["same"] = agreement(r["outputs"], ref["outputs"])
         if references is not None:
             row["bleu"], row["chrf"] = bleu_chrf(r["outputs"], loaded, references)
@@ -290,7 +331,7 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="few sentences: a smoke test of the harness")
     parser.add_argument("--repeat", type=int, default=3, help="runs per system; the fastest is reported")
-    parser.add_argument("--models", default="marian-base,demo,marian-demo,opennmt-base")
+    parser.add_argument("--models", default="marian-base,nllb-600m,demo,marian-demo,opennmt-base")
     parser.add_argument("--demo", default=os.path.join(ROOT, "data", "demo"), help="the demo model directory")
     parser.add_argument("--output", default=os.path.join(HERE, "results.md"),
                         help="the results file (one per CPU is kept in bench/: results-VENDOR-MODEL.md)")
@@ -304,6 +345,12 @@ def main():
             continue
         if name == "opennmt-base":
             opennmt_dirs, opennmt_task = prepare_opennmt(n_marian, args.threads)  # once: it checks agreement
+        if name == "nllb-600m":
+            nllb_dirs, nllb_task = prepare_nllb(n_marian // 4)
+            for beam in BIG_BEAMS:
+                rows += benchmark_model(name, nllb_dirs, nllb_task, beam, args, fixed=32, rows=BIG_ROWS,
+                                        batch=BIG_SENTENCES)
+            continue
         for beam in (1, 5):
             if name == "marian-base":
                 dirs, task = prepare_marian(n_marian)

@@ -121,7 +121,7 @@ def main():
     model = compile_step.load("onednn")
     for parameter in model.parameters():
         parameter.requires_grad_(False)  # a traced graph holds them as constants
-    packed = [m.packed_weight for m in model.modules() if isinstance(m, PackedLinear)]
+    packed = [m.packed_weight for m in model.modules() if isinstance(m, PackedLinear) and m.packed]
     print(f"CPU: {cpu_description()}; {args.threads} threads; torch {torch.__version__}; demo model, beam 1, "
           f"ms per step\n")
     rows_list = [int(r) for r in args.rows.split(",")]

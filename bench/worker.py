@@ -61,25 +61,23 @@ def run_nmtdecode(args, task):
     from nmtdecode.config import Config
     from nmtdecode.models.checkpoint import read_json
     from nmtdecode.models.formats.huggingface import load_network
-    from nmtdecode.models.gemm import apply_backend, choose_backend
+    from nmtdecode import memory
     from nmtdecode.models.loading import load_model
-    from nmtdecode.models.quantize import quantize_int8
+    from nmtdecode.models.placement import Placement
     from nmtdecode.decoding import BatchDecoder
     from nmtdecode.models.traced_step import traced_steps_for
 
+    start = time.perf_counter()
+    dtype = torch.bfloat16 if args.precision == "bfloat16" else torch.float32
+    placement = Placement(dtype=dtype, backend="int8" if args.precision == "int8" else args.gemm)  # as Engine.load
     if task["format"] in ("native", "opennmt-py"):
-        loaded = load_model(args.model)
+        loaded = load_model(args.model, placement=placement)
         model, rules = loaded.model, loaded.rules
     else:
-        model, _, rules = load_network(args.model, read_json(f"{args.model}/config.json"))
-    backend = "int8 (torch dynamic quantization)"
-    if args.precision == "int8":
-        quantize_int8(model)
-    else:
-        dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.precision]
-        model.to(dtype)
-        backend = choose_backend(model, args.gemm, torch.device("cpu"), dtype)
-        apply_backend(model, backend)
+        model, _, rules = load_network(args.model, read_json(f"{args.model}/config.json"), placement)
+    backend = model.placement.backend
+    memory.tune_allocator()  # as Engine.load
+    load_seconds = time.perf_counter() - start
     values = {"beam_size": args.beam, "max_length": task["max_length"], "early_stopping": args.rule,
               "length_penalty": "avg" if args.length_penalty else "none", "alpha": args.length_penalty or 1.0}
     if args.fixed_length:
@@ -93,7 +91,7 @@ def run_nmtdecode(args, task):
             return [n[0].tokens for n in translator.translate_batch(batch)]
 
     seconds, outputs = decode_in_batches(translate, task["sources"], args.batch, args.inter_threads)
-    return seconds, outputs, backend
+    return seconds, outputs, backend, load_seconds
 
 
 def generate(model, beam: int, max_length: int, banned: list[int], fixed_length: int = 0, length_penalty: float = 1.0,
@@ -127,18 +125,22 @@ def run_transformers(args, task):
     import torch
     import transformers
 
+    start = time.perf_counter()
     model = transformers.AutoModelForSeq2SeqLM.from_pretrained(args.model).eval()
+    load_seconds = time.perf_counter() - start
     translate = generate(model, args.beam, task["max_length"], task["banned"], args.fixed_length, args.length_penalty)
     with torch.inference_mode():
         seconds, outputs = decode_in_batches(translate, task["sources"], args.batch)
-    return seconds, outputs, "torch"
+    return seconds, outputs, "torch", load_seconds
 
 
 def run_ctranslate2(args, task):
     import ctranslate2
 
+    start = time.perf_counter()
     translator = ctranslate2.Translator(args.model, device="cpu", compute_type=args.precision,
                                         intra_threads=args.threads, inter_threads=args.inter_threads)
+    load_seconds = time.perf_counter() - start
     tokens = task["tokens"]
     sources = [[tokens[i] for i in s] for s in task["sources"]]
     index = {t: i for i, t in enumerate(tokens)}
@@ -151,7 +153,7 @@ def run_ctranslate2(args, task):
     start = time.perf_counter()
     results = translator.translate_batch(sources, **kwargs)  # sources are length-sorted: its batches are ours
     seconds = time.perf_counter() - start
-    return seconds, [[index[t] for t in r.hypotheses[0]] for r in results], "ctranslate2's own"
+    return seconds, [[index[t] for t in r.hypotheses[0]] for r in results], "ctranslate2's own", load_seconds
 
 
 def run_opennmt(args, task):
@@ -165,10 +167,12 @@ def run_opennmt(args, task):
                "length_penalty": "avg" if args.length_penalty else "none", "alpha": args.length_penalty or 1.0}
     if args.fixed_length:  # its step limit is min(max_length, |src| * max_length_ratio + 5): ratio 0 lifts it
         options.update(min_length=args.fixed_length, max_length=args.fixed_length, max_length_ratio=0)
+    start = time.perf_counter()
     onmt = translator(args.model, **options)
+    load_seconds = time.perf_counter() - start
     with torch.no_grad():  # as onmt_translate runs (its translate_batch also sets no_grad)
         seconds, outputs = decode_in_batches(lambda batch: translate_batch(onmt, batch), task["sources"], args.batch)
-    return seconds, outputs, "torch"
+    return seconds, outputs, "torch", load_seconds
 
 
 def run_file_job(args):
@@ -221,8 +225,9 @@ def main():
         task["max_length"] = args.max_length
     runner = {"nmtdecode": run_nmtdecode, "transformers": run_transformers, "ctranslate2": run_ctranslate2,
               "opennmt-py": run_opennmt}
-    seconds, outputs, backend = runner[args.system](args, task)
-    json.dump({"system": args.system, "seconds": seconds, "sentences": len(outputs), "gemm": backend,
+    seconds, outputs, backend, load_seconds = runner[args.system](args, task)
+    json.dump({"system": args.system, "seconds": seconds, "load_seconds": load_seconds, "sentences": len(outputs),
+               "gemm": backend,
                "target_tokens": sum(map(len, outputs)), "peak_rss_mb": peak_rss_mb(), "outputs": outputs},
               sys.stdout)
 
