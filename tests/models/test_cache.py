@@ -67,3 +67,35 @@ def test_what_an_earlier_batch_left_in_the_scratch_is_never_read(config):
     assert [[h.score for h in n] for n in again] == [[h.score for h in n] for n in first]
     assert [[h.alignment for h in n] for n in again] == [[h.alignment for h in n] for n in first]
     assert max(len(n[0].tokens) for n in first) > 16  # the cache grew past its first capacity
+
+
+def test_a_copy_too_large_to_keep_gets_memory_of_its_own(monkeypatch):
+    """Above KEPT_BYTES the scratch keeps nothing (a second copy of a real-size model's cache would
+    be hundreds of MB) and decoding gives the same results: growth, widening and compaction all
+    copy into new memory, and the copies replaced go back to the system (memory.give_back_freed)."""
+    from nmtdecode import memory
+
+    model = tiny_transformer(3, vocab=16, eos_bias=-0.5)
+    decoder = BatchDecoder(model, DecodingConfig(max_length=40, beam_size=4, n_best=4))
+    sources = random_sources(11, 16, seed=3, max_len=12)
+    with torch.inference_mode():
+        kept = decoder.translate_batch(sources)
+    given_back = []
+    monkeypatch.setattr(Scratch, "KEPT_BYTES", 0)
+    monkeypatch.setattr(memory, "give_back_freed", lambda: given_back.append(1))
+    scratch = Scratch()
+    assert scratch.next("self", torch.zeros(1), (2, 3)).shape == (2, 3) and not scratch.pairs
+    with torch.inference_mode():
+        own = decoder.translate_batch(sources)
+    assert [[(h.tokens, h.score) for h in n] for n in own] == [[(h.tokens, h.score) for h in n] for n in kept]
+    assert len(given_back) >= 3  # the widening, the growth past 16 positions, the finished sentences leaving
+
+
+def test_the_allocator_is_tuned_where_the_c_library_is_glibc():
+    import platform
+
+    from nmtdecode import memory
+
+    expected = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
+    assert memory.tune_allocator() is expected
+    memory.give_back_freed()  # a no-op where there is nothing to give back, and where it is not glibc
