@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from common import DEMO, ROOT  # noqa: E402
 
 ONE_PASS = r"""
 import hashlib, json, os, sys, time
@@ -48,7 +48,7 @@ print(seconds, hashlib.sha256(json.dumps(tokens).encode()).hexdigest())
 
 def one_pass(tree: str, beam: int, threads: int) -> tuple[float, str]:
     env = dict(os.environ, PYTHONPATH=tree, OMP_NUM_THREADS=str(threads))
-    done = subprocess.run([sys.executable, "-c", ONE_PASS, str(beam), str(threads), os.path.join(ROOT, "data", "demo")],
+    done = subprocess.run([sys.executable, "-c", ONE_PASS, str(beam), str(threads), DEMO],
                           cwd=tree, env=env, capture_output=True, text=True, check=True)
     seconds, digest = done.stdout.split()
     return float(seconds), digest

@@ -20,8 +20,8 @@ safetensors, click, tqdm, pyyaml, pytest) and runs, in order:
    attention caches read once per step).
 
 A section that fails is logged with its traceback and the check goes on; rows that would pass
---budget seconds are skipped, named in the table. Writes bench/gpu-check.log and
-bench/gpu-check.md (a dry run: bench/out/gpu-check-dry.*), after every section, and copies both
+--budget seconds are skipped, named in the table. Writes bench/results/gpu-check.log and
+bench/results/gpu-check.md (a dry run: bench/out/gpu-check-dry.*), after every section, and copies both
 into the folder $GPU_CHECK_OUT names, when it is set, so that a run cut short still returns
 what it measured.
 """
@@ -43,11 +43,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, ROOT)
-sys.path.insert(0, HERE)
-
+from common import OUT, RESULTS, ROOT, timed as timed_once  # noqa: E402  (first: the repository on sys.path)
 import convert  # noqa: E402
 import opennmt_py  # noqa: E402
 import worker  # noqa: E402
@@ -253,9 +249,8 @@ def cli_job(report: Report, device: torch.device, sizes: Sizes, out: str) -> tup
         target = os.path.join(out, f"cli-{label.replace(' ', '-')}.de")
         cmd = [sys.executable, "-m", "nmtdecode", "translate", "--model", demo, "--src", path, "--output", target,
                "--device", dev, *extra]
-        start = time.perf_counter()
-        run = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT))
-        seconds = time.perf_counter() - start
+        seconds, run = timed_once(lambda: subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
+                                                         env=dict(os.environ, PYTHONPATH=ROOT)))
         if run.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} exited {run.returncode}:\n{run.stderr[-3000:]}")
         for warning in (line for line in run.stderr.splitlines() if "warning" in line):
@@ -567,8 +562,8 @@ def main():
     args = parser.parse_args()
     device = torch.device(args.device or ("cpu" if args.dry_run else "cuda"))
     sizes = DRY if args.dry_run else FULL
-    out = os.path.join(HERE, "out", "gpu-check-dry" if args.dry_run else "gpu-check")
-    stem = os.path.join(HERE, "out", "gpu-check-dry") if args.dry_run else os.path.join(HERE, "gpu-check")
+    out = os.path.join(OUT, "gpu-check-dry" if args.dry_run else "gpu-check")
+    stem = os.path.join(OUT, "gpu-check-dry") if args.dry_run else os.path.join(RESULTS, "gpu-check")
     report = Report(stem + ".log", stem + ".md", os.environ.get("GPU_CHECK_OUT"))
     os.makedirs(out, exist_ok=True)
     if device.type == "cuda" and not torch.cuda.is_available():

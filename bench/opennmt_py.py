@@ -25,8 +25,7 @@ import warnings
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests.peer_opennmt
-
+import common  # noqa: E402, F401  (the repository on sys.path: tests.peer_opennmt)
 from convert import VOCAB_BASE  # noqa: E402
 
 SPECIALS = ["<unk>", "<blank>", "<s>", "</s>"]  # OpenNMT-py's default special tokens, in its order

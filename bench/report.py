@@ -7,9 +7,7 @@ import platform
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-
+import common  # noqa: F401  (the repository on sys.path)
 from nmtdecode.models.gemm import cpu_description  # noqa: E402
 
 FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile")  # what the kernels can use

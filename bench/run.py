@@ -26,9 +26,9 @@ natural-length models, both with the `top` rule and no length penalty (CTranslat
 its early exit only then), where the outputs should agree.
 
 Also the whole command-line job on the demo test set (process start, model load, reading,
-decoding, writing) and peak memory against input size. Writes --output (bench/results.md;
+decoding, writing) and peak memory against input size. Writes --output (bench/results/results.md;
 bench/out/results-quick.md with --quick). The figures in README.md and docs/speed.md come from the per-CPU copies
-kept in bench/ (results-intel-xeon-amx.md, results-amd-epyc-zen5.md, results-amd-epyc-zen4.md).
+kept in bench/results/ (results-intel-xeon-amx.md, results-amd-epyc-zen5.md, results-amd-epyc-zen4.md).
 """
 
 from __future__ import annotations
@@ -38,22 +38,16 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, ROOT)
-sys.path.insert(0, HERE)
-
+from common import BENCH as HERE, OUT, RESULTS, ROOT, timed  # noqa: E402  (first: the repository on sys.path)
 from convert import (VOCAB_600M, VOCAB_BASE, marian_base, nllb_600m_shape, to_ctranslate2, to_marian,  # noqa: E402
                      to_transformers, token_strings)
 from report import machine_lines, write_results  # noqa: E402
 
 import opennmt_py  # noqa: E402
 
-OUT = os.path.join(HERE, "out")
 MARIAN_DEMO = os.path.join(OUT, "marian-demo-native")
 MARIAN_DEMO_RECIPE = ("python scripts/train_demo.py --architecture marian --minutes 600 --max-steps 3000 "
                       "--scratch scripts/out/marian --model-dir bench/out/marian-demo-native")
@@ -226,11 +220,10 @@ def measure(system, model_dir, task_file, beam, threads, options, fixed_length=0
     if fixed_length:
         cmd += ["--fixed-length", str(fixed_length)]
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS=str(threads))
-    start = time.perf_counter()
-    run = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    seconds, run = timed(lambda: subprocess.run(cmd, capture_output=True, text=True, env=env))
     if run.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{run.stderr[-3000:]}")
-    return {**json.loads(run.stdout.splitlines()[-1]), "process_seconds": time.perf_counter() - start}
+    return {**json.loads(run.stdout.splitlines()[-1]), "process_seconds": seconds}
 
 
 def bleu_chrf(outputs, loaded, references):
@@ -316,9 +309,7 @@ def whole_job_rows(args, n: int):
     for repeat in range(args.repeat):
         for label, cmd in jobs.items():
             print(f"whole job: {label} (run {repeat + 1}) ...", file=sys.stderr, flush=True)
-            start = time.perf_counter()
-            run = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
-            seconds = time.perf_counter() - start
+            seconds, run = timed(lambda: subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT))
             if run.returncode != 0:
                 raise RuntimeError(f"{label} failed:\n{run.stderr[-3000:]}")
             best[label] = min(best.get(label, float("inf")), seconds)
@@ -333,8 +324,8 @@ def main():
     parser.add_argument("--repeat", type=int, default=3, help="runs per system; the fastest is reported")
     parser.add_argument("--models", default="marian-base,nllb-600m,demo,marian-demo,opennmt-base")
     parser.add_argument("--demo", default=os.path.join(ROOT, "data", "demo"), help="the demo model directory")
-    parser.add_argument("--output", default=os.path.join(HERE, "results.md"),
-                        help="the results file (one per CPU is kept in bench/: results-VENDOR-MODEL.md)")
+    parser.add_argument("--output", default=os.path.join(RESULTS, "results.md"),
+                        help="the results file (one per CPU is kept in bench/results/: results-VENDOR-MODEL.md)")
     args = parser.parse_args()
     os.makedirs(OUT, exist_ok=True)
     rows, notes = [], []

@@ -1,4 +1,4 @@
-"""bench/traced_step.py, the measurement behind docs/speed.md's traced-step lead: it must run, and
+"""bench/experiments/traced_step.py, the measurement behind docs/speed.md's traced-step lead: it must run, and
 the traced step must give the eager step's logits bit for bit at every row count it measures."""
 
 import sys
@@ -7,7 +7,7 @@ import pytest
 
 from tests.helpers import REPO
 
-sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO / "bench" / "experiments"))
 import traced_step  # noqa: E402
 
 

@@ -2,7 +2,7 @@
 
 On a GPU the incremental step of `transformer.py` is bound by launches, not arithmetic: a
 Transformer-base step issues ~250 kernels (a few microseconds each) from ~700 operator calls
-that each cost the host several microseconds more (bench/gpu-check-h200-first.md, "where a step's time
+that each cost the host several microseconds more (bench/results/gpu-check-h200-first.md, "where a step's time
 goes"). A CUDA graph records the kernels of one step once and replays them with one launch,
 but only if every replay has the same shapes and reads and writes the same memory. The step
 of `cache.py` has neither: its rows shrink as sentences finish and its keys grow by one

@@ -4,7 +4,7 @@ On a CPU a small model's step is bound by its ~100 operator calls and the Python
 not by arithmetic (docs/speed.md, "Where the time goes"). TorchScript (part of torch: no
 compiler needed) records the calls of one step and replays them without the Python: on the demo
 model a step took 0.50 of its eager time at 1 row and 0.77 at 32 on a 2-vCPU AMD EPYC (Zen 4)
-(`bench/traced_step.py`).
+(`bench/experiments/traced_step.py`).
 
 A trace keeps as constants the Python numbers it saw, so the recorded step must read everything
 that changes from its inputs (`StepInputs`): the tokens, the position as a tensor, the encoder's
@@ -27,7 +27,7 @@ The recorded step is replayed without TorchScript's graph optimizations. They pr
 runs, then rewrite and specialize the graph: on the CPU, where no fuser runs, that cost 13-15 ms
 once per kind of step and saved nothing (the first two replays took 8.2 and 8.7 ms against 3.2
 and 0.8 ms at one row, 14.3 and 15.6 against 8.7 and 7.1 ms at 160; from the third on the same;
-demo model, 2-vCPU AMD EPYC Zen 4, `python bench/traced_step.py --first-replays`). The switch
+demo model, 2-vCPU AMD EPYC Zen 4, `python bench/experiments/traced_step.py --first-replays`). The switch
 is per thread (`torch.jit.optimized_execution`): the caller's own TorchScript keeps its setting.
 """
 

@@ -1,6 +1,6 @@
 """What an ensemble costs: the decoding time of two models against one, in one process.
 
-    python bench/ensemble.py [--lines 200] [--repeat 3] [--beam-size 5]
+    python bench/experiments/ensemble.py [--lines 200] [--repeat 3] [--beam-size 5]
 
 The demo model alone, then an ensemble of it and a second copy of its files (two models of the
 demo's shapes; the copy keeps the load from sharing anything), on the first --lines lines of
@@ -13,14 +13,11 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import sys
 import tempfile
-import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEMO = os.path.join(ROOT, "data", "demo")
-sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/, for common
+from common import DEMO, median_seconds  # noqa: E402
 
 from nmtdecode.api import Translator  # noqa: E402
 from nmtdecode.models.gemm import cpu_description  # noqa: E402
@@ -28,12 +25,7 @@ from nmtdecode.models.gemm import cpu_description  # noqa: E402
 
 def seconds(translator: Translator, lines: list[str], repeat: int, **options) -> float:
     translator.translate(lines[:32], **options)  # warm-up: oneDNN kernels, allocator
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        translator.translate(lines, **options)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return median_seconds(lambda: translator.translate(lines, **options), repeat)
 
 
 def main():

@@ -1,6 +1,6 @@
 """How should the self-attention cache follow a beam search? Two designs, measured side by side.
 
-    python bench/reorder.py [--threads 2] [--repeat 3] [--gemm auto]
+    python bench/experiments/reorder.py [--threads 2] [--repeat 3] [--gemm auto]
 
 * paths (nmtdecode's `models/cache.py`): keys/values stay where they were written;
   each row keeps the slot of its ancestor at every position and attends over all of
@@ -26,9 +26,8 @@ import time
 
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/, for common
+from common import DEMO, timed  # noqa: E402
 
 from nmtdecode.models.placement import Placement, place_model  # noqa: E402
 from nmtdecode.decoding import BatchDecoder  # noqa: E402
@@ -98,11 +97,8 @@ class GatherModel:
 
 def decode(translator, sources) -> tuple[float, list]:
     translator.translate_batch(sources[:4])  # warm-up
-    start = time.perf_counter()
-    outputs = []
-    for i in range(0, len(sources), 32):
-        outputs += [n[0].tokens for n in translator.translate_batch(sources[i : i + 32])]
-    return time.perf_counter() - start, outputs
+    return timed(lambda: [n[0].tokens for i in range(0, len(sources), 32)
+                          for n in translator.translate_batch(sources[i : i + 32])])
 
 
 def cases():
@@ -113,9 +109,8 @@ def cases():
     from nmtdecode.models.formats.huggingface import load_network
     from nmtdecode.models.loading import load_model
 
-    demo_dir = os.path.join(os.path.dirname(HERE), "data", "demo")
-    demo = load_model(demo_dir)
-    with open(os.path.join(demo_dir, "test.en"), encoding="utf-8") as f:
+    demo = load_model(DEMO)
+    with open(os.path.join(DEMO, "test.en"), encoding="utf-8") as f:
         demo_sources = sorted((demo.tokenizer.encode(line.rstrip("\n")) for line in f), key=len)
     yield "demo", demo.model, demo.rules, demo_sources, Config.from_values(
         {"beam_size": 5, "max_len_a": 2.0, "max_len_b": 10}).decoding

@@ -1,6 +1,6 @@
 """One process against N torchrun processes, one thread each, on the demo model.
 
-    python bench/ranks.py [--procs 2] [--lines 1000] [--beam-size 5] [--gemm auto]
+    python bench/experiments/ranks.py [--procs 2] [--lines 1000] [--beam-size 5] [--gemm auto]
 
 Translates the first LINES lines of data/demo/test.en (repeated past its 1000) once in one process and once
 under `torchrun --nproc-per-node PROCS --standalone` (gloo, CPU), each process with
@@ -19,20 +19,16 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/, for common
+from common import DEMO, ROOT, timed  # noqa: E402
 
 from nmtdecode.models.gemm import cpu_description  # noqa: E402
 
 
-def timed(command: list[str]) -> tuple[float, float]:
+def wall_and_decoding(command: list[str]) -> tuple[float, float]:
     """Wall time of the command, and the longest decoding time its processes' summary lines report."""
-    start = time.perf_counter()
-    run = subprocess.run(command, check=True, cwd=ROOT, stderr=subprocess.PIPE, text=True)
-    wall = time.perf_counter() - start
+    wall, run = timed(lambda: subprocess.run(command, check=True, cwd=ROOT, stderr=subprocess.PIPE, text=True))
     decoding = [float(s) for s in re.findall(r"target tokens in ([0-9.]+) s", run.stderr)]
     return wall, max(decoding)
 
@@ -47,19 +43,19 @@ def main():
 
     with tempfile.TemporaryDirectory(prefix="bench-ranks-") as tmp:
         src = os.path.join(tmp, "test.en")
-        with open(os.path.join(ROOT, "data", "demo", "test.en"), encoding="utf-8") as f:
+        with open(os.path.join(DEMO, "test.en"), encoding="utf-8") as f:
             lines = f.readlines()
         lines = (lines * (args.lines // len(lines) + 1))[: args.lines]  # more than the file: it again
         with open(src, "w", encoding="utf-8") as f:
             f.writelines(lines)
-        job = ["translate", "--model", os.path.join(ROOT, "data", "demo"), "--src", src, "--threads", "1",
+        job = ["translate", "--model", DEMO, "--src", src, "--threads", "1",
                "--beam-size", str(args.beam_size), "--gemm", args.gemm]
         one_out, many_out = os.path.join(tmp, "one.txt"), os.path.join(tmp, "many.txt")
         # one untimed run first: the gemm measurement (--gemm auto) is made once and remembered
         subprocess.run([sys.executable, "-m", "nmtdecode", *job, "--output", os.devnull, "--quiet"], check=True, cwd=ROOT)
-        one = timed([sys.executable, "-m", "nmtdecode", *job, "--output", one_out])
+        one = wall_and_decoding([sys.executable, "-m", "nmtdecode", *job, "--output", one_out])
         env_note = os.environ.get("OMP_NUM_THREADS")
-        many = timed([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(args.procs),
+        many = wall_and_decoding([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(args.procs),
                       "--standalone", "-m", "nmtdecode", *job, "--output", many_out])
         same = filecmp.cmp(one_out, many_out, shallow=False)
 

@@ -1,6 +1,6 @@
 """Does compiling the decoding step pay on this CPU? Eager steps against torch.compile's.
 
-    python bench/compile_step.py [--threads 2] [--rows 32] [--steps 50]
+    python bench/experiments/compile_step.py [--threads 2] [--rows 32] [--steps 50]
 
 On the demo model, one batch of --rows sentences at beam 1 (a source of 12 tokens), the best
 of 5 runs of --steps steps, in milliseconds per step:
@@ -21,17 +21,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/, for common
+from common import DEMO, best_seconds, timed  # noqa: E402
 
 from nmtdecode.models.fixed_step import FixedShapeCache, FixedShapeSteps  # noqa: E402
 from nmtdecode.models.gemm import cpu_description  # noqa: E402
 
-DEMO = os.path.join(os.path.dirname(HERE), "data", "demo")
 SOURCE_LENGTH = 12
 WARM_STEPS = 10  # steps decoded before the timed ones: the cache holds a few positions
 
@@ -52,13 +50,11 @@ def load(gemm: str):
 
 
 def best_ms(step, steps: int) -> float:
-    best = float("inf")
-    for _ in range(5):
-        start = time.perf_counter()
+    """Milliseconds per call of `step`: the best of 5 runs of `steps` calls."""
+    def run():
         for _ in range(steps):
             step()
-        best = min(best, (time.perf_counter() - start) / steps)
-    return best * 1e3
+    return best_seconds(run, 5) / steps * 1e3
 
 
 def encoded(model, rows: int):
@@ -112,9 +108,7 @@ def main():
             inductor.freezing = freezing
             torch._dynamo.reset()
             compiled = torch.compile(steps._step, dynamic=False)
-            start = time.perf_counter()
-            compiled(cache)
-            first = time.perf_counter() - start
+            first, _ = timed(lambda: compiled(cache))
             label = "fixed-shape, torch.compile" + (" (freezing)" if freezing else "")
             print(f"| {label} | {first:.1f} | {best_ms(lambda: compiled(cache), args.steps):.2f} |")
 

@@ -1,6 +1,6 @@
 """What every process pays before it decodes: whole `nmtdecode` commands that fail or do little.
 
-    python bench/startup.py [--repeat 5]
+    python bench/experiments/startup.py [--repeat 5]
 
 Each command runs as its own process (the installed `nmtdecode` of this Python), the median
 of --repeat runs: a mistyped flag, a model path that does not exist, an input that does not
@@ -18,10 +18,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEMO = os.path.join(ROOT, "data", "demo")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/, for common
+from common import DEMO, ROOT, timed  # noqa: E402
 
 
 def commands(tmp: str) -> dict[str, tuple[list[str], str]]:
@@ -54,10 +53,9 @@ def main():
         for label, (argv, stdin) in commands(tmp).items():
             times, code = [], None
             for _ in range(args.repeat):
-                start = time.perf_counter()
-                run = subprocess.run([sys.executable, "-m", "nmtdecode", *argv], input=stdin, capture_output=True,
-                                     text=True, env=env, cwd=ROOT)
-                times.append(time.perf_counter() - start)
+                seconds, run = timed(lambda: subprocess.run([sys.executable, "-m", "nmtdecode", *argv], input=stdin,
+                                                            capture_output=True, text=True, env=env, cwd=ROOT))
+                times.append(seconds)
                 code = run.returncode
             print(f"| {label} | {code} | {statistics.median(times):.2f} |", flush=True)
 

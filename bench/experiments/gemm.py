@@ -1,6 +1,6 @@
 """torch's `linear` against oneDNN's prepacked product on decoder-shaped matrices, on this CPU.
 
-    python bench/gemm.py [--threads 2] [--model marian-base|demo]
+    python bench/experiments/gemm.py [--threads 2] [--model marian-base|demo]
 
 For every weight shape of the model and a few row counts (one sentence at beam 1,
 a batch of 32 at beam 1 and at beam 5, an encoder batch), the best time of each
@@ -17,8 +17,8 @@ import sys
 import torch
 import torch.nn.functional as F
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/, for common
+from common import DEMO  # noqa: E402
 
 from nmtdecode.models.gemm import _best_of_both, cpu_description, linear_shapes, onednn_available  # noqa: E402
 
@@ -26,11 +26,10 @@ ROWS = (1, 32, 160, 1024)
 
 
 def model_shapes(name: str) -> dict:
-    sys.path.insert(0, HERE)
     if name == "demo":
         from nmtdecode.models.loading import load_model
 
-        return linear_shapes(load_model(os.path.join(os.path.dirname(HERE), "data", "demo")).model)
+        return linear_shapes(load_model(DEMO).model)
     from run import prepare_marian
 
     from nmtdecode.models.checkpoint import read_json

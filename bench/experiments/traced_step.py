@@ -1,11 +1,11 @@
 """How much of a CPU decoding step is Python: the eager step against the same step recorded by
 `torch.jit.trace` (TorchScript, part of torch: no compiler needed), demo model, beam 1.
 
-    python bench/traced_step.py [--threads 2] [--rows 1,8,32,160] [--steps 300] [--fixed-shape|--first-replays]
+    python bench/experiments/traced_step.py [--threads 2] [--rows 1,8,32,160] [--steps 300] [--fixed-shape|--first-replays]
 
 The trace is of one shape and one position (the cache is reset to the same position before every
 call): it measures what running the step's ~100 operator calls without the Python between them
-saves, which `torch.compile` (bench/compile_step.py) did not show on this CPU. The logits must be
+saves, which `torch.compile` (bench/experiments/compile_step.py) did not show on this CPU. The logits must be
 bit-identical to the eager step's; the script checks.
 
 With --fixed-shape it traces the fixed-shape step instead (models/fixed_step.py, whose position
@@ -29,10 +29,10 @@ import time
 
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/, for common
+from common import BENCH, timed  # noqa: E402
 
+sys.path.insert(0, os.path.join(BENCH, "experiments"))
 import compile_step  # noqa: E402
 
 from nmtdecode.models.gemm import PackedLinear, cpu_description  # noqa: E402
@@ -146,11 +146,12 @@ def main():
                 cache.length = compile_step.WARM_STEPS
                 return model.decode_step(tokens, cache)
             expected = step(tokens)
-            start = time.perf_counter()
-            traced = torch.jit.trace(step, (tokens, *packed), check_trace=False)
-            same = torch.equal(traced(tokens, *packed), expected)  # the first calls optimise the graph
-            traced(tokens, *packed)
-            tracing = time.perf_counter() - start
+            def record():
+                traced = torch.jit.trace(step, (tokens, *packed), check_trace=False)
+                same = torch.equal(traced(tokens, *packed), expected)  # the first calls optimise the graph
+                traced(tokens, *packed)
+                return traced, same
+            tracing, (traced, same) = timed(record)
             eager_ms = compile_step.best_ms(lambda: step(tokens), args.steps)
             traced_ms = compile_step.best_ms(lambda: traced(tokens, *packed), args.steps)
             print(f"| {rows} | {eager_ms:.3f} | {traced_ms:.3f} | {traced_ms / eager_ms:.2f} | {same} "

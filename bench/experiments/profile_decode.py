@@ -1,6 +1,6 @@
 """Where nmtdecode's decoding time goes: torch.profiler over one benchmark batch.
 
-    python bench/profile_decode.py [--model marian-base|demo] [--beam 5] [--threads 2] [--int8]
+    python bench/experiments/profile_decode.py [--model marian-base|demo] [--beam 5] [--threads 2] [--int8]
 
 Decodes one batch of 32 sentences, marian-base (the benchmark's model and inputs,
 every hypothesis 32 tokens long) or the demo model (32 test lines of the median
@@ -17,9 +17,8 @@ import sys
 
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/, for common
+from common import DEMO  # noqa: E402
 
 MATMULS = ("mkldnn::_linear_pointwise", "aten::addmm", "aten::mm", "aten::bmm", "aten::matmul", "aten::linear", "aten::baddbmm",
            "quantized::linear_dynamic", "aten::_scaled_dot_product_flash_attention_for_cpu")
@@ -75,9 +74,8 @@ def demo_batch():
     """The bundled model and 32 of its test lines around the median length."""
     from nmtdecode.models.loading import load_model
 
-    demo = os.path.join(os.path.dirname(HERE), "data", "demo")
-    loaded = load_model(demo)
-    with open(os.path.join(demo, "test.en"), encoding="utf-8") as f:
+    loaded = load_model(DEMO)
+    with open(os.path.join(DEMO, "test.en"), encoding="utf-8") as f:
         sources = sorted((loaded.tokenizer.encode(line.rstrip("\n")) for line in f), key=len)
     middle = len(sources) // 2
     return loaded.model, loaded.rules, sources[middle - 16: middle + 16], {}

@@ -1,6 +1,6 @@
 """Each system at its best use of the cores: whole jobs on the demo test set, several settings.
 
-    python bench/two_cores.py [--cores 2] [--repeat 3] [--lines 1000]
+    python bench/experiments/two_cores.py [--cores 2] [--repeat 3] [--lines 1000]
 
 Whole processes (start-up, model load, tokenization, decoding, writing) translating the demo
 model's test lines, beam 5 and beam 1, fastest of --repeat, with the cores split two ways:
@@ -22,22 +22,19 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/, for common
+from common import BENCH, DEMO, OUT, ROOT, timed  # noqa: E402
 
 from nmtdecode.models.gemm import cpu_description  # noqa: E402
 
-DEMO = os.path.join(ROOT, "data", "demo")
-CT2 = os.path.join(HERE, "out", "demo-ct2")
+CT2 = os.path.join(OUT, "demo-ct2")
 
 
 def settings(cores: int, beam: int, src: str, out: str) -> dict[str, list[str]]:
     job = ["-m", "nmtdecode", "translate", "--model", DEMO, "--src", src, "--output", out, "--beam-size", str(beam),
            "--quiet"]
-    peer = [os.path.join(HERE, "peer_job.py"), "ctranslate2", CT2, DEMO, src, out]
+    peer = [os.path.join(BENCH, "peer_job.py"), "ctranslate2", CT2, DEMO, src, out]
     return {
         f"nmtdecode, 1 process x {cores} threads": [sys.executable, *job, "--threads", str(cores)],
         f"nmtdecode, 1 process, --inter-threads {cores} x 1 thread": [sys.executable, *job, "--threads", "1",
@@ -71,9 +68,9 @@ def main():
             best = {}
             for _ in range(args.repeat):  # interleaved: the machine's speed drifts
                 for label, command in settings(args.cores, beam, src, out).items():
-                    start = time.perf_counter()
-                    subprocess.run(command, check=True, cwd=ROOT, env=env, capture_output=True)
-                    best[label] = min(best.get(label, float("inf")), time.perf_counter() - start)
+                    seconds, _ = timed(lambda: subprocess.run(command, check=True, cwd=ROOT, env=env,
+                                                              capture_output=True))
+                    best[label] = min(best.get(label, float("inf")), seconds)
             print(f"\nbeam {beam}:")
             for label, seconds in best.items():
                 print(f"  {label:40} {seconds:6.2f} s")
