@@ -213,9 +213,10 @@ def main():
     parser.add_argument("--length-penalty", type=float, default=1.0)
     parser.add_argument("--max-length", type=int, default=0, help="output limit instead of the task's")
     args = parser.parse_args()
-    import torch
+    if args.system != "ctranslate2":  # a CTranslate2 process does not pay for importing torch
+        import torch
 
-    torch.set_num_threads(args.threads)
+        torch.set_num_threads(args.threads)
     if args.system == "nmtdecode-file":
         json.dump(run_file_job(args), sys.stdout)
         return
