@@ -145,7 +145,8 @@ class RuntimeConfig(Section):
     device: str = option("auto", "auto, cpu, cuda or cuda:N.")
     dtype: str = option("float32", "Compute precision: float32 (fp32), float16 (fp16, half) or bfloat16 (bf16).",
                         choices=("float32", "float16", "bfloat16"), aliases=DTYPE_ALIASES)
-    quantize: str = option("none", "int8: dynamic int8 quantization of the linear layers (CPU).",
+    quantize: str = option("none", "int8: int8 weights with a scale per row (CPU): the linear layers, the token "
+                           "embeddings and a tied output projection.",
                            choices=("none", "int8"))
     gemm: str = option("auto", "CPU matrix products: oneDNN with prepacked weights, torch's linear (MKL on x86), "
                        "or auto: the faster on this machine, measured once and remembered.", choices=GEMM_BACKENDS)
