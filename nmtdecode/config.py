@@ -30,7 +30,7 @@ from .option import ConfigError, Option, check_option, coerce, option
 
 LENGTH_PENALTIES = ("none", "avg", "wu")  # search/penalties.py defines each
 COVERAGE_PENALTIES = ("none", "wu", "summary")
-EARLY_STOPPING = ("top", "true", "false", "never")  # search/beam.py defines each
+EARLY_STOPPING = ("top", "true", "false", "never", "ctranslate2")  # search/beam.py defines each
 GEMM_BACKENDS = ("auto", "onednn", "torch")  # models/gemm.py
 ENSEMBLE_RULES = ("prob", "logprob", "opennmt")  # models/ensemble.py defines each
 FORMATS = ("text", "nbest", "nbest-marian", "jsonl")  # writing.py
@@ -64,8 +64,9 @@ class DecodingConfig(Section):
                                  "means avg with alpha A.", choices=LENGTH_PENALTIES,
                                  aliases={})  # a number: expand_aliases
     alpha: float = option(1.0, "Length penalty strength.")
-    early_stopping: str = option("top", "When a sentence stops: top (OpenNMT-py's and CTranslate2's rule), or "
-                                 "Hugging Face's true, false, never.", choices=EARLY_STOPPING)
+    early_stopping: str = option("top", "When a sentence stops: top (OpenNMT-py's rule, CTranslate2's without a "
+                                 "length penalty), Hugging Face's true, false, never, or ctranslate2 (CTranslate2's "
+                                 "at every length penalty).", choices=EARLY_STOPPING)
     no_repeat_ngram_size: int = option(0, "Never repeat an n-gram of this size (0: off).", range=">= 0")
     ban_unk: bool = option(False, "Never generate the unknown token.")
     src_lang: str | None = option(None, "Source language code (mBART, M2M100, NLLB).")
@@ -128,6 +129,9 @@ class DecodingConfig(Section):
         if self.beam_size % self.beam_groups:
             raise ConfigError(f"beam_groups: beam_size ({self.beam_size}) is not divisible by beam_groups "
                               f"({self.beam_groups})")
+        if self.beam_groups > 1 and self.early_stopping == "ctranslate2":
+            raise ConfigError("early_stopping: ctranslate2 is CTranslate2's rule for its beam search, which has no "
+                              "groups; with beam_groups use top, true, false or never")
         if self.beam_groups > 1 and self.diversity_penalty == 0:
             raise ConfigError("diversity_penalty: must be > 0 with beam_groups > 1 (without it every group finds "
                               "the same hypotheses)")

@@ -77,7 +77,9 @@ class BatchDecoder:
         self.cfg = decoding
         self.rules = rules or ModelRules()
         self.shrink = shrink  # drop finished sentences from the batch (off only to test that it changes nothing)
-        self.penalty = LengthPenalty(decoding.length_penalty, decoding.alpha, self.rules.length_offset)
+        # CTranslate2's rule counts the tokens as CTranslate2 does, whatever trained the model
+        offset = 0 if decoding.early_stopping == "ctranslate2" else self.rules.length_offset
+        self.penalty = LengthPenalty(decoding.length_penalty, decoding.alpha, offset)
         mc = model.cfg
         self.start_id, self.eos_id = mc.decoder_start_id, mc.eos_id
         self.pad_id, self.unk_id = mc.pad_id, mc.unk_id
@@ -121,12 +123,21 @@ class BatchDecoder:
                                        early_stopping=cfg.early_stopping, n_best=cfg.n_best,
                                        forced_steps=self.forced_steps(batch_size, prefixes), **common)
         else:
-            search = BeamSearch(beam_size=cfg.beam_size, early_stopping=cfg.early_stopping,
-                                n_best=cfg.n_best, opennmt=self.rules.opennmt_beam, **common)
+            rule, opennmt = cfg.early_stopping, self.rules.opennmt_beam
+            if rule == "ctranslate2":  # it refills ended slots, and exits at the top beam only unpenalised
+                rule, opennmt = ("true" if self.penalised() else "top"), False
+            search = BeamSearch(beam_size=cfg.beam_size, early_stopping=rule, n_best=cfg.n_best, opennmt=opennmt,
+                                **common)
         search.shrink = self.shrink
         if self.trace:
             search.trace()
         return search
+
+    def penalised(self) -> bool:
+        """Whether a length or coverage penalty changes scores (CTranslate2's early exit needs neither)."""
+        cfg = self.cfg
+        return (self.penalty.name != "none" and self.penalty.alpha != 0) or (
+            cfg.coverage_penalty != "none" and cfg.beta != 0)
 
     def make_processors(self, search: Search, max_steps: list[int],
                         prefixes: list[list[int]] | None = None) -> Processors:

@@ -37,6 +37,10 @@ Hugging Face's `GenerationConfig`, `top` is the rule of OpenNMT's `Beam`
     never  when the pool is full and no alive hypothesis can beat the worst
            finished one at any length up to the step limit (exact).
 At its step limit every top-k candidate is finished, ended by EOS or not.
+CTranslate2's own rule (`--early-stopping ctranslate2`, src/decoding.cc) is
+`top` without a length or coverage penalty and `true` with one (it stops
+once beam_size hypotheses have ended, n_best <= beam_size): BatchDecoder
+chooses between them.
 
 Peers on `top`: CTranslate2 applies it only without length or coverage
 penalty (otherwise it waits for beam_size x patience finished hypotheses)
