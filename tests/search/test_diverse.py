@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 import torch
 
-from nmtdecode.config import ConfigError, DecodingConfig
+from nmtdecode.config import Config, ConfigError, DecodingConfig
 from nmtdecode.decoding import BatchDecoder
 from nmtdecode.models.checkpoint import ModelRules
 from nmtdecode.search.diverse import DiverseBeamSearch
@@ -314,3 +314,10 @@ def test_alignment_and_coverage_follow_the_groups():
         for hyp in hyps:
             weights = attention_by_teacher_forcing(model, source, hyp.tokens, -1, 1)
             assert hyp.alignment == weights[: len(hyp.tokens)].argmax(dim=1).tolist()
+
+
+def test_ctranslate2s_rule_is_refused_with_groups():
+    """CTranslate2's beam search has no groups: its stop rule with them would be a rule of nobody's."""
+    with pytest.raises(ConfigError, match="early_stopping: ctranslate2 is CTranslate2's rule for its beam search"):
+        Config.from_values({"beam_size": 4, "beam_groups": 2, "diversity_penalty": 0.5,
+                            "early_stopping": "ctranslate2"})
