@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast bench gpu-check demo-model clean
+.PHONY: setup browser demo test test-fast bench gpu-check demo-model clean
 
 setup: $(STAMP)
 
@@ -22,8 +22,16 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(VENV)/bin/nmtdecode translate -c configs/demo.yaml --src data/demo/sample.en
 
-test: setup
+test: setup browser
 	$(PY) -m pytest
+
+# tests/test_show.py renders `nmtdecode show`'s page in headless Chromium: installed with apt where
+# this runs as root (as CI does), else one line says what to install (the test fails without it).
+browser:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
+	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && apt-get update -qq && \
+	    apt-get install -y -qq chromium >/dev/null; } || \
+	  echo "nmtdecode: the browser test needs Chromium, which this user cannot install: install the chromium package (apt-get install chromium) and rerun"
 
 # the inner loop, on every core (pytest-xdist): make test runs these too, one at a time, with the
 # real processes and the peers' parity tests
