@@ -41,6 +41,18 @@ class Result:
     pharaoh: list[str] | None = None
 
 
+@dataclass
+class PairScore:
+    """A (source, target) pair as `score` scores it: the total log-probability of the target (EOS
+    included), and with per-token scores its tokens, their log-probabilities and EOS's."""
+
+    index: int
+    total: float
+    tokens: list[int] | None = None  # the target's ids, any forced first token included, EOS not
+    token_scores: list[float] | None = None  # one per token (a forced token: 0)
+    eos_score: float | None = None
+
+
 def finite_or_null(x: float) -> float | None:
     """JSON has no infinity: an impossible score (a hypothesis with no possible continuation, an
     empty beam slot) is null."""

@@ -19,11 +19,11 @@ engine (engine.py) builds one per job and feeds it batches.
 
 from __future__ import annotations
 
-from typing import Iterator, Protocol
+from typing import Iterator, Protocol, Sequence
 
 import torch
 
-from .config import ConfigError, DecodingConfig
+from .config import DecodingConfig
 from .models.checkpoint import ModelRules
 from .models.ensemble import MemberSources
 from .models.fixed_step import FixedShapeSteps
@@ -63,9 +63,10 @@ class BatchDecoder:
     """Decodes batches of source ids with one model and one job's decoding options."""
 
     def __init__(self, model: Seq2SeqModel, decoding: DecodingConfig, rules: ModelRules | None = None,
-                 shrink: bool = True, piece_id=None, fixed_steps: FixedShapeSteps | None = None,
-                 trace: bool = False, traced_steps: TracedSteps | None = None):
-        """piece_id: target piece -> id or None (the tokenizer's), for the options naming pieces.
+                 shrink: bool = True, banned_ids: Sequence[int] = (), excluded_ids: Sequence[int] = (),
+                 fixed_steps: FixedShapeSteps | None = None, trace: bool = False,
+                 traced_steps: TracedSteps | None = None):
+        """banned_ids, excluded_ids: the ids of --banned-tokens and --ignore-when-blocking (resolve.py).
         fixed_steps: the model's fixed-shape step (CUDA graphs), used instead of its own.
         traced_steps: the model's own step recorded by TorchScript (CPU), used instead of it.
         trace: the searches keep every hypothesis that ends, for `search_batch`'s caller (--dump-beam)."""
@@ -81,8 +82,7 @@ class BatchDecoder:
         mc = model.cfg
         self.start_id, self.eos_id = mc.decoder_start_id, mc.eos_id
         self.pad_id, self.unk_id = mc.pad_id, mc.unk_id
-        self.banned_ids = piece_ids("banned_tokens", decoding.banned_tokens, piece_id)
-        self.excluded_ids = piece_ids("ignore_when_blocking", decoding.ignore_when_blocking, piece_id)
+        self.banned_ids, self.excluded_ids = list(banned_ids), list(excluded_ids)
 
     @property
     def device(self) -> torch.device:
@@ -304,18 +304,3 @@ class AttentionFacts:
         if self.coverage is not None:
             self.coverage.follow(out)
 
-
-def piece_ids(key: str, pieces: list[str], piece_id) -> list[int]:
-    """Target pieces named by option `key` -> their ids; a piece the vocabulary lacks is an error."""
-    if not pieces:
-        return []
-    if piece_id is None:
-        raise ConfigError(f"{key}: this model's tokenizer cannot look up target pieces")
-    ids = []
-    for piece in pieces:
-        found = piece_id(piece)
-        if found is None:
-            raise ConfigError(f"{key}: {piece!r} is not a piece of the target vocabulary (give pieces as the "
-                              "tokenizer spells them, e.g. \u2581the for a word-initial 'the')")
-        ids.append(found)
-    return ids
