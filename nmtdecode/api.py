@@ -159,7 +159,10 @@ class Translator:
         job, decoder = self._decoder(options, "generate_tokens()", greedy=True)
         # The fixed-shape step (CUDA graphs) decodes in buffers every batch shares; this decoding
         # pauses between tokens, while other calls may run: it keeps its own state (the model's step).
-        decoder.fixed_steps = None
+        if decoder.steps.shares_buffers:
+            from .models.steps import EagerSteps
+
+            decoder.steps = EagerSteps(self.engine.loaded.model)
         return self._tokens(self.engine.make_example(0, source, job.config.batching.max_src_length, prefix), decoder)
 
     def translate_file(self, src: str, output: str, resume: bool = False, **options):

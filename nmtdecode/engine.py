@@ -22,8 +22,7 @@ from .config import Config, ConfigError, DecodingConfig, RuntimeConfig
 from .decoding import BatchDecoder
 from .models.checkpoint import LoadedModel, ModelError, ModelRules, largest_demand
 from .models.ensemble import MemberSources
-from .models.fixed_step import FixedShapeSteps, fixed_steps_for
-from .models.traced_step import TracedSteps, traced_steps_for
+from .models.steps import StepRunner, step_runner_for
 from .models.gemm import apply_backend, choose_backend
 from .models.loading import load_model
 from .models.quantize import quantize_int8
@@ -60,11 +59,9 @@ def place(model: torch.nn.Module, device: torch.device, dtype: torch.dtype):
 class Engine:
     """A loaded model on its device, with the options it was loaded with."""
 
-    def __init__(self, config: Config, loaded: LoadedModel, device: torch.device,
-                 fixed_steps: FixedShapeSteps | None = None, traced_steps: TracedSteps | None = None):
+    def __init__(self, config: Config, loaded: LoadedModel, device: torch.device, steps: StepRunner):
         self.config, self.loaded, self.device = config, loaded, device
-        self.fixed_steps = fixed_steps  # the CUDA-graph step (models/fixed_step.py), kept across batches and jobs
-        self.traced_steps = traced_steps  # the CPU step recorded by TorchScript (models/traced_step.py), likewise
+        self.steps = steps  # how decoding steps run (models/steps.py), chosen at load, kept across batches and jobs
 
     @classmethod
     def load(cls, config: Config) -> "Engine":
@@ -88,8 +85,9 @@ class Engine:
         # collector, whose full passes over the model's objects otherwise interrupt decoding. No
         # collection first: it found ~20 unreachable objects among ~170,000 and took 80-100 ms.
         gc.freeze()
-        return cls(config, loaded, device, fixed_steps_for(loaded.model, device, runtime.cuda_graphs, print_warning),
-                   traced_steps_for(loaded.model, device, runtime.traced_step, runtime.quantize, print_warning))
+        steps = step_runner_for(loaded.model, device, runtime.cuda_graphs, runtime.traced_step, runtime.quantize,
+                                print_warning)
+        return cls(config, loaded, device, steps)
 
     def decoder(self, decoding: DecodingConfig, rules: ModelRules, banned_ids: Sequence[int] = (),
                 excluded_ids: Sequence[int] = (), trace: bool = False) -> BatchDecoder:
@@ -97,7 +95,7 @@ class Engine:
         rules for its languages, the ids its options name; `trace` keeps every hypothesis that
         ends, for --dump-beam."""
         return BatchDecoder(self.loaded.model, decoding, rules, banned_ids=banned_ids, excluded_ids=excluded_ids,
-                            fixed_steps=self.fixed_steps, trace=trace, traced_steps=self.traced_steps)
+                            steps=self.steps, trace=trace)
 
     def decoding_bytes(self, sentences: int, width: int, positions: int) -> int:
         """What decoding `sentences` sentences of `width` rows up to `positions` needs (models/transformer.py)."""
