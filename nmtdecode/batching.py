@@ -35,7 +35,7 @@ class Result:
     hypotheses: list[Hypothesis]
     texts: list[str] = field(default_factory=list)
     search: dict | None = None  # the line's search, for --dump-beam (beam_dump.py)
-    # --report-align: the source's pieces, each hypothesis's pieces and its Pharaoh pairs (pieces.py)
+    # --report-align: the source's pieces, each hypothesis's pieces and its Pharaoh pairs (word_alignment.py)
     source_pieces: list[str] | None = None
     pieces: list[list[str]] | None = None
     pharaoh: list[str] | None = None

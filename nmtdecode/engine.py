@@ -26,7 +26,7 @@ from .models.steps import StepRunner, step_runner_for
 from .models.gemm import apply_backend, choose_backend
 from .models.loading import load_model
 from .models.quantize import quantize_int8
-from .pieces import aligned_result
+from .word_alignment import aligned_result
 from .search.base import Hypothesis
 from .summary import print_warning
 
@@ -165,7 +165,7 @@ class Engine:
 
     def result(self, example: Example, hyps: list[Hypothesis], cfg: DecodingConfig) -> Result:
         """A line's result: each hypothesis's text, and with --replace-unk or --report-align what its
-        alignment makes of it (pieces.py); the alignment itself is reported only when asked."""
+        alignment makes of it (word_alignment.py); the alignment itself is reported only when asked."""
         tokenizer = self.loaded.tokenizer
         if not (cfg.replace_unk or cfg.report_align):
             return Result(example.index, hyps, [tokenizer.decode(h.tokens) for h in hyps])
