@@ -14,8 +14,10 @@ Options are the keys of the YAML config (`beam_size`, `n_best`, `device`, `dtype
 given to `load` they hold for every call; given to a call they hold for that call (a layer
 over `load`'s), and may be any option that needs no other model load (decoding, batching,
 format). A `Translator` is the public face of an `engine.Engine`, the one the command line
-loads too, and `translate_file` runs the command line's job loop (`run.translate_job`):
-a file translated here and by `nmtdecode translate` with the same options is the same.
+loads too; each call is resolved (resolve.py) and runs through the job pipeline (pipeline.py)
+with its sources in memory, and `translate_file` runs the command line's job
+(`run.translate_job`): a file translated here and by `nmtdecode translate` with the same
+options is the same.
 """
 
 from __future__ import annotations
@@ -23,10 +25,16 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator
 
-from .batching import chunk_size, chunks, cut
+from .batching import chunk_size, chunks
 from .config import KEY_SECTION, PER_JOB_KEYS, Config, ConfigError
+from .pipeline import ListSink, ListSource, run
+from .resolve import ResolvedJob, check_call_options, resolve
+
+if TYPE_CHECKING:
+    from .batching import Result
+    from .decoding import BatchDecoder
 
 # Options a call may change; the others (model, device, dtype, ...) are fixed by `load`.
 CALL_KEYS = PER_JOB_KEYS - {"src", "output"}
@@ -112,8 +120,8 @@ class Translator:
             if scores:
                 return self.translate_batch(sources, prefixes, **options)
         sources, prefixes = self._checked(sources, prefixes, "translate()")
-        config, decoder = self._decoder(options, "translate()")
-        return [result.texts[0] for result in self._results(sources, prefixes, config, decoder)]
+        job, decoder = self._decoder(options, "translate()")
+        return [result.texts[0] for result in self._results(sources, prefixes, job, decoder)]
 
     def translate_batch(self, sources: list, prefixes: list[str] | None = None,
                         **options) -> list[list[Translation]]:
@@ -121,10 +129,10 @@ class Translator:
         first, as `Translation`s: text, scores, tokens, per-token log-probs, and with
         `alignment=True` / `attention=True` the cross-attention's alignment and weights."""
         sources, prefixes = self._checked(sources, prefixes, "translate_batch()")
-        config, decoder = self._decoder(options, "translate_batch()")
+        job, decoder = self._decoder(options, "translate_batch()")
         return [[Translation(text, hyp.score, hyp.total, hyp.tokens, hyp.token_scores, hyp.ended, hyp.eos_score,
                              hyp.alignment, hyp.attention) for hyp, text in zip(result.hypotheses, result.texts)]
-                for result in self._results(sources, prefixes, config, decoder)]
+                for result in self._results(sources, prefixes, job, decoder)]
 
     def translate_iterable(self, sources: Iterable, prefixes: Iterable[str] | None = None,
                            **options) -> Iterator[str]:
@@ -135,10 +143,10 @@ class Translator:
         first item asked for."""
         if isinstance(sources, str) or isinstance(prefixes, str):
             raise TypeError("translate_iterable() takes an iterable of sources (and of prefixes), not one string")
-        config, decoder = self._decoder(options, "translate_iterable()")
-        window = chunk_size(config.batching.batch_size, config.batching.batch_type)
+        job, decoder = self._decoder(options, "translate_iterable()")
+        window = chunk_size(job.config.batching.batch_size, job.config.batching.batch_type)
         return self._texts_of_windows(iter(sources), None if prefixes is None else iter(prefixes), window,
-                                      config, decoder)
+                                      job, decoder)
 
     def generate_tokens(self, source, prefix: str | None = None, **options) -> Iterator[GeneratedToken]:
         """The translation of one source, a token at a time as the search chooses it (greedy by
@@ -148,16 +156,14 @@ class Translator:
         left out; the last one's `text` is `translate`'s string. A sample draws as source 0 of
         `translate` does."""
         [source], [prefix] = self._checked([source], [prefix], "generate_tokens()")
-        config, decoder = self._decoder(options, "generate_tokens()", greedy=True)
-        if config.decoding.beam_size > 1 and not config.decoding.sampling:
-            raise ConfigError("beam_size: generate_tokens() decodes greedily or samples (beam_size=1 or "
-                              "sampling=True); translate_batch() runs a beam")
-        if config.decoding.n_best > 1:
-            raise ConfigError("n_best: generate_tokens() yields one hypothesis; translate_batch() gives n_best")
+        job, decoder = self._decoder(options, "generate_tokens()", greedy=True)
         # The fixed-shape step (CUDA graphs) decodes in buffers every batch shares; this decoding
         # pauses between tokens, while other calls may run: it keeps its own state (the model's step).
-        decoder.fixed_steps = None
-        return self._tokens(self.engine.make_example(0, source, config.batching.max_src_length, prefix), decoder)
+        if decoder.steps.shares_buffers:
+            from .models.steps import EagerSteps
+
+            decoder.steps = EagerSteps(self.engine.loaded.model)
+        return self._tokens(self.engine.make_example(0, source, job.config.batching.max_src_length, prefix), decoder)
 
     def translate_file(self, src: str, output: str, resume: bool = False, **options):
         """Translate the file `src` into `output` as `nmtdecode translate` does: locked,
@@ -174,20 +180,18 @@ class Translator:
         from .scoring import score_pairs
 
         sources, targets = self._pairs(sources, targets, "score()")
-        return score_pairs(self.engine, self._call_config(options), sources, targets)
+        scores, _ = score_pairs(self.engine, self._call_config(options), sources, targets)
+        return [score.total for score in scores]
 
     def score_batch(self, sources: list, targets: list[str], **options) -> list[Scored]:
         """Each target's log-probability given its source, per token and in all (`Scored`), as
         `nmtdecode score --format jsonl` gives them; batched as `score` batches."""
-        from .scoring import score_pairs_by_token
+        from .scoring import score_pairs
 
         sources, targets = self._pairs(sources, targets, "score_batch()")
-        pairs, forced = score_pairs_by_token(self.engine, self._call_config(options), sources, targets)
-        scored = []
-        for tokens, token_scores, eos in pairs:
-            total = sum(token_scores) + eos
-            scored.append(Scored(tokens, token_scores, eos, total, total / (len(tokens) - forced + 1)))
-        return scored
+        scores, forced = score_pairs(self.engine, self._call_config(options), sources, targets, by_token=True)
+        return [Scored(s.tokens, s.token_scores, s.eos_score, s.total, s.total / (len(s.tokens) - forced + 1))
+                for s in scores]
 
     def _pairs(self, sources, targets, method: str) -> tuple[list, list[str]]:
         sources, _ = self._checked(sources, None, method)
@@ -226,32 +230,31 @@ class Translator:
                     raise TypeError(f"{method}: {name} {i} has a {type(value[wrong]).__name__} at position "
                                     f"{wrong}; a list source holds its pieces as strings")
 
-    def _decoder(self, options: dict, method: str, greedy: bool = False):
-        """This call's effective config and decoder; options that change nothing in `method` are
+    def _decoder(self, options: dict, method: str, greedy: bool = False) -> tuple[ResolvedJob, BatchDecoder]:
+        """This call's resolved job and its decoder; options that change nothing in `method` are
         warned about in the API's terms (IneffectiveOptionWarning)."""
-        if "prefix" in options:  # a file, for translate_file
-            raise ConfigError(f"prefix: {method} takes its prefixes as a list, prefixes=[...]")
-        base, notes = {"beam_size": 1, "n_best": 1} if greedy else {}, []
-        config, decoder = self.engine.decoder(self._call_config(options, base=base), warn=notes.append, api=True)
-        for note in notes + _unseen(config, options, method):
+        check_call_options(method, options)
+        base = {"beam_size": 1, "n_best": 1} if greedy else {}
+        job = resolve(self._call_config(options, base=base), self.engine, api_method=method, call_options=options)
+        for note in job.notes:
             warnings.warn(note, IneffectiveOptionWarning, stacklevel=3)  # at the caller of the public method
-        return config, decoder
+        decoder = self.engine.decoder(job.config.decoding, job.rules, job.banned_ids, job.excluded_ids)
+        return job, decoder
 
-    def _results(self, sources: list, prefixes: list | None, config: Config, decoder, first: int = 0) -> list:
-        """The engine's results of these sources (indexes from `first`), in their order: sorted
-        by length and cut into batches together, as one window of the command line's input."""
-        engine, batching = self.engine, config.batching
+    def _results(self, sources: list, prefixes: list | None, job: ResolvedJob, decoder: BatchDecoder,
+                 first: int = 0) -> list[Result]:
+        """The engine's results of these sources (indexes from `first`), in their order: through the
+        pipeline, sorted by length and cut into batches together, as one chunk of a file's lines."""
+        engine, batching = self.engine, job.config.batching
         examples = [engine.make_example(first + i, text, batching.max_src_length,
                                         None if prefixes is None else prefixes[i]) for i, text in enumerate(sources)]
-        results = [None] * len(examples)
-        batches = cut(examples, batching.batch_size, batching.batch_type)
-        for _, done in engine.decode_batches(batches, decoder, engine.batches_at_once(config)):
-            for result in done:
-                results[result.index - first] = result
-        return results
+        sink = ListSink(len(examples), first)
+        run(ListSource(examples, batching), lambda batch: engine.decode_batch(batch, decoder), sink,
+            job.batches_at_once)
+        return sink.results
 
-    def _texts_of_windows(self, sources: Iterator, prefixes: Iterator | None, window: int, config: Config,
-                          decoder) -> Iterator[str]:
+    def _texts_of_windows(self, sources: Iterator, prefixes: Iterator | None, window: int, job: ResolvedJob,
+                          decoder: BatchDecoder) -> Iterator[str]:
         """translate_iterable's work: a window of sources (and as many prefixes) at a time; one
         prefix more is read at the sources' end, to tell prefixes that outlast them."""
         def prefixes_end(which: str, at: int):
@@ -265,7 +268,7 @@ class Translator:
             self._check_types(chunk, "source", (str, list), "translate_iterable()", first)
             if given is not None:
                 self._check_types(given, "prefix", (str, type(None)), "translate_iterable()", first)
-            for result in self._results(chunk, given, config, decoder, first):
+            for result in self._results(chunk, given, job, decoder, first):
                 yield result.texts[0]
             first += len(chunk)
         if prefixes is not None and next(prefixes, _END) is not _END:  # a prefix may be None
@@ -307,20 +310,3 @@ class Translator:
             raise ConfigError(f"{fixed[0]}: {what}")
         return self.config.over(base or {}, options, files or {})
 
-
-def _unseen(config: Config, options: dict, method: str) -> list[str]:
-    """Options whose results `method`'s return type does not carry."""
-    notes = []
-    if "format" in options:
-        notes.append(f"format={options['format']!r} has no effect on {method}: translate_file() writes formats")
-    if config.decoding.report_align:
-        notes.append(f"report_align=True has no effect on {method}: translate_file() writes the Pharaoh pairs")
-    if method in ("translate()", "translate_iterable()"):
-        decoding = config.decoding
-        shown = "the best translation as a string; translate_batch() returns"
-        if decoding.n_best > 1:
-            notes.append(f"n_best={decoding.n_best} has no effect on {method}, which returns {shown} the n-best")
-        for key in ("alignment", "attention", "token_scores"):
-            if config.value(key):
-                notes.append(f"{key}=True has no effect on {method}, which returns {shown} Translations with it")
-    return notes

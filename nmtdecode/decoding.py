@@ -1,10 +1,10 @@
 """The decoding loop of one batch: encode, step, let every piece of row state follow the search.
 
     memory = model.encode(src)                       # (B, S, d)
-    cache  = model.init_cache(memory, src_mask)      # cross-attention K/V once per sentence
+    cache  = steps.init_cache(memory, src_mask, ...) # cross-attention K/V once per sentence
     tokens = search.start_tokens                     # (B,): one row per sentence at step 0
     for step in 0 .. max_steps-1:
-        logits   = model.decode_step(tokens, cache)      # and cache.attention, when recorded
+        logits   = steps.decode_step(tokens, cache)      # and cache.attention, when recorded
         logprobs = processors(log_softmax(processors.on_logits(logits)))  # repetition penalty; then
                                                      # min length, bans, forced tokens, n-gram blocking
         out      = search.advance(logprobs, step, facts)  # one topk, per-sentence Beams; k rows per sentence
@@ -13,22 +13,24 @@
         tokens   = out.tokens
 
 The search decides, the model computes, `BatchDecoder` only connects them
-(search/base.py has the step contract). It knows nothing of files or jobs: the
-engine (engine.py) builds one per job and feeds it batches.
+(search/base.py has the step contract). How the model's steps run (eagerly, traced on
+a CPU, as CUDA graphs) is the step runner's (models/steps.py), which the engine chose
+when it loaded the model; the cache is a DecoderState (models/state.py). It knows
+nothing of files or jobs: the engine (engine.py) builds one per job and feeds it batches.
 """
 
 from __future__ import annotations
 
-from typing import Iterator, Protocol
+from typing import Iterator, Protocol, Sequence
 
 import torch
 
-from .config import ConfigError, DecodingConfig
+from .config import DecodingConfig
 from .models.checkpoint import ModelRules
 from .models.ensemble import MemberSources
-from .models.fixed_step import FixedShapeSteps
-from .models.traced_step import TracedSteps
-from .search.base import Hypothesis, RowFacts, RowState, Search, StepOutput
+from .models.state import DecoderState
+from .models.steps import EagerSteps, StepRunner
+from .search.base import Hypothesis, RowFacts, Search, StepOutput
 from .search.beam import BeamSearch
 from .search.diverse import DiverseBeamSearch
 from .search.greedy import GreedySearch
@@ -54,26 +56,24 @@ class Seq2SeqModel(Protocol):
 
     def encode(self, src_ids: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor: ...
 
-    def init_cache(self, memory: torch.Tensor, src_mask: torch.Tensor) -> RowState: ...
+    def init_cache(self, memory: torch.Tensor, src_mask: torch.Tensor) -> DecoderState: ...
 
-    def decode_step(self, tokens: torch.Tensor, cache: RowState) -> torch.Tensor: ...
+    def decode_step(self, tokens: torch.Tensor, cache: DecoderState) -> torch.Tensor: ...
 
 
 class BatchDecoder:
     """Decodes batches of source ids with one model and one job's decoding options."""
 
     def __init__(self, model: Seq2SeqModel, decoding: DecodingConfig, rules: ModelRules | None = None,
-                 shrink: bool = True, piece_id=None, fixed_steps: FixedShapeSteps | None = None,
-                 trace: bool = False, traced_steps: TracedSteps | None = None):
-        """piece_id: target piece -> id or None (the tokenizer's), for the options naming pieces.
-        fixed_steps: the model's fixed-shape step (CUDA graphs), used instead of its own.
-        traced_steps: the model's own step recorded by TorchScript (CPU), used instead of it.
+                 shrink: bool = True, banned_ids: Sequence[int] = (), excluded_ids: Sequence[int] = (),
+                 steps: StepRunner | None = None, trace: bool = False):
+        """banned_ids, excluded_ids: the ids of --banned-tokens and --ignore-when-blocking (resolve.py).
+        steps: how the model's steps run (models/steps.py; the engine's choice), default eagerly.
         trace: the searches keep every hypothesis that ends, for `search_batch`'s caller (--dump-beam)."""
         self.model = model
         self.log_probs = getattr(model, "log_probs", log_softmax)
         self.trace = trace
-        self.fixed_steps = fixed_steps
-        self.traced_steps = traced_steps
+        self.steps = steps or EagerSteps(model)
         self.cfg = decoding
         self.rules = rules or ModelRules()
         self.shrink = shrink  # drop finished sentences from the batch (off only to test that it changes nothing)
@@ -83,8 +83,7 @@ class BatchDecoder:
         mc = model.cfg
         self.start_id, self.eos_id = mc.decoder_start_id, mc.eos_id
         self.pad_id, self.unk_id = mc.pad_id, mc.unk_id
-        self.banned_ids = piece_ids("banned_tokens", decoding.banned_tokens, piece_id)
-        self.excluded_ids = piece_ids("ignore_when_blocking", decoding.ignore_when_blocking, piece_id)
+        self.banned_ids, self.excluded_ids = list(banned_ids), list(excluded_ids)
 
     @property
     def device(self) -> torch.device:
@@ -211,13 +210,13 @@ class BatchDecoder:
         memory, src_mask = self.encode(sources)
         max_steps = self.max_steps([len(s) for s in sources])
         search = self.make_search(len(sources), max_steps, line_ids, prefixes)
-        decode_step, cache = self.start_decoder(memory, src_mask, max(max_steps))
+        cache = self.steps.init_cache(memory, src_mask, max(max_steps), self.cfg.rows_per_sentence)
         processors = self.make_processors(search, max_steps, prefixes)
         attention = self.make_attention(cache, src_mask)
         states = (cache, processors) if attention is None else (cache, processors, attention)
         tokens = search.start_tokens
         for step in range(max(max_steps)):
-            logits = decode_step(tokens, cache)
+            logits = self.steps.decode_step(tokens, cache)
             logits = processors.on_logits(logits.float(), step)  # nothing unless a rule acts on logits
             logprobs = processors(self.log_probs(logits), step)
             out = search.advance(logprobs, step, None if attention is None else attention.facts(cache.attention))
@@ -241,15 +240,6 @@ class BatchDecoder:
         """Each ensemble model's own ids of the batch, padded with its own pad id, and their masks."""
         return [self.pad([s.members[m] for s in sources], model.cfg.pad_id)
                 for m, model in enumerate(self.model.members)]
-
-    def start_decoder(self, memory: torch.Tensor, src_mask: torch.Tensor, positions: int):
-        """The step function and the decoder state of a batch: the model's own, or the fixed-shape
-        step's (models/fixed_step.py), which has the same interface and gives the same tokens."""
-        if self.fixed_steps is None:
-            decode_step = self.model.decode_step if self.traced_steps is None else self.traced_steps.decode_step
-            return decode_step, self.model.init_cache(memory, src_mask)
-        cache = self.fixed_steps.init_cache(memory, src_mask, positions, self.cfg.rows_per_sentence)
-        return self.fixed_steps.decode_step, cache
 
     def forced_prefix(self) -> list[int]:
         """What the decoder is fed before any target token: the decoder start token, then the
@@ -318,18 +308,3 @@ class AttentionFacts:
         if self.coverage is not None:
             self.coverage.follow(out)
 
-
-def piece_ids(key: str, pieces: list[str], piece_id) -> list[int]:
-    """Target pieces named by option `key` -> their ids; a piece the vocabulary lacks is an error."""
-    if not pieces:
-        return []
-    if piece_id is None:
-        raise ConfigError(f"{key}: this model's tokenizer cannot look up target pieces")
-    ids = []
-    for piece in pieces:
-        found = piece_id(piece)
-        if found is None:
-            raise ConfigError(f"{key}: {piece!r} is not a piece of the target vocabulary (give pieces as the "
-                              "tokenizer spells them, e.g. \u2581the for a word-initial 'the')")
-        ids.append(found)
-    return ids

@@ -51,6 +51,11 @@ from .config import ConfigError
 JOURNAL_LIMIT = 1 << 16  # a progress record is a few hundred bytes
 
 
+# What a job stopped with only outputs written directly (stdout, a link, a device or a FIFO) left.
+NOT_RESUMABLE = ("what was written so far is kept, but the output (standard output, a link, a device or a FIFO) "
+                 "is written directly, so the job cannot be resumed: run it again")
+
+
 class OutputRefused(ConfigError):
     """The output cannot be opened or resumed as asked (usage error, exit code 2)."""
 
@@ -169,22 +174,6 @@ class OutputFile:
         remove(self.journal)  # an earlier job's record must never describe this job's FILE.tmp
         self.stream = _Sink(_create(self.tmp), self.tmp, digest=hashlib.sha256())
         return 0
-
-    def unfinished(self, reader, on_resume=None):
-        """(index, line) of the input lines after those already done, checking on the way that
-        the lines skipped are the input the partial output was made from; then
-        `on_resume(lines_done)` is called."""
-        done, seen = self.resumed.lines, 0
-        for index, line in enumerate(reader):
-            seen = index + 1
-            if seen == done:
-                self._check_input(*reader.position())
-                if on_resume is not None:
-                    on_resume(done)
-            if index >= done:
-                yield index, line
-        if seen < done:
-            self._check_input(*reader.position())
 
     def checkpoint(self, lines_done: int, input_position: tuple[int, str], complete: bool = False):
         """Everything up to input line `lines_done` is written: make it durable and record it.
@@ -323,7 +312,9 @@ class OutputFile:
         os.lseek(fd, size, os.SEEK_SET)
         return fd, digest
 
-    def _check_input(self, input_bytes: int, input_hash: str):
+    def check_input(self, input_bytes: int, input_hash: str) -> None:
+        """That the input lines a resumed job reads past, `input_bytes` bytes hashed as `input_hash`,
+        are the input its partial output was made from (the job's source reads them: pipeline.py)."""
         expected = self.resumed
         if (input_bytes, input_hash) != (expected.input_bytes, expected.input_hash):
             raise OutputRefused(f"--resume: the input is not the one {self.tmp} was made from (its first "

@@ -9,7 +9,7 @@ and forth. So every sentence is decoded in the batch it has in one process and t
 output is byte-identical to one process's, while the ranks share even a single chunk
 (1,024 lines at the default batch size) and get long and short batches alike.
 Tokenizing every line of a chunk on every rank, to sort it, costs little beside
-decoding. The job loop itself is run.py's, the same for one process and for a rank.
+decoding. The job pipeline itself is pipeline.py's, the same for one process and for a rank.
 
 Each rank writes its part through `output_file.OutputFile`: OUT.part-RANK-of-WORLD.tmp,
 its progress journal (checkpointed after each chunk, the last record covering the
@@ -160,15 +160,10 @@ def device_for(config: Config, ranks: Ranks) -> str:
 
 
 def check_job(config: Config):
-    """What torchrun needs of a job, checked before anything is written: a regular input file
-    (every process reads it whole), no --stream, and an output file to put parts beside."""
+    """What torchrun needs of a job's files, checked before anything is written: a regular input
+    file (every process reads it whole) and an output file to put parts beside (its options:
+    resolve.check_torchrun)."""
     io_cfg = config.io
-    if io_cfg.src == "-":
-        raise ConfigError("under torchrun every process reads the whole input: give --src FILE, not stdin")
-    if io_cfg.stream:
-        raise ConfigError("--stream answers each line as it arrives, in one process: under torchrun leave it out")
-    if io_cfg.dump_beam is not None:
-        raise ConfigError("--dump-beam writes one file in one process: under torchrun leave it out")
     check_readable(io_cfg.src)
     if io_cfg.prefix is not None:
         check_prefix(io_cfg.src, io_cfg.prefix, io_cfg.resume)

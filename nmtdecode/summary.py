@@ -13,7 +13,8 @@ if TYPE_CHECKING:
     from .batching import Example
 
 
-def warn(message: str):
+def print_warning(message: str) -> None:
+    """One warning line on stderr, for the person running the command."""
     print(f"nmtdecode: warning: {message}", file=sys.stderr)
 
 
@@ -43,7 +44,7 @@ class Summary:
         of the job gets a warning."""
         truncated = sum(e.truncated for e in examples)
         if truncated and not self.truncated:
-            warn("source lines longer than the model's positions (or --max-src-length) are cut")
+            print_warning("source lines longer than the model's positions (or --max-src-length) are cut")
         self.sentences += len(examples)
         self.truncated += truncated
 
@@ -51,7 +52,7 @@ class Summary:
         """Count outputs written as one line though their text held line breaks; the first of
         the job gets a warning."""
         if n and not self.joined:
-            warn("the model generated line breaks: each is written as a space, so that every input line has "
+            print_warning("the model generated line breaks: each is written as a space, so that every input line has "
                  "one output line (--format jsonl keeps them)")
         self.joined += n
 

@@ -10,6 +10,7 @@ import sacrebleu
 
 from nmtdecode.config import Config
 from nmtdecode.engine import Engine
+from nmtdecode.resolve import resolve
 
 from tests.helpers import DEMO
 
@@ -19,7 +20,8 @@ def demo_decoder(beam: int):
     """The demo model's engine and a decoder, loaded once for all tests of this file."""
     config = Config.from_values({"model": DEMO, "beam_size": beam})
     engine = Engine.load(config)
-    return engine, engine.decoder(config)[1]
+    job = resolve(config, engine)
+    return engine, engine.decoder(job.config.decoding, job.rules)
 
 
 def translate(lines, beam=5):

@@ -12,7 +12,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "nmtdecode"
 JOB_LAYER = {"nmtdecode.run", "nmtdecode.ranks", "nmtdecode.scoring", "nmtdecode.jobs", "nmtdecode.api",
              "nmtdecode.cli", "nmtdecode.output_file", "nmtdecode.reading", "nmtdecode.writing",
-             "nmtdecode.signature", "nmtdecode.config_file", "nmtdecode.signals"}
+             "nmtdecode.signature", "nmtdecode.config_file", "nmtdecode.signals", "nmtdecode.pipeline",
+             "nmtdecode.resolve", "nmtdecode.progress"}
 
 
 def module_names(root: Path = PACKAGE) -> dict[str, Path]:
@@ -103,6 +104,12 @@ def test_the_cycle_finder_finds_a_cycle_through_a_function_level_import(tmp_path
 
 def test_the_engine_imports_nothing_from_the_job_layer():
     assert not reachable(GRAPH, "nmtdecode.engine") & JOB_LAYER
+
+
+def test_score_and_the_api_run_jobs_through_the_pipeline_not_the_translate_command():
+    """One pipeline (pipeline.py) for every job: score reaches neither run.py nor the API."""
+    assert not reachable(GRAPH, "nmtdecode.scoring") & {"nmtdecode.run", "nmtdecode.api", "nmtdecode.cli"}
+    assert "nmtdecode.pipeline" in GRAPH["nmtdecode.scoring"] and "nmtdecode.pipeline" in GRAPH["nmtdecode.api"]
 
 
 def test_ranks_imports_nothing_that_runs_a_job():

@@ -1,6 +1,6 @@
 """Multi-head attention for `transformer.py`: the encoder's and decoder's self-attention and
 the decoder's attention over the encoder output, each in a full-sequence form (training,
-scoring, encoding) and a one-step form that reads the decoder cache (`models/cache.py`).
+scoring, encoding) and a one-step form that reads the decoder state (`models/state.py`: LayerState).
 
 Shapes: N rows (B sentences x k rows each when decoding), S source length, T keys,
 Q queries, d model width, H heads, hd = d / H.
@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from .cache import DecoderCache
+from .state import LayerState
 
 # Every fused attention kernel but cuDNN's. On an H100 torch 2.11 picks cuDNN's for float16 (with
 # a padding mask and without), and cuDNN builds a plan for every new shape: 7.5 ms a call the first
@@ -85,7 +85,7 @@ class SelfAttention(nn.Module):
             y = attend(q, k, v, mask)
         return self.out(merge_heads(y))
 
-    def step(self, x, cache: DecoderCache, layer: int):
+    def step(self, x: torch.Tensor, cache: LayerState, layer: int) -> torch.Tensor:
         """One new position per row, x (N, d): attend over the cached past and itself.
 
         As in cross-attention, the rows of a sentence ask together: the cache hands
@@ -121,7 +121,8 @@ class CrossAttention(nn.Module):
         p = self.dropout if self.training else 0.0
         return self.out(merge_heads(fused_attention(q, keys, values, mask, dropout=p)))
 
-    def step(self, x, keys, values, mask, probe: DecoderCache | None = None):
+    def step(self, x: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None,
+             probe: LayerState | None = None) -> torch.Tensor:
         """One position for each of the k rows (beams) of every sentence, x (B*k, d).
 
         The k rows of a sentence attend over the same memory, so they are

@@ -13,13 +13,11 @@ kinds of state live here:
   `Transformer.init_cache`, kept once per sentence (B, not B x k), with the
   source mask.
 
-A beam search reorders its hypotheses every step. Copying every row's past to
-where its hypothesis went (an `index_select` over all positions, every step)
-costs time proportional to the length decoded; instead, what was written stays
-where it is and each row keeps its *path*: at every past position, the slot
-(row of its sentence) that held its ancestor. A row attends over all of its
-sentence's slots with the others masked out (`self_mask`), which is the same
-attention. Only when finished sentences leave the batch is anything copied.
+A beam search reorders its hypotheses every step. What was written stays where
+it is and each row keeps its ancestry (models/state.py), `ancestry[row, position,
+slot]`: a row attends over all of its sentence's slots with the others masked
+out (`self_mask`). Only when finished sentences leave the batch, or the first
+step widens it to the beam, are keys and values copied.
 
 Cross-attention weights are kept only when asked (`record_attention`, set by the
 translator for coverage penalties and alignments): then, after each step,
@@ -27,7 +25,8 @@ translator for coverage penalties and alignments): then, after each step,
 `alignment_layer`, averaged over its first `alignment_heads` heads) for every row.
 
 `follow(out)` tracks one search step (search/base.py:StepOutput): row r of the
-next step continues row out.origin[r]; only the sentences out.keep stay.
+next step continues row out.origin[r]; only the sentences out.keep stay. The
+cache is a `DecoderState` and a `LayerState` (models/state.py).
 
 When the cache grows, widens to the beam or drops finished sentences, it is
 copied into a new tensor. On the CPU those tensors come from `Scratch`, memory
@@ -42,7 +41,8 @@ import weakref
 from typing import TYPE_CHECKING
 
 import torch
-import torch.nn.functional as F
+
+from .state import ancestry_mask, own_slots
 
 from .. import memory
 
@@ -138,7 +138,7 @@ class DecoderCache(AttentionRecord):
         self.memory_mask = memory_mask  # (B, 1, 1, S) bool, True = real source token; None: no padding
         self.self_kv = None  # (L, 2, B, H, capacity, width, hd), allocated at the first step
         self.width = 1  # rows per sentence
-        self.path = None  # (N, length): slot of each row's ancestor at each position; None while width is 1
+        self.ancestry = None  # (N, capacity, width) bool (models/state.py); None while width is 1
         self.length = 0  # positions decoded so far
         self._mask = None  # (B, 1, width, (length+1)*width) bool, this step's self_mask
         self.scratch = Scratch.borrow(self)
@@ -176,14 +176,14 @@ class DecoderCache(AttentionRecord):
 
     def self_mask(self) -> torch.Tensor | None:
         """Which (position, slot) each row attends to: its ancestors', and its own at this step."""
-        if self.path is None:
+        if self.ancestry is None:
             return None
         if self._mask is None or self._mask.size(-1) != (self.length + 1) * self.width:
-            n = self.path.size(0)
-            own = torch.arange(n, device=self.path.device) % self.width
-            slots = torch.cat([self.path, own[:, None]], dim=1)  # (N, t+1)
-            allowed = F.one_hot(slots, self.width).bool()  # (N, t+1, width)
-            self._mask = allowed.view(n // self.width, 1, self.width, -1)
+            if self.length == self.ancestry.size(1):
+                self.ancestry = self._moved_ancestry(None, 2 * self.length, self.width)
+            n = self.ancestry.size(0)
+            self.ancestry[:, self.length : self.length + 1] = own_slots(n, self.width, self.ancestry.device)
+            self._mask = ancestry_mask(self.ancestry, self.length + 1)
         return self._mask
 
     def advance(self):
@@ -212,23 +212,28 @@ class DecoderCache(AttentionRecord):
             if self.self_kv is not None:
                 self._keep_sentences(out.keep)
         self._mask = None
-        if out.origin is None and self.path is not None:  # every row continues itself (sampling)
-            own = torch.arange(self.path.size(0), device=self.path.device) % self.width
-            self.path = torch.cat([self.path, own[:, None]], dim=1)
-            return
-        if out.origin is None or self.self_kv is None:
+        if out.origin is None or self.self_kv is None:  # every row continues itself: its own slot is marked
             return
         width = out.origin.numel() // self.cross_kv.size(SENTENCES)
-        if width == 1 and self.path is None:
+        if width == 1 and self.ancestry is None:
             return  # one row per sentence: every row attends to its own slot only
-        slot = out.origin % self.width  # (N',) the slot each new row's parent held
-        if self.path is None:
-            past = slot.new_zeros((slot.numel(), self.length - 1))  # everything so far was slot 0
-        else:
-            past = self.path.index_select(0, out.origin)
-        self.path = torch.cat([past, slot[:, None]], dim=1)  # (N', length)
+        self.ancestry = self._moved_ancestry(out.origin, self.self_kv.size(POSITIONS), width)
         if width != self.width:
             self._widen(width)
+
+    def _moved_ancestry(self, origin: torch.Tensor | None, capacity: int, width: int) -> torch.Tensor:
+        """The ancestry of the next step's rows (row r: the ancestry of row origin[r] of this step;
+        every row its own when origin is None) over the `length` positions decoded, in a tensor of
+        `capacity` positions and `width` slots. Without an ancestry yet, every row so far was slot 0."""
+        t, device = self.length, self.cross_kv.device
+        rows = self.ancestry.size(0) if origin is None else origin.numel()
+        moved = torch.zeros((rows, max(capacity, t + 1), width), dtype=torch.bool, device=device)
+        if self.ancestry is None:
+            moved[:, :t, 0] = True
+        else:
+            past = self.ancestry[:, :t] if origin is None else self.ancestry[:, :t].index_select(0, origin)
+            moved[:, :t, : past.size(2)] = past
+        return moved
 
     def _keep_sentences(self, keep: torch.Tensor):
         """Copy the filled positions of the sentences `keep` into a buffer of the same capacity."""

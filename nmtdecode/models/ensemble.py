@@ -102,8 +102,8 @@ def sources_alike(tokenizers: list) -> bool:
 
 
 class EnsembleCache:
-    """The decoder states of the ensemble's models for one batch, following the search together;
-    `attention` is their mean, when recorded."""
+    """The decoder states of the ensemble's models for one batch, following the search together:
+    a DecoderState (models/state.py); `attention` is their mean, when recorded."""
 
     def __init__(self, members: list):
         self.members = members

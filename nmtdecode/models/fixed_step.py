@@ -23,9 +23,9 @@ logits are read out of it; the search's host copy comes after, as before.
 
 The arithmetic is the eager step's (the same layers run over these buffers), so the tokens
 are the same; on CPU this runs eagerly (nothing to replay there), which is how it is tested
-without a GPU. Rows keep their ancestry as `cache.py` does (`ancestry[row, position, slot]`:
-which slot held the row's ancestor at each position) rather than copying the cache on every
-reorder.
+without a GPU. Rows keep their ancestry as `cache.py` does (models/state.py), in a buffer
+of the final capacity, rather than copying the cache on every reorder. `FixedShapeSteps` is
+the step runner the engine chooses on a GPU (models/steps.py).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .cache import SENTENCES, AttentionRecord, by_slot
+from .state import ancestry_mask, own_slots
 from .transformer import Transformer
 
 if TYPE_CHECKING:
@@ -61,8 +62,8 @@ class StepBuffers:
         self.self_kv = torch.zeros((layers, 2, sentences, heads, positions, width, hd), device=device, dtype=dtype)
         self.cross_kv = torch.zeros((layers, 2, sentences, heads, source, hd), device=device, dtype=dtype)
         self.memory_mask = torch.zeros((sentences, 1, 1, source), device=device, dtype=torch.bool)
-        self.ancestry = torch.zeros((sentences, width, positions, width), device=device, dtype=torch.bool)
-        self.own_slot = torch.eye(width, device=device, dtype=torch.bool)[None, :, None, :].expand(sentences, -1, 1, -1)
+        self.ancestry = torch.zeros((sentences * width, positions, width), device=device, dtype=torch.bool)
+        self.own_slot = own_slots(sentences * width, width, device)
         self.tokens = torch.full((sentences * width,), cfg.decoder_start_id, device=device, dtype=torch.long)
         self.position = torch.zeros(1, device=device, dtype=torch.long)
         self.attention = torch.zeros((sentences * width, source), device=device, dtype=torch.float32)
@@ -73,8 +74,8 @@ class StepBuffers:
 
 
 class FixedShapeCache(AttentionRecord):
-    """The decoder state of one batch over `StepBuffers`, with `cache.DecoderCache`'s interface
-    (what the layers call, and `follow`). Sentence i of the search is sentence i of the buffers
+    """The decoder state of one batch over `StepBuffers`: a DecoderState and a LayerState
+    (models/state.py), as `cache.DecoderCache` is. Sentence i of the search is sentence i of the buffers
     (finished ones are compacted away); its row j is buffer row i * width + j."""
 
     def __init__(self, buffers: StepBuffers, sentences: int, source: int, alignment: tuple[int, int]):
@@ -115,13 +116,13 @@ class FixedShapeCache(AttentionRecord):
         new = by_slot(kv, b.width).unsqueeze(3)  # (2, B, H, 1, width, hd)
         b.self_kv[layer, :, :sentences].index_copy_(3, b.position, new)
         past = b.self_kv[layer, :, :sentences, :, :positions].flatten(3, 4)  # (2, B, H, positions*width, hd)
-        mask = b.ancestry[:sentences, :, :positions].flatten(2, 3)[:, None]  # (B, 1, width, positions*width)
+        mask = ancestry_mask(b.ancestry[: sentences * b.width], positions)  # (B, 1, width, positions*width)
         return past[0], past[1], mask
 
     def mark_own_slots(self):
         """Each row attends to its own slot at the step's position (before the layers run)."""
-        b, sentences = self.buffers, self.sentence_bucket
-        b.ancestry[:sentences].index_copy_(2, b.position, b.own_slot[:sentences])
+        b, rows = self.buffers, self.sentence_bucket * self.buffers.width
+        b.ancestry[:rows].index_copy_(1, b.position, b.own_slot[:rows])
 
     def advance(self):
         self.length += 1
@@ -146,14 +147,15 @@ class FixedShapeCache(AttentionRecord):
             self.sentences = kept
         parents = before if out.origin is None else before.index_select(0, out.origin)
         self.width = out.tokens.numel() // self.sentences
-        ancestry = b.ancestry.view(-1, b.positions, b.width)
-        ancestry.index_copy_(0, self.rows(self.sentences, self.width), ancestry.index_select(0, parents))
+        b.ancestry.index_copy_(0, self.rows(self.sentences, self.width), b.ancestry.index_select(0, parents))
 
 
 class FixedShapeSteps:
     """The fixed-shape step for one model: `init_cache` and `decode_step`, as the model has them
     (decoding.py calls these instead of the model's). With `graphs` (CUDA), each bucket's step is
     captured once as a CUDA graph and replayed; otherwise it runs eagerly."""
+
+    shares_buffers = True  # every batch decodes in one set of buffers (models/steps.py)
 
     def __init__(self, model: "Transformer", graphs: bool, warn=None):
         """warn(message): told once if a graph cannot be captured (then every step runs eagerly)."""
@@ -181,7 +183,7 @@ class FixedShapeSteps:
         b.memory_mask[:sentences, 0, 0, :source] = src_mask
         b.memory_mask[:sentences, :, :, source:] = False
         b.memory_mask[sentences:, :, :, 0] = True  # padding sentences attend somewhere: finite, unused
-        b.ancestry[: bucket(sentences)] = False
+        b.ancestry[: bucket(sentences) * b.width] = False
         b.tokens.fill_(model.cfg.decoder_start_id)
         return FixedShapeCache(b, sentences, source, (model.cfg.alignment_layer, model.cfg.alignment_heads))
 
@@ -248,10 +250,3 @@ class FixedShapeSteps:
         cache.length = t  # the Python side of the step ran twice; the caller sets it once
         return graph, logits
 
-
-def fixed_steps_for(model, device: torch.device, setting: str, warn=None) -> FixedShapeSteps | None:
-    """The fixed-shape step replayed as CUDA graphs where `--cuda-graphs auto` (`setting`) asks for
-    it: on a GPU, for one Transformer (an ensemble steps eagerly)."""
-    if device.type == "cuda" and setting == "auto" and isinstance(model, Transformer):
-        return FixedShapeSteps(model, graphs=True, warn=warn)
-    return None

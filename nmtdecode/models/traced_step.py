@@ -61,7 +61,7 @@ class StepInputs(NamedTuple):
 
 
 class TraceInputs:
-    """StepInputs as the layers see a cache: the part of DecoderCache's interface they call."""
+    """StepInputs as the layers see a cache: a LayerState (models/state.py) over the recorded inputs."""
 
     def __init__(self, inputs: StepInputs, width: int):
         self.position, self.cross_kv, self.memory_mask = inputs.position, inputs.cross_kv, inputs.memory_mask
@@ -85,8 +85,10 @@ class TraceInputs:
 
 
 class TracedSteps:
-    """`decode_step` for one model on the CPU, as the model has it: each kind of step traced after
-    `eager_steps` eager ones, then replayed (decoding.py calls this instead of the model's own)."""
+    """The step runner of one model on the CPU (models/steps.py): the model's own cache, and its
+    step, each kind traced after `eager_steps` eager ones, then replayed."""
+
+    shares_buffers = False
 
     def __init__(self, model, warn=None, eager_steps: int = EAGER_STEPS):
         self.model, self.warn, self.eager_steps = model, warn, eager_steps
@@ -95,6 +97,10 @@ class TracedSteps:
         self.failed = False
         self.lock = threading.Lock()  # --inter-threads: batches decoded at once share the traces
         self.packed = [m for m in model.modules() if isinstance(m, PackedLinear) and m.packed]
+
+    def init_cache(self, memory: torch.Tensor, src_mask: torch.Tensor, positions: int = 0,
+                   width: int = 1) -> DecoderCache:
+        return self.model.init_cache(memory, src_mask)
 
     def decode_step(self, tokens: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
         if self.failed or cache.record_attention:
@@ -149,10 +155,3 @@ class TracedSteps:
             self.traced[key] = lambda *args: traced(*args, *weights)
             return self.traced[key]
 
-
-def traced_steps_for(model, device: torch.device, setting: str, quantize: str, warn=None) -> TracedSteps | None:
-    """The traced step where `--traced-step auto` (`setting`) asks for it and it serves: on the CPU,
-    for one Transformer with float weights (int8's quantized products and ensembles step eagerly)."""
-    if device.type == "cpu" and setting == "auto" and quantize == "none" and isinstance(model, Transformer):
-        return TracedSteps(model, warn=warn)
-    return None
