@@ -12,6 +12,7 @@ import os
 
 import yaml
 
+from .bounded import TooLarge, check_size, shown
 from .config import KEY_SECTION, PLAN_KEYS, Config, ConfigError, flat_values, option_names, unknown_key_message
 
 # Options naming files: in a config file, a relative path is relative to that file's directory.
@@ -51,11 +52,16 @@ def load_yaml(path: str) -> dict:
         raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
     try:
         data = yaml.load(raw.decode("utf-8"), Loader=_UniqueKeyLoader)  # a leading BOM is read by YAML itself
+        check_size(data)
+    except TooLarge as e:
+        raise ConfigError(f"config file {path}: larger than any config: {e}") from None
+    except RecursionError:
+        raise ConfigError(f"config file {path}: larger than any config: it nests too deeply") from None
     except UnicodeDecodeError as e:
         line = raw[: e.start].count(b"\n") + 1
         raise ConfigError(f"config file {path}:{line}: invalid UTF-8 at byte {e.start}") from None
     except _KeyTwice as e:
-        raise ConfigError(f"config file {path}:{e.line}: {e.key!r} is given twice") from None
+        raise ConfigError(f"config file {path}:{e.line}: {shown(e.key)} is given twice") from None
     except yaml.MarkedYAMLError as e:  # one line: where, and what went wrong there
         mark = e.problem_mark or e.context_mark
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else path

@@ -141,7 +141,8 @@ def test_the_options_import_nothing_but_their_peers_names():
 
 # The halves of the formats that read a model's files without torch, and the modules they read with.
 WITHOUT_TORCH = {"nmtdecode.models.architecture", "nmtdecode.models.checkpoint", "nmtdecode.models.stored",
-                 "nmtdecode.tokenizer", "nmtdecode.config", "nmtdecode.models.formats.hf_tokenizers",
+                 "nmtdecode.tokenizer", "nmtdecode.config", "nmtdecode.bounded",
+                 "nmtdecode.models.formats.hf_tokenizers",
                  "nmtdecode.models.formats.opennmt_shared", "nmtdecode.models.formats.native_config",
                  "nmtdecode.models.formats.hf_config", "nmtdecode.models.formats.eole_config"}
 
@@ -159,6 +160,10 @@ def test_what_reads_a_model_without_torch_imports_only_modules_without_torch(nam
     """What `nmtdecode inspect` reads a model with (tests/models/test_inspect.py checks that
     torch is not imported); config.py's own imports are pinned above."""
     assert reachable(GRAPH, name) <= WITHOUT_TORCH | {"nmtdecode.option", "nmtdecode.opennmt_options"}
+
+
+def test_what_a_message_may_show_is_a_leaf_every_layer_can_use():
+    assert GRAPH["nmtdecode.bounded"] == set()
 
 
 def test_checkpoint_is_a_leaf_of_the_loading_layer():

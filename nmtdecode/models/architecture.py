@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 from dataclasses import MISSING, asdict, dataclass, fields
 
+from ..bounded import shown
+
 ACTIVATION_NAMES = ("relu", "gelu", "gelu_tanh", "silu")  # transformer.ACTIVATIONS: the function of each
 POSITIONS = ("sinusoidal", "sinusoidal_interleaved", "sinusoidal_fairseq", "learned")
 # Bounds on what a model config may ask for, far above every published encoder-decoder (NLLB:
@@ -85,9 +87,9 @@ class TransformerConfig:
         if self.d_model % self.heads:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by heads ({self.heads})")
         if self.activation not in ACTIVATION_NAMES:
-            raise ValueError(f"activation {self.activation!r} is not one of {sorted(ACTIVATION_NAMES)}")
+            raise ValueError(f"activation {shown(self.activation)} is not one of {sorted(ACTIVATION_NAMES)}")
         if self.positions not in POSITIONS:
-            raise ValueError(f"positions {self.positions!r} is not one of {list(POSITIONS)}")
+            raise ValueError(f"positions {shown(self.positions)} is not one of {list(POSITIONS)}")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError("share_embeddings needs equal source and target vocabulary sizes")
 
@@ -113,4 +115,4 @@ def _check_type(key: str, value, kind: str):
              "float": number and math.isfinite(value), "bool": isinstance(value, bool),
              "str": isinstance(value, str)}[kind]
     if not valid:
-        raise ValueError(f"{key}: expected {'a finite float' if kind == 'float' else kind}, got {value!r}")
+        raise ValueError(f"{key}: expected {'a finite float' if kind == 'float' else kind}, got {shown(value)}")

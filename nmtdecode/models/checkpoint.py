@@ -109,7 +109,7 @@ def note_read(path: str) -> str:
 
 def read_json(path: str, required: bool = True) -> dict:
     """A JSON object from a model directory; a missing optional file is {}."""
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):  # a FIFO or folder in its place is not missing: note_read refuses it
         if required:
             raise ModelError(f"{path} is missing")
         return {}
@@ -119,6 +119,8 @@ def read_json(path: str, required: bool = True) -> dict:
             data = json.load(f)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ModelError(f"{path} cannot be read: {e}") from None
+    except RecursionError:
+        raise ModelError(f"{path} cannot be read: it nests too deeply for a config") from None
     if not isinstance(data, dict):
         raise ModelError(f"{path} cannot be read: expected a JSON object")
     return data

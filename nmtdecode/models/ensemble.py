@@ -33,6 +33,7 @@ from dataclasses import replace
 import torch
 from torch import nn
 
+from ..bounded import shown
 from ..config import ENSEMBLE_RULES as RULES
 from ..config import ConfigError
 from .checkpoint import LoadedModel, ModelError
@@ -133,7 +134,7 @@ class Ensemble(nn.Module):
     def __init__(self, members: list[nn.Module], rule: str, weights: list[float]):
         super().__init__()
         if rule not in RULES:
-            raise ModelError(f"ensemble_rule: {rule!r} is not one of {', '.join(RULES)}")
+            raise ModelError(f"ensemble_rule: {shown(rule)} is not one of {', '.join(RULES)}")
         self.members = nn.ModuleList(members)
         self.rule = rule
         self.weights = rule_weights(rule, weights, len(members))
@@ -220,7 +221,7 @@ def first_difference(a: list, b: list) -> str | None:
     """Where two vocabularies first differ, in words, or None when they are the same."""
     for i, (x, y) in enumerate(zip(a, b)):
         if x != y:
-            return f"id {i} is {y!r} in one and {x!r} in the other"
+            return f"id {i} is {shown(y)} in one and {shown(x)} in the other"
     if len(a) != len(b):
         return f"{len(b)} and {len(a)} entries"
     return None
