@@ -118,7 +118,7 @@ class Translator:
             warnings.warn("translate(scores=...) is deprecated: translate() returns strings; translate_batch() "
                           "returns the n-best Translations with their scores", DeprecationWarning, stacklevel=2)
             if scores:
-                return self.translate_batch(sources, prefixes, **options)
+                return self.translate_batch(sources, prefixes, **options)  # type: ignore[return-value]
         sources, prefixes = self._checked(sources, prefixes, "translate()")
         job, decoder = self._decoder(options, "translate()")
         return [result.texts[0] for result in self._results(sources, prefixes, job, decoder)]

@@ -19,6 +19,7 @@ import re
 import signal
 import sys
 import typing
+from typing import Any
 from dataclasses import replace
 
 import click
@@ -34,8 +35,8 @@ from .signals import STOPPED_NOTE, Terminated
 
 def _click_type(key: str, declared: Option):
     hint = TYPES.get(key, str)
-    kinds = typing.get_args(hint) or (hint,)
-    kinds = [k for kind in kinds for k in (typing.get_args(kind) or (kind,))]  # list[float]: float
+    # list[float]: float
+    kinds = [k for kind in typing.get_args(hint) or (hint,) for k in (typing.get_args(kind) or (kind,))]
     if declared.choices is not None and declared.aliases is None:
         return click.Choice(declared.choices)
     return int if int in kinds else float if float in kinds else str
@@ -63,7 +64,7 @@ TRANSLATE_KEYS = ["model", "src", "output", "output_dir", "suffix",
                   *[k for k, section in KEY_SECTION.items() if section in ("batching", "runtime")],
                   *[k for k, section in KEY_SECTION.items() if section == "decoding"]]
 # score's own: one source and one target file, one output, and its own formats.
-SCORE_OPTIONS = {
+SCORE_OPTIONS: dict[str, dict[str, Any]] = {
     "src": dict(help="Source file, one sentence per line.  [required]", many=False, metavar=None),
     "output": dict(help="Output file (written whole, through OUTPUT.tmp); - is stdout.", many=False, metavar=None),
     "format": dict(help="text: one log-prob a line; jsonl: also tokens and per-token log-probs.",

@@ -316,7 +316,7 @@ def asks_for(layer: dict) -> str | None:
 def layered(layers: list[dict]) -> dict:
     """Checked layers of options (`checked_layer`), lowest first, as one {key: value}: each layer's
     keys over the ones below, a layer asking for a beam or for sampling dropping the other."""
-    merged = {}
+    merged: dict = {}
     for layer in layers:
         strategy = asks_for(layer)
         for key in BEAM_KEYS if strategy == "sampling" else ("sampling",) if strategy == "beam" else ():
@@ -352,15 +352,15 @@ class Config:
     def from_layers(cls, layers: list[dict], model_defaults: dict | None = None) -> "Config":
         """Build and validate a config from layers of options, lowest first, over the model's
         own decoding defaults (when known) and the declared defaults."""
-        layers = tuple(checked_layer(layer) for layer in layers)
+        checked = tuple(checked_layer(layer) for layer in layers)
         defaults = checked_layer(model_defaults or {})
         unknown = sorted(k for k in defaults if KEY_SECTION[k] != "decoding")
         if unknown:
             raise ConfigError(f"model defaults name options that are not decoding options: {', '.join(unknown)}")
-        grouped = {name: {} for name in SECTIONS}
-        for key, value in layered([defaults, *layers]).items():
+        grouped: dict[str, dict] = {name: {} for name in SECTIONS}
+        for key, value in layered([defaults, *checked]).items():
             grouped[KEY_SECTION[key]][key] = value
-        config = cls(**{name: SECTIONS[name](**grouped[name]) for name in SECTIONS}, layers=layers)
+        config = cls(**{name: SECTIONS[name](**grouped[name]) for name in SECTIONS}, layers=checked)
         config.validate()
         return config
 

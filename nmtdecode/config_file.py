@@ -80,7 +80,7 @@ def _check_keys(path: str, raw: bytes, values: dict):
     """Refuse an unknown key of the file or of an item of its `jobs:`, naming the file, its line and
     the nearest spellings (the lines are looked up only then)."""
     known = {*KEY_SECTION, *PLAN_KEYS}
-    unknown = [(None, key) for key in values if key not in known]
+    unknown: list[tuple[int | None, str]] = [(None, key) for key in values if key not in known]
     items = values.get("jobs") if isinstance(values.get("jobs"), list) else []
     unknown += [(n, key) for n, item in enumerate(items) if isinstance(item, dict)
                 for key in option_names(item, f"jobs: item {n + 1}") if key not in known]

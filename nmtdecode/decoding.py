@@ -21,13 +21,14 @@ nothing of files or jobs: the engine (engine.py) builds one per job and feeds it
 
 from __future__ import annotations
 
-from typing import Iterator, Protocol, Sequence
+from typing import Any, Iterator, Protocol, Sequence, cast
 
 import torch
 
 from .config import DecodingConfig
+from .models.architecture import TransformerConfig
 from .models.checkpoint import ModelRules
-from .models.ensemble import MemberSources
+from .models.ensemble import Ensemble, MemberSources
 from .models.state import DecoderState
 from .models.steps import EagerSteps, StepRunner
 from .search.base import Hypothesis, RowFacts, Search, StepOutput
@@ -36,7 +37,7 @@ from .search.diverse import DiverseBeamSearch
 from .search.greedy import GreedySearch
 from .search.penalties import Coverage, LengthPenalty
 from .search.processors import (BanTokens, BlockNgramRepeat, ForceEosAtLimit, ForceFirstToken, ForcePrefix, MinLength,
-                                NoRepeatNgram, Processors, RepetitionPenalty)
+                                NoRepeatNgram, Processor, Processors, RepetitionPenalty)
 from .search.sampling import Filters, SamplingSearch
 
 
@@ -52,7 +53,9 @@ class Seq2SeqModel(Protocol):
         its step's scores (an ensemble's rule, models/ensemble.py); without it, log_softmax
     """
 
-    cfg: object  # pad/unk/eos/decoder-start ids, max_positions
+    cfg: TransformerConfig  # pad/unk/eos/decoder-start ids, max_positions
+
+    def parameters(self) -> Iterator[torch.nn.Parameter]: ...
 
     def encode(self, src_ids: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor: ...
 
@@ -107,8 +110,9 @@ class BatchDecoder:
         """The strategy: sampling (its random streams keyed by each sentence's input line,
         `line_ids`, default 0..B-1), greedy for beam size 1, else beam search."""
         cfg = self.cfg
-        common = dict(batch_size=batch_size, max_steps=max_steps, start_id=self.start_id, eos_id=self.eos_id,
-                      penalty=self.penalty, device=self.device)
+        common: dict[str, Any] = dict(batch_size=batch_size, max_steps=max_steps, start_id=self.start_id,
+                                      eos_id=self.eos_id, penalty=self.penalty, device=self.device)
+        search: SamplingSearch | GreedySearch | DiverseBeamSearch | BeamSearch
         if cfg.sampling:
             search = SamplingSearch(samples=cfg.n_best, filters=Filters(cfg.temperature, cfg.top_k, cfg.top_p),
                                     seed=cfg.seed, line_ids=line_ids or list(range(batch_size)), **common)
@@ -130,7 +134,7 @@ class BatchDecoder:
     def make_processors(self, search: Search, max_steps: list[int],
                         prefixes: list[list[int]] | None = None) -> Processors:
         cfg, rules = self.cfg, self.rules
-        chain = []
+        chain: list[Processor] = []
         if cfg.repetition_penalty != 1.0:
             chain.append(RepetitionPenalty(cfg.repetition_penalty))
         if cfg.no_repeat_ngram_size:
@@ -181,7 +185,7 @@ class BatchDecoder:
     def search_batch(self, sources: list[list[int]], line_ids: list[int] | None = None,
                      prefixes: list[list[int]] | None = None) -> tuple[list[list[Hypothesis]], Search]:
         """As `translate_batch`, and the search itself: its per-sentence records (beam_dump.py)."""
-        for search in self.search_steps(sources, line_ids, prefixes):
+        for search in self.search_steps(sources, line_ids, prefixes):  # noqa: B007 - the last one is wanted
             pass  # the last step leaves every sentence done
         results = search.results(self.cfg.n_best)
         if self.cfg.attention:  # rows as long as each source, not the padded batch
@@ -216,19 +220,19 @@ class BatchDecoder:
                 state.follow(out)
             tokens = out.tokens
 
-    def encode(self, sources: list[list[int]]):
+    def encode(self, sources: list[list[int]]) -> tuple[Any, torch.Tensor]:
         """The batch's memory and source mask: the padded ids through the model's encoder, or, for
         an ensemble whose models split the source differently (MemberSources), each model's own."""
         if isinstance(sources[0], MemberSources):  # the mask of the first model's ids is the search's
-            each = self.pad_each(sources)
-            return self.model.encode_each(each), each[0][1]
+            each = self.pad_each(cast("list[MemberSources]", sources))
+            return cast(Ensemble, self.model).encode_each(each), each[0][1]
         src, src_mask = self.pad(sources)
         return self.model.encode(src, src_mask), src_mask
 
     def pad_each(self, sources: list[MemberSources]) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Each ensemble model's own ids of the batch, padded with its own pad id, and their masks."""
         return [self.pad([s.members[m] for s in sources], model.cfg.pad_id)
-                for m, model in enumerate(self.model.members)]
+                for m, model in enumerate(cast(Ensemble, self.model).members)]
 
     def forced_prefix(self) -> list[int]:
         """What the decoder is fed before any target token: the decoder start token, then the

@@ -125,7 +125,7 @@ WRITTEN = {"output": "the output", "dump_beam": "the beam dump"}  # the files a 
 def check_written_files(jobs: list[Config]):
     """No file is written twice in a run: by two jobs (their outputs, their --dump-beam files) or
     by one job as its output and its beam dump. Files are compared as files, not as names."""
-    seen = {}  # file -> (the key, the name that named it first, its job)
+    seen: dict[tuple, tuple] = {}  # file -> (the key, the name that named it first, its job)
     for number, job in enumerate(jobs):
         for key in WRITTEN:
             path = getattr(job.io, key)

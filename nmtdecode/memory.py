@@ -14,7 +14,7 @@ allocation error and split the same way (`in_halves_when_out_of_memory`).
 from __future__ import annotations
 
 import os
-from typing import Callable, TypeVar
+from typing import Callable, Protocol, TypeVar
 
 import torch
 
@@ -25,7 +25,11 @@ try:
 except ImportError:  # not on Windows
     resource = None
 
-Item = TypeVar("Item")
+class Indexed(Protocol):
+    index: int  # the input line (named when even one alone does not fit)
+
+
+Item = TypeVar("Item", bound=Indexed)
 Out = TypeVar("Out")
 
 CPU_MESSAGES = ("out of memory", "can't allocate memory", "cannot allocate memory", "not enough memory",

@@ -45,6 +45,7 @@ import os
 import stat
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 from .config import ConfigError
 
@@ -88,7 +89,7 @@ class OutputFile:
         self.path = path
         self.tmp, self.journal, self.lock_path = f"{path}.tmp", f"{path}.tmp.progress", f"{path}.lock"
         self.direct = path == "-" or _written_through(path)
-        self.stream = None
+        self.stream: Any = None  # _Sink, or sys.stdout for `-`, once open
         self.resumed = Progress()
         self._recorded = (0, (0, ""))  # the lines and input position of the last checkpoint
         self.marks = False  # resumable: a FILE.tmp with nothing final is kept (empty) as a mark
@@ -472,7 +473,7 @@ class _Sink:
         """digest: a hashlib object that every byte written goes through (the journal's hash
         of the output), or None."""
         self.fd, self.name, self.digest = fd, name, digest
-        self.written, self.pending, self.pending_size = offset, [], 0
+        self.written, self.pending, self.pending_size = offset, list[bytes](), 0
 
     def write(self, text: str):
         data = text.encode("utf-8")

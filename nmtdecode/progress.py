@@ -65,7 +65,7 @@ class JobProgress:
         summary.unfinished += sum(not r.hypotheses[0].ended for r in results if r.hypotheses)
         elapsed, eta = time.perf_counter() - self.start, ""
         if self.total_bytes is not None:  # the bar shows the time left
-            self.source_bytes += sum(len(e.text.encode("utf-8")) + 1 for e in batch)
+            self.source_bytes += sum(len(str(e.text).encode("utf-8")) + 1 for e in batch)  # a file's lines: text
             left = seconds_left(elapsed, self.source_bytes, self.total_bytes)
             eta = "" if left is None else f", {tqdm.format_interval(left)} left"
         self.bar.set_postfix_str(f"{summary.target_tokens / max(elapsed, 1e-9):.0f} tokens/s{eta}", refresh=False)

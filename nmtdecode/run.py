@@ -25,7 +25,8 @@ from .jobs import check_written_files
 from .output_file import NOT_RESUMABLE, OutputFile
 from .pipeline import LineSource, load_engine, run
 from .progress import InputWait, JobProgress, progress_bar, stdin_is_terminal
-from .ranks import Group, PartWriter, Ranks, check_job, check_layout, device_for, layouts, leave_group, merge, threads_for
+from .ranks import (Group, PartWriter, Ranks, check_job, check_layout, device_for, layouts, leave_group, merge,
+                    threads_for)
 from .reading import check_prefix, check_readable
 from .resolve import ResolvedJob, check_torchrun, resolve, stream_typed_input
 from .summary import Summary, count, print_warning, timing
@@ -135,12 +136,23 @@ def _claim(job: Config, jobs: list[Config]) -> OutputFile | None:
 class Share(Protocol):
     """The part of a job one process decodes, and where it goes."""
 
-    shows_progress: bool  # a progress bar (on a terminal)
-    reports_input: bool  # warns about the input's replaced lines
-    where: str  # what messages about its output start with
-    summary_prefix: str  # what its summary line starts with
-    label: str  # the file its progress bar names ("": none)
-    timed: tuple[float, float | None] | None  # (the run's start, the model's load time): added to its summary
+    @property
+    def shows_progress(self) -> bool: ...  # a progress bar (on a terminal)
+
+    @property
+    def reports_input(self) -> bool: ...  # warns about the input's replaced lines
+
+    @property
+    def where(self) -> str: ...  # what messages about its output start with
+
+    @property
+    def summary_prefix(self) -> str: ...  # what its summary line starts with
+
+    @property
+    def label(self) -> str: ...  # the file its progress bar names ("": none)
+
+    @property
+    def timed(self) -> tuple[float, float | None] | None: ...  # (the run's start, the model's load time)
 
     def mine(self, batches: Iterable[list[Example]]) -> list[list[Example]]: ...  # its batches of a chunk's
 

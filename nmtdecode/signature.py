@@ -60,7 +60,7 @@ def job_signature(config: Config, model_files=()) -> str:
              "token_scores": config.io.token_scores, "on_invalid_utf8": config.io.on_invalid_utf8,
              "stdin": config.io.src == "-"}
     if len(config.io.models) == 1:
-        parts["model"] = model_identity(config.io.model, model_files)
+        parts["model"] = model_identity(config.io.models[0], model_files)
     else:  # an ensemble: every model, in order, and how they are combined
         parts["model"] = [model_identity(path, model_files) for path in config.io.models]
         parts["ensemble"] = [config.io.ensemble_rule, config.io.ensemble_weights]

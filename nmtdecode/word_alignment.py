@@ -53,7 +53,7 @@ def unknown_replacements(tokens: list[int], alignment: list[int | None], unk_id:
 def decode_replacing(tokenizer, tokens: list[int], replacements: dict[int, str], special_ids: set[int]) -> str:
     """The text of `tokens` with each position of `replacements` spelt as given: the runs between them
     decoded by the tokenizer, a word start (SentencePiece's mark, or a whitespace split) kept as a space."""
-    marker, parts, run = tokenizer.word_marker, [], []
+    marker, parts, run = tokenizer.word_marker, list[str](), list[int]()
 
     def flush():
         text_ids = [i for i in run if i not in special_ids]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 from .batching import Result, finite_or_null
 
@@ -44,9 +45,10 @@ def format_result(result: Result, fmt: str, token_scores: bool = False) -> str:
     if fmt == "nbest-marian":  # Marian's: the model's total log-prob as feature F0, then the ranking score
         return "".join(f"{result.index} ||| {one_line(text)}{align} ||| F0= {hyp.total:.6f} ||| {hyp.score:.6f}\n"
                        for hyp, text, align in zip(result.hypotheses, result.texts, pairs))
-    hyps = []
+    hyps: list[dict[str, Any]] = []
     for hyp, text in zip(result.hypotheses, result.texts):
-        entry = {"text": text, "score": finite_or_null(hyp.score), "log_prob": finite_or_null(hyp.total),
+        entry: dict[str, Any] = {"text": text, "score": finite_or_null(hyp.score),
+                                 "log_prob": finite_or_null(hyp.total),
                  "ended": hyp.ended}
         if token_scores or hyp.alignment is not None or hyp.attention is not None:
             entry["tokens"] = hyp.tokens

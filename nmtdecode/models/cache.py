@@ -110,7 +110,8 @@ class AttentionRecord:
         self.alignment_layer = alignment[0] % layers  # whose cross-attention `attention` reports
         self.alignment_heads = alignment[1] or heads  # averaged over heads [0, alignment_heads); 0: all
         self.record_attention = False  # set by whoever needs `attention`; off, nothing is kept
-        self.attention = None  # (N, S) float32, this step's weights of the alignment layer, when recorded
+        # (N, S) float32, this step's weights of the alignment layer, when recorded
+        self.attention: torch.Tensor | None = None
 
     def attention_probe(self, layer: int):
         """The state itself when `layer`'s cross-attention weights are to be kept, else None."""
@@ -127,11 +128,11 @@ class DecoderCache(AttentionRecord):
         super().__init__(cross_kv.size(0), cross_kv.size(3), alignment)
         self.cross_kv = cross_kv  # (L, 2, B, H, S, hd), one entry per sentence
         self.memory_mask = memory_mask  # (B, 1, 1, S) bool, True = real source token; None: no padding
-        self.self_kv = None  # (L, 2, B, H, capacity, width, hd), allocated at the first step
+        self.self_kv: torch.Tensor | None = None  # (L, 2, B, H, capacity, width, hd), allocated at the first step
         self.width = 1  # rows per sentence
-        self.ancestry = None  # (N, capacity, width) bool (models/state.py); None while width is 1
+        self.ancestry: torch.Tensor | None = None  # (N, capacity, width) bool (models/state.py); None while width is 1
         self.length = 0  # positions decoded so far
-        self._mask = None  # (B, 1, width, (length+1)*width) bool, this step's self_mask
+        self._mask: torch.Tensor | None = None  # (B, 1, width, (length+1)*width) bool, this step's self_mask
         self.scratch = Scratch.borrow(self)
 
     @property

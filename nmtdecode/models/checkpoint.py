@@ -17,7 +17,7 @@ import re
 import stat
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import Any, Callable
 
 from .architecture import TransformerConfig
 
@@ -39,8 +39,8 @@ class ModelRules:
 
 @dataclass
 class LoadedModel:
-    model: object  # transformer.Transformer (not imported here: it needs torch)
-    tokenizer: object  # tokenizer.SentencePieceTokenizer or compatible
+    model: Any  # transformer.Transformer or ensemble.Ensemble (not imported here: they need torch)
+    tokenizer: Any  # tokenizer.SentencePieceTokenizer or compatible
     format: str  # "native", "huggingface/marian", ...
     path: str
     rules: ModelRules = field(default_factory=ModelRules)
@@ -67,11 +67,11 @@ class ModelFacts:
 
     format: str
     cfg: TransformerConfig
-    stored: object  # the weight files (stored.py): their tensors for a load, their headers for inspect
+    stored: Any  # the weight files (stored.py): their tensors for a load, their headers for inspect
     shapes: dict[str, tuple[int, ...]]  # our parameters, tied ones once -> the shapes the weights give them
     rules: ModelRules
     defaults: dict  # decoding defaults shipped with the model
-    tokenizer: Callable[[], object]  # builds it; a load calls it once the weights are in, so their errors come first
+    tokenizer: Callable[[], Any]  # builds it; a load calls it once the weights are in, so their errors come first
 
     def loaded(self, model, path: str) -> LoadedModel:
         return LoadedModel(model.eval(), self.tokenizer(), self.format, path, self.rules, self.defaults)
@@ -162,7 +162,7 @@ def check_dimensions(cfg: TransformerConfig, shapes: dict[str, tuple[int, ...]],
 def _sized_by(cfg: TransformerConfig) -> list[tuple[str, tuple[str, ...]]]:
     """The parameters whose shapes show every size of the config (but heads, which no shape
     shows): each with the config keys of its dimensions."""
-    sized = [("src_embed.tokens.weight", ("src_vocab_size", "d_model"))]
+    sized: list[tuple[str, tuple[str, ...]]] = [("src_embed.tokens.weight", ("src_vocab_size", "d_model"))]
     if not cfg.share_embeddings:
         sized.append(("tgt_embed.tokens.weight", ("tgt_vocab_size", "d_model")))
     if cfg.positions == "learned":

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import Any
 
 import torch
 from torch import nn
@@ -107,7 +108,7 @@ class EnsembleCache:
 
     def __init__(self, members: list):
         self.members = members
-        self.attention = None
+        self.attention: torch.Tensor | None = None
 
     @property
     def record_attention(self) -> bool:
@@ -130,6 +131,8 @@ class Ensemble(nn.Module):
     `decode_step` the combined scores of the next token, which `log_probs` turns into the
     log-probabilities the search ranks."""
 
+    members: Any  # an nn.ModuleList of Transformers (a Module's attributes carry no types of their own)
+
     def __init__(self, members: list[nn.Module], rule: str, weights: list[float]):
         super().__init__()
         if rule not in RULES:
@@ -139,7 +142,7 @@ class Ensemble(nn.Module):
         self.weights = rule_weights(rule, weights, len(members))
         self.log_weights = [math.log(w) for w in self.weights]
         # The decoding loop reads ids and limits from here: the first model's, within every model's positions.
-        self.cfg = replace(members[0].cfg, max_positions=min(m.cfg.max_positions for m in members))
+        self.cfg = replace(self.members[0].cfg, max_positions=min(m.cfg.max_positions for m in self.members))
 
     def encode(self, src_ids: torch.Tensor, src_mask: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Each model's memory of the batch, with the source mask it goes with."""

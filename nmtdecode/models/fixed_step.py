@@ -30,7 +30,7 @@ the step runner the engine chooses on a GPU (models/steps.py).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -162,7 +162,7 @@ class FixedShapeSteps:
         self.model, self.graphs, self.warn = model, graphs, warn
         self.buffers: StepBuffers | None = None
         self.captured: dict[tuple, tuple] = {}  # bucket key -> (graph, logits it writes)
-        self.pool = None
+        self.pool: Any = None  # the graphs' memory pool (torch.cuda.graph_pool_handle)
         self.captures = 0  # graphs captured so far (again after the buffers grow): a job's one-off cost
 
     def init_cache(self, memory: torch.Tensor, src_mask: torch.Tensor, positions: int, width: int) -> FixedShapeCache:
@@ -214,7 +214,8 @@ class FixedShapeSteps:
 
     def _step(self, cache: FixedShapeCache) -> torch.Tensor:
         cache.mark_own_slots()
-        return self.model.decode_step(self.buffers.tokens[: cache.sentence_bucket * self.buffers.width], cache)
+        rows = self.buffers.tokens[: cache.sentence_bucket * self.buffers.width]
+        return self.model.decode_step(rows, cache)  # type: ignore[arg-type]  # any LayerState serves
 
     def _replay(self, key: tuple, cache: FixedShapeCache) -> torch.Tensor:
         if key not in self.captured:

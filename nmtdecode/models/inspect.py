@@ -12,7 +12,9 @@ import argparse
 import math
 import os
 from dataclasses import dataclass
+from typing import Any
 
+from .architecture import TransformerConfig
 from .checkpoint import ModelRules
 from .detect import model_format
 from .formats import eole_config, hf_config, native_config
@@ -30,10 +32,10 @@ class Summary:
     """What inspect shows of a model, read from its files or from the loaded model."""
 
     format: str
-    cfg: object  # architecture.TransformerConfig
+    cfg: TransformerConfig
     rules: ModelRules
     defaults: dict
-    tokenizer: object
+    tokenizer: Any
     parameters: int  # tied weights once
     loaded_dtypes: list[str]
 

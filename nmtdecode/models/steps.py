@@ -16,7 +16,7 @@ docs/speed.md has the measurements behind each choice.
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 import torch
 
@@ -34,7 +34,7 @@ class StepRunner(Protocol):
     def init_cache(self, memory: torch.Tensor, src_mask: torch.Tensor, positions: int,
                    width: int) -> DecoderState: ...  # positions: the batch's step limit; width: rows a sentence
 
-    def decode_step(self, tokens: torch.Tensor, state: DecoderState) -> torch.Tensor: ...  # (rows, V) logits
+    def decode_step(self, tokens: torch.Tensor, state: Any) -> torch.Tensor: ...  # (rows, V); state: its init_cache's
 
 
 class EagerSteps:

@@ -34,13 +34,12 @@ is per thread (`torch.jit.optimized_execution`): the caller's own TorchScript ke
 from __future__ import annotations
 
 import threading
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import torch
 
 from .cache import SENTENCES, DecoderCache, by_slot
 from .gemm import PackedLinear
-from .transformer import Transformer
 
 EAGER_STEPS = 64  # steps of a kind run eagerly before it is traced
 
@@ -92,7 +91,7 @@ class TracedSteps:
 
     def __init__(self, model, warn=None, eager_steps: int = EAGER_STEPS):
         self.model, self.warn, self.eager_steps = model, warn, eager_steps
-        self.traced: dict[tuple, object] = {}  # (width, masked) -> the recorded step
+        self.traced: dict[tuple, Callable[..., torch.Tensor]] = {}  # (width, masked) -> the recorded step
         self.seen: dict[tuple, int] = {}  # (width, masked) -> steps run eagerly so far
         self.failed = False
         self.lock = threading.Lock()  # --inter-threads: batches decoded at once share the traces

@@ -105,7 +105,7 @@ def attached_per_slot(host: dict, prefix: str, slots: int) -> list[dict] | None:
     names = [name for name in ATTACHED if prefix + name in host]
     if not names:
         return None
-    per_slot = [{} for _ in range(slots)]
+    per_slot: list[dict] = [{} for _ in range(slots)]
     for name in names:
         values = host[prefix + name]
         size = len(values) // slots
@@ -132,7 +132,9 @@ class Search(Protocol):
     """
 
     start_tokens: torch.Tensor
-    done: bool
+
+    @property
+    def done(self) -> bool: ...
 
     def advance(self, logprobs: torch.Tensor, step: int, facts: RowFacts | None = None) -> StepOutput: ...
 

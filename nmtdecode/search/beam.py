@@ -165,7 +165,9 @@ class Beam:
     def hypothesis(self, f: Finished, eos_id: int) -> Hypothesis:
         """The finished hypothesis `f`; the final EOS is not one of its tokens, its log-prob is
         `eos_score` (so token_scores, alignment and attention have one entry per token)."""
-        tokens, totals, along = [], [], {name: [] for name in f.attached}
+        tokens: list[int] = []
+        totals: list[float] = []
+        along: dict[str, list] = {name: [] for name in f.attached}
         if f.step > 0:
             tokens, totals, along = self.get_hyp(f.step - 1, f.prev, attached=True)
         tokens, totals = tokens + [f.token], totals + [f.total]

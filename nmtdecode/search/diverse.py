@@ -134,7 +134,7 @@ class DiverseBeamSearch(BeamSearch):
         """Units stay as long as any group of their sentence is searching."""
         if not self.shrink:
             return list(range(len(self.active)))
-        groups, still = self.groups, []
+        groups, still = self.groups, list[int]()
         for start in range(0, len(self.active), groups):
             if not all(self.beams[u].done for u in self.active[start : start + groups]):
                 still += range(start, start + groups)

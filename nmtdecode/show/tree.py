@@ -90,7 +90,8 @@ def _beam_nodes(record: dict, group: int, beam: dict, top: float) -> tuple[list[
 
 def layout(record: dict) -> Tree:
     """The tree of one dumped sentence."""
-    nodes, top, steps = [], MARGIN, 0
+    nodes, steps = [], 0
+    top: float = MARGIN
     for g, beam in enumerate(record["beams"]):
         group_nodes, height = _beam_nodes(record, g, beam, top)
         nodes += group_nodes
