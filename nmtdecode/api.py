@@ -25,7 +25,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, NoReturn
 
 from .batching import chunk_size, chunks
 from .config import KEY_SECTION, PER_JOB_KEYS, Config, ConfigError
@@ -33,7 +33,9 @@ from .pipeline import ListSink, ListSource, run
 from .resolve import ResolvedJob, check_call_options, resolve
 
 if TYPE_CHECKING:
-    from .batching import Result
+    from .batching import Example, Result
+    from .engine import Engine
+    from .summary import Summary
     from .decoding import BatchDecoder
 
 # Options a call may change; the others (model, device, dtype, ...) are fixed by `load`.
@@ -85,7 +87,7 @@ class IneffectiveOptionWarning(UserWarning):
 class Translator:
     """A loaded model with its options. Build it with `Translator.load(path, **options)`."""
 
-    def __init__(self, engine):
+    def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
     @property
@@ -148,7 +150,8 @@ class Translator:
         return self._texts_of_windows(iter(sources), None if prefixes is None else iter(prefixes), window,
                                       job, decoder)
 
-    def generate_tokens(self, source, prefix: str | None = None, **options) -> Iterator[GeneratedToken]:
+    def generate_tokens(self, source: str | list[str], prefix: str | None = None,
+                        **options: Any) -> Iterator[GeneratedToken]:
         """The translation of one source, a token at a time as the search chooses it (greedy by
         default, or `sampling=True`): a beam's best hypothesis is known only when the beam ends,
         so as in CTranslate2's `generate_tokens` there is no beam here. The tokens and log-probs
@@ -165,7 +168,7 @@ class Translator:
             decoder.steps = EagerSteps(self.engine.loaded.model)
         return self._tokens(self.engine.make_example(0, source, job.config.batching.max_src_length, prefix), decoder)
 
-    def translate_file(self, src: str, output: str, resume: bool = False, **options):
+    def translate_file(self, src: str, output: str, resume: bool = False, **options: Any) -> Summary:
         """Translate the file `src` into `output` as `nmtdecode translate` does: locked,
         written through OUTPUT.tmp, resumable with `resume=True` (and skipped when complete).
         Returns the job's `summary.Summary` (sentences, target tokens, seconds)."""
@@ -193,7 +196,7 @@ class Translator:
         return [Scored(s.tokens, s.token_scores, s.eos_score, s.total, s.total / (len(s.tokens) - forced + 1))
                 for s in scores]
 
-    def _pairs(self, sources, targets, method: str) -> tuple[list, list[str]]:
+    def _pairs(self, sources: Iterable, targets: Iterable[str], method: str) -> tuple[list, list[str]]:
         sources, _ = self._checked(sources, None, method)
         if isinstance(targets, str):
             raise TypeError(f"{method} takes a list of targets, not one string")
@@ -203,7 +206,7 @@ class Translator:
             raise ValueError(f"{method} got {len(sources)} sources but {len(targets)} targets")
         return sources, targets
 
-    def _checked(self, sources, prefixes, method: str) -> tuple[list, list | None]:
+    def _checked(self, sources: Iterable, prefixes: Iterable | None, method: str) -> tuple[list, list | None]:
         """The sources and prefixes of a call as lists, their lengths and types checked."""
         if isinstance(sources, str):
             raise TypeError(f"{method} takes a list of sources, not one string")
@@ -257,7 +260,7 @@ class Translator:
                           decoder: BatchDecoder) -> Iterator[str]:
         """translate_iterable's work: a window of sources (and as many prefixes) at a time; one
         prefix more is read at the sources' end, to tell prefixes that outlast them."""
-        def prefixes_end(which: str, at: int):
+        def prefixes_end(which: str, at: int) -> NoReturn:
             raise ValueError(f"translate_iterable(): the prefixes end {which} the sources, at source {at}")
 
         first = 0
@@ -274,7 +277,7 @@ class Translator:
         if prefixes is not None and next(prefixes, _END) is not _END:  # a prefix may be None
             prefixes_end("after", first)
 
-    def _tokens(self, example, decoder) -> Iterator[GeneratedToken]:
+    def _tokens(self, example: Example, decoder: BatchDecoder) -> Iterator[GeneratedToken]:
         """The tokens of one example's single hypothesis, each yielded after the step that chose
         it (all at once for an empty source: its prefix, if any)."""
         tokenizer, chosen = self.engine.loaded.tokenizer, []

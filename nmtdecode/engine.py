@@ -41,7 +41,7 @@ def resolve_device(runtime: RuntimeConfig) -> torch.device:
     return torch.device(runtime.device)
 
 
-def place(model: torch.nn.Module, device: torch.device, dtype: torch.dtype):
+def place(model: torch.nn.Module, device: torch.device, dtype: torch.dtype) -> None:
     """The model's weights moved to `device` in `dtype`; running out of memory there is one line
     naming what the weights need and the config's largest demand, not the allocator's message."""
     try:
@@ -59,7 +59,7 @@ def place(model: torch.nn.Module, device: torch.device, dtype: torch.dtype):
 class Engine:
     """A loaded model on its device, with the options it was loaded with."""
 
-    def __init__(self, config: Config, loaded: LoadedModel, device: torch.device, steps: StepRunner):
+    def __init__(self, config: Config, loaded: LoadedModel, device: torch.device, steps: StepRunner) -> None:
         self.config, self.loaded, self.device = config, loaded, device
         self.steps = steps  # how decoding steps run (models/steps.py), chosen at load, kept across batches and jobs
 

@@ -52,7 +52,7 @@ def bytes_left(src: str, done: int, lines: int | None) -> int | None:
 class JobProgress:
     """Counts a translate job's decoded batches into `summary` and moves `bar` (tokens/s, time left)."""
 
-    def __init__(self, config: Config, bar: tqdm, done: int):
+    def __init__(self, config: Config, bar: tqdm, done: int) -> None:
         self.config, self.bar, self.summary = config, bar, Summary()
         self.start, self.source_bytes = time.perf_counter(), 0
         self.total_bytes = bytes_left(config.io.src, done, bar.total) if not bar.disable else None
@@ -76,7 +76,7 @@ class InputWait:
     """The time spent waiting for the input's next chunk: answering line by line, the time
     waiting for the next line is not decoding time."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.seconds = 0.0
 
     def over(self, chunks: Iterable) -> Iterator:

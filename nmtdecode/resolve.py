@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from .config import SCORE_FORMATS, Config, ConfigError
 from .models.checkpoint import ModelRules
@@ -71,7 +71,7 @@ def resolve(config: Config, engine: Engine, api_method: str | None = None, call_
     return job
 
 
-def piece_ids(key: str, pieces: list[str], piece_id) -> list[int]:
+def piece_ids(key: str, pieces: list[str], piece_id: Callable[[str], int | None] | None) -> list[int]:
     """Target pieces named by option `key` -> their ids; a piece the vocabulary lacks is an error."""
     if not pieces:
         return []

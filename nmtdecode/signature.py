@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 from dataclasses import asdict
+from typing import Iterable
 
 from .version import __version__
 from .config import Config
@@ -30,7 +31,7 @@ def _content_identity(path: str) -> list:
     return [digest.hexdigest(), st.st_size, st.st_mtime_ns]
 
 
-def model_identity(path: str, files=()) -> list:
+def model_identity(path: str, files: Iterable[str] = ()) -> list:
     """The files of a model directory (or one file), each by content; and `files`, those its
     loader read from elsewhere (a tokenizer in a subfolder or beside a `.pt`, `../` paths,
     weight shards in subfolders: `LoadedModel.files`), named relative to the model's folder."""
@@ -46,7 +47,7 @@ def model_identity(path: str, files=()) -> list:
     return [own, [[os.path.relpath(f, folder), *_content_identity(f)] for f in elsewhere]]
 
 
-def job_signature(config: Config, model_files=()) -> str:
+def job_signature(config: Config, model_files: Iterable[str] = ()) -> str:
     """What the output depends on: every option that changes it, the model files and the
     nmtdecode version (`model_files`: what the loader read, LoadedModel.files). A partial
     output is only resumed by a job with the same signature;

@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 import threading
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 
@@ -71,11 +71,11 @@ class Scratch:
     _free: list["Scratch"] = []  # not in use: each cache borrows one, and it comes back with the cache
     _lock = threading.Lock()  # --inter-threads decodes batches at once
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.pairs: dict[str, list] = {}  # kind -> [buffer, buffer, index of the one to use next]
 
     @classmethod
-    def borrow(cls, owner) -> "Scratch":
+    def borrow(cls, owner: object) -> Scratch:
         """A Scratch for `owner` alone, given back when the owner is garbage."""
         with cls._lock:
             scratch = cls._free.pop() if cls._free else cls()
@@ -83,11 +83,11 @@ class Scratch:
         return scratch
 
     @classmethod
-    def _give_back(cls, scratch: "Scratch"):
+    def _give_back(cls, scratch: "Scratch") -> None:
         with cls._lock:
             cls._free.append(scratch)
 
-    def next(self, kind: str, like: torch.Tensor, shape) -> torch.Tensor:
+    def next(self, kind: str, like: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
         """An uninitialised tensor of `shape`, with `like`'s dtype and device, that is not the
         memory of the tensor this `kind` got last time (which the caller is copying from)."""
         if like.device.type != "cpu":
@@ -106,14 +106,14 @@ class AttentionRecord:
     weights of one layer averaged over its first heads, one row per hypothesis. Shared by this
     module's cache and the fixed-shape step's (models/fixed_step.py)."""
 
-    def __init__(self, layers: int, heads: int, alignment: tuple[int, int]):
+    def __init__(self, layers: int, heads: int, alignment: tuple[int, int]) -> None:
         self.alignment_layer = alignment[0] % layers  # whose cross-attention `attention` reports
         self.alignment_heads = alignment[1] or heads  # averaged over heads [0, alignment_heads); 0: all
         self.record_attention = False  # set by whoever needs `attention`; off, nothing is kept
         # (N, S) float32, this step's weights of the alignment layer, when recorded
         self.attention: torch.Tensor | None = None
 
-    def attention_probe(self, layer: int):
+    def attention_probe(self, layer: int) -> AttentionRecord | None:
         """The state itself when `layer`'s cross-attention weights are to be kept, else None."""
         return self if self.record_attention and layer == self.alignment_layer else None
 
@@ -124,7 +124,8 @@ class AttentionRecord:
 
 
 class DecoderCache(AttentionRecord):
-    def __init__(self, cross_kv: torch.Tensor, memory_mask: torch.Tensor | None, alignment: tuple[int, int] = (-1, 1)):
+    def __init__(self, cross_kv: torch.Tensor, memory_mask: torch.Tensor | None,
+                 alignment: tuple[int, int] = (-1, 1)) -> None:
         super().__init__(cross_kv.size(0), cross_kv.size(3), alignment)
         self.cross_kv = cross_kv  # (L, 2, B, H, S, hd), one entry per sentence
         self.memory_mask = memory_mask  # (B, 1, 1, S) bool, True = real source token; None: no padding
@@ -140,15 +141,15 @@ class DecoderCache(AttentionRecord):
         """The position of the tokens the next step feeds."""
         return self.length
 
-    def cross(self, layer: int):
+    def cross(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Encoder keys, values (B, H, S, hd) for `layer`."""
         return self.cross_kv[layer, 0], self.cross_kv[layer, 1]
 
-    def keep_attention(self, weights: torch.Tensor):
+    def keep_attention(self, weights: torch.Tensor) -> None:
         """weights (B, H, width, S) of the alignment layer -> `attention` (N, S)."""
         self.attention = self.averaged(weights)
 
-    def append_self(self, layer: int, kv: torch.Tensor):
+    def append_self(self, layer: int, kv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Store this step's keys and values, kv (N, 2, H, hd), for `layer` (one copy). Returns the
         keys and values of every position so far, (B, H, (t+1)*width, hd), each sentence's slots
         side by side, and the mask of what each row may attend to (None when width is 1)."""
@@ -157,7 +158,7 @@ class DecoderCache(AttentionRecord):
         past = self.past(layer)
         return past[0], past[1], self.self_mask()
 
-    def make_room(self):
+    def make_room(self) -> None:
         """Room for position `length` in the self-attention cache."""
         if self.self_kv is None or self.length == self.self_kv.size(POSITIONS):
             self._grow()
@@ -178,11 +179,11 @@ class DecoderCache(AttentionRecord):
             self._mask = ancestry_mask(self.ancestry, self.length + 1)
         return self._mask
 
-    def advance(self):
+    def advance(self) -> None:
         """Called by the model once all layers have appended the current step."""
         self.length += 1
 
-    def _grow(self):
+    def _grow(self) -> None:
         """Allocate the cache, or double its capacity. Its sentences, heads, head size, dtype and
         device are the encoder keys' (cross_kv)."""
         layers, _, sentences, heads, _, hd = self.cross_kv.shape
@@ -192,7 +193,7 @@ class DecoderCache(AttentionRecord):
             grown[:, :, :, :, : self.length] = self.self_kv[:, :, :, :, : self.length]
         self.self_kv = grown
 
-    def follow(self, out: "StepOutput"):
+    def follow(self, out: "StepOutput") -> None:
         """Track one search step: keep the sentences out.keep, and give row r the path of row
         out.origin[r] (row r itself when origin is None) extended by the slot that row held at the
         step just decoded."""
@@ -227,14 +228,14 @@ class DecoderCache(AttentionRecord):
             moved[:, :t, : past.size(2)] = past
         return moved
 
-    def _keep_sentences(self, keep: torch.Tensor):
+    def _keep_sentences(self, keep: torch.Tensor) -> None:
         """Copy the filled positions of the sentences `keep` into a buffer of the same capacity."""
         kept = self._resized("self", self.self_kv, SENTENCES, keep.numel())
         t = self.length
         torch.index_select(self.self_kv[:, :, :, :, :t], SENTENCES, keep, out=kept[:, :, :, :, :t])
         self.self_kv = kept
 
-    def _widen(self, width: int):
+    def _widen(self, width: int) -> None:
         """More rows per sentence (after the first step): same positions, more slots. The new
         slots of the positions already decoded start at zero, not uninitialised: masked-out keys
         must still be finite. Later positions are written whole before they are read, so the rest

@@ -17,7 +17,7 @@ import re
 import stat
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from .architecture import TransformerConfig
 
@@ -48,7 +48,7 @@ class LoadedModel:
     gemm: str = "torch"  # how the CPU runs its linear layers (models/gemm.py), chosen by run.prepare
     files: tuple[str, ...] = ()  # every file the load read (real paths), for the resume signature
 
-    def check_decoding(self, decoding):
+    def check_decoding(self, decoding: Any) -> None:  # config.DecodingConfig (the options import nothing here)
         """Refuse decoding options this model cannot serve (an ensemble's: models/ensemble.py)."""
 
     def rules_for(self, src_lang: str | None, tgt_lang: str | None) -> ModelRules:
@@ -73,7 +73,7 @@ class ModelFacts:
     defaults: dict  # decoding defaults shipped with the model
     tokenizer: Callable[[], Any]  # builds it; a load calls it once the weights are in, so their errors come first
 
-    def loaded(self, model, path: str) -> LoadedModel:
+    def loaded(self, model: Any, path: str) -> LoadedModel:
         return LoadedModel(model.eval(), self.tokenizer(), self.format, path, self.rules, self.defaults)
 
 
@@ -81,7 +81,7 @@ _loads: list[list[str]] = []  # the files each model load in progress has read (
 
 
 @contextmanager
-def recording_reads():
+def recording_reads() -> Iterator[list[str]]:
     """The files a model load reads, noted by `note_read` as it goes (in the order read; the
     resume signature hashes them: signature.py)."""
     files: list[str] = []
@@ -138,7 +138,7 @@ def unpickling_reason(message: str) -> str:
     return first_line(message)
 
 
-def check_dimensions(cfg: TransformerConfig, shapes: dict[str, tuple[int, ...]], source: str):
+def check_dimensions(cfg: TransformerConfig, shapes: dict[str, tuple[int, ...]], source: str) -> None:
     """Before the model is allocated: the config's sizes against the shapes of the weights that
     fix them (our names -> shapes: a safetensors header, or tensors already read), so that a
     config asking for more than the weights hold fails naming the key and both shapes instead

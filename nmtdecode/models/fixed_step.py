@@ -30,7 +30,7 @@ the step runner the engine chooses on a GPU (models/steps.py).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -54,7 +54,7 @@ class StepBuffers:
     """Everything a captured step reads or writes, allocated once for the largest sizes seen
     (reallocated, and the graphs dropped, when a batch needs more)."""
 
-    def __init__(self, model: "Transformer", sentences: int, width: int, positions: int, source: int):
+    def __init__(self, model: "Transformer", sentences: int, width: int, positions: int, source: int) -> None:
         cfg, weight = model.cfg, model.tgt_embed.tokens.weight  # (the output layer may be a packed oneDNN one)
         device, dtype = weight.device, weight.dtype
         layers, heads, hd = cfg.decoder_layers, cfg.heads, cfg.d_model // cfg.heads
@@ -78,7 +78,7 @@ class FixedShapeCache(AttentionRecord):
     (models/state.py), as `cache.DecoderCache` is. Sentence i of the search is sentence i of the buffers
     (finished ones are compacted away); its row j is buffer row i * width + j."""
 
-    def __init__(self, buffers: StepBuffers, sentences: int, source: int, alignment: tuple[int, int]):
+    def __init__(self, buffers: StepBuffers, sentences: int, source: int, alignment: tuple[int, int]) -> None:
         super().__init__(buffers.cross_kv.size(0), buffers.cross_kv.size(3), alignment)
         self.buffers = buffers
         self.sentences, self.width = sentences, 1  # live sentences; rows per sentence as the search sees them
@@ -99,17 +99,17 @@ class FixedShapeCache(AttentionRecord):
     def memory_mask(self) -> torch.Tensor:
         return self.buffers.memory_mask[: self.sentence_bucket, :, :, : self.source_bucket]
 
-    def cross(self, layer: int):
+    def cross(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         kv = self.buffers.cross_kv[layer, :, : self.sentence_bucket, :, : self.source_bucket]
         return kv[0], kv[1]
 
-    def keep_attention(self, weights: torch.Tensor):
+    def keep_attention(self, weights: torch.Tensor) -> None:
         """weights (B, H, width, S) of the alignment layer, into the attention buffer (the graph's
         output; decode_step reads the search's rows of it into `attention`)."""
         averaged = self.averaged(weights)
         self.buffers.attention[: averaged.size(0), : averaged.size(1)].copy_(averaged)
 
-    def append_self(self, layer: int, kv: torch.Tensor):
+    def append_self(self, layer: int, kv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """kv (rows, 2, H, hd) written at the step's position; the keys and values of positions
         [0, positions_bucket) of every slot, and the mask of each row's ancestors."""
         b, sentences, positions = self.buffers, self.sentence_bucket, self.positions_bucket
@@ -119,12 +119,12 @@ class FixedShapeCache(AttentionRecord):
         mask = ancestry_mask(b.ancestry[: sentences * b.width], positions)  # (B, 1, width, positions*width)
         return past[0], past[1], mask
 
-    def mark_own_slots(self):
+    def mark_own_slots(self) -> None:
         """Each row attends to its own slot at the step's position (before the layers run)."""
         b, rows = self.buffers, self.sentence_bucket * self.buffers.width
         b.ancestry[:rows].index_copy_(1, b.position, b.own_slot[:rows])
 
-    def advance(self):
+    def advance(self) -> None:
         self.length += 1
 
     def rows(self, sentences: int, width: int) -> torch.Tensor:
@@ -134,7 +134,7 @@ class FixedShapeCache(AttentionRecord):
         return (torch.arange(sentences, device=device)[:, None] * b.width
                 + torch.arange(width, device=device)[None, :]).flatten()
 
-    def follow(self, out: "StepOutput"):
+    def follow(self, out: "StepOutput") -> None:
         """Compact the sentences out.keep to the front, then give each next row its parent's
         ancestry (its own slot at this step's position was marked by the step)."""
         b, before = self.buffers, self.rows(self.sentences, self.width)
@@ -157,7 +157,7 @@ class FixedShapeSteps:
 
     shares_buffers = True  # every batch decodes in one set of buffers (models/steps.py)
 
-    def __init__(self, model: "Transformer", graphs: bool, warn=None):
+    def __init__(self, model: Transformer, graphs: bool, warn: Callable[[str], None] | None = None) -> None:
         """warn(message): told once if a graph cannot be captured (then every step runs eagerly)."""
         self.model, self.graphs, self.warn = model, graphs, warn
         self.buffers: StepBuffers | None = None
@@ -233,7 +233,7 @@ class FixedShapeSteps:
         graph.replay()
         return logits
 
-    def _capture(self, cache: FixedShapeCache):
+    def _capture(self, cache: FixedShapeCache) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
         """Run the step once on a side stream (first use of its kernels and workspaces), then
         record it. Both write what a replay writes, so running them changes nothing."""
         t = cache.length

@@ -70,7 +70,7 @@ def _torch_dtypes(path: str) -> set[str]:
     """The dtypes of the tensors in a pickled checkpoint (read with weights_only=True)."""
     import torch
 
-    def tensors(state) -> list:  # a state dict, or the state dicts in a checkpoint dict (OpenNMT-py's)
+    def tensors(state: Any) -> list:  # a state dict, or the state dicts in a checkpoint dict (OpenNMT-py's)
         if isinstance(state, torch.Tensor):
             return [state]
         if isinstance(state, dict):
@@ -95,7 +95,7 @@ def stored_dtypes(path: str) -> list[str]:
     return floating or sorted(found)
 
 
-def default_target_language(loaded) -> str:
+def default_target_language(loaded: Any) -> str:
     """The target language a multilingual model decodes into without --tgt-lang."""
     languages = getattr(loaded.tokenizer, "languages", None) or {}
     if not languages:

@@ -42,7 +42,7 @@ class EagerSteps:
 
     shares_buffers = False
 
-    def __init__(self, model):
+    def __init__(self, model: Any) -> None:  # a Transformer, an Ensemble, any Seq2SeqModel (decoding.py)
         self.model = model
 
     def init_cache(self, memory: torch.Tensor, src_mask: torch.Tensor, positions: int = 0,
@@ -53,7 +53,7 @@ class EagerSteps:
         return self.model.decode_step(tokens, state)
 
 
-def step_runner_for(model, device: torch.device, cuda_graphs: str = "auto", traced_step: str = "auto",
+def step_runner_for(model: Any, device: torch.device, cuda_graphs: str = "auto", traced_step: str = "auto",
                     quantize: str = "none", warn: Callable[[str], None] | None = None) -> StepRunner:
     """The runner for this model on this device: CUDA graphs on a GPU (--cuda-graphs auto), the
     traced step on a CPU (--traced-step auto, float weights: int8's quantized products step

@@ -34,12 +34,15 @@ is per thread (`torch.jit.optimized_execution`): the caller's own TorchScript ke
 from __future__ import annotations
 
 import threading
-from typing import Callable, NamedTuple
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 import torch
 
 from .cache import SENTENCES, DecoderCache, by_slot
 from .gemm import PackedLinear
+
+if TYPE_CHECKING:
+    from .transformer import Transformer
 
 EAGER_STEPS = 64  # steps of a kind run eagerly before it is traced
 
@@ -62,24 +65,24 @@ class StepInputs(NamedTuple):
 class TraceInputs:
     """StepInputs as the layers see a cache: a LayerState (models/state.py) over the recorded inputs."""
 
-    def __init__(self, inputs: StepInputs, width: int):
+    def __init__(self, inputs: StepInputs, width: int) -> None:
         self.position, self.cross_kv, self.memory_mask = inputs.position, inputs.cross_kv, inputs.memory_mask
         self.mask, self.pasts, self.width = inputs.self_mask, inputs.pasts, width
 
-    def cross(self, layer: int):
+    def cross(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self.cross_kv[layer, 0], self.cross_kv[layer, 1]
 
-    def attention_probe(self, layer: int):
+    def attention_probe(self, layer: int) -> None:
         return None
 
-    def append_self(self, layer: int, kv: torch.Tensor):
+    def append_self(self, layer: int, kv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """kv (N, 2, H, hd) into the last `width` slots of the layer's view, which end at this
         step's position; returns the view's keys, values and the ancestry mask, as the cache does."""
         past = self.pasts[layer]
         past[:, :, :, -self.width:] = by_slot(kv, self.width)
         return past[0], past[1], self.mask
 
-    def advance(self):
+    def advance(self) -> None:
         pass  # the caller's cache counts the step
 
 
@@ -89,7 +92,8 @@ class TracedSteps:
 
     shares_buffers = False
 
-    def __init__(self, model, warn=None, eager_steps: int = EAGER_STEPS):
+    def __init__(self, model: Transformer, warn: Callable[[str], None] | None = None,
+                 eager_steps: int = EAGER_STEPS) -> None:
         self.model, self.warn, self.eager_steps = model, warn, eager_steps
         self.traced: dict[tuple, Callable[..., torch.Tensor]] = {}  # (width, masked) -> the recorded step
         self.seen: dict[tuple, int] = {}  # (width, masked) -> steps run eagerly so far
@@ -119,7 +123,7 @@ class TracedSteps:
         cache.advance()
         return logits
 
-    def _inputs(self, tokens, cache: DecoderCache) -> StepInputs:
+    def _inputs(self, tokens: torch.Tensor, cache: DecoderCache) -> StepInputs:
         cache.make_room()
         memory_mask = cache.memory_mask
         if memory_mask is None:  # no source padded: a mask of all True attends the same
@@ -128,16 +132,17 @@ class TracedSteps:
         return StepInputs(tokens, torch.tensor([cache.length]), cache.cross_kv, memory_mask, cache.self_mask(),
                           [cache.past(layer) for layer in range(self.model.cfg.decoder_layers)])
 
-    def _trace(self, key: tuple, example: StepInputs):
+    def _trace(self, key: tuple, example: StepInputs) -> Callable[..., torch.Tensor] | None:
         """The step of this key recorded on `example` (None, after one warning, if it cannot be)."""
         width, masked = key
         model, weights = self.model, [layer.packed_weight for layer in self.packed]
 
-        def step(*flat):  # StepInputs.flat(), then the packed weights (inputs: the tracer cannot hold them)
+        # StepInputs.flat(), then the packed weights (inputs: the tracer cannot hold them as constants)
+        def step(*flat: torch.Tensor) -> torch.Tensor:
             tokens, position, cross_kv, memory_mask, *rest = flat[: len(flat) - len(weights)]
             mask, pasts = (rest[0], rest[1:]) if masked else (None, rest)
             inputs = StepInputs(tokens, position, cross_kv, memory_mask, mask, pasts)
-            return model.decode_step(tokens, TraceInputs(inputs, width))
+            return model.decode_step(tokens, TraceInputs(inputs, width))  # type: ignore[arg-type]  # a LayerState
         with self.lock:
             if key in self.traced or self.failed:  # another thread traced it, or failed to, meanwhile
                 return self.traced.get(key)

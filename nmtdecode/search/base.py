@@ -132,6 +132,7 @@ class Search(Protocol):
     """
 
     start_tokens: torch.Tensor
+    beams: list  # one record per sentence (search/beam.py: Beam), what the step chose so far
 
     @property
     def done(self) -> bool: ...
@@ -198,7 +199,7 @@ class SentenceRecords:
             results.append(best + [Hypothesis([], NEG_INF, NEG_INF, [], False) for _ in range(n_best - len(best))])
         return results
 
-    def trace(self):
+    def trace(self) -> None:
         """From now on every Beam keeps each hypothesis that ends (`Beam.ended`), not only its
         best: what --dump-beam writes. Off by default, so that nothing more is kept."""
         for beam in self.beams:
