@@ -17,11 +17,10 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .state import LayerState
 
-# Every fused attention kernel but cuDNN's. On an H100 torch 2.11 picks cuDNN's for float16 (with
-# a padding mask and without), and cuDNN builds a plan for every new shape: 7.5 ms a call the first
-# time a shape is seen, 0.72 s of a 2.4 s first pass over the demo's 1,000 test lines, where nearly
-# every batch brings a new source length (docs/speed.md#gpus). The memory-efficient kernel takes
-# the same masks without a plan, flash attention the unmasked case.
+# Every fused attention kernel but cuDNN's. torch picks cuDNN's for float16 on recent GPUs, and
+# cuDNN builds a plan for every new shape, which nearly every batch brings (a new source length):
+# a large share of a first pass over a file (docs/speed.md#gpus has the figures). The
+# memory-efficient kernel takes the same masks without a plan, flash attention the unmasked case.
 WITHOUT_CUDNN = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 # sdpa_kernel sets process-wide flags and restores them on leaving: two threads inside it at once
 # (API callers decoding on a GPU from several threads) could restore each other's. The CLI encodes

@@ -1,12 +1,11 @@
 """A decoding step with fixed shapes, which a CUDA graph can capture and replay as one launch.
 
-On a GPU the incremental step of `transformer.py` is bound by launches, not arithmetic: a
-Transformer-base step issues ~250 kernels (a few microseconds each) from ~700 operator calls
-that each cost the host several microseconds more (bench/results/gpu-check-h200-first.md, "where a step's time
-goes"). A CUDA graph records the kernels of one step once and replays them with one launch,
-but only if every replay has the same shapes and reads and writes the same memory. The step
-of `cache.py` has neither: its rows shrink as sentences finish and its keys grow by one
-position every step. Here the same step runs over preallocated buffers instead:
+On a GPU the incremental step of `transformer.py` is bound by kernel launches and the host's
+operator calls, not arithmetic (docs/speed.md#gpus). A CUDA graph records the kernels of one
+step once and replays them with one launch, but only if every replay has the same shapes and
+reads and writes the same memory. The step of `cache.py` has neither: its rows shrink as
+sentences finish and its keys grow by one position every step. Here the same step runs over
+preallocated buffers instead:
 
 * sentences are rounded up to a power of two (`bucket`); the extra sentences are padding,
   computed and ignored; each sentence keeps `width` rows (the beam) from the first step on

@@ -173,7 +173,7 @@ class SentenceRecords:
         still searching, topped up with finished ones to the next of BATCH_SIZES. The batch
         shrinks only when it falls to a smaller size of that list, so a batch meets a handful
         of row counts, not one per finished sentence: every new row count costs oneDNN a kernel
-        compilation (~0.5 ms per matrix shape) and every shrink a copy of the cache."""
+        compilation per matrix shape (docs/speed.md) and every shrink a copy of the cache."""
         if not self.shrink:
             return list(range(len(self.active)))
         searching = [i for i, s in enumerate(self.active) if not self.beams[s].done]
