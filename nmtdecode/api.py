@@ -28,9 +28,9 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, NoReturn
 
 from .batching import chunk_size, chunks
-from .config import KEY_SECTION, PER_JOB_KEYS, Config, ConfigError
+from .config import Config
 from .pipeline import ListSink, ListSource, run
-from .resolve import ResolvedJob, check_call_options, resolve
+from .resolve import ResolvedJob, check_call_keys, check_call_options, check_load_options, resolve
 
 if TYPE_CHECKING:
     from .batching import Example, Result
@@ -38,8 +38,6 @@ if TYPE_CHECKING:
     from .summary import Summary
     from .decoding import BatchDecoder
 
-# Options a call may change; the others (model, device, dtype, ...) are fixed by `load`.
-CALL_KEYS = PER_JOB_KEYS - {"src", "output"}
 _END = object()  # what next() gives for an exhausted iterator, where None is a value
 
 
@@ -101,10 +99,7 @@ class Translator:
         with `options`, the config file's keys; `quiet` defaults to True (no summary on stderr)."""
         from .engine import Engine  # torch is imported here, not by `import nmtdecode`
 
-        files = sorted(k for k in options if k in ("model", "src", "output"))
-        if files:
-            raise ConfigError(f"{files[0]}: not an option of load(); give the model as `path` and files "
-                              "to translate_file()")
+        check_load_options(options)
         return cls(Engine.load(Config.from_layers([{"quiet": True}, {**options, "model": path}])))
 
     def translate(self, sources: list, prefixes: list[str] | None = None, scores: bool | None = None,
@@ -306,10 +301,6 @@ class Translator:
     def _call_config(self, options: dict, files: dict | None = None, base: dict | None = None) -> Config:
         """This translator's config with one call's options over it (over `base`, the call's own
         defaults)."""
-        fixed = sorted(k for k in options if k not in CALL_KEYS)
-        if fixed:
-            what = "is fixed when the model loads: give it to Translator.load()" if fixed[0] in KEY_SECTION else \
-                "is not an option"
-            raise ConfigError(f"{fixed[0]}: {what}")
+        check_call_keys(options)
         return self.config.over(base or {}, options, files or {})
 
