@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import platform
-import sys
 import time
 
 import common  # noqa: F401  (the repository on sys.path)

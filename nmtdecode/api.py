@@ -25,19 +25,19 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, NoReturn
 
 from .batching import chunk_size, chunks
-from .config import KEY_SECTION, PER_JOB_KEYS, Config, ConfigError
+from .config import Config
 from .pipeline import ListSink, ListSource, run
-from .resolve import ResolvedJob, check_call_options, resolve
+from .resolve import ResolvedJob, check_call_keys, check_call_options, check_load_options, resolve
 
 if TYPE_CHECKING:
-    from .batching import Result
+    from .batching import Example, Result
+    from .engine import Engine
+    from .summary import Summary
     from .decoding import BatchDecoder
 
-# Options a call may change; the others (model, device, dtype, ...) are fixed by `load`.
-CALL_KEYS = PER_JOB_KEYS - {"src", "output"}
 _END = object()  # what next() gives for an exhausted iterator, where None is a value
 
 
@@ -85,7 +85,7 @@ class IneffectiveOptionWarning(UserWarning):
 class Translator:
     """A loaded model with its options. Build it with `Translator.load(path, **options)`."""
 
-    def __init__(self, engine):
+    def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
     @property
@@ -99,10 +99,7 @@ class Translator:
         with `options`, the config file's keys; `quiet` defaults to True (no summary on stderr)."""
         from .engine import Engine  # torch is imported here, not by `import nmtdecode`
 
-        files = sorted(k for k in options if k in ("model", "src", "output"))
-        if files:
-            raise ConfigError(f"{files[0]}: not an option of load(); give the model as `path` and files "
-                              "to translate_file()")
+        check_load_options(options)
         return cls(Engine.load(Config.from_layers([{"quiet": True}, {**options, "model": path}])))
 
     def translate(self, sources: list, prefixes: list[str] | None = None, scores: bool | None = None,
@@ -118,7 +115,7 @@ class Translator:
             warnings.warn("translate(scores=...) is deprecated: translate() returns strings; translate_batch() "
                           "returns the n-best Translations with their scores", DeprecationWarning, stacklevel=2)
             if scores:
-                return self.translate_batch(sources, prefixes, **options)
+                return self.translate_batch(sources, prefixes, **options)  # type: ignore[return-value]
         sources, prefixes = self._checked(sources, prefixes, "translate()")
         job, decoder = self._decoder(options, "translate()")
         return [result.texts[0] for result in self._results(sources, prefixes, job, decoder)]
@@ -148,7 +145,8 @@ class Translator:
         return self._texts_of_windows(iter(sources), None if prefixes is None else iter(prefixes), window,
                                       job, decoder)
 
-    def generate_tokens(self, source, prefix: str | None = None, **options) -> Iterator[GeneratedToken]:
+    def generate_tokens(self, source: str | list[str], prefix: str | None = None,
+                        **options: Any) -> Iterator[GeneratedToken]:
         """The translation of one source, a token at a time as the search chooses it (greedy by
         default, or `sampling=True`): a beam's best hypothesis is known only when the beam ends,
         so as in CTranslate2's `generate_tokens` there is no beam here. The tokens and log-probs
@@ -165,7 +163,7 @@ class Translator:
             decoder.steps = EagerSteps(self.engine.loaded.model)
         return self._tokens(self.engine.make_example(0, source, job.config.batching.max_src_length, prefix), decoder)
 
-    def translate_file(self, src: str, output: str, resume: bool = False, **options):
+    def translate_file(self, src: str, output: str, resume: bool = False, **options: Any) -> Summary:
         """Translate the file `src` into `output` as `nmtdecode translate` does: locked,
         written through OUTPUT.tmp, resumable with `resume=True` (and skipped when complete).
         Returns the job's `summary.Summary` (sentences, target tokens, seconds)."""
@@ -193,7 +191,7 @@ class Translator:
         return [Scored(s.tokens, s.token_scores, s.eos_score, s.total, s.total / (len(s.tokens) - forced + 1))
                 for s in scores]
 
-    def _pairs(self, sources, targets, method: str) -> tuple[list, list[str]]:
+    def _pairs(self, sources: Iterable, targets: Iterable[str], method: str) -> tuple[list, list[str]]:
         sources, _ = self._checked(sources, None, method)
         if isinstance(targets, str):
             raise TypeError(f"{method} takes a list of targets, not one string")
@@ -203,7 +201,7 @@ class Translator:
             raise ValueError(f"{method} got {len(sources)} sources but {len(targets)} targets")
         return sources, targets
 
-    def _checked(self, sources, prefixes, method: str) -> tuple[list, list | None]:
+    def _checked(self, sources: Iterable, prefixes: Iterable | None, method: str) -> tuple[list, list | None]:
         """The sources and prefixes of a call as lists, their lengths and types checked."""
         if isinstance(sources, str):
             raise TypeError(f"{method} takes a list of sources, not one string")
@@ -257,7 +255,7 @@ class Translator:
                           decoder: BatchDecoder) -> Iterator[str]:
         """translate_iterable's work: a window of sources (and as many prefixes) at a time; one
         prefix more is read at the sources' end, to tell prefixes that outlast them."""
-        def prefixes_end(which: str, at: int):
+        def prefixes_end(which: str, at: int) -> NoReturn:
             raise ValueError(f"translate_iterable(): the prefixes end {which} the sources, at source {at}")
 
         first = 0
@@ -274,7 +272,7 @@ class Translator:
         if prefixes is not None and next(prefixes, _END) is not _END:  # a prefix may be None
             prefixes_end("after", first)
 
-    def _tokens(self, example, decoder) -> Iterator[GeneratedToken]:
+    def _tokens(self, example: Example, decoder: BatchDecoder) -> Iterator[GeneratedToken]:
         """The tokens of one example's single hypothesis, each yielded after the step that chose
         it (all at once for an empty source: its prefix, if any)."""
         tokenizer, chosen = self.engine.loaded.tokenizer, []
@@ -303,10 +301,6 @@ class Translator:
     def _call_config(self, options: dict, files: dict | None = None, base: dict | None = None) -> Config:
         """This translator's config with one call's options over it (over `base`, the call's own
         defaults)."""
-        fixed = sorted(k for k in options if k not in CALL_KEYS)
-        if fixed:
-            what = "is fixed when the model loads: give it to Translator.load()" if fixed[0] in KEY_SECTION else \
-                "is not an option"
-            raise ConfigError(f"{fixed[0]}: {what}")
+        check_call_keys(options)
         return self.config.over(base or {}, options, files or {})
 

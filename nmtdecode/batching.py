@@ -22,7 +22,7 @@ SORT_CHUNK_BATCHES = 32  # batches' worth of lines sorted together
 @dataclass
 class Example:
     index: int  # 0-based line number in the input
-    text: str
+    text: str | list[str]  # the line, or its pieces (the Python API's token input)
     ids: list[int] | None = None  # None: nothing to decode (empty line)
     truncated: bool = False
     prefix: list[int] | None = None  # target ids the output must start with (--prefix)

@@ -11,7 +11,7 @@ knows about files, locks or ranks: this module imports nothing from the job laye
 from __future__ import annotations
 
 import gc
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 
@@ -43,7 +43,7 @@ def resolve_device(runtime: RuntimeConfig) -> torch.device:
 class Engine:
     """A loaded model on its device, with the options it was loaded with."""
 
-    def __init__(self, config: Config, loaded: LoadedModel, device: torch.device, steps: StepRunner):
+    def __init__(self, config: Config, loaded: LoadedModel, device: torch.device, steps: StepRunner) -> None:
         self.config, self.loaded, self.device = config, loaded, device
         self.steps = steps  # how decoding steps run (models/steps.py), chosen at load, kept across batches and jobs
 
@@ -184,7 +184,7 @@ class Engine:
         """An empty source line's result: n_best hypotheses of its prefix (none: empty), scored 0, with
         one entry per token in every per-token array (no source position to align to: null)."""
         tokens = list(example.prefix or [])
-        arrays = dict(alignment=[None] * len(tokens) if cfg.aligned else None,
+        arrays: dict[str, Any] = dict(alignment=[None] * len(tokens) if cfg.aligned else None,
                       attention=[[] for _ in tokens] if cfg.attention else None)
         hyps = [Hypothesis(list(tokens), 0.0, 0.0, [0.0] * len(tokens), **arrays) for _ in range(cfg.n_best)]
         return self.result(example, hyps, cfg)

@@ -17,7 +17,7 @@ import ctypes
 import functools
 import os
 import sys
-from typing import Callable, TypeVar
+from typing import Callable, Protocol, TypeVar
 
 import torch
 
@@ -28,7 +28,11 @@ try:
 except ImportError:  # not on Windows
     resource = None
 
-Item = TypeVar("Item")
+class Indexed(Protocol):
+    index: int  # the input line (named when even one alone does not fit)
+
+
+Item = TypeVar("Item", bound=Indexed)
 Out = TypeVar("Out")
 
 CPU_MESSAGES = ("out of memory", "can't allocate memory", "cannot allocate memory", "not enough memory",

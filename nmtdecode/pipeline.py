@@ -16,7 +16,7 @@ durable when the pipeline says it is done.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol
 
 from .batching import Example, chunk_size, chunks, cut
 from .config import BatchingConfig, Config
@@ -41,7 +41,7 @@ class Source(Protocol):
 class Sink(Protocol):
     """Where a job's results go."""
 
-    def put(self, result) -> None: ...  # a result of one example (any order within a chunk)
+    def put(self, result: Any) -> None: ...  # a result of one example (any order within a chunk)
 
     def checkpoint(self, lines_done: int, input_position: tuple[int, str]) -> None: ...  # a chunk is done
 
@@ -101,7 +101,7 @@ class LineSource:
 
     def __init__(self, config: Config, make_example: Callable[..., Example], done: int = 0,
                  check_input: Callable[[int, str], None] | None = None,
-                 on_resume: Callable[[int], None] | None = None):
+                 on_resume: Callable[[int], None] | None = None) -> None:
         self.config, self.batching, self.make_example = config, config.batching, make_example
         self.done, self.check_input, self.on_resume = done, check_input, on_resume
         self.reader = LineReader(config.io.src, config.io.on_invalid_utf8)
@@ -136,7 +136,7 @@ class LineSource:
         if seen < done:  # the input ends before the lines done: not the one the output was made from
             self._check_input()
 
-    def _check_input(self):
+    def _check_input(self) -> None:
         if self.check_input is not None:
             self.check_input(*self.reader.position())
 
@@ -145,7 +145,7 @@ class ListSource:
     """Examples already in memory (the Python API's sources), sorted and batched as one chunk, as
     the command line batches one chunk of a file."""
 
-    def __init__(self, examples: list[Example], batching: BatchingConfig):
+    def __init__(self, examples: list[Example], batching: BatchingConfig) -> None:
         self.examples, self.batching = examples, batching
 
     def chunks(self) -> Iterator[list[Example]]:
@@ -159,11 +159,11 @@ class ListSource:
 class ListSink:
     """Results kept in memory, in the order of their examples' indexes from `first`."""
 
-    def __init__(self, size: int, first: int = 0):
+    def __init__(self, size: int, first: int = 0) -> None:
         self.results: list = [None] * size
         self.first = first
 
-    def put(self, result) -> None:
+    def put(self, result: Any) -> None:
         self.results[result.index - self.first] = result
 
     def checkpoint(self, lines_done: int, input_position: tuple[int, str]) -> None:

@@ -52,7 +52,7 @@ def bytes_left(src: str, done: int, lines: int | None) -> int | None:
 class JobProgress:
     """Counts a translate job's decoded batches into `summary` and moves `bar` (tokens/s, time left)."""
 
-    def __init__(self, config: Config, bar: tqdm, done: int):
+    def __init__(self, config: Config, bar: tqdm, done: int) -> None:
         self.config, self.bar, self.summary = config, bar, Summary()
         self.start, self.source_bytes = time.perf_counter(), 0
         self.total_bytes = bytes_left(config.io.src, done, bar.total) if not bar.disable else None
@@ -65,7 +65,7 @@ class JobProgress:
         summary.unfinished += sum(not r.hypotheses[0].ended for r in results if r.hypotheses)
         elapsed, eta = time.perf_counter() - self.start, ""
         if self.total_bytes is not None:  # the bar shows the time left
-            self.source_bytes += sum(len(e.text.encode("utf-8")) + 1 for e in batch)
+            self.source_bytes += sum(len(str(e.text).encode("utf-8")) + 1 for e in batch)  # a file's lines: text
             left = seconds_left(elapsed, self.source_bytes, self.total_bytes)
             eta = "" if left is None else f", {tqdm.format_interval(left)} left"
         self.bar.set_postfix_str(f"{summary.target_tokens / max(elapsed, 1e-9):.0f} tokens/s{eta}", refresh=False)
@@ -76,7 +76,7 @@ class InputWait:
     """The time spent waiting for the input's next chunk: answering line by line, the time
     waiting for the next line is not decoding time."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.seconds = 0.0
 
     def over(self, chunks: Iterable) -> Iterator:

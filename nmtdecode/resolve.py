@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
-from .config import SCORE_FORMATS, Config, ConfigError
+from .config import KEY_SECTION, PER_JOB_KEYS, SCORE_FORMATS, Config, ConfigError
 from .models.checkpoint import ModelRules
 from .signature import job_signature
 
@@ -71,7 +71,7 @@ def resolve(config: Config, engine: Engine, api_method: str | None = None, call_
     return job
 
 
-def piece_ids(key: str, pieces: list[str], piece_id) -> list[int]:
+def piece_ids(key: str, pieces: list[str], piece_id: Callable[[str], int | None] | None) -> list[int]:
     """Target pieces named by option `key` -> their ids; a piece the vocabulary lacks is an error."""
     if not pieces:
         return []
@@ -209,6 +209,28 @@ def check_torchrun(config: Config) -> None:
         raise ConfigError("--stream answers each line as it arrives, in one process: under torchrun leave it out")
     if io_cfg.dump_beam is not None:
         raise ConfigError("--dump-beam writes one file in one process: under torchrun leave it out")
+
+
+# Options a Python API call may change; the others (model, device, dtype, ...) are fixed by its load().
+CALL_KEYS = PER_JOB_KEYS - {"src", "output"}
+
+
+def check_load_options(options: dict) -> None:
+    """What the Python API's Translator.load() may not be given: the model is its `path`, files go
+    to translate_file()."""
+    files = sorted(k for k in options if k in ("model", "src", "output"))
+    if files:
+        raise ConfigError(f"{files[0]}: not an option of load(); give the model as `path` and files "
+                          "to translate_file()")
+
+
+def check_call_keys(options: dict) -> None:
+    """The options one Python API call may change (CALL_KEYS)."""
+    fixed = sorted(k for k in options if k not in CALL_KEYS)
+    if fixed:
+        what = "is fixed when the model loads: give it to Translator.load()" if fixed[0] in KEY_SECTION else \
+            "is not an option"
+        raise ConfigError(f"{fixed[0]}: {what}")
 
 
 def check_call_options(method: str, options: dict) -> None:

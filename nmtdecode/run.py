@@ -25,14 +25,15 @@ from .jobs import check_written_files
 from .output_file import NOT_RESUMABLE, OutputFile
 from .pipeline import LineSource, load_engine, run
 from .progress import InputWait, JobProgress, progress_bar, stdin_is_terminal
-from .ranks import Group, PartWriter, Ranks, check_job, check_layout, device_for, layouts, leave_group, merge, threads_for
+from .ranks import (Group, PartWriter, Ranks, check_job, check_layout, device_for, layouts, leave_group, merge,
+                    threads_for)
 from .reading import check_prefix, check_readable
 from .resolve import ResolvedJob, check_torchrun, resolve, stream_typed_input
 from .summary import Summary, count, print_warning, timing
 from .writing import BothWriters, ResultWriter, SearchWriter
 
 if TYPE_CHECKING:
-    from .batching import Example
+    from .batching import Example, Result
     from .engine import Engine
 
 
@@ -132,23 +133,44 @@ def _claim(job: Config, jobs: list[Config]) -> OutputFile | None:
     return None
 
 
+class ChunkWriter(Protocol):
+    """A share's results into its output file: writing.ResultWriter, BothWriters or ranks.PartWriter."""
+
+    def put(self, result: Result) -> None: ...
+
+    def end_chunk(self) -> None: ...  # every result of the chunk is put
+
+    def close(self) -> None: ...
+
+
 class Share(Protocol):
     """The part of a job one process decodes, and where it goes."""
 
-    shows_progress: bool  # a progress bar (on a terminal)
-    reports_input: bool  # warns about the input's replaced lines
-    where: str  # what messages about its output start with
-    summary_prefix: str  # what its summary line starts with
-    label: str  # the file its progress bar names ("": none)
-    timed: tuple[float, float | None] | None  # (the run's start, the model's load time): added to its summary
+    @property
+    def shows_progress(self) -> bool: ...  # a progress bar (on a terminal)
+
+    @property
+    def reports_input(self) -> bool: ...  # warns about the input's replaced lines
+
+    @property
+    def where(self) -> str: ...  # what messages about its output start with
+
+    @property
+    def summary_prefix(self) -> str: ...  # what its summary line starts with
+
+    @property
+    def label(self) -> str: ...  # the file its progress bar names ("": none)
+
+    @property
+    def timed(self) -> tuple[float, float | None] | None: ...  # (the run's start, the model's load time)
 
     def mine(self, batches: Iterable[list[Example]]) -> list[list[Example]]: ...  # its batches of a chunk's
 
-    def writer(self, output: OutputFile, config: Config, first_index: int): ...  # put, end_chunk, close
+    def writer(self, output: OutputFile, config: Config, first_index: int) -> ChunkWriter: ...
 
-    def complete(self, output: OutputFile): ...  # after the last chunk
+    def complete(self, output: OutputFile) -> None: ...  # after the last chunk
 
-    def abandon(self): ...  # after a failure
+    def abandon(self) -> None: ...  # after a failure
 
 
 class WholeJob:
@@ -161,7 +183,7 @@ class WholeJob:
     reports_input = True
 
     def __init__(self, dump: OutputFile | None = None, label: str = "",
-                 timed: tuple[float, float | None] | None = None):
+                 timed: tuple[float, float | None] | None = None) -> None:
         self.dump, self.label, self.timed = dump, label, timed
         self.where = f"{label}: " if label else ""
         self.summary_prefix = f"nmtdecode: {label}:" if label else "nmtdecode:"
@@ -176,12 +198,12 @@ class WholeJob:
         self.dump.open(False, signature="")  # no checkpoints: a complete file or none
         return BothWriters(writer, SearchWriter(self.dump.stream))
 
-    def complete(self, output: OutputFile):
+    def complete(self, output: OutputFile) -> None:
         output.finish()
         if self.dump is not None:
             self.dump.finish()
 
-    def abandon(self):
+    def abandon(self) -> None:
         if self.dump is not None:
             self.dump.abandon()  # with no journal, FILE.tmp is removed
 
@@ -215,10 +237,10 @@ class RankJob:
     def writer(self, output: OutputFile, config: Config, first_index: int) -> PartWriter:
         return PartWriter(output.stream, config.io.format, config.io.token_scores)
 
-    def complete(self, output: OutputFile):
+    def complete(self, output: OutputFile) -> None:
         pass  # PartWriter.close closed it; the merge finishes the job
 
-    def abandon(self):
+    def abandon(self) -> None:
         pass
 
 
@@ -261,10 +283,10 @@ class OutputSink:
     """The pipeline's sink of a translate job: its share's writer, into the output file, which
     each checkpoint makes durable (a chunk's lines are final: a resumed job starts after them)."""
 
-    def __init__(self, writer, output: OutputFile):
+    def __init__(self, writer: ChunkWriter, output: OutputFile) -> None:
         self.writer, self.output = writer, output
 
-    def put(self, result) -> None:
+    def put(self, result: Result) -> None:
         self.writer.put(result)
 
     def checkpoint(self, lines_done: int, input_position: tuple[int, str]) -> None:

@@ -28,7 +28,7 @@ from .ranks import Ranks
 from .reading import InputError, LineReader, check_readable, count_lines
 from .resolve import check_score, resolve
 from .summary import count, print_warning
-from .writing import OrderedWriter
+from .writing import OrderedWriter, TextStream
 
 if TYPE_CHECKING:
     from .decoding import BatchDecoder
@@ -104,7 +104,7 @@ def _score_into(out: OutputFile, config: Config, engine: Engine, decoder: BatchD
     source = PairSource(pair_examples(engine, decoder, _pairs(sources, targets), config.batching.max_src_length),
                         config)
     with progress_bar(config, 0) as bar:
-        def counted(batch: list[Example], scores: list[PairScore]):
+        def counted(batch: list[Example], scores: list[PairScore]) -> None:
             summary.add(batch, scores)
             bar.update(len(batch))
 
@@ -119,7 +119,7 @@ class PairSource:
     """The pipeline's source of a score job: its pairs as Examples (`pair_examples`), in chunks
     of the size translate sorts together."""
 
-    def __init__(self, examples: Iterable[Example], config: Config):
+    def __init__(self, examples: Iterable[Example], config: Config) -> None:
         self.examples, self.batching = examples, config.batching
 
     def chunks(self) -> Iterator[list[Example]]:
@@ -133,7 +133,7 @@ class ScoreWriter:
     """The pipeline's sink of a score job: each pair's total log-probability a line, or with
     `by_token` its JSONL record, in input order."""
 
-    def __init__(self, stream, by_token: bool):
+    def __init__(self, stream: TextStream, by_token: bool) -> None:
         self.lines, self.by_token = OrderedWriter(stream), by_token
 
     def put(self, score: PairScore) -> None:
@@ -163,7 +163,8 @@ def _record(score: PairScore) -> str:
                        "token_scores": score.token_scores, "eos_score": score.eos_score}, ensure_ascii=False) + "\n"
 
 
-def pair_examples(engine: Engine, decoder: BatchDecoder, pairs, max_src_length: int | None) -> Iterator[Example]:
+def pair_examples(engine: Engine, decoder: BatchDecoder, pairs: Iterable[tuple[int, str, str]],
+                  max_src_length: int | None) -> Iterator[Example]:
     """An Example per (index, source, target): the source cut as translate cuts it (an empty one
     is scored too: it is EOS alone), the target ids in `target`. A target the decoder has no
     positions for cannot be scored: an error names its line."""

@@ -35,11 +35,11 @@ class Summary:
     unfinished: int = 0  # outputs whose best hypothesis the step limit cut before EOS
     seconds: float = 0.0
 
-    def add(self, other: "Summary"):
+    def add(self, other: "Summary") -> None:
         for name in ("sentences", "target_tokens", "truncated", "replaced", "joined", "unfinished", "seconds"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
-    def count(self, examples: list[Example]):
+    def count(self, examples: list[Example]) -> None:
         """Count decoded source lines, and those cut to the model's length; the first cut one
         of the job gets a warning."""
         truncated = sum(e.truncated for e in examples)
@@ -48,7 +48,7 @@ class Summary:
         self.sentences += len(examples)
         self.truncated += truncated
 
-    def count_joined(self, n: int):
+    def count_joined(self, n: int) -> None:
         """Count outputs written as one line though their text held line breaks; the first of
         the job gets a warning."""
         if n and not self.joined:

@@ -213,7 +213,7 @@ def test_generate_tokens_yields_each_token_after_its_step(translator, monkeypatc
     tokens = translator.generate_tokens("a dog and a cat sleep in the garden .", max_length=6, ban_unk=True,
                                         min_length=6)
     assert steps == []  # nothing decoded before the first token is asked for
-    for n, token in enumerate(tokens, start=1):
+    for n, _ in enumerate(tokens, start=1):
         assert len(steps) == n  # token n came out of step n, before step n + 1 ran
     assert n == 6
 

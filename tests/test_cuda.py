@@ -42,7 +42,8 @@ def test_half_precision_agrees_on_tokens(dtype):
 def test_cuda_scores_equal_forced_decoding():
     model = tiny_transformer(1, vocab=20, eos_bias=1.0)
     sources = random_sources(4, 20, seed=5)
-    results = BatchDecoder(model.to("cuda"), DecodingConfig(beam_size=3, n_best=3, max_length=30)).translate_batch(sources)
+    decoder = BatchDecoder(model.to("cuda"), DecodingConfig(beam_size=3, n_best=3, max_length=30))
+    results = decoder.translate_batch(sources)
     model.to("cpu")
     for source, hyps in zip(sources, results):
         for hyp in hyps:

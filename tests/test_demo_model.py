@@ -30,7 +30,8 @@ def translate(lines, beam=5):
     outputs = []
     for start in range(0, len(examples), 32):
         batch = examples[start : start + 32]
-        outputs += [engine.loaded.tokenizer.decode(n[0].tokens) for n in decoder.translate_batch([e.ids for e in batch])]
+        nbests = decoder.translate_batch([e.ids for e in batch])
+        outputs += [engine.loaded.tokenizer.decode(n[0].tokens) for n in nbests]
     return outputs
 
 

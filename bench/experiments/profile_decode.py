@@ -20,7 +20,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/, for common
 from common import DEMO  # noqa: E402
 
-MATMULS = ("mkldnn::_linear_pointwise", "aten::addmm", "aten::mm", "aten::bmm", "aten::matmul", "aten::linear", "aten::baddbmm",
+MATMULS = ("mkldnn::_linear_pointwise", "aten::addmm", "aten::mm", "aten::bmm", "aten::matmul", "aten::linear",
+           "aten::baddbmm",
            "quantized::linear_dynamic", "aten::_scaled_dot_product_flash_attention_for_cpu")
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import MISSING, asdict, dataclass, fields
+from typing import Any
 
 from ..bounded import shown
 
@@ -56,7 +57,7 @@ class TransformerConfig:
     alignment_layer: int = -1
     alignment_heads: int = 1
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         """Every field checked by name (ValueError), so that a malformed model config fails
         with its key, not later with a division by zero or an index out of range."""
         for f in fields(self):
@@ -108,7 +109,7 @@ class TransformerConfig:
         return asdict(self)
 
 
-def _check_type(key: str, value, kind: str):
+def _check_type(key: str, value: Any, kind: Any) -> None:
     """kind: a field's annotation ("int", "float", "bool", "str"); ints count as floats."""
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
     valid = {"int": isinstance(value, int) and not isinstance(value, bool),

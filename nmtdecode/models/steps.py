@@ -16,7 +16,7 @@ docs/speed.md has the measurements behind each choice.
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 import torch
 
@@ -34,7 +34,7 @@ class StepRunner(Protocol):
     def init_cache(self, memory: torch.Tensor, src_mask: torch.Tensor, positions: int,
                    width: int) -> DecoderState: ...  # positions: the batch's step limit; width: rows a sentence
 
-    def decode_step(self, tokens: torch.Tensor, state: DecoderState) -> torch.Tensor: ...  # (rows, V) logits
+    def decode_step(self, tokens: torch.Tensor, state: Any) -> torch.Tensor: ...  # (rows, V); state: its init_cache's
 
 
 class EagerSteps:
@@ -42,7 +42,7 @@ class EagerSteps:
 
     shares_buffers = False
 
-    def __init__(self, model):
+    def __init__(self, model: Any) -> None:  # a Transformer, an Ensemble, any Seq2SeqModel (decoding.py)
         self.model = model
 
     def init_cache(self, memory: torch.Tensor, src_mask: torch.Tensor, positions: int = 0,
@@ -53,7 +53,7 @@ class EagerSteps:
         return self.model.decode_step(tokens, state)
 
 
-def step_runner_for(model, device: torch.device, cuda_graphs: str = "auto", traced_step: str = "auto",
+def step_runner_for(model: Any, device: torch.device, cuda_graphs: str = "auto", traced_step: str = "auto",
                     quantize: str = "none", warn: Callable[[str], None] | None = None) -> StepRunner:
     """The runner for this model on this device: CUDA graphs on a GPU (--cuda-graphs auto), the
     traced step on a CPU (--traced-step auto, float weights: int8's quantized products step
