@@ -75,7 +75,7 @@ def run_nmtdecode(args, task):
         model, rules = loaded.model, loaded.rules
     else:
         model, _, rules = load_network(args.model, read_json(f"{args.model}/config.json"), placement)
-    backend = model.placement.backend
+    backend = model.backend
     memory.tune_allocator()  # as Engine.load
     load_seconds = time.perf_counter() - start
     values = {"beam_size": args.beam, "max_length": task["max_length"], "early_stopping": args.rule,

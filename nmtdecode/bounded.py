@@ -25,14 +25,14 @@ class TooLarge(ValueError):
     """A file's data nests deeper, or expands to more values, than any config needs."""
 
 
-def shown(value) -> str:
+def shown(value: object) -> str:
     """`value` as a message quotes it: its repr, cut to SHOWN characters (and to a few levels and
     items first, so that even a structure of millions of values costs nothing to show)."""
     text = _REPR.repr(value)
     return text if len(text) <= SHOWN else text[: SHOWN - 3] + "..."
 
 
-def check_size(data, max_values: int = MAX_VALUES, max_depth: int = MAX_DEPTH) -> None:
+def check_size(data: object, max_values: int = MAX_VALUES, max_depth: int = MAX_DEPTH) -> None:
     """Raise TooLarge when `data` (dicts, lists and scalars, as YAML or JSON load them) nests deeper
     than `max_depth` or holds more than `max_values` values with every shared container counted
     where it appears. Each container is visited once (its count is remembered), so checking a
@@ -40,7 +40,7 @@ def check_size(data, max_values: int = MAX_VALUES, max_depth: int = MAX_DEPTH) -
     counts: dict[int, int] = {}  # id(container) -> values within it, expanded
     open_ids: set[int] = set()  # containers being counted: one met again is inside itself
 
-    def count(value, depth: int) -> int:
+    def count(value: object, depth: int) -> int:
         if not isinstance(value, (dict, list)):
             return 1
         key = id(value)

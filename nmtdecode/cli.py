@@ -19,7 +19,7 @@ import re
 import signal
 import sys
 import typing
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, NoReturn
 from dataclasses import replace
 
 import click
@@ -355,7 +355,7 @@ def main(argv: list[str] | None = None) -> None:
     exit_now(code)
 
 
-def exit_now(code: int):
+def exit_now(code: int) -> NoReturn:
     """End the process with `code` once what it wrote is flushed, without the interpreter's
     teardown: freeing a loaded model object by object and unloading torch took 0.4 s of a 3 s
     Transformer-base job (docs/speed.md). Every file of a job is closed, renamed and unlocked by

@@ -20,7 +20,7 @@ from .batch_threads import in_order  # noqa: F401  (bench/worker.py times batche
 from .batching import Example, PairScore, Result
 from .config import Config, ConfigError, DecodingConfig, RuntimeConfig
 from .decoding import BatchDecoder
-from .models.checkpoint import LoadedModel, ModelError, ModelRules, largest_demand
+from .models.checkpoint import LoadedModel, ModelRules
 from .models.ensemble import MemberSources
 from .models.loading import load_model
 from .models.placement import Placement

@@ -99,7 +99,7 @@ REUSED_BLOCK = 128 << 20
 
 
 @functools.cache
-def _glibc():
+def _glibc() -> ctypes.CDLL | None:
     """The C library, where it is glibc on Linux (its malloc_trim and mallopt); else None."""
     if not sys.platform.startswith("linux"):
         return None
@@ -110,7 +110,7 @@ def _glibc():
         return None
 
 
-def give_back_freed():
+def give_back_freed() -> None:
     """Return the free memory of the C library's heaps to the system (glibc's malloc_trim)."""
     libc = _glibc()
     if libc is not None:

@@ -256,7 +256,7 @@ class DecoderCache(AttentionRecord):
         self._install("self_kv", wider)
         self.width = width
 
-    def _install(self, name: str, tensor: torch.Tensor):
+    def _install(self, name: str, tensor: torch.Tensor) -> None:
         """`tensor` replaces the copy it was made from. One too large for Scratch to keep goes back
         to the system at once (memory.give_back_freed): in the heap it would stay resident, a hole
         as large as a real-size model's cache."""

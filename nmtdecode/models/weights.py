@@ -20,6 +20,7 @@ import ctypes
 import math
 import os
 import pickle
+from typing import Iterable, Union
 
 import torch
 
@@ -41,7 +42,8 @@ class StoredTensor:
     def __init__(self, path: str, offset: int, entry: dict, name: str):
         self.path, self.name = path, name
         try:
-            code, self.shape, (begin, end) = entry["dtype"], tuple(int(n) for n in entry["shape"]), entry["data_offsets"]
+            code, (begin, end) = entry["dtype"], entry["data_offsets"]
+            self.shape = tuple(int(n) for n in entry["shape"])
         except (KeyError, TypeError, ValueError):
             raise ModelError(f"cannot read weights {path}: the header's entry for tensor {name} is not a "
                              "tensor's") from None
@@ -132,19 +134,22 @@ class Joined:
             start += part.shape[0]
 
 
-def join(parts: list):
+Source = Union[StoredTensor, InMemoryTensor, Joined]  # a weight as a format gives it, read when asked
+
+
+def join(parts: list) -> Source:
     """One tensor made of `parts` joined on dim 0 (no copy until it is read)."""
     return parts[0] if len(parts) == 1 else Joined(parts)
 
 
-def check_finite(tensor: torch.Tensor, source):
+def check_finite(tensor: torch.Tensor, source: "Source") -> None:
     if tensor.numel() and not bool(torch.isfinite(torch.stack(torch.aminmax(tensor))).all()):
         where = getattr(source, "path", None) or getattr(source, "where", "")
         raise ModelError(f"{where}: tensor {source.name} holds NaN or infinite values; the checkpoint is damaged "
                          "(or was saved after training diverged)")
 
 
-def read(source, dtype: torch.dtype | None = None) -> torch.Tensor:
+def read(source: Source, dtype: torch.dtype | None = None) -> torch.Tensor:
     """The whole of `source` in a tensor of `dtype` (default: as stored): a new one, or, for a
     tensor already in memory as asked, that tensor itself."""
     source.check()
@@ -181,7 +186,7 @@ class StoredTensors:
         return read(self.tensors[name], torch.float64).flatten().tolist()
 
 
-def check_length(path: str, tensors) -> None:
+def check_length(path: str, tensors: "Iterable[StoredTensor]") -> None:
     """A file shorter than its header says (a copy cut short) fails before anything is read."""
     needed = max((t.start + t.size for t in tensors), default=0)
     size = os.path.getsize(path)
