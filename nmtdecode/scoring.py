@@ -119,6 +119,8 @@ class PairSource:
     """The pipeline's source of a score job: its pairs as Examples (`pair_examples`), in chunks
     of the size translate sorts together."""
 
+    done = 0
+
     def __init__(self, examples: Iterable[Example], config: Config) -> None:
         self.examples, self.batching = examples, config.batching
 
