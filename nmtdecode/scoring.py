@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable, Iterator
@@ -27,7 +26,7 @@ from .progress import progress_bar
 from .ranks import Ranks
 from .reading import InputError, LineReader, check_readable, count_lines
 from .resolve import check_score, resolve
-from .summary import count, print_warning
+from .summary import count, print_warning, say
 from .writing import OrderedWriter, TextStream
 
 if TYPE_CHECKING:
@@ -93,7 +92,7 @@ def score_job(config: Config, tgt: str) -> ScoreSummary:
         print_warning(f"source {_lines(summary.truncated)} longer than the model's positions (or --max-src-length): "
                       "cut, as translate cuts them")
     if not job.config.runtime.quiet:
-        print(summary.line(), file=sys.stderr)
+        say(summary.line())
     return summary
 
 

@@ -134,9 +134,10 @@ def test_reading_a_checkpoint_imports_nothing_above_the_models(module):
 
 def test_the_options_import_nothing_but_their_peers_names():
     """config.py is read by every layer and before torch: it imports only what an option is
-    (option.py) and the peers' option names (opennmt_options.py), which import nothing."""
-    assert GRAPH["nmtdecode.config"] == {"nmtdecode.option", "nmtdecode.opennmt_options"}
-    assert GRAPH["nmtdecode.option"] == GRAPH["nmtdecode.opennmt_options"] == set()
+    (option.py) and the peers' option names (opennmt_options.py), which import nothing but how a
+    message shows a value (bounded.py)."""
+    assert GRAPH["nmtdecode.config"] == {"nmtdecode.option", "nmtdecode.opennmt_options", "nmtdecode.bounded"}
+    assert GRAPH["nmtdecode.option"] == GRAPH["nmtdecode.opennmt_options"] == {"nmtdecode.bounded"}
 
 
 # The halves of the formats that read a model's files without torch, and the modules they read with.
