@@ -134,9 +134,10 @@ def test_the_options_import_nothing_but_their_peers_names():
 
 # The halves of the formats that read a model's files without torch, and the modules they read with.
 WITHOUT_TORCH = {"nmtdecode.models.architecture", "nmtdecode.models.checkpoint", "nmtdecode.models.stored",
-                 "nmtdecode.tokenizer", "nmtdecode.config", "nmtdecode.models.formats.hf_tokenizers",
-                 "nmtdecode.models.formats.opennmt_shared", "nmtdecode.models.formats.native_config",
-                 "nmtdecode.models.formats.hf_config", "nmtdecode.models.formats.eole_config"}
+                 "nmtdecode.models.npz", "nmtdecode.tokenizer", "nmtdecode.config",
+                 "nmtdecode.models.formats.hf_tokenizers", "nmtdecode.models.formats.opennmt_shared",
+                 "nmtdecode.models.formats.native_config", "nmtdecode.models.formats.hf_config",
+                 "nmtdecode.models.formats.eole_config"}
 
 
 @pytest.mark.parametrize("name", ["native", "huggingface", "hf_tokenizers", "opennmt", "eole", "native_config",
