@@ -15,11 +15,11 @@ from dataclasses import dataclass
 
 from .checkpoint import ModelRules
 from .detect import model_format
-from .formats import eole_config, hf_config, native_config
+from .formats import eole_config, hf_config, marian_config, native_config
 from .stored import DTYPE_NAMES, HEADED, NeedsTorch, StoredHeaders, file_entries
 
 # Each format whose files can be read without torch, by its name: its describe(path, read).
-DESCRIBE = {fmt.FORMAT: fmt.describe for fmt in (native_config, eole_config, hf_config)}
+DESCRIBE = {fmt.FORMAT: fmt.describe for fmt in (native_config, eole_config, hf_config, marian_config)}
 # A model is built in torch's default dtype, float32 (Transformer.uninitialised), and
 # load_weights converts the stored tensors to it.
 LOADED_DTYPES = ["float32"]
