@@ -57,6 +57,18 @@ def marian_positions(length: int, dim: int) -> np.ndarray:
     return np.concatenate([np.sin(angles), np.cos(angles)], axis=1).astype(np.float32)
 
 
+def test_the_peers_own_sinusoids_are_not_marians():
+    """Why the peers are given Marian's table: their own (transformers' Marian port, CTranslate2's
+    Marian converter) have other frequencies, off by more than a tenth at position 100 for d 512."""
+    from ctranslate2.converters.marian import _make_sinusoidal_position_encodings
+
+    hf = transformers.models.marian.modeling_marian.MarianSinusoidalPositionalEmbedding(128, 512)
+    marian = marian_positions(128, 512)
+    for theirs in (hf.create_weight().numpy(), _make_sinusoidal_position_encodings(512, 128)):
+        assert np.abs(theirs[100] - marian[100]).max() > 0.1
+        np.testing.assert_allclose(theirs[:, [0, 256]], marian[:, [0, 256]], atol=1e-5)  # the first frequency agrees
+
+
 def hf_marian(vocab: int, shared: bool, tied: bool, eos_bias: float):
     """A seeded Hugging Face Marian with `vocab` pieces and <pad> last, set up as Marian computes."""
     pad = vocab
