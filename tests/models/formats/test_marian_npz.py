@@ -16,7 +16,7 @@ from nmtdecode.config import Config
 from nmtdecode.decoding import BatchDecoder
 from nmtdecode.models.checkpoint import ModelError
 from nmtdecode.models.detect import model_format
-from nmtdecode.models.formats.marian_vocab import read_vocabulary
+from nmtdecode.models.formats.marian_vocab import PLAIN_ENTRY, read_vocabulary
 from nmtdecode.models.loading import load_model
 
 from tests.models.formats.marian_files import OPTIONS, random_hf_state, to_marian, train_spm, vocabulary, write_model
@@ -186,6 +186,19 @@ def test_yaml_vocabulary_keys_are_read_as_the_text_they_spell(tmp_path):
     path.write_text('</s>: 0\n<unk>: 1\nyes: 2\n~: 3\n1: 4\nnull: 5\n"\\"": 6\n\'\'\'\': 7\n"a: b": 8\n? "- x"\n: 9\n')
     assert read_vocabulary(str(path)) == {"</s>": 0, "<unk>": 1, "yes": 2, "~": 3, "1": 4, "null": 5, '"': 6,
                                           "'": 7, "a: b": 8, "- x": 9}
+
+
+def test_a_line_read_without_yaml_is_read_as_yaml_reads_it():
+    """The vocabulary's fast path (PLAIN_ENTRY) takes a line only where YAML's base loader would
+    give the same piece: every short mix of YAML's indicators, spaces and letters is checked."""
+    chars = "-?:,[]{}#&*!|>'\"%@` .~a1\\▁é"
+    keys = [a + b + c for a in chars for b in chars for c in ("", "x", ": ", "#")] + ["...", "---", "yes", "null"]
+    taken = 0
+    for key in keys:
+        if PLAIN_ENTRY.fullmatch(f"{key}: 7"):
+            taken += 1
+            assert yaml.load(f"{key}: 7", Loader=yaml.BaseLoader) == {key: "7"}, key
+    assert taken > 100
 
 
 @pytest.mark.parametrize("which", ["directory", "npz"])
