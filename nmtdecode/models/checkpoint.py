@@ -19,6 +19,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
+import yaml
+
 from .architecture import TransformerConfig
 
 
@@ -109,6 +111,15 @@ def note_read(path: str) -> str:
 
 def read_json(path: str, required: bool = True) -> dict:
     """A JSON object from a model directory; a missing optional file is {}."""
+    return _read_mapping(path, required, json.load, json.JSONDecodeError, "a JSON object")
+
+
+def read_yaml(path: str, required: bool = True) -> dict:
+    """A YAML mapping from a model directory (safe_load: plain values only); a missing optional file is {}."""
+    return _read_mapping(path, required, yaml.safe_load, yaml.YAMLError, "a YAML mapping")
+
+
+def _read_mapping(path: str, required: bool, parse: Callable, error: type, what: str) -> dict:
     if not os.path.isfile(path):
         if required:
             raise ModelError(f"{path} is missing")
@@ -116,11 +127,11 @@ def read_json(path: str, required: bool = True) -> dict:
     note_read(path)
     try:
         with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            data = parse(f)
+    except (OSError, UnicodeDecodeError, error) as e:
         raise ModelError(f"{path} cannot be read: {e}") from None
     if not isinstance(data, dict):
-        raise ModelError(f"{path} cannot be read: expected a JSON object")
+        raise ModelError(f"{path} cannot be read: expected {what}")
     return data
 
 

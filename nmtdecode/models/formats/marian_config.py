@@ -27,7 +27,7 @@ from typing import Callable
 import yaml
 
 from ..architecture import TransformerConfig
-from ..checkpoint import ModelError, ModelFacts, ModelRules, check_dimensions, note_read
+from ..checkpoint import ModelError, ModelFacts, ModelRules, check_dimensions, read_yaml
 from ..npz import array_bytes, npz_entries
 from .marian_vocab import Vocabulary, make_tokenizer
 from .marian_weights import Layout, Piece, check_arrays, mapping, recipe_shape
@@ -95,17 +95,6 @@ def model_files(path: str) -> tuple[str, str, dict]:
         raise ModelError(f"{decoder_yml}: models: {models[0]}: only Marian's .npz models are read (not the binary "
                          "format of marian-conv)")
     return os.path.join(path, models[0]), decoder_yml, decoder
-
-
-def read_yaml(path: str) -> dict:
-    try:
-        with open(note_read(path), encoding="utf-8") as f:
-            data = yaml.safe_load(f)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise ModelError(f"{path} cannot be read: {e}") from None
-    if not isinstance(data, dict):
-        raise ModelError(f"{path}: expected a mapping of Marian options")
-    return data
 
 
 def model_options(npz: str, entries: dict) -> dict:
