@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup browser demo test test-fast bench gpu-check demo-model clean
+.PHONY: setup browser demo lint test test-fast bench gpu-check demo-model clean
 
 setup: $(STAMP)
 
@@ -21,6 +21,12 @@ $(STAMP): pyproject.toml
 
 demo: setup
 	$(VENV)/bin/nmtdecode translate -c configs/demo.yaml --src data/demo/sample.en
+
+# ruff (lint and format) and mypy, configured in pyproject.toml; .ci/run runs this before the tests
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 test: setup browser
 	$(PY) -m pytest

@@ -353,7 +353,7 @@ def nmtdecode_decoder(task: Task, model, beam: int, fixed_steps=None):
               "alpha": 1.0}
     if task.fixed:
         values.update(min_length=task.fixed, max_length=task.fixed)
-    decoder = BatchDecoder(model, Config.from_values(values).decoding, task.rules, fixed_steps=fixed_steps)
+    decoder = BatchDecoder(model, Config.from_values(values).decoding, task.rules, steps=fixed_steps)
     return lambda batch: [n[0].tokens for n in decoder.translate_batch(batch)]
 
 

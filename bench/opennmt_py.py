@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import io
 import os
-import sys
 import warnings
 
 import torch

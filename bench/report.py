@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import platform
-import sys
 import time
 
 import common  # noqa: F401  (the repository on sys.path)
@@ -63,9 +62,9 @@ def speed_table(rows) -> list[str]:
 
 
 def write_results(path, machine, rows, jobs, memory, notes):
-    lines = machine + ["", "Decoding (token ids in, token ids out; tokenization not timed). \"load s\": from the model's path to a "
-                       "model ready to decode, after `import torch`; \"process s\": the whole worker process (start, "
-                       "imports, load, a warm-up on 4 sentences, decoding). "
+    lines = machine + ["", "Decoding (token ids in, token ids out; tokenization not timed). \"load s\": from "
+                       "the model's path to a model ready to decode, after `import torch`; \"process s\": the whole "
+                       "worker process (start, imports, load, a warm-up on 4 sentences, decoding). "
                        "Each compared row is measured against an nmtdecode row (\"compared with\"); "
                        "\"its speed ÷ this speed\" above 1 means that nmtdecode row is faster.", ""]
     lines += speed_table(rows)

@@ -65,7 +65,7 @@ def run_nmtdecode(args, task):
     from nmtdecode.models.loading import load_model
     from nmtdecode.models.placement import Placement
     from nmtdecode.decoding import BatchDecoder
-    from nmtdecode.models.traced_step import traced_steps_for
+    from nmtdecode.models.steps import step_runner_for
 
     start = time.perf_counter()
     dtype = torch.bfloat16 if args.precision == "bfloat16" else torch.float32
@@ -75,7 +75,7 @@ def run_nmtdecode(args, task):
         model, rules = loaded.model, loaded.rules
     else:
         model, _, rules = load_network(args.model, read_json(f"{args.model}/config.json"), placement)
-    backend = model.placement.backend
+    backend = model.backend
     memory.tune_allocator()  # as Engine.load
     load_seconds = time.perf_counter() - start
     values = {"beam_size": args.beam, "max_length": task["max_length"], "early_stopping": args.rule,
@@ -83,8 +83,8 @@ def run_nmtdecode(args, task):
     if args.fixed_length:
         values.update(min_length=args.fixed_length, max_length=args.fixed_length)
     quantize = "int8" if args.precision == "int8" else "none"
-    traced = traced_steps_for(model, torch.device("cpu"), args.traced_step, quantize)  # as Engine.load decides
-    translator = BatchDecoder(model, Config.from_values(values).decoding, rules, traced_steps=traced)
+    steps = step_runner_for(model, torch.device("cpu"), "off", args.traced_step, quantize)  # as Engine.load decides
+    translator = BatchDecoder(model, Config.from_values(values).decoding, rules, steps=steps)
 
     def translate(batch):
         with torch.inference_mode():  # in the thread that decodes it

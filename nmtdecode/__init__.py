@@ -10,7 +10,7 @@ _API = ("GeneratedToken", "IneffectiveOptionWarning", "Scored", "Translation", "
 __all__ = [*_API, "__version__"]
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> object:
     if name in _API:
         from . import api
 
@@ -18,5 +18,5 @@ def __getattr__(name):
     raise AttributeError(f"module 'nmtdecode' has no attribute {name!r}")
 
 
-def __dir__():
+def __dir__() -> list[str]:
     return sorted([*globals(), *_API])

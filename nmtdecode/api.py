@@ -14,8 +14,10 @@ Options are the keys of the YAML config (`beam_size`, `n_best`, `device`, `dtype
 given to `load` they hold for every call; given to a call they hold for that call (a layer
 over `load`'s), and may be any option that needs no other model load (decoding, batching,
 format). A `Translator` is the public face of an `engine.Engine`, the one the command line
-loads too, and `translate_file` runs the command line's job loop (`run.translate_job`):
-a file translated here and by `nmtdecode translate` with the same options is the same.
+loads too; each call is resolved (resolve.py) and runs through the job pipeline (pipeline.py)
+with its sources in memory, and `translate_file` runs the command line's job
+(`run.translate_job`): a file translated here and by `nmtdecode translate` with the same
+options is the same.
 """
 
 from __future__ import annotations
@@ -23,13 +25,19 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, NoReturn
 
-from .batching import chunk_size, chunks, cut
-from .config import KEY_SECTION, PER_JOB_KEYS, Config, ConfigError
+from .batching import chunk_size, chunks
+from .config import Config
+from .pipeline import ListSink, ListSource, run
+from .resolve import ResolvedJob, check_call_keys, check_call_options, check_load_options, resolve
 
-# Options a call may change; the others (model, device, dtype, ...) are fixed by `load`.
-CALL_KEYS = PER_JOB_KEYS - {"src", "output"}
+if TYPE_CHECKING:
+    from .batching import Example, Result
+    from .engine import Engine
+    from .summary import Summary
+    from .decoding import BatchDecoder
+
 _END = object()  # what next() gives for an exhausted iterator, where None is a value
 
 
@@ -77,7 +85,7 @@ class IneffectiveOptionWarning(UserWarning):
 class Translator:
     """A loaded model with its options. Build it with `Translator.load(path, **options)`."""
 
-    def __init__(self, engine):
+    def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
     @property
@@ -91,10 +99,7 @@ class Translator:
         with `options`, the config file's keys; `quiet` defaults to True (no summary on stderr)."""
         from .engine import Engine  # torch is imported here, not by `import nmtdecode`
 
-        files = sorted(k for k in options if k in ("model", "src", "output"))
-        if files:
-            raise ConfigError(f"{files[0]}: not an option of load(); give the model as `path` and files "
-                              "to translate_file()")
+        check_load_options(options)
         return cls(Engine.load(Config.from_layers([{"quiet": True}, {**options, "model": path}])))
 
     def translate(self, sources: list, prefixes: list[str] | None = None, scores: bool | None = None,
@@ -110,10 +115,10 @@ class Translator:
             warnings.warn("translate(scores=...) is deprecated: translate() returns strings; translate_batch() "
                           "returns the n-best Translations with their scores", DeprecationWarning, stacklevel=2)
             if scores:
-                return self.translate_batch(sources, prefixes, **options)
+                return self.translate_batch(sources, prefixes, **options)  # type: ignore[return-value]
         sources, prefixes = self._checked(sources, prefixes, "translate()")
-        config, decoder = self._decoder(options, "translate()")
-        return [result.texts[0] for result in self._results(sources, prefixes, config, decoder)]
+        job, decoder = self._decoder(options, "translate()")
+        return [result.texts[0] for result in self._results(sources, prefixes, job, decoder)]
 
     def translate_batch(self, sources: list, prefixes: list[str] | None = None,
                         **options) -> list[list[Translation]]:
@@ -121,10 +126,10 @@ class Translator:
         first, as `Translation`s: text, scores, tokens, per-token log-probs, and with
         `alignment=True` / `attention=True` the cross-attention's alignment and weights."""
         sources, prefixes = self._checked(sources, prefixes, "translate_batch()")
-        config, decoder = self._decoder(options, "translate_batch()")
+        job, decoder = self._decoder(options, "translate_batch()")
         return [[Translation(text, hyp.score, hyp.total, hyp.tokens, hyp.token_scores, hyp.ended, hyp.eos_score,
                              hyp.alignment, hyp.attention) for hyp, text in zip(result.hypotheses, result.texts)]
-                for result in self._results(sources, prefixes, config, decoder)]
+                for result in self._results(sources, prefixes, job, decoder)]
 
     def translate_iterable(self, sources: Iterable, prefixes: Iterable[str] | None = None,
                            **options) -> Iterator[str]:
@@ -135,12 +140,13 @@ class Translator:
         first item asked for."""
         if isinstance(sources, str) or isinstance(prefixes, str):
             raise TypeError("translate_iterable() takes an iterable of sources (and of prefixes), not one string")
-        config, decoder = self._decoder(options, "translate_iterable()")
-        window = chunk_size(config.batching.batch_size, config.batching.batch_type)
+        job, decoder = self._decoder(options, "translate_iterable()")
+        window = chunk_size(job.config.batching.batch_size, job.config.batching.batch_type)
         return self._texts_of_windows(iter(sources), None if prefixes is None else iter(prefixes), window,
-                                      config, decoder)
+                                      job, decoder)
 
-    def generate_tokens(self, source, prefix: str | None = None, **options) -> Iterator[GeneratedToken]:
+    def generate_tokens(self, source: str | list[str], prefix: str | None = None,
+                        **options: Any) -> Iterator[GeneratedToken]:
         """The translation of one source, a token at a time as the search chooses it (greedy by
         default, or `sampling=True`): a beam's best hypothesis is known only when the beam ends,
         so as in CTranslate2's `generate_tokens` there is no beam here. The tokens and log-probs
@@ -148,18 +154,16 @@ class Translator:
         left out; the last one's `text` is `translate`'s string. A sample draws as source 0 of
         `translate` does."""
         [source], [prefix] = self._checked([source], [prefix], "generate_tokens()")
-        config, decoder = self._decoder(options, "generate_tokens()", greedy=True)
-        if config.decoding.beam_size > 1 and not config.decoding.sampling:
-            raise ConfigError("beam_size: generate_tokens() decodes greedily or samples (beam_size=1 or "
-                              "sampling=True); translate_batch() runs a beam")
-        if config.decoding.n_best > 1:
-            raise ConfigError("n_best: generate_tokens() yields one hypothesis; translate_batch() gives n_best")
+        job, decoder = self._decoder(options, "generate_tokens()", greedy=True)
         # The fixed-shape step (CUDA graphs) decodes in buffers every batch shares; this decoding
         # pauses between tokens, while other calls may run: it keeps its own state (the model's step).
-        decoder.fixed_steps = None
-        return self._tokens(self.engine.make_example(0, source, config.batching.max_src_length, prefix), decoder)
+        if decoder.steps.shares_buffers:
+            from .models.steps import EagerSteps
 
-    def translate_file(self, src: str, output: str, resume: bool = False, **options):
+            decoder.steps = EagerSteps(self.engine.loaded.model)
+        return self._tokens(self.engine.make_example(0, source, job.config.batching.max_src_length, prefix), decoder)
+
+    def translate_file(self, src: str, output: str, resume: bool = False, **options: Any) -> Summary:
         """Translate the file `src` into `output` as `nmtdecode translate` does: locked,
         written through OUTPUT.tmp, resumable with `resume=True` (and skipped when complete).
         Returns the job's `summary.Summary` (sentences, target tokens, seconds)."""
@@ -174,22 +178,20 @@ class Translator:
         from .scoring import score_pairs
 
         sources, targets = self._pairs(sources, targets, "score()")
-        return score_pairs(self.engine, self._call_config(options), sources, targets)
+        scores, _ = score_pairs(self.engine, self._call_config(options), sources, targets)
+        return [score.total for score in scores]
 
     def score_batch(self, sources: list, targets: list[str], **options) -> list[Scored]:
         """Each target's log-probability given its source, per token and in all (`Scored`), as
         `nmtdecode score --format jsonl` gives them; batched as `score` batches."""
-        from .scoring import score_pairs_by_token
+        from .scoring import score_pairs
 
         sources, targets = self._pairs(sources, targets, "score_batch()")
-        pairs, forced = score_pairs_by_token(self.engine, self._call_config(options), sources, targets)
-        scored = []
-        for tokens, token_scores, eos in pairs:
-            total = sum(token_scores) + eos
-            scored.append(Scored(tokens, token_scores, eos, total, total / (len(tokens) - forced + 1)))
-        return scored
+        scores, forced = score_pairs(self.engine, self._call_config(options), sources, targets, by_token=True)
+        return [Scored(s.tokens, s.token_scores, s.eos_score, s.total, s.total / (len(s.tokens) - forced + 1))
+                for s in scores]
 
-    def _pairs(self, sources, targets, method: str) -> tuple[list, list[str]]:
+    def _pairs(self, sources: Iterable, targets: Iterable[str], method: str) -> tuple[list, list[str]]:
         sources, _ = self._checked(sources, None, method)
         if isinstance(targets, str):
             raise TypeError(f"{method} takes a list of targets, not one string")
@@ -199,7 +201,7 @@ class Translator:
             raise ValueError(f"{method} got {len(sources)} sources but {len(targets)} targets")
         return sources, targets
 
-    def _checked(self, sources, prefixes, method: str) -> tuple[list, list | None]:
+    def _checked(self, sources: Iterable, prefixes: Iterable | None, method: str) -> tuple[list, list | None]:
         """The sources and prefixes of a call as lists, their lengths and types checked."""
         if isinstance(sources, str):
             raise TypeError(f"{method} takes a list of sources, not one string")
@@ -226,35 +228,34 @@ class Translator:
                     raise TypeError(f"{method}: {name} {i} has a {type(value[wrong]).__name__} at position "
                                     f"{wrong}; a list source holds its pieces as strings")
 
-    def _decoder(self, options: dict, method: str, greedy: bool = False):
-        """This call's effective config and decoder; options that change nothing in `method` are
+    def _decoder(self, options: dict, method: str, greedy: bool = False) -> tuple[ResolvedJob, BatchDecoder]:
+        """This call's resolved job and its decoder; options that change nothing in `method` are
         warned about in the API's terms (IneffectiveOptionWarning)."""
-        if "prefix" in options:  # a file, for translate_file
-            raise ConfigError(f"prefix: {method} takes its prefixes as a list, prefixes=[...]")
-        base, notes = {"beam_size": 1, "n_best": 1} if greedy else {}, []
-        config, decoder = self.engine.decoder(self._call_config(options, base=base), warn=notes.append, api=True)
-        for note in notes + _unseen(config, options, method):
+        check_call_options(method, options)
+        base = {"beam_size": 1, "n_best": 1} if greedy else {}
+        job = resolve(self._call_config(options, base=base), self.engine, api_method=method, call_options=options)
+        for note in job.notes:
             warnings.warn(note, IneffectiveOptionWarning, stacklevel=3)  # at the caller of the public method
-        return config, decoder
+        decoder = self.engine.decoder(job.config.decoding, job.rules, job.banned_ids, job.excluded_ids)
+        return job, decoder
 
-    def _results(self, sources: list, prefixes: list | None, config: Config, decoder, first: int = 0) -> list:
-        """The engine's results of these sources (indexes from `first`), in their order: sorted
-        by length and cut into batches together, as one window of the command line's input."""
-        engine, batching = self.engine, config.batching
+    def _results(self, sources: list, prefixes: list | None, job: ResolvedJob, decoder: BatchDecoder,
+                 first: int = 0) -> list[Result]:
+        """The engine's results of these sources (indexes from `first`), in their order: through the
+        pipeline, sorted by length and cut into batches together, as one chunk of a file's lines."""
+        engine, batching = self.engine, job.config.batching
         examples = [engine.make_example(first + i, text, batching.max_src_length,
                                         None if prefixes is None else prefixes[i]) for i, text in enumerate(sources)]
-        results = [None] * len(examples)
-        batches = cut(examples, batching.batch_size, batching.batch_type)
-        for _, done in engine.decode_batches(batches, decoder, engine.batches_at_once(config)):
-            for result in done:
-                results[result.index - first] = result
-        return results
+        sink = ListSink(len(examples), first)
+        run(ListSource(examples, batching), lambda batch: engine.decode_batch(batch, decoder), sink,
+            job.batches_at_once)
+        return sink.results
 
-    def _texts_of_windows(self, sources: Iterator, prefixes: Iterator | None, window: int, config: Config,
-                          decoder) -> Iterator[str]:
+    def _texts_of_windows(self, sources: Iterator, prefixes: Iterator | None, window: int, job: ResolvedJob,
+                          decoder: BatchDecoder) -> Iterator[str]:
         """translate_iterable's work: a window of sources (and as many prefixes) at a time; one
         prefix more is read at the sources' end, to tell prefixes that outlast them."""
-        def prefixes_end(which: str, at: int):
+        def prefixes_end(which: str, at: int) -> NoReturn:
             raise ValueError(f"translate_iterable(): the prefixes end {which} the sources, at source {at}")
 
         first = 0
@@ -265,13 +266,13 @@ class Translator:
             self._check_types(chunk, "source", (str, list), "translate_iterable()", first)
             if given is not None:
                 self._check_types(given, "prefix", (str, type(None)), "translate_iterable()", first)
-            for result in self._results(chunk, given, config, decoder, first):
+            for result in self._results(chunk, given, job, decoder, first):
                 yield result.texts[0]
             first += len(chunk)
         if prefixes is not None and next(prefixes, _END) is not _END:  # a prefix may be None
             prefixes_end("after", first)
 
-    def _tokens(self, example, decoder) -> Iterator[GeneratedToken]:
+    def _tokens(self, example: Example, decoder: BatchDecoder) -> Iterator[GeneratedToken]:
         """The tokens of one example's single hypothesis, each yielded after the step that chose
         it (all at once for an empty source: its prefix, if any)."""
         tokenizer, chosen = self.engine.loaded.tokenizer, []
@@ -300,27 +301,6 @@ class Translator:
     def _call_config(self, options: dict, files: dict | None = None, base: dict | None = None) -> Config:
         """This translator's config with one call's options over it (over `base`, the call's own
         defaults)."""
-        fixed = sorted(k for k in options if k not in CALL_KEYS)
-        if fixed:
-            what = "is fixed when the model loads: give it to Translator.load()" if fixed[0] in KEY_SECTION else \
-                "is not an option"
-            raise ConfigError(f"{fixed[0]}: {what}")
+        check_call_keys(options)
         return self.config.over(base or {}, options, files or {})
 
-
-def _unseen(config: Config, options: dict, method: str) -> list[str]:
-    """Options whose results `method`'s return type does not carry."""
-    notes = []
-    if "format" in options:
-        notes.append(f"format={options['format']!r} has no effect on {method}: translate_file() writes formats")
-    if config.decoding.report_align:
-        notes.append(f"report_align=True has no effect on {method}: translate_file() writes the Pharaoh pairs")
-    if method in ("translate()", "translate_iterable()"):
-        decoding = config.decoding
-        shown = "the best translation as a string; translate_batch() returns"
-        if decoding.n_best > 1:
-            notes.append(f"n_best={decoding.n_best} has no effect on {method}, which returns {shown} the n-best")
-        for key in ("alignment", "attention", "token_scores"):
-            if config.value(key):
-                notes.append(f"{key}=True has no effect on {method}, which returns {shown} Translations with it")
-    return notes

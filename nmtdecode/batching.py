@@ -22,7 +22,7 @@ SORT_CHUNK_BATCHES = 32  # batches' worth of lines sorted together
 @dataclass
 class Example:
     index: int  # 0-based line number in the input
-    text: str
+    text: str | list[str]  # the line, or its pieces (the Python API's token input)
     ids: list[int] | None = None  # None: nothing to decode (empty line)
     truncated: bool = False
     prefix: list[int] | None = None  # target ids the output must start with (--prefix)
@@ -35,10 +35,22 @@ class Result:
     hypotheses: list[Hypothesis]
     texts: list[str] = field(default_factory=list)
     search: dict | None = None  # the line's search, for --dump-beam (beam_dump.py)
-    # --report-align: the source's pieces, each hypothesis's pieces and its Pharaoh pairs (pieces.py)
+    # --report-align: the source's pieces, each hypothesis's pieces and its Pharaoh pairs (word_alignment.py)
     source_pieces: list[str] | None = None
     pieces: list[list[str]] | None = None
     pharaoh: list[str] | None = None
+
+
+@dataclass
+class PairScore:
+    """A (source, target) pair as `score` scores it: the total log-probability of the target (EOS
+    included), and with per-token scores its tokens, their log-probabilities and EOS's."""
+
+    index: int
+    total: float
+    tokens: list[int] | None = None  # the target's ids, any forced first token included, EOS not
+    token_scores: list[float] | None = None  # one per token (a forced token: 0)
+    eos_score: float | None = None
 
 
 def finite_or_null(x: float) -> float | None:

@@ -36,22 +36,30 @@ Nothing is recorded unless the option is given: the searches keep every ended hy
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Iterable
+
 from .batching import finite_or_null
+
+if TYPE_CHECKING:  # tokenizers are duck-typed (tokenizer.py, models/formats/hf_tokenizers.py)
+    from .batching import Example, Result
+    from .decoding import BatchDecoder
+    from .search.base import Hypothesis
+    from .search.beam import Beam
 
 def _scores(steps: list[list[float]]) -> list[list[float | None]]:
     return [[finite_or_null(x) for x in step] for step in steps]
 
 
-def target_pieces(tokenizer, ids) -> dict[str, str]:
+def target_pieces(tokenizer: Any, ids: Iterable[int]) -> dict[str, str]:
     """{id: piece} of target ids, as the tokenizer names them (`<id>` for one it does not know)."""
     return {str(i): tokenizer.target_piece(i) or f"<{i}>" for i in sorted(set(ids))}
 
 
-def source_pieces(tokenizer, ids: list[int]) -> list[str]:
+def source_pieces(tokenizer: Any, ids: list[int]) -> list[str]:
     return [tokenizer.source_piece(i) or f"<{i}>" for i in ids]
 
 
-def beam_record(beam, eos_id: int) -> dict:
+def beam_record(beam: Beam, eos_id: int) -> dict:
     """One Beam's lists, as OpenNMT-py named them, and every hypothesis that ended."""
     record = {"predicted_ids": beam.next_ys, "beam_parent_ids": beam.prev_ks, "scores": _scores(beam.scores)}
     if "alignment" in beam.attached:
@@ -62,7 +70,7 @@ def beam_record(beam, eos_id: int) -> dict:
     return record
 
 
-def nbest_entry(hyp, text: str, where: tuple[int, int] | None) -> dict:
+def nbest_entry(hyp: Hypothesis, text: str, where: tuple[int, int] | None) -> dict:
     entry = {"beam": None if where is None else where[0], "finished": None if where is None else where[1],
              "tokens": hyp.tokens, "text": text, "score": finite_or_null(hyp.score),
              "log_prob": finite_or_null(hyp.total), "ended": hyp.ended}
@@ -73,7 +81,8 @@ def nbest_entry(hyp, text: str, where: tuple[int, int] | None) -> dict:
     return entry
 
 
-def sentence_record(example, result, search, sentence: int, decoder, tokenizer) -> dict:
+def sentence_record(example: Example, result: Result, search: Any, sentence: int, decoder: BatchDecoder,
+                    tokenizer: Any) -> dict:
     """The dump of one decoded line: `sentence` is its position in the batch `search` searched,
     `result` its Result (n-best hypotheses and their texts)."""
     cfg = decoder.cfg
@@ -99,7 +108,7 @@ def sentence_record(example, result, search, sentence: int, decoder, tokenizer) 
             "nbest": [nbest_entry(h, t, w) for h, t, w in zip(result.hypotheses, result.texts, chosen)]}
 
 
-def empty_record(example, result, decoder, tokenizer) -> dict:
+def empty_record(example: Example, result: Result, decoder: BatchDecoder, tokenizer: Any) -> dict:
     """The dump of a line with nothing to decode: its n-best (empty, or its prefix) only."""
     ids = {decoder.eos_id} | {i for hyp in result.hypotheses for i in hyp.tokens}
     return {"index": example.index, "source": example.text, "source_pieces": [], "search": "none",

@@ -19,6 +19,7 @@ import re
 import signal
 import sys
 import typing
+from typing import Any, Callable, Mapping, NoReturn
 from dataclasses import replace
 
 import click
@@ -32,16 +33,16 @@ from .opennmt_options import peer_flag_message
 from .signals import STOPPED_NOTE, Terminated
 
 
-def _click_type(key: str, declared: Option):
+def _click_type(key: str, declared: Option) -> click.ParamType | type:
     hint = TYPES.get(key, str)
-    kinds = typing.get_args(hint) or (hint,)
-    kinds = [k for kind in kinds for k in (typing.get_args(kind) or (kind,))]  # list[float]: float
+    # list[float]: float
+    kinds = [k for kind in typing.get_args(hint) or (hint,) for k in (typing.get_args(kind) or (kind,))]
     if declared.choices is not None and declared.aliases is None:
         return click.Choice(declared.choices)
     return int if int in kinds else float if float in kinds else str
 
 
-def cli_option(key: str, **changes):
+def cli_option(key: str, **changes: Any) -> Callable:
     """The click option of config key `key`, from its declaration (config.OPTIONS, PLAN_OPTIONS);
     `changes` adapt it to a command where the key means something narrower (score's --src).
     Its value is None unless given, so the YAML file and model defaults can fill it."""
@@ -63,7 +64,7 @@ TRANSLATE_KEYS = ["model", "src", "output", "output_dir", "suffix",
                   *[k for k, section in KEY_SECTION.items() if section in ("batching", "runtime")],
                   *[k for k, section in KEY_SECTION.items() if section == "decoding"]]
 # score's own: one source and one target file, one output, and its own formats.
-SCORE_OPTIONS = {
+SCORE_OPTIONS: dict[str, dict[str, Any]] = {
     "src": dict(help="Source file, one sentence per line.  [required]", many=False, metavar=None),
     "output": dict(help="Output file (written whole, through OUTPUT.tmp); - is stdout.", many=False, metavar=None),
     "format": dict(help="text: one log-prob a line; jsonl: also tokens and per-token log-probs.",
@@ -78,8 +79,8 @@ DUMP_CONFIG = click.option("--dump-config", is_flag=True,
                                 "as YAML and exit; loads the model's defaults, decodes nothing (command line only).")
 
 
-def _apply(options):
-    def decorate(function):
+def _apply(options: list[Callable]) -> Callable:
+    def decorate(function: Callable) -> Callable:
         for option in reversed(options):
             function = option(function)
         return function
@@ -95,7 +96,7 @@ class UsageError(click.UsageError):
     """A command-line mistake found before click parses (exit code 2)."""
 
 
-def check_spelling(group: click.Group, argv: list[str]):
+def check_spelling(group: click.Group, argv: list[str]) -> None:
     """Refuse OpenNMT's single-dash long options (`-beam_size`, `-src`) naming ours (`--beam-size`)."""
     names = [i for i, arg in enumerate(argv) if arg in group.commands]
     if not names:
@@ -156,7 +157,7 @@ class OneValueCommand(click.Command):
     """A command whose single-valued options are refused when given twice (click keeps the
     last silently), and whose --src/--output take several values."""
 
-    def parse_args(self, ctx, args):
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         args = spread_values(args)
         _, _, order = self.make_parser(ctx).parse_args(args=list(args))
         seen = set()
@@ -170,7 +171,7 @@ class OneValueCommand(click.Command):
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="nmtdecode")
-def cli():
+def cli() -> None:
     """Fast, exact decoding for encoder-decoder translation and summarization models."""
 
 
@@ -179,7 +180,7 @@ def cli():
 @_apply([cli_option(key) for key in TRANSLATE_KEYS])
 @DUMP_CONFIG
 @DEBUG
-def translate(config_file, dump_config, debug, **flags):
+def translate(config_file: str | None, dump_config: bool, debug: bool, **flags: Any) -> None:
     """Translate text files or stdin, one output entry per input line, in input order.
 
     \b
@@ -208,7 +209,7 @@ def translate(config_file, dump_config, debug, **flags):
 @_apply([cli_option(key) for key in SCORE_KEYS if key != "model"])
 @DUMP_CONFIG
 @DEBUG
-def score(config_file, tgt, dump_config, debug, **flags):
+def score(config_file: str | None, tgt: str | None, dump_config: bool, debug: bool, **flags: Any) -> None:
     """Forced decoding: the total log-probability of each target line given its source
     (natural log, EOS included; a forced target-language tag or BOS counts 0, as in translate).
     Pairs are sorted and batched as translate batches; the summary gives the perplexity."""
@@ -241,7 +242,7 @@ def score_config(file_values: dict, flags: dict) -> Config:
 @click.argument("paths", nargs=-1, metavar="PATH...")
 @click.option("--model", "-m", "models", multiple=True, help="Model directory (or give it as PATH); several: each.")
 @DEBUG
-def inspect(paths, models, debug):
+def inspect(paths: tuple[str, ...], models: tuple[str, ...], debug: bool) -> None:
     """Show a model's format, architecture, vocabulary, stored dtype, target language and decoding
     defaults; of several (an ensemble's), each in turn."""
     if bool(paths) == bool(models):
@@ -256,7 +257,7 @@ def inspect(paths, models, debug):
 @click.option("--output", "-o", required=True, help="The HTML page to write (one file: inline SVG, CSS and script).")
 @click.option("--sentence", "-n", type=int, default=None, help="Only input line N (1-based).")
 @DEBUG
-def show(dump, output, sentence, debug):
+def show(dump: str, output: str, sentence: int | None, debug: bool) -> None:
     """Draw the searches of a `translate --dump-beam` file as one HTML page: each line's beam tree
     (n-best paths highlighted, pruned branches faded) and, when recorded, its attention."""
     from .show import write_page
@@ -319,7 +320,7 @@ OPENMP_WAIT_SETTINGS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
 SPIN_ROUNDS = 10_000  # libgomp's default is 300,000 (OMP_WAIT_POLICY unset)
 
 
-def openmp_environment(environ, torch_loaded: bool) -> dict:
+def openmp_environment(environ: Mapping[str, str], torch_loaded: bool) -> dict:
     """What the program adds to its environment before torch loads: GOMP_SPINCOUNT=10000, so
     libgomp's idle workers (torch's CPU wheels) spin briefly, then sleep, instead of spinning
     for 300,000 rounds (its default), unless the user chose: as fast as spinning on an idle
@@ -330,7 +331,7 @@ def openmp_environment(environ, torch_loaded: bool) -> dict:
     return {"GOMP_SPINCOUNT": str(SPIN_ROUNDS)}
 
 
-def distributed_log_environment(environ, torch_loaded: bool) -> dict:
+def distributed_log_environment(environ: Mapping[str, str], torch_loaded: bool) -> dict:
     """Under torchrun (WORLD_SIZE set), TORCH_CPP_LOG_LEVEL=FATAL unless the user chose a level:
     a rendezvous that times out or a peer that dies is one line of ours (ranks.PeerLost), not
     c10d's log lines with their C++ stack frames. Read when torch loads."""
@@ -339,7 +340,7 @@ def distributed_log_environment(environ, torch_loaded: bool) -> dict:
     return {"TORCH_CPP_LOG_LEVEL": "FATAL"}
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> None:
     """The `nmtdecode` program: process-wide signal handling around `run` (signals.py)."""
     torch_loaded = "torch" in sys.modules
     os.environ.update(openmp_environment(os.environ, torch_loaded))
@@ -354,7 +355,7 @@ def main(argv=None):
     exit_now(code)
 
 
-def exit_now(code: int):
+def exit_now(code: int) -> NoReturn:
     """End the process with `code` once what it wrote is flushed, without the interpreter's
     teardown: freeing a loaded model object by object and unloading torch took 0.4 s of a 3 s
     Transformer-base job (docs/speed.md). Every file of a job is closed, renamed and unlocked by

@@ -23,6 +23,7 @@ from __future__ import annotations
 import difflib
 import os
 import typing
+from typing import Any
 from dataclasses import MISSING, dataclass, field, fields, replace
 
 from .opennmt_options import peer_option_message
@@ -42,13 +43,13 @@ DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "fp16": "float16", "half
 class Section:
     """A group of options (a dataclass of `option` fields)."""
 
-    def validate(self):
+    def validate(self) -> None:
         """Each option's declared choices and range, then the rules between options."""
-        for f in fields(self):
+        for f in fields(self):  # type: ignore[arg-type]  # every Section is a dataclass
             check_option(f.name, f.metadata["option"], getattr(self, f.name))
         self.check()
 
-    def check(self):
+    def check(self) -> None:
         """The rules between this section's options."""
 
 
@@ -121,7 +122,7 @@ class DecodingConfig(Section):
         asked = [key for key in ("alignment", "attention", "replace_unk", "report_align") if getattr(self, key)]
         return asked + (["coverage_penalty"] if self.coverage_penalty != "none" and self.beta > 0 else [])
 
-    def check(self):
+    def check(self) -> None:
         if self.n_best > self.beam_size and not self.sampling:
             raise ConfigError(f"n_best: {self.n_best} is greater than beam_size ({self.beam_size})")
         if self.min_length > self.max_length:
@@ -176,7 +177,7 @@ class RuntimeConfig(Section):
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         return max(1, cpus // (processes * self.inter_threads))
 
-    def check(self):
+    def check(self) -> None:
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ConfigError(f"device: {self.device!r} is not one of auto, cpu, cuda, cuda:N")
         if self.quantize == "int8" and self.dtype != "float32":
@@ -214,7 +215,7 @@ class IOConfig(Section):
         """The model paths: one, or an ensemble's."""
         return list(self.model) if isinstance(self.model, list) else [self.model]
 
-    def check(self):
+    def check(self) -> None:
         models = len(self.models)
         if self.ensemble_weights is not None:
             if models == 1:
@@ -280,7 +281,7 @@ def unknown_key_error(key: str) -> ConfigError:
     return ConfigError(unknown_key_message(key))
 
 
-def _number(value) -> float | None:
+def _number(value: object) -> float | None:
     """A number given as one (YAML) or as text (a flag), else None."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         return None
@@ -321,7 +322,7 @@ def asks_for(layer: dict) -> str | None:
 def layered(layers: list[dict]) -> dict:
     """Checked layers of options (`checked_layer`), lowest first, as one {key: value}: each layer's
     keys over the ones below, a layer asking for a beam or for sampling dropping the other."""
-    merged = {}
+    merged: dict = {}
     for layer in layers:
         strategy = asks_for(layer)
         for key in BEAM_KEYS if strategy == "sampling" else ("sampling",) if strategy == "beam" else ():
@@ -357,15 +358,15 @@ class Config:
     def from_layers(cls, layers: list[dict], model_defaults: dict | None = None) -> "Config":
         """Build and validate a config from layers of options, lowest first, over the model's
         own decoding defaults (when known) and the declared defaults."""
-        layers = tuple(checked_layer(layer) for layer in layers)
+        checked = tuple(checked_layer(layer) for layer in layers)
         defaults = checked_layer(model_defaults or {})
         unknown = sorted(k for k in defaults if KEY_SECTION[k] != "decoding")
         if unknown:
             raise ConfigError(f"model defaults name options that are not decoding options: {', '.join(unknown)}")
-        grouped = {name: {} for name in SECTIONS}
-        for key, value in layered([defaults, *layers]).items():
+        grouped: dict[str, dict] = {name: {} for name in SECTIONS}
+        for key, value in layered([defaults, *checked]).items():
             grouped[KEY_SECTION[key]][key] = value
-        config = cls(**{name: SECTIONS[name](**grouped[name]) for name in SECTIONS}, layers=layers)
+        config = cls(**{name: SECTIONS[name](**grouped[name]) for name in SECTIONS}, layers=checked)
         config.validate()
         return config
 
@@ -378,7 +379,7 @@ class Config:
         """This config with more layers of options over it (a job item, an API call)."""
         return Config.from_layers([*self.layers, *layers])
 
-    def validate(self):
+    def validate(self) -> None:
         for name in SECTIONS:
             getattr(self, name).validate()
 
@@ -387,7 +388,7 @@ class Config:
         """The keys set by the user (config file, job item, command line, API call)."""
         return frozenset(layered(list(self.layers)))
 
-    def value(self, key: str):
+    def value(self, key: str) -> Any:
         return getattr(getattr(self, KEY_SECTION[key]), key)
 
 
@@ -405,7 +406,7 @@ def flat_values(config: Config) -> dict:
     return {key: config.value(key) for key in KEY_SECTION}
 
 
-def default_of(key: str):
+def default_of(key: str) -> Any:
     """The built-in default of an option (for --help)."""
     f = next(f for f in fields(SECTIONS[KEY_SECTION[key]]) if f.name == key)
     return None if f.default is MISSING else f.default  # a list's default (a factory's) is empty

@@ -12,6 +12,7 @@ import os
 
 import yaml
 
+from .bounded import TooLarge, check_size, shown
 from .config import KEY_SECTION, PLAN_KEYS, Config, ConfigError, flat_values, option_names, unknown_key_message
 
 # Options naming files: in a config file, a relative path is relative to that file's directory.
@@ -19,7 +20,7 @@ PATH_KEYS = ("model", "src", "output", "output_dir", "prefix", "dump_beam")
 
 
 class _KeyTwice(Exception):
-    def __init__(self, key, line: int):
+    def __init__(self, key: object, line: int) -> None:
         super().__init__(key, line)
         self.key, self.line = key, line
 
@@ -28,7 +29,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     """yaml.safe_load, except that a key given twice in a mapping is an error (naming it and its
     line) instead of the last one silently winning, as on the command line."""
 
-    def construct_mapping(self, node, deep=False):
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         seen = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
@@ -51,11 +52,16 @@ def load_yaml(path: str) -> dict:
         raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
     try:
         data = yaml.load(raw.decode("utf-8"), Loader=_UniqueKeyLoader)  # a leading BOM is read by YAML itself
+        check_size(data)
+    except TooLarge as e:
+        raise ConfigError(f"config file {path}: larger than any config: {e}") from None
+    except RecursionError:
+        raise ConfigError(f"config file {path}: larger than any config: it nests too deeply") from None
     except UnicodeDecodeError as e:
         line = raw[: e.start].count(b"\n") + 1
         raise ConfigError(f"config file {path}:{line}: invalid UTF-8 at byte {e.start}") from None
     except _KeyTwice as e:
-        raise ConfigError(f"config file {path}:{e.line}: {e.key!r} is given twice") from None
+        raise ConfigError(f"config file {path}:{e.line}: {shown(e.key)} is given twice") from None
     except yaml.MarkedYAMLError as e:  # one line: where, and what went wrong there
         mark = e.problem_mark or e.context_mark
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else path
@@ -76,11 +82,11 @@ def load_yaml(path: str) -> dict:
     return values
 
 
-def _check_keys(path: str, raw: bytes, values: dict):
+def _check_keys(path: str, raw: bytes, values: dict) -> None:
     """Refuse an unknown key of the file or of an item of its `jobs:`, naming the file, its line and
     the nearest spellings (the lines are looked up only then)."""
     known = {*KEY_SECTION, *PLAN_KEYS}
-    unknown = [(None, key) for key in values if key not in known]
+    unknown: list[tuple[int | None, str]] = [(None, key) for key in values if key not in known]
     items = values.get("jobs") if isinstance(values.get("jobs"), list) else []
     unknown += [(n, key) for n, item in enumerate(items) if isinstance(item, dict)
                 for key in option_names(item, f"jobs: item {n + 1}") if key not in known]
@@ -100,9 +106,9 @@ def _key_line(raw: bytes, key: str, item: int | None) -> int | str:
     return next((k.start_mark.line + 1 for k, _ in node.value if str(k.value).replace("-", "_") == key), "?")
 
 
-def _resolve_paths(values: dict, base: str):
+def _resolve_paths(values: dict, base: str) -> None:
     """File names (`PATH_KEYS`, alone or in a list) relative to `base`; `-` stays as it is."""
-    def resolve(value):
+    def resolve(value: object) -> object:
         if isinstance(value, str) and value != "-":
             return os.path.join(base, os.path.expanduser(value))  # join keeps an absolute path
         return value

@@ -1,10 +1,10 @@
 """The decoding loop of one batch: encode, step, let every piece of row state follow the search.
 
     memory = model.encode(src)                       # (B, S, d)
-    cache  = model.init_cache(memory, src_mask)      # cross-attention K/V once per sentence
+    cache  = steps.init_cache(memory, src_mask, ...) # cross-attention K/V once per sentence
     tokens = search.start_tokens                     # (B,): one row per sentence at step 0
     for step in 0 .. max_steps-1:
-        logits   = model.decode_step(tokens, cache)      # and cache.attention, when recorded
+        logits   = steps.decode_step(tokens, cache)      # and cache.attention, when recorded
         logprobs = processors(log_softmax(processors.on_logits(logits)))  # repetition penalty; then
                                                      # min length, bans, forced tokens, n-gram blocking
         out      = search.advance(logprobs, step, facts)  # one topk, per-sentence Beams; k rows per sentence
@@ -13,28 +13,31 @@
         tokens   = out.tokens
 
 The search decides, the model computes, `BatchDecoder` only connects them
-(search/base.py has the step contract). It knows nothing of files or jobs: the
-engine (engine.py) builds one per job and feeds it batches.
+(search/base.py has the step contract). How the model's steps run (eagerly, traced on
+a CPU, as CUDA graphs) is the step runner's (models/steps.py), which the engine chose
+when it loaded the model; the cache is a DecoderState (models/state.py). It knows
+nothing of files or jobs: the engine (engine.py) builds one per job and feeds it batches.
 """
 
 from __future__ import annotations
 
-from typing import Iterator, Protocol
+from typing import Any, Iterator, Protocol, Sequence, cast
 
 import torch
 
-from .config import ConfigError, DecodingConfig
+from .config import DecodingConfig
+from .models.architecture import TransformerConfig
 from .models.checkpoint import ModelRules
-from .models.ensemble import MemberSources
-from .models.fixed_step import FixedShapeSteps
-from .models.traced_step import TracedSteps
-from .search.base import Hypothesis, RowFacts, RowState, Search, StepOutput
+from .models.ensemble import Ensemble, MemberSources
+from .models.state import DecoderState
+from .models.steps import EagerSteps, StepRunner
+from .search.base import Hypothesis, RowFacts, Search, StepOutput
 from .search.beam import BeamSearch
 from .search.diverse import DiverseBeamSearch
 from .search.greedy import GreedySearch
 from .search.penalties import Coverage, LengthPenalty
 from .search.processors import (BanTokens, BlockNgramRepeat, ForceEosAtLimit, ForceFirstToken, ForcePrefix, MinLength,
-                                NoRepeatNgram, Processors, RepetitionPenalty)
+                                NoRepeatNgram, Processor, Processors, RepetitionPenalty)
 from .search.sampling import Filters, SamplingSearch
 
 
@@ -50,30 +53,30 @@ class Seq2SeqModel(Protocol):
         its step's scores (an ensemble's rule, models/ensemble.py); without it, log_softmax (in place)
     """
 
-    cfg: object  # pad/unk/eos/decoder-start ids, max_positions
+    cfg: TransformerConfig  # pad/unk/eos/decoder-start ids, max_positions
+
+    def parameters(self) -> Iterator[torch.nn.Parameter]: ...
 
     def encode(self, src_ids: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor: ...
 
-    def init_cache(self, memory: torch.Tensor, src_mask: torch.Tensor) -> RowState: ...
+    def init_cache(self, memory: torch.Tensor, src_mask: torch.Tensor) -> DecoderState: ...
 
-    def decode_step(self, tokens: torch.Tensor, cache: RowState) -> torch.Tensor: ...
+    def decode_step(self, tokens: torch.Tensor, cache: DecoderState) -> torch.Tensor: ...
 
 
 class BatchDecoder:
     """Decodes batches of source ids with one model and one job's decoding options."""
 
     def __init__(self, model: Seq2SeqModel, decoding: DecodingConfig, rules: ModelRules | None = None,
-                 shrink: bool = True, piece_id=None, fixed_steps: FixedShapeSteps | None = None,
-                 trace: bool = False, traced_steps: TracedSteps | None = None):
-        """piece_id: target piece -> id or None (the tokenizer's), for the options naming pieces.
-        fixed_steps: the model's fixed-shape step (CUDA graphs), used instead of its own.
-        traced_steps: the model's own step recorded by TorchScript (CPU), used instead of it.
+                 shrink: bool = True, banned_ids: Sequence[int] = (), excluded_ids: Sequence[int] = (),
+                 steps: StepRunner | None = None, trace: bool = False) -> None:
+        """banned_ids, excluded_ids: the ids of --banned-tokens and --ignore-when-blocking (resolve.py).
+        steps: how the model's steps run (models/steps.py; the engine's choice), default eagerly.
         trace: the searches keep every hypothesis that ends, for `search_batch`'s caller (--dump-beam)."""
         self.model = model
         self.log_probs = getattr(model, "log_probs", log_softmax)
         self.trace = trace
-        self.fixed_steps = fixed_steps
-        self.traced_steps = traced_steps
+        self.steps = steps or EagerSteps(model)
         self.cfg = decoding
         self.rules = rules or ModelRules()
         self.shrink = shrink  # drop finished sentences from the batch (off only to test that it changes nothing)
@@ -83,8 +86,7 @@ class BatchDecoder:
         mc = model.cfg
         self.start_id, self.eos_id = mc.decoder_start_id, mc.eos_id
         self.pad_id, self.unk_id = mc.pad_id, mc.unk_id
-        self.banned_ids = piece_ids("banned_tokens", decoding.banned_tokens, piece_id)
-        self.excluded_ids = piece_ids("ignore_when_blocking", decoding.ignore_when_blocking, piece_id)
+        self.banned_ids, self.excluded_ids = list(banned_ids), list(excluded_ids)
 
     @property
     def device(self) -> torch.device:
@@ -110,8 +112,9 @@ class BatchDecoder:
         """The strategy: sampling (its random streams keyed by each sentence's input line,
         `line_ids`, default 0..B-1), greedy for beam size 1, else beam search."""
         cfg = self.cfg
-        common = dict(batch_size=batch_size, max_steps=max_steps, start_id=self.start_id, eos_id=self.eos_id,
-                      penalty=self.penalty, device=self.device)
+        common: dict[str, Any] = dict(batch_size=batch_size, max_steps=max_steps, start_id=self.start_id,
+                                      eos_id=self.eos_id, penalty=self.penalty, device=self.device)
+        search: SamplingSearch | GreedySearch | DiverseBeamSearch | BeamSearch
         if cfg.sampling:
             search = SamplingSearch(samples=cfg.n_best, filters=Filters(cfg.temperature, cfg.top_k, cfg.top_p),
                                     seed=cfg.seed, line_ids=line_ids or list(range(batch_size)), **common)
@@ -142,7 +145,7 @@ class BatchDecoder:
     def make_processors(self, search: Search, max_steps: list[int],
                         prefixes: list[list[int]] | None = None) -> Processors:
         cfg, rules = self.cfg, self.rules
-        chain = []
+        chain: list[Processor] = []
         if cfg.repetition_penalty != 1.0:
             chain.append(RepetitionPenalty(cfg.repetition_penalty))
         if cfg.no_repeat_ngram_size:
@@ -163,7 +166,7 @@ class BatchDecoder:
         last_step = torch.tensor(max_steps, device=self.device) - 1
         return Processors(chain, search.start_tokens, last_step)
 
-    def make_attention(self, cache, src_mask) -> "AttentionFacts | None":
+    def make_attention(self, cache: DecoderState, src_mask: torch.Tensor) -> AttentionFacts | None:
         """What the search needs from the cross-attention, or None (then none is recorded)."""
         cfg, readers = self.cfg, self.cfg.attention_readers
         if not readers:
@@ -172,9 +175,9 @@ class BatchDecoder:
         cache.record_attention = True
         return AttentionFacts(coverage, cfg.aligned, cfg.attention)
 
-    def pad(self, sources: list[list[int]], pad_id: int | None = None):
+    def pad(self, sources: list[list[int]], pad_id: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The padded ids (B, S) and their mask, True = real token. One tensor from padded lists: a
-        fifth of the time of filling a tensor row by row (32 sentences: 46 against 225 us, AMD EPYC Zen 4)."""
+        fifth of the time of filling a tensor row by row (docs/speed.md)."""
         longest, device = max(len(s) for s in sources), self.device
         pad_id = self.pad_id if pad_id is None else pad_id
         ids = torch.tensor([list(s) + [pad_id] * (longest - len(s)) for s in sources], dtype=torch.long, device=device)
@@ -193,7 +196,7 @@ class BatchDecoder:
     def search_batch(self, sources: list[list[int]], line_ids: list[int] | None = None,
                      prefixes: list[list[int]] | None = None) -> tuple[list[list[Hypothesis]], Search]:
         """As `translate_batch`, and the search itself: its per-sentence records (beam_dump.py)."""
-        for search in self.search_steps(sources, line_ids, prefixes):
+        for search in self.search_steps(sources, line_ids, prefixes):  # noqa: B007 - the last one is wanted
             pass  # the last step leaves every sentence done
         results = search.results(self.cfg.n_best)
         if self.cfg.attention:  # rows as long as each source, not the padded batch
@@ -211,13 +214,13 @@ class BatchDecoder:
         memory, src_mask = self.encode(sources)
         max_steps = self.max_steps([len(s) for s in sources])
         search = self.make_search(len(sources), max_steps, line_ids, prefixes)
-        decode_step, cache = self.start_decoder(memory, src_mask, max(max_steps))
+        cache = self.steps.init_cache(memory, src_mask, max(max_steps), self.cfg.rows_per_sentence)
         processors = self.make_processors(search, max_steps, prefixes)
         attention = self.make_attention(cache, src_mask)
         states = (cache, processors) if attention is None else (cache, processors, attention)
         tokens = search.start_tokens
         for step in range(max(max_steps)):
-            logits = decode_step(tokens, cache)
+            logits = self.steps.decode_step(tokens, cache)
             logits = processors.on_logits(logits.float(), step)  # nothing unless a rule acts on logits
             logprobs = processors(self.log_probs(logits), step)
             out = search.advance(logprobs, step, None if attention is None else attention.facts(cache.attention))
@@ -228,28 +231,19 @@ class BatchDecoder:
                 state.follow(out)
             tokens = out.tokens
 
-    def encode(self, sources: list[list[int]]):
+    def encode(self, sources: list[list[int]]) -> tuple[Any, torch.Tensor]:
         """The batch's memory and source mask: the padded ids through the model's encoder, or, for
         an ensemble whose models split the source differently (MemberSources), each model's own."""
         if isinstance(sources[0], MemberSources):  # the mask of the first model's ids is the search's
-            each = self.pad_each(sources)
-            return self.model.encode_each(each), each[0][1]
+            each = self.pad_each(cast("list[MemberSources]", sources))
+            return cast(Ensemble, self.model).encode_each(each), each[0][1]
         src, src_mask = self.pad(sources)
         return self.model.encode(src, src_mask), src_mask
 
     def pad_each(self, sources: list[MemberSources]) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Each ensemble model's own ids of the batch, padded with its own pad id, and their masks."""
         return [self.pad([s.members[m] for s in sources], model.cfg.pad_id)
-                for m, model in enumerate(self.model.members)]
-
-    def start_decoder(self, memory: torch.Tensor, src_mask: torch.Tensor, positions: int):
-        """The step function and the decoder state of a batch: the model's own, or the fixed-shape
-        step's (models/fixed_step.py), which has the same interface and gives the same tokens."""
-        if self.fixed_steps is None:
-            decode_step = self.model.decode_step if self.traced_steps is None else self.traced_steps.decode_step
-            return decode_step, self.model.init_cache(memory, src_mask)
-        cache = self.fixed_steps.init_cache(memory, src_mask, positions, self.cfg.rows_per_sentence)
-        return self.fixed_steps.decode_step, cache
+                for m, model in enumerate(cast(Ensemble, self.model).members)]
 
     def forced_prefix(self) -> list[int]:
         """What the decoder is fed before any target token: the decoder start token, then the
@@ -279,15 +273,16 @@ class BatchDecoder:
         rows = token_logprobs.tolist()
         return [(forced + t, [0.0] * len(forced) + row[: len(t)], row[len(t)]) for t, row in zip(targets, rows)]
 
-    def _forced(self, sources, targets):
+    def _forced(self, sources: list[list[int]], targets: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, T) log-prob of each target token and EOS after the forced prefix, and its mask."""
         prefix = self.forced_prefix()
         tgt_in, _ = self.pad([prefix + t for t in targets])
         gold, gold_mask = self.pad([t + [self.eos_id] for t in targets])
         if isinstance(sources[0], MemberSources):
-            logits = self.model.forward_each(self.pad_each(sources), tgt_in)
+            each = self.pad_each(cast("list[MemberSources]", sources))
+            logits = cast(Ensemble, self.model).forward_each(each, tgt_in)
         else:
-            logits = self.model(*self.pad(sources), tgt_in)
+            logits = cast(Any, self.model)(*self.pad(sources), tgt_in)  # teacher forcing: the model's forward
         logits = logits[:, len(prefix) - 1 :]  # the positions that predict gold
         logprobs = self.log_probs(logits.float())
         return logprobs.gather(2, gold[:, :, None])[:, :, 0], gold_mask
@@ -306,7 +301,7 @@ class AttentionFacts:
     coverage penalty of each row with this step counted, and the source position each row
     attends most (the alignment of the token it chooses). Follows the search (a RowState)."""
 
-    def __init__(self, coverage: Coverage | None, alignment: bool, attention: bool = False):
+    def __init__(self, coverage: Coverage | None, alignment: bool, attention: bool = False) -> None:
         self.coverage, self.alignment, self.attention = coverage, alignment, attention
 
     def facts(self, attention: torch.Tensor) -> RowFacts:
@@ -314,22 +309,7 @@ class AttentionFacts:
                         alignment=attention.argmax(dim=1) if self.alignment else None,
                         attention=attention if self.attention else None)
 
-    def follow(self, out: StepOutput):
+    def follow(self, out: StepOutput) -> None:
         if self.coverage is not None:
             self.coverage.follow(out)
 
-
-def piece_ids(key: str, pieces: list[str], piece_id) -> list[int]:
-    """Target pieces named by option `key` -> their ids; a piece the vocabulary lacks is an error."""
-    if not pieces:
-        return []
-    if piece_id is None:
-        raise ConfigError(f"{key}: this model's tokenizer cannot look up target pieces")
-    ids = []
-    for piece in pieces:
-        found = piece_id(piece)
-        if found is None:
-            raise ConfigError(f"{key}: {piece!r} is not a piece of the target vocabulary (give pieces as the "
-                              "tokenizer spells them, e.g. \u2581the for a word-initial 'the')")
-        ids.append(found)
-    return ids

@@ -1,36 +1,33 @@
-"""The engine: a model loaded once, and what every caller does with it.
+"""The engine: a model loaded once, and what every job does with it.
 
-The command line's jobs (run.py), each torchrun rank, `score` (scoring.py) and the
-Python API (api.py) all load through `Engine.load` and decode through the same
-three calls: `decoder(config)` (a job's effective options, the model's own defaults
-filled in, and its `BatchDecoder`), `make_example` (a line tokenized and cut as
-every caller cuts it) and `decode_batch` (results, with the batch split in halves
-when memory runs out); what a job reports is summary.py's. Nothing here knows about
-files, locks or ranks: this module imports nothing from the job layer.
+The command line's jobs, each torchrun rank, `score` and the Python API all load through
+`Engine.load` and work through the same calls: `decoder` (the `BatchDecoder` of a job's
+resolved options, resolve.py), `make_example` / `make_pair` (a line tokenized and cut as
+every caller cuts it) and `decode_batch` / `score_batch` (one batch's results, split in
+halves when memory runs out). The job pipeline (pipeline.py) feeds it batches. Nothing here
+knows about files, locks or ranks: this module imports nothing from the job layer.
 """
 
 from __future__ import annotations
 
 import gc
-from collections import deque
-from concurrent.futures import ThreadPoolExecutor
-from typing import Iterable, Iterator
+from typing import Any, Sequence
 
 import torch
 
 from . import beam_dump, memory
-from .batching import Example, Result
+from .batch_threads import in_order  # noqa: F401  (bench/worker.py times batches at once through it)
+from .batching import Example, PairScore, Result
 from .config import Config, ConfigError, DecodingConfig, RuntimeConfig
 from .decoding import BatchDecoder
-from .models.checkpoint import LoadedModel, ModelError, largest_demand
+from .models.checkpoint import LoadedModel, ModelRules
 from .models.ensemble import MemberSources
-from .models.fixed_step import FixedShapeSteps, fixed_steps_for
-from .models.traced_step import TracedSteps, traced_steps_for
 from .models.loading import load_model
 from .models.placement import Placement
-from .pieces import aligned_result
+from .models.steps import StepRunner, step_runner_for
+from .word_alignment import aligned_result
 from .search.base import Hypothesis
-from .summary import warn
+from .summary import print_warning
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -46,11 +43,9 @@ def resolve_device(runtime: RuntimeConfig) -> torch.device:
 class Engine:
     """A loaded model on its device, with the options it was loaded with."""
 
-    def __init__(self, config: Config, loaded: LoadedModel, device: torch.device,
-                 fixed_steps: FixedShapeSteps | None = None, traced_steps: TracedSteps | None = None):
+    def __init__(self, config: Config, loaded: LoadedModel, device: torch.device, steps: StepRunner) -> None:
         self.config, self.loaded, self.device = config, loaded, device
-        self.fixed_steps = fixed_steps  # the CUDA-graph step (models/fixed_step.py), kept across batches and jobs
-        self.traced_steps = traced_steps  # the CPU step recorded by TorchScript (models/traced_step.py), likewise
+        self.steps = steps  # how decoding steps run (models/steps.py), chosen at load, kept across batches and jobs
 
     @classmethod
     def load(cls, config: Config) -> "Engine":
@@ -70,28 +65,21 @@ class Engine:
         # collector, whose full passes over the model's objects otherwise interrupt decoding. No
         # collection first: it found ~20 unreachable objects among ~170,000 and took 80-100 ms.
         gc.freeze()
-        return cls(config, loaded, device, fixed_steps_for(loaded.model, device, runtime.cuda_graphs, warn),
-                   traced_steps_for(loaded.model, device, runtime.traced_step, runtime.quantize, warn))
+        steps = step_runner_for(loaded.model, device, runtime.cuda_graphs, runtime.traced_step, runtime.quantize,
+                                print_warning)
+        return cls(config, loaded, device, steps)
 
-    def decoder(self, config: Config, warn=warn, api: bool = False) -> tuple[Config, BatchDecoder]:
-        """A job's effective config (the model's defaults under the user's options) and its
-        decoder; options that change nothing are told to `warn`, named as command-line flags,
-        or with `api` as the Python API's keyword arguments (and then none about --format)."""
-        config, decoder = self.scorer(config)
-        self.loaded.check_decoding(config.decoding)
-        for note in ineffective(config, self.loaded.model.cfg.max_positions, self.device.type, api):
-            warn(note)
-        self._check_fits(config)
-        return config, decoder
+    def decoder(self, decoding: DecodingConfig, rules: ModelRules, banned_ids: Sequence[int] = (),
+                excluded_ids: Sequence[int] = (), trace: bool = False) -> BatchDecoder:
+        """The decoder of a job's resolved options (resolve.py): the search options, the model's
+        rules for its languages, the ids its options name; `trace` keeps every hypothesis that
+        ends, for --dump-beam."""
+        return BatchDecoder(self.loaded.model, decoding, rules, banned_ids=banned_ids, excluded_ids=excluded_ids,
+                            steps=self.steps, trace=trace)
 
-    def scorer(self, config: Config) -> tuple[Config, BatchDecoder]:
-        """As `decoder`, for forced decoding (`score`), which no search option affects."""
-        config = config.with_model_defaults(self.loaded.defaults)
-        rules = self.loaded.rules_for(config.decoding.src_lang, config.decoding.tgt_lang)
-        decoder = BatchDecoder(self.loaded.model, config.decoding, rules,
-                               piece_id=getattr(self.loaded.tokenizer, "piece_id", None), fixed_steps=self.fixed_steps,
-                               trace=config.io.dump_beam is not None, traced_steps=self.traced_steps)
-        return config, decoder
+    def decoding_bytes(self, sentences: int, width: int, positions: int) -> int:
+        """What decoding `sentences` sentences of `width` rows up to `positions` needs (models/transformer.py)."""
+        return self.loaded.model.decoding_bytes(sentences, width, positions, DTYPES[self.config.runtime.dtype])
 
     def encode_source(self, text: str | list[str], max_src_length: int | None) -> tuple[list[int], bool]:
         """A source line's ids, cut to the model's positions (or max_src_length) with its EOS kept,
@@ -119,7 +107,7 @@ class Engine:
         return Example(index, text, ids, truncated=truncated, prefix=prefix_ids)
 
     def decode_batch(self, batch: list[Example], decoder: BatchDecoder) -> list[Result]:
-        """The results of one batch, in its order."""
+        """The results of one batch, in its order; split in halves when memory runs out."""
         tokenizer = self.loaded.tokenizer
         if batch[0].ids is None:  # empty lines: n_best hypotheses each, empty or their prefix (as CTranslate2)
             results = [self._nothing_to_decode(e, decoder.cfg) for e in batch]
@@ -141,21 +129,23 @@ class Engine:
                     result.search = beam_dump.sentence_record(e, result, search, i, decoder, tokenizer)
             return results
 
-        return self.in_halves_when_out_of_memory(batch, decode, lambda part: self._too_big(part, decoder))
+        return memory.in_halves_when_out_of_memory(batch, decode, lambda part: self.too_big(part, decoder))
 
-    def batches_at_once(self, config: Config) -> int:
-        return batches_at_once(config, self.device.type)
+    def score_batch(self, batch: list[Example], decoder: BatchDecoder, by_token: bool = False) -> list[PairScore]:
+        """Forced decoding of a batch of pairs (make_pair): each target's total log-probability, and
+        with `by_token` its tokens and per-token log-probabilities (BatchDecoder.score_tokens)."""
+        def score(part: list[Example]) -> list[PairScore]:
+            sources, targets = [e.ids for e in part], [e.target for e in part]
+            if not by_token:
+                return [PairScore(e.index, total) for e, total in zip(part, decoder.score(sources, targets))]
+            return [PairScore(e.index, sum(token_scores) + eos, tokens, token_scores, eos)
+                    for e, (tokens, token_scores, eos) in zip(part, decoder.score_tokens(sources, targets))]
 
-    def decode_batches(self, batches: Iterable[list[Example]], decoder: BatchDecoder,
-                       at_once: int = 1) -> Iterator[tuple[list[Example], list[Result]]]:
-        """Each batch with its results, in the order given, `at_once` batches decoded at the same
-        time (--inter-threads, `in_order`). The model and the decoder are shared; all per-batch
-        state (search, cache, processors) is the batch's own."""
-        return in_order(lambda batch: self.decode_batch(batch, decoder), batches, at_once)
+        return memory.in_halves_when_out_of_memory(batch, score)
 
     def result(self, example: Example, hyps: list[Hypothesis], cfg: DecodingConfig) -> Result:
         """A line's result: each hypothesis's text, and with --replace-unk or --report-align what its
-        alignment makes of it (pieces.py); the alignment itself is reported only when asked."""
+        alignment makes of it (word_alignment.py); the alignment itself is reported only when asked."""
         tokenizer = self.loaded.tokenizer
         if not (cfg.replace_unk or cfg.report_align):
             return Result(example.index, hyps, [tokenizer.decode(h.tokens) for h in hyps])
@@ -175,46 +165,7 @@ class Engine:
                 hyp.alignment = None
         return result
 
-    def in_halves_when_out_of_memory(self, batch: list, work, too_big=lambda part: None) -> list:
-        """work(batch), a list with one entry per item. When the device runs out of memory (or on
-        CPU, `too_big` says it certainly would) the batch is split in halves and retried, down to
-        single items (which then fail, naming the line)."""
-        results, split = None, too_big(batch)
-        if split is None:
-            try:
-                results = work(batch)
-            except (RuntimeError, MemoryError) as error:  # torch.OutOfMemoryError is a RuntimeError
-                if not memory.is_out_of_memory(error):
-                    raise
-                split = f"out of memory on a batch of {len(batch)} sentences; retrying it in halves"
-            # retried only out here: inside `except`, the traceback keeps the failed attempt's tensors alive
-        if results is not None:
-            return results
-        if len(batch) == 1:
-            raise RuntimeError(f"out of memory on input line {batch[0].index + 1}, even alone; "
-                               "try a smaller --beam-size, --max-src-length or --max-length")
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-        warn(split)
-        half = len(batch) // 2
-        return (self.in_halves_when_out_of_memory(batch[:half], work, too_big)
-                + self.in_halves_when_out_of_memory(batch[half:], work, too_big))
-
-    def _check_fits(self, config: Config):
-        """On CPU, refuse before decoding a beam that not even one sentence could be decoded with
-        (memory.py: an allocation that large may end in the kernel's OOM killer, not an error)."""
-        decoding, total = config.decoding, memory.total_bytes()
-        width = decoding.rows_per_sentence
-        if self.device.type != "cpu" or total is None or width == 1 or decoding.max_length < 2:
-            return
-        need = self.loaded.model.decoding_bytes(1, width, 2, DTYPES[config.runtime.dtype])
-        if need > total:
-            key = "n_best" if decoding.sampling else "beam_size"
-            raise ConfigError(f"{key}: {width} needs at least {memory.readable_size(need)} for one "
-                              f"sentence's second decoding step, more than the {memory.readable_size(total)} "
-                              "this process can use; choose a smaller beam")
-
-    def _too_big(self, batch: list[Example], decoder: BatchDecoder) -> str | None:
+    def too_big(self, batch: list[Example], decoder: BatchDecoder) -> str | None:
         """Why a CPU batch may not fit in the memory available now (a warning), or None: its need at
         the step limit, which decides a split, never a refusal (its sentences may end sooner)."""
         available = memory.available_bytes()
@@ -229,103 +180,11 @@ class Engine:
         return (f"a batch of {len(batch)} sentences may need {memory.readable_size(need)} by its step limit, more than "
                 f"the {memory.readable_size(available)} available; decoding it in halves")
 
-    def _nothing_to_decode(self, example: Example, cfg) -> Result:
+    def _nothing_to_decode(self, example: Example, cfg: DecodingConfig) -> Result:
         """An empty source line's result: n_best hypotheses of its prefix (none: empty), scored 0, with
         one entry per token in every per-token array (no source position to align to: null)."""
         tokens = list(example.prefix or [])
-        arrays = dict(alignment=[None] * len(tokens) if cfg.aligned else None,
+        arrays: dict[str, Any] = dict(alignment=[None] * len(tokens) if cfg.aligned else None,
                       attention=[[] for _ in tokens] if cfg.attention else None)
         hyps = [Hypothesis(list(tokens), 0.0, 0.0, [0.0] * len(tokens), **arrays) for _ in range(cfg.n_best)]
         return self.result(example, hyps, cfg)
-
-
-def in_order(work, items: Iterable, at_once: int = 1) -> Iterator[tuple]:
-    """(item, work(item)) for each item, in the order given, with `at_once` items worked on at the
-    same time, each by a thread of its own. Decoding, torch releases the GIL inside its
-    operations, so one batch's matrix products run while another's Python bookkeeping does, as
-    CTranslate2's inter_threads replicas do."""
-    if at_once == 1:
-        for item in items:
-            yield item, work(item)
-        return
-    with ThreadPoolExecutor(at_once, thread_name_prefix="nmtdecode-batch") as pool:
-        pending: deque = deque()  # (item, future) in the order given, at most at_once
-        try:
-            for item in items:
-                pending.append((item, pool.submit(work, item)))
-                if len(pending) == at_once:
-                    item, future = pending.popleft()
-                    yield item, future.result()
-            while pending:
-                item, future = pending.popleft()
-                yield item, future.result()
-        finally:  # stopped early (an error, a signal): what has not started never will
-            for _, future in pending:
-                future.cancel()
-
-
-def batches_at_once(config: Config, device_type: str) -> int:
-    """--inter-threads on CPU; one batch at a time on CUDA (its steps replay one captured graph)
-    and when answering line by line (each line is answered before the next is read)."""
-    if device_type != "cpu" or config.io.stream:
-        return 1
-    return config.runtime.inter_threads
-
-
-def ineffective(config: Config, max_positions: int, device_type: str, api: bool = False) -> list[str]:
-    """Warnings for options that change nothing (or only slow things down) in this job: not
-    errors, since a shared config file may well set them for another model or format. Options
-    are named as flags, or with `api` as keyword arguments; the Python API has no --format
-    (its methods' results say which options show: api.py warns about those)."""
-    decoding, user = config.decoding, config.user_keys
-    notes = [] if api else format_notes(config)
-    flag = keyword if api else cli_flag
-    if "beta" in user and decoding.beta != 0 and decoding.coverage_penalty == "none":
-        notes.append(f"beta: {decoding.beta} has no effect without {flag('coverage_penalty', 'wu', 'summary')}")
-    if decoding.coverage_penalty != "none" and decoding.beta == 0:
-        wanted = "beta > 0" if api else "--beta B, B > 0"
-        notes.append(f"coverage_penalty: {decoding.coverage_penalty} with beta 0 changes nothing ({wanted})")
-    if "max_length" in user and decoding.max_length > max_positions:
-        notes.append(f"max_length: {decoding.max_length} is above the model's {max_positions} target positions, "
-                     f"which cap every output at {max_positions} tokens")
-    if "diversity_penalty" in user and decoding.beam_groups == 1:
-        notes.append(f"diversity_penalty: has no effect without {flag('beam_groups')} above 1")
-    if decoding.ignore_when_blocking and not decoding.block_ngram_repeat:
-        notes.append(f"ignore_when_blocking: has no effect without {flag('block_ngram_repeat')}")
-    sampling = "sampling=True" if api else "--sampling"
-    if not decoding.sampling:
-        notes += [f"{key}: has no effect without {sampling}{'' if api else ' (sampling: true)'}"
-                  for key in ("temperature", "top_k", "top_p", "seed") if key in user]
-    elif "early_stopping" in user:
-        notes.append(f"early_stopping: has no effect with {sampling} (each sample ends at EOS or the step limit)")
-    if config.runtime.inter_threads > 1 and batches_at_once(config, device_type) == 1:
-        where = "on CUDA" if device_type != "cpu" else "when answering line by line (--stream)"
-        notes.append(f"inter_threads: has no effect {where}: one batch is decoded at a time")
-    if config.runtime.dtype == "float16" and device_type == "cpu":
-        notes.append("dtype: float16 on CPU has few native kernels and is usually slower than float32 "
-                     "(bfloat16 is fast on CPUs with AMX)")
-    return notes
-
-
-def format_notes(config: Config) -> list[str]:
-    """Options whose results the job's output format does not write."""
-    io, decoding, notes = config.io, config.decoding, []
-    if decoding.n_best > 1 and io.format == "text":
-        notes.append(f"n_best: {decoding.n_best} has no effect with --format text, which writes the best "
-                     "hypothesis only (--format nbest or jsonl writes them all)")
-    if io.token_scores and io.format != "jsonl":
-        notes.append(f"token_scores: has no effect with --format {io.format} (it adds fields to jsonl)")
-    for key in ("alignment", "attention"):
-        if getattr(decoding, key) and io.format != "jsonl" and io.dump_beam is None:
-            notes.append(f"{key}: has no effect with --format {io.format} (it adds fields to jsonl and --dump-beam)")
-    return notes
-
-
-def cli_flag(key: str, *values: str) -> str:
-    """An option as the command line spells it: `--coverage-penalty wu or summary`."""
-    return f"--{key.replace('_', '-')}" + (f" {' or '.join(values)}" if values else "")
-
-
-def keyword(key: str, *values: str) -> str:
-    """An option as the Python API spells it: `coverage_penalty='wu' or 'summary'`."""
-    return key + (f"={' or '.join(map(repr, values))}" if values else "")

@@ -24,7 +24,7 @@ def file_identity(path: str) -> tuple:
     return ("inode", st.st_dev, st.st_ino)
 
 
-def _as_list(key: str, value) -> list[str]:
+def _as_list(key: str, value: object) -> list[str]:
     values = value if isinstance(value, (list, tuple)) else [value]
     if not values or not all(isinstance(v, str) for v in values):
         raise ConfigError(f"{key}: expected a file name or a list of file names, got {value!r}")
@@ -71,13 +71,13 @@ def _items(values: dict) -> list[dict]:
     return [{"src": s, "output": o} for s, o in zip(sources, outputs)]
 
 
-def _job_list(jobs) -> list:
+def _job_list(jobs: object) -> list:
     if not isinstance(jobs, list) or not jobs:
         raise ConfigError("jobs: expected a list of {src: FILE, output: FILE, ...} items")
     return jobs
 
 
-def _job_item(n: int, item, output_dir: str | None, suffix: str | None) -> dict:
+def _job_item(n: int, item: object, output_dir: str | None, suffix: str | None) -> dict:
     """Item `n` of `jobs:` checked: a src, an output (or the output_dir/suffix rule's), and only
     options that need no other model load."""
     if not isinstance(item, dict) or "src" not in item:
@@ -122,10 +122,10 @@ def plan_jobs(file_values: dict, flags: dict) -> list[Config]:
 WRITTEN = {"output": "the output", "dump_beam": "the beam dump"}  # the files a job writes
 
 
-def check_written_files(jobs: list[Config]):
+def check_written_files(jobs: list[Config]) -> None:
     """No file is written twice in a run: by two jobs (their outputs, their --dump-beam files) or
     by one job as its output and its beam dump. Files are compared as files, not as names."""
-    seen = {}  # file -> (the key, the name that named it first, its job)
+    seen: dict[tuple, tuple] = {}  # file -> (the key, the name that named it first, its job)
     for number, job in enumerate(jobs):
         for key in WRITTEN:
             path = getattr(job.io, key)
@@ -143,7 +143,7 @@ def check_written_files(jobs: list[Config]):
             seen[identity] = (key, path, number)
 
 
-def make_output_dir(file_values: dict, flags: dict):
+def make_output_dir(file_values: dict, flags: dict) -> None:
     """Create the --output-dir (the command line's, else the config file's) if it is missing."""
     output_dir = flags.get("output_dir", file_values.get("output_dir"))
     if isinstance(output_dir, str) and not os.path.isdir(output_dir):

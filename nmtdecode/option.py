@@ -8,6 +8,7 @@ import math
 import types
 import typing
 from dataclasses import dataclass, field
+from typing import Any
 
 
 class ConfigError(ValueError):
@@ -31,7 +32,7 @@ class Option:
     metavar: str | None = None
 
 
-def option(default, help: str, **declaration):
+def option(default: Any, help: str, **declaration: Any) -> Any:
     """A config field with its declaration."""
     meta = {"option": Option(help, **declaration)}
     if isinstance(default, list):
@@ -39,7 +40,7 @@ def option(default, help: str, **declaration):
     return field(default=default, metadata=meta)
 
 
-def coerce(key: str, hint, value):
+def coerce(key: str, hint: Any, value: Any) -> Any:
     """Check a YAML/CLI value of option `key` against its type `hint`; ints are accepted for floats."""
     if hint == list[str]:
         return _pieces(key, value)
@@ -69,7 +70,7 @@ def coerce(key: str, hint, value):
     raise ConfigError(f"{key}: expected {names}, got {value!r}")
 
 
-def _pieces(key: str, value) -> list[str]:
+def _pieces(key: str, value: object) -> list[str]:
     """A list of target pieces: a YAML list of strings, or one string of pieces separated by
     whitespace (a piece never contains whitespace; commas do not separate, `,` is a piece)."""
     if isinstance(value, str):
@@ -86,7 +87,7 @@ def _bound(text: str) -> float:
     return float(base) ** int(power) if power else float(base)
 
 
-def in_range(value, range_text: str) -> bool:
+def in_range(value: float, range_text: str) -> bool:
     """Whether `value` lies in a range written ">= 1", "> 0", "(0, 1]" or "[0, 2^64)"."""
     if range_text.startswith(">="):
         return value >= _bound(range_text[2:])
@@ -98,7 +99,7 @@ def in_range(value, range_text: str) -> bool:
     return above and below
 
 
-def check_option(key: str, declared: Option, value):
+def check_option(key: str, declared: Option, value: Any) -> None:
     """A value of option `key` against its declared choices and range."""
     if declared.choices is not None and value is not None and value not in declared.choices:
         names = [f"{c} ({', '.join(a for a, to in declared.aliases.items() if to == c)})"

@@ -45,10 +45,16 @@ import os
 import stat
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 from .config import ConfigError
 
 JOURNAL_LIMIT = 1 << 16  # a progress record is a few hundred bytes
+
+
+# What a job stopped with only outputs written directly (stdout, a link, a device or a FIFO) left.
+NOT_RESUMABLE = ("what was written so far is kept, but the output (standard output, a link, a device or a FIFO) "
+                 "is written directly, so the job cannot be resumed: run it again")
 
 
 class OutputRefused(ConfigError):
@@ -79,17 +85,17 @@ class OutputFile:
     """One job's `--output`. Use: refuse_source, claim, open, checkpoint..., finish or
     abandon, and release (always)."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str) -> None:
         self.path = path
         self.tmp, self.journal, self.lock_path = f"{path}.tmp", f"{path}.tmp.progress", f"{path}.lock"
         self.direct = path == "-" or _written_through(path)
-        self.stream = None
+        self.stream: Any = None  # _Sink, or sys.stdout for `-`, once open
         self.resumed = Progress()
         self._recorded = (0, (0, ""))  # the lines and input position of the last checkpoint
         self.marks = False  # resumable: a FILE.tmp with nothing final is kept (empty) as a mark
         self._lock_fd: int | None = None
 
-    def refuse_source(self, src: str):
+    def refuse_source(self, src: str) -> None:
         """Refuse an input that this job would overwrite before reading it: the output itself
         or a file beside it, compared by device and inode (so through links as well)."""
         if self.path == "-":
@@ -141,7 +147,7 @@ class OutputFile:
         return (isinstance(record, dict) and record.get("complete") is True and record.get("check") == _checksum(record)
                 and record.get("output_hash") == digest.hexdigest())
 
-    def mark_unfinished(self):
+    def mark_unfinished(self) -> None:
         """A new resumable job whose run has started: an empty FILE.tmp and no journal say that
         FILE is not its output yet, so that `--resume` after a stop starts it over instead of
         finding an older FILE complete. Kept until the job completes (`abandon` empties it)."""
@@ -170,23 +176,7 @@ class OutputFile:
         self.stream = _Sink(_create(self.tmp), self.tmp, digest=hashlib.sha256())
         return 0
 
-    def unfinished(self, reader, on_resume=None):
-        """(index, line) of the input lines after those already done, checking on the way that
-        the lines skipped are the input the partial output was made from; then
-        `on_resume(lines_done)` is called."""
-        done, seen = self.resumed.lines, 0
-        for index, line in enumerate(reader):
-            seen = index + 1
-            if seen == done:
-                self._check_input(*reader.position())
-                if on_resume is not None:
-                    on_resume(done)
-            if index >= done:
-                yield index, line
-        if seen < done:
-            self._check_input(*reader.position())
-
-    def checkpoint(self, lines_done: int, input_position: tuple[int, str], complete: bool = False):
+    def checkpoint(self, lines_done: int, input_position: tuple[int, str], complete: bool = False) -> None:
         """Everything up to input line `lines_done` is written: make it durable and record it.
         `complete`: the whole output (written by `finish`, just before the rename)."""
         self.stream.flush()
@@ -210,7 +200,7 @@ class OutputFile:
         sink.close()
         _replace(new, self.journal)
 
-    def finish(self):
+    def finish(self) -> None:
         """Complete FILE: recorded as complete (so that a stop between the rename and the removal
         of the journal leaves a job `--resume` finds complete, not one it redoes), renamed, and
         the journal removed."""
@@ -225,7 +215,7 @@ class OutputFile:
             _replace(self.tmp, self.path)
             remove(self.journal)
 
-    def abandon(self):
+    def abandon(self) -> None:
         """After a failure: close, keeping FILE.tmp and its journal for --resume. A FILE.tmp with
         no journal holds nothing final: emptied, it stays as the mark that FILE is not this job's
         output (removed when the job is not resumable)."""
@@ -239,7 +229,7 @@ class OutputFile:
             else:
                 remove(self.tmp, quietly=True)
 
-    def release(self):
+    def release(self) -> None:
         """Give up the lock (and its file) at the end of the job, whatever happened."""
         if self._lock_fd is not None:
             if _is_file(self.lock_path, self._lock_fd):  # not another job's, made after ours was removed
@@ -255,7 +245,7 @@ class OutputFile:
         tmp_ours = self.stream is None or self.stream.fd < 0 or _is_file(self.tmp, self.stream.fd)
         return _is_file(self.lock_path, self._lock_fd) and tmp_ours
 
-    def _check_held(self):
+    def _check_held(self) -> None:
         if not self._holds():
             raise OutputTaken(f"output: {self.lock_path} was removed while this job ran, so another job may be "
                               f"writing {self.path}: stopping without touching it or {self.tmp}")
@@ -300,7 +290,7 @@ class OutputFile:
                                 "does not match); run without --resume to start over")
         return progress
 
-    def _reopen_tmp(self, progress: Progress):
+    def _reopen_tmp(self, progress: Progress) -> tuple[int, Any]:
         """FILE.tmp opened for appending after the `progress.bytes` bytes its record describes,
         once their hash is checked, and that hash to go on from."""
         size = progress.bytes
@@ -323,7 +313,9 @@ class OutputFile:
         os.lseek(fd, size, os.SEEK_SET)
         return fd, digest
 
-    def _check_input(self, input_bytes: int, input_hash: str):
+    def check_input(self, input_bytes: int, input_hash: str) -> None:
+        """That the input lines a resumed job reads past, `input_bytes` bytes hashed as `input_hash`,
+        are the input its partial output was made from (the job's source reads them: pipeline.py)."""
         expected = self.resumed
         if (input_bytes, input_hash) != (expected.input_bytes, expected.input_hash):
             raise OutputRefused(f"--resume: the input is not the one {self.tmp} was made from (its first "
@@ -336,7 +328,7 @@ def _checksum(record: dict) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode("utf-8")).hexdigest()
 
 
-def _hash_prefix(fd: int, size: int):
+def _hash_prefix(fd: int, size: int) -> Any:  # a hashlib sha256
     """sha256 of the first `size` bytes of the file `fd` (read from its start)."""
     digest, done = hashlib.sha256(), 0
     while done < size:
@@ -348,7 +340,7 @@ def _hash_prefix(fd: int, size: int):
     return digest
 
 
-def _empty(path: str):
+def _empty(path: str) -> None:
     """Truncate a file of ours to nothing (quietly: this runs while a failure unwinds)."""
     try:
         fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -439,7 +431,7 @@ def _open_through(path: str) -> int:
         raise OutputRefused(f"output: cannot write {path}: {_reason(e)}") from None
 
 
-def remove(path: str, quietly: bool = False):
+def remove(path: str, quietly: bool = False) -> None:
     """Remove a file the job owns (a lost one is fine); failing, name it (unless `quietly`)."""
     try:
         os.unlink(path)
@@ -450,14 +442,14 @@ def remove(path: str, quietly: bool = False):
             raise OutputRefused(f"output: cannot remove {path}: {_reason(e)}") from None
 
 
-def _replace(source: str, target: str):
+def _replace(source: str, target: str) -> None:
     try:
         os.replace(source, target)
     except OSError as e:
         raise OutputWriteError(f"cannot rename {source} to {target}: {_reason(e)}") from None
 
 
-def _keep_mode(path: str, fd: int):
+def _keep_mode(path: str, fd: int) -> None:
     """Give the new file the permission bits of the regular file it replaces."""
     try:
         st = os.lstat(path)
@@ -477,20 +469,20 @@ class _Sink:
 
     BUFFER = 1 << 16
 
-    def __init__(self, fd: int, name: str, offset: int = 0, digest=None):
+    def __init__(self, fd: int, name: str, offset: int = 0, digest: Any = None) -> None:
         """digest: a hashlib object that every byte written goes through (the journal's hash
         of the output), or None."""
         self.fd, self.name, self.digest = fd, name, digest
-        self.written, self.pending, self.pending_size = offset, [], 0
+        self.written, self.pending, self.pending_size = offset, list[bytes](), 0
 
-    def write(self, text: str):
+    def write(self, text: str) -> None:
         data = text.encode("utf-8")
         self.pending.append(data)
         self.pending_size += len(data)
         if self.pending_size >= self.BUFFER:
             self.flush()
 
-    def flush(self):
+    def flush(self) -> None:
         data = b"".join(self.pending)
         view = memoryview(data)
         self.pending, self.pending_size = [], 0
@@ -507,7 +499,7 @@ class _Sink:
     def tell(self) -> int:
         return self.written + self.pending_size
 
-    def close(self, quietly: bool = False):
+    def close(self, quietly: bool = False) -> None:
         """Flush and close; `quietly` (after a failure) ignores errors on the way."""
         if self.fd < 0:
             return

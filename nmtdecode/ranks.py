@@ -9,7 +9,7 @@ and forth. So every sentence is decoded in the batch it has in one process and t
 output is byte-identical to one process's, while the ranks share even a single chunk
 (1,024 lines at the default batch size) and get long and short batches alike.
 Tokenizing every line of a chunk on every rank, to sort it, costs little beside
-decoding. The job loop itself is run.py's, the same for one process and for a rank.
+decoding. The job pipeline itself is pipeline.py's, the same for one process and for a rank.
 
 Each rank writes its part through `output_file.OutputFile`: OUT.part-RANK-of-WORLD.tmp,
 its progress journal (checkpointed after each chunk, the last record covering the
@@ -45,6 +45,7 @@ import socket
 import stat
 import time
 from dataclasses import dataclass
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping
 
 from .batching import Result
 from .config import Config, ConfigError
@@ -69,7 +70,7 @@ class Ranks:
     local_world: int
 
     @classmethod
-    def from_env(cls, environ=None) -> "Ranks | None":
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Ranks | None:
         """The ranks torchrun set, or None for a single process (WORLD_SIZE unset or 1)."""
         env = os.environ if environ is None else environ
         try:
@@ -90,7 +91,7 @@ class Ranks:
     def summary_prefix(self) -> str:
         return f"nmtdecode: rank {self.rank} of {self.world}:"
 
-    def mine(self, batches) -> list:
+    def mine(self, batches: Iterable[list]) -> list[list]:
         """This rank's batches of a chunk's batches (longest first)."""
         return [batch for b, batch in enumerate(batches) if owner(b, self.world) == self.rank]
 
@@ -109,7 +110,7 @@ def layouts(output: str) -> dict[int, list[str]]:
     return found
 
 
-def check_layout(output: str, world: int, resume: bool, clean: bool = True):
+def check_layout(output: str, world: int, resume: bool, clean: bool = True) -> None:
     """Before anything is written (the output locked): --resume of work begun with another number
     of processes is refused; a new job (`clean`: its process holds the lock) removes such
     leftovers, so that a later --resume never mixes them. Under torchrun, OUT.tmp or its journal
@@ -159,16 +160,11 @@ def device_for(config: Config, ranks: Ranks) -> str:
     return device
 
 
-def check_job(config: Config):
-    """What torchrun needs of a job, checked before anything is written: a regular input file
-    (every process reads it whole), no --stream, and an output file to put parts beside."""
+def check_job(config: Config) -> None:
+    """What torchrun needs of a job's files, checked before anything is written: a regular input
+    file (every process reads it whole) and an output file to put parts beside (its options:
+    resolve.check_torchrun)."""
     io_cfg = config.io
-    if io_cfg.src == "-":
-        raise ConfigError("under torchrun every process reads the whole input: give --src FILE, not stdin")
-    if io_cfg.stream:
-        raise ConfigError("--stream answers each line as it arrives, in one process: under torchrun leave it out")
-    if io_cfg.dump_beam is not None:
-        raise ConfigError("--dump-beam writes one file in one process: under torchrun leave it out")
     check_readable(io_cfg.src)
     if io_cfg.prefix is not None:
         check_prefix(io_cfg.src, io_cfg.prefix, io_cfg.resume)
@@ -184,7 +180,7 @@ class PeerLost(RuntimeError):
     """The other processes of the job could not be reached, or one of them stopped (exit code 1)."""
 
 
-def rendezvous_timeout(environ=None) -> float:
+def rendezvous_timeout(environ: Mapping[str, str] | None = None) -> float:
     """Seconds a rank waits to join the others (NMTDECODE_RENDEZVOUS_TIMEOUT, else 10 minutes)."""
     value = (os.environ if environ is None else environ).get(RENDEZVOUS_TIMEOUT, "")
     if not value.strip():
@@ -209,7 +205,7 @@ class Group:
     by the rendezvous timeout, the waits for the others' shares (`wait`) by WAIT, on a second
     group. Every wait is polled, so that a signal stops a rank at once, and fails as PeerLost."""
 
-    def __init__(self, ranks: Ranks):
+    def __init__(self, ranks: Ranks) -> None:
         import torch.distributed as dist
 
         self.ranks, self.dist = ranks, dist
@@ -224,7 +220,7 @@ class Group:
                                f"({RENDEZVOUS_TIMEOUT} sets the limit); nothing was written") from None
         self.long = self._polled(lambda: dist.new_group(backend="gloo", timeout=WAIT), STARTING)
 
-    def _store_reachable(self, deadline: float):
+    def _store_reachable(self, deadline: float) -> None:
         """Until the rendezvous store (MASTER_ADDR:MASTER_PORT, torchrun's own under torchrun) takes
         a connection. Tried here, a second at a time, because torch's own attempt cannot be
         interrupted: a signal would wait for its timeout. The rank that serves the store itself
@@ -252,11 +248,11 @@ class Group:
         self._polled(lambda: self.dist.all_reduce(value, op=self.dist.ReduceOp.MIN, async_op=True), STARTING, True)
         return bool(value.item())
 
-    def wait(self):
+    def wait(self) -> None:
         """Until every rank is here (as long as the others' shares take)."""
         self._polled(lambda: self.dist.barrier(group=self.long, async_op=True), KEPT, True)
 
-    def _polled(self, start, note: str, wait: bool = False):
+    def _polled(self, start: Callable[[], Any], note: str, wait: bool = False) -> Any:
         try:
             work = start()
             if wait:
@@ -278,7 +274,7 @@ def _reason(error: Exception) -> str:
     return re.sub(r"^\[[^\]]*\]\s*", "", first_line(str(error)))[:200]
 
 
-def leave_group():
+def leave_group() -> None:
     import torch.distributed as dist
 
     if dist.is_initialized():
@@ -297,26 +293,26 @@ class PartWriter:
     output in the job's format. A chunk's results come in batch order (longest first), so each
     chunk's are sorted and written when the chunk ends, before the job checkpoints it."""
 
-    def __init__(self, stream, fmt: str, token_scores: bool = False):
+    def __init__(self, stream: Any, fmt: str, token_scores: bool = False) -> None:  # the part's OutputFile stream
         self.stream, self.fmt, self.token_scores = stream, fmt, token_scores
         self.chunk: list[Result] = []
 
-    def put(self, result: Result):
+    def put(self, result: Result) -> None:
         self.chunk.append(result)
 
-    def end_chunk(self):
+    def end_chunk(self) -> None:
         for result in sorted(self.chunk, key=lambda r: r.index):
             text = format_result(result, self.fmt, self.token_scores)
             self.stream.write(f"{result.index} {len(text.encode('utf-8'))}\n{text}")
         self.chunk = []
 
-    def close(self):
+    def close(self) -> None:
         """The part stays PART.tmp with its journal until rank 0 merges it."""
         self.end_chunk()
         self.stream.close()
 
 
-def _records(name: str, f):
+def _records(name: str, f: BinaryIO) -> Iterator[tuple[int, bytes]]:
     """(input line, its output bytes) of a part, checking the headers."""
     while header := f.readline():
         try:
@@ -331,7 +327,7 @@ def _records(name: str, f):
         yield index, data
 
 
-def merge(output: OutputFile, parts: list[str], lines: int):
+def merge(output: OutputFile, parts: list[str], lines: int) -> None:
     """Write the `lines` input lines' outputs from the parts (PART.tmp, each in input order) into
     `output` in input order, checking that every line is there once; then remove the parts and
     their journals."""

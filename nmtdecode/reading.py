@@ -13,7 +13,7 @@ import hashlib
 import os
 import stat
 import sys
-from typing import Iterator
+from typing import BinaryIO, Iterator
 
 from .config import ConfigError
 
@@ -31,7 +31,7 @@ class LineReader:
     input lines already translated when a job resumes.
     """
 
-    def __init__(self, path: str, on_invalid: str = "error"):
+    def __init__(self, path: str, on_invalid: str = "error") -> None:
         self.path, self.on_invalid = path, on_invalid
         self.name = "<stdin>" if path == "-" else path
         self.replaced_lines = 0
@@ -69,7 +69,7 @@ def read_lines(path: str, on_invalid: str = "error") -> Iterator[str]:
     return iter(LineReader(path, on_invalid))
 
 
-def check_readable(path: str):
+def check_readable(path: str) -> None:
     """Fail early (before a model loads) on an input that cannot be read. A FIFO is not
     opened here: opening and closing it would disturb the process writing into it."""
     if path == "-":
@@ -91,7 +91,7 @@ class PrefixLines:
     (lines a resumed job skips are read past). It must have exactly one line per source line:
     checked before decoding when both are regular files (`check_prefix`), else as they are read."""
 
-    def __init__(self, path: str, on_invalid: str = "error"):
+    def __init__(self, path: str, on_invalid: str = "error") -> None:
         self.path, self.lines, self.read = path, iter(LineReader(path, on_invalid)), 0
 
     def line(self, index: int) -> str:
@@ -103,14 +103,14 @@ class PrefixLines:
             self.read += 1
         return current
 
-    def check_end(self):
+    def check_end(self) -> None:
         """After the last source line: the prefix file has no more lines."""
         if next(self.lines, None) is not None:
             raise InputError(f"--prefix {self.path} has more lines than the source ({self.read}); "
                              "give one prefix line per source line")
 
 
-def check_prefix(src: str, prefix: str, resume: bool = False):
+def check_prefix(src: str, prefix: str, resume: bool = False) -> None:
     """Before the model loads: the prefix file is readable and, when the source is a regular
     file too, has as many lines. A pipe or FIFO is read once, as the job goes (it cannot be
     counted, nor hashed for the resume signature, so it cannot be resumed)."""
@@ -151,13 +151,13 @@ def _count_from(fd: int, offset: int) -> int:
     return lines + (last != b"\n")
 
 
-def _stdin():
+def _stdin() -> BinaryIO:
     if sys.stdin is None:  # started with standard input closed (`<&-`)
         raise InputError("cannot read <stdin>: standard input is closed (give --src FILE)")
     return sys.stdin.buffer
 
 
-def _open(path: str):
+def _open(path: str) -> BinaryIO:
     try:
         return open(path, "rb")
     except OSError as e:

@@ -1,11 +1,11 @@
 """`nmtdecode score`: forced decoding, the log-probability of given (source, target) line pairs.
 
-Pairs are read, sorted and batched as translate batches its lines (by source length,
-in chunks), scored through the job's decoder (`BatchDecoder.score`), and written in
-input order: one number a line (text), or JSONL records with the tokens and per-token
-log-probs as translate gives them. Sources are cut as translate cuts them; the output
-is translate's `OutputFile`, written whole (no --resume). The last line on stderr
-gives the pairs, the target tokens (EOS included) and the corpus's mean log-probability
+A score job runs through the job pipeline (pipeline.py) as translate does: its source reads
+the pairs (`PairSource`, sources cut as translate cuts them), the engine scores each batch
+(`Engine.score_batch`, by length-sorted batches in chunks), and its sink writes in input order
+one number a line (text), or JSONL records with the tokens and per-token log-probs as translate
+gives them. The output is translate's `OutputFile`, written whole (no --resume). The last line
+on stderr gives the pairs, the target tokens (EOS included) and the corpus's mean log-probability
 per token and perplexity.
 """
 
@@ -19,14 +19,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable, Iterator
 
 from . import signals
-from .batching import Example, chunk_size, chunks, cut
-from .config import SCORE_FORMATS, BatchingConfig, Config, ConfigError
-from .output_file import OutputFile
+from .batching import Example, PairScore, chunk_size, chunks
+from .config import Config, ConfigError
+from .output_file import NOT_RESUMABLE, OutputFile
+from .pipeline import ListSink, load_engine, run
+from .progress import progress_bar
 from .ranks import Ranks
 from .reading import InputError, LineReader, check_readable, count_lines
-from .run import NOT_RESUMABLE, load_engine, progress_bar
-from .summary import count, warn
-from .writing import OrderedWriter
+from .resolve import check_score, resolve
+from .summary import count, print_warning
+from .writing import OrderedWriter, TextStream
 
 if TYPE_CHECKING:
     from .decoding import BatchDecoder
@@ -41,6 +43,14 @@ class ScoreSummary:
     truncated: list[int] = field(default_factory=list)  # line numbers of the sources cut
     seconds: float = 0.0
 
+    def add(self, batch: list[Example], scores: list[PairScore]) -> None:
+        """Count a scored batch: its pairs, their target tokens (EOS included) and log-probabilities."""
+        for example, score in zip(batch, scores):
+            self.log_prob += score.total
+            self.tokens += len(example.target) + 1
+        self.pairs += len(batch)
+        self.truncated += [e.index + 1 for e in batch if e.truncated]
+
     def line(self) -> str:
         per_token = self.log_prob / self.tokens if self.tokens else 0.0
         rate = self.tokens / self.seconds if self.seconds > 0 else 0.0
@@ -51,11 +61,8 @@ class ScoreSummary:
 def score_job(config: Config, tgt: str) -> ScoreSummary:
     """Score the pairs of lines of config.io.src and `tgt` into config.io.output in config.io.format.
     Input and output are checked, and the output locked, before the model loads."""
-    if Ranks.from_env() is not None:  # every rank would print every score
-        raise ConfigError("score runs in one process: start it without torchrun")
+    check_score(config, torchrun=Ranks.from_env() is not None)
     io_cfg = config.io
-    if io_cfg.format not in SCORE_FORMATS:
-        raise ConfigError(f"format: score writes {' or '.join(SCORE_FORMATS)}, not {io_cfg.format}")
     for path in (io_cfg.src, tgt):
         check_readable(path)
     counts = count_lines(io_cfg.src), count_lines(tgt)
@@ -67,11 +74,11 @@ def score_job(config: Config, tgt: str) -> ScoreSummary:
     out.claim(False, resumable=False)
     try:
         engine = load_engine(config)
+        job = resolve(config, engine, scoring=True)
         signals.job_started()
-        config, decoder = engine.scorer(config)
         out.open(False, signature="")  # no checkpoints: a complete file or none
         try:
-            summary = _score_into(out, config, engine, decoder, tgt)
+            summary = _score_into(out, job.config, engine, engine.decoder(job.config.decoding, job.rules), tgt)
         except BaseException:
             out.abandon()  # with no journal, FILE.tmp is removed
             raise
@@ -83,33 +90,60 @@ def score_job(config: Config, tgt: str) -> ScoreSummary:
     finally:
         out.release()
     if summary.truncated:
-        warn(f"source {_lines(summary.truncated)} longer than the model's positions (or --max-src-length): cut, "
-             "as translate cuts them")
-    if not config.runtime.quiet:
+        print_warning(f"source {_lines(summary.truncated)} longer than the model's positions (or --max-src-length): "
+                      "cut, as translate cuts them")
+    if not job.config.runtime.quiet:
         print(summary.line(), file=sys.stderr)
     return summary
 
 
 def _score_into(out: OutputFile, config: Config, engine: Engine, decoder: BatchDecoder, tgt: str) -> ScoreSummary:
-    summary, start = ScoreSummary(), time.perf_counter()
+    summary, start, by_token = ScoreSummary(), time.perf_counter(), config.io.format == "jsonl"
     sources = LineReader(config.io.src, config.io.on_invalid_utf8)
     targets = LineReader(tgt, config.io.on_invalid_utf8)
-    writer, tokens = OrderedWriter(out.stream), config.io.format == "jsonl"
-    examples = pair_examples(engine, decoder, _pairs(sources, targets), config.batching.max_src_length)
-    with progress_bar(config, 0) as progress:
-        for batch, scored in scored_batches(engine, decoder, examples, config.batching, tokens):
-            for example, result in zip(batch, scored):
-                total = sum(result[1]) + result[2] if tokens else result
-                writer.put(example.index, _record(example.index, result, total) if tokens else f"{total:.6f}\n")
-                summary.log_prob += total
-                summary.tokens += len(example.target) + 1
-            summary.pairs += len(batch)
-            summary.truncated += [e.index + 1 for e in batch if e.truncated]
-            progress.update(len(batch))
-    writer.close()
+    source = PairSource(pair_examples(engine, decoder, _pairs(sources, targets), config.batching.max_src_length),
+                        config)
+    with progress_bar(config, 0) as bar:
+        def counted(batch: list[Example], scores: list[PairScore]) -> None:
+            summary.add(batch, scores)
+            bar.update(len(batch))
+
+        run(source, lambda batch: engine.score_batch(batch, decoder, by_token), ScoreWriter(out.stream, by_token),
+            observe=counted)
     summary.truncated.sort()
     summary.seconds = time.perf_counter() - start
     return summary
+
+
+class PairSource:
+    """The pipeline's source of a score job: its pairs as Examples (`pair_examples`), in chunks
+    of the size translate sorts together."""
+
+    def __init__(self, examples: Iterable[Example], config: Config) -> None:
+        self.examples, self.batching = examples, config.batching
+
+    def chunks(self) -> Iterator[list[Example]]:
+        return chunks(self.examples, chunk_size(self.batching.batch_size, self.batching.batch_type))
+
+    def position(self) -> tuple[int, str]:
+        return 0, ""  # a score job is written whole: nothing to resume from
+
+
+class ScoreWriter:
+    """The pipeline's sink of a score job: each pair's total log-probability a line, or with
+    `by_token` its JSONL record, in input order."""
+
+    def __init__(self, stream: TextStream, by_token: bool) -> None:
+        self.lines, self.by_token = OrderedWriter(stream), by_token
+
+    def put(self, score: PairScore) -> None:
+        self.lines.put(score.index, _record(score) if self.by_token else f"{score.total:.6f}\n")
+
+    def checkpoint(self, lines_done: int, input_position: tuple[int, str]) -> None:
+        pass  # written whole
+
+    def close(self) -> None:
+        self.lines.close()
 
 
 def _pairs(sources: Iterable[str], targets: Iterable[str]) -> Iterator[tuple[int, str, str]]:
@@ -124,13 +158,13 @@ def _pairs(sources: Iterable[str], targets: Iterable[str]) -> Iterator[tuple[int
         raise InputError("--tgt has more lines than --src")
 
 
-def _record(index: int, result: tuple, total: float) -> str:
-    tokens, token_scores, eos = result
-    return json.dumps({"index": index, "log_prob": total, "tokens": tokens, "token_scores": token_scores,
-                       "eos_score": eos}, ensure_ascii=False) + "\n"
+def _record(score: PairScore) -> str:
+    return json.dumps({"index": score.index, "log_prob": score.total, "tokens": score.tokens,
+                       "token_scores": score.token_scores, "eos_score": score.eos_score}, ensure_ascii=False) + "\n"
 
 
-def pair_examples(engine: Engine, decoder: BatchDecoder, pairs, max_src_length: int | None) -> Iterator[Example]:
+def pair_examples(engine: Engine, decoder: BatchDecoder, pairs: Iterable[tuple[int, str, str]],
+                  max_src_length: int | None) -> Iterator[Example]:
     """An Example per (index, source, target): the source cut as translate cuts it (an empty one
     is scored too: it is EOS alone), the target ids in `target`. A target the decoder has no
     positions for cannot be scored: an error names its line."""
@@ -144,39 +178,17 @@ def pair_examples(engine: Engine, decoder: BatchDecoder, pairs, max_src_length: 
         yield Example(index, source, ids, truncated=truncated, target=target_ids)
 
 
-def scored_batches(engine: Engine, decoder: BatchDecoder, examples: Iterable[Example], batching: BatchingConfig,
-                   tokens: bool = False) -> Iterator[tuple[list[Example], list]]:
-    """(batch, its scores) in translate's batches: each pair's total log-probability, or with
-    `tokens` its (tokens, token_scores, eos_score) as `BatchDecoder.score_tokens` gives them."""
-    score = decoder.score_tokens if tokens else decoder.score
-    for chunk in chunks(examples, chunk_size(batching.batch_size, batching.batch_type)):
-        for batch in cut(chunk, batching.batch_size, batching.batch_type):
-            yield batch, engine.in_halves_when_out_of_memory(
-                batch, lambda part: score([e.ids for e in part], [e.target for e in part]))
-
-
-def score_pairs(engine: Engine, config: Config, sources: list, targets: list[str]) -> list[float]:
-    """The total log-probability of each target given its source, in their order (the Python API)."""
-    return _in_order(engine, *engine.scorer(config), sources, targets, tokens=False)
-
-
-def score_pairs_by_token(engine: Engine, config: Config, sources: list,
-                         targets: list[str]) -> tuple[list[tuple], int]:
-    """Each pair's (tokens, token_scores, eos_score) as `BatchDecoder.score_tokens` gives them, in
-    their order, and how many tokens the model forces at the start of each (scored 0)."""
-    config, decoder = engine.scorer(config)
-    return _in_order(engine, config, decoder, sources, targets, tokens=True), len(decoder.forced_prefix()) - 1
-
-
-def _in_order(engine: Engine, config: Config, decoder: BatchDecoder, sources: list, targets: list[str],
-              tokens: bool) -> list:
+def score_pairs(engine: Engine, config: Config, sources: list, targets: list[str],
+                by_token: bool = False) -> tuple[list[PairScore], int]:
+    """Each pair's PairScore in their order (the Python API), batched as `score` batches, and how
+    many tokens the model forces at the start of each target (scored 0)."""
+    job = resolve(config, engine, scoring=True)
+    decoder = engine.decoder(job.config.decoding, job.rules)
     examples = pair_examples(engine, decoder, ((i, s, t) for i, (s, t) in enumerate(zip(sources, targets))),
-                             config.batching.max_src_length)
-    found = [None] * len(sources)
-    for batch, scores in scored_batches(engine, decoder, examples, config.batching, tokens):
-        for example, score in zip(batch, scores):
-            found[example.index] = score
-    return found
+                             job.config.batching.max_src_length)
+    sink = ListSink(len(sources))
+    run(PairSource(examples, job.config), lambda batch: engine.score_batch(batch, decoder, by_token), sink)
+    return sink.results, len(decoder.forced_prefix()) - 1
 
 
 def _lines(numbers: list[int], shown: int = 5) -> str:

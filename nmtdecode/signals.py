@@ -37,35 +37,35 @@ class Terminated(BaseException):
     no `except Exception` on the way (in torch, in a library) swallows it."""
 
 
-def install():
+def install() -> None:
     for signum in EXIT_CODES:
         if signal.getsignal(signum) is not signal.SIG_IGN:
             signal.signal(signum, _handle)
 
 
-def job_started():
+def job_started() -> None:
     """From now on a signal unwinds the job instead of ending the process at once."""
     global _in_job, _ended
     _in_job, _ended = True, False
 
 
-def job_ended():
+def job_ended() -> None:
     """From now on a signal is ignored: the run is over, its line is being said."""
     global _in_job, _ended
     _in_job, _ended = False, True
 
 
-def ignore():
+def ignore() -> None:
     """After the job, while the process exits with the job's own code."""
     for signum in EXIT_CODES:
         signal.signal(signum, signal.SIG_IGN)
 
 
-def _handle(signum, frame):
+def _handle(signum: int, frame: object) -> None:
     if _ended:
         return
     if _in_job:
         raise KeyboardInterrupt() if signum == signal.SIGINT else Terminated()
     what = "interrupted" if signum == signal.SIGINT else "terminated"
     os.write(2, f"nmtdecode: {what} during start-up; nothing was written\n".encode())
-    os._exit(EXIT_CODES[signum])
+    os._exit(EXIT_CODES[signal.Signals(signum)])

@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 from dataclasses import asdict
+from typing import Iterable
 
 from .version import __version__
 from .config import Config
@@ -30,7 +31,7 @@ def _content_identity(path: str) -> list:
     return [digest.hexdigest(), st.st_size, st.st_mtime_ns]
 
 
-def model_identity(path: str, files=()) -> list:
+def model_identity(path: str, files: Iterable[str] = ()) -> list:
     """The files of a model directory (or one file), each by content; and `files`, those its
     loader read from elsewhere (a tokenizer in a subfolder or beside a `.pt`, `../` paths,
     weight shards in subfolders: `LoadedModel.files`), named relative to the model's folder."""
@@ -46,7 +47,7 @@ def model_identity(path: str, files=()) -> list:
     return [own, [[os.path.relpath(f, folder), *_content_identity(f)] for f in elsewhere]]
 
 
-def job_signature(config: Config, model_files=()) -> str:
+def job_signature(config: Config, model_files: Iterable[str] = ()) -> str:
     """What the output depends on: every option that changes it, the model files and the
     nmtdecode version (`model_files`: what the loader read, LoadedModel.files). A partial
     output is only resumed by a job with the same signature;
@@ -60,7 +61,7 @@ def job_signature(config: Config, model_files=()) -> str:
              "token_scores": config.io.token_scores, "on_invalid_utf8": config.io.on_invalid_utf8,
              "stdin": config.io.src == "-"}
     if len(config.io.models) == 1:
-        parts["model"] = model_identity(config.io.model, model_files)
+        parts["model"] = model_identity(config.io.models[0], model_files)
     else:  # an ensemble: every model, in order, and how they are combined
         parts["model"] = [model_identity(path, model_files) for path in config.io.models]
         parts["ensemble"] = [config.io.ensemble_rule, config.io.ensemble_weights]

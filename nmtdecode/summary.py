@@ -13,7 +13,8 @@ if TYPE_CHECKING:
     from .batching import Example
 
 
-def warn(message: str):
+def print_warning(message: str) -> None:
+    """One warning line on stderr, for the person running the command."""
     print(f"nmtdecode: warning: {message}", file=sys.stderr)
 
 
@@ -34,24 +35,24 @@ class Summary:
     unfinished: int = 0  # outputs whose best hypothesis the step limit cut before EOS
     seconds: float = 0.0
 
-    def add(self, other: "Summary"):
+    def add(self, other: "Summary") -> None:
         for name in ("sentences", "target_tokens", "truncated", "replaced", "joined", "unfinished", "seconds"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
-    def count(self, examples: list[Example]):
+    def count(self, examples: list[Example]) -> None:
         """Count decoded source lines, and those cut to the model's length; the first cut one
         of the job gets a warning."""
         truncated = sum(e.truncated for e in examples)
         if truncated and not self.truncated:
-            warn("source lines longer than the model's positions (or --max-src-length) are cut")
+            print_warning("source lines longer than the model's positions (or --max-src-length) are cut")
         self.sentences += len(examples)
         self.truncated += truncated
 
-    def count_joined(self, n: int):
+    def count_joined(self, n: int) -> None:
         """Count outputs written as one line though their text held line breaks; the first of
         the job gets a warning."""
         if n and not self.joined:
-            warn("the model generated line breaks: each is written as a space, so that every input line has "
+            print_warning("the model generated line breaks: each is written as a space, so that every input line has "
                  "one output line (--format jsonl keeps them)")
         self.joined += n
 

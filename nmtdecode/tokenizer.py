@@ -8,6 +8,8 @@ out of decoded text. Hugging Face checkpoints bring their own tokenizers
 
 from __future__ import annotations
 
+from typing import Iterable, Iterator
+
 import sentencepiece as spm
 
 from .config import ConfigError
@@ -34,7 +36,7 @@ def read_varint(data: bytes, i: int) -> tuple[int, int]:
             return value, i
 
 
-def protobuf_fields(data: bytes):
+def protobuf_fields(data: bytes) -> Iterator[tuple[int, int, bytes]]:
     """(field number, wire type, raw bytes of the whole field) of each field of one message."""
     i = 0
     while i < len(data):
@@ -56,7 +58,8 @@ def protobuf_fields(data: bytes):
 
 
 class SentencePieceTokenizer:
-    def __init__(self, source_model: str, target_model: str | None = None, *, eos_id: int, special_ids=()):
+    def __init__(self, source_model: str, target_model: str | None = None, *, eos_id: int,
+                 special_ids: Iterable[int] = ()) -> None:
         self.source = spm.SentencePieceProcessor(model_file=str(source_model))
         self.target = spm.SentencePieceProcessor(model_file=str(target_model)) if target_model else self.source
         self.eos_id = eos_id

@@ -15,8 +15,17 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any, Protocol
 
 from .batching import Result, finite_or_null
+
+class TextStream(Protocol):
+    """Where text goes: an OutputFile's stream (output_file.py), or sys.stdout."""
+
+    def write(self, text: str) -> object: ...
+
+    def flush(self) -> object: ...
+
 
 LINE_BREAK = re.compile(r"\r\n|\r|\n")  # what ends a line for `wc -l` and Python's universal newlines
 
@@ -44,9 +53,10 @@ def format_result(result: Result, fmt: str, token_scores: bool = False) -> str:
     if fmt == "nbest-marian":  # Marian's: the model's total log-prob as feature F0, then the ranking score
         return "".join(f"{result.index} ||| {one_line(text)}{align} ||| F0= {hyp.total:.6f} ||| {hyp.score:.6f}\n"
                        for hyp, text, align in zip(result.hypotheses, result.texts, pairs))
-    hyps = []
+    hyps: list[dict[str, Any]] = []
     for hyp, text in zip(result.hypotheses, result.texts):
-        entry = {"text": text, "score": finite_or_null(hyp.score), "log_prob": finite_or_null(hyp.total),
+        entry: dict[str, Any] = {"text": text, "score": finite_or_null(hyp.score),
+                                 "log_prob": finite_or_null(hyp.total),
                  "ended": hyp.ended}
         if token_scores or hyp.alignment is not None or hyp.attention is not None:
             entry["tokens"] = hyp.tokens
@@ -73,18 +83,18 @@ class OrderedWriter:
     (not 0 when a job resumes).
     """
 
-    def __init__(self, stream, first_index: int = 0):
+    def __init__(self, stream: TextStream, first_index: int = 0) -> None:
         self.stream = stream
         self.pending: dict[int, str] = {}
         self.next_index = first_index
 
-    def put(self, index: int, text: str):
+    def put(self, index: int, text: str) -> None:
         self.pending[index] = text
         while self.next_index in self.pending:
             self.stream.write(self.pending.pop(self.next_index))
             self.next_index += 1
 
-    def close(self):
+    def close(self) -> None:
         if self.pending:
             raise RuntimeError(f"results for lines {sorted(self.pending)[:5]}... could not be written in order")
         self.stream.flush()
@@ -94,45 +104,45 @@ class ResultWriter:
     """One process's results, formatted and written in input order (ranks.PartWriter is a
     torchrun rank's); `end_chunk` marks where the job checkpoints."""
 
-    def __init__(self, stream, fmt: str, token_scores: bool = False, first_index: int = 0):
+    def __init__(self, stream: TextStream, fmt: str, token_scores: bool = False, first_index: int = 0) -> None:
         self.lines, self.fmt, self.token_scores = OrderedWriter(stream, first_index), fmt, token_scores
 
-    def put(self, result: Result):
+    def put(self, result: Result) -> None:
         self.lines.put(result.index, format_result(result, self.fmt, self.token_scores))
 
-    def end_chunk(self):
+    def end_chunk(self) -> None:
         """Every line of the chunk is written (the chunk is complete and in order)."""
 
-    def close(self):
+    def close(self) -> None:
         self.lines.close()
 
 
 class SearchWriter:
     """--dump-beam: each line's search (beam_dump.py), one JSON object a line, in input order."""
 
-    def __init__(self, stream):
+    def __init__(self, stream: TextStream) -> None:
         self.lines = OrderedWriter(stream)
 
-    def put(self, result: Result):
+    def put(self, result: Result) -> None:
         self.lines.put(result.index, json.dumps(result.search, ensure_ascii=False) + "\n")
 
-    def close(self):
+    def close(self) -> None:
         self.lines.close()
 
 
 class BothWriters:
     """The output's writer and the search dump's, fed the same results."""
 
-    def __init__(self, output, dump: SearchWriter):
+    def __init__(self, output: ResultWriter, dump: SearchWriter) -> None:
         self.output, self.dump = output, dump
 
-    def put(self, result: Result):
+    def put(self, result: Result) -> None:
         self.output.put(result)
         self.dump.put(result)
 
-    def end_chunk(self):
+    def end_chunk(self) -> None:
         self.output.end_chunk()
 
-    def close(self):
+    def close(self) -> None:
         self.output.close()
         self.dump.close()

@@ -161,7 +161,8 @@ def main(argv=None):
                timings=timings, weights=weights, metrics=metrics, chosen=chosen, demo=demo)
     with open(scratch / "metrics.json", "w", encoding="utf-8") as f:
         json.dump({"metrics": metrics, "steps": state["step"], "timings": timings, "command": command}, f, indent=1)
-    log(f"done in {timings['total'] / 60:.1f} min (recipe total); model card {os.path.relpath(model_dir, REPO)}/README.md")
+    card = f"{os.path.relpath(model_dir, REPO)}/README.md"
+    log(f"done in {timings['total'] / 60:.1f} min (recipe total); model card {card}")
 
 
 if __name__ == "__main__":

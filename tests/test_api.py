@@ -197,19 +197,23 @@ def test_generate_tokens_are_translate_batchs_tokens(translator, options, spm_mo
 
 
 def test_generate_tokens_yields_each_token_after_its_step(translator, monkeypatch):
-    """Counted at the step function the decoder runs (the model's own, or its traced step on CPU)."""
-    from nmtdecode.decoding import BatchDecoder
+    """Counted at the step runner the decoder runs (the model's own step, or its traced step on CPU)."""
+    steps, runner = [], translator.engine.steps
 
-    steps, start_decoder = [], BatchDecoder.start_decoder
+    class Counted:
+        shares_buffers = False
 
-    def counted(self, *args):
-        step, cache = start_decoder(self, *args)
-        return (lambda *a: steps.append(1) or step(*a)), cache
-    monkeypatch.setattr(BatchDecoder, "start_decoder", counted)
+        def init_cache(self, *args):
+            return runner.init_cache(*args)
+
+        def decode_step(self, *args):
+            steps.append(1)
+            return runner.decode_step(*args)
+    monkeypatch.setattr(translator.engine, "steps", Counted())
     tokens = translator.generate_tokens("a dog and a cat sleep in the garden .", max_length=6, ban_unk=True,
                                         min_length=6)
     assert steps == []  # nothing decoded before the first token is asked for
-    for n, token in enumerate(tokens, start=1):
+    for n, _ in enumerate(tokens, start=1):
         assert len(steps) == n  # token n came out of step n, before step n + 1 ran
     assert n == 6
 
@@ -220,7 +224,7 @@ def test_generate_tokens_interleaved_with_other_calls_keep_their_own_state(trans
     same step runs eagerly on CPU, so it is installed here to show it."""
     from nmtdecode.models.fixed_step import FixedShapeSteps
 
-    monkeypatch.setattr(translator.engine, "fixed_steps", FixedShapeSteps(translator.engine.loaded.model, graphs=False))
+    monkeypatch.setattr(translator.engine, "steps", FixedShapeSteps(translator.engine.loaded.model, graphs=False))
     sources = ["a dog and a cat sleep in the garden .", "where is the station ?"]
     first, second = (translator.generate_tokens(s, min_length=4) for s in sources)
     tokens = [[], []]

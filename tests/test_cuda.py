@@ -7,7 +7,7 @@ import torch
 from nmtdecode.batching import Example
 from nmtdecode.config import DecodingConfig
 from nmtdecode.decoding import BatchDecoder
-from nmtdecode.engine import Engine
+from nmtdecode.memory import in_halves_when_out_of_memory
 from nmtdecode.models.fixed_step import FixedShapeSteps
 
 from tests.helpers import forced_total, random_sources, tiny_transformer
@@ -42,7 +42,8 @@ def test_half_precision_agrees_on_tokens(dtype):
 def test_cuda_scores_equal_forced_decoding():
     model = tiny_transformer(1, vocab=20, eos_bias=1.0)
     sources = random_sources(4, 20, seed=5)
-    results = BatchDecoder(model.to("cuda"), DecodingConfig(beam_size=3, n_best=3, max_length=30)).translate_batch(sources)
+    decoder = BatchDecoder(model.to("cuda"), DecodingConfig(beam_size=3, n_best=3, max_length=30))
+    results = decoder.translate_batch(sources)
     model.to("cpu")
     for source, hyps in zip(sources, results):
         for hyp in hyps:
@@ -94,12 +95,11 @@ def test_a_real_cuda_out_of_memory_is_split_in_halves(capsys):
     decoder = BatchDecoder(model, DecodingConfig(beam_size=8, max_length=12))
     reference = [n[0].tokens for n in decoder.translate_batch(sources)]
     batch = [Example(i, "", ids) for i, ids in enumerate(sources)]
-    engine = Engine(config=None, loaded=None, device=torch.device("cuda"))
     torch.cuda.empty_cache()
     total = torch.cuda.get_device_properties(0).total_memory
     torch.cuda.set_per_process_memory_fraction((torch.cuda.memory_reserved() + 48 * 2**20) / total)
     try:
-        split = engine.in_halves_when_out_of_memory(
+        split = in_halves_when_out_of_memory(
             batch, lambda part: [n[0].tokens for n in decoder.translate_batch([e.ids for e in part])])
     finally:
         torch.cuda.set_per_process_memory_fraction(1.0)

@@ -10,6 +10,7 @@ import sacrebleu
 
 from nmtdecode.config import Config
 from nmtdecode.engine import Engine
+from nmtdecode.resolve import resolve
 
 from tests.helpers import DEMO
 
@@ -19,7 +20,8 @@ def demo_decoder(beam: int):
     """The demo model's engine and a decoder, loaded once for all tests of this file."""
     config = Config.from_values({"model": DEMO, "beam_size": beam})
     engine = Engine.load(config)
-    return engine, engine.decoder(config)[1]
+    job = resolve(config, engine)
+    return engine, engine.decoder(job.config.decoding, job.rules)
 
 
 def translate(lines, beam=5):
@@ -28,7 +30,8 @@ def translate(lines, beam=5):
     outputs = []
     for start in range(0, len(examples), 32):
         batch = examples[start : start + 32]
-        outputs += [engine.loaded.tokenizer.decode(n[0].tokens) for n in decoder.translate_batch([e.ids for e in batch])]
+        nbests = decoder.translate_batch([e.ids for e in batch])
+        outputs += [engine.loaded.tokenizer.decode(n[0].tokens) for n in nbests]
     return outputs
 
 

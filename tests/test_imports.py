@@ -12,7 +12,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "nmtdecode"
 JOB_LAYER = {"nmtdecode.run", "nmtdecode.ranks", "nmtdecode.scoring", "nmtdecode.jobs", "nmtdecode.api",
              "nmtdecode.cli", "nmtdecode.output_file", "nmtdecode.reading", "nmtdecode.writing",
-             "nmtdecode.signature", "nmtdecode.config_file", "nmtdecode.signals"}
+             "nmtdecode.signature", "nmtdecode.config_file", "nmtdecode.signals", "nmtdecode.pipeline",
+             "nmtdecode.resolve", "nmtdecode.progress"}
 
 
 def module_names(root: Path = PACKAGE) -> dict[str, Path]:
@@ -105,6 +106,12 @@ def test_the_engine_imports_nothing_from_the_job_layer():
     assert not reachable(GRAPH, "nmtdecode.engine") & JOB_LAYER
 
 
+def test_score_and_the_api_run_jobs_through_the_pipeline_not_the_translate_command():
+    """One pipeline (pipeline.py) for every job: score reaches neither run.py nor the API."""
+    assert not reachable(GRAPH, "nmtdecode.scoring") & {"nmtdecode.run", "nmtdecode.api", "nmtdecode.cli"}
+    assert "nmtdecode.pipeline" in GRAPH["nmtdecode.scoring"] and "nmtdecode.pipeline" in GRAPH["nmtdecode.api"]
+
+
 def test_ranks_imports_nothing_that_runs_a_job():
     assert not reachable(GRAPH, "nmtdecode.ranks") & {"nmtdecode.run", "nmtdecode.engine", "nmtdecode.api",
                                                       "nmtdecode.scoring", "nmtdecode.cli", "nmtdecode.decoding"}
@@ -135,7 +142,7 @@ def test_the_options_import_nothing_but_their_peers_names():
 
 # The halves of the formats that read a model's files without torch, and the modules they read with.
 WITHOUT_TORCH = {"nmtdecode.models.architecture", "nmtdecode.models.checkpoint", "nmtdecode.models.stored",
-                 "nmtdecode.models.npz", "nmtdecode.tokenizer", "nmtdecode.config",
+                 "nmtdecode.models.npz", "nmtdecode.tokenizer", "nmtdecode.config", "nmtdecode.bounded",
                  "nmtdecode.models.formats.hf_tokenizers", "nmtdecode.models.formats.opennmt_shared",
                  "nmtdecode.models.formats.native_config", "nmtdecode.models.formats.hf_config",
                  "nmtdecode.models.formats.eole_config", "nmtdecode.models.formats.marian_config",
@@ -156,6 +163,10 @@ def test_what_reads_a_model_without_torch_imports_only_modules_without_torch(nam
     """What `nmtdecode inspect` reads a model with (tests/models/test_inspect.py checks that
     torch is not imported); config.py's own imports are pinned above."""
     assert reachable(GRAPH, name) <= WITHOUT_TORCH | {"nmtdecode.option", "nmtdecode.opennmt_options"}
+
+
+def test_what_a_message_may_show_is_a_leaf_every_layer_can_use():
+    assert GRAPH["nmtdecode.bounded"] == set()
 
 
 def test_checkpoint_is_a_leaf_of_the_loading_layer():

@@ -1,5 +1,5 @@
 """--inter-threads: several batches decoded at once, each by a thread of its own, the results
-written in input order (engine.py:Engine.decode_batches)."""
+written in input order (batch_threads.py:in_order, through the job pipeline)."""
 
 import threading
 
@@ -7,8 +7,9 @@ import pytest
 
 from nmtdecode.config import Config
 from nmtdecode.decoding import BatchDecoder
-from nmtdecode.engine import Engine, ineffective
+from nmtdecode.engine import Engine
 from nmtdecode.ranks import Ranks, threads_for
+from nmtdecode.resolve import ineffective
 from nmtdecode.run import translate_job
 
 LINES = ["a b", "the cat", "", "x y z w", "b a", "cat the a", "z", "y x", "w w w", "a"]

@@ -20,7 +20,7 @@ DEMO = os.path.join(REPO, "data", "demo")
 WORDS = "the house is red a dog and cat sleep in garden good morning thank you where station water".split()
 # What a process of this test run prints at its end: its peak address space (kB), for `ulimit -v`.
 PEAK = ("import runpy, sys\nsys.argv = ['nmtdecode'] + sys.argv[1:]\n"
-        "from nmtdecode import cli\ncli.exit_now = sys.exit  # raise instead of ending at once: the peak is read after\n"
+        "from nmtdecode import cli\ncli.exit_now = sys.exit  # raises instead of ending: the peak is read after\n"
         "try:\n"
         "    runpy.run_module('nmtdecode', run_name='__main__')\nfinally:\n"
         "    print([l for l in open('/proc/self/status') if l.startswith('VmPeak')][0].split()[1], file=sys.stderr)\n")

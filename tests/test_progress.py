@@ -6,6 +6,8 @@ import re
 
 import pytest
 
+from nmtdecode import pipeline as npipeline
+from nmtdecode import progress as nprogress
 from nmtdecode import reading as nio
 from nmtdecode import run as nrun
 
@@ -49,7 +51,7 @@ def test_count_lines_of_stdin_redirected_from_a_file_leaves_its_position(tmp_pat
 @pytest.fixture()
 def bar_updates(monkeypatch):
     """stderr a terminal; the updates of the job's progress bar, recorded."""
-    monkeypatch.setattr(nrun, "stderr_is_terminal", lambda: True)
+    monkeypatch.setattr(nprogress, "stderr_is_terminal", lambda: True)
     updates, original = [], nrun.progress_bar
 
     def spy(config, done, *shown):
@@ -80,8 +82,8 @@ def test_no_bar_when_streaming_or_quiet(model_dir, lines_file, cli, bar_updates,
 
 def test_typed_input_is_answered_line_by_line_without_a_bar(model_dir, cli, bar_updates, monkeypatch):
     monkeypatch.setattr(nrun, "stdin_is_terminal", lambda: True)
-    sizes, original = [], nrun.chunks
-    monkeypatch.setattr(nrun, "chunks", lambda items, size: (sizes.append(size), original(items, size))[1])
+    sizes, original = [], npipeline.chunks
+    monkeypatch.setattr(npipeline, "chunks", lambda items, size: (sizes.append(size), original(items, size))[1])
     run = cli("translate", "--model", model_dir, "--max-length", "8", stdin="good morning\nwater\n", text=True)
     assert run.returncode == 0, run.stderr
     assert sizes == [1] and len(run.stdout.splitlines()) == 2
@@ -93,14 +95,14 @@ def test_typed_input_gets_a_prompt_and_its_rate_leaves_out_the_waiting(model_dir
     import time
 
     monkeypatch.setattr(nrun, "stdin_is_terminal", lambda: True)
-    original = nrun.chunks
+    original = npipeline.chunks
 
     def typed(items, size):
         for chunk in original(items, size):
             time.sleep(0.4)
             yield chunk
 
-    monkeypatch.setattr(nrun, "chunks", typed)
+    monkeypatch.setattr(npipeline, "chunks", typed)
     run = cli("translate", "--model", model_dir, "--max-length", "4", stdin="good morning\nwater\n", text=True)
     assert run.returncode == 0, run.stderr
     assert run.stderr.startswith("nmtdecode: ready: type a line to translate it (Ctrl-D ends)\n")
@@ -152,4 +154,4 @@ def test_time_left_is_by_source_bytes_not_lines():
 
     assert seconds_left(10.0, 25, 100) == 30.0  # a quarter of the bytes took 10 s: 30 s for the rest
     assert seconds_left(10.0, 0, 100) is None and seconds_left(1.0, 5, None) is None
-    assert nrun.bytes_left("-", 0, 10) is None
+    assert nprogress.bytes_left("-", 0, 10) is None

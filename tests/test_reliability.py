@@ -43,7 +43,7 @@ def held_fifo(path, data: bytes) -> int:
 def test_a_fifo_in_place_of_a_model_file_is_refused_not_waited_on(model_dir, tmp_path, name, code):
     """Nothing ever writes to it: reading it would block forever (with SIGTERM and Ctrl-C
     ignored while start-up reads it). Every file a loader reads must be a regular file; a
-    config.yaml that is not one does not make a native model folder."""
+    config.yaml that is not one is named before the format is told from it (exit 2)."""
     import shutil
 
     model = tmp_path / "model"
@@ -52,8 +52,8 @@ def test_a_fifo_in_place_of_a_model_file_is_refused_not_waited_on(model_dir, tmp
     os.mkfifo(model / name)
     run = subprocess.run(command("translate", "--model", model), input=b"hello\n", capture_output=True, timeout=60)
     assert run.returncode == code and len(run.stderr.splitlines()) == 1, run.stderr
-    message = (f"{model / name} is not a regular file (a FIFO, device or folder): a model's files must be files"
-               if code == 1 else f"model: {model} is not a model directory")
+    message = f"{model / name} is not a regular file (a FIFO, device or folder): a model's files must be files"
+    message = message if code == 1 else f"model: {message}"
     assert message.encode() in run.stderr
 
 

@@ -20,7 +20,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/, for common
 from common import DEMO  # noqa: E402
 
-MATMULS = ("mkldnn::_linear_pointwise", "aten::addmm", "aten::mm", "aten::bmm", "aten::matmul", "aten::linear", "aten::baddbmm",
+MATMULS = ("mkldnn::_linear_pointwise", "aten::addmm", "aten::mm", "aten::bmm", "aten::matmul", "aten::linear",
+           "aten::baddbmm",
            "quantized::linear_dynamic", "aten::_scaled_dot_product_flash_attention_for_cpu")
 
 
@@ -51,7 +52,7 @@ def main():
         model, _, rules = load_network(dirs["nmtdecode"], read_json(os.path.join(dirs["nmtdecode"], "config.json")))
         sources, forced = task["sources"], {"min_length": 32, "max_length": 32}
     place_model(model, Placement(backend="int8" if args.int8 else args.gemm))
-    print(f"gemm: {model.placement.backend} ({cpu_description()})")
+    print(f"gemm: {model.backend} ({cpu_description()})")
     decoding = Config.from_values({"beam_size": args.beam, "length_penalty": "avg", "alpha": 1.0, **forced}).decoding
     translator = BatchDecoder(model, decoding, rules)
     with torch.inference_mode():

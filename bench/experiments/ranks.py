@@ -6,7 +6,8 @@ Translates the first LINES lines of data/demo/test.en (repeated past its 1000) o
 under `torchrun --nproc-per-node PROCS --standalone` (gloo, CPU), each process with
 `--threads 1`, checks that both outputs are byte-identical, and prints the wall time of
 each (whole commands: start-up, model loading and the merge included) and the decoding
-time the processes report (the slowest one's), their ratios and the CPU. The goal on a machine with PROCS free cores is a ratio near 1/PROCS
+time the processes report (the slowest one's), their ratios and the CPU. The goal on a machine with PROCS free
+cores is a ratio near 1/PROCS
 (<= 0.6 for 2); other load on the machine makes it worse.
 """
 
@@ -52,7 +53,8 @@ def main():
                "--beam-size", str(args.beam_size), "--gemm", args.gemm]
         one_out, many_out = os.path.join(tmp, "one.txt"), os.path.join(tmp, "many.txt")
         # one untimed run first: the gemm measurement (--gemm auto) is made once and remembered
-        subprocess.run([sys.executable, "-m", "nmtdecode", *job, "--output", os.devnull, "--quiet"], check=True, cwd=ROOT)
+        subprocess.run([sys.executable, "-m", "nmtdecode", *job, "--output", os.devnull, "--quiet"], check=True,
+                       cwd=ROOT)
         one = wall_and_decoding([sys.executable, "-m", "nmtdecode", *job, "--output", one_out])
         env_note = os.environ.get("OMP_NUM_THREADS")
         many = wall_and_decoding([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(args.procs),

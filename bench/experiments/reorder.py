@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 import torch
 
@@ -129,7 +128,7 @@ def main():
     torch.set_num_threads(args.threads)
     for name, model, rules, sources, decoding in cases():
         place_model(model, Placement(backend=args.gemm))
-        backend = model.placement.backend
+        backend = model.backend
         variants = {"paths": BatchDecoder(model, decoding, rules),
                     "gather": BatchDecoder(GatherModel(model), decoding, rules)}
         best, outputs = dict.fromkeys(variants, float("inf")), {}

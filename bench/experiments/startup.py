@@ -6,7 +6,7 @@ Each command runs as its own process (the installed `nmtdecode` of this Python),
 of --repeat runs: a mistyped flag, a model path that does not exist, an input that does not
 exist, an output in a folder that does not exist, a directory that is not a model, a config
 key typo, `inspect` on the demo model, and one line translated by it. The errors are found
-before torch is imported (run.py, `load_engine`); `inspect` reads the demo's files without torch
+before torch is imported (pipeline.py, `load_engine`); `inspect` reads the demo's files without torch
 (models/inspect.py), the translation imports it.
 """
 

@@ -1,7 +1,8 @@
 """How much of a CPU decoding step is Python: the eager step against the same step recorded by
 `torch.jit.trace` (TorchScript, part of torch: no compiler needed), demo model, beam 1.
 
-    python bench/experiments/traced_step.py [--threads 2] [--rows 1,8,32,160] [--steps 300] [--fixed-shape|--first-replays]
+    python bench/experiments/traced_step.py [--threads 2] [--rows 1,8,32,160] [--steps 300]
+        [--fixed-shape|--first-replays]
 
 The trace is of one shape and one position (the cache is reset to the same position before every
 call): it measures what running the step's ~100 operator calls without the Python between them

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import MISSING, asdict, dataclass, fields
+from typing import Any
+
+from ..bounded import shown
 
 ACTIVATION_NAMES = ("relu", "gelu", "gelu_tanh", "silu")  # transformer.ACTIVATIONS: the function of each
 POSITIONS = ("sinusoidal", "sinusoidal_interleaved", "sinusoidal_fairseq", "learned")
@@ -54,7 +57,7 @@ class TransformerConfig:
     alignment_layer: int = -1
     alignment_heads: int = 1
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         """Every field checked by name (ValueError), so that a malformed model config fails
         with its key, not later with a division by zero or an index out of range."""
         for f in fields(self):
@@ -85,9 +88,9 @@ class TransformerConfig:
         if self.d_model % self.heads:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by heads ({self.heads})")
         if self.activation not in ACTIVATION_NAMES:
-            raise ValueError(f"activation {self.activation!r} is not one of {sorted(ACTIVATION_NAMES)}")
+            raise ValueError(f"activation {shown(self.activation)} is not one of {sorted(ACTIVATION_NAMES)}")
         if self.positions not in POSITIONS:
-            raise ValueError(f"positions {self.positions!r} is not one of {list(POSITIONS)}")
+            raise ValueError(f"positions {shown(self.positions)} is not one of {list(POSITIONS)}")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError("share_embeddings needs equal source and target vocabulary sizes")
 
@@ -106,11 +109,11 @@ class TransformerConfig:
         return asdict(self)
 
 
-def _check_type(key: str, value, kind: str):
+def _check_type(key: str, value: Any, kind: Any) -> None:
     """kind: a field's annotation ("int", "float", "bool", "str"); ints count as floats."""
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
     valid = {"int": isinstance(value, int) and not isinstance(value, bool),
              "float": number and math.isfinite(value), "bool": isinstance(value, bool),
              "str": isinstance(value, str)}[kind]
     if not valid:
-        raise ValueError(f"{key}: expected {'a finite float' if kind == 'float' else kind}, got {value!r}")
+        raise ValueError(f"{key}: expected {'a finite float' if kind == 'float' else kind}, got {shown(value)}")

@@ -1,6 +1,6 @@
 """Multi-head attention for `transformer.py`: the encoder's and decoder's self-attention and
 the decoder's attention over the encoder output, each in a full-sequence form (training,
-scoring, encoding) and a one-step form that reads the decoder cache (`models/cache.py`).
+scoring, encoding) and a one-step form that reads the decoder state (`models/state.py`: LayerState).
 
 Shapes: N rows (B sentences x k rows each when decoding), S source length, T keys,
 Q queries, d model width, H heads, hd = d / H.
@@ -15,13 +15,12 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from .cache import DecoderCache
+from .state import LayerState
 
-# Every fused attention kernel but cuDNN's. On an H100 torch 2.11 picks cuDNN's for float16 (with
-# a padding mask and without), and cuDNN builds a plan for every new shape: 7.5 ms a call the first
-# time a shape is seen, 0.72 s of a 2.4 s first pass over the demo's 1,000 test lines, where nearly
-# every batch brings a new source length (docs/speed.md#gpus). The memory-efficient kernel takes
-# the same masks without a plan, flash attention the unmasked case.
+# Every fused attention kernel but cuDNN's. torch picks cuDNN's for float16 on recent GPUs, and
+# cuDNN builds a plan for every new shape, which nearly every batch brings (a new source length):
+# a large share of a first pass over a file (docs/speed.md#gpus has the figures). The
+# memory-efficient kernel takes the same masks without a plan, flash attention the unmasked case.
 WITHOUT_CUDNN = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 # sdpa_kernel sets process-wide flags and restores them on leaving: two threads inside it at once
 # (API callers decoding on a GPU from several threads) could restore each other's. The CLI encodes
@@ -39,7 +38,8 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(1, 2).reshape(b, t, h * hd)  # (B, T, d)
 
 
-def fused_attention(q, keys, values, mask=None, causal=False, dropout=0.0):
+def fused_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None = None,
+                    causal: bool = False, dropout: float = 0.0) -> torch.Tensor:
     """scaled_dot_product_attention, on a GPU without cuDNN's kernel (WITHOUT_CUDNN)."""
     if not q.is_cuda:
         return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, is_causal=causal, dropout_p=dropout)
@@ -47,7 +47,7 @@ def fused_attention(q, keys, values, mask=None, causal=False, dropout=0.0):
         return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, is_causal=causal, dropout_p=dropout)
 
 
-def attend(q, keys, values, mask=None):
+def attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """Unmasked-in-time attention as two batched matmuls: q (N, H, Q, hd) over keys (N, H, T, hd);
     mask (N, 1, 1, T) bool (True = attend) or None.
 
@@ -57,7 +57,7 @@ def attend(q, keys, values, mask=None):
     return torch.matmul(attention_weights(q, keys, mask), values)  # (N, H, Q, hd)
 
 
-def attention_weights(q, keys, mask=None):
+def attention_weights(q: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """softmax(q k^T / sqrt(hd)) with masked keys at 0: (N, H, Q, T)."""
     scores = torch.matmul(q * q.size(-1) ** -0.5, keys.transpose(-1, -2))  # (N, H, Q, T)
     if mask is not None:
@@ -68,13 +68,13 @@ def attention_weights(q, keys, mask=None):
 class SelfAttention(nn.Module):
     """Multi-head self-attention with the q, k and v projections fused in one matmul."""
 
-    def __init__(self, d_model: int, heads: int, dropout: float = 0.0, bias: bool = True):
+    def __init__(self, d_model: int, heads: int, dropout: float = 0.0, bias: bool = True) -> None:
         super().__init__()
         self.heads, self.dropout = heads, dropout
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.out = nn.Linear(d_model, d_model, bias=bias)
 
-    def forward(self, x, mask=None, causal=False):
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, causal: bool = False) -> torch.Tensor:
         """Full-sequence attention; mask (B, 1, 1, T) bool, True = attend. The encoder's short
         sentences go faster through two matmuls than through the fused kernel on CPUs."""
         q, k, v = (split_heads(t, self.heads) for t in self.qkv(x).chunk(3, dim=-1))
@@ -85,7 +85,7 @@ class SelfAttention(nn.Module):
             y = attend(q, k, v, mask)
         return self.out(merge_heads(y))
 
-    def step(self, x, cache: DecoderCache, layer: int):
+    def step(self, x: torch.Tensor, cache: LayerState, layer: int) -> torch.Tensor:
         """One new position per row, x (N, d): attend over the cached past and itself.
 
         As in cross-attention, the rows of a sentence ask together: the cache hands
@@ -103,25 +103,27 @@ class SelfAttention(nn.Module):
 class CrossAttention(nn.Module):
     """Decoder-to-encoder attention; keys/values of the memory are projected once per batch."""
 
-    def __init__(self, d_model: int, heads: int, dropout: float = 0.0, bias: bool = True):
+    def __init__(self, d_model: int, heads: int, dropout: float = 0.0, bias: bool = True) -> None:
         super().__init__()
         self.heads, self.dropout = heads, dropout
         self.q = nn.Linear(d_model, d_model, bias=bias)
         self.kv = nn.Linear(d_model, 2 * d_model, bias=bias)
         self.out = nn.Linear(d_model, d_model, bias=bias)
 
-    def project_memory(self, memory):
+    def project_memory(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """memory (B, S, d) -> keys, values (B, H, S, hd)."""
         k, v = self.kv(memory).chunk(2, dim=-1)
         return split_heads(k, self.heads), split_heads(v, self.heads)
 
-    def forward(self, x, keys, values, mask):
+    def forward(self, x: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                mask: torch.Tensor | None) -> torch.Tensor:
         """x (B, T, d) against one sentence's memory per row; keys, values (B, H, S, hd)."""
         q = split_heads(self.q(x), self.heads)
         p = self.dropout if self.training else 0.0
         return self.out(merge_heads(fused_attention(q, keys, values, mask, dropout=p)))
 
-    def step(self, x, keys, values, mask, probe: DecoderCache | None = None):
+    def step(self, x: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None,
+             probe: LayerState | None = None) -> torch.Tensor:
         """One position for each of the k rows (beams) of every sentence, x (B*k, d).
 
         The k rows of a sentence attend over the same memory, so they are

@@ -13,13 +13,11 @@ kinds of state live here:
   `Transformer.init_cache`, kept once per sentence (B, not B x k), with the
   source mask.
 
-A beam search reorders its hypotheses every step. Copying every row's past to
-where its hypothesis went (an `index_select` over all positions, every step)
-costs time proportional to the length decoded; instead, what was written stays
-where it is and each row keeps its *path*: at every past position, the slot
-(row of its sentence) that held its ancestor. A row attends over all of its
-sentence's slots with the others masked out (`self_mask`), which is the same
-attention. Only when finished sentences leave the batch is anything copied.
+A beam search reorders its hypotheses every step. What was written stays where
+it is and each row keeps its ancestry (models/state.py), `ancestry[row, position,
+slot]`: a row attends over all of its sentence's slots with the others masked
+out (`self_mask`). Only when finished sentences leave the batch, or the first
+step widens it to the beam, are keys and values copied.
 
 Cross-attention weights are kept only when asked (`record_attention`, set by the
 translator for coverage penalties and alignments): then, after each step,
@@ -27,7 +25,8 @@ translator for coverage penalties and alignments): then, after each step,
 `alignment_layer`, averaged over its first `alignment_heads` heads) for every row.
 
 `follow(out)` tracks one search step (search/base.py:StepOutput): row r of the
-next step continues row out.origin[r]; only the sentences out.keep stay.
+next step continues row out.origin[r]; only the sentences out.keep stay. The
+cache is a `DecoderState` and a `LayerState` (models/state.py).
 
 When the cache grows, widens to the beam or drops finished sentences, it is
 copied into a new tensor. On the CPU those tensors come from `Scratch`, memory
@@ -39,10 +38,11 @@ from __future__ import annotations
 import math
 import threading
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 import torch
-import torch.nn.functional as F
+
+from .state import ancestry_mask, own_slots
 
 from .. import memory
 
@@ -62,9 +62,8 @@ def by_slot(kv: torch.Tensor, width: int) -> torch.Tensor:
 
 class Scratch:
     """Where a cache's copies of itself go on the CPU. A new tensor of the cache's size is new
-    memory from the operating system, and each of its pages faults on its first write: on a
-    2-vCPU AMD EPYC (Zen 4) VM that made the copies of a beam-5 job on the demo cost 3-6 times what copying into
-    memory already written costs (docs/speed.md, "Reused memory for the cache"). So each kind of
+    memory from the operating system, and each of its pages faults on its first write, which on
+    a small VM costs more than the copy (docs/speed.md, "Reused memory for the cache"). So each kind of
     tensor ("self", "cross") alternates between two flat buffers: a copy goes into the one that
     does not hold the current data. The buffers only grow; they are kept for the next batch
     (`borrow`), so a process holds up to twice its largest cache per batch decoded at once.
@@ -78,11 +77,11 @@ class Scratch:
     _free: list["Scratch"] = []  # not in use: each cache borrows one, and it comes back with the cache
     _lock = threading.Lock()  # --inter-threads decodes batches at once
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.pairs: dict[str, list] = {}  # kind -> [buffer, buffer, index of the one to use next]
 
     @classmethod
-    def borrow(cls, owner) -> "Scratch":
+    def borrow(cls, owner: object) -> Scratch:
         """A Scratch for `owner` alone, given back when the owner is garbage."""
         with cls._lock:
             scratch = cls._free.pop() if cls._free else cls()
@@ -90,11 +89,11 @@ class Scratch:
         return scratch
 
     @classmethod
-    def _give_back(cls, scratch: "Scratch"):
+    def _give_back(cls, scratch: "Scratch") -> None:
         with cls._lock:
             cls._free.append(scratch)
 
-    def next(self, kind: str, like: torch.Tensor, shape) -> torch.Tensor:
+    def next(self, kind: str, like: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
         """An uninitialised tensor of `shape`, with `like`'s dtype and device, that is not the
         memory of the tensor this `kind` got last time (which the caller is copying from)."""
         size = math.prod(shape)
@@ -115,13 +114,14 @@ class AttentionRecord:
     weights of one layer averaged over its first heads, one row per hypothesis. Shared by this
     module's cache and the fixed-shape step's (models/fixed_step.py)."""
 
-    def __init__(self, layers: int, heads: int, alignment: tuple[int, int]):
+    def __init__(self, layers: int, heads: int, alignment: tuple[int, int]) -> None:
         self.alignment_layer = alignment[0] % layers  # whose cross-attention `attention` reports
         self.alignment_heads = alignment[1] or heads  # averaged over heads [0, alignment_heads); 0: all
         self.record_attention = False  # set by whoever needs `attention`; off, nothing is kept
-        self.attention = None  # (N, S) float32, this step's weights of the alignment layer, when recorded
+        # (N, S) float32, this step's weights of the alignment layer, when recorded
+        self.attention: torch.Tensor | None = None
 
-    def attention_probe(self, layer: int):
+    def attention_probe(self, layer: int) -> AttentionRecord | None:
         """The state itself when `layer`'s cross-attention weights are to be kept, else None."""
         return self if self.record_attention and layer == self.alignment_layer else None
 
@@ -132,15 +132,16 @@ class AttentionRecord:
 
 
 class DecoderCache(AttentionRecord):
-    def __init__(self, cross_kv: torch.Tensor, memory_mask: torch.Tensor | None, alignment: tuple[int, int] = (-1, 1)):
+    def __init__(self, cross_kv: torch.Tensor, memory_mask: torch.Tensor | None,
+                 alignment: tuple[int, int] = (-1, 1)) -> None:
         super().__init__(cross_kv.size(0), cross_kv.size(3), alignment)
         self.cross_kv = cross_kv  # (L, 2, B, H, S, hd), one entry per sentence
         self.memory_mask = memory_mask  # (B, 1, 1, S) bool, True = real source token; None: no padding
-        self.self_kv = None  # (L, 2, B, H, capacity, width, hd), allocated at the first step
+        self.self_kv: torch.Tensor | None = None  # (L, 2, B, H, capacity, width, hd), allocated at the first step
         self.width = 1  # rows per sentence
-        self.path = None  # (N, length): slot of each row's ancestor at each position; None while width is 1
+        self.ancestry: torch.Tensor | None = None  # (N, capacity, width) bool (models/state.py); None while width is 1
         self.length = 0  # positions decoded so far
-        self._mask = None  # (B, 1, width, (length+1)*width) bool, this step's self_mask
+        self._mask: torch.Tensor | None = None  # (B, 1, width, (length+1)*width) bool, this step's self_mask
         self.scratch = Scratch.borrow(self)
 
     @property
@@ -148,15 +149,15 @@ class DecoderCache(AttentionRecord):
         """The position of the tokens the next step feeds."""
         return self.length
 
-    def cross(self, layer: int):
+    def cross(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Encoder keys, values (B, H, S, hd) for `layer`."""
         return self.cross_kv[layer, 0], self.cross_kv[layer, 1]
 
-    def keep_attention(self, weights: torch.Tensor):
+    def keep_attention(self, weights: torch.Tensor) -> None:
         """weights (B, H, width, S) of the alignment layer -> `attention` (N, S)."""
         self.attention = self.averaged(weights)
 
-    def append_self(self, layer: int, kv: torch.Tensor):
+    def append_self(self, layer: int, kv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Store this step's keys and values, kv (N, 2, H, hd), for `layer` (one copy). Returns the
         keys and values of every position so far, (B, H, (t+1)*width, hd), each sentence's slots
         side by side, and the mask of what each row may attend to (None when width is 1)."""
@@ -165,7 +166,7 @@ class DecoderCache(AttentionRecord):
         past = self.past(layer)
         return past[0], past[1], self.self_mask()
 
-    def make_room(self):
+    def make_room(self) -> None:
         """Room for position `length` in the self-attention cache."""
         if self.self_kv is None or self.length == self.self_kv.size(POSITIONS):
             self._grow()
@@ -176,21 +177,21 @@ class DecoderCache(AttentionRecord):
 
     def self_mask(self) -> torch.Tensor | None:
         """Which (position, slot) each row attends to: its ancestors', and its own at this step."""
-        if self.path is None:
+        if self.ancestry is None:
             return None
         if self._mask is None or self._mask.size(-1) != (self.length + 1) * self.width:
-            n = self.path.size(0)
-            own = torch.arange(n, device=self.path.device) % self.width
-            slots = torch.cat([self.path, own[:, None]], dim=1)  # (N, t+1)
-            allowed = F.one_hot(slots, self.width).bool()  # (N, t+1, width)
-            self._mask = allowed.view(n // self.width, 1, self.width, -1)
+            if self.length == self.ancestry.size(1):
+                self.ancestry = self._moved_ancestry(None, 2 * self.length, self.width)
+            n = self.ancestry.size(0)
+            self.ancestry[:, self.length : self.length + 1] = own_slots(n, self.width, self.ancestry.device)
+            self._mask = ancestry_mask(self.ancestry, self.length + 1)
         return self._mask
 
-    def advance(self):
+    def advance(self) -> None:
         """Called by the model once all layers have appended the current step."""
         self.length += 1
 
-    def _grow(self):
+    def _grow(self) -> None:
         """Allocate the cache, or double its capacity. Its sentences, heads, head size, dtype and
         device are the encoder keys' (cross_kv)."""
         layers, _, sentences, heads, _, hd = self.cross_kv.shape
@@ -200,7 +201,7 @@ class DecoderCache(AttentionRecord):
             grown[:, :, :, :, : self.length] = self.self_kv[:, :, :, :, : self.length]
         self._install("self_kv", grown)
 
-    def follow(self, out: "StepOutput"):
+    def follow(self, out: "StepOutput") -> None:
         """Track one search step: keep the sentences out.keep, and give row r the path of row
         out.origin[r] (row r itself when origin is None) extended by the slot that row held at the
         step just decoded."""
@@ -212,36 +213,41 @@ class DecoderCache(AttentionRecord):
             if self.self_kv is not None:
                 self._keep_sentences(out.keep)
         self._mask = None
-        if out.origin is None and self.path is not None:  # every row continues itself (sampling)
-            own = torch.arange(self.path.size(0), device=self.path.device) % self.width
-            self.path = torch.cat([self.path, own[:, None]], dim=1)
-            return
-        if out.origin is None or self.self_kv is None:
+        if out.origin is None or self.self_kv is None:  # every row continues itself: its own slot is marked
             return
         width = out.origin.numel() // self.cross_kv.size(SENTENCES)
-        if width == 1 and self.path is None:
+        if width == 1 and self.ancestry is None:
             return  # one row per sentence: every row attends to its own slot only
-        slot = out.origin % self.width  # (N',) the slot each new row's parent held
-        if self.path is None:
-            past = slot.new_zeros((slot.numel(), self.length - 1))  # everything so far was slot 0
-        else:
-            past = self.path.index_select(0, out.origin)
-        self.path = torch.cat([past, slot[:, None]], dim=1)  # (N', length)
+        self.ancestry = self._moved_ancestry(out.origin, self.self_kv.size(POSITIONS), width)
         if width != self.width:
             self._widen(width)
 
-    def _keep_sentences(self, keep: torch.Tensor):
+    def _moved_ancestry(self, origin: torch.Tensor | None, capacity: int, width: int) -> torch.Tensor:
+        """The ancestry of the next step's rows (row r: the ancestry of row origin[r] of this step;
+        every row its own when origin is None) over the `length` positions decoded, in a tensor of
+        `capacity` positions and `width` slots. Without an ancestry yet, every row so far was slot 0."""
+        t, device = self.length, self.cross_kv.device
+        rows = self.ancestry.size(0) if origin is None else origin.numel()
+        moved = torch.zeros((rows, max(capacity, t + 1), width), dtype=torch.bool, device=device)
+        if self.ancestry is None:
+            moved[:, :t, 0] = True
+        else:
+            past = self.ancestry[:, :t] if origin is None else self.ancestry[:, :t].index_select(0, origin)
+            moved[:, :t, : past.size(2)] = past
+        return moved
+
+    def _keep_sentences(self, keep: torch.Tensor) -> None:
         """Copy the filled positions of the sentences `keep` into a buffer of the same capacity."""
         kept = self._resized("self", self.self_kv, SENTENCES, keep.numel())
         t = self.length
         torch.index_select(self.self_kv[:, :, :, :, :t], SENTENCES, keep, out=kept[:, :, :, :, :t])
         self._install("self_kv", kept)
 
-    def _widen(self, width: int):
+    def _widen(self, width: int) -> None:
         """More rows per sentence (after the first step): same positions, more slots. The new
         slots of the positions already decoded start at zero, not uninitialised: masked-out keys
         must still be finite. Later positions are written whole before they are read, so the rest
-        of the buffer is left uninitialised (zeroing it all cost ~2 ms a batch at beam 5)."""
+        of the buffer is left uninitialised (docs/speed.md: zeroing it all was measurable)."""
         if width < self.width:
             raise ValueError(f"rows per sentence went down from {self.width} to {width}")
         wider = self._resized("self", self.self_kv, SLOTS, width)
@@ -250,7 +256,7 @@ class DecoderCache(AttentionRecord):
         self._install("self_kv", wider)
         self.width = width
 
-    def _install(self, name: str, tensor: torch.Tensor):
+    def _install(self, name: str, tensor: torch.Tensor) -> None:
         """`tensor` replaces the copy it was made from. One too large for Scratch to keep goes back
         to the system at once (memory.give_back_freed): in the heap it would stay resident, a hole
         as large as a real-size model's cache."""

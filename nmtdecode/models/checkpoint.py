@@ -17,7 +17,7 @@ import re
 import stat
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import Any, Callable, Iterator
 
 import yaml
 
@@ -41,8 +41,8 @@ class ModelRules:
 
 @dataclass
 class LoadedModel:
-    model: object  # transformer.Transformer (not imported here: it needs torch)
-    tokenizer: object  # tokenizer.SentencePieceTokenizer or compatible
+    model: Any  # transformer.Transformer or ensemble.Ensemble (not imported here: they need torch)
+    tokenizer: Any  # tokenizer.SentencePieceTokenizer or compatible
     format: str  # "native", "huggingface/marian", ...
     path: str
     rules: ModelRules = field(default_factory=ModelRules)
@@ -50,7 +50,7 @@ class LoadedModel:
     gemm: str = "torch"  # how the CPU multiplies by its weights: torch, onednn or int8 (models/placement.py)
     files: tuple[str, ...] = ()  # every file the load read (real paths), for the resume signature
 
-    def check_decoding(self, decoding):
+    def check_decoding(self, decoding: Any) -> None:  # config.DecodingConfig (the options import nothing here)
         """Refuse decoding options this model cannot serve (an ensemble's: models/ensemble.py)."""
 
     def rules_for(self, src_lang: str | None, tgt_lang: str | None) -> ModelRules:
@@ -69,13 +69,13 @@ class ModelFacts:
 
     format: str
     cfg: TransformerConfig
-    stored: object  # the weight files (stored.py): their tensors for a load, their headers for inspect
+    stored: Any  # the weight files (stored.py): their tensors for a load, their headers for inspect
     shapes: dict[str, tuple[int, ...]]  # our parameters, tied ones once -> the shapes the weights give them
     rules: ModelRules
     defaults: dict  # decoding defaults shipped with the model
-    tokenizer: Callable[[], object]  # builds it; a load calls it once the weights are in, so their errors come first
+    tokenizer: Callable[[], Any]  # builds it; a load calls it once the weights are in, so their errors come first
 
-    def loaded(self, model, path: str, gemm: str = "torch") -> LoadedModel:
+    def loaded(self, model: Any, path: str, gemm: str = "torch") -> LoadedModel:
         return LoadedModel(model.eval(), self.tokenizer(), self.format, path, self.rules, self.defaults, gemm)
 
 
@@ -83,7 +83,7 @@ _loads: list[list[str]] = []  # the files each model load in progress has read (
 
 
 @contextmanager
-def recording_reads():
+def recording_reads() -> Iterator[list[str]]:
     """The files a model load reads, noted by `note_read` as it goes (in the order read; the
     resume signature hashes them: signature.py)."""
     files: list[str] = []
@@ -119,8 +119,8 @@ def read_yaml(path: str, required: bool = True) -> dict:
     return _read_mapping(path, required, yaml.safe_load, yaml.YAMLError, "a YAML mapping")
 
 
-def _read_mapping(path: str, required: bool, parse: Callable, error: type, what: str) -> dict:
-    if not os.path.isfile(path):
+def _read_mapping(path: str, required: bool, parse: Callable, error: type[Exception], what: str) -> dict:
+    if not os.path.lexists(path):  # a FIFO or folder in its place is not missing: note_read refuses it
         if required:
             raise ModelError(f"{path} is missing")
         return {}
@@ -130,6 +130,8 @@ def _read_mapping(path: str, required: bool, parse: Callable, error: type, what:
             data = parse(f)
     except (OSError, UnicodeDecodeError, error) as e:
         raise ModelError(f"{path} cannot be read: {e}") from None
+    except RecursionError:
+        raise ModelError(f"{path} cannot be read: it nests too deeply for a config") from None
     if not isinstance(data, dict):
         raise ModelError(f"{path} cannot be read: expected {what}")
     return data
@@ -149,7 +151,7 @@ def unpickling_reason(message: str) -> str:
     return first_line(message)
 
 
-def check_dimensions(cfg: TransformerConfig, shapes: dict[str, tuple[int, ...]], source: str):
+def check_dimensions(cfg: TransformerConfig, shapes: dict[str, tuple[int, ...]], source: str) -> None:
     """Before the model is allocated: the config's sizes against the shapes of the weights that
     fix them (our names -> shapes: a safetensors header, or tensors already read), so that a
     config asking for more than the weights hold fails naming the key and both shapes instead
@@ -173,7 +175,7 @@ def check_dimensions(cfg: TransformerConfig, shapes: dict[str, tuple[int, ...]],
 def _sized_by(cfg: TransformerConfig) -> list[tuple[str, tuple[str, ...]]]:
     """The parameters whose shapes show every size of the config (but heads, which no shape
     shows): each with the config keys of its dimensions."""
-    sized = [("src_embed.tokens.weight", ("src_vocab_size", "d_model"))]
+    sized: list[tuple[str, tuple[str, ...]]] = [("src_embed.tokens.weight", ("src_vocab_size", "d_model"))]
     if not cfg.share_embeddings:
         sized.append(("tgt_embed.tokens.weight", ("tgt_vocab_size", "d_model")))
     if cfg.positions == "learned":

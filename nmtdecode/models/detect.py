@@ -22,6 +22,11 @@ def model_format(path: str | None) -> str:
         raise ConfigError("model: no model given (--model PATH or `model:` in the config file)")
     if not os.path.exists(path):
         raise ConfigError(f"model: {path} does not exist" + (HUB_HINT.format(path) if HUB_ID.fullmatch(path) else ""))
+    for name in ("config.yaml", "config.json"):  # opened below: a FIFO there would block the detection
+        candidate = os.path.join(path, name)
+        if os.path.lexists(candidate) and not os.path.isfile(candidate):
+            raise ConfigError(f"model: {candidate} is not a regular file (a FIFO, device or folder): a model's files "
+                              "must be files")
     if os.path.isfile(os.path.join(path, "config.yaml")):
         return "native"
     if is_ctranslate2(path):
@@ -61,7 +66,7 @@ def eole_model_section(path: str) -> dict | None:
     try:
         with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
             data = json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return None  # not eole's: the Hugging Face reader says what is wrong with it
     model = data.get("model") if isinstance(data, dict) else None
     return model if isinstance(model, dict) and "architecture" in model else None

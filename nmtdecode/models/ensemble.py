@@ -29,13 +29,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
+from ..bounded import shown
 from ..config import ENSEMBLE_RULES as RULES
-from ..config import ConfigError
-from .checkpoint import LoadedModel, ModelError
+from ..config import ConfigError, DecodingConfig
+from .checkpoint import LoadedModel, ModelError, ModelRules
+
+if TYPE_CHECKING:
+    from ..search.base import StepOutput
 
 OPENNMT_FORMATS = ("opennmt-py", "eole")
 
@@ -62,7 +67,7 @@ class MemberSources(list):
     """A source line for models that split it differently: the first model's ids (what batching
     sorts by and the step limit counts), and every model's own ids in `members`."""
 
-    def __init__(self, members: list[list[int]]):
+    def __init__(self, members: list[list[int]]) -> None:
         super().__init__(members[0])
         self.members = members
 
@@ -76,11 +81,11 @@ class EnsembleTokenizer:
     """The first model's tokenizer (the target side is shared), except that a source line is
     encoded by every model's own tokenizer when they split it differently (`alike` False)."""
 
-    def __init__(self, tokenizers: list):
+    def __init__(self, tokenizers: list) -> None:
         self.tokenizers = tokenizers
         self.alike = sources_alike(tokenizers)
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self.tokenizers[0], name)
 
     def encode(self, text: str) -> list[int]:
@@ -102,23 +107,23 @@ def sources_alike(tokenizers: list) -> bool:
 
 
 class EnsembleCache:
-    """The decoder states of the ensemble's models for one batch, following the search together;
-    `attention` is their mean, when recorded."""
+    """The decoder states of the ensemble's models for one batch, following the search together:
+    a DecoderState (models/state.py); `attention` is their mean, when recorded."""
 
-    def __init__(self, members: list):
+    def __init__(self, members: list) -> None:
         self.members = members
-        self.attention = None
+        self.attention: torch.Tensor | None = None
 
     @property
     def record_attention(self) -> bool:
         return self.members[0].record_attention
 
     @record_attention.setter
-    def record_attention(self, value: bool):
+    def record_attention(self, value: bool) -> None:
         for cache in self.members:
             cache.record_attention = value
 
-    def follow(self, out):
+    def follow(self, out: StepOutput) -> None:
         for cache in self.members:
             cache.follow(out)
 
@@ -130,16 +135,18 @@ class Ensemble(nn.Module):
     `decode_step` the combined scores of the next token, which `log_probs` turns into the
     log-probabilities the search ranks."""
 
-    def __init__(self, members: list[nn.Module], rule: str, weights: list[float]):
+    members: Any  # an nn.ModuleList of Transformers (a Module's attributes carry no types of their own)
+
+    def __init__(self, members: list[nn.Module], rule: str, weights: list[float]) -> None:
         super().__init__()
         if rule not in RULES:
-            raise ModelError(f"ensemble_rule: {rule!r} is not one of {', '.join(RULES)}")
+            raise ModelError(f"ensemble_rule: {shown(rule)} is not one of {', '.join(RULES)}")
         self.members = nn.ModuleList(members)
         self.rule = rule
         self.weights = rule_weights(rule, weights, len(members))
         self.log_weights = [math.log(w) for w in self.weights]
         # The decoding loop reads ids and limits from here: the first model's, within every model's positions.
-        self.cfg = replace(members[0].cfg, max_positions=min(m.cfg.max_positions for m in members))
+        self.cfg = replace(self.members[0].cfg, max_positions=min(m.cfg.max_positions for m in self.members))
 
     def encode(self, src_ids: torch.Tensor, src_mask: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Each model's memory of the batch, with the source mask it goes with."""
@@ -149,7 +156,8 @@ class Ensemble(nn.Module):
         """The same, each model over its own (ids, mask) of the batch (MemberSources)."""
         return [(model.encode(ids, mask), mask) for model, (ids, mask) in zip(self.members, sources)]
 
-    def init_cache(self, memory: list[tuple[torch.Tensor, torch.Tensor]], src_mask=None) -> EnsembleCache:
+    def init_cache(self, memory: list[tuple[torch.Tensor, torch.Tensor]],
+                   src_mask: torch.Tensor | None = None) -> EnsembleCache:
         return EnsembleCache([model.init_cache(m, mask) for model, (m, mask) in zip(self.members, memory)])
 
     def decode_step(self, tokens: torch.Tensor, cache: EnsembleCache) -> torch.Tensor:
@@ -182,11 +190,11 @@ class Ensemble(nn.Module):
         log-linear sum, which its beam search ranks as it is."""
         return scores if self.rule == "logprob" else torch.log_softmax(scores, dim=-1)
 
-    def forward(self, src_ids, src_mask, tgt_in):
+    def forward(self, src_ids: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """Teacher forcing (`score`): the combined scores (B, T, V) of every target position."""
         return self.forward_each([(src_ids, src_mask)] * len(self.members), tgt_in)
 
-    def forward_each(self, sources: list[tuple[torch.Tensor, torch.Tensor]], tgt_in):
+    def forward_each(self, sources: list[tuple[torch.Tensor, torch.Tensor]], tgt_in: torch.Tensor) -> torch.Tensor:
         """The same, each model over its own (ids, mask) of the batch (MemberSources)."""
         return self.combine([model(ids, mask, tgt_in) for model, (ids, mask) in zip(self.members, sources)])
 
@@ -194,7 +202,7 @@ class Ensemble(nn.Module):
         return sum(model.decoding_bytes(sentences, width, positions, dtype) for model in self.members)
 
 
-def check_members(loaded: list[LoadedModel]):
+def check_members(loaded: list[LoadedModel]) -> None:
     """One line naming the first thing that keeps these models from decoding as one: another
     target vocabulary, other decoder ids or rules, another split of the source."""
     first = loaded[0]
@@ -220,7 +228,7 @@ def first_difference(a: list, b: list) -> str | None:
     """Where two vocabularies first differ, in words, or None when they are the same."""
     for i, (x, y) in enumerate(zip(a, b)):
         if x != y:
-            return f"id {i} is {y!r} in one and {x!r} in the other"
+            return f"id {i} is {shown(y)} in one and {shown(x)} in the other"
     if len(a) != len(b):
         return f"{len(b)} and {len(a)} entries"
     return None
@@ -242,11 +250,11 @@ def ensemble_of(loaded: list[LoadedModel], rule: str | None, weights: list[float
 class EnsembleLoaded(LoadedModel):
     """LoadedModel of an ensemble; `members` are the models as loaded, for their own rules."""
 
-    def __init__(self, members: list[LoadedModel], **fields):
+    def __init__(self, members: list[LoadedModel], **fields) -> None:
         super().__init__(**fields)
         self.members = members
 
-    def rules_for(self, src_lang: str | None, tgt_lang: str | None):
+    def rules_for(self, src_lang: str | None, tgt_lang: str | None) -> ModelRules:
         """The first model's rules for these languages (its search rules: OpenNMT-py's beam, the
         length offset); every model must force the same first token and end alike, and none may
         generate what another bans. Whether they split the source alike is known from here."""
@@ -261,7 +269,7 @@ class EnsembleLoaded(LoadedModel):
         banned = tuple(sorted({i for r in rules for i in r.banned_ids}))
         return replace(rules[0], banned_ids=banned)
 
-    def check_decoding(self, decoding):
+    def check_decoding(self, decoding: DecodingConfig) -> None:
         """Options that read the cross-attention need the models' source positions to be the same."""
         if self.tokenizer.alike:
             return

@@ -1,12 +1,11 @@
 """A decoding step with fixed shapes, which a CUDA graph can capture and replay as one launch.
 
-On a GPU the incremental step of `transformer.py` is bound by launches, not arithmetic: a
-Transformer-base step issues ~250 kernels (a few microseconds each) from ~700 operator calls
-that each cost the host several microseconds more (bench/results/gpu-check-h200-first.md, "where a step's time
-goes"). A CUDA graph records the kernels of one step once and replays them with one launch,
-but only if every replay has the same shapes and reads and writes the same memory. The step
-of `cache.py` has neither: its rows shrink as sentences finish and its keys grow by one
-position every step. Here the same step runs over preallocated buffers instead:
+On a GPU the incremental step of `transformer.py` is bound by kernel launches and the host's
+operator calls, not arithmetic (docs/speed.md#gpus). A CUDA graph records the kernels of one
+step once and replays them with one launch, but only if every replay has the same shapes and
+reads and writes the same memory. The step of `cache.py` has neither: its rows shrink as
+sentences finish and its keys grow by one position every step. Here the same step runs over
+preallocated buffers instead:
 
 * sentences are rounded up to a power of two (`bucket`); the extra sentences are padding,
   computed and ignored; each sentence keeps `width` rows (the beam) from the first step on
@@ -23,18 +22,19 @@ logits are read out of it; the search's host copy comes after, as before.
 
 The arithmetic is the eager step's (the same layers run over these buffers), so the tokens
 are the same; on CPU this runs eagerly (nothing to replay there), which is how it is tested
-without a GPU. Rows keep their ancestry as `cache.py` does (`ancestry[row, position, slot]`:
-which slot held the row's ancestor at each position) rather than copying the cache on every
-reorder.
+without a GPU. Rows keep their ancestry as `cache.py` does (models/state.py), in a buffer
+of the final capacity, rather than copying the cache on every reorder. `FixedShapeSteps` is
+the step runner the engine chooses on a GPU (models/steps.py).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
 from .cache import SENTENCES, AttentionRecord, by_slot
+from .state import ancestry_mask, own_slots
 from .transformer import Transformer
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ class StepBuffers:
     """Everything a captured step reads or writes, allocated once for the largest sizes seen
     (reallocated, and the graphs dropped, when a batch needs more)."""
 
-    def __init__(self, model: "Transformer", sentences: int, width: int, positions: int, source: int):
+    def __init__(self, model: "Transformer", sentences: int, width: int, positions: int, source: int) -> None:
         cfg, weight = model.cfg, model.tgt_embed.tokens.weight  # (the output layer may be a packed oneDNN one)
         device, dtype = weight.device, weight.dtype
         layers, heads, hd = cfg.decoder_layers, cfg.heads, cfg.d_model // cfg.heads
@@ -61,8 +61,8 @@ class StepBuffers:
         self.self_kv = torch.zeros((layers, 2, sentences, heads, positions, width, hd), device=device, dtype=dtype)
         self.cross_kv = torch.zeros((layers, 2, sentences, heads, source, hd), device=device, dtype=dtype)
         self.memory_mask = torch.zeros((sentences, 1, 1, source), device=device, dtype=torch.bool)
-        self.ancestry = torch.zeros((sentences, width, positions, width), device=device, dtype=torch.bool)
-        self.own_slot = torch.eye(width, device=device, dtype=torch.bool)[None, :, None, :].expand(sentences, -1, 1, -1)
+        self.ancestry = torch.zeros((sentences * width, positions, width), device=device, dtype=torch.bool)
+        self.own_slot = own_slots(sentences * width, width, device)
         self.tokens = torch.full((sentences * width,), cfg.decoder_start_id, device=device, dtype=torch.long)
         self.position = torch.zeros(1, device=device, dtype=torch.long)
         self.attention = torch.zeros((sentences * width, source), device=device, dtype=torch.float32)
@@ -73,11 +73,11 @@ class StepBuffers:
 
 
 class FixedShapeCache(AttentionRecord):
-    """The decoder state of one batch over `StepBuffers`, with `cache.DecoderCache`'s interface
-    (what the layers call, and `follow`). Sentence i of the search is sentence i of the buffers
+    """The decoder state of one batch over `StepBuffers`: a DecoderState and a LayerState
+    (models/state.py), as `cache.DecoderCache` is. Sentence i of the search is sentence i of the buffers
     (finished ones are compacted away); its row j is buffer row i * width + j."""
 
-    def __init__(self, buffers: StepBuffers, sentences: int, source: int, alignment: tuple[int, int]):
+    def __init__(self, buffers: StepBuffers, sentences: int, source: int, alignment: tuple[int, int]) -> None:
         super().__init__(buffers.cross_kv.size(0), buffers.cross_kv.size(3), alignment)
         self.buffers = buffers
         self.sentences, self.width = sentences, 1  # live sentences; rows per sentence as the search sees them
@@ -98,32 +98,32 @@ class FixedShapeCache(AttentionRecord):
     def memory_mask(self) -> torch.Tensor:
         return self.buffers.memory_mask[: self.sentence_bucket, :, :, : self.source_bucket]
 
-    def cross(self, layer: int):
+    def cross(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         kv = self.buffers.cross_kv[layer, :, : self.sentence_bucket, :, : self.source_bucket]
         return kv[0], kv[1]
 
-    def keep_attention(self, weights: torch.Tensor):
+    def keep_attention(self, weights: torch.Tensor) -> None:
         """weights (B, H, width, S) of the alignment layer, into the attention buffer (the graph's
         output; decode_step reads the search's rows of it into `attention`)."""
         averaged = self.averaged(weights)
         self.buffers.attention[: averaged.size(0), : averaged.size(1)].copy_(averaged)
 
-    def append_self(self, layer: int, kv: torch.Tensor):
+    def append_self(self, layer: int, kv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """kv (rows, 2, H, hd) written at the step's position; the keys and values of positions
         [0, positions_bucket) of every slot, and the mask of each row's ancestors."""
         b, sentences, positions = self.buffers, self.sentence_bucket, self.positions_bucket
         new = by_slot(kv, b.width).unsqueeze(3)  # (2, B, H, 1, width, hd)
         b.self_kv[layer, :, :sentences].index_copy_(3, b.position, new)
         past = b.self_kv[layer, :, :sentences, :, :positions].flatten(3, 4)  # (2, B, H, positions*width, hd)
-        mask = b.ancestry[:sentences, :, :positions].flatten(2, 3)[:, None]  # (B, 1, width, positions*width)
+        mask = ancestry_mask(b.ancestry[: sentences * b.width], positions)  # (B, 1, width, positions*width)
         return past[0], past[1], mask
 
-    def mark_own_slots(self):
+    def mark_own_slots(self) -> None:
         """Each row attends to its own slot at the step's position (before the layers run)."""
-        b, sentences = self.buffers, self.sentence_bucket
-        b.ancestry[:sentences].index_copy_(2, b.position, b.own_slot[:sentences])
+        b, rows = self.buffers, self.sentence_bucket * self.buffers.width
+        b.ancestry[:rows].index_copy_(1, b.position, b.own_slot[:rows])
 
-    def advance(self):
+    def advance(self) -> None:
         self.length += 1
 
     def rows(self, sentences: int, width: int) -> torch.Tensor:
@@ -133,7 +133,7 @@ class FixedShapeCache(AttentionRecord):
         return (torch.arange(sentences, device=device)[:, None] * b.width
                 + torch.arange(width, device=device)[None, :]).flatten()
 
-    def follow(self, out: "StepOutput"):
+    def follow(self, out: "StepOutput") -> None:
         """Compact the sentences out.keep to the front, then give each next row its parent's
         ancestry (its own slot at this step's position was marked by the step)."""
         b, before = self.buffers, self.rows(self.sentences, self.width)
@@ -146,8 +146,7 @@ class FixedShapeCache(AttentionRecord):
             self.sentences = kept
         parents = before if out.origin is None else before.index_select(0, out.origin)
         self.width = out.tokens.numel() // self.sentences
-        ancestry = b.ancestry.view(-1, b.positions, b.width)
-        ancestry.index_copy_(0, self.rows(self.sentences, self.width), ancestry.index_select(0, parents))
+        b.ancestry.index_copy_(0, self.rows(self.sentences, self.width), b.ancestry.index_select(0, parents))
 
 
 class FixedShapeSteps:
@@ -155,12 +154,14 @@ class FixedShapeSteps:
     (decoding.py calls these instead of the model's). With `graphs` (CUDA), each bucket's step is
     captured once as a CUDA graph and replayed; otherwise it runs eagerly."""
 
-    def __init__(self, model: "Transformer", graphs: bool, warn=None):
+    shares_buffers = True  # every batch decodes in one set of buffers (models/steps.py)
+
+    def __init__(self, model: Transformer, graphs: bool, warn: Callable[[str], None] | None = None) -> None:
         """warn(message): told once if a graph cannot be captured (then every step runs eagerly)."""
         self.model, self.graphs, self.warn = model, graphs, warn
         self.buffers: StepBuffers | None = None
         self.captured: dict[tuple, tuple] = {}  # bucket key -> (graph, logits it writes)
-        self.pool = None
+        self.pool: Any = None  # the graphs' memory pool (torch.cuda.graph_pool_handle)
         self.captures = 0  # graphs captured so far (again after the buffers grow): a job's one-off cost
 
     def init_cache(self, memory: torch.Tensor, src_mask: torch.Tensor, positions: int, width: int) -> FixedShapeCache:
@@ -181,7 +182,7 @@ class FixedShapeSteps:
         b.memory_mask[:sentences, 0, 0, :source] = src_mask
         b.memory_mask[:sentences, :, :, source:] = False
         b.memory_mask[sentences:, :, :, 0] = True  # padding sentences attend somewhere: finite, unused
-        b.ancestry[: bucket(sentences)] = False
+        b.ancestry[: bucket(sentences) * b.width] = False
         b.tokens.fill_(model.cfg.decoder_start_id)
         return FixedShapeCache(b, sentences, source, (model.cfg.alignment_layer, model.cfg.alignment_heads))
 
@@ -212,7 +213,8 @@ class FixedShapeSteps:
 
     def _step(self, cache: FixedShapeCache) -> torch.Tensor:
         cache.mark_own_slots()
-        return self.model.decode_step(self.buffers.tokens[: cache.sentence_bucket * self.buffers.width], cache)
+        rows = self.buffers.tokens[: cache.sentence_bucket * self.buffers.width]
+        return self.model.decode_step(rows, cache)  # type: ignore[arg-type]  # any LayerState serves
 
     def _replay(self, key: tuple, cache: FixedShapeCache) -> torch.Tensor:
         if key not in self.captured:
@@ -230,7 +232,7 @@ class FixedShapeSteps:
         graph.replay()
         return logits
 
-    def _capture(self, cache: FixedShapeCache):
+    def _capture(self, cache: FixedShapeCache) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
         """Run the step once on a side stream (first use of its kernels and workspaces), then
         record it. Both write what a replay writes, so running them changes nothing."""
         t = cache.length
@@ -248,10 +250,3 @@ class FixedShapeSteps:
         cache.length = t  # the Python side of the step ran twice; the caller sets it once
         return graph, logits
 
-
-def fixed_steps_for(model, device: torch.device, setting: str, warn=None) -> FixedShapeSteps | None:
-    """The fixed-shape step replayed as CUDA graphs where `--cuda-graphs auto` (`setting`) asks for
-    it: on a GPU, for one Transformer (an ensemble steps eagerly)."""
-    if device.type == "cuda" and setting == "auto" and isinstance(model, Transformer):
-        return FixedShapeSteps(model, graphs=True, warn=warn)
-    return None

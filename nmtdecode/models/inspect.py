@@ -12,7 +12,9 @@ import argparse
 import math
 import os
 from dataclasses import dataclass
+from typing import Any
 
+from .architecture import TransformerConfig
 from .checkpoint import ModelRules
 from .detect import model_format
 from .formats import eole_config, hf_config, marian_config, native_config
@@ -30,10 +32,10 @@ class Summary:
     """What inspect shows of a model, read from its files or from the loaded model."""
 
     format: str
-    cfg: object  # architecture.TransformerConfig
+    cfg: TransformerConfig
     rules: ModelRules
     defaults: dict
-    tokenizer: object
+    tokenizer: Any
     parameters: int  # tied weights once
     loaded_dtypes: list[str]
 
@@ -68,7 +70,7 @@ def _torch_dtypes(path: str) -> set[str]:
     """The dtypes of the tensors in a pickled checkpoint (read with weights_only=True)."""
     import torch
 
-    def tensors(state) -> list:  # a state dict, or the state dicts in a checkpoint dict (OpenNMT-py's)
+    def tensors(state: Any) -> list:  # a state dict, or the state dicts in a checkpoint dict (OpenNMT-py's)
         if isinstance(state, torch.Tensor):
             return [state]
         if isinstance(state, dict):
@@ -93,7 +95,7 @@ def stored_dtypes(path: str) -> list[str]:
     return floating or sorted(found)
 
 
-def default_target_language(loaded) -> str:
+def default_target_language(loaded: Any) -> str:
     """The target language a multilingual model decodes into without --tgt-lang."""
     languages = getattr(loaded.tokenizer, "languages", None) or {}
     if not languages:

@@ -19,6 +19,7 @@ import ast
 import math
 import struct
 import zipfile
+from typing import BinaryIO
 
 from .checkpoint import ModelError, note_read
 
@@ -60,7 +61,7 @@ def _array_name(info: zipfile.ZipInfo, path: str) -> str:
     return info.filename.removesuffix(".npy")
 
 
-def _entry(f, info: zipfile.ZipInfo, name: str, path: str) -> tuple[int, dict]:
+def _entry(f: BinaryIO, info: zipfile.ZipInfo, name: str, path: str) -> tuple[int, dict]:
     """Where the array's data starts and its entry, the header checked against the member's size."""
     f.seek(info.header_offset)
     signature, name_length, extra_length = LOCAL_HEADER.unpack(f.read(LOCAL_HEADER.size).ljust(LOCAL_HEADER.size))
@@ -84,7 +85,7 @@ def _entry(f, info: zipfile.ZipInfo, name: str, path: str) -> tuple[int, dict]:
     return start + header_size, {"dtype": code, "shape": list(shape), "data_offsets": [0, size]}
 
 
-def read_npy_header(f) -> tuple[str, tuple[int, ...], int]:
+def read_npy_header(f: BinaryIO) -> tuple[str, tuple[int, ...], int]:
     """The dtype description, shape and header size of the `.npy` file at f's position."""
     magic = f.read(8)
     if len(magic) < 8 or magic[:6] != NPY_MAGIC:
@@ -105,7 +106,7 @@ def read_npy_header(f) -> tuple[str, tuple[int, ...], int]:
     return (*_checked_header(header), 8 + len(raw_length) + length)
 
 
-def _checked_header(header) -> tuple[str, tuple[int, ...]]:
+def _checked_header(header: object) -> tuple[str, tuple[int, ...]]:
     if not isinstance(header, dict) or set(header) != {"descr", "fortran_order", "shape"}:
         raise ValueError("its header is not a dict of descr, fortran_order and shape")
     descr, fortran, shape = header["descr"], header["fortran_order"], header["shape"]

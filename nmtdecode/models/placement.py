@@ -25,7 +25,8 @@ from .. import memory
 from . import gemm
 from .checkpoint import ModelError, largest_demand
 from .quantize import Int8Embedding, Int8TiedOutput, int8_linear, quantized_rows
-from .weights import check_weights, in_memory, read, shared_names
+from .transformer import Transformer
+from .weights import Source, check_weights, in_memory, read, shared_names
 
 BACKENDS = ("torch", "onednn", "int8")
 # A tied output projection up to this size gets a packed copy beside the embeddings' plain matrix:
@@ -51,10 +52,10 @@ class Placement:
         return replace(self, backend=gemm.choose_backend(model, self.backend, self.device, self.dtype))
 
 
-def fill(model: nn.Module, sources: dict, placement: Placement) -> Placement:
+def fill(model: Transformer, sources: dict[str, Source], placement: Placement) -> Placement:
     """Give every parameter of `model` (built by Transformer.uninitialised, or in memory) its weight
     from `sources` (our names -> stored tensors, models/weights.py; checked by the caller) in the form
-    `placement` says. Returns the placement with its backend decided, also kept as `model.placement`."""
+    `placement` says. Returns the placement with its backend decided (kept as `model.backend`)."""
     placement = placement.resolved(model)
     try:
         _fill(model, sources, placement)
@@ -66,21 +67,22 @@ def fill(model: nn.Module, sources: dict, placement: Placement) -> Placement:
         raise ModelError(f"out of memory placing the model on {placement.device} in "
                          f"{str(placement.dtype).removeprefix('torch.')}: its weights need "
                          f"{memory.readable_size(need)}, most of them for {what}") from None
-    model.placement = placement
+    model.backend = placement.backend
     return placement
 
 
-def _fill(model: nn.Module, sources: dict, placement: Placement):
+def _fill(model: Transformer, sources: dict[str, Source], placement: Placement) -> None:
     parents = _parents(model)
     aliases = shared_names(model)
-    tied, own = [], []
+    tied: list[tuple[str, nn.Module]] = []
+    own: list[tuple[str, nn.Module]] = []
     for name, module in model.named_modules():
         names = [f"{name}.{p}" if name else p for p, t in module.named_parameters(recurse=False)]
         if names:
             (tied if any(n in aliases for n in names) else own).append((name, module))
     readers = max(1, min(MAX_READERS, torch.get_num_threads()))
     with ThreadPoolExecutor(readers) as pool:
-        for _ in pool.map(lambda job: _fill_layer(*job, sources, placement, parents), own):
+        for _ in pool.map(lambda job: _fill_layer(job[0], job[1], sources, placement, parents), own):
             pass  # each job's error comes out here
     for name, module in tied:  # after the layers whose weights they share
         _fill_tied(model, name, module, aliases, sources, placement, parents)
@@ -90,7 +92,7 @@ def _fill(model: nn.Module, sources: dict, placement: Placement):
                 module._buffers[key] = buffer.to(placement.device, placement.dtype)
 
 
-def load_weights(model: nn.Module, sources: dict, source: str, placement: Placement | None = None) -> Placement:
+def load_weights(model: Transformer, sources: dict, source: str, placement: Placement | None = None) -> Placement:
     """Give `model` its weights from `sources` (our parameter names -> stored tensors of
     models/weights.py, or plain tensors), strictly checked (names and shapes, before anything is
     read), each read once into the form `placement` gives it (default: float32 on the CPU).
@@ -101,16 +103,17 @@ def load_weights(model: nn.Module, sources: dict, source: str, placement: Placem
     return fill(model, sources, placement or Placement())
 
 
-def place_model(model: nn.Module, placement: Placement) -> nn.Module:
+def place_model(model: Transformer, placement: Placement) -> Transformer:
     """A model already in memory, its weights given the form `placement` says (in place)."""
-    sources = in_memory({n: t.detach() for n, t in model.state_dict().items()
-                         if n not in shared_names(model) and t.layout == torch.strided}, "model")
+    tensors = {n: t.detach() for n, t in model.state_dict().items()
+               if n not in shared_names(model) and t.layout == torch.strided}
+    sources: dict[str, Source] = dict(in_memory(tensors, "model"))
     check_weights(model, sources, "model")
     fill(model, sources, placement)
     return model
 
 
-def _parents(model: nn.Module) -> dict[int, list[tuple[nn.Module, str]]]:
+def _parents(model: nn.Module) -> "Parents":
     """Every place a module hangs from (a module shared by two parents, as shared embeddings are,
     is replaced in both): id(module) -> [(parent, attribute)]."""
     parents: dict[int, list[tuple[nn.Module, str]]] = {}
@@ -121,16 +124,20 @@ def _parents(model: nn.Module) -> dict[int, list[tuple[nn.Module, str]]]:
     return parents
 
 
-def _replace(old: nn.Module, new: nn.Module, parents: dict):
+Parents = dict[int, list[tuple[nn.Module, str]]]  # id(module) -> [(parent, attribute)]
+
+
+def _replace(old: nn.Module, new: nn.Module, parents: Parents) -> None:
     for parent, key in parents.get(id(old), []):
         setattr(parent, key, new)
 
 
-def _plain(source, placement: Placement) -> nn.Parameter:
+def _plain(source: Source, placement: Placement) -> nn.Parameter:
     return nn.Parameter(read(source, placement.dtype).to(placement.device), requires_grad=False)
 
 
-def _fill_layer(name: str, module: nn.Module, sources: dict, placement: Placement, parents: dict):
+def _fill_layer(name: str, module: nn.Module, sources: dict[str, Source], placement: Placement,
+                parents: Parents) -> None:
     """One layer's weights, in the placement's form; a linear layer or token embedding may be
     replaced by its packed or int8 kind."""
     own = {key: sources.pop(f"{name}.{key}" if name else key) for key, p in module.named_parameters(recurse=False)}
@@ -142,8 +149,9 @@ def _fill_layer(name: str, module: nn.Module, sources: dict, placement: Placemen
         weight = read(own["weight"], placement.dtype)
         bias = read(own["bias"], placement.dtype) if "bias" in own else None
         parent, key = parents[id(module)][0]
-        fused = key == "up" and getattr(parent, "activation_name", None) in gemm.POST_OPS
-        _replace(module, gemm.PackedLinear(weight, bias, parent.activation_name if fused else None), parents)
+        activation: str | None = getattr(parent, "activation_name", None) if key == "up" else None
+        fused = activation in gemm.POST_OPS
+        _replace(module, gemm.PackedLinear(weight, bias, activation if fused else None), parents)
         if fused:
             parent.activation = None  # applied inside the product
     elif type(module) is nn.Embedding and name.endswith("tokens") and placement.backend == "int8":
@@ -153,8 +161,8 @@ def _fill_layer(name: str, module: nn.Module, sources: dict, placement: Placemen
             setattr(module, key, _plain(source, placement))
 
 
-def _fill_tied(model: nn.Module, name: str, module: nn.Module, aliases: dict, sources: dict,
-               placement: Placement, parents: dict):
+def _fill_tied(model: Transformer, name: str, module: nn.Module, aliases: dict[str, str],
+               sources: dict[str, Source], placement: Placement, parents: Parents) -> None:
     """A layer whose weight is another's (the output projection tied to the token embeddings):
     it reads that layer's weight, in whatever form it was given; its own bias is its own."""
     first = aliases[f"{name}.weight"]

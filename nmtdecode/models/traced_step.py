@@ -1,46 +1,33 @@
 """The model's decoding step recorded once by `torch.jit.trace` and replayed on the CPU.
 
 On a CPU a small model's step is bound by its ~100 operator calls and the Python between them,
-not by arithmetic (docs/speed.md, "Where the time goes"). TorchScript (part of torch: no
-compiler needed) records the calls of one step and replays them without the Python: on the demo
-model a step took 0.50 of its eager time at 1 row and 0.77 at 32 on a 2-vCPU AMD EPYC (Zen 4)
-(`bench/experiments/traced_step.py`).
+not by arithmetic; TorchScript (part of torch: no compiler needed) records the calls of one step
+and replays them without the Python, with the eager step's logits bit for bit
+(docs/speed.md#the-traced-step-on-the-cpu has the measurements).
 
-A trace keeps as constants the Python numbers it saw, so the recorded step must read everything
-that changes from its inputs (`StepInputs`): the tokens, the position as a tensor, the encoder's
-keys and values, the source and ancestry masks, and per layer a view of the self-attention cache up to and
-including this step's position (the step writes its keys and values into the view's last slots,
-which are the cache's). The sizes of all of those are read inside the trace, so one trace serves
-every row count, position and source length; it is recorded once per kind of step (beam width;
-whether the rows need an ancestry mask). The layers run unchanged: `TraceInputs` gives them the
-cache interface (`cache.py`). The logits are the eager step's, bit for bit
-(tests/models/test_traced_step.py runs every strategy both ways).
-
-A kind of step is traced once it has run `EAGER_STEPS` times eagerly: recording it and the
-first replays cost ~0.05-0.1 s (13-15 ms less since the replays run unoptimized, below), more
-than a job of a few lines decodes in (on the AMD EPYC Zen 4, a 10-line job took 0.14 s against
-0.06 s when it traced at once, and 0.10-0.14 s against 0.04-0.05 s after that change). A step
-that records attention (coverage, alignment, --attention) runs eagerly: the recording is Python.
-So does everything when tracing fails, after one warning.
-
-The recorded step is replayed without TorchScript's graph optimizations. They profile the first
-runs, then rewrite and specialize the graph: on the CPU, where no fuser runs, that cost 13-15 ms
-once per kind of step and saved nothing (the first two replays took 8.2 and 8.7 ms against 3.2
-and 0.8 ms at one row, 14.3 and 15.6 against 8.7 and 7.1 ms at 160; from the third on the same;
-demo model, 2-vCPU AMD EPYC Zen 4, `python bench/experiments/traced_step.py --first-replays`). The switch
-is per thread (`torch.jit.optimized_execution`): the caller's own TorchScript keeps its setting.
+A trace keeps as constants the Python numbers it saw, so the recorded step reads everything that
+changes from its inputs (`StepInputs`): the tokens, the position as a tensor, the encoder's keys
+and values, the masks, and per layer a view of the self-attention cache that ends at this step's
+position. So one trace serves every row count, position and source length; one is recorded per
+kind of step (beam width; whether rows need an ancestry mask), once that kind has run
+`EAGER_STEPS` times eagerly, so that a job of a few lines does not pay for the recording. Steps
+that record attention, and every step after a failed trace, run eagerly. Replays run without
+TorchScript's graph optimizations, which cost once per kind of step on the CPU and save nothing;
+the switch is per thread (`torch.jit.optimized_execution`).
 """
 
 from __future__ import annotations
 
 import threading
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 import torch
 
 from .cache import SENTENCES, DecoderCache, by_slot
 from .gemm import PackedLinear
-from .transformer import Transformer
+
+if TYPE_CHECKING:
+    from .transformer import Transformer
 
 EAGER_STEPS = 64  # steps of a kind run eagerly before it is traced
 
@@ -61,40 +48,47 @@ class StepInputs(NamedTuple):
 
 
 class TraceInputs:
-    """StepInputs as the layers see a cache: the part of DecoderCache's interface they call."""
+    """StepInputs as the layers see a cache: a LayerState (models/state.py) over the recorded inputs."""
 
-    def __init__(self, inputs: StepInputs, width: int):
+    def __init__(self, inputs: StepInputs, width: int) -> None:
         self.position, self.cross_kv, self.memory_mask = inputs.position, inputs.cross_kv, inputs.memory_mask
         self.mask, self.pasts, self.width = inputs.self_mask, inputs.pasts, width
 
-    def cross(self, layer: int):
+    def cross(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self.cross_kv[layer, 0], self.cross_kv[layer, 1]
 
-    def attention_probe(self, layer: int):
+    def attention_probe(self, layer: int) -> None:
         return None
 
-    def append_self(self, layer: int, kv: torch.Tensor):
+    def append_self(self, layer: int, kv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """kv (N, 2, H, hd) into the last `width` slots of the layer's view, which end at this
         step's position; returns the view's keys, values and the ancestry mask, as the cache does."""
         past = self.pasts[layer]
         past[:, :, :, -self.width:] = by_slot(kv, self.width)
         return past[0], past[1], self.mask
 
-    def advance(self):
+    def advance(self) -> None:
         pass  # the caller's cache counts the step
 
 
 class TracedSteps:
-    """`decode_step` for one model on the CPU, as the model has it: each kind of step traced after
-    `eager_steps` eager ones, then replayed (decoding.py calls this instead of the model's own)."""
+    """The step runner of one model on the CPU (models/steps.py): the model's own cache, and its
+    step, each kind traced after `eager_steps` eager ones, then replayed."""
 
-    def __init__(self, model, warn=None, eager_steps: int = EAGER_STEPS):
+    shares_buffers = False
+
+    def __init__(self, model: Transformer, warn: Callable[[str], None] | None = None,
+                 eager_steps: int = EAGER_STEPS) -> None:
         self.model, self.warn, self.eager_steps = model, warn, eager_steps
-        self.traced: dict[tuple, object] = {}  # (width, masked) -> the recorded step
+        self.traced: dict[tuple, Callable[..., torch.Tensor]] = {}  # (width, masked) -> the recorded step
         self.seen: dict[tuple, int] = {}  # (width, masked) -> steps run eagerly so far
         self.failed = False
         self.lock = threading.Lock()  # --inter-threads: batches decoded at once share the traces
         self.packed = [m for m in model.modules() if isinstance(m, PackedLinear) and m.packed]
+
+    def init_cache(self, memory: torch.Tensor, src_mask: torch.Tensor, positions: int = 0,
+                   width: int = 1) -> DecoderCache:
+        return self.model.init_cache(memory, src_mask)
 
     def decode_step(self, tokens: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
         if self.failed or cache.record_attention:
@@ -114,7 +108,7 @@ class TracedSteps:
         cache.advance()
         return logits
 
-    def _inputs(self, tokens, cache: DecoderCache) -> StepInputs:
+    def _inputs(self, tokens: torch.Tensor, cache: DecoderCache) -> StepInputs:
         cache.make_room()
         memory_mask = cache.memory_mask
         if memory_mask is None:  # no source padded: a mask of all True attends the same
@@ -123,16 +117,17 @@ class TracedSteps:
         return StepInputs(tokens, torch.tensor([cache.length]), cache.cross_kv, memory_mask, cache.self_mask(),
                           [cache.past(layer) for layer in range(self.model.cfg.decoder_layers)])
 
-    def _trace(self, key: tuple, example: StepInputs):
+    def _trace(self, key: tuple, example: StepInputs) -> Callable[..., torch.Tensor] | None:
         """The step of this key recorded on `example` (None, after one warning, if it cannot be)."""
         width, masked = key
         model, weights = self.model, [layer.packed_weight for layer in self.packed]
 
-        def step(*flat):  # StepInputs.flat(), then the packed weights (inputs: the tracer cannot hold them)
+        # StepInputs.flat(), then the packed weights (inputs: the tracer cannot hold them as constants)
+        def step(*flat: torch.Tensor) -> torch.Tensor:
             tokens, position, cross_kv, memory_mask, *rest = flat[: len(flat) - len(weights)]
             mask, pasts = (rest[0], rest[1:]) if masked else (None, rest)
             inputs = StepInputs(tokens, position, cross_kv, memory_mask, mask, pasts)
-            return model.decode_step(tokens, TraceInputs(inputs, width))
+            return model.decode_step(tokens, TraceInputs(inputs, width))  # type: ignore[arg-type]  # a LayerState
         with self.lock:
             if key in self.traced or self.failed:  # another thread traced it, or failed to, meanwhile
                 return self.traced.get(key)
@@ -149,10 +144,3 @@ class TracedSteps:
             self.traced[key] = lambda *args: traced(*args, *weights)
             return self.traced[key]
 
-
-def traced_steps_for(model, device: torch.device, setting: str, quantize: str, warn=None) -> TracedSteps | None:
-    """The traced step where `--traced-step auto` (`setting`) asks for it and it serves: on the CPU,
-    for one Transformer with float weights (int8's quantized products and ensembles step eagerly)."""
-    if device.type == "cpu" and setting == "auto" and quantize == "none" and isinstance(model, Transformer):
-        return TracedSteps(model, warn=warn)
-    return None

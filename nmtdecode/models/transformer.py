@@ -214,6 +214,8 @@ def padding_mask(src_mask: torch.Tensor) -> torch.Tensor:
 
 
 class Transformer(nn.Module):
+    backend: str = "torch"  # how the CPU multiplies by its weights: torch, onednn or int8 (models/placement.py)
+
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
         self.cfg = cfg

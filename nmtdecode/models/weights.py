@@ -20,6 +20,7 @@ import ctypes
 import math
 import os
 import pickle
+from typing import Iterable, Union
 
 import torch
 
@@ -42,7 +43,8 @@ class StoredTensor:
     def __init__(self, path: str, offset: int, entry: dict, name: str):
         self.path, self.name = path, name
         try:
-            code, self.shape, (begin, end) = entry["dtype"], tuple(int(n) for n in entry["shape"]), entry["data_offsets"]
+            code, (begin, end) = entry["dtype"], entry["data_offsets"]
+            self.shape = tuple(int(n) for n in entry["shape"])
         except (KeyError, TypeError, ValueError):
             raise ModelError(f"cannot read weights {path}: the header's entry for tensor {name} is not a "
                              "tensor's") from None
@@ -133,45 +135,48 @@ class Joined:
             start += part.shape[0]
 
 
-def join(parts: list):
-    """One tensor made of `parts` joined on dim 0 (no copy until it is read)."""
-    return parts[0] if len(parts) == 1 else Joined(parts)
-
-
 class Transposed:
     """A stored matrix seen transposed (Marian's (in, out) linear weights as nn.Linear's (out, in)).
     Its rows are the stored columns: the stored rows are read a block at a time, so at most one
     block is held beside the destination."""
 
-    def __init__(self, source):
+    def __init__(self, source: "Source"):
         self.source, self.name, self.dtype = source, source.name, source.dtype
         self.shape = tuple(reversed(source.shape))
 
-    def check(self):
+    def check(self) -> None:
         self.source.check()
 
-    def read_rows(self, first: int, out: torch.Tensor):
+    def read_rows(self, first: int, out: torch.Tensor) -> None:
         stored_rows, width = self.source.shape
-        block = max(1, CHUNK_BYTES // max(width * self.dtype.itemsize, 1))
+        block = max(1, CHUNK_BYTES // max(width * out.element_size(), 1))
         for start in range(0, stored_rows, block):
             chunk = torch.empty(min(block, stored_rows - start), width, dtype=self.dtype)
             self.source.read_rows(start, chunk)
             out[:, start : start + chunk.size(0)].copy_(chunk[:, first : first + out.size(0)].T)
 
 
-def transposed(source):
+Source = Union[StoredTensor, InMemoryTensor, Joined, Transposed]  # a weight as a format gives it, read when asked
+
+
+def join(parts: list) -> Source:
+    """One tensor made of `parts` joined on dim 0 (no copy until it is read)."""
+    return parts[0] if len(parts) == 1 else Joined(parts)
+
+
+def transposed(source: Source) -> Transposed:
     """`source`, a matrix, read as its transpose (no copy until it is read)."""
     return Transposed(source)
 
 
-def check_finite(tensor: torch.Tensor, source):
+def check_finite(tensor: torch.Tensor, source: "Source") -> None:
     if tensor.numel() and not bool(torch.isfinite(torch.stack(torch.aminmax(tensor))).all()):
         where = getattr(source, "path", None) or getattr(source, "where", "")
         raise ModelError(f"{where}: tensor {source.name} holds NaN or infinite values; the checkpoint is damaged "
                          "(or was saved after training diverged)")
 
 
-def read(source, dtype: torch.dtype | None = None) -> torch.Tensor:
+def read(source: Source, dtype: torch.dtype | None = None) -> torch.Tensor:
     """The whole of `source` in a tensor of `dtype` (default: as stored): a new one, or, for a
     tensor already in memory as asked, that tensor itself."""
     source.check()
@@ -208,7 +213,7 @@ class StoredTensors:
         return read(self.tensors[name], torch.float64).flatten().tolist()
 
 
-def check_length(path: str, tensors) -> None:
+def check_length(path: str, tensors: "Iterable[StoredTensor]") -> None:
     """A file shorter than its header says (a copy cut short) fails before anything is read."""
     needed = max((t.start + t.size for t in tensors), default=0)
     size = os.path.getsize(path)

@@ -105,7 +105,7 @@ def attached_per_slot(host: dict, prefix: str, slots: int) -> list[dict] | None:
     names = [name for name in ATTACHED if prefix + name in host]
     if not names:
         return None
-    per_slot = [{} for _ in range(slots)]
+    per_slot: list[dict] = [{} for _ in range(slots)]
     for name in names:
         values = host[prefix + name]
         size = len(values) // slots
@@ -132,7 +132,10 @@ class Search(Protocol):
     """
 
     start_tokens: torch.Tensor
-    done: bool
+    beams: list  # one record per sentence (search/beam.py: Beam), what the step chose so far
+
+    @property
+    def done(self) -> bool: ...
 
     def advance(self, logprobs: torch.Tensor, step: int, facts: RowFacts | None = None) -> StepOutput: ...
 
@@ -170,7 +173,7 @@ class SentenceRecords:
         still searching, topped up with finished ones to the next of BATCH_SIZES. The batch
         shrinks only when it falls to a smaller size of that list, so a batch meets a handful
         of row counts, not one per finished sentence: every new row count costs oneDNN a kernel
-        compilation (~0.5 ms per matrix shape) and every shrink a copy of the cache."""
+        compilation per matrix shape (docs/speed.md) and every shrink a copy of the cache."""
         if not self.shrink:
             return list(range(len(self.active)))
         searching = [i for i, s in enumerate(self.active) if not self.beams[s].done]
@@ -196,7 +199,7 @@ class SentenceRecords:
             results.append(best + [Hypothesis([], NEG_INF, NEG_INF, [], False) for _ in range(n_best - len(best))])
         return results
 
-    def trace(self):
+    def trace(self) -> None:
         """From now on every Beam keeps each hypothesis that ends (`Beam.ended`), not only its
         best: what --dump-beam writes. Off by default, so that nothing more is kept."""
         for beam in self.beams:

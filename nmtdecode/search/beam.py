@@ -80,7 +80,7 @@ class Beam:
     """Search state of one source sentence."""
 
     def __init__(self, size: int, max_steps: int, penalty: LengthPenalty, early_stopping: str = "false",
-                 n_best: int = 1, top_at_stop_step: bool = False):
+                 n_best: int = 1, top_at_stop_step: bool = False) -> None:
         self.size = size
         self.top_at_stop_step = top_at_stop_step  # `top` asks the top candidate of the last step to end
         self.max_steps = max_steps
@@ -103,7 +103,7 @@ class Beam:
 
     def advance(self, step: int, tokens: list[int], prev: list[int], scores: list[float],
                 ended: list[tuple], top_ended: bool = False, attached: list[dict] | None = None,
-                best: float | None = None):
+                best: float | None = None) -> None:
         """Record step `step`: the alive slots (tokens, prev, scores, and what is attached to each
         slot's token), the hypotheses that ended at this step as (prev, token, total[, coverage
         penalty, attached, ranked]) (see `add_finished`), and whether the top-ranked one did.
@@ -116,7 +116,8 @@ class Beam:
         best = max(scores) if best is None else best
         self.done = self.is_last_step(step) or self.cannot_improve(step, best_alive=best)
 
-    def extend(self, tokens: list[int], prev: list[int], scores: list[float], attached: list[dict] | None = None):
+    def extend(self, tokens: list[int], prev: list[int], scores: list[float],
+               attached: list[dict] | None = None) -> None:
         """attached: per slot, {name: value} (base.py:attached_per_slot), or None."""
         self.next_ys.append(tokens)
         self.prev_ks.append(prev)
@@ -125,7 +126,7 @@ class Beam:
             self.attached.setdefault(name, []).append([slot[name] for slot in attached])
 
     def add_finished(self, step: int, prev: int, token: int, total: float, coverage_penalty: float = 0.0,
-                     attached: dict | None = None, ranked: float | None = None):
+                     attached: dict | None = None, ranked: float | None = None) -> None:
         """`ranked`: the total the search ranks by, when it is not the log-prob total (diverse
         beam search adds its diversity penalties); the length penalty turns it into the score."""
         ranked = total if ranked is None else ranked
@@ -169,7 +170,9 @@ class Beam:
     def hypothesis(self, f: Finished, eos_id: int) -> Hypothesis:
         """The finished hypothesis `f`; the final EOS is not one of its tokens, its log-prob is
         `eos_score` (so token_scores, alignment and attention have one entry per token)."""
-        tokens, totals, along = [], [], {name: [] for name in f.attached}
+        tokens: list[int] = []
+        totals: list[float] = []
+        along: dict[str, list] = {name: [] for name in f.attached}
         if f.step > 0:
             tokens, totals, along = self.get_hyp(f.step - 1, f.prev, attached=True)
         tokens, totals = tokens + [f.token], totals + [f.total]
@@ -199,7 +202,7 @@ class Candidates:
         """Rows (sentences) `index`."""
         return Candidates(*(None if t is None else t[index] for t in self._fields()))
 
-    def _fields(self):
+    def _fields(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
         return self.scores, self.tokens, self.prev, self.totals
 
 
@@ -249,8 +252,9 @@ class BeamSearch(SentenceRecords):
 
     kind, stop_rule = "beam", None
 
-    def __init__(self, *, batch_size, beam_size, max_steps, start_id, eos_id, penalty, early_stopping, device,
-                 n_best=1, opennmt=False):
+    def __init__(self, *, batch_size: int, beam_size: int, max_steps: list[int], start_id: int, eos_id: int,
+                 penalty: LengthPenalty, early_stopping: str, device: torch.device | str, n_best: int = 1,
+                 opennmt: bool = False) -> None:
         self.k = beam_size
         self.width = 1  # rows per sentence in the current step
         self.eos_id = eos_id
@@ -292,7 +296,7 @@ class BeamSearch(SentenceRecords):
                 values.masked_fill_(alive.tokens == self.eos_id, NEG_INF)
         return alive
 
-    def record(self, candidates: Candidates, alive: Candidates, step: int, facts: RowFacts | None = None):
+    def record(self, candidates: Candidates, alive: Candidates, step: int, facts: RowFacts | None = None) -> None:
         """One device->host copy; each sentence's rows to its Beam."""
         k = self.k
         top_prev = candidates.prev[:, :k]
@@ -311,7 +315,7 @@ class BeamSearch(SentenceRecords):
         of the alive ones (attached), read from the row each candidate extends, (n, k * width)."""
         if facts is None:
             return {}
-        def of(fact, prev):  # fact (rows,) or (rows, S); prev (n, c) -> (n, c) or (n, c * S)
+        def of(fact: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:  # fact (rows,) or (rows, S); prev (n, c)
             rows = torch.arange(len(self.active), device=prev.device)[:, None] * self.width + prev
             return fact[rows].flatten(1)
         picked = {} if facts.penalty is None else {"top_penalty": of(facts.penalty, top_prev)}
@@ -319,7 +323,7 @@ class BeamSearch(SentenceRecords):
             picked["top_" + name], picked[name] = of(fact, top_prev), of(fact, alive_prev)
         return picked
 
-    def _record(self, beam: Beam, step: int, row: dict, with_facts: bool):
+    def _record(self, beam: Beam, step: int, row: dict, with_facts: bool) -> None:
         """One sentence's share of the host copy -> its Beam. Ended hypotheses go as (prev, token,
         log-prob total[, coverage penalty, attached][, ranked total]); the Beam keeps log-prob
         totals for its slots and ranks by the ranked ones (diverse.py), by default the same."""

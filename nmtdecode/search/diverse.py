@@ -44,13 +44,15 @@ import torch
 
 from .base import NEG_INF, RowFacts, StepOutput
 from .beam import BeamSearch, Candidates, top_candidates
+from .penalties import LengthPenalty
 
 
 class DiverseBeamSearch(BeamSearch):
     kind = "diverse"
 
-    def __init__(self, *, batch_size, beam_size, groups, diversity_penalty, max_steps, start_id, eos_id, penalty,
-                 early_stopping, device, n_best=1, forced_steps=None):
+    def __init__(self, *, batch_size: int, beam_size: int, groups: int, diversity_penalty: float,
+                 max_steps: list[int], start_id: int, eos_id: int, penalty: LengthPenalty, early_stopping: str,
+                 device: torch.device | str, n_best: int = 1, forced_steps: list[int] | None = None) -> None:
         group_size = beam_size // groups
         super().__init__(batch_size=batch_size * groups, beam_size=group_size,
                          max_steps=[m for m in max_steps for _ in range(groups)], start_id=start_id, eos_id=eos_id,
@@ -91,7 +93,7 @@ class DiverseBeamSearch(BeamSearch):
 
     def _widen(self, facts: RowFacts) -> RowFacts:
         """Step 0's facts, one row per sentence -> one per (sentence, group)."""
-        def widen(fact):
+        def widen(fact: torch.Tensor | None) -> torch.Tensor | None:
             return None if fact is None else fact.repeat_interleave(self.groups, dim=0)
         return RowFacts(penalty=widen(facts.penalty), alignment=widen(facts.alignment),
                         attention=widen(facts.attention))
@@ -125,7 +127,7 @@ class DiverseBeamSearch(BeamSearch):
     @staticmethod
     def _interleave(parts: list[Candidates]) -> Candidates:
         """G Candidates (n, c) -> one (n*G, c), unit i*G+g from parts[g] row i."""
-        def stack(field):
+        def stack(field: str) -> torch.Tensor:
             values = [getattr(p, field) for p in parts]
             return torch.stack(values, dim=1).flatten(0, 1)
         return Candidates(stack("scores"), stack("tokens"), stack("prev"), stack("totals"))
@@ -134,13 +136,13 @@ class DiverseBeamSearch(BeamSearch):
         """Units stay as long as any group of their sentence is searching."""
         if not self.shrink:
             return list(range(len(self.active)))
-        groups, still = self.groups, []
+        groups, still = self.groups, list[int]()
         for start in range(0, len(self.active), groups):
             if not all(self.beams[u].done for u in self.active[start : start + groups]):
                 still += range(start, start + groups)
         return still
 
-    def _silence_done_groups(self):
+    def _silence_done_groups(self) -> None:
         """A done group of a sentence still searched keeps its rows, at -inf: it chooses nothing."""
         done = [i for i, unit in enumerate(self.active) if self.beams[unit].done]
         if done:

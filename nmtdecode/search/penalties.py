@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import torch
 
+from .base import StepOutput
+
 
 def length_none(total: float, length: int, alpha: float) -> float:
     """No normalisation: rank by total log-probability (favours short outputs)."""
@@ -41,7 +43,7 @@ class LengthPenalty:
     `advance`), so its checkpoints are decoded with offset 1 (models/formats/opennmt.py).
     """
 
-    def __init__(self, name: str = "none", alpha: float = 1.0, offset: int = 0):
+    def __init__(self, name: str = "none", alpha: float = 1.0, offset: int = 0) -> None:
         self.name, self.alpha, self.offset = name, alpha, offset
         self.function = LENGTH_PENALTIES[name]
 
@@ -89,7 +91,7 @@ class Coverage:
     0, and OpenNMT-py's -log(0) there would make every penalty infinite).
     """
 
-    def __init__(self, name: str, beta: float, src_mask: torch.Tensor):
+    def __init__(self, name: str, beta: float, src_mask: torch.Tensor) -> None:
         self.function, self.beta = COVERAGE_PENALTIES[name], beta
         self.total = (~src_mask).float()  # (B, S): one row per sentence at step 0
         self.current = self.total
@@ -99,6 +101,6 @@ class Coverage:
         self.current = self.total + attention
         return self.function(self.current, self.beta)
 
-    def follow(self, out):
+    def follow(self, out: StepOutput) -> None:
         """Row r of the next step continues row out.origin[r] (this step's coverage included)."""
         self.total = self.current if out.origin is None else self.current.index_select(0, out.origin)

@@ -15,7 +15,7 @@ declared (config.py), so the processors do not check them again.
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Iterable, Protocol, runtime_checkable
 
 import torch
 
@@ -35,7 +35,7 @@ class Processor(Protocol):
     dropped), exactly as the decoder cache follows the search.
     """
 
-    def __call__(self, scores: torch.Tensor, step: int, rows: "RowHistory") -> torch.Tensor: ...
+    def __call__(self, scores: torch.Tensor, step: int, rows: RowHistory, /) -> torch.Tensor: ...
 
 
 class RowHistory:
@@ -46,11 +46,11 @@ class RowHistory:
     which each row's sentence reaches its step limit.
     """
 
-    def __init__(self, start_tokens: torch.Tensor, last_step: torch.Tensor, keep_history: bool):
+    def __init__(self, start_tokens: torch.Tensor, last_step: torch.Tensor, keep_history: bool) -> None:
         self.history = start_tokens[:, None] if keep_history else None
         self.last_step = last_step
 
-    def follow(self, out: StepOutput):
+    def follow(self, out: StepOutput) -> None:
         """Row r of the next step continues row out.origin[r] and adds out.tokens[r]."""
         if out.origin is not None:
             self.last_step = self.last_step.index_select(0, out.origin)
@@ -62,10 +62,10 @@ class RowHistory:
 class MinLength:
     """EOS is banned while fewer than `min_length` tokens have been generated (EOS not counted)."""
 
-    def __init__(self, min_length: int, eos_id: int):
+    def __init__(self, min_length: int, eos_id: int) -> None:
         self.min_length, self.eos_id = min_length, eos_id
 
-    def __call__(self, logprobs, step, rows):
+    def __call__(self, logprobs: torch.Tensor, step: int, rows: RowHistory) -> torch.Tensor:
         if step < self.min_length:
             logprobs[:, self.eos_id] = NEG_INF
         return logprobs
@@ -74,10 +74,10 @@ class MinLength:
 class BanTokens:
     """These tokens are never generated (e.g. pad, or unk with --ban-unk)."""
 
-    def __init__(self, token_ids, device="cpu"):
+    def __init__(self, token_ids: Iterable[int], device: torch.device | str = "cpu") -> None:
         self.index = torch.tensor(sorted(set(token_ids)), dtype=torch.long, device=device)
 
-    def __call__(self, logprobs, step, rows):
+    def __call__(self, logprobs: torch.Tensor, step: int, rows: RowHistory) -> torch.Tensor:
         return logprobs.index_fill_(1, self.index, NEG_INF)
 
 
@@ -85,10 +85,10 @@ class ForceFirstToken:
     """The first generated token is `token_id` (mBART/M2M100/NLLB target-language tag;
     Hugging Face's `forced_bos_token_id`)."""
 
-    def __init__(self, token_id: int):
+    def __init__(self, token_id: int) -> None:
         self.token_id = token_id
 
-    def __call__(self, logprobs, step, rows):
+    def __call__(self, logprobs: torch.Tensor, step: int, rows: RowHistory) -> torch.Tensor:
         if step == 0:
             logprobs.fill_(NEG_INF)[:, self.token_id] = 0.0
         return logprobs
@@ -97,10 +97,10 @@ class ForceFirstToken:
 class ForceEosAtLimit:
     """A row at its last step must end with EOS (Hugging Face's `forced_eos_token_id`)."""
 
-    def __init__(self, eos_id: int):
+    def __init__(self, eos_id: int) -> None:
         self.eos_id = eos_id
 
-    def __call__(self, logprobs, step, rows):
+    def __call__(self, logprobs: torch.Tensor, step: int, rows: RowHistory) -> torch.Tensor:
         at_limit = (rows.last_step == step)[:, None]  # (N, 1)
         forced = torch.full_like(logprobs[:1], NEG_INF)
         forced[0, self.eos_id] = 0.0
@@ -127,10 +127,10 @@ class NoRepeatNgram:
 
     needs_history = True
 
-    def __init__(self, ngram_size: int):
+    def __init__(self, ngram_size: int) -> None:
         self.n = ngram_size
 
-    def __call__(self, logprobs, step, rows):
+    def __call__(self, logprobs: torch.Tensor, step: int, rows: RowHistory) -> torch.Tensor:
         history = rows.history
         if history.size(1) < self.n:
             return logprobs
@@ -153,10 +153,10 @@ class RepetitionPenalty:
     stage = "logits"
     needs_history = True
 
-    def __init__(self, penalty: float):
+    def __init__(self, penalty: float) -> None:
         self.penalty = penalty
 
-    def __call__(self, logits, step, rows):
+    def __call__(self, logits: torch.Tensor, step: int, rows: RowHistory) -> torch.Tensor:
         seen = rows.history[:, 1:]  # (N, step): the generated tokens, without the start token
         if seen.size(1) == 0:
             return logits
@@ -187,11 +187,11 @@ class BlockNgramRepeat:
     BLOCKED = -1e21  # OpenNMT-py's -10e20
     needs_history = True
 
-    def __init__(self, ngram_size: int, excluded=(), device="cpu"):
+    def __init__(self, ngram_size: int, excluded: Iterable[int] = (), device: torch.device | str = "cpu") -> None:
         self.n = ngram_size
         self.excluded = torch.tensor(sorted(set(excluded)), dtype=torch.long, device=device)
 
-    def __call__(self, logprobs, step, rows):
+    def __call__(self, logprobs: torch.Tensor, step: int, rows: RowHistory) -> torch.Tensor:
         history = rows.history
         if history.size(1) < self.n:
             return logprobs
@@ -211,7 +211,7 @@ class ForcePrefix:
     follows the rows (`follow`), as RowHistory does.
     """
 
-    def __init__(self, prefixes: list[list[int]], offset: int, device):
+    def __init__(self, prefixes: list[list[int]], offset: int, device: torch.device | str) -> None:
         longest = max(len(p) for p in prefixes)
         self.tokens = torch.zeros((len(prefixes), longest), dtype=torch.long)
         for row, prefix in enumerate(prefixes):
@@ -220,7 +220,7 @@ class ForcePrefix:
         self.lengths = torch.tensor([len(p) for p in prefixes], device=device)
         self.offset = offset
 
-    def __call__(self, logprobs, step, rows):
+    def __call__(self, logprobs: torch.Tensor, step: int, rows: RowHistory) -> torch.Tensor:
         position = step - self.offset
         if not 0 <= position < self.tokens.size(1):
             return logprobs
@@ -228,7 +228,7 @@ class ForcePrefix:
         forced = torch.full_like(logprobs, NEG_INF).scatter_(1, self.tokens[:, position : position + 1], 0.0)
         return torch.where(forcing, forced, logprobs, out=logprobs)
 
-    def follow(self, out: StepOutput):
+    def follow(self, out: StepOutput) -> None:
         if out.origin is not None:
             self.tokens = self.tokens.index_select(0, out.origin)
             self.lengths = self.lengths.index_select(0, out.origin)
@@ -239,24 +239,24 @@ class Processors:
     stage "logits" by `on_logits`, the others by calling it on the log-probabilities. All of
     them follow the search."""
 
-    def __init__(self, processors: list[Processor], start_tokens, last_step):
+    def __init__(self, processors: list[Processor], start_tokens: torch.Tensor, last_step: torch.Tensor) -> None:
         self.on_logits_chain = [p for p in processors if getattr(p, "stage", "logprobs") == "logits"]
         self.processors = [p for p in processors if getattr(p, "stage", "logprobs") != "logits"]
         self.following = [p for p in processors if hasattr(p, "follow")]
         keep_history = any(getattr(p, "needs_history", False) for p in processors)
         self.rows = RowHistory(start_tokens, last_step, keep_history)
 
-    def on_logits(self, logits, step):
+    def on_logits(self, logits: torch.Tensor, step: int) -> torch.Tensor:
         for processor in self.on_logits_chain:
             logits = processor(logits, step, self.rows)
         return logits
 
-    def __call__(self, logprobs, step):
+    def __call__(self, logprobs: torch.Tensor, step: int) -> torch.Tensor:
         for processor in self.processors:
             logprobs = processor(logprobs, step, self.rows)
         return logprobs
 
-    def follow(self, out: StepOutput):
+    def follow(self, out: StepOutput) -> None:
         self.rows.follow(out)
         for processor in self.following:  # row state of their own (ForcePrefix), whatever their stage
             processor.follow(out)

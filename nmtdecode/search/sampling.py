@@ -81,7 +81,7 @@ def uniforms(keys: torch.Tensor, step: int) -> torch.Tensor:
 class Filters:
     """Temperature, top-k and top-p, as the module docstring defines them."""
 
-    def __init__(self, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0):
+    def __init__(self, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> None:
         self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
 
     def __call__(self, logprobs: torch.Tensor) -> torch.Tensor:
@@ -99,7 +99,8 @@ class Filters:
             threshold = torch.maximum(threshold, self._top_p_threshold(scores, threshold, best, limit))
         return scores.masked_fill_(scores < threshold, NEG_INF)
 
-    def _top_p_threshold(self, scores, top_k_threshold, best, limit) -> torch.Tensor:
+    def _top_p_threshold(self, scores: torch.Tensor, top_k_threshold: torch.Tensor | None,
+                         best: torch.Tensor | None, limit: int) -> torch.Tensor:
         """(n, 1) the score of the least probable token top-p keeps, with the probabilities
         renormalised over what top-k kept (ties at its boundary included).
 
@@ -119,7 +120,7 @@ class Filters:
             rows, look = rows[~settled], min(4 * look, limit)
         return threshold
 
-    def _cut(self, best, total) -> tuple[torch.Tensor, torch.Tensor]:
+    def _cut(self, best: torch.Tensor, total: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """From each row's best scores (sorted) and its log-normaliser: the (n, 1) least score top-p
         keeps among them, and (n,) whether they hold the mass P (so that no other token is kept)."""
         probs = (best - total).exp()
@@ -158,8 +159,9 @@ class SamplingSearch(SentenceRecords):
 
     kind = "sampling"
 
-    def __init__(self, *, batch_size, samples, max_steps, start_id, eos_id, penalty: LengthPenalty, device,
-                 filters: Filters, seed: int, line_ids: list[int]):
+    def __init__(self, *, batch_size: int, samples: int, max_steps: list[int], start_id: int, eos_id: int,
+                 penalty: LengthPenalty, device: torch.device | str, filters: Filters, seed: int,
+                 line_ids: list[int]) -> None:
         self.n = samples
         self.eos_id = eos_id
         self.filters = filters
@@ -196,7 +198,7 @@ class SamplingSearch(SentenceRecords):
         self.alive_scores = totals
         return self._next_rows(tokens, origin)
 
-    def _record(self, sentence: int, step: int, row: dict):
+    def _record(self, sentence: int, step: int, row: dict) -> None:
         """One sentence's N samples at this step (its share of the host copy) -> its Beam."""
         beam, ended = self.beams[sentence], self.ended[sentence]
         last = beam.is_last_step(step)

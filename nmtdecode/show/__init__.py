@@ -38,7 +38,7 @@ def read_dump(path: str) -> list[dict]:
     return records
 
 
-def write_page(dump: str, output: str, sentence: int | None = None):
+def write_page(dump: str, output: str, sentence: int | None = None) -> None:
     """The page of every line of `dump`, or of input line `sentence` (1-based) only."""
     records = read_dump(dump)
     if sentence is not None:

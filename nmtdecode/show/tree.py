@@ -50,7 +50,7 @@ class Tree:
     def node(self, node_id: str) -> Node:
         return self._by_id[node_id]
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self._by_id = {n.id: n for n in self.nodes}
 
 
@@ -90,7 +90,8 @@ def _beam_nodes(record: dict, group: int, beam: dict, top: float) -> tuple[list[
 
 def layout(record: dict) -> Tree:
     """The tree of one dumped sentence."""
-    nodes, top, steps = [], MARGIN, 0
+    nodes, steps = [], 0
+    top: float = MARGIN
     for g, beam in enumerate(record["beams"]):
         group_nodes, height = _beam_nodes(record, g, beam, top)
         nodes += group_nodes
@@ -103,7 +104,7 @@ def layout(record: dict) -> Tree:
     return tree
 
 
-def _mark_live(tree: Tree):
+def _mark_live(tree: Tree) -> None:
     """Every ancestor of an ended hypothesis leads somewhere; the rest was pruned."""
     for node in tree.nodes:
         if node.kind == "ended":

@@ -37,7 +37,8 @@ def export(model, scratch: Path, model_dir: Path):
     native.save(str(model_dir), inference, spm_files={"source": "spm.model"}, decoding=DECODING,
                 banned_ids=[PAD, BOS], dtype=torch.float16)
     (model_dir / "spm.model").write_bytes(without_training_paths((scratch / "spm.model").read_bytes()))
-    size = sum(f.stat().st_size for f in model_dir.iterdir() if f.name in ("model.safetensors", "config.yaml", "spm.model"))
+    kept = ("model.safetensors", "config.yaml", "spm.model")
+    size = sum(f.stat().st_size for f in model_dir.iterdir() if f.name in kept)
     log(f"exported {os.path.relpath(model_dir, REPO)}: {size / 1e6:.1f} MB")
     return size
 

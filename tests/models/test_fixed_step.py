@@ -24,7 +24,7 @@ STRATEGIES = {
 
 
 def decode(model, cfg, sources, prefixes=None, fixed_steps=None):
-    return BatchDecoder(model, cfg, fixed_steps=fixed_steps).translate_batch(sources, prefixes=prefixes)
+    return BatchDecoder(model, cfg, steps=fixed_steps).translate_batch(sources, prefixes=prefixes)
 
 
 def assert_same(eager, fixed):

@@ -8,6 +8,7 @@ import torch
 
 from nmtdecode.config import DecodingConfig
 from nmtdecode.decoding import BatchDecoder
+from nmtdecode.models.steps import EagerSteps
 from nmtdecode.models.traced_step import TracedSteps
 
 from tests.helpers import placed, random_sources, tiny_transformer
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")  # si
 
 def decode(model, cfg, sources, prefixes=None, traced_steps=None):
     with torch.inference_mode():
-        return BatchDecoder(model, cfg, traced_steps=traced_steps).translate_batch(sources, prefixes=prefixes)
+        return BatchDecoder(model, cfg, steps=traced_steps).translate_batch(sources, prefixes=prefixes)
 
 
 def assert_identical(eager, traced):
@@ -107,17 +108,17 @@ def test_the_engine_traces_on_the_cpu_unless_told_not_to(model_dir, tmp_path):
         translate_job(Config.from_values(values), engine)
         return engine, (tmp_path / name).read_text(encoding="utf-8")
     traced_engine, traced = job("traced.jsonl")
-    traced_engine.traced_steps.eager_steps = 0
+    traced_engine.steps.eager_steps = 0
     translate_job(Config.from_values({"model": str(model_dir), "src": str(src), "output": str(tmp_path / "again.jsonl"),
                                       "format": "jsonl", "token_scores": True, "n_best": 2, "beam_size": 3,
                                       "batch_size": 2, "quiet": True}), traced_engine)
-    assert sorted(traced_engine.traced_steps.traced) == [(1, False), (3, True)]
+    assert sorted(traced_engine.steps.traced) == [(1, False), (3, True)]
     assert (tmp_path / "again.jsonl").read_text(encoding="utf-8") == traced
     eager_engine, eager = job("eager.jsonl", traced_step="off")
-    assert traced_engine.traced_steps is not None  # this short job ran its steps eagerly (EAGER_STEPS)
-    assert eager_engine.traced_steps is None
+    assert isinstance(traced_engine.steps, TracedSteps)  # this short job ran its steps eagerly (EAGER_STEPS)
+    assert isinstance(eager_engine.steps, EagerSteps)
     assert traced == eager
-    assert job("int8.jsonl", quantize="int8")[0].traced_steps is None
+    assert isinstance(job("int8.jsonl", quantize="int8")[0].steps, EagerSteps)
 
 
 def test_a_kind_of_step_is_traced_after_its_eager_steps():

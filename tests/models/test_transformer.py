@@ -126,7 +126,7 @@ def test_an_uninitialised_model_is_the_same_model_once_filled(tied):
     src, mask, tgt = torch.randint(4, 50, (2, 5)), torch.ones(2, 5, dtype=torch.bool), torch.randint(4, 50, (2, 4))
     with torch.no_grad():
         assert torch.equal(empty(src, mask, tgt), reference(src, mask, tgt))
-    with pytest.raises(Exception):
+    with pytest.raises(ValueError, match="must be divisible by heads"):
         Transformer.uninitialised(tiny_config(50, heads=5))  # d_model 32 is not divisible by 5 heads
     weights = torch.empty(3, 4)
     torch.nn.init.ones_(weights)

@@ -16,6 +16,7 @@ from transformers.generation.logits_process import NoRepeatNGramLogitsProcessor
 from nmtdecode.config import ConfigError, DecodingConfig
 from nmtdecode.decoding import BatchDecoder
 from nmtdecode.models.checkpoint import ModelRules
+from nmtdecode.resolve import piece_ids
 from nmtdecode.search.processors import BlockNgramRepeat, RowHistory
 
 from tests.helpers import DEMO, EOS, TableModel
@@ -73,7 +74,9 @@ def test_without_exclusions_blocks_what_no_repeat_ngram_bans(n):
 
 def decode(table, beam, **options):
     cfg = DecodingConfig(beam_size=beam, n_best=1, max_length=10, length_penalty="none", **options)
-    translator = BatchDecoder(TableModel(8, [table]), cfg, ModelRules(banned_ids=(0, 1, 2)), piece_id=PIECES.get)
+    translator = BatchDecoder(TableModel(8, [table]), cfg, ModelRules(banned_ids=(0, 1, 2)),
+                              banned_ids=piece_ids("banned_tokens", cfg.banned_tokens, PIECES.get),
+                              excluded_ids=piece_ids("ignore_when_blocking", cfg.ignore_when_blocking, PIECES.get))
     [[hyp]] = translator.translate_batch([[0, EOS]])
     return hyp
 

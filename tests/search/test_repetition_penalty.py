@@ -70,7 +70,8 @@ def test_repetition_penalty_in_decoding(beam):
     those of the penalised distribution."""
     def decode(**options):
         cfg = DecodingConfig(beam_size=beam, n_best=1, max_length=5, **options)
-        [[hyp]] = BatchDecoder(TableModel(6, [TABLE]), cfg, ModelRules(banned_ids=(0, 1, 2))).translate_batch([[0, EOS]])
+        decoder = BatchDecoder(TableModel(6, [TABLE]), cfg, ModelRules(banned_ids=(0, 1, 2)))
+        [[hyp]] = decoder.translate_batch([[0, EOS]])
         return hyp
 
     assert decode().tokens == [A, A]

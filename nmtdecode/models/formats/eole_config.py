@@ -23,6 +23,7 @@ import glob
 import os
 from typing import Callable
 
+from ...bounded import shown
 from ..architecture import TransformerConfig
 from ..checkpoint import ModelError, ModelFacts, check_dimensions, read_json
 from .opennmt_shared import (OPENNMT_RULES, POSITION_TYPES, VocabTokenizer, attention_projections, mapped_shapes,
@@ -70,7 +71,7 @@ def option(model: dict, side: str, key: str, default):
 
 def _refuse_unless(value, allowed, name: str, path: str):
     if value not in allowed:
-        raise ModelError(f"{path}: eole option {name} = {value!r} is not supported")
+        raise ModelError(f"{path}: eole option {name} = {shown(value)} is not supported")
 
 
 def check_options(model: dict, path: str):
@@ -114,7 +115,7 @@ def model_config(model: dict, vocab: dict, weights: dict[str, tuple[int, ...]], 
     tgt = special_ids(vocab["tgt"], "target", path, specials)
     start = vocab.get("decoder_start_token", specials["bos"])
     if start not in vocab["tgt"]:
-        raise ModelError(f"{path}/vocab.json: the decoder start token {start!r} is not in the target vocabulary")
+        raise ModelError(f"{path}/vocab.json: the decoder start token {shown(start)} is not in the target vocabulary")
     if src["pad"] != tgt["pad"]:
         raise ModelError(f"{path}: the pad token has id {src['pad']} in the source vocabulary, "
                          f"{tgt['pad']} in the target")

@@ -19,6 +19,7 @@ import math
 import os
 from typing import Callable
 
+from ...bounded import shown
 from ..architecture import TransformerConfig
 from ..checkpoint import ModelError, ModelFacts, ModelRules, check_dimensions, read_json
 from .hf_tokenizers import load_tokenizer
@@ -52,7 +53,7 @@ def check_token_ids(values: dict, where: str):
     for key in TOKEN_IDS:
         value = values.get(key)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-            raise ModelError(f"{where}: {key}: expected a token id (an integer >= 0) or null, got {value!r}")
+            raise ModelError(f"{where}: {key}: expected a token id (an integer >= 0) or null, got {shown(value)}")
 
 
 def check_sizes(hf: dict, path: str):
@@ -67,7 +68,7 @@ def check_sizes(hf: dict, path: str):
         if value is None:
             raise ModelError(f"{where}: {key} is missing")
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ModelError(f"{where}: {key}: expected a positive integer, got {value!r}")
+            raise ModelError(f"{where}: {key}: expected a positive integer, got {shown(value)}")
     if hf["d_model"] % hf["encoder_attention_heads"]:
         raise ModelError(f"{where}: d_model ({hf['d_model']}) is not divisible by "
                          f"encoder_attention_heads ({hf['encoder_attention_heads']})")
@@ -76,14 +77,14 @@ def check_sizes(hf: dict, path: str):
 def model_config(hf: dict, path: str) -> TransformerConfig:
     family = hf.get("model_type")
     if family not in FAMILIES:
-        raise ModelError(f"{path}: model_type {family!r} is not supported (supported: {', '.join(FAMILIES)})")
+        raise ModelError(f"{path}: model_type {shown(family)} is not supported (supported: {', '.join(FAMILIES)})")
     check_sizes(hf, path)
     for enc, dec in SAME_FOR_BOTH:
         if hf.get(enc) != hf.get(dec):
             raise ModelError(f"{path}: {enc}={hf.get(enc)} differs from {dec}={hf.get(dec)}, which is not supported")
     activation = hf.get("activation_function", "gelu")
     if activation not in ACTIVATIONS:
-        raise ModelError(f"{path}: activation_function {activation!r} is not supported ({', '.join(ACTIVATIONS)})")
+        raise ModelError(f"{path}: activation_function {shown(activation)} is not supported ({', '.join(ACTIVATIONS)})")
     shape = FAMILIES[family]
     pad = hf.get("pad_token_id", 1)
     shared = family != "marian" or hf.get("share_encoder_decoder_embeddings", True)
@@ -122,15 +123,15 @@ def model_config(hf: dict, path: str) -> TransformerConfig:
 def weight_files(path: str) -> list[str]:
     """The checkpoint's weight files: model.safetensors, its shards, or pytorch_model.bin."""
     single, index = os.path.join(path, "model.safetensors"), os.path.join(path, "model.safetensors.index.json")
-    if os.path.isfile(single):
+    if os.path.lexists(single):  # a FIFO or folder there is refused by name when it is read (note_read)
         return [single]
-    if os.path.isfile(index):
+    if os.path.lexists(index):
         shards = read_json(index).get("weight_map")
         if not isinstance(shards, dict):
             raise ModelError(f"{index}: weight_map is missing")
         return [os.path.join(path, shard) for shard in sorted(set(shards.values()))]
     legacy = os.path.join(path, "pytorch_model.bin")
-    if os.path.isfile(legacy):
+    if os.path.lexists(legacy):
         return [legacy]
     raise ModelError(f"{path}: no model.safetensors, model.safetensors.index.json or pytorch_model.bin")
 

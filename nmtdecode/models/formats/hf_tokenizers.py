@@ -29,6 +29,7 @@ import re
 
 import sentencepiece as spm
 
+from ...bounded import shown
 from ...config import ConfigError
 from ...tokenizer import spm_identity
 from ..checkpoint import ModelError, note_read, read_json
@@ -332,7 +333,7 @@ class HFTokenizer:
             known = list(self.languages)
             close = difflib.get_close_matches(code, known, n=3)
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
-            raise ConfigError(f"{option}: {code!r} is not a language of this model{hint}; it knows {len(known)}: "
+            raise ConfigError(f"{option}: {shown(code)} is not a language of this model{hint}; it knows {len(known)}: "
                               f"{', '.join(known[:12])}{', ...' if len(known) > 12 else ''}")
         return self.languages[code]
 
@@ -377,7 +378,7 @@ def load_tokenizer(path: str, hf: dict, cfg) -> HFTokenizer:
         return _fairseq_family(path, config, cfg, "nllb")
     if family == "mbart":
         return _fairseq_family(path, config, cfg, {"MBart50Tokenizer": "mbart50", "MBartTokenizer": "mbart"}.get(kind))
-    raise ModelError(f"{path}: no tokenizer for model_type {family!r}")
+    raise ModelError(f"{path}: no tokenizer for model_type {shown(family)}")
 
 
 def _added_tokens(config: dict, vocab: dict, defaults) -> dict[str, int]:

@@ -16,6 +16,7 @@ from typing import Callable
 
 import yaml
 
+from ...bounded import TooLarge, check_size, shown
 from ...tokenizer import SentencePieceTokenizer
 from ..architecture import TransformerConfig
 from ..checkpoint import ModelError, ModelFacts, ModelRules, check_dimensions, note_read
@@ -28,19 +29,22 @@ def read_config(path: str) -> dict:
     try:
         with open(note_read(os.path.join(path, "config.yaml")), encoding="utf-8") as f:
             data = yaml.safe_load(f)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        check_size(data)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, TooLarge) as e:
         raise ModelError(f"{path}/config.yaml cannot be read: {e}") from None
+    except RecursionError:
+        raise ModelError(f"{path}/config.yaml cannot be read: it nests too deeply") from None
     if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
         raise ModelError(f"{path}/config.yaml has no `model:` section")
     for key in ("tokenizer", "decoding"):
         if not isinstance(data.get(key) or {}, dict):
-            raise ModelError(f"{path}/config.yaml: {key}: expected a mapping, got {data[key]!r}")
+            raise ModelError(f"{path}/config.yaml: {key}: expected a mapping, got {shown(data[key])}")
     for role, name in (data.get("tokenizer") or {}).items():
         if not isinstance(name, str) and name is not None:
-            raise ModelError(f"{path}/config.yaml: tokenizer.{role}: expected a file name, got {name!r}")
+            raise ModelError(f"{path}/config.yaml: tokenizer.{role}: expected a file name, got {shown(name)}")
     banned = data.get("banned_ids", [])
     if not isinstance(banned, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in banned):
-        raise ModelError(f"{path}/config.yaml: banned_ids: expected a list of token ids, got {banned!r}")
+        raise ModelError(f"{path}/config.yaml: banned_ids: expected a list of token ids, got {shown(banned)}")
     return data
 
 

@@ -22,6 +22,7 @@ import pickle
 
 import torch
 
+from ...bounded import shown
 from ..architecture import TransformerConfig
 from ..checkpoint import LoadedModel, ModelError, check_dimensions, first_line, note_read, unpickling_reason
 from ..placement import Placement, load_weights
@@ -83,7 +84,7 @@ def check_options(opt: argparse.Namespace, path: str):
     for name, (default, allowed) in FIXED_OPTIONS.items():
         value = getattr(opt, name, default)
         if (allowed is None and value) or (allowed is not None and value not in allowed):
-            raise ModelError(f"{path}: OpenNMT-py option {name} = {value!r} is not supported")
+            raise ModelError(f"{path}: OpenNMT-py option {name} = {shown(value)} is not supported")
     relative = getattr(opt, "max_relative_positions", 0)
     if relative:
         meaning = RELATIVE_POSITIONS.get(relative, "relative position representations")
@@ -97,7 +98,7 @@ def check_options(opt: argparse.Namespace, path: str):
     for name, table in (("pos_ffn_activation_fn", ACTIVATIONS), ("position_encoding_type", POSITION_TYPES)):
         value = getattr(opt, name, next(iter(table)))
         if value not in table:
-            raise ModelError(f"{path}: OpenNMT-py option {name} = {value!r} is not supported "
+            raise ModelError(f"{path}: OpenNMT-py option {name} = {shown(value)} is not supported "
                              f"(supported: {', '.join(table)})")
 
 

@@ -226,7 +226,8 @@ def test_marian_directory_end_to_end_matches_transformers(tmp_path, cli):
     spm.SentencePieceTrainer.train(sentence_iterator=iter(lines * 20), model_prefix=str(tmp_path / "sp"),
                                    vocab_size=40, minloglevel=2, num_threads=1)
     sp = spm.SentencePieceProcessor(model_file=str(tmp_path / "sp.model"))
-    pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size()) if sp.id_to_piece(i) not in ("<s>", "</s>", "<unk>")]
+    pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())
+              if sp.id_to_piece(i) not in ("<s>", "</s>", "<unk>")]
     vocab = {"</s>": 0, "<unk>": 1, **{p: i + 2 for i, p in enumerate(pieces)}}
     vocab["<pad>"] = len(vocab)
     (tmp_path / "vocab.json").write_text(json.dumps(vocab))

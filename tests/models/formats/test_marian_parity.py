@@ -32,8 +32,7 @@ import torch
 from nmtdecode.config import Config
 from nmtdecode.decoding import BatchDecoder
 from nmtdecode.models.loading import load_model
-from tests.models.formats.marian_files import (OPTIONS, random_hf_state, to_marian, train_spm, vocabulary, write_model,
-                                               write_npz)
+from tests.models.formats.marian_files import OPTIONS, random_hf_state, to_marian, train_spm, vocabulary, write_model
 
 pytestmark = pytest.mark.parity  # against peer libraries: in make test, not in make test-fast
 

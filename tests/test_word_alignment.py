@@ -10,7 +10,7 @@ import sentencepiece as spm
 
 from nmtdecode.batching import Result
 from nmtdecode.models.loading import load_model
-from nmtdecode.pieces import pharaoh, unknown_replacements, word_indexes
+from nmtdecode.word_alignment import pharaoh, unknown_replacements, word_indexes
 from nmtdecode.search.base import Hypothesis
 from nmtdecode.writing import format_result
 

@@ -20,6 +20,7 @@ and from the source and target pieces the tokenizer spells (tokenizer.py).
 from __future__ import annotations
 
 from itertools import accumulate
+from typing import Any
 
 from .batching import Result
 
@@ -50,12 +51,12 @@ def unknown_replacements(tokens: list[int], alignment: list[int | None], unk_id:
             if token == unk_id and alignment[t] in source_text}
 
 
-def decode_replacing(tokenizer, tokens: list[int], replacements: dict[int, str], special_ids: set[int]) -> str:
+def decode_replacing(tokenizer: Any, tokens: list[int], replacements: dict[int, str], special_ids: set[int]) -> str:
     """The text of `tokens` with each position of `replacements` spelt as given: the runs between them
     decoded by the tokenizer, a word start (SentencePiece's mark, or a whitespace split) kept as a space."""
-    marker, parts, run = tokenizer.word_marker, [], []
+    marker, parts, run = tokenizer.word_marker, list[str](), list[int]()
 
-    def flush():
+    def flush() -> None:
         text_ids = [i for i in run if i not in special_ids]
         if text_ids:
             text = tokenizer.decode(text_ids)
@@ -75,7 +76,7 @@ def decode_replacing(tokenizer, tokens: list[int], replacements: dict[int, str],
     return "".join(parts).lstrip(" ") if marker is not None else "".join(parts)
 
 
-def aligned_result(index: int, hyps: list, tokenizer, source_ids: list[int], source_pieces: list[str],
+def aligned_result(index: int, hyps: list, tokenizer: Any, source_ids: list[int], source_pieces: list[str],
                    special_ids: set[int], unk_id: int, replace_unk: bool, report_align: bool) -> Result:
     """A line's result with what --replace-unk and --report-align make of each hypothesis's alignment.
     special_ids: the ids that are not text (EOS, BOS, pad, language tags), on either side."""

@@ -1,0 +1,64 @@
+"""What a user's file may hold, and how much of a value a message shows.
+
+A YAML file of 360 bytes can hold nine nested aliases, each a list of nine references to the
+one before: `yaml.safe_load` builds it in a blink (each alias is one shared object), but
+anything that walks it, or prints it, meets 9^9 = 387 million values. So a YAML file is
+measured as loaded (`check_size`: each shared object visited once) and refused when it
+expands beyond what any real config holds; and a message quotes a user's value through
+`shown`, which looks at a few levels and items of it and at most SHOWN characters.
+"""
+
+from __future__ import annotations
+
+import reprlib
+
+MAX_VALUES = 1_000_000  # values of a config once its aliases are expanded (real ones: hundreds)
+MAX_DEPTH = 50  # containers within containers (real configs: a handful)
+SHOWN = 60  # characters of a value quoted in a message
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxdict, _REPR.maxlist, _REPR.maxtuple, _REPR.maxset = 2, 4, 6, 6, 6
+_REPR.maxstring, _REPR.maxother, _REPR.maxlong = SHOWN, SHOWN, SHOWN
+
+
+class TooLarge(ValueError):
+    """A file's data nests deeper, or expands to more values, than any config needs."""
+
+
+def shown(value: object) -> str:
+    """`value` as a message quotes it: its repr, cut to SHOWN characters (and to a few levels and
+    items first, so that even a structure of millions of values costs nothing to show)."""
+    text = _REPR.repr(value)
+    return text if len(text) <= SHOWN else text[: SHOWN - 3] + "..."
+
+
+def check_size(data: object, max_values: int = MAX_VALUES, max_depth: int = MAX_DEPTH) -> None:
+    """Raise TooLarge when `data` (dicts, lists and scalars, as YAML or JSON load them) nests deeper
+    than `max_depth` or holds more than `max_values` values with every shared container counted
+    where it appears. Each container is visited once (its count is remembered), so checking a
+    structure of aliases costs what it takes to store, not what it expands to."""
+    counts: dict[int, int] = {}  # id(container) -> values within it, expanded
+    open_ids: set[int] = set()  # containers being counted: one met again is inside itself
+
+    def count(value: object, depth: int) -> int:
+        if not isinstance(value, (dict, list)):
+            return 1
+        key = id(value)
+        if key in counts:
+            return counts[key]
+        if key in open_ids:
+            raise TooLarge("it refers to itself (a YAML alias inside its own anchor)")
+        if depth > max_depth:
+            raise TooLarge(f"it nests more than {max_depth} levels deep")
+        open_ids.add(key)
+        items = list(value.keys()) + list(value.values()) if isinstance(value, dict) else value
+        total = 1
+        for item in items:
+            total += count(item, depth + 1)
+            if total > max_values:
+                raise TooLarge(f"it expands to more than {max_values:,} values (YAML aliases of aliases?)")
+        open_ids.discard(key)
+        counts[key] = total
+        return total
+
+    count(data, 0)

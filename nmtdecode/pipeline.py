@@ -1,0 +1,173 @@
+"""The one job pipeline: a source of examples -> the engine -> a sink of results.
+
+    for chunk in source.chunks():                  # input lines as Examples, a chunk at a time
+        for batch in mine(cut(chunk)):             # length-sorted batches; a torchrun rank's share
+            results = work(batch)                  # the engine: decode (or score) one batch
+            sink.put(each result); observe(batch, results)
+        sink.checkpoint(lines done, input position)   # the chunk's output is final
+
+Every job runs through `run`: `nmtdecode translate` (a file's lines into its output file,
+run.py), each torchrun rank (its share of the batches into its part, ranks.py), `score`
+(pairs of lines, scoring.py) and the Python API (a list in memory, api.py). A source knows
+where the input starts (a resumed job's offset, checked against the input it was made from)
+and gives each line its --prefix line; a sink knows where results go, and makes each chunk
+durable when the pipeline says it is done.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol
+
+from .batching import Example, chunk_size, chunks, cut
+from .config import BatchingConfig, Config
+from .batch_threads import in_order
+from .models.detect import model_format
+from .reading import LineReader, PrefixLines
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+
+class Source(Protocol):
+    """Where a job's examples come from."""
+
+    batching: BatchingConfig  # how a chunk is cut into batches
+
+    def chunks(self) -> Iterator[list[Example]]: ...  # in input order
+
+    def position(self) -> tuple[int, str]: ...  # the input read so far: (bytes, their hash)
+
+
+class Sink(Protocol):
+    """Where a job's results go."""
+
+    def put(self, result: Any) -> None: ...  # a result of one example (any order within a chunk)
+
+    def checkpoint(self, lines_done: int, input_position: tuple[int, str]) -> None: ...  # a chunk is done
+
+    def close(self) -> None: ...  # every chunk is done
+
+
+def load_engine(config: Config) -> Engine:
+    """The model on its device. torch is imported here, once the inputs and outputs are checked and
+    the model path is found to be a model (models/detect.py), so that a wrong path, an unreadable
+    input or a locked output fails in a fraction of a second."""
+    for path in config.io.models:
+        model_format(path)
+    from .engine import Engine
+
+    return Engine.load(config)
+
+
+def run(source: Source, work: Callable[[list[Example]], list], sink: Sink, at_once: int = 1,
+        mine: Callable[[Iterable[list[Example]]], list] = list,
+        observe: Callable[[list[Example], list], None] | None = None,
+        waiting: Callable[[Iterator], Iterator] | None = None) -> int:
+    """Run a job: each chunk of `source` cut into batches, the batches `mine` keeps decoded by
+    `work` (`at_once` at the same time, in_order), their results put into `sink` and told to
+    `observe`, the chunk checkpointed. `waiting` wraps the source's chunks (to time the wait
+    for input). Returns the number of input lines done."""
+    batching, done = source.batching, getattr(source, "done", 0)
+    chunks_in = source.chunks() if waiting is None else waiting(source.chunks())
+    for chunk in chunks_in:
+        batches = mine(cut(chunk, batching.batch_size, batching.batch_type))
+        for batch, results in in_order(work, batches, at_once):
+            for result in results:
+                sink.put(result)
+            if observe is not None:
+                observe(batch, results)
+        done = chunk[-1].index + 1
+        sink.checkpoint(done, source.position())
+    sink.close()
+    return done
+
+
+def read_size(config: Config) -> int:
+    """Lines read before decoding starts: a sort chunk from a file; from a pipe one batch's
+    worth, so results come out as batches fill; one line with --stream."""
+    batching = config.batching
+    if config.io.stream:
+        return 1
+    if config.io.src == "-":  # with a token budget, assume ~16 tokens a line
+        return batching.batch_size if batching.batch_type == "sents" else max(1, batching.batch_size // 16)
+    return chunk_size(batching.batch_size, batching.batch_type)
+
+
+class LineSource:
+    """A job's input file (or stdin) as Examples in chunks of `read_size` lines, from where its
+    output left off: the first `done` lines are read past, and once they are, `check_input` is
+    given their (bytes, hash) to compare with what the output was made from, and `on_resume`
+    told. Each line gets its line of the --prefix file."""
+
+    def __init__(self, config: Config, make_example: Callable[..., Example], done: int = 0,
+                 check_input: Callable[[int, str], None] | None = None,
+                 on_resume: Callable[[int], None] | None = None) -> None:
+        self.config, self.batching, self.make_example = config, config.batching, make_example
+        self.done, self.check_input, self.on_resume = done, check_input, on_resume
+        self.reader = LineReader(config.io.src, config.io.on_invalid_utf8)
+
+    def position(self) -> tuple[int, str]:
+        return self.reader.position()
+
+    def chunks(self) -> Iterator[list[Example]]:
+        return chunks(self.examples(), read_size(self.config))
+
+    def examples(self) -> Iterator[Example]:
+        """The Examples of the lines not done yet, each with its prefix line (if any)."""
+        max_src_length, prefix = self.config.batching.max_src_length, self.config.io.prefix
+        prefixes = None if prefix is None else PrefixLines(prefix, self.config.io.on_invalid_utf8)
+        for index, line in self.lines():
+            yield self.make_example(index, line, max_src_length, None if prefixes is None else prefixes.line(index))
+        if prefixes is not None:
+            prefixes.check_end()
+
+    def lines(self) -> Iterator[tuple[int, str]]:
+        """(index, line) of the input lines after the first `done`, checking on the way that those
+        are the input the partial output was made from."""
+        done, seen = self.done, 0
+        for index, line in enumerate(self.reader):
+            seen = index + 1
+            if seen == done:
+                self._check_input()
+                if self.on_resume is not None:
+                    self.on_resume(done)
+            if index >= done:
+                yield index, line
+        if seen < done:  # the input ends before the lines done: not the one the output was made from
+            self._check_input()
+
+    def _check_input(self) -> None:
+        if self.check_input is not None:
+            self.check_input(*self.reader.position())
+
+
+class ListSource:
+    """Examples already in memory (the Python API's sources), sorted and batched as one chunk, as
+    the command line batches one chunk of a file."""
+
+    def __init__(self, examples: list[Example], batching: BatchingConfig) -> None:
+        self.examples, self.batching = examples, batching
+
+    def chunks(self) -> Iterator[list[Example]]:
+        if self.examples:
+            yield self.examples
+
+    def position(self) -> tuple[int, str]:
+        return 0, ""
+
+
+class ListSink:
+    """Results kept in memory, in the order of their examples' indexes from `first`."""
+
+    def __init__(self, size: int, first: int = 0) -> None:
+        self.results: list = [None] * size
+        self.first = first
+
+    def put(self, result: Any) -> None:
+        self.results[result.index - self.first] = result
+
+    def checkpoint(self, lines_done: int, input_position: tuple[int, str]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

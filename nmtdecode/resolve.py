@@ -1,0 +1,257 @@
+"""Resolve once: a job's layered options and the loaded model become the job as it will run.
+
+Everything the options of a job mean for this model is worked out in one call right after
+the model loads (`resolve`): the model's own decoding defaults under the user's options, the
+rules that come with the model for these languages, the ids of the pieces that options name,
+the notes about options that change nothing, whether one sentence's beam fits in memory, and
+the resume signature. What needs no model is checked before it loads (`check_score`,
+`check_torchrun`). So an option error is raised here, named by its key, and the
+engine, the pipeline and the sinks take a `ResolvedJob` as it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Callable
+
+from .config import KEY_SECTION, PER_JOB_KEYS, SCORE_FORMATS, Config, ConfigError
+from .models.checkpoint import ModelRules
+from .signature import job_signature
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+
+@dataclass
+class ResolvedJob:
+    """A job's options as they will run with this model, and what follows from them."""
+
+    config: Config  # the user's options over the model's own decoding defaults
+    rules: ModelRules  # the model's rules for the job's languages
+    banned_ids: list[int] = field(default_factory=list)  # --banned-tokens as ids
+    excluded_ids: list[int] = field(default_factory=list)  # --ignore-when-blocking as ids
+    notes: list[str] = field(default_factory=list)  # options that change nothing, in the caller's terms
+    model_files: tuple[str, ...] = ()  # what the loader read: part of the resume signature
+    device_type: str = "cpu"
+
+    @cached_property
+    def signature(self) -> str:
+        """What the job's output depends on (signature.py): --resume continues only this job."""
+        return job_signature(self.config, self.model_files)
+
+    @property
+    def batches_at_once(self) -> int:
+        """--inter-threads on CPU; one batch at a time on CUDA (its steps replay one captured graph)
+        and when answering line by line (each line is answered before the next is read)."""
+        return batches_at_once(self.config, self.device_type)
+
+
+def resolve(config: Config, engine: Engine, api_method: str | None = None, call_options: dict | None = None,
+            scoring: bool = False) -> ResolvedJob:
+    """The job of `config` on the engine's model. `api_method`: the Python API's method the job
+    serves, with the options of that call (notes name keyword arguments); else the command line's
+    (notes name flags). `scoring`: forced decoding, which no search option affects (no notes, no
+    beam to fit)."""
+    loaded = engine.loaded
+    config = config.with_model_defaults(loaded.defaults)
+    decoding = config.decoding
+    rules = loaded.rules_for(decoding.src_lang, decoding.tgt_lang)
+    piece_id = getattr(loaded.tokenizer, "piece_id", None)
+    job = ResolvedJob(config, rules, piece_ids("banned_tokens", decoding.banned_tokens, piece_id),
+                      piece_ids("ignore_when_blocking", decoding.ignore_when_blocking, piece_id),
+                      model_files=tuple(loaded.files), device_type=engine.device.type)
+    if scoring:
+        return job
+    loaded.check_decoding(decoding)
+    job.notes = ineffective(config, loaded.model.cfg.max_positions, job.device_type, api_method, call_options)
+    check_fits(config, engine)
+    if api_method == "generate_tokens()":
+        check_generate_tokens(config)
+    return job
+
+
+def piece_ids(key: str, pieces: list[str], piece_id: Callable[[str], int | None] | None) -> list[int]:
+    """Target pieces named by option `key` -> their ids; a piece the vocabulary lacks is an error."""
+    if not pieces:
+        return []
+    if piece_id is None:
+        raise ConfigError(f"{key}: this model's tokenizer cannot look up target pieces")
+    ids = []
+    for piece in pieces:
+        found = piece_id(piece)
+        if found is None:
+            raise ConfigError(f"{key}: {piece!r} is not a piece of the target vocabulary (give pieces as the "
+                              "tokenizer spells them, e.g. \u2581the for a word-initial 'the')")
+        ids.append(found)
+    return ids
+
+
+def check_fits(config: Config, engine: Engine) -> None:
+    """On CPU, refuse before decoding a beam that not even one sentence could be decoded with
+    (memory.py: an allocation that large may end in the kernel's OOM killer, not an error)."""
+    from . import memory  # with torch: imported once the model is loaded
+
+    decoding, total = config.decoding, memory.total_bytes()
+    width = decoding.rows_per_sentence
+    if engine.device.type != "cpu" or total is None or width == 1 or decoding.max_length < 2:
+        return
+    need = engine.decoding_bytes(1, width, 2)
+    if need > total:
+        key = "n_best" if decoding.sampling else "beam_size"
+        raise ConfigError(f"{key}: {width} needs at least {memory.readable_size(need)} for one "
+                          f"sentence's second decoding step, more than the {memory.readable_size(total)} "
+                          "this process can use; choose a smaller beam")
+
+
+def batches_at_once(config: Config, device_type: str) -> int:
+    """See ResolvedJob.batches_at_once."""
+    if device_type != "cpu" or config.io.stream:
+        return 1
+    return config.runtime.inter_threads
+
+
+def ineffective(config: Config, max_positions: int, device_type: str, api_method: str | None = None,
+                call_options: dict | None = None) -> list[str]:
+    """Notes for options that change nothing (or only slow things down) in this job: not errors,
+    since a shared config file may well set them for another model or format. The command line's
+    are named as flags; the Python API's as keyword arguments, with those whose results its
+    method's return type does not carry (`api_method`: "translate()", ...; `call_options`: its call's)."""
+    decoding, user, api = config.decoding, config.user_keys, api_method is not None
+    notes = [] if api else format_notes(config)
+    flag = keyword if api else cli_flag
+    if "beta" in user and decoding.beta != 0 and decoding.coverage_penalty == "none":
+        notes.append(f"beta: {decoding.beta} has no effect without {flag('coverage_penalty', 'wu', 'summary')}")
+    if decoding.coverage_penalty != "none" and decoding.beta == 0:
+        wanted = "beta > 0" if api else "--beta B, B > 0"
+        notes.append(f"coverage_penalty: {decoding.coverage_penalty} with beta 0 changes nothing ({wanted})")
+    if "max_length" in user and decoding.max_length > max_positions:
+        notes.append(f"max_length: {decoding.max_length} is above the model's {max_positions} target positions, "
+                     f"which cap every output at {max_positions} tokens")
+    if "diversity_penalty" in user and decoding.beam_groups == 1:
+        notes.append(f"diversity_penalty: has no effect without {flag('beam_groups')} above 1")
+    if decoding.ignore_when_blocking and not decoding.block_ngram_repeat:
+        notes.append(f"ignore_when_blocking: has no effect without {flag('block_ngram_repeat')}")
+    sampling = "sampling=True" if api else "--sampling"
+    if not decoding.sampling:
+        notes += [f"{key}: has no effect without {sampling}{'' if api else ' (sampling: true)'}"
+                  for key in ("temperature", "top_k", "top_p", "seed") if key in user]
+    elif "early_stopping" in user:
+        notes.append(f"early_stopping: has no effect with {sampling} (each sample ends at EOS or the step limit)")
+    if config.runtime.inter_threads > 1 and batches_at_once(config, device_type) == 1:
+        where = "on CUDA" if device_type != "cpu" else "when answering line by line (--stream)"
+        notes.append(f"inter_threads: has no effect {where}: one batch is decoded at a time")
+    if config.runtime.dtype == "float16" and device_type == "cpu":
+        notes.append("dtype: float16 on CPU has few native kernels and is usually slower than float32 "
+                     "(bfloat16 is fast on CPUs with AMX)")
+    if api:
+        notes += returned_notes(config, api_method, call_options or {})
+    return notes
+
+
+def format_notes(config: Config) -> list[str]:
+    """Options whose results the job's output format does not write."""
+    io, decoding, notes = config.io, config.decoding, []
+    if decoding.n_best > 1 and io.format == "text":
+        notes.append(f"n_best: {decoding.n_best} has no effect with --format text, which writes the best "
+                     "hypothesis only (--format nbest or jsonl writes them all)")
+    if io.token_scores and io.format != "jsonl":
+        notes.append(f"token_scores: has no effect with --format {io.format} (it adds fields to jsonl)")
+    for key in ("alignment", "attention"):
+        if getattr(decoding, key) and io.format != "jsonl" and io.dump_beam is None:
+            notes.append(f"{key}: has no effect with --format {io.format} (it adds fields to jsonl and --dump-beam)")
+    return notes
+
+
+def returned_notes(config: Config, method: str, call_options: dict) -> list[str]:
+    """Options whose results the Python API's `method` does not return (its type cannot carry them)."""
+    notes = []
+    if "format" in call_options:
+        notes.append(f"format={call_options['format']!r} has no effect on {method}: translate_file() writes formats")
+    if config.decoding.report_align:
+        notes.append(f"report_align=True has no effect on {method}: translate_file() writes the Pharaoh pairs")
+    if method in ("translate()", "translate_iterable()"):
+        decoding = config.decoding
+        shown = "the best translation as a string; translate_batch() returns"
+        if decoding.n_best > 1:
+            notes.append(f"n_best={decoding.n_best} has no effect on {method}, which returns {shown} the n-best")
+        for key in ("alignment", "attention", "token_scores"):
+            if config.value(key):
+                notes.append(f"{key}=True has no effect on {method}, which returns {shown} Translations with it")
+    return notes
+
+
+def cli_flag(key: str, *values: str) -> str:
+    """An option as the command line spells it: `--coverage-penalty wu or summary`."""
+    return f"--{key.replace('_', '-')}" + (f" {' or '.join(values)}" if values else "")
+
+
+def keyword(key: str, *values: str) -> str:
+    """An option as the Python API spells it: `coverage_penalty='wu' or 'summary'`."""
+    return key + (f"={' or '.join(map(repr, values))}" if values else "")
+
+
+def check_score(config: Config, torchrun: bool) -> None:
+    """What `score` asks of its options, before the model loads."""
+    if torchrun:  # every rank would print every score
+        raise ConfigError("score runs in one process: start it without torchrun")
+    if config.io.format not in SCORE_FORMATS:
+        raise ConfigError(f"format: score writes {' or '.join(SCORE_FORMATS)}, not {config.io.format}")
+
+
+def check_torchrun(config: Config) -> None:
+    """What a job shared among torchrun processes asks of its options, before the model loads
+    (ranks.check_job checks its files)."""
+    io_cfg = config.io
+    if io_cfg.src == "-":
+        raise ConfigError("under torchrun every process reads the whole input: give --src FILE, not stdin")
+    if io_cfg.stream:
+        raise ConfigError("--stream answers each line as it arrives, in one process: under torchrun leave it out")
+    if io_cfg.dump_beam is not None:
+        raise ConfigError("--dump-beam writes one file in one process: under torchrun leave it out")
+
+
+# Options a Python API call may change; the others (model, device, dtype, ...) are fixed by its load().
+CALL_KEYS = PER_JOB_KEYS - {"src", "output"}
+
+
+def check_load_options(options: dict) -> None:
+    """What the Python API's Translator.load() may not be given: the model is its `path`, files go
+    to translate_file()."""
+    files = sorted(k for k in options if k in ("model", "src", "output"))
+    if files:
+        raise ConfigError(f"{files[0]}: not an option of load(); give the model as `path` and files "
+                          "to translate_file()")
+
+
+def check_call_keys(options: dict) -> None:
+    """The options one Python API call may change (CALL_KEYS)."""
+    fixed = sorted(k for k in options if k not in CALL_KEYS)
+    if fixed:
+        what = "is fixed when the model loads: give it to Translator.load()" if fixed[0] in KEY_SECTION else \
+            "is not an option"
+        raise ConfigError(f"{fixed[0]}: {what}")
+
+
+def check_call_options(method: str, options: dict) -> None:
+    """What one Python API call may not be given (checked first, before its options are layered)."""
+    if "prefix" in options:  # a file, for translate_file
+        raise ConfigError(f"prefix: {method} takes its prefixes as a list, prefixes=[...]")
+
+
+def check_generate_tokens(config: Config) -> None:
+    """generate_tokens() yields one hypothesis a token at a time: no beam, one hypothesis."""
+    decoding = config.decoding
+    if decoding.beam_size > 1 and not decoding.sampling:
+        raise ConfigError("beam_size: generate_tokens() decodes greedily or samples (beam_size=1 or "
+                          "sampling=True); translate_batch() runs a beam")
+    if decoding.n_best > 1:
+        raise ConfigError("n_best: generate_tokens() yields one hypothesis; translate_batch() gives n_best")
+
+
+def stream_typed_input(config: Config, stdin_is_terminal: bool) -> Config:
+    """The job, answering line by line (as --stream) when its input is typed at a terminal."""
+    io_cfg = config.io
+    if io_cfg.src == "-" and not io_cfg.stream and not io_cfg.resume and stdin_is_terminal:
+        return config.over({"stream": True})
+    return config
