@@ -129,12 +129,17 @@ def _read_mapping(path: str, required: bool, parse: Callable, error: type[Except
         with open(path, encoding="utf-8") as f:
             data = parse(f)
     except (OSError, UnicodeDecodeError, error) as e:
-        raise ModelError(f"{path} cannot be read: {e}") from None
+        raise ModelError(f"{path} cannot be read: {one_line(str(e))}") from None
     except RecursionError:
         raise ModelError(f"{path} cannot be read: it nests too deeply for a config") from None
     if not isinstance(data, dict):
         raise ModelError(f"{path} cannot be read: expected {what}")
     return data
+
+
+def one_line(message: str) -> str:
+    """A message of several lines (YAML's: the problem, then where) as one."""
+    return " ".join(message.split())
 
 
 def first_line(message: str) -> str:

@@ -21,6 +21,7 @@ import struct
 import zipfile
 from typing import BinaryIO
 
+from ..bounded import shown
 from .checkpoint import ModelError, note_read
 
 NPY_MAGIC = b"\x93NUMPY"
@@ -75,7 +76,7 @@ def _entry(f: BinaryIO, info: zipfile.ZipInfo, name: str, path: str) -> tuple[in
         raise ModelError(f"cannot read weights {path}: array {name}: {e}") from None
     code = DESCR_CODES.get(descr)
     if code is None:
-        what = "Python objects (numpy would unpickle them)" if "O" in descr else f"dtype {descr!r}"
+        what = "Python objects (numpy would unpickle them)" if "O" in descr else f"dtype {shown(descr)}"
         raise ModelError(f"cannot read weights {path}: array {name} holds {what}; only little-endian numbers "
                          "are read")
     size = math.prod(shape) * ITEM_SIZES[code]
@@ -111,12 +112,12 @@ def _checked_header(header: object) -> tuple[str, tuple[int, ...]]:
         raise ValueError("its header is not a dict of descr, fortran_order and shape")
     descr, fortran, shape = header["descr"], header["fortran_order"], header["shape"]
     if not isinstance(descr, str):
-        raise ValueError(f"descr {descr!r} is not a plain dtype (a structured array?)")
+        raise ValueError(f"descr {shown(descr)} is not a plain dtype (a structured array?)")
     if not isinstance(shape, tuple) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
                                                for n in shape):
-        raise ValueError(f"shape {shape!r} is not a tuple of sizes")
+        raise ValueError(f"shape {shown(shape)} is not a tuple of sizes")
     if not isinstance(fortran, bool):
-        raise ValueError(f"fortran_order {fortran!r} is not a bool")
+        raise ValueError(f"fortran_order {shown(fortran)} is not a bool")
     if fortran and sum(n > 1 for n in shape) > 1:  # with one axis longer than 1 both orders are the same bytes
         raise ValueError("it is stored in Fortran (column-major) order")
     return descr, shape

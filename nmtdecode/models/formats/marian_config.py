@@ -26,8 +26,9 @@ from typing import Callable
 
 import yaml
 
+from ...bounded import TooLarge, check_size, shown
 from ..architecture import TransformerConfig
-from ..checkpoint import ModelError, ModelFacts, ModelRules, check_dimensions, read_yaml
+from ..checkpoint import ModelError, ModelFacts, ModelRules, check_dimensions, one_line, read_yaml
 from ..npz import array_bytes, npz_entries
 from .marian_vocab import Vocabulary, make_tokenizer
 from .marian_weights import Layout, Piece, check_arrays, mapping, recipe_shape
@@ -81,13 +82,13 @@ def model_files(path: str) -> tuple[str, str, dict]:
         if not found:
             raise ModelError(f"{path}: no decoder.yml beside it (nor {os.path.basename(path)}.decoder.yml): it "
                              "names the model's vocabularies")
-        return path, found[0], read_yaml(found[0])
+        return path, found[0], read_options(found[0])
     decoder_yml = os.path.join(path, "decoder.yml")
-    decoder = read_yaml(decoder_yml)
+    decoder = read_options(decoder_yml)
     models = decoder.get("models")
     models = [models] if isinstance(models, str) else models
     if not isinstance(models, list) or not models or not all(isinstance(m, str) for m in models):
-        raise ModelError(f"{decoder_yml}: models: expected the model's .npz file, got {models!r}")
+        raise ModelError(f"{decoder_yml}: models: expected the model's .npz file, got {shown(models)}")
     if len(models) > 1:
         raise ModelError(f"{decoder_yml}: models: {len(models)} models (a Marian ensemble): give each .npz to "
                          "--model (nmtdecode decodes models given together as an ensemble)")
@@ -97,6 +98,19 @@ def model_files(path: str) -> tuple[str, str, dict]:
     return os.path.join(path, models[0]), decoder_yml, decoder
 
 
+def read_options(path: str) -> dict:
+    """decoder.yml, its size checked as loaded (bounded.py: a YAML alias bomb is one line)."""
+    return bounded(read_yaml(path), path)
+
+
+def bounded(options: dict, where: str) -> dict:
+    try:
+        check_size(options)
+    except TooLarge as e:
+        raise ModelError(f"{where} cannot be read: {e}") from None
+    return options
+
+
 def model_options(npz: str, entries: dict) -> dict:
     """Marian's options for the model, stored in the .npz (a NUL-terminated YAML string), over its defaults."""
     if "special:model.yml" not in entries:
@@ -104,11 +118,11 @@ def model_options(npz: str, entries: dict) -> dict:
     raw = array_bytes(npz, entries, "special:model.yml").rstrip(b"\0")
     try:
         options = yaml.safe_load(raw.decode("utf-8"))
-    except (UnicodeDecodeError, yaml.YAMLError) as e:
-        raise ModelError(f"{npz}: special:model.yml cannot be read: {e}") from None
+    except (UnicodeDecodeError, yaml.YAMLError, RecursionError) as e:
+        raise ModelError(f"{npz}: special:model.yml cannot be read: {one_line(str(e))}") from None
     if not isinstance(options, dict):
         raise ModelError(f"{npz}: special:model.yml is not a mapping of Marian options")
-    return {**MODEL_DEFAULTS, **options}
+    return {**MODEL_DEFAULTS, **bounded(options, f"{npz}: special:model.yml")}
 
 
 def check_options(options: dict, where: str):
@@ -116,14 +130,16 @@ def check_options(options: dict, where: str):
     kind = options["type"]
     if kind != "transformer":
         what = " (an RNN encoder-decoder)" if kind in RNN_TYPES else ""
-        raise ModelError(f"{where}: Marian model type {kind!r}{what} is not supported; only type: transformer")
+        raise ModelError(f"{where}: Marian model type {shown(kind)}{what} is not supported; only type: "
+                         "transformer")
     for name, (default, allowed, meaning) in FIXED.items():
         value = options.get(name, default)
         if value not in allowed:
-            raise ModelError(f"{where}: Marian option {name}: {value!r} ({meaning}) is not supported")
+            raise ModelError(f"{where}: Marian option {name}: {shown(value)} ({meaning}) is not supported")
     if options["transformer-ffn-activation"] not in ACTIVATIONS:
         raise ModelError(f"{where}: Marian option transformer-ffn-activation: "
-                         f"{options['transformer-ffn-activation']!r} is not supported ({', '.join(ACTIVATIONS)})")
+                         f"{shown(options['transformer-ffn-activation'])} is not supported "
+                         f"({', '.join(ACTIVATIONS)})")
     decoder_ffn, ffn = options["transformer-decoder-dim-ffn"], options["transformer-dim-ffn"]
     if decoder_ffn not in (0, ffn):
         raise ModelError(f"{where}: Marian option transformer-decoder-dim-ffn: {decoder_ffn} differs from "
@@ -141,12 +157,13 @@ def norm_placement(options: dict, where: str) -> tuple[bool, bool, bool]:
     orders = {("", "an"): False, ("n", "a"): True}
     pre, post = _ops(options, "transformer-preprocess"), _ops(options, "transformer-postprocess")
     if (pre, post) not in orders:
-        raise ModelError(f"{where}: Marian options transformer-preprocess {options.get('transformer-preprocess')!r} "
-                         f"with transformer-postprocess {options.get('transformer-postprocess')!r} are not "
-                         "supported (nmtdecode computes 'dan' (post-norm), or 'n' then 'da' (pre-norm))")
+        raise ModelError(f"{where}: Marian options transformer-preprocess "
+                         f"{shown(options.get('transformer-preprocess'))} with transformer-postprocess "
+                         f"{shown(options.get('transformer-postprocess'))} are not supported (nmtdecode computes "
+                         "'dan' (post-norm), or 'n' then 'da' (pre-norm))")
     for name in ("transformer-postprocess-emb", "transformer-postprocess-top"):
         if _ops(options, name) not in ("", "n"):
-            raise ModelError(f"{where}: Marian option {name}: {options.get(name)!r} is not supported "
+            raise ModelError(f"{where}: Marian option {name}: {shown(options.get(name))} is not supported "
                              "(nmtdecode computes '', 'd', 'n' or 'dn')")
     return orders[(pre, post)], "n" in _ops(options, "transformer-postprocess-emb"), \
         "n" in _ops(options, "transformer-postprocess-top")
@@ -156,10 +173,12 @@ def layout(options: dict, entries: dict, where: str) -> Layout:
     """The arrays the options describe: sizes, which embeddings are shared or tied, where the norms are."""
     sizes = options.get("dim-vocabs")
     if not isinstance(sizes, list) or len(sizes) != 2 or not all(isinstance(n, int) and n > 0 for n in sizes):
-        raise ModelError(f"{where}: Marian option dim-vocabs: expected two vocabulary sizes, got {sizes!r}")
+        raise ModelError(f"{where}: Marian option dim-vocabs: expected two vocabulary sizes, got "
+                         f"{shown(sizes)}")
     for name in ("dim-emb", "transformer-dim-ffn", "enc-depth", "dec-depth", "transformer-heads"):
         if not isinstance(options[name], int) or isinstance(options[name], bool) or options[name] < 1:
-            raise ModelError(f"{where}: Marian option {name}: expected a positive integer, got {options[name]!r}")
+            raise ModelError(f"{where}: Marian option {name}: expected a positive integer, got "
+                             f"{shown(options[name])}")
     pre_norm, embedding_norm, top_norm = norm_placement(options, where)
     shared = bool(options["tied-embeddings-all"] or options["tied-embeddings-src"])
     if shared and sizes[0] != sizes[1]:
@@ -197,12 +216,13 @@ def model_config(options: dict, shape: Layout, src_rows: int, eos_id: int, unk_i
 def alignment_layer(options: dict, layers: int, where: str) -> int:
     """The decoder layer whose attention Marian reads alignments from (guided-alignment training
     teaches that one): `last`, or a layer counted from 1."""
-    value = str(options["transformer-guided-alignment-layer"])
+    value = options["transformer-guided-alignment-layer"]
+    value = str(value) if isinstance(value, (str, int)) else value
     if value == "last":
         return -1
-    if not value.isdigit() or not 1 <= int(value) <= layers:
-        raise ModelError(f"{where}: Marian option transformer-guided-alignment-layer: {value!r} is not a layer of "
-                         f"the {layers}-layer decoder")
+    if not isinstance(value, str) or not value.isdigit() or not 1 <= int(value) <= layers:
+        raise ModelError(f"{where}: Marian option transformer-guided-alignment-layer: {shown(value)} is not a "
+                         f"layer of the {layers}-layer decoder")
     return int(value) - 1
 
 
@@ -210,10 +230,11 @@ def vocabularies(decoder: dict, decoder_yml: str, shape: Layout) -> tuple[Vocabu
     """The source and target vocabularies decoder.yml names (one object when they are one file)."""
     names = decoder.get("vocabs")
     if not isinstance(names, list) or len(names) != 2 or not all(isinstance(n, str) for n in names):
-        raise ModelError(f"{decoder_yml}: vocabs: expected the source and target vocabularies, got {names!r}")
+        raise ModelError(f"{decoder_yml}: vocabs: expected the source and target vocabularies, got "
+                         f"{shown(names)}")
     paths = [os.path.join(os.path.dirname(decoder_yml), name) for name in names]
     for path in paths:
-        if not os.path.isfile(path):
+        if not os.path.lexists(path):  # a FIFO or folder in its place is not missing: note_read refuses it
             raise ModelError(f"{decoder_yml}: vocabs: {path} is missing")
     source = Vocabulary(paths[0], shape.src_rows, "source")
     same = os.path.realpath(paths[0]) == os.path.realpath(paths[1])
@@ -229,7 +250,7 @@ def _number(decoder: dict, key: str, default: float, where: str, kind: type = fl
     value = decoder.get(key, default)
     number = isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
     if not number or kind is int and value != int(value):
-        raise ModelError(f"{where}: {key}: expected a number >= 0, got {value!r}")
+        raise ModelError(f"{where}: {key}: expected a number >= 0, got {shown(value)}")
     return kind(value)
 
 

@@ -22,8 +22,9 @@ import re
 import sentencepiece as spm
 import yaml
 
+from ...bounded import shown
 from ...tokenizer import SentencePieceTokenizer
-from ..checkpoint import ModelError, note_read
+from ..checkpoint import ModelError, note_read, one_line
 from .hf_tokenizers import SPECIALS, marian_tokenizer
 
 YAML_VOCABULARY = (".yml", ".yaml", ".json")
@@ -96,15 +97,17 @@ def read_vocabulary(path: str) -> dict[str, int]:
         rest = "\n".join(line for line in lines if not PLAIN_ENTRY.fullmatch(line))
         data = yaml.load(rest, Loader=BASE_LOADER) if rest.strip() else {}
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise ModelError(f"{path} cannot be read: {e}") from None
+        raise ModelError(f"{path} cannot be read: {one_line(str(e))}") from None
+    except RecursionError:
+        raise ModelError(f"{path} cannot be read: it nests too deeply for a vocabulary") from None
     if not isinstance(data, dict):
         raise ModelError(f"{path}: a Marian vocabulary maps pieces to ids; this file holds no mapping")
     vocabulary: dict[str, int] = {}
     for piece, value in [*plain, *data.items()]:
         if not isinstance(piece, str) or not isinstance(value, str) or not value.isdigit():
-            raise ModelError(f"{path}: {piece!r}: expected an id (an integer >= 0), got {value!r}")
+            raise ModelError(f"{path}: {shown(piece)}: expected an id (an integer >= 0), got {shown(value)}")
         if piece in vocabulary:
-            raise ModelError(f"{path}: {piece!r} is listed twice")
+            raise ModelError(f"{path}: {shown(piece)} is listed twice")
         vocabulary[piece] = int(value)
     if len(set(vocabulary.values())) != len(vocabulary):
         raise ModelError(f"{path}: two pieces have the same id")

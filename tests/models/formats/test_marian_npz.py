@@ -4,6 +4,7 @@ defaults, the vocabularies, inspect, and every refusal, each in one line. Decodi
 CTranslate2 and transformers on the same weights is test_marian_parity.py's."""
 
 import math
+import os
 import re
 import shutil
 
@@ -19,8 +20,10 @@ from nmtdecode.models.detect import model_format
 from nmtdecode.models.formats.marian_vocab import PLAIN_ENTRY, read_vocabulary
 from nmtdecode.models.loading import load_model
 
-from tests.models.formats.marian_files import OPTIONS, random_hf_state, to_marian, train_spm, vocabulary, write_model
+from tests.models.formats.marian_files import (OPTIONS, random_hf_state, to_marian, train_spm, vocabulary, write_model,
+                                               write_npz)
 from tests.models.test_inspect import assert_inspect_matches_the_loaded_model
+from tests.test_hostile_files import alias_bomb
 
 D, FFN, LAYERS = 32, 64, (2, 2)
 
@@ -310,6 +313,42 @@ def test_an_npz_without_decoder_yml_says_what_is_missing(tmp_path, pieces):
     (root / "decoder.yml").unlink()
     with pytest.raises(ModelError, match=r"no decoder.yml beside it \(nor model.npz.decoder.yml\)"):
         load_model(str(root / "model.npz"))
+
+
+def bomb_in_decoder_yml(root):
+    settings = yaml.safe_load((root / "decoder.yml").read_text())
+    text = alias_bomb("bomb") + yaml.safe_dump({k: v for k, v in settings.items() if k != "vocabs"})
+    (root / "decoder.yml").write_text(text + "vocabs: *a8\n")
+
+
+def bomb_in_model_options(root):
+    with np.load(root / "model.npz") as stored:
+        arrays = {n: stored[n] for n in stored.files if not n.startswith("special:")}
+        options = bytes(stored["special:model.yml"]).rstrip(b"\0").decode()
+    text = alias_bomb("bomb") + options + "transformer-tied-layers: *a8\n"
+    write_npz(root / "model.npz", arrays, yaml.safe_load(text))  # PyYAML writes the aliases back
+
+
+HOSTILE = {  # case -> (a change of the written directory, what the one line says)
+    "alias bomb in decoder.yml": (bomb_in_decoder_yml, "decoder.yml cannot be read: it expands to more than "
+                                                       "1,000,000 values"),
+    "alias bomb in the model's options": (bomb_in_model_options, "special:model.yml cannot be read: it expands "
+                                                                 "to more than 1,000,000 values"),
+    "a FIFO for the vocabulary": (lambda root: (root / "vocab.yml").unlink() or os.mkfifo(root / "vocab.yml"),
+                                  "vocab.yml is not a regular file (a FIFO, device or folder)"),
+    "a vocabulary nested deep": (write("vocab.yml", "</s>: 0\n<unk>: 1\nx: " + "[" * 20000 + "]" * 20000 + "\n"),
+                                 "vocab.yml"),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE))
+def test_a_hostile_file_ends_in_one_line(tmp_path, pieces, case):
+    change, message = HOSTILE[case]
+    root = build(tmp_path / "m", pieces)
+    change(root)
+    with pytest.raises(ModelError, match=re.escape(message)) as error:
+        load_model(str(root))
+    assert "\n" not in str(error.value) and len(str(error.value)) < 400
 
 
 def test_a_refused_model_is_one_line_and_exit_1(tmp_path, pieces, lines_file, cli):
