@@ -188,8 +188,8 @@ class RuntimeConfig(Section):
 @dataclass
 class IOConfig(Section):
     model: str | list[str] | None = option(
-        None, "Model directory (native, Hugging Face, eole) or OpenNMT-py .pt checkpoint. Several: --model A B, an "
-        "ensemble decoded as one model.", short="-m", many=True, metavar="PATH...")
+        None, "Model directory (native, Hugging Face, eole, Marian) or OpenNMT-py .pt checkpoint or Marian .npz. "
+        "Several: --model A B, an ensemble decoded as one model.", short="-m", many=True, metavar="PATH...")
     ensemble_rule: str | None = option(None, "How an ensemble combines its models' next-token scores: prob (mean of "
                                        "probabilities, fairseq), logprob (weighted sum of log-probs, Marian), "
                                        "opennmt (mean of logits, OpenNMT-py); unset: opennmt for OpenNMT-py and eole "
