@@ -120,19 +120,18 @@ class RowState(Protocol):
     def follow(self, out: StepOutput) -> None: ...
 
 
-class Search(Protocol):
-    """A decoding strategy (greedy, beam search): chooses tokens, keeps per-sentence records.
+class Strategy(Protocol):
+    """A decoding strategy (greedy, beam search, sampling), on the host or the device: chooses tokens.
 
     start_tokens: (B,) the first decoder input, one row per sentence.
     advance(logprobs, step, facts=None): logprobs (rows, V) of this step's rows
         (may be modified in place), facts (RowFacts) per row; records the step
         and says how rows continue.
-    done: every sentence has finished.
-    results(n_best): one list of at most n_best hypotheses per sentence, best first.
+    done: every sentence has finished (a device search knows it every few steps).
+    results(n_best): one list of n_best hypotheses per sentence, best first.
     """
 
     start_tokens: torch.Tensor
-    beams: list  # one record per sentence (search/beam.py: Beam), what the step chose so far
 
     @property
     def done(self) -> bool: ...
@@ -140,6 +139,12 @@ class Search(Protocol):
     def advance(self, logprobs: torch.Tensor, step: int, facts: RowFacts | None = None) -> StepOutput: ...
 
     def results(self, n_best: int) -> list[list[Hypothesis]]: ...
+
+
+class Search(Strategy, Protocol):
+    """A strategy on the host, which keeps per-sentence records a caller may read after each step."""
+
+    beams: list  # one record per sentence (search/beam.py: Beam), what the step chose so far
 
 
 # The batch sizes a shrinking batch passes through: powers of two and the halfway points.
@@ -151,6 +156,39 @@ def kept_batch_size(searching: int) -> int:
     if searching == 0:
         return 0
     return next((size for size in BATCH_SIZES if size >= searching), searching)
+
+
+def survivors(done: list[bool], shrink: bool = True) -> list[int]:
+    """Positions of the sentences that stay in the batch, given whether each is done (see
+    `SentenceRecords.survivors`): every one without `shrink`."""
+    if not shrink:
+        return list(range(len(done)))
+    searching = [i for i, d in enumerate(done) if not d]
+    size = kept_batch_size(len(searching))
+    if size >= len(done):
+        return list(range(len(done)))
+    finished = [i for i, d in enumerate(done) if d]
+    return sorted(searching + finished[: size - len(searching)])
+
+
+def path_hypothesis(tokens: list[int], totals: list[float], along: dict[str, list], score: float,
+                    eos_id: int) -> Hypothesis:
+    """A finished hypothesis from its path: every token chosen, the last one included, the running
+    total after each, and what is attached to each ({name: list}). The final EOS is not one of
+    its tokens, its log-prob is `eos_score` (so token_scores, alignment and attention have one
+    entry per token). Both searches build their hypotheses here (beam.py, device_results.py)."""
+    token_scores = [b - a for a, b in zip([0.0] + totals[:-1], totals)]
+    ended = tokens[-1] == eos_id
+    kept = len(tokens) - ended
+    return Hypothesis(tokens[:kept], score, totals[-1], token_scores[:kept], ended,
+                      eos_score=token_scores[-1] if ended else None,
+                      **{name: values[:kept] for name, values in along.items()})
+
+
+def unreachable(n: int) -> list[Hypothesis]:
+    """n impossible empty hypotheses (score -inf): they keep n_best entries a line when fewer
+    were reachable (the other continuations masked)."""
+    return [Hypothesis([], NEG_INF, NEG_INF, [], False) for _ in range(n)]
 
 
 class SentenceRecords:
@@ -174,14 +212,7 @@ class SentenceRecords:
         shrinks only when it falls to a smaller size of that list, so a batch meets a handful
         of row counts, not one per finished sentence: every new row count costs oneDNN a kernel
         compilation per matrix shape (docs/speed.md) and every shrink a copy of the cache."""
-        if not self.shrink:
-            return list(range(len(self.active)))
-        searching = [i for i, s in enumerate(self.active) if not self.beams[s].done]
-        size = kept_batch_size(len(searching))
-        if size >= len(self.active):
-            return list(range(len(self.active)))
-        finished = [i for i, s in enumerate(self.active) if self.beams[s].done]
-        return sorted(searching + finished[: size - len(searching)])
+        return survivors([self.beams[s].done for s in self.active], self.shrink)
 
     @property
     def sentences(self) -> int:
@@ -196,7 +227,7 @@ class SentenceRecords:
         for sentence in range(self.sentences):
             beams = self.beams_of(sentence)
             best = [beams[b].hypothesis(f, self.eos_id) for b, f in self.chosen(sentence, n_best)]
-            results.append(best + [Hypothesis([], NEG_INF, NEG_INF, [], False) for _ in range(n_best - len(best))])
+            results.append(best + unreachable(n_best - len(best)))
         return results
 
     def trace(self) -> None:

@@ -62,7 +62,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from .base import NEG_INF, Hypothesis, RowFacts, SentenceRecords, StepOutput, attached_per_slot, to_host
+from .base import (NEG_INF, Hypothesis, RowFacts, SentenceRecords, StepOutput, attached_per_slot, path_hypothesis,
+                   to_host)
 from .penalties import LengthPenalty
 
 
@@ -175,14 +176,8 @@ class Beam:
         along: dict[str, list] = {name: [] for name in f.attached}
         if f.step > 0:
             tokens, totals, along = self.get_hyp(f.step - 1, f.prev, attached=True)
-        tokens, totals = tokens + [f.token], totals + [f.total]
         along = {name: along[name] + [value] for name, value in f.attached.items()}
-        token_scores = [b - a for a, b in zip([0.0] + totals[:-1], totals)]
-        ended = f.token == eos_id
-        kept = len(tokens) - ended
-        return Hypothesis(tokens[:kept], f.score, f.total, token_scores[:kept], ended,
-                          eos_score=token_scores[-1] if ended else None,
-                          **{name: values[:kept] for name, values in along.items()})
+        return path_hypothesis(tokens + [f.token], totals + [f.total], along, f.score, eos_id)
 
 
 @dataclass
@@ -216,6 +211,20 @@ def top_candidates(totals: torch.Tensor, wanted: int, vocab: int, eos_id: int) -
         scores = F.pad(scores, missing, value=NEG_INF)
         tokens, prev = F.pad(tokens, missing, value=eos_id), F.pad(prev, missing, value=0)
     return Candidates(scores, tokens, prev)
+
+
+def keep_alive(candidates: Candidates, k: int, eos_id: int, refill: bool) -> Candidates:
+    """BeamSearch.keep_alive, shared with the device search (device_beam.py)."""
+    ends = candidates.tokens == eos_id
+    if refill:
+        order = ends.to(torch.uint8).argsort(dim=1, stable=True)[:, :k]
+    else:
+        order = torch.arange(k, device=ends.device).expand(ends.size(0), k)
+    alive = candidates.take(order)
+    for values in (alive.scores, alive.totals):
+        if values is not None:
+            values.masked_fill_(alive.tokens == eos_id, NEG_INF)
+    return alive
 
 
 BLOCK = 32  # top_k's block width
@@ -285,16 +294,7 @@ class BeamSearch(SentenceRecords):
         """The k best candidates not ending in EOS (a stable sort keeps rank order); an EOS
         candidate only fills a slot when fewer than k could go on, as an empty slot (-inf).
         Without `refill` (OpenNMT-py), simply the k best, each EOS one as an empty slot."""
-        ends = candidates.tokens == self.eos_id
-        if self.refill:
-            order = ends.to(torch.uint8).argsort(dim=1, stable=True)[:, : self.k]
-        else:
-            order = torch.arange(self.k, device=ends.device).expand(ends.size(0), self.k)
-        alive = candidates.take(order)
-        for values in (alive.scores, alive.totals):
-            if values is not None:
-                values.masked_fill_(alive.tokens == self.eos_id, NEG_INF)
-        return alive
+        return keep_alive(candidates, self.k, self.eos_id, self.refill)
 
     def record(self, candidates: Candidates, alive: Candidates, step: int, facts: RowFacts | None = None) -> None:
         """One device->host copy; each sentence's rows to its Beam."""

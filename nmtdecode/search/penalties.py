@@ -6,7 +6,10 @@ Length penalties.
 `length` is the number of generated tokens including the final EOS (the
 decoder start token is not counted), the convention of Hugging Face's
 `BeamHypotheses`; a hypothesis cut at the step limit counts its tokens only.
-Each function is (total log-prob, length, alpha) -> score, chosen by name.
+Each penalty divides the total by a number that depends on the length alone:
+each function is (length, alpha) -> that divisor, chosen by name. The device
+search (device_beam.py) reads the same divisors from a table, so that both
+searches compute every score with the same division.
 """
 
 from __future__ import annotations
@@ -16,20 +19,20 @@ import torch
 from .base import StepOutput
 
 
-def length_none(total: float, length: int, alpha: float) -> float:
+def length_none(length: int, alpha: float) -> float:
     """No normalisation: rank by total log-probability (favours short outputs)."""
-    return total
+    return 1.0
 
 
-def length_average(total: float, length: int, alpha: float) -> float:
+def length_average(length: int, alpha: float) -> float:
     """total / length**alpha. alpha=1 is the plain per-token average (OpenNMT-py's `avg`);
     other values reproduce Hugging Face's `length_penalty` exponent."""
-    return total / length**alpha
+    return length**alpha
 
 
-def length_wu(total: float, length: int, alpha: float) -> float:
+def length_wu(length: int, alpha: float) -> float:
     """GNMT: total / ((5 + length) / 6)**alpha (Wu et al. 2016, arXiv:1609.08144, eq. 14)."""
-    return total / ((5.0 + length) / 6.0) ** alpha
+    return ((5.0 + length) / 6.0) ** alpha
 
 
 LENGTH_PENALTIES = {"none": length_none, "avg": length_average, "wu": length_wu}
@@ -47,8 +50,17 @@ class LengthPenalty:
         self.name, self.alpha, self.offset = name, alpha, offset
         self.function = LENGTH_PENALTIES[name]
 
+    def divisor(self, length: int) -> float:
+        return self.function(length + self.offset, self.alpha)
+
     def __call__(self, total: float, length: int) -> float:
-        return self.function(total, length + self.offset, self.alpha)
+        return total / self.divisor(length)
+
+    def divisors(self, longest: int, device: torch.device | str) -> torch.Tensor:
+        """(longest + 1,) float64: the divisor of every length 1..longest (at 0, unused, 1), for
+        scores computed on the device as total / divisors[length], the very division above."""
+        return torch.tensor([1.0] + [self.divisor(length) for length in range(1, longest + 1)], dtype=torch.float64,
+                            device=device)
 
     def best_possible(self, total: float, length: int, max_length: int) -> float:
         """Highest score a hypothesis at `total` after `length` tokens can still reach.

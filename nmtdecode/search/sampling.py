@@ -150,6 +150,43 @@ def draw(cdf: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return torch.searchsorted(cdf, target, right=True)[:, 0].clamp_(max=cdf.size(1) - 1)
 
 
+class Draws:
+    """The draws of N samples per sentence, as the module docstring defines them: each row's
+    random stream, whether its sample is still going and its total. Shared by the host search
+    (`SamplingSearch`) and the device one (device_sampling.py)."""
+
+    def __init__(self, *, samples: int, filters: Filters, seed: int, line_ids: list[int], eos_id: int,
+                 device: torch.device | str) -> None:
+        self.n, self.filters, self.eos_id = samples, filters, eos_id
+        lines = torch.tensor(line_ids, dtype=torch.long, device=device).repeat_interleave(samples)
+        sample_ids = torch.arange(samples, device=device).repeat(len(line_ids))
+        self.keys = stream_keys(seed, lines, sample_ids)  # (B*N,) one stream per (sentence, sample)
+        self.alive = torch.ones(len(line_ids) * samples, dtype=torch.bool, device=device)
+        self.alive_scores = torch.zeros(len(line_ids) * samples, device=device)
+
+    def __call__(self, logprobs: torch.Tensor, step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """logprobs (n, V) at step 0, (n*N, V) after -> each sample's token and total (n*N,), and
+        at step 0 the row each sample continues (origin: the widening), else None."""
+        if step > 0:  # the rows of ended samples draw EOS at no cost (their draws are ignored)
+            logprobs.masked_fill_(~self.alive[:, None], NEG_INF)[:, self.eos_id].masked_fill_(~self.alive, 0.0)
+        cdf, origin = cumulative(self.filters(logprobs)), None
+        if step == 0:  # widen: each sentence's one row seeds its N samples
+            origin = torch.arange(logprobs.size(0), device=logprobs.device).repeat_interleave(self.n)
+            cdf, logprobs = cdf[origin], logprobs[origin]
+        tokens = draw(cdf, uniforms(self.keys, step))
+        token_scores = logprobs.gather(1, tokens[:, None])[:, 0]
+        # a sample that ended is fed EOS; one with no possible token (every one banned) ends
+        tokens = tokens.masked_fill_(~self.alive | (token_scores == NEG_INF), self.eos_id)
+        totals = self.alive_scores + token_scores.masked_fill_(~self.alive, 0.0)
+        self.alive = self.alive & (tokens != self.eos_id)
+        self.alive_scores = totals
+        return tokens, totals, origin
+
+    def keep(self, rows: torch.Tensor) -> None:
+        """Only the samples `rows` (of the sentences kept) go on."""
+        self.keys, self.alive, self.alive_scores = self.keys[rows], self.alive[rows], self.alive_scores[rows]
+
+
 class SamplingSearch(SentenceRecords):
     """N samples per sentence, one row each: step 0 has one row per sentence, whose
     distribution seeds the N samples (each with its own uniform); the rows then never reorder.
@@ -164,38 +201,22 @@ class SamplingSearch(SentenceRecords):
                  line_ids: list[int]) -> None:
         self.n = samples
         self.eos_id = eos_id
-        self.filters = filters
+        self.draws = Draws(samples=samples, filters=filters, seed=seed, line_ids=line_ids, eos_id=eos_id,
+                           device=device)
         self.beams = [Beam(samples, m, penalty) for m in max_steps]
         self.active = list(range(batch_size))
         self.start_tokens = torch.full((batch_size,), start_id, dtype=torch.long, device=device)
-        lines = torch.tensor(line_ids, dtype=torch.long, device=device).repeat_interleave(samples)
-        sample_ids = torch.arange(samples, device=device).repeat(batch_size)
-        self.keys = stream_keys(seed, lines, sample_ids)  # (B*N,) one stream per (sentence, sample)
-        self.alive = torch.ones(batch_size * samples, dtype=torch.bool, device=device)
-        self.alive_scores = torch.zeros(batch_size * samples, device=device)
         self.ended = [[False] * samples for _ in range(batch_size)]  # per sentence and sample, on the host
 
     def advance(self, logprobs: torch.Tensor, step: int, facts: RowFacts | None = None) -> StepOutput:
         """logprobs (n, V) at step 0, (n*N, V) after: one token per sample. facts: what to record
         with each row's token (coverage penalty, alignment, attention), per row of logprobs."""
         n = len(self.active)
-        if step > 0:  # the rows of ended samples draw EOS at no cost (their draws are ignored)
-            logprobs.masked_fill_(~self.alive[:, None], NEG_INF)[:, self.eos_id].masked_fill_(~self.alive, 0.0)
-        cdf, origin = cumulative(self.filters(logprobs)), None
-        if step == 0:  # widen: each sentence's one row seeds its N samples
-            origin = torch.arange(n, device=logprobs.device).repeat_interleave(self.n)
-            cdf, logprobs = cdf[origin], logprobs[origin]
-        tokens = draw(cdf, uniforms(self.keys, step))
-        token_scores = logprobs.gather(1, tokens[:, None])[:, 0]
-        # a sample that ended is fed EOS; one with no possible token (every one banned) ends
-        tokens = tokens.masked_fill_(~self.alive | (token_scores == NEG_INF), self.eos_id)
-        totals = self.alive_scores + token_scores.masked_fill_(~self.alive, 0.0)
+        tokens, totals, origin = self.draws(logprobs, step)
         host = to_host(tokens=tokens.view(n, self.n), totals=totals.view(n, self.n),
                        **facts_by_sentence(facts, n, origin))
         for i, sentence in enumerate(self.active):
             self._record(sentence, step, {name: rows[i] for name, rows in host.items()})
-        self.alive &= tokens != self.eos_id
-        self.alive_scores = totals
         return self._next_rows(tokens, origin)
 
     def _record(self, sentence: int, step: int, row: dict) -> None:
@@ -218,7 +239,7 @@ class SamplingSearch(SentenceRecords):
             return StepOutput(tokens=tokens, origin=origin)
         keep = torch.tensor(still, dtype=torch.long, device=tokens.device)
         rows = (keep[:, None] * self.n + torch.arange(self.n, device=keep.device)).reshape(-1)  # kept sentences' rows
-        self.keys, self.alive, self.alive_scores = self.keys[rows], self.alive[rows], self.alive_scores[rows]
+        self.draws.keep(rows)
         self.active = [self.active[i] for i in still]
         origin = rows if origin is None else origin[rows]
         return StepOutput(tokens=tokens[rows], origin=origin, keep=keep)
