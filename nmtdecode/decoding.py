@@ -21,7 +21,7 @@ nothing of files or jobs: the engine (engine.py) builds one per job and feeds it
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Protocol, Sequence, cast
+from typing import Any, Callable, Iterator, Protocol, Sequence, TypeVar, cast
 
 import torch
 
@@ -31,14 +31,19 @@ from .models.checkpoint import ModelRules
 from .models.ensemble import Ensemble, MemberSources
 from .models.state import DecoderState
 from .models.steps import EagerSteps, StepRunner
-from .search.base import Hypothesis, RowFacts, Search, StepOutput
+from .search.base import Hypothesis, RowFacts, Search, StepOutput, Strategy
 from .search.beam import BeamSearch
+from .search.device_beam import DeviceBeamSearch
+from .search.device_sampling import DeviceSampling
 from .search.diverse import DiverseBeamSearch
+from .search.done_flags import check_interval
 from .search.greedy import GreedySearch
 from .search.penalties import Coverage, LengthPenalty
 from .search.processors import (BanTokens, BlockNgramRepeat, ForceEosAtLimit, ForceFirstToken, ForcePrefix, MinLength,
                                 NoRepeatNgram, Processor, Processors, RepetitionPenalty)
 from .search.sampling import Filters, SamplingSearch
+
+S = TypeVar("S", bound=Strategy)
 
 
 class Seq2SeqModel(Protocol):
@@ -69,10 +74,13 @@ class BatchDecoder:
 
     def __init__(self, model: Seq2SeqModel, decoding: DecodingConfig, rules: ModelRules | None = None,
                  shrink: bool = True, banned_ids: Sequence[int] = (), excluded_ids: Sequence[int] = (),
-                 steps: StepRunner | None = None, trace: bool = False) -> None:
+                 steps: StepRunner | None = None, trace: bool = False, on_device: bool = False,
+                 warn: Callable[[str], None] | None = None) -> None:
         """banned_ids, excluded_ids: the ids of --banned-tokens and --ignore-when-blocking (resolve.py).
         steps: how the model's steps run (models/steps.py; the engine's choice), default eagerly.
-        trace: the searches keep every hypothesis that ends, for `search_batch`'s caller (--dump-beam)."""
+        trace: the searches keep every hypothesis that ends, for `search_batch`'s caller (--dump-beam).
+        on_device: `translate_batch` searches with tensor operations on the device (--device-search),
+        where it holds the options; else on the host, and `warn` is told which option it lacks."""
         self.model = model
         self.log_probs = getattr(model, "log_probs", log_softmax)
         self.trace = trace
@@ -87,6 +95,19 @@ class BatchDecoder:
         self.start_id, self.eos_id = mc.decoder_start_id, mc.eos_id
         self.pad_id, self.unk_id = mc.pad_id, mc.unk_id
         self.banned_ids, self.excluded_ids = list(banned_ids), list(excluded_ids)
+        refusal = self.device_search_refusal() if on_device else None
+        if refusal and warn:
+            warn(f"the search runs on the host: the device search does not hold {refusal} (docs/search.md)")
+        self.on_device = on_device and refusal is None
+        self.check_every = check_interval(self.device)  # steps between the device search's done checks
+
+    def device_search_refusal(self) -> str | None:
+        """The option asked for that the device search (search/device_beam.py) does not hold, or None."""
+        if self.trace:
+            return "--dump-beam"
+        if self.cfg.beam_groups > 1:
+            return "--beam-groups"
+        return None
 
     @property
     def device(self) -> torch.device:
@@ -126,9 +147,7 @@ class BatchDecoder:
                                        early_stopping=cfg.early_stopping, n_best=cfg.n_best,
                                        forced_steps=self.forced_steps(batch_size, prefixes), **common)
         else:
-            rule, opennmt = cfg.early_stopping, self.rules.opennmt_beam
-            if rule == "ctranslate2":  # it refills ended slots, and exits at the top beam only unpenalised
-                rule, opennmt = ("true" if self.penalised() else "top"), False
+            rule, opennmt = self.stop_rule()
             search = BeamSearch(beam_size=cfg.beam_size, early_stopping=rule, n_best=cfg.n_best, opennmt=opennmt,
                                 **common)
         search.shrink = self.shrink
@@ -136,13 +155,42 @@ class BatchDecoder:
             search.trace()
         return search
 
+    def make_device_search(self, batch_size: int, max_steps: list[int], line_ids: list[int] | None = None,
+                           prefixes: list[list[int]] | None = None) -> DeviceBeamSearch | DeviceSampling:
+        """The strategy as tensor operations on the device (search/device_beam.py, device_sampling.py):
+        greedy is a beam of one, the top candidate, ended at EOS. Only for what
+        `device_search_refusal` accepts."""
+        cfg = self.cfg
+        common: dict[str, Any] = dict(batch_size=batch_size, max_steps=max_steps, start_id=self.start_id,
+                                      eos_id=self.eos_id, penalty=self.penalty, device=self.device,
+                                      check_every=self.check_every)
+        search: DeviceBeamSearch | DeviceSampling
+        if cfg.sampling:
+            search = DeviceSampling(samples=cfg.n_best, filters=Filters(cfg.temperature, cfg.top_k, cfg.top_p),
+                                    seed=cfg.seed, line_ids=line_ids or list(range(batch_size)), **common)
+        elif cfg.beam_size == 1:
+            search = DeviceBeamSearch(beam_size=1, early_stopping="top", opennmt=True, **common)
+        else:
+            rule, opennmt = self.stop_rule()
+            search = DeviceBeamSearch(beam_size=cfg.beam_size, early_stopping=rule, n_best=cfg.n_best,
+                                      opennmt=opennmt, **common)
+        search.shrink = self.shrink
+        return search
+
+    def stop_rule(self) -> tuple[str, bool]:
+        """Beam search's stop rule and whether it is OpenNMT-py's beam (search/beam.py)."""
+        rule, opennmt = self.cfg.early_stopping, self.rules.opennmt_beam
+        if rule == "ctranslate2":  # it refills ended slots, and exits at the top beam only unpenalised
+            rule, opennmt = ("true" if self.penalised() else "top"), False
+        return rule, opennmt
+
     def penalised(self) -> bool:
         """Whether a length or coverage penalty changes scores (CTranslate2's early exit needs neither)."""
         cfg = self.cfg
         return (self.penalty.name != "none" and self.penalty.alpha != 0) or (
             cfg.coverage_penalty != "none" and cfg.beta != 0)
 
-    def make_processors(self, search: Search, max_steps: list[int],
+    def make_processors(self, search: Strategy, max_steps: list[int],
                         prefixes: list[list[int]] | None = None) -> Processors:
         cfg, rules = self.cfg, self.rules
         chain: list[Processor] = []
@@ -191,29 +239,43 @@ class BatchDecoder:
         line_ids: each source's line in the input (sampling draws from streams keyed by it;
         default 0..B-1). prefixes: target token ids forced at the start of each output (after
         the model's forced first token), scored 0; may be empty."""
-        return self.search_batch(sources, line_ids, prefixes)[0]
+        if not self.on_device:
+            return self.search_batch(sources, line_ids, prefixes)[0]
+        for search in self.decode(self.make_device_search, sources, line_ids, prefixes):  # noqa: B007
+            pass  # the last step leaves every sentence done
+        return self.trimmed(search.results(self.cfg.n_best), sources)
 
     def search_batch(self, sources: list[list[int]], line_ids: list[int] | None = None,
                      prefixes: list[list[int]] | None = None) -> tuple[list[list[Hypothesis]], Search]:
-        """As `translate_batch`, and the search itself: its per-sentence records (beam_dump.py)."""
+        """As `translate_batch` on the host search, and the search itself: its per-sentence
+        records (beam_dump.py)."""
         for search in self.search_steps(sources, line_ids, prefixes):  # noqa: B007 - the last one is wanted
             pass  # the last step leaves every sentence done
-        results = search.results(self.cfg.n_best)
-        if self.cfg.attention:  # rows as long as each source, not the padded batch
+        return self.trimmed(search.results(self.cfg.n_best), sources), search
+
+    def trimmed(self, results: list[list[Hypothesis]], sources: list[list[int]]) -> list[list[Hypothesis]]:
+        """Attention rows as long as each source, not the padded batch."""
+        if self.cfg.attention:
             for source, hyps in zip(sources, results):
                 for hyp in hyps:
                     hyp.attention = [row[: len(source)] for row in hyp.attention or []]
-        return results, search
+        return results
 
-    @torch.inference_mode()
     def search_steps(self, sources: list[list[int]], line_ids: list[int] | None = None,
                      prefixes: list[list[int]] | None = None) -> Iterator[Search]:
-        """The decoding loop of `search_batch`, step by step: yields the search after each
-        step (its per-sentence records hold what was chosen so far), the last time when every
-        sentence is done. A caller that stops early leaves the batch unfinished."""
+        """The decoding loop of `search_batch`, step by step, on the host search: yields the
+        search after each step (its per-sentence records hold what was chosen so far), the last
+        time when every sentence is done. A caller that stops early leaves the batch unfinished."""
+        return self.decode(self.make_search, sources, line_ids, prefixes)
+
+    @torch.inference_mode()
+    def decode(self, make_search: Callable[..., S], sources: list[list[int]], line_ids: list[int] | None = None,
+               prefixes: list[list[int]] | None = None) -> Iterator[S]:
+        """The decoding loop with the strategy `make_search(batch_size, max_steps, line_ids,
+        prefixes)` makes: yields it after each step."""
         memory, src_mask = self.encode(sources)
         max_steps = self.max_steps([len(s) for s in sources])
-        search = self.make_search(len(sources), max_steps, line_ids, prefixes)
+        search = make_search(len(sources), max_steps, line_ids, prefixes)
         cache = self.steps.init_cache(memory, src_mask, max(max_steps), self.cfg.rows_per_sentence)
         processors = self.make_processors(search, max_steps, prefixes)
         attention = self.make_attention(cache, src_mask)

@@ -1,0 +1,232 @@
+"""The device search (search/device_beam.py, device_sampling.py) gives the host search's
+hypotheses exactly: tokens, scores, totals, per-token scores, alignment and attention, for
+every strategy it holds, every stop rule and penalty, with prefixes, n-best and min length;
+with late checks of the done flags (as on a GPU) and without dropping finished sentences. Its
+parts against oracles: the pools against `Beam.add_finished`, the backtracking against a walk
+of the backpointers, the stop rules against `Beam.cannot_improve`. And a step reads nothing
+on the host between two checks."""
+
+import random
+
+import pytest
+import torch
+
+from nmtdecode.config import DecodingConfig
+from nmtdecode.decoding import BatchDecoder
+from nmtdecode.models.checkpoint import ModelRules
+from nmtdecode.models.fixed_step import FixedShapeSteps
+from nmtdecode.search.beam import Beam
+from nmtdecode.search.done_flags import DoneFlags
+from nmtdecode.search.finished import Ended, FinishedPool
+from nmtdecode.search.history import StepHistory
+from nmtdecode.search.penalties import LengthPenalty
+from nmtdecode.search.stop_rules import STOP_RULES, PoolFacts
+
+from tests.helpers import random_sources, tiny_transformer
+
+SOURCES = random_sources(19, 20, seed=6)
+PREFIXES = [[5 + i % 4] * (i % 3) for i in range(19)]
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_transformer(1, vocab=20, eos_bias=1.0)  # EOS favoured: sentences end at different steps
+
+
+def everything(results):
+    return [[(h.tokens, h.score, h.total, h.token_scores, h.ended, h.eos_score, h.alignment, h.attention) for h in n]
+            for n in results]
+
+
+def both(model, cfg, prefixes=None, rules=None, check_every=None, **options):
+    host = BatchDecoder(model, cfg, rules, **options).translate_batch(SOURCES, prefixes=prefixes)
+    device = BatchDecoder(model, cfg, rules, on_device=True, **options)
+    assert device.on_device
+    if check_every:
+        device.check_every = check_every
+    return everything(host), everything(device.translate_batch(SOURCES, prefixes=prefixes))
+
+
+@pytest.mark.parametrize("rule", ["top", "true", "false", "never", "ctranslate2"])
+@pytest.mark.parametrize("penalty", ["none", "avg", "wu"])
+def test_every_stop_rule_and_length_penalty(model, rule, penalty):
+    cfg = DecodingConfig(beam_size=4, n_best=2, max_length=14, early_stopping=rule, length_penalty=penalty, alpha=0.7)
+    host, device = both(model, cfg)
+    assert device == host
+
+
+OPTIONS = {
+    "greedy": dict(beam_size=1),
+    "beam_nbest_all": dict(beam_size=3, n_best=3, early_stopping="never"),
+    "coverage_alignment_attention": dict(beam_size=4, n_best=2, coverage_penalty="wu", beta=0.3, alignment=True,
+                                         attention=True),
+    "summary_coverage": dict(beam_size=4, n_best=4, coverage_penalty="summary", beta=0.5, early_stopping="false"),
+    "greedy_coverage_alignment": dict(beam_size=1, coverage_penalty="wu", beta=0.2, alignment=True, attention=True),
+    "repetition_blocking_min_length": dict(beam_size=4, repetition_penalty=1.3, block_ngram_repeat=2, min_length=3),
+    "no_repeat_min_length": dict(beam_size=3, n_best=3, no_repeat_ngram_size=2, min_length=5),
+    "relative_step_limits": dict(beam_size=4, n_best=2, max_len_a=1.0, max_len_b=2, length_penalty="wu"),
+    "banned": dict(beam_size=5, n_best=5, ban_unk=True, early_stopping="true"),
+    "sampling": dict(sampling=True, n_best=4, temperature=0.8, top_k=10, top_p=0.9, seed=7),
+    "sampling_coverage_alignment": dict(sampling=True, n_best=3, seed=3, coverage_penalty="wu", beta=0.3,
+                                        alignment=True, attention=True, min_length=2),
+}
+RULES = {"plain": None, "opennmt": ModelRules(opennmt_beam=True, length_offset=1),
+         "forced_first_and_last": ModelRules(forced_bos_id=7, forced_eos=True)}
+
+
+@pytest.mark.parametrize("options", OPTIONS)
+@pytest.mark.parametrize("rules", RULES)
+@pytest.mark.parametrize("prefixed", [False, True])
+def test_every_strategy_and_option(model, options, rules, prefixed):
+    cfg = DecodingConfig(max_length=15, **OPTIONS[options])
+    host, device = both(model, cfg, PREFIXES if prefixed else None, RULES[rules])
+    assert device == host
+
+
+@pytest.mark.parametrize("options", ["beam_nbest_all", "greedy", "sampling", "coverage_alignment_attention"])
+@pytest.mark.parametrize("check_every", [3, 4])
+def test_late_checks_of_the_done_flags_change_nothing(model, options, check_every):
+    """As on a GPU: sentences learnt to be done a few steps late, and the batch dropping them
+    then (the steps between record nothing for them)."""
+    cfg = DecodingConfig(max_length=15, **OPTIONS[options])
+    host, device = both(model, cfg, PREFIXES, check_every=check_every)
+    assert device == host
+
+
+@pytest.mark.parametrize("options", ["beam_nbest_all", "sampling"])
+def test_keeping_finished_sentences_in_the_batch_changes_nothing(model, options):
+    cfg = DecodingConfig(max_length=15, **OPTIONS[options])
+    host, device = both(model, cfg, shrink=False)
+    assert device == host
+
+
+@pytest.mark.parametrize("options", ["beam_nbest_all", "greedy", "coverage_alignment_attention"])
+def test_on_the_fixed_shape_step(model, options):
+    """The step runner of a GPU (eager here), with late checks: its compaction follows them."""
+    cfg = DecodingConfig(max_length=15, **OPTIONS[options])
+    host, device = both(model, cfg, PREFIXES, check_every=4, steps=FixedShapeSteps(model, graphs=False))
+    assert device == host
+
+
+def test_a_step_reads_nothing_on_the_host_between_checks(model, monkeypatch):
+    """Between two checks of the done flags, advance() converts no tensor to a host value."""
+    reads = []
+    for name in ("tolist", "item", "__bool__", "cpu", "__int__", "__float__"):
+        original = getattr(torch.Tensor, name)
+
+        def counted(self, *args, _name=name, _original=original, **kwargs):
+            reads.append(_name)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    decoder = BatchDecoder(model, DecodingConfig(beam_size=4, n_best=2, max_length=15, coverage_penalty="wu",
+                                                 beta=0.3, alignment=True), on_device=True)
+    decoder.check_every = 100  # never within the 15 steps
+    steps = []
+    for _ in decoder.decode(decoder.make_device_search, SOURCES):
+        steps.append(len(reads))
+    assert len(steps) == 15 and steps[-1] == steps[0]  # the first step's reads are the loop's (encoding, masks)
+
+
+def test_an_option_it_does_not_hold_runs_on_the_host_with_one_warning(model):
+    warnings = []
+    diverse = DecodingConfig(beam_size=4, beam_groups=2, diversity_penalty=0.5, max_length=10)
+    decoder = BatchDecoder(model, diverse, on_device=True, warn=warnings.append)
+    assert not decoder.on_device and len(warnings) == 1 and "--beam-groups" in warnings[0]
+    traced = BatchDecoder(model, DecodingConfig(max_length=10), on_device=True, trace=True, warn=warnings.append)
+    assert not traced.on_device and len(warnings) == 2 and "--dump-beam" in warnings[1]
+    BatchDecoder(model, diverse, warn=warnings.append)  # the host search asked for: nothing to say
+    assert len(warnings) == 2
+
+
+# The parts, against oracles ------------------------------------------------------------------------
+
+
+def test_the_pools_hold_what_beam_add_finished_keeps():
+    """Random steps of ended candidates, ties included (scores on a coarse grid), some not
+    hypotheses: the pools equal `Beam.finished` entry for entry."""
+    rng, sentences, size = random.Random(0), 3, 4
+    pool = FinishedPool(sentences, size, "cpu")
+    beams = [Beam(size, 50, LengthPenalty()) for _ in range(sentences)]
+    for step in range(12):
+        rows = sorted(rng.sample(range(sentences), 2))
+        scores = [[rng.choice([-1.0, -1.5, -2.0, float("-inf")]) for _ in range(3)] for _ in rows]
+        valid = [[rng.random() < 0.7 for _ in range(3)] for _ in rows]
+        pool.add(torch.tensor(rows), Ended(torch.tensor(scores, dtype=torch.float64), torch.tensor(scores),
+                                           torch.full((2, 3), step), torch.tensor([[0, 1, 2]] * 2),
+                                           torch.tensor([[step * 10 + j for j in range(3)]] * 2), torch.tensor(valid)))
+        for i, row in enumerate(rows):
+            for j in range(3):
+                if valid[i][j]:  # the pool records what it is given; Beam scores it itself
+                    beams[row].add_finished(step, j, step * 10 + j, scores[i][j])
+    for row, beam in enumerate(beams):
+        count = int(pool.count(torch.tensor([row])))
+        assert count == len(beam.finished)
+        entries = pool.entries
+        assert entries.token[row, :count].tolist() == [f.token for f in beam.finished]
+        assert entries.score[row, :count].tolist() == [f.score for f in beam.finished]
+
+
+def test_paths_walk_the_backpointers_as_get_hyp_does():
+    rng, steps, sentences, slots = random.Random(1), 7, 2, 3
+    history = StepHistory(steps, sentences, slots, "cpu")
+    beams = [Beam(slots, steps, LengthPenalty()) for _ in range(sentences)]
+    for t in range(steps):
+        tokens = [[rng.randrange(100) for _ in range(slots)] for _ in range(sentences)]
+        prev = [[rng.randrange(slots) for _ in range(slots)] for _ in range(sentences)]
+        totals = [[-float(rng.randrange(1, 50)) for _ in range(slots)] for _ in range(sentences)]
+        history.write(torch.tensor([t]), torch.arange(sentences), torch.tensor(tokens), torch.tensor(prev),
+                      torch.tensor(totals), {})
+        for b, beam in enumerate(beams):
+            beam.extend(tokens[b], prev[b], totals[b])
+    ends = [[(3, 2), (6, 0)], [(1, 1), (0, 2)]]  # per sentence: (step, prev) of two hypotheses
+    ended = Ended(torch.zeros(2, 2, dtype=torch.float64), torch.tensor([[-60.0, -61.0]] * 2),
+                  torch.tensor([[s for s, _ in e] for e in ends]), torch.tensor([[p for _, p in e] for e in ends]),
+                  torch.tensor([[7, 8]] * 2), torch.ones(2, 2, dtype=torch.bool))
+    paths = history.paths(ended, steps)
+    for b, beam in enumerate(beams):
+        for j, (step, prev) in enumerate(ends[b]):
+            tokens, totals = beam.get_hyp(step - 1, prev) if step else ([], [])
+            assert paths["tokens"][b, j, : step + 1].tolist() == tokens + [7 + j]
+            assert paths["totals"][b, j, : step + 1].tolist() == totals + [-60.0 - j]
+
+
+@pytest.mark.parametrize("rule", ["top", "true", "false", "never"])
+@pytest.mark.parametrize("penalty", ["none", "avg", "wu"])
+def test_the_stop_rules_decide_as_cannot_improve(rule, penalty):
+    """Every combination of a full or partial pool, an alive total above or below the worst
+    finished score at the current length and at the step limit, and the top candidate ended."""
+    length_penalty = LengthPenalty(penalty, 0.8)
+    cases = []
+    for finished in ([-4.0], [-3.0, -5.0]):
+        for best in (-1.0, -2.4, -3.2, -6.0, -12.0, float("-inf")):
+            for top_ended in (False, True):
+                beam = Beam(2, 9, length_penalty, rule, n_best=1)
+                for score in finished:
+                    beam.add_finished(0, 0, 5, score)
+                beam.top_ended = top_ended
+                cases.append((beam, best, top_ended, beam.cannot_improve(2, best)))
+    divisors = length_penalty.divisors(9, "cpu")
+    facts = PoolFacts(count=torch.tensor([len(b.finished) for b, *_ in cases]),
+                      full=torch.tensor([len(b.finished) == 2 for b, *_ in cases]),
+                      worst=torch.tensor([b.finished[-1].score for b, *_ in cases], dtype=torch.float64),
+                      best=torch.tensor([best for _, best, *_ in cases], dtype=torch.float64),
+                      divisor_now=divisors[3].expand(len(cases)), divisor_limit=divisors[9].expand(len(cases)),
+                      top_ended=torch.tensor([t for _, _, t, _ in cases]), n_best=1)
+    assert STOP_RULES[rule](facts).tolist() == [expected for *_, expected in cases]
+    assert len(set(STOP_RULES[rule](facts).tolist())) == 2  # the cases tell the rule's two answers apart
+
+
+def test_the_divisors_are_the_penalties_own():
+    for name in ("none", "avg", "wu"):
+        penalty = LengthPenalty(name, 0.6, offset=1)
+        table = penalty.divisors(30, "cpu")
+        assert [(-7.3 / d) for d in table[1:].tolist()] == [penalty(-7.3, n) for n in range(1, 31)]
+
+
+def test_the_done_flags_are_read_every_few_steps_on_a_cpu():
+    done = torch.zeros(3, dtype=torch.bool)
+    flags = DoneFlags(done, every=3)
+    done[1] = True
+    assert [flags.check(s) for s in (1, 2)] == [None, None]
+    assert flags.check(3) == [False, True, False]
