@@ -241,9 +241,10 @@ class BatchDecoder:
         the model's forced first token), scored 0; may be empty."""
         if not self.on_device:
             return self.search_batch(sources, line_ids, prefixes)[0]
-        for search in self.decode(self.make_device_search, sources, line_ids, prefixes):  # noqa: B007
-            pass  # the last step leaves every sentence done
-        return self.trimmed(search.results(self.cfg.n_best), sources)
+        with torch.inference_mode():  # the results are read from the search's inference tensors
+            for search in self.decode(self.make_device_search, sources, line_ids, prefixes):  # noqa: B007
+                pass  # the last step leaves every sentence done
+            return self.trimmed(search.results(self.cfg.n_best), sources)
 
     def search_batch(self, sources: list[list[int]], line_ids: list[int] | None = None,
                      prefixes: list[list[int]] | None = None) -> tuple[list[list[Hypothesis]], Search]:

@@ -68,29 +68,25 @@ class DeviceBeamSearch(DeviceRecords):
         go to the pools (a done sentence records none), the alive slots to the history, and the
         stop rule says which sentences are done."""
         k, last = self.k, self.at_limit()
-        searching = ~self.finished[self.rows]
         top_scores, top_tokens, top_prev = candidates.scores[:, :k], candidates.tokens[:, :k], candidates.prev[:, :k]
         ends = (top_tokens == self.eos_id) | last[:, None]
-        valid = ends & (top_scores > NEG_INF) & searching[:, None]  # -inf: unreachable, not a hypothesis
+        valid = ends & (top_scores > NEG_INF) & ~self.finished[:, None]  # -inf: unreachable, not a hypothesis
         attached = {} if facts is None else facts.attached()
         penalty = None if facts is None or facts.penalty is None else self.of(facts.penalty, top_prev)
-        ended = Ended(self.scored(top_scores, penalty), top_scores, self.step.expand_as(top_prev), top_prev,
-                      top_tokens, valid, {name: self.of(fact, top_prev) for name, fact in attached.items()})
-        top_ended = last | (top_tokens[:, 0] == self.eos_id) | (self.top_ended[self.rows] & self.top_sticks)
-        self.top_ended.index_copy_(0, self.rows, top_ended)
-        self.pool.add(self.rows, ended)
-        stop = self.stop_rule(self.pool_facts(alive, top_ended))
+        self.pool.add(Ended(self.scored(top_scores, penalty), top_scores, self.step.expand_as(top_prev), top_prev,
+                            top_tokens, valid, {name: self.of(fact, top_prev) for name, fact in attached.items()}))
+        self.top_ended = last | (top_tokens[:, 0] == self.eos_id) | (self.top_ended & self.top_sticks)
+        stop = self.stop_rule(self.pool_facts(alive))
         self.commit(alive.tokens, alive.prev, alive.scores,
                     {name: self.of(fact, alive.prev) for name, fact in attached.items()}, last | stop)
 
-    def pool_facts(self, alive: Candidates, top_ended: torch.Tensor) -> PoolFacts:
+    def pool_facts(self, alive: Candidates) -> PoolFacts:
         """What the stop rule reads, the step's ended hypotheses in the pools; the bound leaves
         the coverage penalty out (beam.py)."""
-        count = self.pool.count(self.rows)
-        return PoolFacts(count=count, full=count >= self.k, worst=self.pool.worst(self.rows),
-                         best=alive.scores.max(dim=1).values.double(), divisor_now=self.divisors[self.step + 1],
-                         divisor_limit=self.divisors[self.max_steps[self.rows]], top_ended=top_ended,
-                         n_best=self.n_best)
+        count = self.pool.count()
+        return PoolFacts(count=count, full=count >= self.k, worst=self.pool.worst(),
+                         best=alive.scores.amax(dim=1).double(), divisor_now=self.divisors[self.length],
+                         divisor_limit=self.divisors[self.max_steps], top_ended=self.top_ended, n_best=self.n_best)
 
     def of(self, fact: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
         """A fact of each row, (rows,) or (rows, S), read for candidates (n, c) from the row each extends."""
@@ -100,10 +96,13 @@ class DeviceBeamSearch(DeviceRecords):
         """k rows per sentence, each continuing the row it extends; at a check of the done flags,
         the finished sentences leave the batch."""
         origin = torch.arange(len(self.active), device=alive.prev.device)[:, None] * self.width + alive.prev
-        keep, still = None, self.leaving()
-        if still is not None:
-            keep = torch.tensor(still, dtype=torch.long, device=origin.device)
+        keep = self.leaving()
+        if keep is not None:
             origin, alive = origin[keep], alive.rows(keep)
         self.width = self.k
         self.alive_scores = alive.scores.reshape(-1)
         return StepOutput(tokens=alive.tokens.reshape(-1), origin=origin.reshape(-1), keep=keep)
+
+    def compact(self, keep: torch.Tensor) -> None:
+        super().compact(keep)
+        self.top_ended = self.top_ended[keep]

@@ -24,20 +24,26 @@ from .penalties import LengthPenalty
 
 
 class DeviceRecords:
-    """The records of `batch_size` sentences of `slots` hypotheses each, up to their `max_steps`."""
+    """The records of `batch_size` sentences of `slots` hypotheses each, up to their `max_steps`.
+
+    State of the sentences in the batch is kept for them alone, (n, ...), position i being the
+    batch's i-th sentence, as the rows are; it is compacted with them when finished sentences
+    leave (at a check), so that a step indexes nothing by sentence. `rows` (n,) numbers them as
+    the batch first did, which the history and the results are kept by."""
 
     def __init__(self, *, batch_size: int, slots: int, max_steps: list[int], start_id: int, eos_id: int,
                  penalty: LengthPenalty, device: torch.device | str, check_every: int) -> None:
         self.eos_id = eos_id
         self.divisors = penalty.divisors(max(max_steps), device)  # float64, by length
-        self.max_steps = torch.tensor(max_steps, device=device)
+        self.max_steps = torch.tensor(max_steps, device=device)  # (n,)
         self.pool = FinishedPool(batch_size, slots, device)
         self.history = StepHistory(max(max_steps), batch_size, slots, device)
-        self.finished = torch.zeros(batch_size, dtype=torch.bool, device=device)  # done, on the device
-        self.flags = DoneFlags(self.finished, check_every)
+        self.finished = torch.zeros(batch_size, dtype=torch.bool, device=device)  # (n,) done, on the device
+        self.flags = DoneFlags(batch_size, check_every, device)
         self.step = torch.zeros(1, dtype=torch.long, device=device)  # the step being decoded
+        self.length = self.step + 1  # the hypotheses' length after it
         self.steps = 0  # steps decoded, as the host counts them
-        self.active = list(range(batch_size))  # the batch's sentences still in it
+        self.active = list(range(batch_size))  # the batch's sentences, by their first numbering
         self.rows = torch.arange(batch_size, device=device)  # the same, on the device
         self.start_tokens = torch.full((batch_size,), start_id, dtype=torch.long, device=device)
         self.all_done = False  # as the host last read it
@@ -48,39 +54,47 @@ class DeviceRecords:
         return self.all_done
 
     def at_limit(self) -> torch.Tensor:
-        """(n,) bool: this step is the step limit of each sentence in the batch (`Beam.is_last_step`)."""
-        return self.max_steps[self.rows] <= self.step + 1
+        """(n,) bool: this step is each sentence's step limit (`Beam.is_last_step`)."""
+        return self.max_steps <= self.length
 
     def scored(self, totals: torch.Tensor, coverage_penalty: torch.Tensor | None) -> torch.Tensor:
         """The ranking score (float64) of hypotheses ending at this step with `totals` (n, c):
         `Beam.add_finished`'s arithmetic, in the same precision."""
-        score = totals.double() / self.divisors[self.step + 1]
+        score = totals.double() / self.divisors[self.length]
         return score if coverage_penalty is None else score - coverage_penalty.double()
 
     def commit(self, tokens: torch.Tensor, prev: torch.Tensor, totals: torch.Tensor,
                attached: dict[str, torch.Tensor], done: torch.Tensor) -> None:
-        """The end of a step of the sentences in the batch (their ended hypotheses are in the
-        pools): each slot's token, backpointer, total and attached facts (n, slots[, S]) into the
-        history, and `done` (n,) into the flags (a sentence stays done)."""
-        rows = self.rows
-        self.history.write(self.step, rows, tokens, prev, totals, attached)
-        self.finished.index_copy_(0, rows, self.finished[rows] | done)
+        """The end of a step (its ended hypotheses in the pools): each slot's token, backpointer,
+        total and attached facts (n, slots[, S]) into the history, and `done` (n,) into the flags
+        (a sentence stays done)."""
+        self.history.write(self.step, self.rows, tokens, prev, totals, attached)
+        self.finished |= done
         self.step += 1
+        self.length += 1
         self.steps += 1
 
-    def leaving(self) -> list[int] | None:
-        """At a check of the done flags: the positions in the batch of the sentences that stay
-        (as the host search's `survivors`), or None when the batch stays as it is."""
-        known = self.flags.check(self.steps)
+    def leaving(self) -> torch.Tensor | None:
+        """At a check of the done flags: the positions (kept,) in the batch of the sentences that
+        stay (as the host search's `survivors`), every piece of state here compacted to them
+        (`compact`); None when the batch stays as it is."""
+        known = self.flags.check(self.steps, self.finished)
         if known is None:
             return None
-        self.all_done = all(known[s] for s in self.active)
-        still = survivors([known[s] for s in self.active], self.shrink)
-        if len(still) == len(self.active):
-            return None
-        self.active = [self.active[i] for i in still]
-        self.rows = self.rows[torch.tensor(still, dtype=torch.long, device=self.rows.device)]
-        return still
+        self.all_done = all(known)
+        still = survivors(known, self.shrink)
+        keep = None
+        if len(still) < len(self.active):
+            keep = torch.tensor(still, dtype=torch.long, device=self.rows.device)
+            self.compact(keep)
+            self.active = [self.active[i] for i in still]
+        self.flags.post(self.finished)
+        return keep
+
+    def compact(self, keep: torch.Tensor) -> None:
+        """Only the sentences at positions `keep` stay in the batch (a strategy adds its own state)."""
+        self.pool.keep(self.rows, keep)
+        self.rows, self.max_steps, self.finished = self.rows[keep], self.max_steps[keep], self.finished[keep]
 
     def results(self, n_best: int) -> list[list[Hypothesis]]:
-        return finished_hypotheses(self.pool, self.history, self.steps, n_best, self.eos_id)
+        return finished_hypotheses(self.pool.store(self.rows), self.history, self.steps, n_best, self.eos_id)

@@ -43,13 +43,13 @@ class DeviceSampling(DeviceRecords):
         tokens, totals, origin = self.draws(logprobs, step)
         tokens, totals = tokens.view(n, self.n), totals.view(n, self.n)
         ends = going & ((tokens == self.eos_id) | last[:, None])
-        valid = ends & (totals > NEG_INF) & ~self.finished[self.rows][:, None]
+        valid = ends & (totals > NEG_INF) & ~self.finished[:, None]
         attached = {} if facts is None else {name: self.per_sample(fact, n, origin)
                                              for name, fact in facts.attached().items()}
         penalty = None if facts is None or facts.penalty is None else self.per_sample(facts.penalty, n, origin)
         prev = self.slots.expand(n, self.n)
-        self.pool.add(self.rows, Ended(self.scored(totals, penalty), totals, self.step.expand_as(prev), prev, tokens,
-                                       valid, attached))
+        self.pool.add(Ended(self.scored(totals, penalty), totals, self.step.expand_as(prev), prev, tokens, valid,
+                            attached))
         done = last | ~(going & (tokens != self.eos_id)).any(dim=1)
         self.commit(tokens, prev, totals, attached, done)
         return self.next_rows(tokens.view(-1), origin)
@@ -61,10 +61,9 @@ class DeviceSampling(DeviceRecords):
 
     def next_rows(self, tokens: torch.Tensor, origin: torch.Tensor | None) -> StepOutput:
         """Each sample continues itself; at a check of the done flags the finished sentences leave."""
-        still = self.leaving()
-        if still is None:
+        keep = self.leaving()
+        if keep is None:
             return StepOutput(tokens=tokens, origin=origin)
-        keep = torch.tensor(still, dtype=torch.long, device=tokens.device)
         rows = (keep[:, None] * self.n + self.slots).reshape(-1)  # the kept sentences' samples
         self.draws.keep(rows)
         return StepOutput(tokens=tokens[rows], origin=rows if origin is None else origin[rows], keep=keep)

@@ -23,32 +23,36 @@ def check_interval(device: torch.device) -> int:
 
 
 class DoneFlags:
-    """The host's view of a (sentences,) bool tensor that only ever turns True."""
+    """The host's view of the done flags (n,) of the sentences in the batch, which only turn True.
+    The batch changes only at a check, right after the flags are read; the copy posted after it
+    holds the flags of the batch as the next check finds it."""
 
-    def __init__(self, done: torch.Tensor, every: int) -> None:
-        self.done, self.every = done, every
-        self.known = [False] * done.numel()  # per sentence, as last read
-        self.asynchronous = done.device.type == "cuda"
-        self.pinned: torch.Tensor | None = None
+    def __init__(self, sentences: int, every: int, device: torch.device | str) -> None:
+        self.every = every
+        self.asynchronous = torch.device(device).type == "cuda"
+        self.pinned: torch.Tensor | None = None  # (sentences,), the first n posted
         self.posted: torch.cuda.Event | None = None
+        self.sentences = sentences
 
-    def check(self, steps: int) -> list[bool] | None:
-        """After `steps` steps: at every `every`-th, the flags as the host now knows them; else None."""
+    def check(self, steps: int, done: torch.Tensor) -> list[bool] | None:
+        """After `steps` steps: at every `every`-th, the flags of the batch's sentences (n,) as the
+        host now knows them; else None."""
         if steps % self.every:
             return None
         if not self.asynchronous:
-            self.known = self.done.tolist()
-            return self.known
-        if self.posted is not None:
-            self.posted.synchronize()  # posted `every` steps ago: arrived
-            self.known = self.pinned.tolist()
-        self._post()
-        return self.known
+            return done.tolist()
+        if self.posted is None:
+            return [False] * done.numel()
+        self.posted.synchronize()  # posted `every` steps ago: arrived
+        return self.pinned[: done.numel()].tolist()
 
-    def _post(self) -> None:
-        """Start copying the flags to the host, to be read at the next check."""
+    def post(self, done: torch.Tensor) -> None:
+        """After a check (and the batch's change it led to): start copying the flags to the host,
+        to be read at the next check (on a GPU; on a CPU the check reads them)."""
+        if not self.asynchronous:
+            return
         if self.pinned is None:
-            self.pinned = torch.empty(self.done.shape, dtype=torch.bool, pin_memory=True)
+            self.pinned = torch.empty(self.sentences, dtype=torch.bool, pin_memory=True)
             self.posted = torch.cuda.Event()
-        self.pinned.copy_(self.done, non_blocking=True)
+        self.pinned[: done.numel()].copy_(done, non_blocking=True)
         self.posted.record()

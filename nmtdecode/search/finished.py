@@ -48,7 +48,9 @@ class Ended:
 
 
 class FinishedPool:
-    """The `size` best ended hypotheses of each of `sentences` sentences, best first, on `device`."""
+    """The `size` best ended hypotheses of each sentence in the batch, best first, on `device`:
+    `entries` (n, size) for the n sentences still in the batch, and `stored` (sentences, size) by
+    the batch's first numbering, where a sentence's pool goes when it leaves the batch."""
 
     def __init__(self, sentences: int, size: int, device: torch.device | str) -> None:
         def zeros(dtype: torch.dtype) -> torch.Tensor:
@@ -58,34 +60,53 @@ class FinishedPool:
         self.entries = Ended(score=zeros(torch.float64).fill_(NEG_INF), total=zeros(torch.float32),
                              step=zeros(torch.long), prev=zeros(torch.long), token=zeros(torch.long),
                              valid=zeros(torch.bool))
+        self.stored = Ended.of({name: value.clone() for name, value in self.entries.values().items()})
 
-    def add(self, rows: torch.Tensor, new: Ended) -> None:
-        """Merge the candidates `new` (n, c) of sentences `rows` (n,) into their pools; those not
-        `valid` are not hypotheses and change nothing."""
+    def add(self, new: Ended) -> None:
+        """Merge each sentence's candidates `new` (n, c) into its pool; those not `valid` are not
+        hypotheses and change nothing."""
         pool = self.entries.values()
-        for name, value in new.attached.items():  # the first time a fact is attached: room for it
-            if name not in pool:
-                shape = (pool["valid"].size(0), self.size, *value.shape[2:])
-                pool[name] = self.entries.attached[name] = value.new_zeros(shape)
-        both = {name: torch.cat([pool[name][rows], value], dim=1) for name, value in new.values().items()}
+        both = {name: torch.cat([pool[name], value], dim=1) if name in pool else torch.cat(
+            [value.new_zeros((value.size(0), self.size, *value.shape[2:])), value], dim=1)  # first attached
+            for name, value in new.values().items()}
         order = ranked(both["score"], both["valid"])[:, : self.size]
-        for name, value in both.items():
-            index = order.view(*order.shape, *[1] * (value.dim() - 2)).expand(*order.shape, *value.shape[2:])
-            pool[name].index_copy_(0, rows, value.gather(1, index))
+        self.entries = Ended.of({name: value.gather(1, spread(order, value)) for name, value in both.items()})
 
-    def count(self, rows: torch.Tensor) -> torch.Tensor:
-        """(n,) how many hypotheses the pools of `rows` hold."""
-        return self.entries.valid[rows].sum(dim=1)
+    def count(self) -> torch.Tensor:
+        """(n,) how many hypotheses each pool holds."""
+        return self.entries.valid.sum(dim=1)
 
-    def worst(self, rows: torch.Tensor) -> torch.Tensor:
-        """(n,) float64 the score of the last entry of each pool of `rows` (a hypothesis when full)."""
-        return self.entries.score[rows, -1]
+    def worst(self) -> torch.Tensor:
+        """(n,) float64 the score of the last entry of each pool (a hypothesis when full)."""
+        return self.entries.score[:, -1]
+
+    def keep(self, rows: torch.Tensor, keep: torch.Tensor) -> None:
+        """The batch's sentences, `rows` by their first numbering, are about to become those at
+        positions `keep`: every pool is stored, the kept ones stay."""
+        self.store(rows)
+        self.entries = Ended.of({name: value[keep] for name, value in self.entries.values().items()})
+
+    def store(self, rows: torch.Tensor) -> Ended:
+        """Every pool of the batch, `rows` by their first numbering, into `stored`; returns it."""
+        stored = self.stored.values()
+        for name, value in self.entries.values().items():
+            if name not in stored:
+                stored[name] = self.stored.attached[name] = value.new_zeros((stored["valid"].size(0), *value.shape[1:]))
+            stored[name].index_copy_(0, rows, value)
+        return self.stored
+
+
+def spread(index: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """index (n, m) expanded over the trailing axes of value (n, c, ...), for a gather on axis 1."""
+    return index.view(*index.shape, *[1] * (value.dim() - 2)).expand(*index.shape, *value.shape[2:])
+
+
+LOWEST = -1e308  # below any score of a float32 total, above -inf
 
 
 def ranked(score: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     """(n, m) the order of each row's entries: hypotheses by score, best first, then the rest;
-    equal ones in the order given (two stable sorts: a hypothesis may score -inf too, under an
-    infinite coverage penalty, and it still counts)."""
-    by_score = score.argsort(dim=1, descending=True, stable=True)
-    invalid_first = (~valid.gather(1, by_score)).to(torch.uint8)
-    return by_score.gather(1, invalid_first.argsort(dim=1, stable=True))
+    equal ones in the order given (a stable sort). A hypothesis may score -inf (under an infinite
+    coverage penalty) and still count: it ranks as LOWEST, after every other and before the rest."""
+    key = torch.where(valid, score.clamp(min=LOWEST), NEG_INF)
+    return key.argsort(dim=1, descending=True, stable=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from .base import Hypothesis, path_hypothesis, unreachable
-from .finished import Ended, FinishedPool
+from .finished import Ended
 
 
 class StepHistory:
@@ -67,12 +67,12 @@ def along(buffer: torch.Tensor, slots: torch.Tensor, step: torch.Tensor, last: t
     return values.scatter(2, at, last.unsqueeze(2))
 
 
-def finished_hypotheses(pool: FinishedPool, history: StepHistory, length: int, n_best: int,
+def finished_hypotheses(pools: Ended, history: StepHistory, length: int, n_best: int,
                         eos_id: int) -> list[list[Hypothesis]]:
-    """The n best hypotheses of every sentence, best first, from its pool and the first `length`
-    steps of the history (`SentenceRecords.results`, search/base.py): walked back on the device,
-    then one copy to the host, which builds the hypotheses as the host search does."""
-    best = Ended.of({name: value[:, :n_best] for name, value in pool.entries.values().items()})
+    """The n best hypotheses of every sentence, best first, from its pool (pools: (sentences,
+    size)) and the first `length` steps of the history (`SentenceRecords.results`, search/base.py):
+    walked back on the device, then one copy to the host, which builds them as the host search does."""
+    best = Ended.of({name: value[:, :n_best] for name, value in pools.values().items()})
     paths = {name: value.cpu() for name, value in history.paths(best, length).items()}
     host = {name: value.tolist() for name, value in paths.items()}
     score, step, valid = best.score.tolist(), best.step.tolist(), best.valid.tolist()

@@ -143,28 +143,35 @@ def test_an_option_it_does_not_hold_runs_on_the_host_with_one_warning(model):
 
 
 def test_the_pools_hold_what_beam_add_finished_keeps():
-    """Random steps of ended candidates, ties included (scores on a coarse grid), some not
-    hypotheses: the pools equal `Beam.finished` entry for entry."""
+    """Random steps of ended candidates, ties included (scores on a coarse grid, -inf among
+    them: a hypothesis under an infinite coverage penalty), some not hypotheses; a sentence
+    leaves the batch half-way. The pools equal `Beam.finished` entry for entry."""
     rng, sentences, size = random.Random(0), 3, 4
     pool = FinishedPool(sentences, size, "cpu")
     beams = [Beam(size, 50, LengthPenalty()) for _ in range(sentences)]
+    rows = [0, 1, 2]
     for step in range(12):
-        rows = sorted(rng.sample(range(sentences), 2))
+        if step == 6:  # sentence 1 leaves
+            pool.keep(torch.tensor(rows), torch.tensor([0, 2]))
+            rows = [0, 2]
         scores = [[rng.choice([-1.0, -1.5, -2.0, float("-inf")]) for _ in range(3)] for _ in rows]
         valid = [[rng.random() < 0.7 for _ in range(3)] for _ in rows]
-        pool.add(torch.tensor(rows), Ended(torch.tensor(scores, dtype=torch.float64), torch.tensor(scores),
-                                           torch.full((2, 3), step), torch.tensor([[0, 1, 2]] * 2),
-                                           torch.tensor([[step * 10 + j for j in range(3)]] * 2), torch.tensor(valid)))
+        n = len(rows)
+        pool.add(Ended(torch.tensor(scores, dtype=torch.float64), torch.tensor(scores), torch.full((n, 3), step),
+                       torch.tensor([[0, 1, 2]] * n), torch.tensor([[step * 10 + j for j in range(3)]] * n),
+                       torch.tensor(valid)))
         for i, row in enumerate(rows):
             for j in range(3):
-                if valid[i][j]:  # the pool records what it is given; Beam scores it itself
+                if valid[i][j] and scores[i][j] > float("-inf"):
                     beams[row].add_finished(step, j, step * 10 + j, scores[i][j])
+                elif valid[i][j]:  # a finite total under an infinite coverage penalty: kept, and it counts
+                    beams[row].add_finished(step, j, step * 10 + j, -1.0, coverage_penalty=float("inf"))
+    stored = pool.store(torch.tensor(rows))
     for row, beam in enumerate(beams):
-        count = int(pool.count(torch.tensor([row])))
+        count = int(stored.valid[row].sum())
         assert count == len(beam.finished)
-        entries = pool.entries
-        assert entries.token[row, :count].tolist() == [f.token for f in beam.finished]
-        assert entries.score[row, :count].tolist() == [f.score for f in beam.finished]
+        assert stored.token[row, :count].tolist() == [f.token for f in beam.finished]
+        assert stored.score[row, :count].tolist() == [f.score for f in beam.finished]
 
 
 def test_paths_walk_the_backpointers_as_get_hyp_does():
@@ -225,8 +232,7 @@ def test_the_divisors_are_the_penalties_own():
 
 
 def test_the_done_flags_are_read_every_few_steps_on_a_cpu():
-    done = torch.zeros(3, dtype=torch.bool)
-    flags = DoneFlags(done, every=3)
-    done[1] = True
-    assert [flags.check(s) for s in (1, 2)] == [None, None]
-    assert flags.check(3) == [False, True, False]
+    done = torch.tensor([False, True, False])
+    flags = DoneFlags(3, every=3, device="cpu")
+    assert [flags.check(s, done) for s in (1, 2)] == [None, None]
+    assert flags.check(3, done) == [False, True, False]
