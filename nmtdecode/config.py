@@ -161,6 +161,10 @@ class RuntimeConfig(Section):
     traced_step: str = option("auto", "CPU: the decoding step recorded once by TorchScript and replayed without "
                               "Python between its operators (auto), or run operator by operator (off). Same "
                               "tokens.", choices=("auto", "off"))
+    search_on: str = option("auto", "Where the search keeps its records: as tensor operations on the model's "
+                            "device, the host reading a done flag every few steps (device), or per sentence on the "
+                            "host after a copy every step (host); auto: the device on CUDA, the host on a CPU. Same "
+                            "tokens.", choices=("auto", "device", "host"))
     threads: int | None = option(None, "CPU threads of each operation (torch.set_num_threads); default: the "
                                  "CPUs, shared among --inter-threads.", range=">= 1")
     inter_threads: int = option(1, "CPU: batches decoded at once, each by a thread of its own (CTranslate2's "

@@ -46,6 +46,9 @@ class Engine:
     def __init__(self, config: Config, loaded: LoadedModel, device: torch.device, steps: StepRunner) -> None:
         self.config, self.loaded, self.device = config, loaded, device
         self.steps = steps  # how decoding steps run (models/steps.py), chosen at load, kept across batches and jobs
+        # the search on the device where the host's copy every step costs most (docs/speed.md#the-search-on-the-device)
+        search_on = config.runtime.search_on
+        self.search_on_device = search_on == "device" or (search_on == "auto" and device.type == "cuda")
 
     @classmethod
     def load(cls, config: Config) -> "Engine":
@@ -75,7 +78,7 @@ class Engine:
         rules for its languages, the ids its options name; `trace` keeps every hypothesis that
         ends, for --dump-beam."""
         return BatchDecoder(self.loaded.model, decoding, rules, banned_ids=banned_ids, excluded_ids=excluded_ids,
-                            steps=self.steps, trace=trace)
+                            steps=self.steps, trace=trace, on_device=self.search_on_device, warn=print_warning)
 
     def decoding_bytes(self, sentences: int, width: int, positions: int) -> int:
         """What decoding `sentences` sentences of `width` rows up to `positions` needs (models/transformer.py)."""

@@ -53,8 +53,8 @@ def job_signature(config: Config, model_files: Iterable[str] = ()) -> str:
     output is only resumed by a job with the same signature;
     the input is checked separately, by the hash of the lines already done (`output.py`).
 
-    Left out on purpose: device, threads, gemm, cuda_graphs and traced_step choose how the same numbers are computed,
-    not which; they differ only in rounding (about 1e-6), as two runs on different machines
+    Left out on purpose: device, threads, gemm, cuda_graphs, traced_step and search_on choose how the same
+    numbers are computed, not which; they differ only in rounding (about 1e-6), as two runs on different machines
     do. quantize and dtype change the numbers themselves and are in."""
     parts = {"version": __version__, "decoding": asdict(config.decoding), "batching": asdict(config.batching),
              "dtype": config.runtime.dtype, "quantize": config.runtime.quantize, "format": config.io.format,

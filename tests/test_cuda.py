@@ -186,3 +186,38 @@ def test_full_sequence_attention_runs_without_cudnn(dtype, padded):
     with sdpa_kernel(SDPBackend.MATH):
         reference = model.encode(ids, mask)
     torch.testing.assert_close(memory, reference, atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "beam", "sampling", "coverage_alignment_attention"])
+@pytest.mark.parametrize("graphs", [False, True])
+def test_the_device_search_gives_the_host_search_tokens_on_cuda(strategy, graphs):
+    """The device search as a GPU runs it (the done flags read asynchronously every 4 steps,
+    search/done_flags.py), with the eager step and with the graphed one; its late checks drop
+    sentences at other steps than the host search, so batch shapes differ: scores may differ in
+    rounding."""
+    model = tiny_transformer(1, vocab=20, eos_bias=1.0).to("cuda")
+    sources = random_sources(19, 20, seed=6)
+    prefixes = [[5 + i % 4] * (i % 3) for i in range(19)]
+    cfg = DecodingConfig(max_length=30, **STRATEGIES[strategy])
+
+    def run(on_device):
+        steps = FixedShapeSteps(model, graphs=True, warn=refuse_to_fall_back) if graphs else None
+        decoder = BatchDecoder(model, cfg, steps=steps, on_device=on_device)
+        assert decoder.on_device == on_device and decoder.check_every == (4 if on_device else 1)
+        return decoder.translate_batch(sources, prefixes=prefixes)
+
+    assert_same(run(False), run(True))
+
+
+def test_the_done_flags_reach_the_host_one_check_late_on_cuda():
+    from nmtdecode.search.done_flags import DoneFlags
+
+    done = torch.tensor([False, True, False], device="cuda")
+    flags = DoneFlags(3, every=2, device="cuda")
+    assert flags.check(1, done) is None
+    assert flags.check(2, done) == [False, False, False]  # nothing posted yet
+    flags.post(done)
+    done[2] = True
+    assert flags.check(4, done) == [False, True, False]  # what was posted at step 2
+    flags.post(done[1:])  # the batch lost its first sentence
+    assert flags.check(6, done[1:]) == [True, True]

@@ -236,3 +236,31 @@ def test_the_done_flags_are_read_every_few_steps_on_a_cpu():
     flags = DoneFlags(3, every=3, device="cpu")
     assert [flags.check(s, done) for s in (1, 2)] == [None, None]
     assert flags.check(3, done) == [False, True, False]
+
+
+# The option ---------------------------------------------------------------------------------------
+
+LINES = ["the house is red .", "", "a dog and a cat sleep in the garden .", "good morning", "water"]
+
+
+def test_the_command_line_searches_on_the_device_when_asked(model_dir, lines_file, cli):
+    src = lines_file(LINES)
+    common = ("translate", "--model", model_dir, "--src", src, "--max-length", 8, "-k", 4, "--n-best", 2,
+              "--format", "jsonl", "--token-scores")
+    host = cli(*common, "--search-on", "host", text=True)
+    device = cli(*common, "--search-on", "device", text=True)
+    assert host.returncode == device.returncode == 0, device.stderr
+    assert device.stdout == host.stdout and "warning" not in device.stderr
+
+
+def test_the_command_line_warns_once_when_the_device_search_cannot_hold_an_option(model_dir, lines_file, cli):
+    src = lines_file(LINES)
+    common = ("translate", "--model", model_dir, "--src", src, "--max-length", 8, "-k", 4, "--beam-groups", 2,
+              "--diversity-penalty", 0.5)
+    device = cli(*common, "--search-on", "device", text=True)
+    auto = cli(*common, text=True)  # on a CPU the host search is the default: nothing to say
+    assert device.returncode == auto.returncode == 0, device.stderr
+    assert device.stdout == auto.stdout
+    warnings = [line for line in device.stderr.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and "--beam-groups" in warnings[0], device.stderr
+    assert "warning" not in auto.stderr
