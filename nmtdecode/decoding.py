@@ -34,6 +34,7 @@ from .models.steps import EagerSteps, StepRunner
 from .search.base import Hypothesis, RowFacts, Search, StepOutput, Strategy
 from .search.beam import BeamSearch
 from .search.device_beam import DeviceBeamSearch
+from .search.device_greedy import DeviceGreedySearch
 from .search.device_sampling import DeviceSampling
 from .search.diverse import DiverseBeamSearch
 from .search.done_flags import check_interval
@@ -44,6 +45,7 @@ from .search.processors import (BanTokens, BlockNgramRepeat, ForceEosAtLimit, Fo
 from .search.sampling import Filters, SamplingSearch
 
 S = TypeVar("S", bound=Strategy)
+DeviceSearch = DeviceBeamSearch | DeviceGreedySearch | DeviceSampling
 
 
 class Seq2SeqModel(Protocol):
@@ -156,20 +158,19 @@ class BatchDecoder:
         return search
 
     def make_device_search(self, batch_size: int, max_steps: list[int], line_ids: list[int] | None = None,
-                           prefixes: list[list[int]] | None = None) -> DeviceBeamSearch | DeviceSampling:
-        """The strategy as tensor operations on the device (search/device_beam.py, device_sampling.py):
-        greedy is a beam of one, the top candidate, ended at EOS. Only for what
-        `device_search_refusal` accepts."""
+                           prefixes: list[list[int]] | None = None) -> DeviceSearch:
+        """The strategy as tensor operations on the device (search/device_beam.py, device_greedy.py,
+        device_sampling.py), for what `device_search_refusal` accepts."""
         cfg = self.cfg
         common: dict[str, Any] = dict(batch_size=batch_size, max_steps=max_steps, start_id=self.start_id,
                                       eos_id=self.eos_id, penalty=self.penalty, device=self.device,
                                       check_every=self.check_every)
-        search: DeviceBeamSearch | DeviceSampling
+        search: DeviceSearch
         if cfg.sampling:
             search = DeviceSampling(samples=cfg.n_best, filters=Filters(cfg.temperature, cfg.top_k, cfg.top_p),
                                     seed=cfg.seed, line_ids=line_ids or list(range(batch_size)), **common)
         elif cfg.beam_size == 1:
-            search = DeviceBeamSearch(beam_size=1, early_stopping="top", opennmt=True, **common)
+            search = DeviceGreedySearch(**common)
         else:
             rule, opennmt = self.stop_rule()
             search = DeviceBeamSearch(beam_size=cfg.beam_size, early_stopping=rule, n_best=cfg.n_best,

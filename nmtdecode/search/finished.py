@@ -72,6 +72,14 @@ class FinishedPool:
         order = ranked(both["score"], both["valid"])[:, : self.size]
         self.entries = Ended.of({name: value.gather(1, spread(order, value)) for name, value in both.items()})
 
+    def first(self, new: Ended) -> None:
+        """For pools of one hypothesis that each sentence ends once (greedy search): the `valid`
+        ones of `new` (n, 1) become their sentence's pool, without a merge."""
+        pool = self.entries.values()
+        self.entries = Ended.of({name: torch.where(new.valid.view(-1, 1, *[1] * (value.dim() - 2)), value,
+                                                   pool[name] if name in pool else torch.zeros_like(value))
+                                 for name, value in new.values().items()})
+
     def count(self) -> torch.Tensor:
         """(n,) how many hypotheses each pool holds."""
         return self.entries.valid.sum(dim=1)

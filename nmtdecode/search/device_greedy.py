@@ -1,0 +1,53 @@
+"""Greedy search with its bookkeeping on the device: the host strategy's tokens and scores
+(greedy.py), with no copy to the host in a step.
+
+One row per sentence, which never reorders: each takes its most probable token, and a
+sentence ends at its first EOS or at its step limit, its one hypothesis then recorded:
+
+    best, tokens = max of each row's log-probs                greedy.py
+    pool      = the hypothesis of each sentence that ends      finished.py: a pool of one, filled once
+    history  += each row's token and total                     history.py
+    done     |= EOS | step limit
+
+Beam search of one beam would give the same tokens with twice its operations a step (a topk of
+two, slots refilled, a merged pool), which a GPU pays a kernel launch for each.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .base import NEG_INF, RowFacts, StepOutput
+from .device_records import DeviceRecords
+from .finished import Ended
+from .penalties import LengthPenalty
+
+
+class DeviceGreedySearch(DeviceRecords):
+    kind = "greedy"
+
+    def __init__(self, *, batch_size: int, max_steps: list[int], start_id: int, eos_id: int, penalty: LengthPenalty,
+                 device: torch.device | str, check_every: int = 1) -> None:
+        super().__init__(batch_size=batch_size, slots=1, max_steps=max_steps, start_id=start_id, eos_id=eos_id,
+                         penalty=penalty, device=device, check_every=check_every)
+        self.alive_scores = torch.zeros(batch_size, device=device)
+        self.slot = torch.zeros((batch_size, 1), dtype=torch.long, device=device)  # every row is slot 0
+
+    def advance(self, logprobs: torch.Tensor, step: int, facts: RowFacts | None = None) -> StepOutput:
+        """logprobs (n, V): each row takes its arg-max (the first of equal maxima, as greedy.py)."""
+        best, tokens = logprobs.max(dim=1)
+        totals = self.alive_scores + best
+        ends = (tokens == self.eos_id) | self.at_limit()
+        valid = ends & (totals > NEG_INF) & ~self.finished
+        attached = {} if facts is None else {name: fact[:, None] for name, fact in facts.attached().items()}
+        penalty = None if facts is None or facts.penalty is None else facts.penalty[:, None]
+        slot = self.slot[: len(self.active)]
+        self.pool.first(Ended(self.scored(totals[:, None], penalty), totals[:, None], self.step.expand_as(slot), slot,
+                              tokens[:, None], valid[:, None], attached))
+        self.commit(tokens[:, None], slot, totals[:, None], attached, ends)
+        self.alive_scores = totals
+        keep = self.leaving()
+        if keep is None:
+            return StepOutput(tokens=tokens)
+        self.alive_scores = totals[keep]
+        return StepOutput(tokens=tokens[keep], origin=keep, keep=keep)
