@@ -221,3 +221,17 @@ def test_the_done_flags_reach_the_host_one_check_late_on_cuda():
     assert flags.check(4, done) == [False, True, False]  # what was posted at step 2
     flags.post(done[1:])  # the batch lost its first sentence
     assert flags.check(6, done[1:]) == [True, True]
+
+
+@pytest.mark.filterwarnings("ignore:Warning. Profiler clears events")
+def test_a_gpu_step_runs_the_fused_kernel():
+    """Without recorded attention weights, no softmax of its own in the step: one fused kernel."""
+    model = tiny_transformer(1, vocab=20, eos_bias=1.0).to("cuda")
+    decoder = BatchDecoder(model, DecodingConfig(beam_size=3, max_length=4))
+    sources = random_sources(3, 20, seed=2)
+    decoder.translate_batch(sources)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        for _ in decoder.decode(decoder.make_search, sources):
+            pass
+    names = {event.key for event in prof.key_averages()}
+    assert "aten::scaled_dot_product_attention" in names and "aten::softmax" not in names, sorted(names)

@@ -57,6 +57,14 @@ def attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torc
     return torch.matmul(attention_weights(q, keys, mask), values)  # (N, H, Q, hd)
 
 
+def step_attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """A decoding step's attention, q (B, H, k, hd) over keys (B, H, T, hd), mask broadcast to
+    (B, H, k, T) (True = attend) or None: on a GPU one fused kernel instead of the five of
+    `attend` (scale, product, mask, softmax, product; every row attends somewhere, so no row is
+    all masked); on a CPU `attend`, faster there for a step's few queries (docs/speed.md)."""
+    return fused_attention(q, keys, values, mask) if q.is_cuda else attend(q, keys, values, mask)
+
+
 def attention_weights(q: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """softmax(q k^T / sqrt(hd)) with masked keys at 0: (N, H, Q, T)."""
     scores = torch.matmul(q * q.size(-1) ** -0.5, keys.transpose(-1, -2))  # (N, H, Q, T)
@@ -96,7 +104,7 @@ class SelfAttention(nn.Module):
         keys, values, mask = cache.append_self(layer, qkv[:, 1:])  # (B, H, T*width, hd)
         sentences = keys.size(0)
         q = qkv[:, 0].view(sentences, n // sentences, self.heads, -1).transpose(1, 2)  # (B, H, width, hd)
-        y = attend(q, keys, values, mask).transpose(1, 2)  # (B, width, H, hd)
+        y = step_attend(q, keys, values, mask).transpose(1, 2)  # (B, width, H, hd)
         return self.out(y.reshape(n, -1))
 
 
@@ -134,7 +142,7 @@ class CrossAttention(nn.Module):
         rows, sentences = x.size(0), keys.size(0)
         q = self.q(x).view(sentences, rows // sentences, self.heads, -1).transpose(1, 2)  # (B, H, k, hd)
         if probe is None:
-            y = attend(q, keys, values, mask)
+            y = step_attend(q, keys, values, mask)
         else:
             weights = attention_weights(q, keys, mask)  # (B, H, k, S)
             probe.keep_attention(weights)
