@@ -19,6 +19,7 @@ from common import ROOT  # (first: the repository on sys.path)
 import convert
 import opennmt_py
 import worker
+from operators import MODEL, SEARCH, labelled_parts, part_counts
 
 from nmtdecode.models.fixed_step import FixedShapeSteps
 
@@ -109,11 +110,18 @@ def opennmt_task(sizes: Sizes, out: str) -> Task:
                 loaded.rules, None, max_length=256, fixed=sizes.fixed)
 
 
-def nmtdecode_decoder(task: Task, model, beam: int, fixed_steps=None):
+def nmtdecode_decoder(task: Task, model, beam: int, fixed_steps=None, on_device: bool = False):
+    """A function from a batch of source ids to nmtdecode's 1-best outputs (`make_decoder`'s)."""
+    decoder = make_decoder(task, model, beam, fixed_steps, on_device)
+    return lambda batch: [n[0].tokens for n in decoder.translate_batch(batch)]
+
+
+def make_decoder(task: Task, model, beam: int, fixed_steps=None, on_device: bool = False):
     """nmtdecode's decoder with Hugging Face's stop rule (`--early-stopping false`, length penalty
     1), which makes it do the same work as `generate`; the forced-length tasks set both limits.
     fixed_steps: the fixed-shape step (CUDA graphs on a GPU, what the engine uses there), or None
-    for the model's own step (`--cuda-graphs off`)."""
+    for the model's own step (`--cuda-graphs off`); on_device: the search on the device
+    (`--search-on device`, the engine's choice on a GPU) rather than the host."""
     from nmtdecode.config import Config
     from nmtdecode.decoding import BatchDecoder
 
@@ -121,8 +129,7 @@ def nmtdecode_decoder(task: Task, model, beam: int, fixed_steps=None):
               "alpha": 1.0}
     if task.fixed:
         values.update(min_length=task.fixed, max_length=task.fixed)
-    decoder = BatchDecoder(model, Config.from_values(values).decoding, task.rules, steps=fixed_steps)
-    return lambda batch: [n[0].tokens for n in decoder.translate_batch(batch)]
+    return BatchDecoder(model, Config.from_values(values).decoding, task.rules, steps=fixed_steps, on_device=on_device)
 
 
 def transformers_decoder(task: Task, model, beam: int, device: torch.device):
@@ -240,7 +247,8 @@ def benchmark(report: Report, device: torch.device, sizes: Sizes, out: str, fact
     notes = ["", "Tokens are output tokens (EOS not counted) over decoding time (encoder included, tokenization "
              "not), the fastest of two timed passes over the same batches after warm-up passes (`run_batches`). "
              "nmtdecode: the fixed-shape step, "
-             "replayed as CUDA graphs on a GPU (the default); eager: `--cuda-graphs off`. Step ms is nmtdecode's "
+             "replayed as CUDA graphs on a GPU, with the search on the device (the defaults there); eager: "
+             "`--cuda-graphs off`, the same search. Step ms is nmtdecode's "
              "(graphs); floor: the decoder's weights and caches read once per step at the measured "
              f"{facts.get('bandwidth_gbs', 0):.0f} GB/s. nmtdecode runs Hugging Face's stop rule "
              "(`--early-stopping false`, length penalty 1) so that both do the same work."]
@@ -252,11 +260,12 @@ def benchmark_row(report, device, task, ours, steps, peer, dtype, dtype_name, be
     its eager step (--cuda-graphs off) and transformers on the same sentences and batches."""
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
+    on_device = device.type == "cuda"  # the engine's search there
     with StepCounter(steps) as counter:
-        seconds, outputs, made = run_batches(device, nmtdecode_decoder(task, ours, beam, steps), task.sources,
-                                             batch, captures=lambda: steps.captures, passes=passes)
-    eager_seconds, eager_outputs, _ = run_batches(device, nmtdecode_decoder(task, ours, beam), task.sources, batch,
-                                                  passes=passes)
+        seconds, outputs, made = run_batches(device, nmtdecode_decoder(task, ours, beam, steps, on_device),
+                                             task.sources, batch, captures=lambda: steps.captures, passes=passes)
+    eager_seconds, eager_outputs, _ = run_batches(device, nmtdecode_decoder(task, ours, beam, None, on_device),
+                                                  task.sources, batch, passes=passes)
     steps = counter.steps / made  # one pass's
     peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else 0
     tokens = sum(map(len, outputs))
@@ -284,7 +293,10 @@ def benchmark_row(report, device, task, ours, steps, peer, dtype, dtype_name, be
 def step_profile(report: Report, device: torch.device, sizes: Sizes, out: str) -> tuple[str, list[str]]:
     """One batch of marian-base (float16 on a GPU) under torch.profiler: per decoding step, the wall
     time (measured without the profiler), the GPU's busy time (the sum of its kernels: what the step
-    would take with no launch gaps), kernel launches and operator calls."""
+    would take with no launch gaps), kernel launches and operator calls; and the launches of the
+    model's step (per decoder layer) and of the search apart (bench/operators.py: kernels on a GPU,
+    computing operators on a CPU). The eager step, then the graphed one with the search on the host
+    and on the device (the defaults on a GPU)."""
     from torch.autograd import DeviceType
 
     task = marian_task(sizes, out)
@@ -293,18 +305,20 @@ def step_profile(report: Report, device: torch.device, sizes: Sizes, out: str) -
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
-    table = ["| step | beam | batch | steps | wall ms/step | GPU busy ms/step | wall / busy | kernels/step "
-             "| aten calls/step |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    table = ["| step | search | beam | batch | steps | wall ms/step | GPU busy ms/step | wall / busy | kernels/step "
+             "| aten calls/step | model launches/layer | search launches/step |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     steps = FixedShapeSteps(model, graphs=device.type == "cuda", warn=report.log)
-    for (beam, batch), (mode, stepper) in itertools.product(
-            ((5, sizes.batches[0]), (5, sizes.batches[-1]), (1, sizes.batches[-1])),
-            (("eager", None), ("graphs" if device.type == "cuda" else "fixed shape", steps))):
-        translate = nmtdecode_decoder(task, model, beam, stepper)
+    graphs = "graphs" if device.type == "cuda" else "fixed shape"
+    modes = (("eager", None, False), (graphs, steps, False), (graphs, steps, True))
+    for (beam, batch), (mode, stepper, on_device) in itertools.product(
+            ((5, sizes.batches[0]), (5, sizes.batches[-1]), (1, sizes.batches[-1])), modes):
+        decoder = make_decoder(task, model, beam, stepper, on_device)
         sources = task.sources[:batch]
         with torch.inference_mode(), StepCounter(stepper or model) as counter:
-            seconds = timed(device, lambda: translate(sources), repeat=3)
-            with torch.profiler.profile(activities=activities) as prof:
-                translate(sources)
+            seconds = timed(device, lambda: decoder.translate_batch(sources), repeat=3)
+            with labelled_parts(decoder), torch.profiler.profile(activities=activities) as prof:
+                decoder.translate_batch(sources)
                 synchronize(device)
         n = counter.steps // 5  # warm-up, three timed runs, the profiled one
         events = prof.key_averages()
@@ -312,11 +326,13 @@ def step_profile(report: Report, device: torch.device, sizes: Sizes, out: str) -
         busy = sum(e.device_time_total for e in kernels) / 1e3 / n if kernels else None
         wall = seconds / n * 1e3
         calls = sum(e.count for e in events if e.key.startswith("aten::"))
-        cells = [mode, beam, batch, n, f"{wall:.2f}", f"{busy:.3f}" if busy else "-",
-                 f"{wall / busy:.1f}" if busy else "-",
-                 f"{sum(e.count for e in kernels) / n:.0f}" if kernels else "-", f"{calls / n:.0f}"]
+        parts = part_counts(prof)
+        cells = [mode, "device" if on_device else "host", beam, batch, n, f"{wall:.2f}",
+                 f"{busy:.3f}" if busy else "-", f"{wall / busy:.1f}" if busy else "-",
+                 f"{sum(e.count for e in kernels) / n:.0f}" if kernels else "-", f"{calls / n:.0f}",
+                 f"{parts[MODEL][1] / n / model.cfg.decoder_layers:.1f}", f"{parts[SEARCH][1] / n:.0f}"]
         table.append("| " + " | ".join(map(str, cells)) + " |")
         report.log(table[-1])
-    return f"marian-base {str(dtype).removeprefix('torch.')}", table
-
-
+    notes = ["", "Launches: kernels on a GPU, computing operators on a CPU (bench/operators.py); a model step's are "
+             "divided by its decoder layers (the embedding and output layer included)."]
+    return f"marian-base {str(dtype).removeprefix('torch.')}", table + notes

@@ -1,0 +1,103 @@
+"""Is the device search (search/device_beam.py: the bookkeeping as tensor operations, the host
+reading a done flag) faster than the host search (search/beam.py: one host copy a step and a
+`Beam` object per sentence) on the CPU too?
+
+    python bench/experiments/device_search.py [--lines 1000] [--beam 5] [--batch 32] [--rounds 3]
+        [--model demo|nllb-shape] [--threads N]
+
+Decodes the lines with each search in turn, batch by batch (alternating, in one process: the
+machine is shared), through the step runner the engine chooses on a CPU (the traced step), and
+prints each variant's total over the batches of each batch's fastest and median round, and
+whether the outputs agree. The
+demo model decodes its test lines; `--model nllb-shape` a small-vocabulary-free NLLB-600M
+shape (bench/convert.py, seeded random weights) on random sources, few lines: it measures the
+search against a real-size step, where the search's share is small.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/, for common
+from common import DEMO, OUT, timed  # noqa: E402
+
+from nmtdecode.config import Config  # noqa: E402
+from nmtdecode.decoding import BatchDecoder  # noqa: E402
+from nmtdecode.models.gemm import cpu_description  # noqa: E402
+from nmtdecode.models.steps import step_runner_for  # noqa: E402
+
+
+def demo_task(lines: int):
+    from nmtdecode.models.loading import load_model
+
+    loaded = load_model(DEMO)
+    with open(os.path.join(DEMO, "test.en"), encoding="utf-8") as f:
+        sources = [loaded.tokenizer.encode(line) for line in f.read().splitlines()[:lines]]
+    values = dict(Config.from_values({}).decoding.__dict__)  # defaults, then the demo's own (configs/demo.yaml)
+    values.update(loaded.defaults, length_penalty="avg", alpha=1.0)
+    return loaded.model, loaded.rules, sources, values
+
+
+def nllb_task(lines: int):
+    import convert
+
+    from nmtdecode.models.checkpoint import read_json
+    from nmtdecode.models.formats.huggingface import load_network
+
+    path = convert.nllb_600m_shape(os.path.join(OUT, "nllb-600m-shape"))
+    model, _, rules = load_network(path, read_json(os.path.join(path, "config.json")))
+    g = torch.Generator().manual_seed(1)
+    sources = [torch.randint(4, 1000, (int(torch.randint(10, 30, (1,), generator=g)),), generator=g).tolist() + [2]
+               for _ in range(lines)]
+    return model, rules, sources, dict(max_length=24, min_length=24)  # forced lengths: both do the same work
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--lines", type=int, default=1000)
+    parser.add_argument("--beam", type=int, default=5)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--model", default="demo", choices=("demo", "nllb-shape"))
+    parser.add_argument("--threads", type=int, default=None)
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model, rules, sources, values = (demo_task if args.model == "demo" else nllb_task)(args.lines)
+    values.update(beam_size=args.beam)
+    decoding = Config.from_values({k: v for k, v in values.items() if v is not None}).decoding
+    steps = step_runner_for(model, torch.device("cpu"))
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))  # length-sorted batches, as the CLI's
+    batches = [[sources[i] for i in order[s : s + args.batch]] for s in range(0, len(order), args.batch)]
+    decoders = {"host": BatchDecoder(model, decoding, rules, steps=steps),
+                "device": BatchDecoder(model, decoding, rules, steps=steps, on_device=True)}
+    # per batch and variant, its seconds in each round; the variants alternate batch by batch (which
+    # goes first too), so that what else runs on a shared machine falls on both alike
+    seconds = {name: [[] for _ in batches] for name in decoders}
+    outputs: dict[str, list] = {name: [None] * len(batches) for name in decoders}
+    names = list(decoders)
+    with torch.inference_mode():
+        for r in range(args.rounds + 1):  # the first round warms up (traces, oneDNN kernels)
+            for i, batch in enumerate(batches):
+                for name in names if (r + i) % 2 else names[::-1]:
+                    took, out = timed(lambda: [h[0].tokens for h in decoders[name].translate_batch(batch)])
+                    if r:
+                        seconds[name][i].append(took)
+                    outputs[name][i] = out
+    print(f"{cpu_description()}, torch {torch.__version__}, {torch.get_num_threads()} threads; {args.model}, "
+          f"{len(sources)} lines, beam {args.beam}, batch {args.batch}, {args.rounds} rounds")
+    totals = {}
+    for name, per_batch in seconds.items():
+        totals[name] = (sum(map(min, per_batch)), sum(map(statistics.median, per_batch)))
+        print(f"{name:6s} sum of each batch's fastest {totals[name][0]:.3f} s, of its median {totals[name][1]:.3f} s")
+    same = sum(a == b for x, y in zip(outputs["host"], outputs["device"]) for a, b in zip(x, y))
+    print(f"host / device: {totals['host'][0] / totals['device'][0]:.2f} (fastest), "
+          f"{totals['host'][1] / totals['device'][1]:.2f} (median); same 1-best: {same}/{len(sources)}")
+
+if __name__ == "__main__":
+    main()
