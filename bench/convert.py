@@ -1,7 +1,8 @@
 """Put one model into every system the benchmark compares.
 
 * `marian_base`: a Transformer-base shaped Marian (d_model 512, 6+6 layers, 8 heads,
-  FFN 2048, 32k vocabulary) with seeded random weights, saved by `transformers`.
+  FFN 2048, 32k vocabulary) with seeded random weights, saved by `transformers`;
+  `nllb_600m_shape` and `bart_large_shape` likewise, for the real-size rows.
 * `to_ctranslate2`: any model nmtdecode loads -> a CTranslate2 model directory, built
   from our weights through `ctranslate2.specs` (so both run the very same numbers).
 * `to_transformers`: a native pre-norm model -> a `transformers` Blenderbot directory
@@ -63,6 +64,31 @@ def nllb_600m_shape(path: str, seed: int = 0, vocab: int = VOCAB_600M, d_model: 
         bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, dropout=0.0, attention_dropout=0.0,
         activation_dropout=0.0, tie_word_embeddings=True)
     model = transformers.M2M100ForConditionalGeneration(config).eval()
+    model.generation_config = transformers.GenerationConfig(decoder_start_token_id=2, eos_token_id=2, pad_token_id=1,
+                                                            bos_token_id=0)
+    model.save_pretrained(path)
+    return path
+
+
+VOCAB_BART = 50265  # BART's vocabulary
+
+
+def bart_large_shape(path: str, seed: int = 0, vocab: int = VOCAB_BART, d_model: int = 1024, layers: int = 12) -> str:
+    """A BART-large shaped model (d_model 1024, 12+12 layers, 16 heads, FFN 4096, 50k vocabulary, post-norm,
+    learned positions from offset 2, embedding layer norms, GELU, tied embeddings: 406M parameters) with
+    seeded random weights, saved by `transformers`; smaller shapes for smoke tests of the harness."""
+    import transformers
+
+    if os.path.isfile(os.path.join(path, "model.safetensors")):
+        return path
+    torch.manual_seed(seed)
+    config = transformers.BartConfig(
+        vocab_size=vocab, d_model=d_model, encoder_layers=layers, decoder_layers=layers, encoder_attention_heads=16,
+        decoder_attention_heads=16, encoder_ffn_dim=4 * d_model, decoder_ffn_dim=4 * d_model,
+        max_position_embeddings=1024, scale_embedding=False, activation_function="gelu", pad_token_id=1,
+        bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, forced_bos_token_id=None, forced_eos_token_id=None,
+        dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, tie_word_embeddings=True)
+    model = transformers.BartForConditionalGeneration(config).eval()
     model.generation_config = transformers.GenerationConfig(decoder_start_token_id=2, eos_token_id=2, pad_token_id=1,
                                                             bos_token_id=0)
     model.save_pretrained(path)

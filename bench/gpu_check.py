@@ -9,15 +9,21 @@ safetensors, click, tqdm, pyyaml, pytest) and runs, in order:
 1. the machine: GPU, driver, library versions, and the two ceilings measured (a device-to-device
    copy for memory bandwidth, a large bfloat16 matrix product for arithmetic);
 2. `pytest -m cuda` (tests/test_cuda.py);
-3. the whole command-line job on the demo model's test set, float32 and float16, each line
-   compared with float32 and with the CPU;
+3. the whole command-line job on the demo model's test set, float32 and float16 (and the search
+   on the host), each line compared with float32 and with the CPU;
 4. the benchmark: nmtdecode against `transformers` `generate` on the same GPU, in one process, for
    the demo model (natural lengths), a Transformer-base Marian with seeded random weights built
    here (every output forced to FIXED tokens, so both do the same work) and a Transformer-base
    OpenNMT-py checkpoint (nmtdecode only: OpenNMT-py is not in the image); float32, float16 and
    bfloat16, beam 1 and 5, batch 32 and 128: tokens/s, the ratio, whether the outputs agree, and
    the step time against the floor the memory bandwidth sets (the decoder's weights and its
-   attention caches read once per step).
+   attention caches read once per step);
+5. the real-size rows (gpu_real_size.py): an NLLB-600M shape and a BART-large shape against
+   `generate`, float16 and bfloat16, beam 4 and 5, batch 32 and 128: tokens/s, peak GPU memory
+   of each, the step against the bandwidth floor;
+6. where a step's time goes: marian-base under torch.profiler, the eager step, the graphed one
+   with the search on the host and on the device: wall and GPU-busy time, kernels per step, the
+   model's launches per decoder layer and the search's.
 
 A section that fails is logged with its traceback and the check goes on; rows that would pass
 --budget seconds are skipped, named in the table. Writes bench/results/gpu-check.log and
@@ -43,6 +49,7 @@ import torch
 
 from common import OUT, RESULTS, ROOT, timed as timed_once  # noqa: E402  (first: the repository on sys.path)
 from gpu_benchmark import benchmark, same, step_profile, timed  # noqa: E402
+from gpu_real_size import real_size  # noqa: E402
 
 
 
@@ -62,6 +69,9 @@ class Sizes:
     marian: dict = field(default_factory=dict)  # convert.marian_base shape
     opennmt: dict = field(default_factory=dict)  # opennmt_py.opennmt_base_without_onmt shape
     pytest_timeout: int = 300
+    real_sentences: int = 128  # the real-size rows' sentences per measurement (gpu_real_size.py)
+    real_passes: tuple[int, int] = (1, 1)  # and their passes: a real-size pass of `generate` takes seconds
+    real_shape: dict = field(default_factory=dict)  # convert.nllb_600m_shape and bart_large_shape shapes
 
 
 FULL = Sizes(sentences=256, fixed=32, demo_lines=512, cli_lines=1000, cpu_lines=100, batches=(32, 128),
@@ -70,7 +80,8 @@ DRY = Sizes(sentences=8, fixed=4, demo_lines=8, cli_lines=8, cpu_lines=4, batche
             passes=(1, 1),
             marian=dict(vocab=500, d_model=64, layers=2),
             opennmt=dict(vocab_size=500, hidden_size=64, word_vec_size=64, transformer_ff=256, enc_layers=2,
-                         dec_layers=2), pytest_timeout=120)
+                         dec_layers=2), pytest_timeout=120,
+            real_sentences=8, real_shape=dict(vocab=500, d_model=64, layers=2))
 
 
 class Report:
@@ -205,6 +216,7 @@ def cli_job(report: Report, device: torch.device, sizes: Sizes, out: str) -> tup
         f.write("\n".join(lines) + "\n")
     runs = {"float32": (device.type, src, []),
             "float32 --cuda-graphs off": (device.type, src, ["--cuda-graphs", "off"]),
+            "float32 --search-on host": (device.type, src, ["--search-on", "host"]),
             "float16": (device.type, src, ["--dtype", "float16"]),
             # the same job again: a first job slower than the second is a cost of first use (the first
             # float16 job was 4-5x float32 on an H100 and an H200, torch 2.11, while the encoder ran
@@ -244,7 +256,8 @@ def cli_job(report: Report, device: torch.device, sizes: Sizes, out: str) -> tup
         if len(outputs[label]) != n:
             raise RuntimeError(f"{label}: {len(outputs[label])} output lines for {n} input lines")
     agree = [f"float16 agrees with float32 on {same(outputs['float16'], outputs['float32'])} lines",
-             f"--cuda-graphs off agrees on {same(outputs['float32 --cuda-graphs off'], outputs['float32'])} lines"]
+             f"--cuda-graphs off agrees on {same(outputs['float32 --cuda-graphs off'], outputs['float32'])} lines",
+             f"--search-on host agrees on {same(outputs['float32 --search-on host'], outputs['float32'])} lines"]
     if "cpu float32" in outputs:
         agree.append(f"{device.type} float32 agrees with the CPU on {same(outputs['cpu float32'], outputs['float32'])} "
                      "lines")
@@ -259,7 +272,8 @@ def main():
     parser.add_argument("--device", default=None, help="default: cuda, or cpu with --dry-run")
     parser.add_argument("--budget", type=float, default=450, help="seconds after which benchmark rows are skipped")
     parser.add_argument("--models", default="marian-base,demo,opennmt-base")
-    parser.add_argument("--skip", default="", help="sections to leave out: tests,cli,benchmark,profile")
+    parser.add_argument("--real-size", default="nllb-600m,bart-large", help="the real-size rows' models")
+    parser.add_argument("--skip", default="", help="sections to leave out: tests,cli,benchmark,real-size,profile")
     args = parser.parse_args()
     device = torch.device(args.device or ("cpu" if args.dry_run else "cuda"))
     sizes = DRY if args.dry_run else FULL
@@ -286,6 +300,9 @@ def main():
     if "benchmark" not in skip:
         report.section("benchmark against transformers generate",
                        lambda: benchmark(report, device, sizes, out, facts, args.budget, args.models.split(",")))
+    if "real-size" not in skip:
+        report.section("real-size shapes against transformers generate",
+                       lambda: real_size(report, device, sizes, out, facts, args.budget, args.real_size.split(",")))
     if "profile" not in skip:
         report.section("where a step's time goes", lambda: step_profile(report, device, sizes, out))
     report.log(f"done in {report.elapsed():.0f} s; table: {os.path.relpath(report.table_path, ROOT)}")

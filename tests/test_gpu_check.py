@@ -25,11 +25,22 @@ def test_the_gpu_check_runs_every_section_on_cpu(tmp_path):
     table = (tmp_path / "gpu-check-dry.md").read_text(encoding="utf-8")
     assert (tmp_path / "gpu-check-dry.log").is_file()
     assert "FAILED" not in table and "skipped: time budget" not in table, table
-    for section in ("## machine", "## pytest -m cuda", "## command-line job", "## benchmark", "## where a step"):
+    for section in ("## machine", "## pytest -m cuda", "## command-line job", "## benchmark", "## real-size shapes",
+                    "## where a step"):
         assert section in table
     rows = [line for line in table.splitlines() if line.startswith(("| demo |", "| marian-base |", "| opennmt-base |"))]
     assert len(rows) == 3 * 3 * 2 * 2  # models x dtypes x beams x batch sizes, each measured
     assert all(float(row.split("|")[5]) > 0 for row in rows)  # nmtdecode's tokens/s
+    real = [line.split(" | ") for line in table.splitlines() if line.startswith(("| nllb-600m |", "| bart-large |"))]
+    assert [(row[1], row[2], row[3]) for row in real] == [
+        (dtype, beam, batch) for _ in range(2) for dtype in ("float16", "bfloat16") for beam in ("4", "5")
+        for batch in ("2", "4")]  # models x dtypes x beams x batch sizes (the dry run's), each measured
+    assert all(float(row[4]) > 0 and float(row[5]) > 0 and row[7] == "8/8" for row in real)  # both decoded, alike
+    assert "--search-on host agrees on 8/8 lines" in table
+    profile = [[cell.strip() for cell in line.strip("|").split("|")]
+               for line in table.split("## where a step")[1].splitlines() if line.startswith("| ")]
+    assert [row[:2] for row in profile[2:5]] == [["eager", "host"], ["fixed shape", "host"], ["fixed shape", "device"]]
+    assert all(float(row[-2]) > 0 and float(row[-1]) > 0 for row in profile[2:])  # launches counted
 
 
 
