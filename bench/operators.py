@@ -69,9 +69,15 @@ def part_counts(prof) -> dict[str, tuple[int, int]]:
         kernels[part] += len(getattr(event, "kernels", ()) or ())
         if event.name.startswith("aten::") and event.cpu_parent is not None and event.cpu_parent.name == part:
             calls[part] += 1
-            computing[part] += event.name not in METADATA
+            computing[part] += event.name not in METADATA or copies(event)
     launches = kernels if sum(kernels.values()) else computing
     return {part: (calls[part], launches[part]) for part in (MODEL, SEARCH)}
+
+
+def copies(event) -> bool:
+    """Whether an operator copies data (a reshape of a tensor that is not contiguous, a `to` of
+    another dtype), which a GPU launches a kernel for."""
+    return any(child.name == "aten::copy_" or copies(child) for child in event.cpu_children)
 
 
 def labelled_ancestor(event) -> str | None:

@@ -3,7 +3,7 @@ reading a done flag) faster than the host search (search/beam.py: one host copy 
 `Beam` object per sentence) on the CPU too?
 
     python bench/experiments/device_search.py [--lines 1000] [--beam 5] [--batch 32] [--rounds 3]
-        [--model demo|nllb-shape] [--threads N]
+        [--model demo|nllb-shape] [--threads N] [--advance-only VOCAB]
 
 Decodes the lines with each search in turn, batch by batch (alternating, in one process: the
 machine is shared), through the step runner the engine chooses on a CPU (the traced step), and
@@ -57,6 +57,37 @@ def nllb_task(lines: int):
     return model, rules, sources, dict(max_length=24, min_length=24)  # forced lengths: both do the same work
 
 
+def advance_only(batch: int, beam: int, vocab: int, steps: int = 40, repeat: int = 15):
+    """The two searches' `advance` alone on the same random log-probs (nothing of the model), each
+    `repeat` times in turn over `steps` steps of one batch: their bookkeeping per step."""
+    from nmtdecode.search.beam import BeamSearch
+    from nmtdecode.search.device_beam import DeviceBeamSearch
+    from nmtdecode.search.penalties import LengthPenalty
+
+    g = torch.Generator().manual_seed(0)
+    logprobs = [torch.log_softmax(torch.randn(batch * (1 if t == 0 else beam), vocab, generator=g) * 3, -1)
+                for t in range(steps)]
+    searches = {"host": BeamSearch, "device": DeviceBeamSearch}
+    seconds: dict[str, list[float]] = {name: [] for name in searches}
+
+    def run(cls):
+        search = cls(batch_size=batch, beam_size=beam, max_steps=[steps] * batch, start_id=2, eos_id=3,
+                     penalty=LengthPenalty("avg", 1.0), early_stopping="top", device="cpu")
+        search.shrink = False
+        for t in range(steps):
+            search.advance(logprobs[t].clone(), t)
+
+    with torch.inference_mode():
+        for _ in range(repeat):
+            for name, cls in searches.items():
+                seconds[name].append(timed(lambda: run(cls))[0])
+    print(f"{cpu_description()}, torch {torch.__version__}, {torch.get_num_threads()} threads; advance alone, "
+          f"batch {batch}, beam {beam}, {vocab} tokens, {steps} steps, {repeat} rounds")
+    for name, times in seconds.items():
+        print(f"{name:6s} ms a step: fastest {min(times) / steps * 1e3:.3f}, median "
+              f"{statistics.median(times) / steps * 1e3:.3f}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lines", type=int, default=1000)
@@ -65,9 +96,13 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--model", default="demo", choices=("demo", "nllb-shape"))
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--advance-only", type=int, default=0, metavar="VOCAB",
+                        help="time the searches' advance alone on random log-probs over VOCAB tokens")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.advance_only:
+        return advance_only(args.batch, args.beam, args.advance_only)
     model, rules, sources, values = (demo_task if args.model == "demo" else nllb_task)(args.lines)
     values.update(beam_size=args.beam)
     decoding = Config.from_values({k: v for k, v in values.items() if v is not None}).decoding

@@ -2,7 +2,7 @@
 a kernel launch for each (without CUDA graphs), measured on the CPU with torch.profiler.
 
     python bench/experiments/step_operators.py [--shape marian-base|demo] [--beam 5] [--batch 32]
-        [--steps 12]
+        [--steps 12] [--time-attention]
 
 Runs one batch through the decoding loop for each variant and counts, per step, the operators
 called by the loop's own code (top-level: an operator that another operator calls runs inside
@@ -70,13 +70,44 @@ def count(model: Transformer, sources: list[list[int]], beam: int, steps: int, f
     return {part: (calls / steps, computing / steps) for part, (calls, computing) in part_counts(prof).items()}
 
 
+def time_attention(repeat: int = 300):
+    """A step's attention on the CPU: the two products (`attend`) against the fused kernel, for
+    step shapes (sentences, heads, rows per sentence, keys, head size): median microseconds."""
+    import statistics
+    import time
+
+    print("| sentences, heads, rows, keys, head size | two products µs | fused µs | fused ÷ two products |")
+    print("| --- | ---: | ---: | ---: |")
+    for b, h, k, t, hd in [(32, 4, 5, 100, 64), (32, 8, 5, 150, 64), (32, 8, 1, 30, 64), (128, 8, 5, 150, 64),
+                           (32, 8, 5, 40, 64)]:
+        g = torch.Generator().manual_seed(0)
+        q, keys, values = (torch.randn(b, h, rows, hd, generator=g) for rows in (k, t, t))
+        mask = torch.rand(b, 1, k, t, generator=g) > 0.3
+        mask[..., 0] = True
+        times = {}
+        for name, attend in (("two", attention.attend), ("fused", attention.fused_attention)):
+            for _ in range(20):
+                attend(q, keys, values, mask)
+            runs = []
+            for _ in range(repeat):
+                start = time.perf_counter()
+                attend(q, keys, values, mask)
+                runs.append(time.perf_counter() - start)
+            times[name] = statistics.median(runs) * 1e6
+        print(f"| {b}, {h}, {k}, {t}, {hd} | {times['two']:.0f} | {times['fused']:.0f} "
+              f"| {times['fused'] / times['two']:.2f} |")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shape", default="marian-base", choices=SHAPES)
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--time-attention", action="store_true", help="time a step's attention both ways instead")
     args = parser.parse_args()
+    if args.time_attention:
+        return time_attention()
     model = build(SHAPES[args.shape])
     g = torch.Generator().manual_seed(1)
     vocab = model.cfg.src_vocab_size

@@ -66,7 +66,8 @@ OPTIONS = {
     "no_repeat_min_length": dict(beam_size=3, n_best=3, no_repeat_ngram_size=2, min_length=5),
     "relative_step_limits": dict(beam_size=4, n_best=2, max_len_a=1.0, max_len_b=2, length_penalty="wu"),
     "banned": dict(beam_size=5, n_best=5, ban_unk=True, early_stopping="true"),
-    "sampling": dict(sampling=True, n_best=4, temperature=0.8, top_k=10, top_p=0.9, seed=7),
+    "sampling": dict(sampling=True, n_best=4, temperature=0.8, top_k=10, seed=7),
+    "sampling_top_p": dict(sampling=True, n_best=4, temperature=0.8, top_k=10, top_p=0.9, seed=7),
     "sampling_coverage_alignment": dict(sampling=True, n_best=3, seed=3, coverage_penalty="wu", beta=0.3,
                                         alignment=True, attention=True, min_length=2),
 }
@@ -108,8 +109,9 @@ def test_on_the_fixed_shape_step(model, options):
     assert device == host
 
 
-def test_a_step_reads_nothing_on_the_host_between_checks(model, monkeypatch):
-    """Between two checks of the done flags, advance() converts no tensor to a host value."""
+@pytest.mark.parametrize("options", ["coverage_alignment_attention", "greedy_coverage_alignment", "sampling"])
+def test_a_step_reads_nothing_on_the_host_between_checks(model, monkeypatch, options):
+    """Between two checks of the done flags, a step converts no tensor to a host value."""
     reads = []
     for name in ("tolist", "item", "__bool__", "cpu", "__int__", "__float__"):
         original = getattr(torch.Tensor, name)
@@ -119,8 +121,7 @@ def test_a_step_reads_nothing_on_the_host_between_checks(model, monkeypatch):
             return _original(self, *args, **kwargs)
 
         monkeypatch.setattr(torch.Tensor, name, counted)
-    decoder = BatchDecoder(model, DecodingConfig(beam_size=4, n_best=2, max_length=15, coverage_penalty="wu",
-                                                 beta=0.3, alignment=True), on_device=True)
+    decoder = BatchDecoder(model, DecodingConfig(max_length=15, **OPTIONS[options]), on_device=True)
     decoder.check_every = 100  # never within the 15 steps
     steps = []
     for _ in decoder.decode(decoder.make_device_search, SOURCES):
