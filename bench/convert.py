@@ -54,20 +54,9 @@ def nllb_600m_shape(path: str, seed: int = 0, vocab: int = VOCAB_600M, d_model: 
     saved by `transformers`; smaller shapes for smoke tests of the harness."""
     import transformers
 
-    if os.path.isfile(os.path.join(path, "model.safetensors")):
-        return path
-    torch.manual_seed(seed)
-    config = transformers.M2M100Config(
-        vocab_size=vocab, d_model=d_model, encoder_layers=layers, decoder_layers=layers, encoder_attention_heads=16,
-        decoder_attention_heads=16, encoder_ffn_dim=4 * d_model, decoder_ffn_dim=4 * d_model,
-        max_position_embeddings=1024, scale_embedding=True, activation_function="relu", pad_token_id=1,
-        bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, dropout=0.0, attention_dropout=0.0,
-        activation_dropout=0.0, tie_word_embeddings=True)
-    model = transformers.M2M100ForConditionalGeneration(config).eval()
-    model.generation_config = transformers.GenerationConfig(decoder_start_token_id=2, eos_token_id=2, pad_token_id=1,
-                                                            bos_token_id=0)
-    model.save_pretrained(path)
-    return path
+    config = transformers.M2M100Config(**fairseq_shape(vocab, d_model, layers), scale_embedding=True,
+                                       activation_function="relu")
+    return saved_random(path, seed, transformers.M2M100ForConditionalGeneration, config)
 
 
 VOCAB_BART = 50265  # BART's vocabulary
@@ -79,16 +68,30 @@ def bart_large_shape(path: str, seed: int = 0, vocab: int = VOCAB_BART, d_model:
     seeded random weights, saved by `transformers`; smaller shapes for smoke tests of the harness."""
     import transformers
 
+    config = transformers.BartConfig(**fairseq_shape(vocab, d_model, layers), scale_embedding=False,
+                                     activation_function="gelu", forced_bos_token_id=None, forced_eos_token_id=None)
+    return saved_random(path, seed, transformers.BartForConditionalGeneration, config)
+
+
+def fairseq_shape(vocab: int, d_model: int, layers: int) -> dict:
+    """The config values the fairseq-born families (M2M100/NLLB, BART) share: 16 heads, FFN 4 x d_model,
+    ids <s> 0, <pad> 1, </s> 2 (EOS and decoder start), no dropout, tied embeddings."""
+    return dict(vocab_size=vocab, d_model=d_model, encoder_layers=layers, decoder_layers=layers,
+                encoder_attention_heads=16, decoder_attention_heads=16, encoder_ffn_dim=4 * d_model,
+                decoder_ffn_dim=4 * d_model, max_position_embeddings=1024, pad_token_id=1, bos_token_id=0,
+                eos_token_id=2, decoder_start_token_id=2, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+                tie_word_embeddings=True)
+
+
+def saved_random(path: str, seed: int, model_class, config) -> str:
+    """`model_class(config)` with seeded random weights and the fairseq ids' generation config, saved
+    by `transformers` at `path` (kept when it is there already)."""
+    import transformers
+
     if os.path.isfile(os.path.join(path, "model.safetensors")):
         return path
     torch.manual_seed(seed)
-    config = transformers.BartConfig(
-        vocab_size=vocab, d_model=d_model, encoder_layers=layers, decoder_layers=layers, encoder_attention_heads=16,
-        decoder_attention_heads=16, encoder_ffn_dim=4 * d_model, decoder_ffn_dim=4 * d_model,
-        max_position_embeddings=1024, scale_embedding=False, activation_function="gelu", pad_token_id=1,
-        bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, forced_bos_token_id=None, forced_eos_token_id=None,
-        dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, tie_word_embeddings=True)
-    model = transformers.BartForConditionalGeneration(config).eval()
+    model = model_class(config).eval()
     model.generation_config = transformers.GenerationConfig(decoder_start_token_id=2, eos_token_id=2, pad_token_id=1,
                                                             bos_token_id=0)
     model.save_pretrained(path)

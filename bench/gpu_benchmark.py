@@ -199,48 +199,20 @@ def floor_ms(model, dtype: torch.dtype, sentences: int, rows: int, source: float
 
 def benchmark(report: Report, device: torch.device, sizes: Sizes, out: str, facts: dict, budget: float,
               models: list[str]) -> tuple[str, list[str]]:
-    import transformers
-
     builders = {"demo": demo_task, "marian-base": marian_task, "opennmt-base": opennmt_task}
     header = ["| model | dtype | beam | batch | nmtdecode tok/s | transformers tok/s | x transformers | same outputs "
               "| eager tok/s | graphs / eager | same as eager | step ms | floor ms | step / floor | peak MiB |",
               "| --- | --- " + "| ---: " * 13 + "|"]
-    table, skipped, failed, fallbacks = list(header), 0, 0, []
+    fallbacks = []
 
     def fell_back(message: str):
         report.log(message)
         fallbacks.append(message)
 
-    for name in models:
-        try:
-            task = builders[name](sizes, out)
-        except Exception:  # noqa: BLE001
-            report.log(f"{name}: could not be built\n{traceback.format_exc()}")
-            table.append(f"| {name} | could not be built (see the log) |")
-            failed += 1
-            continue
-        for dtype_name, dtype in DTYPES.items():
-            ours = copy.deepcopy(task.model).to(device, dtype)
-            steps = FixedShapeSteps(ours, graphs=device.type == "cuda", warn=fell_back)  # kept, as the engine does
-            peer = None
-            if task.hf_dir:
-                peer = transformers.AutoModelForSeq2SeqLM.from_pretrained(task.hf_dir, dtype=dtype).to(device).eval()
-            for beam in BEAMS:
-                for batch in sizes.batches:
-                    if report.elapsed() > budget:
-                        table.append(f"| {name} | {dtype_name} | {beam} | {batch} | skipped: time budget |")
-                        skipped += 1
-                        continue
-                    try:
-                        table.append(benchmark_row(report, device, task, ours, steps, peer, dtype, dtype_name, beam,
-                                                   batch, facts, sizes.passes))
-                    except Exception:  # noqa: BLE001
-                        report.log(traceback.format_exc())
-                        table.append(f"| {name} | {dtype_name} | {beam} | {batch} | FAILED (see the log) |")
-                        failed += 1
-            del ours, steps, peer
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
+    rows, skipped, failed = table_rows(
+        report, device, budget, {name: lambda name=name: builders[name](sizes, out) for name in models}, DTYPES,
+        BEAMS, sizes.batches, fell_back, lambda *row: benchmark_row(report, device, *row, facts, sizes.passes))
+    table = header + rows
     verdict = "measured" if not (skipped or failed) else f"{failed} rows failed, {skipped} skipped"
     if fallbacks:
         verdict += f"; CUDA GRAPHS FELL BACK to eager steps {len(fallbacks)} times (see the log)"
@@ -253,6 +225,47 @@ def benchmark(report: Report, device: torch.device, sizes: Sizes, out: str, fact
              f"{facts.get('bandwidth_gbs', 0):.0f} GB/s. nmtdecode runs Hugging Face's stop rule "
              "(`--early-stopping false`, length penalty 1) so that both do the same work."]
     return verdict, table + notes
+
+
+def table_rows(report: Report, device: torch.device, budget: float, builders: dict, dtypes: dict, beams, batches,
+               warn, measure) -> tuple[list[str], int, int]:
+    """A benchmark table's rows, and how many were skipped (past `budget` seconds) and failed: for
+    each task that `builders` (name -> function) make, each dtype, beam and batch size,
+    measure(task, ours, steps, peer, dtype, dtype_name, beam, batch) -> its row. `ours` is the task's
+    model in the dtype, `steps` its fixed-shape step (CUDA graphs on a GPU, kept across rows as the
+    engine keeps it; `warn` told of a fallback), `peer` the same model in `transformers` or None."""
+    import transformers
+
+    rows, skipped, failed = [], 0, 0
+    for name, build in builders.items():
+        try:
+            task = build()
+        except Exception:  # noqa: BLE001 - one model's failure must not lose the others' rows
+            report.log(f"{name}: could not be built\n{traceback.format_exc()}")
+            rows.append(f"| {name} | could not be built (see the log) |")
+            failed += 1
+            continue
+        for dtype_name, dtype in dtypes.items():
+            ours = copy.deepcopy(task.model).to(device, dtype)
+            steps = FixedShapeSteps(ours, graphs=device.type == "cuda", warn=warn)
+            peer = None
+            if task.hf_dir:
+                peer = transformers.AutoModelForSeq2SeqLM.from_pretrained(task.hf_dir, dtype=dtype).to(device).eval()
+            for beam, batch in itertools.product(beams, batches):
+                if report.elapsed() > budget:
+                    rows.append(f"| {name} | {dtype_name} | {beam} | {batch} | skipped: time budget |")
+                    skipped += 1
+                    continue
+                try:
+                    rows.append(measure(task, ours, steps, peer, dtype, dtype_name, beam, batch))
+                except Exception:  # noqa: BLE001
+                    report.log(traceback.format_exc())
+                    rows.append(f"| {name} | {dtype_name} | {beam} | {batch} | FAILED (see the log) |")
+                    failed += 1
+            del ours, steps, peer
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+    return rows, skipped, failed
 
 
 def benchmark_row(report, device, task, ours, steps, peer, dtype, dtype_name, beam, batch, facts, passes) -> str:

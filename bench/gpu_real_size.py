@@ -12,19 +12,15 @@ on the device.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import os
-import traceback
 from typing import TYPE_CHECKING
 
 import torch
 
 import convert
 from gpu_benchmark import (StepCounter, Task, floor_ms, nmtdecode_decoder, random_sources, run_batches, same,
-                           synchronize, transformers_decoder)
-
-from nmtdecode.models.fixed_step import FixedShapeSteps
+                           synchronize, table_rows, transformers_decoder)
 
 if TYPE_CHECKING:
     from gpu_check import Report, Sizes
@@ -66,40 +62,14 @@ def peak_while(device: torch.device, model: torch.nn.Module, work) -> tuple[obje
 
 def real_size(report: Report, device: torch.device, sizes: Sizes, out: str, facts: dict, budget: float,
               models: list[str]) -> tuple[str, list[str]]:
-    import transformers
-
-    table = ["| model | dtype | beam | batch | nmtdecode tok/s | transformers tok/s | x transformers | same outputs "
-             "| nmtdecode peak MiB | transformers peak MiB | peak ratio | step ms | floor ms | step / floor |",
-             "| --- | --- " + "| ---: " * 12 + "|"]
-    skipped = failed = 0
-    for name in models:
-        try:
-            task = real_task(name, sizes, out)
-        except Exception:  # noqa: BLE001 - one model's failure must not lose the other's rows
-            report.log(f"{name}: could not be built\n{traceback.format_exc()}")
-            table.append(f"| {name} | could not be built (see the log) |")
-            failed += 1
-            continue
-        for dtype_name, dtype in REAL_DTYPES.items():
-            ours = copy.deepcopy(task.model).to(device, dtype)
-            steps = FixedShapeSteps(ours, graphs=device.type == "cuda", warn=report.log)
-            peer = transformers.AutoModelForSeq2SeqLM.from_pretrained(task.hf_dir, dtype=dtype).to(device).eval()
-            for beam in REAL_BEAMS:
-                for batch in sizes.batches:
-                    if report.elapsed() > budget:
-                        table.append(f"| {name} | {dtype_name} | {beam} | {batch} | skipped: time budget |")
-                        skipped += 1
-                        continue
-                    try:
-                        table.append(real_row(report, device, task, ours, steps, peer, dtype, dtype_name, beam,
-                                              batch, facts, sizes.real_passes))
-                    except Exception:  # noqa: BLE001
-                        report.log(traceback.format_exc())
-                        table.append(f"| {name} | {dtype_name} | {beam} | {batch} | FAILED (see the log) |")
-                        failed += 1
-            del ours, steps, peer
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
+    header = ["| model | dtype | beam | batch | nmtdecode tok/s | transformers tok/s | x transformers | same outputs "
+              "| nmtdecode peak MiB | transformers peak MiB | peak ratio | step ms | floor ms | step / floor |",
+              "| --- | --- " + "| ---: " * 12 + "|"]
+    rows, skipped, failed = table_rows(
+        report, device, budget, {name: lambda name=name: real_task(name, sizes, out) for name in models},
+        REAL_DTYPES, REAL_BEAMS, sizes.batches, report.log,
+        lambda *row: real_row(report, device, *row, facts, sizes.real_passes))
+    table = header + rows
     verdict = "measured" if not (skipped or failed) else f"{failed} rows failed, {skipped} skipped"
     notes = ["", f"Outputs forced to {sizes.fixed} tokens, {sizes.real_sentences} random sources of 10-40 tokens; "
              "peak: each system's weights plus what its decoding allocated beyond them (both models stay loaded); "
