@@ -15,7 +15,6 @@ program, adds the signal handlers and exits with it.
 from __future__ import annotations
 
 import os
-import re
 import signal
 import sys
 import typing
@@ -29,7 +28,7 @@ from .config import (KEY_SECTION, OPTIONS, PLAN_KEYS, PLAN_OPTIONS, SCORE_FORMAT
                      ConfigError, Option, checked_layer, default_of)
 from .config_file import dump, load_yaml
 from .jobs import make_output_dir, plan_jobs
-from .opennmt_options import peer_flag_message
+from .opennmt_options import spelling_message
 from .signals import STOPPED_NOTE, Terminated
 
 
@@ -87,17 +86,14 @@ def _apply(options: list[Callable]) -> Callable:
     return decorate
 
 
-SINGLE_DASH = re.compile(r"-[A-Za-z][A-Za-z0-9_]+")
-# OpenNMT-py spellings with no namesake here.
-OPENNMT = {"-gpu": "--device cuda:N", "-fp32": "--dtype float32", "-int8": "--quantize int8"}
-
-
 class UsageError(click.UsageError):
     """A command-line mistake found before click parses (exit code 2)."""
 
 
 def check_spelling(group: click.Group, argv: list[str]) -> None:
-    """Refuse OpenNMT's single-dash long options (`-beam_size`, `-src`) naming ours (`--beam-size`)."""
+    """Refuse other tools' spellings (OpenNMT-py's `-beam_size` and `--beam_size`, fairseq's
+    `--fp16`, Marian's `-b`: opennmt_options.spelling_message) naming ours, before click reads
+    `-beam_size` as `-b eam_size`."""
     names = [i for i, arg in enumerate(argv) if arg in group.commands]
     if not names:
         return
@@ -106,23 +102,12 @@ def check_spelling(group: click.Group, argv: list[str]) -> None:
     for position, arg in enumerate(argv[names[0] + 1:], names[0] + 1):
         if arg == "--":
             return
-        flag = arg.split("=", 1)[0]
-        peer = peer_flag_message(flag) if flag.startswith("--") and flag not in longs else None
-        if peer:
-            raise UsageError(peer)
+        message = spelling_message(arg.split("=", 1)[0], longs)
+        if message:
+            raise UsageError(message)
         if arg == "--alignment" and argv[position + 1: position + 2] in (["hard"], ["soft"]):  # Marian's
             raise UsageError(f"--alignment {argv[position + 1]}: that is Marian's; nmtdecode's Pharaoh pairs after "
                              "the text are --report-align (--alignment is a flag: JSONL source positions)")
-        if not SINGLE_DASH.fullmatch(arg):
-            continue
-        ours = "--" + arg[1:].replace("_", "-")
-        if ours in longs:
-            raise UsageError(f"{arg}: nmtdecode's options start with two dashes: {ours}")
-        if arg in OPENNMT:
-            raise UsageError(f"{arg}: that is OpenNMT-py's option; nmtdecode's is {OPENNMT[arg]}")
-        if "_" in arg:
-            raise UsageError(f"no such option: {arg} (nmtdecode's options start with two dashes and use "
-                             f"hyphens; nmtdecode {command.name} --help lists them)")
 
 
 def one_line(error: click.ClickException) -> str:

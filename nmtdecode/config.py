@@ -140,7 +140,7 @@ class DecodingConfig(Section):
 
 @dataclass
 class BatchingConfig(Section):
-    batch_size: int = option(32, "Sentences (or tokens) per batch.", short="-b", range=">= 1")
+    batch_size: int = option(32, "Sentences (or tokens) per batch.", range=">= 1")
     batch_type: str = option("sents", "Unit of --batch-size.", choices=("sents", "tokens"))
     max_src_length: int | None = option(None, "Cut longer sources (tokens) with a warning.", range=">= 1")
 
@@ -276,9 +276,9 @@ def unknown_key_message(key: str) -> str:
     return f"unknown option {key!r} ({hint})"
 
 
-def unknown_key_error(key: str) -> ConfigError:
-    """The error for an unknown key (`unknown_key_message`)."""
-    return ConfigError(unknown_key_message(key))
+def unknown_keys_error(keys: list[str]) -> ConfigError:
+    """One error for every unknown key of a layer (`unknown_key_message` of each)."""
+    return ConfigError("; ".join(unknown_key_message(key) for key in keys))
 
 
 def _number(value: object) -> float | None:
@@ -337,7 +337,7 @@ def checked_layer(values: dict) -> dict:
     values = expand_aliases(values)
     unknown = sorted(k for k in values if k not in KEY_SECTION)
     if unknown:
-        raise unknown_key_error(unknown[0])
+        raise unknown_keys_error(unknown)
     return {key: coerce(key, TYPES[key], value) for key, value in values.items()}
 
 

@@ -45,6 +45,59 @@ def test_other_tools_double_dash_flags_name_ours(args, ours, cli):
     assert ours in run.stderr and args[0].split("=")[0] in run.stderr and "Did you mean" not in run.stderr
 
 
+@pytest.mark.parametrize("args, whose, ours", [
+    (["--fp16"], "fairseq", "--dtype float16"),
+    (["-fp16"], "fairseq", "--dtype float16"),
+    (["-beam", "5"], "fairseq", "--beam-size K"),
+    (["-nbest", "3"], "fairseq", "--n-best N"),
+    (["-tgt", "ref.de"], "OpenNMT-py", "nmtdecode score --tgt FILE"),
+    (["-verbose"], "OpenNMT-py", "--format nbest or jsonl"),
+    (["--verbose"], "OpenNMT-py", "--format nbest or jsonl"),
+    (["--beam_size", "5"], "OpenNMT-py", "--beam-size"),
+    (["--n_best=2"], "OpenNMT-py", "--n-best"),
+    (["--max_batch_size", "8"], "CTranslate2", "--batch-size N"),
+    (["--word-scores"], "Marian", "--token-scores"),
+    (["-b", "6"], "Marian", "--beam-size K"),
+])
+def test_peer_spellings_are_one_line_naming_whose_and_ours(args, whose, ours, cli):
+    """Each is read as something else by click (`-fp16` as -f p16, `-beam` as -b eam) or, for
+    Marian's `-b` (its beam size), would once have set our batch size: one line saying whose it
+    is and what ours is."""
+    for command in (["translate", "--model", "m"], ["score", "--model", "m", "--src", "a", "--tgt", "b"]):
+        if command[0] == "score" and args[0] in ("-tgt", "--word-scores", "--beam_size", "--n_best=2"):
+            continue  # score has --tgt, and no search or output options
+        run = cli(*command, *args, text=True)
+        assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+        assert f"{whose}'s" in run.stderr and ours in run.stderr and args[0].split("=")[0] in run.stderr
+
+
+def test_score_takes_tgt_with_two_dashes(cli):
+    run = cli("score", "--model", "m", "--src", "a", "-tgt", "b", text=True)
+    assert run.returncode == 2 and "nmtdecode's is --tgt" in run.stderr
+
+
+def test_every_foreign_key_of_a_yaml_file_is_named_in_one_error(tmp_path, cli):
+    """An onmt_translate YAML with five keys that are not ours fails once, naming all five with
+    their lines, not one per run."""
+    config = tmp_path / "onmt.yaml"
+    config.write_text("beam_size: 5\ngpu: 0\nverbose: true\nreplace_unk: true\nrandom_sampling_topk: 10\n"
+                      "tgt: ref.de\nlog_file: x.log\n")
+    run = cli("translate", "-c", config, "--dump-config", text=True)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+    assert "5 unknown options" in run.stderr
+    for line, key, ours in [(2, "gpu", "device"), (3, "verbose", "no equivalent"), (5, "random_sampling_topk", "top_k"),
+                            (6, "tgt", "no equivalent"), (7, "log_file", "no equivalent")]:
+        assert f"line {line}: unknown option '{key}'" in run.stderr and ours in run.stderr
+
+
+def test_every_unknown_option_of_an_api_call_is_named(model_dir):
+    from nmtdecode import Translator
+    from nmtdecode.config import ConfigError
+
+    with pytest.raises(ConfigError, match="'max_new_tokens'.*; unknown option 'num_beams'"):
+        Translator.load(str(model_dir), num_beams=4, max_new_tokens=9)
+
+
 @pytest.mark.parametrize("args, ours", [
     (["-beam_size", "5"], "--beam-size"),
     (["-src", "in.txt"], "--src"),

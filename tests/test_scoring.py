@@ -134,7 +134,7 @@ def test_cli_score_forces_the_tgt_lang_tag(tmp_path, lines_file, cli):
     src, tgt = lines_file(sources, "src.txt"), lines_file(targets, "tgt.txt")
     scores = {}
     for lang in ("fr", "de"):
-        run = cli("score", "-m", root, "-s", src, "-t", tgt, "--tgt-lang", lang, "--src-lang", "en", "-b", 1,
+        run = cli("score", "-m", root, "-s", src, "-t", tgt, "--tgt-lang", lang, "--src-lang", "en", "--batch-size", 1,
                   "--device", "cpu", text=True)
         assert run.returncode == 0, run.stderr
         scores[lang] = [float(x) for x in run.stdout.split()]
@@ -171,7 +171,7 @@ def test_cli_score_options(model_dir, tmp_path, lines_file, cli):
     config.write_text(f"model: ../{model_dir.name}\nbeam_size: 4\nsrc: in.en\nbatch_size: 3\n")
     (tmp_path / model_dir.name).symlink_to(model_dir)
     assert score("-c", config) == pytest.approx(base, abs=1e-5)
-    half = score("-c", config, "--dtype", "bf16", "-b", 2)
+    half = score("-c", config, "--dtype", "bf16", "--batch-size", 2)
     assert half == pytest.approx(base, abs=0.1) and half != base
 
 
