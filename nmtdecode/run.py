@@ -28,7 +28,7 @@ from .progress import InputWait, JobProgress, progress_bar, stdin_is_terminal
 from .ranks import (Group, PartWriter, Ranks, check_job, check_layout, device_for, layouts, leave_group, merge,
                     threads_for)
 from .reading import check_prefix, check_readable
-from .resolve import ResolvedJob, check_torchrun, resolve, stream_typed_input
+from .resolve import ResolvedJob, check_torchrun, check_translate, resolve, stream_typed_input
 from .summary import Summary, count, print_warning, timing
 from .writing import BothWriters, ResultWriter, SearchWriter
 
@@ -46,6 +46,8 @@ def translate_job(jobs: Config | list[Config], engine: Engine | None = None) -> 
     run ends. Returns the summary of all jobs together (under torchrun, this rank's)."""
     typed = stdin_is_terminal()
     jobs = [stream_typed_input(job, typed) for job in ([jobs] if isinstance(jobs, Config) else jobs)]
+    for job in jobs:
+        check_translate(job)
     check_written_files(jobs)
     ranks = Ranks.from_env()
     if ranks is not None:

@@ -152,7 +152,6 @@ def test_numeric_length_penalty_layers(tmp_path, cli):
 
 
 @pytest.mark.parametrize("args, warning", [
-    (["--n-best", "2", "--beam-size", "2"], "n_best: 2 has no effect with --format text"),
     (["--token-scores"], "token_scores: has no effect with --format text"),
     (["--token-scores", "--format", "nbest"], "token_scores: has no effect with --format nbest"),
     (["--max-length", "500"], "max_length: 500 is above the model's 128 target positions"),
@@ -167,6 +166,23 @@ def test_options_without_effect_are_warned_about(model_dir, args, warning, cli):
     run = cli("translate", "--model", model_dir, "-q", *args, stdin="good morning\n", text=True)
     assert run.returncode == 0, run.stderr
     assert f"nmtdecode: warning: {warning}" in run.stderr
+
+
+def test_n_best_with_text_output_is_refused_naming_the_formats_that_hold_it(model_dir, tmp_path, cli):
+    """onmt_translate -n_best 3 writes 3 lines per input; our text format writes one, so
+    --n-best 3 with it is an error (exit 2, before the model loads) that names --format nbest,
+    not a warning on stderr beside a 1-best output. With --dump-beam the n-best lists go there."""
+    run = cli("translate", "--model", tmp_path / "not-loaded", "--n-best", "3", stdin="good morning\n", text=True)
+    assert run.returncode == 2 and run.stdout == "" and run.stderr.count("\n") == 1, run.stderr
+    assert "n_best: 3" in run.stderr and "--format nbest" in run.stderr and "jsonl" in run.stderr
+    config = tmp_path / "job.yaml"
+    config.write_text("n_best: 2\nbeam_size: 4\n")
+    assert cli("translate", "-m", model_dir, "-c", config, stdin="hi\n").returncode == 2
+    nbest = cli("translate", "-m", model_dir, "-c", config, "--format", "nbest", "-q", stdin="hi\nyes\n", text=True)
+    assert [line.split(" ||| ")[0] for line in nbest.stdout.splitlines()] == ["0", "0", "1", "1"]
+    dumped = cli("translate", "-m", model_dir, "-c", config, "-q", "--dump-beam", tmp_path / "beams.jsonl",
+                 stdin="hi\n", text=True)
+    assert dumped.returncode == 0 and dumped.stdout.count("\n") == 1, dumped.stderr
 
 
 def test_no_warning_when_options_take_effect(model_dir, cli):
