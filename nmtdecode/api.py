@@ -90,7 +90,10 @@ class Translator:
 
     @property
     def config(self) -> Config:
-        return self.engine.config
+        """The options of `load` as every call starts from them: the model's own decoding defaults
+        (a native config.yaml's `decoding:`, generation_config.json) under the options given, as
+        resolve.py applies them (every step limit is also capped by the model's positions)."""
+        return self.engine.config.with_model_defaults(self.engine.loaded.defaults)
 
     @classmethod
     def load(cls, path: str | list[str], **options) -> "Translator":
@@ -302,5 +305,5 @@ class Translator:
         """This translator's config with one call's options over it (over `base`, the call's own
         defaults)."""
         check_call_keys(options)
-        return self.config.over(base or {}, options, files or {})
+        return self.engine.config.over(base or {}, options, files or {})
 

@@ -41,13 +41,14 @@ def _click_type(key: str, declared: Option) -> click.ParamType | type:
     return int if int in kinds else float if float in kinds else str
 
 
-def cli_option(key: str, **changes: Any) -> Callable:
+def cli_option(key: str, required: bool = False, **changes: Any) -> Callable:
     """The click option of config key `key`, from its declaration (config.OPTIONS, PLAN_OPTIONS);
-    `changes` adapt it to a command where the key means something narrower (score's --src).
-    Its value is None unless given, so the YAML file and model defaults can fill it."""
+    `changes` adapt it to a command where the key means something narrower (score's --src), which
+    may require it (then no default is shown). Its value is None unless given, so the YAML file and
+    model defaults can fill it."""
     declared = replace(OPTIONS.get(key) or PLAN_OPTIONS[key], **changes)
     names = [f"--{key.replace('_', '-')}"] + ([declared.short] if declared.short else [])
-    default = default_of(key) if key in KEY_SECTION else None
+    default = default_of(key) if key in KEY_SECTION and not required else None
     shown = f"  [default: {str(default).lower() if isinstance(default, bool) else default}]" if default is not None \
         else ""
     if TYPES.get(key) is bool:
@@ -64,8 +65,9 @@ TRANSLATE_KEYS = ["model", "src", "output", "output_dir", "suffix",
                   *[k for k, section in KEY_SECTION.items() if section == "decoding"]]
 # score's own: one source and one target file, one output, and its own formats.
 SCORE_OPTIONS: dict[str, dict[str, Any]] = {
-    "src": dict(help="Source file, one sentence per line.  [required]", many=False, metavar=None),
-    "output": dict(help="Output file (written whole, through OUTPUT.tmp); - is stdout.", many=False, metavar=None),
+    "src": dict(help="Source file, one sentence per line (- is stdin).  [required]", many=False, metavar="FILE",
+                required=True),
+    "output": dict(help="Output file (written whole, through OUTPUT.tmp); - is stdout.", many=False, metavar="FILE"),
     "format": dict(help="text: one log-prob a line; jsonl: also tokens and per-token log-probs.",
                    choices=SCORE_FORMATS),
 }
@@ -190,7 +192,7 @@ def translate(config_file: str | None, dump_config: bool, debug: bool, **flags: 
 @cli.command(cls=OneValueCommand)
 @CONFIG_FILE
 @_apply([cli_option(key, **SCORE_OPTIONS.get(key, {})) for key in ("model", "src", "output", "format")])
-@click.option("--tgt", "-t", "tgt", default=None, help="Target file, aligned with --src.  [required]")
+@click.option("--tgt", "-t", "tgt", default=None, metavar="FILE", help="Target file, aligned with --src.  [required]")
 @_apply([cli_option(key) for key in SCORE_KEYS if key != "model"])
 @DUMP_CONFIG
 @DEBUG
@@ -239,15 +241,19 @@ def inspect(paths: tuple[str, ...], models: tuple[str, ...], debug: bool) -> Non
 
 @cli.command()
 @click.argument("dump")
-@click.option("--output", "-o", required=True, help="The HTML page to write (one file: inline SVG, CSS and script).")
+@click.option("--output", "-o", default=None, metavar="PAGE",
+              help="The HTML page to write (one file: inline SVG, CSS and script).  [default: DUMP with .html for "
+                   "its extension]")
 @click.option("--sentence", "-n", type=int, default=None, help="Only input line N (1-based).")
 @DEBUG
-def show(dump: str, output: str, sentence: int | None, debug: bool) -> None:
+def show(dump: str, output: str | None, sentence: int | None, debug: bool) -> None:
     """Draw the searches of a `translate --dump-beam` file as one HTML page: each line's beam tree
     (n-best paths highlighted, pruned branches faded) and, when recorded, its attention."""
-    from .show import write_page
+    from .show import page_path, write_page
 
-    write_page(dump, output, sentence)
+    write_page(dump, output or page_path(dump), sentence)
+    if output is None:
+        print(f"nmtdecode: wrote {page_path(dump)}", file=sys.stderr)
 
 
 def run(argv: list[str]) -> int:

@@ -205,7 +205,7 @@ class IOConfig(Section):
     resume: bool = option(False, "Continue an interrupted job from its partial --output.")
     stream: bool = option(False, "Answer each input line as soon as it arrives.")
     prefix: str | None = option(None, "File of target prefixes, one per --src line (may be empty): each output "
-                                "starts with its prefix.")
+                                "starts with its prefix.", metavar="FILE")
     dump_beam: str | None = option(None, "Write each line's search (beam tree, finished hypotheses, n-best) as "
                                    "JSONL to this file, for `nmtdecode show` (OpenNMT-py's -dump_beam).",
                                    metavar="FILE")

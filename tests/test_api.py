@@ -370,3 +370,18 @@ def test_the_documented_python_examples_run(page, monkeypatch):
         runner.run(test, out=report.append, clear_globs=False)
         assert runner.failures == 0, "".join(report)
         namespace = test.globs  # a DocTest runs in a copy: the next block continues this one's
+
+
+def test_config_shows_the_decoding_options_as_they_apply(cli):
+    """Translator.config holds the model's own defaults under the options given to load (the demo
+    model's step limit 2*|src|+10), as --dump-config shows them, not the built-in max_len_b: None."""
+    import dataclasses
+
+    import yaml
+
+    demo = str(REPO / "data" / "demo")
+    decoding = nmtdecode.Translator.load(demo, beam_size=3).config.decoding
+    assert (decoding.max_len_a, decoding.max_len_b, decoding.beam_size) == (2.0, 10, 3)
+    dumped = yaml.safe_load(cli("translate", "-m", demo, "--beam-size", 3, "--dump-config", text=True).stdout)
+    assert {f.name: getattr(decoding, f.name) for f in dataclasses.fields(decoding)} == \
+        {k: v for k, v in dumped.items() if k in {f.name for f in dataclasses.fields(decoding)}}

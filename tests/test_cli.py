@@ -224,3 +224,14 @@ def test_path_errors_fail_before_torch_is_imported(tmp_path, model_dir):
     codes, torch_loaded = json.loads(done.stdout.splitlines()[-1])
     assert 0 not in codes and done.stderr.count("nmtdecode: error:") == len(cases), done.stderr
     assert not torch_loaded
+
+
+def test_help_texts_say_what_the_options_take(cli):
+    """score's --src is required, so shows no default; --prefix and the score files take a FILE."""
+    score = cli("score", "--help", text=True).stdout
+    src = score[score.index("--src"): score.index("--output")]
+    assert "FILE" in src and "[required]" in src and "default" not in src
+    assert "-t, --tgt FILE" in score and "-o, --output FILE" in score
+    assert "--prefix FILE" in cli("translate", "--help", text=True).stdout
+    show = cli("show", "--help", text=True).stdout
+    assert "required" not in show and "DUMP with .html" in " ".join(show.split())

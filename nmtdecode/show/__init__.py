@@ -1,4 +1,5 @@
-"""`nmtdecode show DUMP --output PAGE.html`: the searches of a --dump-beam file as one page.
+"""`nmtdecode show DUMP [--output PAGE.html]`: the searches of a --dump-beam file as one page
+(by default beside the dump: beams.jsonl -> beams.html).
 
 Reads JSON only (no torch, no model): read the dump (one object per input line), lay out each
 sentence's beam tree (tree.py), write the page (page.py) whole, through PAGE.html.tmp.
@@ -36,6 +37,11 @@ def read_dump(path: str) -> list[dict]:
     if not records:
         raise ConfigError(f"show: {path} is empty")
     return records
+
+
+def page_path(dump: str) -> str:
+    """Where the page of `dump` goes when no --output is given: its name with .html for its extension."""
+    return os.path.splitext(dump)[0] + ".html"
 
 
 def write_page(dump: str, output: str, sentence: int | None = None) -> None:
