@@ -43,8 +43,9 @@ def test_config_file_with_override_and_formats_agree(model_dir, src_file, tmp_pa
     config.write_text(yaml.safe_dump({"model": str(model_dir), "beam-size": 4, "n_best": 3, "format": "jsonl",
                                       "max_length": 8, "quiet": True}))
     outputs = {}
-    for fmt in ("text", "nbest", "jsonl"):
-        run = cli("translate", "-c", config, "--src", src_file, "--format", fmt, text=True)
+    for fmt in ("text", "nbest", "jsonl"):  # text keeps the 1-best of the 3 (the 3 go to the dump)
+        dump = ["--dump-beam", tmp_path / "beams.jsonl"] if fmt == "text" else []
+        run = cli("translate", "-c", config, "--src", src_file, "--format", fmt, *dump, text=True)
         assert run.returncode == 0, run.stderr
         outputs[fmt] = run.stdout.splitlines()
     text, nbest, jsonl = outputs["text"], outputs["nbest"], [json.loads(line) for line in outputs["jsonl"]]
