@@ -24,7 +24,7 @@ from .config import Config
 from .jobs import check_written_files
 from .output_file import NOT_RESUMABLE, OutputFile
 from .pipeline import LineSource, load_engine, run
-from .progress import InputWait, JobProgress, progress_bar, stdin_is_terminal
+from .progress import JobProgress, progress_bar, stdin_is_terminal
 from .ranks import (Group, PartWriter, Ranks, check_job, check_layout, device_for, layouts, leave_group, merge,
                     threads_for)
 from .reading import check_prefix, check_readable
@@ -249,7 +249,7 @@ class RankJob:
 def decode_job(job: ResolvedJob, engine: Engine, output: OutputFile, share: Share) -> tuple[Summary, int]:
     """Decode `share` (WholeJob or RankJob) of one job into `output` through the pipeline, its
     output checkpointed after each chunk; returns its summary and the input's line count."""
-    config, waiting = job.config, InputWait()
+    config = job.config
     decoder = engine.decoder(config.decoding, job.rules, job.banned_ids, job.excluded_ids,
                              trace=config.io.dump_beam is not None)
     signals.job_started()  # from here a signal unwinds the job, keeping its output resumable
@@ -263,7 +263,7 @@ def decode_job(job: ResolvedJob, engine: Engine, output: OutputFile, share: Shar
         with progress_bar(config, done, share.shows_progress, share.label) as bar:
             counted = JobProgress(config, bar, done)
             lines = run(source, lambda batch: engine.decode_batch(batch, decoder), sink, job.batches_at_once,
-                        share.mine, counted, waiting.over)
+                        share.mine, counted)
     except BaseException:
         output.abandon()  # keeps FILE.tmp and its journal for --resume
         share.abandon()
@@ -271,7 +271,7 @@ def decode_job(job: ResolvedJob, engine: Engine, output: OutputFile, share: Shar
     share.complete(output)
     summary = counted.summary
     summary.replaced = source.reader.replaced_lines
-    summary.seconds = time.perf_counter() - counted.start - (waiting.seconds if config.io.stream else 0.0)
+    summary.seconds = time.perf_counter() - counted.start - source.reader.waited  # the rate is the decoding's
     if summary.replaced and share.reports_input:
         print_warning(f"{summary.replaced} lines had invalid UTF-8, decoded with U+FFFD")
     if not config.runtime.quiet:
