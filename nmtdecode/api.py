@@ -8,7 +8,8 @@ Each method returns one type, whatever the options: `translate` strings,
 `translate_batch` the n-best `Translation`s of each source, `translate_iterable`
 strings as they are ready, `generate_tokens` a `GeneratedToken` per target token,
 `score` numbers, `score_batch` `Scored` records with per-token log-probs.
-Sources are strings or lists of pieces (text already tokenized, as CTranslate2 takes it).
+Sources, target prefixes and targets to score are strings or lists of pieces (text already
+tokenized, as CTranslate2 takes it).
 
 Options are the keys of the YAML config (`beam_size`, `n_best`, `device`, `dtype`, ...):
 given to `load` they hold for every call; given to a call they hold for that call (a layer
@@ -105,13 +106,14 @@ class Translator:
         check_load_options(options)
         return cls(Engine.load(Config.from_layers([{"quiet": True}, {**options, "model": path}])))
 
-    def translate(self, sources: list, prefixes: list[str] | None = None, scores: bool | None = None,
+    def translate(self, sources: list, prefixes: list | None = None, scores: bool | None = None,
                   **options) -> list[str]:
         """The best translation of each source, a string each, in input order (sorted by length
         and batched inside). A source is a string or a list of pieces. An empty or blank source
-        gives "", or its prefix. `prefixes`: one target prefix per source (may be ""), as
-        --prefix. With `sampling=True`, source i draws as line i of a file would. Options whose
-        results a string cannot show (`n_best`, `alignment`, ...) are warned about:
+        gives "", or its prefix. `prefixes`: one target prefix per source (may be "" or None), as
+        --prefix: text, or a list of target pieces (as CTranslate2's target_prefix). With
+        `sampling=True`, source i draws as line i of a file would. Options whose results a
+        string cannot show (`n_best`, `alignment`, ...) are warned about:
         `translate_batch` returns them. `scores=True` is deprecated: it returns
         `translate_batch`'s result."""
         if scores is not None:
@@ -123,7 +125,7 @@ class Translator:
         job, decoder = self._decoder(options, "translate()")
         return [result.texts[0] for result in self._results(sources, prefixes, job, decoder)]
 
-    def translate_batch(self, sources: list, prefixes: list[str] | None = None,
+    def translate_batch(self, sources: list, prefixes: list | None = None,
                         **options) -> list[list[Translation]]:
         """As `translate`, but for each source its n-best hypotheses (`n_best`, default 1), best
         first, as `Translation`s: text, scores, tokens, per-token log-probs, and with
@@ -134,7 +136,7 @@ class Translator:
                              hyp.alignment, hyp.attention) for hyp, text in zip(result.hypotheses, result.texts)]
                 for result in self._results(sources, prefixes, job, decoder)]
 
-    def translate_iterable(self, sources: Iterable, prefixes: Iterable[str] | None = None,
+    def translate_iterable(self, sources: Iterable, prefixes: Iterable | None = None,
                            **options) -> Iterator[str]:
         """`translate`, lazily: yields the best translation of each source in input order, reading
         the sources (and prefixes) a window at a time, sorted and batched inside the window as
@@ -148,7 +150,7 @@ class Translator:
         return self._texts_of_windows(iter(sources), None if prefixes is None else iter(prefixes), window,
                                       job, decoder)
 
-    def generate_tokens(self, source: str | list[str], prefix: str | None = None,
+    def generate_tokens(self, source: str | list[str], prefix: str | list[str] | None = None,
                         **options: Any) -> Iterator[GeneratedToken]:
         """The translation of one source, a token at a time as the search chooses it (greedy by
         default, or `sampling=True`): a beam's best hypothesis is known only when the beam ends,
@@ -175,31 +177,30 @@ class Translator:
         job = self._call_config(options, {"src": src, "output": output, "resume": resume})
         return translate_job(job, engine=self.engine)
 
-    def score(self, sources: list, targets: list[str], **options) -> list[float]:
+    def score(self, sources: list, targets: list, **options) -> list[float]:
         """The total log-probability of each target (EOS included) given its source, as
-        `nmtdecode score` prints it."""
+        `nmtdecode score` prints it; a target is a string or a list of target pieces."""
         from .scoring import score_pairs
 
         sources, targets = self._pairs(sources, targets, "score()")
-        scores, _ = score_pairs(self.engine, self._call_config(options), sources, targets)
-        return [score.total for score in scores]
+        return [score.total for score in score_pairs(self.engine, self._call_config(options), sources, targets)]
 
-    def score_batch(self, sources: list, targets: list[str], **options) -> list[Scored]:
+    def score_batch(self, sources: list, targets: list, **options) -> list[Scored]:
         """Each target's log-probability given its source, per token and in all (`Scored`), as
-        `nmtdecode score --format jsonl` gives them; batched as `score` batches."""
+        `nmtdecode score --format jsonl` gives them; batched as `score` batches. A target is a
+        string or a list of target pieces (as CTranslate2 takes them; an unknown one is <unk>)."""
         from .scoring import score_pairs
 
         sources, targets = self._pairs(sources, targets, "score_batch()")
-        scores, forced = score_pairs(self.engine, self._call_config(options), sources, targets, by_token=True)
-        return [Scored(s.tokens, s.token_scores, s.eos_score, s.total, s.total / (len(s.tokens) - forced + 1))
-                for s in scores]
+        scores = score_pairs(self.engine, self._call_config(options), sources, targets, by_token=True)
+        return [Scored(s.tokens, s.token_scores, s.eos_score, s.total, s.total / s.length) for s in scores]
 
-    def _pairs(self, sources: Iterable, targets: Iterable[str], method: str) -> tuple[list, list[str]]:
+    def _pairs(self, sources: Iterable, targets: Iterable, method: str) -> tuple[list, list]:
         sources, _ = self._checked(sources, None, method)
         if isinstance(targets, str):
             raise TypeError(f"{method} takes a list of targets, not one string")
         targets = list(targets)
-        self._check_types(targets, "target", (str,), method)
+        self._check_types(targets, "target", (str, list), method)
         if len(sources) != len(targets):
             raise ValueError(f"{method} got {len(sources)} sources but {len(targets)} targets")
         return sources, targets
@@ -212,15 +213,15 @@ class Translator:
         self._check_types(sources, "source", (str, list), method)
         if prefixes is not None:
             prefixes = list(prefixes)
-            self._check_types(prefixes, "prefix", (str, type(None)), method)
+            self._check_types(prefixes, "prefix", (str, list, type(None)), method)
             if len(prefixes) != len(sources):
                 raise ValueError(f"{method} got {len(sources)} sources but {len(prefixes)} prefixes")
         return sources, prefixes
 
     @staticmethod
     def _check_types(values: list, name: str, allowed: tuple, method: str, first: int = 0):
-        """A TypeError naming the first value (numbered from `first`) of a wrong type: a source is
-        a string or a list of string pieces."""
+        """A TypeError naming the first value (numbered from `first`) of a wrong type: a source, a
+        prefix or a target is a string or a list of string pieces."""
         for i, value in enumerate(values, start=first):
             if not isinstance(value, allowed):
                 what = "a string or a list of pieces" if list in allowed else "a string"
@@ -229,7 +230,7 @@ class Translator:
                 wrong = next((j for j, piece in enumerate(value) if not isinstance(piece, str)), None)
                 if wrong is not None:
                     raise TypeError(f"{method}: {name} {i} has a {type(value[wrong]).__name__} at position "
-                                    f"{wrong}; a list source holds its pieces as strings")
+                                    f"{wrong}; a list {name} holds its pieces as strings")
 
     def _decoder(self, options: dict, method: str, greedy: bool = False) -> tuple[ResolvedJob, BatchDecoder]:
         """This call's resolved job and its decoder; options that change nothing in `method` are
@@ -268,7 +269,7 @@ class Translator:
                 prefixes_end("before", first + len(given))
             self._check_types(chunk, "source", (str, list), "translate_iterable()", first)
             if given is not None:
-                self._check_types(given, "prefix", (str, type(None)), "translate_iterable()", first)
+                self._check_types(given, "prefix", (str, list, type(None)), "translate_iterable()", first)
             for result in self._results(chunk, given, job, decoder, first):
                 yield result.texts[0]
             first += len(chunk)

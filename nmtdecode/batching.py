@@ -48,6 +48,7 @@ class PairScore:
 
     index: int
     total: float
+    length: int  # the tokens scored: the target's and its EOS (a forced first token is not chosen: not counted)
     tokens: list[int] | None = None  # the target's ids, any forced first token included, EOS not
     token_scores: list[float] | None = None  # one per token (a forced token: 0)
     eos_score: float | None = None

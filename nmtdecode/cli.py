@@ -193,10 +193,14 @@ def translate(config_file: str | None, dump_config: bool, debug: bool, **flags: 
 @CONFIG_FILE
 @_apply([cli_option(key, **SCORE_OPTIONS.get(key, {})) for key in ("model", "src", "output", "format")])
 @click.option("--tgt", "-t", "tgt", default=None, metavar="FILE", help="Target file, aligned with --src.  [required]")
+@click.option("--normalize", is_flag=True, help="Each line's log-probability per scored token (its target tokens and "
+              "EOS; marian-scorer's --normalize): text prints it instead of the total, jsonl adds it as "
+              "mean_log_prob (command line only).")
 @_apply([cli_option(key) for key in SCORE_KEYS if key != "model"])
 @DUMP_CONFIG
 @DEBUG
-def score(config_file: str | None, tgt: str | None, dump_config: bool, debug: bool, **flags: Any) -> None:
+def score(config_file: str | None, tgt: str | None, normalize: bool, dump_config: bool, debug: bool,
+          **flags: Any) -> None:
     """Forced decoding: the total log-probability of each target line given its source
     (natural log, EOS included; a forced target-language tag or BOS counts 0, as in translate).
     Pairs are sorted and batched as translate batches; the summary gives the perplexity."""
@@ -210,7 +214,7 @@ def score(config_file: str | None, tgt: str | None, dump_config: bool, debug: bo
         raise UsageError(f"score: give {'--src' if flags['src'] is None else '--tgt'} FILE")
     from .scoring import score_job
 
-    score_job(config, tgt)
+    score_job(config, tgt, normalize)
 
 
 def _given(flags: dict) -> dict:

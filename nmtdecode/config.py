@@ -199,7 +199,8 @@ class IOConfig(Section):
                       "each, one model load.", short="-s", many=True, metavar="FILE...")
     output: str = option("-", "Output file(s), one per --src; - is stdout.", short="-o", many=True, metavar="FILE...")
     format: str = option("text", "Output format.", choices=FORMATS)
-    token_scores: bool = option(False, "JSONL: add tokens and per-token log-probs.")
+    token_scores: bool = option(False, "JSONL: add tokens and per-token log-probs; nbest-marian: Marian's "
+                                "WordScores field (--word-scores).")
     on_invalid_utf8: str = option("error", "Invalid UTF-8 input: stop with the line number, or decode it as U+FFFD.",
                                   choices=("error", "replace"))
     resume: bool = option(False, "Continue an interrupted job from its partial --output.")

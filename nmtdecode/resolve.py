@@ -152,8 +152,9 @@ def ineffective(config: Config, max_positions: int, device_type: str, api_method
 def format_notes(config: Config) -> list[str]:
     """Options whose results the job's output format does not write."""
     io, decoding, notes = config.io, config.decoding, []
-    if io.token_scores and io.format != "jsonl":
-        notes.append(f"token_scores: has no effect with --format {io.format} (it adds fields to jsonl)")
+    if io.token_scores and io.format not in ("jsonl", "nbest-marian"):
+        notes.append(f"token_scores: has no effect with --format {io.format} (it adds fields to jsonl, and "
+                     "Marian's WordScores to nbest-marian)")
     for key in ("alignment", "attention"):
         if getattr(decoding, key) and io.format != "jsonl" and io.dump_beam is None:
             notes.append(f"{key}: has no effect with --format {io.format} (it adds fields to jsonl and --dump-beam)")
