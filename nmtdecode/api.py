@@ -26,7 +26,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, NoReturn
+from typing import TYPE_CHECKING, Any, Generator, Iterable, Iterator, NoReturn
 
 from .batching import chunk_size, chunks
 from .config import Config
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from .engine import Engine
     from .summary import Summary
     from .decoding import BatchDecoder
+    from .search.base import Hypothesis
 
 _END = object()  # what next() gives for an exhausted iterator, where None is a value
 
@@ -66,6 +67,8 @@ class GeneratedToken:
     piece: str | None  # its entry in the target vocabulary (`\u2581Guten`); None for an id the tokenizer lacks
     log_prob: float  # its log-probability (natural log), as `Translation.token_scores` has it
     text: str  # the output so far (this token included), detokenized
+    is_last: bool = False  # the step limit ends the hypothesis with this token (one that ends with EOS ends
+    #                        with the generator, whose return value is the hypothesis: `generate_tokens`)
 
 
 @dataclass
@@ -77,6 +80,12 @@ class Scored:
     eos_score: float  # log-probability of the EOS that ends the target
     log_prob: float  # their sum, EOS included: what `score` returns (up to float32 rounding)
     mean_log_prob: float  # log_prob per scored token (EOS counted, a forced token not), as `score`'s summary
+
+
+def translation(hyp: Hypothesis, text: str) -> Translation:
+    """A search's hypothesis and its text as the API returns it."""
+    return Translation(text, hyp.score, hyp.total, hyp.tokens, hyp.token_scores, hyp.ended, hyp.eos_score,
+                       hyp.alignment, hyp.attention)
 
 
 class IneffectiveOptionWarning(UserWarning):
@@ -132,8 +141,7 @@ class Translator:
         `alignment=True` / `attention=True` the cross-attention's alignment and weights."""
         sources, prefixes = self._checked(sources, prefixes, "translate_batch()")
         job, decoder = self._decoder(options, "translate_batch()")
-        return [[Translation(text, hyp.score, hyp.total, hyp.tokens, hyp.token_scores, hyp.ended, hyp.eos_score,
-                             hyp.alignment, hyp.attention) for hyp, text in zip(result.hypotheses, result.texts)]
+        return [[translation(hyp, text) for hyp, text in zip(result.hypotheses, result.texts)]
                 for result in self._results(sources, prefixes, job, decoder)]
 
     def translate_iterable(self, sources: Iterable, prefixes: Iterable | None = None,
@@ -151,13 +159,14 @@ class Translator:
                                       job, decoder)
 
     def generate_tokens(self, source: str | list[str], prefix: str | list[str] | None = None,
-                        **options: Any) -> Iterator[GeneratedToken]:
+                        **options: Any) -> Generator[GeneratedToken, None, Translation]:
         """The translation of one source, a token at a time as the search chooses it (greedy by
         default, or `sampling=True`): a beam's best hypothesis is known only when the beam ends,
         so as in CTranslate2's `generate_tokens` there is no beam here. The tokens and log-probs
         are those of `translate_batch([source], [prefix], beam_size=1, **options)[0][0]`, EOS
         left out; the last one's `text` is `translate`'s string. A sample draws as source 0 of
-        `translate` does."""
+        `translate` does. Once exhausted, the generator returns that Translation (`result =
+        yield from translator.generate_tokens(...)`): whether it ended with EOS, and EOS's score."""
         [source], [prefix] = self._checked([source], [prefix], "generate_tokens()")
         job, decoder = self._decoder(options, "generate_tokens()", greedy=True)
         # The fixed-shape step (CUDA graphs) decodes in buffers every batch shares; this decoding
@@ -276,31 +285,32 @@ class Translator:
         if prefixes is not None and next(prefixes, _END) is not _END:  # a prefix may be None
             prefixes_end("after", first)
 
-    def _tokens(self, example: Example, decoder: BatchDecoder) -> Iterator[GeneratedToken]:
+    def _tokens(self, example: Example, decoder: BatchDecoder) -> Generator[GeneratedToken, None, Translation]:
         """The tokens of one example's single hypothesis, each yielded after the step that chose
-        it (all at once for an empty source: its prefix, if any)."""
+        it (all at once for an empty source: its prefix, if any); returns the hypothesis."""
         tokenizer, chosen = self.engine.loaded.tokenizer, []
 
-        def emit(tokens: list[int], log_probs: list[float]) -> Iterator[GeneratedToken]:
-            for token, log_prob in zip(tokens, log_probs):
+        def emit(tokens: list[int], log_probs: list[float], cut: bool = False) -> Iterator[GeneratedToken]:
+            for i, (token, log_prob) in enumerate(zip(tokens, log_probs), start=1):
                 chosen.append(token)
                 yield GeneratedToken(len(chosen) - 1, token, tokenizer.target_piece(token), log_prob,
-                                     tokenizer.decode(chosen))
+                                     tokenizer.decode(chosen), is_last=cut and i == len(tokens))
 
         if example.ids is None:
             [hyp] = self.engine.decode_batch([example], decoder)[0].hypotheses
             yield from emit(hyp.tokens, hyp.token_scores)
-            return
+            return translation(hyp, tokenizer.decode(hyp.tokens))
         total, prefixes = 0.0, [example.prefix] if example.prefix else None
         for search in decoder.search_steps([example.ids], [example.index], prefixes):
             record = search.beams[0]  # its one slot: greedy and a single sample never reorder
             if record.done:  # this step ended it (EOS, which is not yielded, or the step limit)
                 [hyp] = search.results(1)[0]
-                yield from emit(hyp.tokens[len(chosen):], hyp.token_scores[len(chosen):])
-                return
+                yield from emit(hyp.tokens[len(chosen):], hyp.token_scores[len(chosen):], cut=not hyp.ended)
+                return translation(hyp, tokenizer.decode(hyp.tokens))
             [token], [now] = record.next_ys[-1], record.scores[-1]
             yield from emit([token], [now - total])
             total = now
+        raise RuntimeError("the search ended without a done step")  # search_steps ends with every sentence done
 
     def _call_config(self, options: dict, files: dict | None = None, base: dict | None = None) -> Config:
         """This translator's config with one call's options over it (over `base`, the call's own

@@ -79,13 +79,21 @@ def run(source: Source, work: Callable[[list[Example]], list], sink: Sink, at_on
     return done
 
 
+# --stream: the batches' worth of waiting lines sorted by length together. Batches in input order
+# decoded the demo's held-out lines 16% slower than sorted ones (padding, and each batch runs to
+# its longest source's step limit); four batches sorted together lost 2-7% (docs/speed.md).
+STREAM_BATCHES = 4
+
+
 def read_size(config: Config) -> int:
     """The most lines decoded together: a sort chunk (many batches, sorted by length together); with
-    --stream one batch's worth, so that each batch is written as soon as it is done. From a pipe or
-    terminal a chunk also ends where the lines that have arrived end (`LineSource.chunks`)."""
+    --stream a few batches' worth (`STREAM_BATCHES`), so that a line's answer waits for at most the
+    few other batches of its chunk. From a pipe or terminal a chunk also ends where the lines that
+    have arrived end (`LineSource.chunks`)."""
     batching = config.batching
     if config.io.stream:  # with a token budget, assume ~16 tokens a line
-        return batching.batch_size if batching.batch_type == "sents" else max(1, batching.batch_size // 16)
+        batch = batching.batch_size if batching.batch_type == "sents" else max(1, batching.batch_size // 16)
+        return batch * STREAM_BATCHES
     return chunk_size(batching.batch_size, batching.batch_type)
 
 

@@ -262,8 +262,14 @@ def decode_job(job: ResolvedJob, engine: Engine, output: OutputFile, share: Shar
     try:
         with progress_bar(config, done, share.shows_progress, share.label) as bar:
             counted = JobProgress(config, bar, done)
+
+            def observe(batch: list[Example], results: list[Result]) -> None:
+                counted(batch, results)
+                if config.io.stream:  # what is written of the chunk so far goes out with each batch
+                    output.stream.flush()
+
             lines = run(source, lambda batch: engine.decode_batch(batch, decoder), sink, job.batches_at_once,
-                        share.mine, counted)
+                        share.mine, observe)
     except BaseException:
         output.abandon()  # keeps FILE.tmp and its journal for --resume
         share.abandon()

@@ -11,7 +11,7 @@ import json
 import os
 
 from ..config import ConfigError
-from ..output_file import OutputFile
+from ..output_file import written_whole
 from .page import page_html
 
 REQUIRED = ("index", "source", "source_pieces", "search", "pieces", "beams", "nbest")
@@ -52,16 +52,5 @@ def write_page(dump: str, output: str, sentence: int | None = None) -> None:
             raise ConfigError(f"sentence: {sentence} is not a line of {dump} (1 to {len(records)})")
         records = [records[sentence - 1]]
     html = page_html(records, f"nmtdecode show: {os.path.basename(dump)}")
-    out = OutputFile(output)
-    out.refuse_source(dump)
-    out.claim(False, resumable=False)
-    try:
-        out.open(False, signature="")
-        try:
-            out.stream.write(html)
-        except BaseException:
-            out.abandon()
-            raise
-        out.finish()
-    finally:
-        out.release()
+    with written_whole(output, [dump]) as stream:
+        stream.write(html)
