@@ -80,8 +80,8 @@ def run(source: Source, work: Callable[[list[Example]], list], sink: Sink, at_on
 
 
 # --stream: the batches' worth of waiting lines sorted by length together. Batches in input order
-# decoded the demo's held-out lines 16% slower than sorted ones (padding, and each batch runs to
-# its longest source's step limit); four batches sorted together lost 2-7% (docs/speed.md).
+# decoded the demo's held-out lines about 20% slower than sorted ones (padding, and each batch
+# runs to its longest source's step limit); four batches sorted together, within 10% (speed.md).
 STREAM_BATCHES = 4
 
 
