@@ -30,6 +30,7 @@ from .config_file import dump, load_yaml
 from .jobs import make_output_dir, plan_jobs
 from .opennmt_options import spelling_message
 from .signals import STOPPED_NOTE, Terminated
+from .summary import say
 
 
 def _click_type(key: str, declared: Option) -> click.ParamType | type:
@@ -279,19 +280,19 @@ def run(argv: list[str]) -> int:
         e.show()
         return 2
     except (click.ClickException, UsageError) as e:  # click's usage errors: one line, as all ours
-        print(f"nmtdecode: error: {one_line(e)}", file=sys.stderr)
+        say(f"nmtdecode: error: {one_line(e)}")
         return 2
     except (KeyboardInterrupt, click.Abort, Terminated) as e:
         return stopped(e)
     except ConfigError as e:
         if debug:
             raise
-        print(f"nmtdecode: error: {e}", file=sys.stderr)
+        say(f"nmtdecode: error: {e}")
         return 2
     except Exception as e:  # runtime failures: one line, no traceback
         if debug:
             raise
-        print(f"nmtdecode: error: {e}", file=sys.stderr)
+        say(f"nmtdecode: error: {e}")
         return 1
     return 0
 
@@ -299,7 +300,7 @@ def run(argv: list[str]) -> int:
 def stopped(stop: BaseException) -> int:
     """One line for a job stopped by SIGINT or SIGTERM; its exit code."""
     terminated = isinstance(stop, Terminated)
-    print(f"nmtdecode: {'terminated' if terminated else 'interrupted'}; {stopped_note(stop)}", file=sys.stderr)
+    say(f"nmtdecode: {'terminated' if terminated else 'interrupted'}; {stopped_note(stop)}")
     return 143 if terminated else 130
 
 

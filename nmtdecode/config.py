@@ -26,6 +26,7 @@ import typing
 from typing import Any
 from dataclasses import MISSING, dataclass, field, fields, replace
 
+from .bounded import shown
 from .opennmt_options import peer_option_message
 from .option import ConfigError, Option, check_option, coerce, option
 
@@ -179,7 +180,7 @@ class RuntimeConfig(Section):
 
     def check(self) -> None:
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
-            raise ConfigError(f"device: {self.device!r} is not one of auto, cpu, cuda, cuda:N")
+            raise ConfigError(f"device: {shown(self.device)} is not one of auto, cpu, cuda, cuda:N")
         if self.quantize == "int8" and self.dtype != "float32":
             raise ConfigError("quantize: int8 works with --dtype float32 (activations stay float32)")
 
@@ -187,8 +188,8 @@ class RuntimeConfig(Section):
 @dataclass
 class IOConfig(Section):
     model: str | list[str] | None = option(
-        None, "Model directory (native, Hugging Face, eole) or OpenNMT-py .pt checkpoint. Several: --model A B, an "
-        "ensemble decoded as one model.", short="-m", many=True, metavar="PATH...")
+        None, "Model directory (native, Hugging Face, eole, Marian) or OpenNMT-py .pt checkpoint or Marian .npz. "
+        "Several: --model A B, an ensemble decoded as one model.", short="-m", many=True, metavar="PATH...")
     ensemble_rule: str | None = option(None, "How an ensemble combines its models' next-token scores: prob (mean of "
                                        "probabilities, fairseq), logprob (weighted sum of log-probs, Marian), "
                                        "opennmt (mean of logits, OpenNMT-py); unset: opennmt for OpenNMT-py and eole "
@@ -274,7 +275,7 @@ def unknown_key_message(key: str) -> str:
         return message
     close = difflib.get_close_matches(key, sorted([*KEY_SECTION, *PLAN_KEYS]), n=3, cutoff=0.6)
     hint = f"did you mean {' or '.join(close)}?" if close else "nmtdecode translate --help lists the options"
-    return f"unknown option {key!r} ({hint})"
+    return f"unknown option {shown(key)} ({hint})"
 
 
 def unknown_keys_error(keys: list[str]) -> ConfigError:
@@ -398,7 +399,7 @@ def option_names(data: dict, where: str) -> dict:
     values = {str(k).replace("-", "_"): v for k, v in data.items()}
     if len(values) < len(data):
         twice = next(k for k in values if sum(str(o).replace("-", "_") == k for o in data) > 1)
-        raise ConfigError(f"{where}: {twice!r} is given twice (spelt with - and with _)")
+        raise ConfigError(f"{where}: {shown(twice)} is given twice (spelt with - and with _)")
     return values
 
 

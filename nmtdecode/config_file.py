@@ -76,7 +76,11 @@ def load_yaml(path: str) -> dict:
     _check_keys(path, raw, values)
     base = os.path.dirname(path)
     _resolve_paths(values, base)
-    for item in values.get("jobs") or []:
+    jobs = values.get("jobs")
+    if jobs is not None and not isinstance(jobs, list):  # jobs.py says what a list must hold
+        raise ConfigError(f"config file {path}: jobs: expected a list of {{src: FILE, output: FILE, ...}} items, "
+                          f"got {shown(jobs)}")
+    for item in jobs or []:
         if isinstance(item, dict):
             _resolve_paths(item, base)
     return values

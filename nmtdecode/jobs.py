@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import os
 
+from .bounded import shown
 from .config import KEY_SECTION, PER_JOB_KEYS, PLAN_KEYS, Config, ConfigError, option_names
+from .output_file import side_files
 
 
 def file_identity(path: str) -> tuple:
@@ -27,7 +29,7 @@ def file_identity(path: str) -> tuple:
 def _as_list(key: str, value: object) -> list[str]:
     values = value if isinstance(value, (list, tuple)) else [value]
     if not values or not all(isinstance(v, str) for v in values):
-        raise ConfigError(f"{key}: expected a file name or a list of file names, got {value!r}")
+        raise ConfigError(f"{key}: expected a file name or a list of file names, got {shown(value)}")
     return list(values)
 
 
@@ -50,7 +52,7 @@ def _items(values: dict) -> list[dict]:
     output_dir, suffix = values.pop("output_dir", None), values.pop("suffix", None)
     for key, value in (("output_dir", output_dir), ("suffix", suffix)):
         if value is not None and not isinstance(value, str):
-            raise ConfigError(f"{key}: expected a string, got {value!r}")
+            raise ConfigError(f"{key}: expected a string, got {shown(value)}")
     derive = output_dir is not None or suffix is not None
     sources, outputs = values.pop("src", None), values.pop("output", None)
     if derive and outputs is not None:
@@ -86,7 +88,7 @@ def _job_item(n: int, item: object, output_dir: str | None, suffix: str | None) 
     refused = sorted(k for k in item if k not in PER_JOB_KEYS)
     if refused:
         where = "set it at the top of the file" if refused[0] in KEY_SECTION else "unknown option"
-        raise ConfigError(f"jobs: item {n} sets {refused[0]!r}, which cannot differ between the jobs of "
+        raise ConfigError(f"jobs: item {n} sets {shown(refused[0])}, which cannot differ between the jobs of "
                           f"one run (one model load): {where}; an item may set {', '.join(sorted(PER_JOB_KEYS))}")
     if "output" not in item:
         if output_dir is None and suffix is None:
@@ -119,28 +121,42 @@ def plan_jobs(file_values: dict, flags: dict) -> list[Config]:
     return jobs
 
 
+def check_written_files(jobs: list[Config]) -> None:
+    """No file is written twice in a run: by two jobs (their outputs, their --dump-beam files, the
+    files each keeps beside them: FILE.tmp, its journal, FILE.lock) or by one job twice. Files
+    are compared as files, not as names: `--output x.de.tmp x.de` would have the second job
+    take the first one's finished output for its own temporary file."""
+    seen: dict[tuple, tuple] = {}  # file -> (the key, what it is, the name that named it first, its job)
+    for number, job in enumerate(jobs):
+        for key, path, what in written_files(job):
+            identity = file_identity(path)
+            if identity not in seen:
+                seen[identity] = (key, what, path, number)
+                continue
+            first_key, first_what, first_path, first_job = seen[identity]
+            if first_job == number:
+                raise ConfigError(f"{key}: {path} is the job's --{first_key.replace('_', '-')}"
+                                  + ("" if first_what == WRITTEN[first_key] else f" ({first_what})")
+                                  + "; give it a file of its own")
+            alias = "" if first_path == path else f" (it is {first_path}, through a link or another spelling " \
+                "of the path)"
+            whose = "two jobs" if (first_key, first_what) == (key, what) else "another job"
+            raise ConfigError(f"{key}: {path} is {first_what} of {whose}{alias}")
+
+
 WRITTEN = {"output": "the output", "dump_beam": "the beam dump"}  # the files a job writes
 
 
-def check_written_files(jobs: list[Config]) -> None:
-    """No file is written twice in a run: by two jobs (their outputs, their --dump-beam files) or
-    by one job as its output and its beam dump. Files are compared as files, not as names."""
-    seen: dict[tuple, tuple] = {}  # file -> (the key, the name that named it first, its job)
-    for number, job in enumerate(jobs):
-        for key in WRITTEN:
-            path = getattr(job.io, key)
-            if path is None or path == "-":
-                continue
-            identity = file_identity(path)
-            if identity in seen:
-                first_key, first_path, first_job = seen[identity]
-                if first_job == number:
-                    raise ConfigError(f"{key}: {path} is the job's --output; give it a file of its own")
-                alias = "" if first_path == path else f" (it is {first_path}, through a link or another spelling " \
-                    "of the path)"
-                whose = "two jobs" if first_key == key else "another job"
-                raise ConfigError(f"{key}: {path} is {WRITTEN[first_key]} of {whose}{alias}")
-            seen[identity] = (key, path, number)
+def written_files(job: Config) -> list[tuple[str, str, str]]:
+    """(option, name, what it is) of every file `job` writes: its output and beam dump, and beside
+    each the files the job keeps there while it runs (output_file.side_files)."""
+    files = []
+    for key, what in WRITTEN.items():
+        path = getattr(job.io, key)
+        if path is not None and path != "-":
+            files.append((key, path, what))
+            files += [(key, side, f"a file kept beside {what} {path}") for side in side_files(path)]
+    return files
 
 
 def make_output_dir(file_values: dict, flags: dict) -> None:

@@ -11,6 +11,8 @@ CTranslate2, Marian and transformers (`PEER_FLAGS`, also when given with one das
 
 from __future__ import annotations
 
+from .bounded import shown
+
 # Their option names that are spelled differently here, and how ours are spelled.
 PEER_RENAMES = {
     "max_length_ratio": "max_len_a with max_len_b: 5 (their step limit is |src| x ratio + 5)",
@@ -36,9 +38,9 @@ def peer_option_message(key: str) -> str | None:
     """Why `key`, an OpenNMT-py/eole name, is not an option here and what to write instead;
     None when `key` is not one of their names."""
     if key in PEER_RENAMES:
-        return f"unknown option {key!r} (an OpenNMT-py/eole name): nmtdecode's is {PEER_RENAMES[key]}"
+        return f"unknown option {shown(key)} (an OpenNMT-py/eole name): nmtdecode's is {PEER_RENAMES[key]}"
     if key in PEER_WITHOUT_EQUIVALENT:
-        return f"unknown option {key!r} (an OpenNMT-py/eole name): nmtdecode has no equivalent; remove it"
+        return f"unknown option {shown(key)} (an OpenNMT-py/eole name): nmtdecode has no equivalent; remove it"
     return None
 
 

@@ -10,6 +10,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
+from .bounded import shown
+
 
 class ConfigError(ValueError):
     """A usage or configuration mistake (exit code 2)."""
@@ -51,7 +53,7 @@ def coerce(key: str, hint: Any, value: Any) -> Any:
         return [coerce(key, float, v) for v in value]
     if isinstance(value, (list, tuple)) and list[str] in allowed:  # paths: model: [A, B] (one alone is A)
         if not value or not all(isinstance(v, str) and v for v in value):
-            raise ConfigError(f"{key}: expected a path or a list of paths, got {value!r}")
+            raise ConfigError(f"{key}: expected a path or a list of paths, got {shown(value)}")
         return list(value) if len(value) > 1 else value[0]
     if bool in allowed and isinstance(value, bool):
         return value
@@ -67,7 +69,7 @@ def coerce(key: str, hint: Any, value: Any) -> Any:
         if isinstance(value, (str, int, float)):
             return str(value)
     names = " or ".join(getattr(t, "__name__", str(t)) for t in allowed if t is not type(None))
-    raise ConfigError(f"{key}: expected {names}, got {value!r}")
+    raise ConfigError(f"{key}: expected {names}, got {shown(value)}")
 
 
 def _pieces(key: str, value: object) -> list[str]:
@@ -79,7 +81,7 @@ def _pieces(key: str, value: object) -> list[str]:
                                                 for v in value):
         return list(value)
     raise ConfigError(f"{key}: expected target pieces, as a list of strings or one string separated by spaces, "
-                      f"got {value!r}")
+                      f"got {shown(value)}")
 
 
 def _bound(text: str) -> float:
@@ -104,7 +106,7 @@ def check_option(key: str, declared: Option, value: Any) -> None:
     if declared.choices is not None and value is not None and value not in declared.choices:
         names = [f"{c} ({', '.join(a for a, to in declared.aliases.items() if to == c)})"
                  if declared.aliases and c in declared.aliases.values() else c for c in declared.choices]
-        raise ConfigError(f"{key}: {value!r} is not one of {', '.join(names)}")
+        raise ConfigError(f"{key}: {shown(value)} is not one of {', '.join(names)}")
     if declared.range is not None and value is not None and not in_range(value, declared.range):
         where = declared.range if declared.range[0] in "<>" else f"in {declared.range}"
         hint = f" ({declared.hint})" if declared.hint else ""

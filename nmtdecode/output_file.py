@@ -24,9 +24,10 @@ Misuse is refused or made harmless:
   unlinking whatever held the name: a planted link is removed, never followed.
 * A new job removes the journal before it writes anything, so a later
   `--resume` never continues one job's output with another's; and once its
-  run has started decoding (the model loaded) it keeps a FILE.tmp, empty
-  until the first checkpoint, until it completes, so that a `--resume` after
-  it stopped redoes it rather than taking an older FILE for its output.
+  outputs are claimed (before the model loads, which can take minutes) it
+  keeps a FILE.tmp, empty until the first checkpoint, until it completes, so
+  that a `--resume` after it stopped, even during the load, redoes it rather
+  than taking an older FILE for its output.
 * FILE that is a symbolic link or not a regular file (a device such as
   /dev/null or /dev/stdout, a FIFO) is written through: no temporary file,
   no rename, no lock and no resume.
@@ -49,6 +50,12 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
 from .config import ConfigError
+
+def side_files(path: str) -> tuple[str, str, str, str]:
+    """What a job writes beside its output FILE: FILE.tmp, its journal FILE.tmp.progress, the
+    journal's next version, and the lock FILE.lock."""
+    return f"{path}.tmp", f"{path}.tmp.progress", f"{path}.tmp.progress.new", f"{path}.lock"
+
 
 JOURNAL_LIMIT = 1 << 16  # a progress record is a few hundred bytes
 
@@ -88,7 +95,7 @@ class OutputFile:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.tmp, self.journal, self.lock_path = f"{path}.tmp", f"{path}.tmp.progress", f"{path}.lock"
+        self.tmp, self.journal, _, self.lock_path = side_files(path)
         self.direct = path == "-" or _written_through(path)
         self.stream: Any = None  # _Sink, or sys.stdout for `-`, once open
         self.resumed = Progress()
@@ -104,7 +111,7 @@ class OutputFile:
         source = _regular_identity(src)
         if source is None:
             return
-        for name in (self.path, self.tmp, self.journal, self.journal + ".new", self.lock_path):
+        for name in (self.path, *side_files(self.path)):
             try:
                 st = os.stat(name)
             except OSError:

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol
 
+from .batch_threads import in_order
 from .batching import Example, chunk_size, chunks, cut
 from .config import BatchingConfig, Config
-from .batch_threads import in_order
 from .models.detect import model_format
 from .reading import LineReader, PrefixLines
 
@@ -32,6 +32,7 @@ class Source(Protocol):
     """Where a job's examples come from."""
 
     batching: BatchingConfig  # how a chunk is cut into batches
+    done: int  # input lines before its first chunk (a resumed job's output has them)
 
     def chunks(self) -> Iterator[list[Example]]: ...  # in input order
 
@@ -65,7 +66,7 @@ def run(source: Source, work: Callable[[list[Example]], list], sink: Sink, at_on
     """Run a job: each chunk of `source` cut into batches, the batches `mine` keeps decoded by
     `work` (`at_once` at the same time, in_order), their results put into `sink` and told to
     `observe`, the chunk checkpointed. Returns the number of input lines done."""
-    batching, done = source.batching, getattr(source, "done", 0)
+    batching, done = source.batching, source.done
     for chunk in source.chunks():
         batches = mine(cut(chunk, batching.batch_size, batching.batch_type))
         for batch, results in in_order(work, batches, at_once):
@@ -151,6 +152,8 @@ class LineSource:
 class ListSource:
     """Examples already in memory (the Python API's sources), sorted and batched as one chunk, as
     the command line batches one chunk of a file."""
+
+    done = 0
 
     def __init__(self, examples: list[Example], batching: BatchingConfig) -> None:
         self.examples, self.batching = examples, batching

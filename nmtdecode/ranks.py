@@ -47,6 +47,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping
 
+from .bounded import shown
 from .batching import Result
 from .config import Config, ConfigError
 from .models.checkpoint import first_line
@@ -190,7 +191,7 @@ def rendezvous_timeout(environ: Mapping[str, str] | None = None) -> float:
     except ValueError:
         seconds = -1.0
     if not 0 < seconds < float("inf"):
-        raise ConfigError(f"{RENDEZVOUS_TIMEOUT}={value!r}: expected a number of seconds > 0")
+        raise ConfigError(f"{RENDEZVOUS_TIMEOUT}={shown(value)}: expected a number of seconds > 0")
     return seconds
 
 

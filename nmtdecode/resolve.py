@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Callable
 
+from .bounded import shown
 from .config import KEY_SECTION, PER_JOB_KEYS, SCORE_FORMATS, Config, ConfigError
 from .models.checkpoint import ModelRules
 from .signature import job_signature
@@ -81,7 +82,7 @@ def piece_ids(key: str, pieces: list[str], piece_id: Callable[[str], int | None]
     for piece in pieces:
         found = piece_id(piece)
         if found is None:
-            raise ConfigError(f"{key}: {piece!r} is not a piece of the target vocabulary (give pieces as the "
+            raise ConfigError(f"{key}: {shown(piece)} is not a piece of the target vocabulary (give pieces as the "
                               "tokenizer spells them, e.g. \u2581the for a word-initial 'the')")
         ids.append(found)
     return ids
@@ -165,17 +166,18 @@ def returned_notes(config: Config, method: str, call_options: dict) -> list[str]
     """Options whose results the Python API's `method` does not return (its type cannot carry them)."""
     notes = []
     if "format" in call_options:
-        notes.append(f"format={call_options['format']!r} has no effect on {method}: translate_file() writes formats")
+        notes.append(f"format={shown(call_options['format'])} has no effect on {method}: translate_file() writes "
+                     "formats")
     if config.decoding.report_align:
         notes.append(f"report_align=True has no effect on {method}: translate_file() writes the Pharaoh pairs")
     if method in ("translate()", "translate_iterable()"):
         decoding = config.decoding
-        shown = "the best translation as a string; translate_batch() returns"
+        returns = "the best translation as a string; translate_batch() returns"
         if decoding.n_best > 1:
-            notes.append(f"n_best={decoding.n_best} has no effect on {method}, which returns {shown} the n-best")
+            notes.append(f"n_best={decoding.n_best} has no effect on {method}, which returns {returns} the n-best")
         for key in ("alignment", "attention", "token_scores"):
             if config.value(key):
-                notes.append(f"{key}=True has no effect on {method}, which returns {shown} Translations with it")
+                notes.append(f"{key}=True has no effect on {method}, which returns {returns} Translations with it")
     return notes
 
 

@@ -14,7 +14,6 @@ CLI builds the jobs' `Config`s (jobs.py) and calls `translate_job`; nothing here
 from __future__ import annotations
 
 import os
-import sys
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Protocol
@@ -29,7 +28,7 @@ from .ranks import (Group, PartWriter, Ranks, check_job, check_layout, device_fo
                     threads_for)
 from .reading import check_prefix, check_readable
 from .resolve import ResolvedJob, check_torchrun, check_translate, resolve, stream_typed_input
-from .summary import Summary, count, print_warning, timing
+from .summary import Summary, count, print_warning, say, timing
 from .writing import BothWriters, ResultWriter, SearchWriter
 
 if TYPE_CHECKING:
@@ -61,22 +60,22 @@ def translate_job(jobs: Config | list[Config], engine: Engine | None = None) -> 
                 dump = _claim_dump(job, output)
                 dumps.append(dump)
                 pending.append((job, output, dump))
+        for job, output, _ in pending:  # before the load: a stop during it must not leave an older output
+            if not job.io.resume:       # looking complete to a --resume (a requeued Slurm job passes it)
+                output.mark_unfinished()
         total, resolved = Summary(), []
         if pending:
             if engine is None:
                 engine, load_seconds = load_engine(pending[0][0]), time.perf_counter() - started
             resolved = resolve_all([job for job, _, _ in pending], engine)
             signals.job_started()  # from here a signal unwinds the run, keeping its outputs resumable
-            for job, output, _ in pending:
-                if not job.io.resume:
-                    output.mark_unfinished()  # every output of the run, before the first is decoded
         several = len(jobs) > 1  # then each file's bar and summary line name it, and a total follows
         for (job, output, dump), resolved_job in zip(pending, resolved):
             share = WholeJob(dump, job.io.src) if several else WholeJob(dump, timed=(started, load_seconds))
             total.add(decode_job(resolved_job, engine, output, share)[0])
         if several and pending and not pending[0][0].runtime.quiet:
-            print(total.line(f"nmtdecode: all {count(len(pending), 'file')}:")
-                  + timing(load_seconds, time.perf_counter() - started), file=sys.stderr)
+            say(total.line(f"nmtdecode: all {count(len(pending), 'file')}:")
+                + timing(load_seconds, time.perf_counter() - started))
         return total
     except (KeyboardInterrupt, signals.Terminated) as stop:
         if not any(output is not None and not output.direct for output in outputs):
@@ -131,7 +130,7 @@ def _claim(job: Config, jobs: list[Config]) -> OutputFile | None:
         return output
     output.release()
     if not job.runtime.quiet:
-        print(f"nmtdecode: {job.io.output} is complete (no {output.tmp} to resume); nothing to do", file=sys.stderr)
+        say(f"nmtdecode: {job.io.output} is complete (no {output.tmp} to resume); nothing to do")
     return None
 
 
@@ -258,7 +257,7 @@ def decode_job(job: ResolvedJob, engine: Engine, output: OutputFile, share: Shar
                         on_resume=lambda n: print_warning(f"{share.where}resuming after input line {n}"))
     sink = OutputSink(share.writer(output, config, done), output)
     if config.io.stream and stdin_is_terminal() and not config.runtime.quiet:
-        print("nmtdecode: ready: type a line to translate it (Ctrl-D ends)", file=sys.stderr)
+        say("nmtdecode: ready: type a line to translate it (Ctrl-D ends)")
     try:
         with progress_bar(config, done, share.shows_progress, share.label) as bar:
             counted = JobProgress(config, bar, done)
@@ -283,7 +282,7 @@ def decode_job(job: ResolvedJob, engine: Engine, output: OutputFile, share: Shar
     if not config.runtime.quiet:
         timed = share.timed
         extra = "" if timed is None else timing(timed[1], time.perf_counter() - timed[0])
-        print(summary.line(share.summary_prefix) + extra, file=sys.stderr)
+        say(summary.line(share.summary_prefix) + extra)
     return summary, lines
 
 
@@ -308,7 +307,7 @@ class OutputSink:
 def _translate_ranks(jobs: list[Config], ranks: Ranks, engine: Engine | None) -> Summary:
     """This rank's share of every job, one after the other with one model load, each followed
     (rank 0) by its merge; returns this rank's summary of them all. As in one process, every
-    job's files are claimed first, and once the model is loaded every part a new job has not
+    job's files are claimed first, and before the model loads every part a new job has not
     written yet is marked unfinished, so that --resume after a stop never takes an older OUT
     for a job no rank had started."""
     for config in jobs:
@@ -322,14 +321,14 @@ def _translate_ranks(jobs: list[Config], ranks: Ranks, engine: Engine | None) ->
             claimed.append((output, part))
             if not _claim_share(config, ranks, group, output, part):
                 pending.append((config, output, part))
+        for config, _, part in pending:  # before the load, as in one process
+            if not config.io.resume:
+                part.mark_unfinished()
         total, resolved = Summary(), []
         if pending:
             engine = engine or load_engine(pending[0][0])
             resolved = resolve_all([config for config, _, _ in pending], engine)
             signals.job_started()  # from here a signal unwinds the run, keeping the parts resumable
-            for config, _, part in pending:
-                if not config.io.resume:
-                    part.mark_unfinished()
         for (config, output, part), job in zip(pending, resolved):
             summary, lines = decode_job(job, engine, part, RankJob(ranks, part.path))
             group.wait()  # every part complete
@@ -359,5 +358,5 @@ def _claim_share(config: Config, ranks: Ranks, group: Group, output: OutputFile,
     if not group.all_ranks(complete):
         return False
     if ranks.rank == 0 and not config.runtime.quiet:
-        print(f"nmtdecode: {io_cfg.output} is complete (no parts to resume); nothing to do", file=sys.stderr)
+        say(f"nmtdecode: {io_cfg.output} is complete (no parts to resume); nothing to do")
     return True

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable, Iterator
@@ -27,7 +26,7 @@ from .progress import progress_bar
 from .ranks import Ranks
 from .reading import InputError, LineReader, check_readable, count_lines
 from .resolve import check_score, resolve
-from .summary import count, print_warning
+from .summary import count, print_warning, say
 from .writing import OrderedWriter, TextStream
 
 if TYPE_CHECKING:
@@ -95,7 +94,7 @@ def score_job(config: Config, tgt: str, normalize: bool = False) -> ScoreSummary
         print_warning(f"source {_lines(summary.truncated)} longer than the model's positions (or --max-src-length): "
                       "cut, as translate cuts them")
     if not job.config.runtime.quiet:
-        print(summary.line(), file=sys.stderr)
+        say(summary.line())
     return summary
 
 
@@ -121,6 +120,8 @@ def _score_into(out: OutputFile, config: Config, engine: Engine, decoder: BatchD
 class PairSource:
     """The pipeline's source of a score job: its pairs as Examples (`pair_examples`), in chunks
     of the size translate sorts together."""
+
+    done = 0
 
     def __init__(self, examples: Iterable[Example], config: Config) -> None:
         self.examples, self.batching = examples, config.batching

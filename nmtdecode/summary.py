@@ -13,9 +13,18 @@ if TYPE_CHECKING:
     from .batching import Example
 
 
+def say(line: str) -> None:
+    """One line on stderr, written whole by one call: with an unbuffered stderr (PYTHONUNBUFFERED,
+    `python -u`) `print` writes the text and then its newline, and under torchrun two ranks'
+    lines said at once became one line with two newlines after it."""
+    if sys.stderr is not None:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+
 def print_warning(message: str) -> None:
     """One warning line on stderr, for the person running the command."""
-    print(f"nmtdecode: warning: {message}", file=sys.stderr)
+    say(f"nmtdecode: warning: {message}")
 
 
 def count(n: int, noun: str) -> str:

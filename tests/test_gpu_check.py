@@ -1,5 +1,6 @@
-"""The GPU check (bench/gpu_check.py) runs its own code on CPU with --dry-run, so that the first
-GPU it meets does not stop it on a typo: every section and every benchmark row must come out."""
+"""The GPU check (bench/gpu_check.py, its measurements in bench/gpu_benchmark.py) runs its own
+code on CPU with --dry-run, so that the first GPU it meets does not stop it on a typo: every
+section and every benchmark row must come out."""
 
 import os
 import subprocess
@@ -11,7 +12,7 @@ import torch
 from tests.helpers import REPO
 
 sys.path.insert(0, str(REPO / "bench"))
-import gpu_check  # noqa: E402
+import gpu_benchmark  # noqa: E402
 
 
 @pytest.mark.slow
@@ -54,7 +55,7 @@ def test_warm_up_passes_go_on_while_graphs_are_captured(capturing, passes, warm_
     """At least the warm-up passes asked for; more while the last one captured graphs, at most
     four; then the timed passes."""
     fake = TwoBatchPasses(capturing)
-    seconds, outputs, made = gpu_check.run_batches(torch.device("cpu"), fake.translate, [[1], [2], [3]], 2,
-                                                   fake.captures, passes)
+    seconds, outputs, made = gpu_benchmark.run_batches(torch.device("cpu"), fake.translate, [[1], [2], [3]], 2,
+                                                       fake.captures, passes)
     assert made == warm_up + passes[1] and fake.calls == 2 * made
     assert seconds >= 0 and outputs == [2 * made - 1, 2 * made - 1, 2 * made]  # the last pass's

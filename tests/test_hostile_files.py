@@ -183,3 +183,37 @@ def test_the_repository_has_no_alias_bomb_of_its_own():
     """The shipped configs load within the limits (a limit too tight would refuse real files)."""
     for path in [*REPO.glob("configs/*.yaml"), REPO / "data/demo/config.yaml"]:
         check_size(yaml.safe_load(path.read_text()))
+
+
+def test_a_line_for_the_user_is_one_write_even_on_an_unbuffered_stderr(monkeypatch):
+    """With PYTHONUNBUFFERED print writes the text and the newline apart; under torchrun two ranks'
+    "terminated" lines said at once became one line. `say` writes each line whole, once."""
+    import io
+
+    from nmtdecode import summary
+
+    class Unbuffered(io.StringIO):
+        def __init__(self):
+            super().__init__()
+            self.writes = []
+
+        def write(self, text):
+            self.writes.append(text)
+            return super().write(text)
+
+    stderr = Unbuffered()
+    monkeypatch.setattr(sys, "stderr", stderr)
+    summary.say("nmtdecode: terminated; partial output kept, rerun with --resume to continue")
+    summary.print_warning("x")
+    assert stderr.writes == ["nmtdecode: terminated; partial output kept, rerun with --resume to continue\n",
+                             "nmtdecode: warning: x\n"]
+
+
+@pytest.mark.parametrize("jobs", ["5", "yes", "{src: a.en}", "bom"])
+def test_jobs_that_are_not_a_list_name_jobs_and_exit_2(model_dir, tmp_path, cli, jobs):
+    config = tmp_path / "job.yaml"
+    config.write_text(f"model: {model_dir}\njobs: {jobs}\n")
+    run = cli("translate", "-c", config, text=True)
+    assert run.returncode == 2
+    assert one_line(run.stderr).startswith(f"nmtdecode: error: config file {config}: jobs: expected a list of "
+                                           "{src: FILE, output: FILE, ...} items, got ")

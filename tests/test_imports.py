@@ -122,7 +122,8 @@ def test_ranks_imports_nothing_that_runs_a_job():
                                     "nmtdecode.models.formats.hf_tokenizers", "nmtdecode.models.formats.opennmt",
                                     "nmtdecode.models.formats.eole", "nmtdecode.models.inspect",
                                     "nmtdecode.models.formats.native_config", "nmtdecode.models.formats.hf_config",
-                                    "nmtdecode.models.formats.eole_config", "nmtdecode.models.formats.opennmt_shared"])
+                                    "nmtdecode.models.formats.eole_config", "nmtdecode.models.formats.opennmt_shared",
+                                    "nmtdecode.models.formats.marian", "nmtdecode.models.formats.marian_config"])
 def test_reading_a_checkpoint_imports_nothing_above_the_models(module):
     """The loading layer: checkpoint.py <- formats/* <- loading.py; it may use the options' errors
     (config.py, a leaf), the tokenizer and the step contract (search/base.py), never a search
@@ -134,21 +135,24 @@ def test_reading_a_checkpoint_imports_nothing_above_the_models(module):
 
 def test_the_options_import_nothing_but_their_peers_names():
     """config.py is read by every layer and before torch: it imports only what an option is
-    (option.py) and the peers' option names (opennmt_options.py), which import nothing."""
-    assert GRAPH["nmtdecode.config"] == {"nmtdecode.option", "nmtdecode.opennmt_options"}
-    assert GRAPH["nmtdecode.option"] == GRAPH["nmtdecode.opennmt_options"] == set()
+    (option.py) and the peers' option names (opennmt_options.py), which import nothing but how a
+    message shows a value (bounded.py)."""
+    assert GRAPH["nmtdecode.config"] == {"nmtdecode.option", "nmtdecode.opennmt_options", "nmtdecode.bounded"}
+    assert GRAPH["nmtdecode.option"] == GRAPH["nmtdecode.opennmt_options"] == {"nmtdecode.bounded"}
 
 
 # The halves of the formats that read a model's files without torch, and the modules they read with.
 WITHOUT_TORCH = {"nmtdecode.models.architecture", "nmtdecode.models.checkpoint", "nmtdecode.models.stored",
-                 "nmtdecode.tokenizer", "nmtdecode.config", "nmtdecode.bounded",
-                 "nmtdecode.models.formats.hf_tokenizers",
-                 "nmtdecode.models.formats.opennmt_shared", "nmtdecode.models.formats.native_config",
-                 "nmtdecode.models.formats.hf_config", "nmtdecode.models.formats.eole_config"}
+                 "nmtdecode.models.npz", "nmtdecode.tokenizer", "nmtdecode.config", "nmtdecode.bounded",
+                 "nmtdecode.models.formats.hf_tokenizers", "nmtdecode.models.formats.opennmt_shared",
+                 "nmtdecode.models.formats.native_config", "nmtdecode.models.formats.hf_config",
+                 "nmtdecode.models.formats.eole_config", "nmtdecode.models.formats.marian_config",
+                 "nmtdecode.models.formats.marian_vocab", "nmtdecode.models.formats.marian_weights"}
 
 
 @pytest.mark.parametrize("name", ["native", "huggingface", "hf_tokenizers", "opennmt", "eole", "native_config",
-                                  "hf_config", "eole_config", "opennmt_shared"])
+                                  "hf_config", "eole_config", "opennmt_shared", "marian", "marian_config",
+                                  "marian_vocab", "marian_weights"])
 def test_formats_depend_only_on_the_checkpoint_the_transformer_and_the_tokenizers(name):
     allowed = WITHOUT_TORCH | {"nmtdecode.models.transformer", "nmtdecode.models.weights",
                                "nmtdecode.models.placement", "nmtdecode.models.formats.opennmt"}

@@ -263,3 +263,28 @@ def test_a_beam_dump_that_another_job_writes_is_refused(first, second, message, 
     assert run.returncode == 2 and loads[0] == 0, run.stderr
     assert run.stderr.strip().endswith(message.format(tmp=tmp_path).encode()), run.stderr
     assert not any(tmp_path.glob("*.de")) and not (tmp_path / "d.jsonl").exists()
+
+
+@pytest.mark.parametrize("outputs, message", [
+    (["x.de.tmp", "x.de"], "output: {tmp}/x.de.tmp is the output of another job"),
+    (["x.de", "x.de.tmp"], "output: {tmp}/x.de.tmp is a file kept beside the output {tmp}/x.de of another job"),
+    (["x.de", "x.de.tmp.progress"], "output: {tmp}/x.de.tmp.progress is a file kept beside the output "
+                                    "{tmp}/x.de of another job"),
+    (["x.de.lock", "x.de"], "output: {tmp}/x.de.lock is the output of another job"),
+])
+def test_an_output_that_is_another_jobs_side_file_is_refused(outputs, message, translate, two_inputs, tmp_path, loads):
+    """Before: the first job's finished output was renamed to x.de.tmp, which the second job then
+    deleted to make its own temporary file; only x.de remained, exit 0."""
+    a, b = two_inputs
+    run = translate("--src", a, b, "--output", *[tmp_path / name for name in outputs])
+    assert run.returncode == 2 and loads[0] == 0, run.stderr
+    assert run.stderr.strip().endswith(message.format(tmp=tmp_path).encode()), run.stderr
+    assert not any(tmp_path.glob("x.de*"))
+
+
+def test_a_beam_dump_beside_its_own_output_is_refused(translate, two_inputs, tmp_path, loads):
+    a, _ = two_inputs
+    run = translate("--src", a, "--output", tmp_path / "x.de", "--dump-beam", tmp_path / "x.de.lock")
+    assert run.returncode == 2 and loads[0] == 0, run.stderr
+    assert run.stderr.strip().endswith(f"dump_beam: {tmp_path}/x.de.lock is the job's --output (a file kept beside "
+                                       f"the output {tmp_path}/x.de); give it a file of its own".encode())

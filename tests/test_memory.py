@@ -119,3 +119,28 @@ def test_readable_size_uses_mib_below_a_tenth_of_a_gib():
     assert memory.readable_size(2**30 // 10 + 1) == "0.1 GiB"
     assert memory.readable_size(2**30 // 10) == "102.4 MiB"
     assert memory.readable_size(102656) == "0.1 MiB"
+
+
+def test_a_failed_attempts_tensors_are_freed_before_its_halves_are_tried():
+    """The out-of-memory split retries outside the `except`: the failed attempt's frames (its
+    batch's cache, its logits) are garbage before the halves run, so a sentence that fits alone
+    is not refused because the memory of the batch that did not fit is still held."""
+    import weakref
+
+    import torch
+
+    from nmtdecode.memory import in_halves_when_out_of_memory
+
+    attempts: list = []
+
+    def work(batch):
+        for earlier in attempts:  # every tensor of an earlier attempt is gone by now
+            assert earlier() is None, "a failed attempt's tensor is still alive"
+        cache = torch.empty(len(batch), 1000)
+        attempts.append(weakref.ref(cache))
+        if len(batch) > 1:
+            raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes")
+        return [len(cache)]
+
+    assert in_halves_when_out_of_memory(list(range(4)), work) == [1, 1, 1, 1]
+    assert len(attempts) == 7  # 4, then 2 and 2, then four of 1

@@ -12,6 +12,8 @@ import time
 
 import pytest
 
+from nmtdecode import signals
+
 from tests.helpers import DEMO, build_native_model, wait_for_checkpoint
 
 NORMAL = ["the house is red .", "a dog and a cat sleep in the garden .", "good morning", "thank you",
@@ -317,7 +319,38 @@ def test_signal_during_start_up_ends_at_once_with_one_line(tmp_path, lines_file,
         assert proc.returncode == code, (delay, stderr)
         assert stderr.splitlines() == [f"nmtdecode: {'interrupted' if code == 130 else 'terminated'} "
                                        "during start-up; nothing was written".encode()], (delay, stderr)
-        assert stdout == b"" and not out.exists() and not (tmp_path / "out.txt.tmp").exists()
+        assert stdout == b"" and not out.exists()
+        mark = tmp_path / "out.txt.tmp"  # claimed before the load: an empty mark, or nothing yet
+        assert not mark.exists() or mark.read_bytes() == b""
+        mark.unlink(missing_ok=True)
+
+
+def test_a_stop_while_the_model_loads_leaves_no_older_output_looking_complete(cli, model_dir, lines_file, tmp_path,
+                                                                              monkeypatch):
+    """A job stopped during the load (tens of seconds for a large model), then rerun with --resume
+    (a requeued Slurm job passes it every time): the output of an earlier, complete job must not
+    be taken for this one's. The job marks its output unfinished before the model loads."""
+    from nmtdecode import run
+
+    out = tmp_path / "out.txt"
+    assert cli("translate", "--model", model_dir, "--src", lines_file(["good morning"], "old.txt"), "--output",
+               out).returncode == 0
+    older = out.read_bytes()
+    src = lines_file(NORMAL)
+    loading = run.load_engine
+
+    def stopped_while_loading(config):
+        raise signals.Terminated()
+
+    monkeypatch.setattr(run, "load_engine", stopped_while_loading)
+    assert cli("translate", "--model", model_dir, "--src", src, "--output", out).returncode == 143
+    assert (tmp_path / "out.txt.tmp").read_bytes() == b""  # the mark
+    monkeypatch.setattr(run, "load_engine", loading)
+    resumed = cli("translate", "--model", model_dir, "--src", src, "--output", out, "--resume")
+    assert resumed.returncode == 0 and b"nothing to do" not in resumed.stderr
+    fresh = tmp_path / "fresh.txt"
+    assert cli("translate", "--model", model_dir, "--src", src, "--output", fresh).returncode == 0
+    assert out.read_bytes() == fresh.read_bytes() != older
 
 
 @pytest.mark.parametrize("command, note", [

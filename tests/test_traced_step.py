@@ -10,6 +10,8 @@ from tests.helpers import REPO
 sys.path.insert(0, str(REPO / "bench" / "experiments"))
 import traced_step  # noqa: E402
 
+pytestmark = pytest.mark.slow  # 8-12 s each: the experiment traces steps many times
+
 
 @pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")  # the trace keeps one shape's branches, as meant
 def test_the_traced_step_gives_the_eager_logits(monkeypatch, capsys):

@@ -66,6 +66,7 @@ def test_replace_unk_puts_the_most_attended_source_piece(unk_model, tmp_path, cl
     assert lines == expected
 
 
+@pytest.mark.slow  # ~6 s on 2 cores
 def test_report_align_writes_word_pairs_of_the_attention(unk_model, tmp_path, cli):
     records, lines = decoded(unk_model, tmp_path, cli, "--report-align", "--replace-unk",  # text: the 1-best
                              "--dump-beam", tmp_path / "beams.jsonl")  # where the n-best lists go

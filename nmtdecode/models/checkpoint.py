@@ -19,6 +19,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator
 
+import yaml
+
 from .architecture import TransformerConfig
 
 
@@ -109,6 +111,15 @@ def note_read(path: str) -> str:
 
 def read_json(path: str, required: bool = True) -> dict:
     """A JSON object from a model directory; a missing optional file is {}."""
+    return _read_mapping(path, required, json.load, json.JSONDecodeError, "a JSON object")
+
+
+def read_yaml(path: str, required: bool = True) -> dict:
+    """A YAML mapping from a model directory (safe_load: plain values only); a missing optional file is {}."""
+    return _read_mapping(path, required, yaml.safe_load, yaml.YAMLError, "a YAML mapping")
+
+
+def _read_mapping(path: str, required: bool, parse: Callable, error: type[Exception], what: str) -> dict:
     if not os.path.lexists(path):  # a FIFO or folder in its place is not missing: note_read refuses it
         if required:
             raise ModelError(f"{path} is missing")
@@ -116,14 +127,19 @@ def read_json(path: str, required: bool = True) -> dict:
     note_read(path)
     try:
         with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ModelError(f"{path} cannot be read: {e}") from None
+            data = parse(f)
+    except (OSError, UnicodeDecodeError, error) as e:
+        raise ModelError(f"{path} cannot be read: {one_line(str(e))}") from None
     except RecursionError:
         raise ModelError(f"{path} cannot be read: it nests too deeply for a config") from None
     if not isinstance(data, dict):
-        raise ModelError(f"{path} cannot be read: expected a JSON object")
+        raise ModelError(f"{path} cannot be read: expected {what}")
     return data
+
+
+def one_line(message: str) -> str:
+    """A message of several lines (YAML's: the problem, then where) as one."""
+    return " ".join(message.split())
 
 
 def first_line(message: str) -> str:

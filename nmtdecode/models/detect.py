@@ -3,7 +3,8 @@
 Tried in order (loading.py loads with the format named here): a native directory has a
 config.yaml; an eole directory a config.json with a `model:` section naming an
 architecture (a Hugging Face config.json has none); a Hugging Face directory a
-config.json; an OpenNMT-py checkpoint is a `.pt` file.
+config.json; a Marian directory a decoder.yml (or it is Marian's `.npz` itself); an
+OpenNMT-py checkpoint is a `.pt` file.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from ..config import ConfigError
 
 
 def model_format(path: str | None) -> str:
-    """The format's name (native, eole, huggingface, opennmt-py), or a ConfigError saying why none."""
+    """The format's name (native, eole, huggingface, marian, opennmt-py), or a ConfigError saying why none."""
     if path is None:
         raise ConfigError("model: no model given (--model PATH or `model:` in the config file)")
     if not os.path.exists(path):
@@ -36,10 +37,13 @@ def model_format(path: str | None) -> str:
         return "eole"
     if os.path.isfile(os.path.join(path, "config.json")):
         return "huggingface"
+    if os.path.isfile(os.path.join(path, "decoder.yml")) or os.path.isfile(path) and path.endswith(".npz"):
+        return "marian"
     if os.path.isfile(path) and path.endswith(".pt"):
         return "opennmt-py"
     raise ConfigError(f"model: {path} is not a model directory (no config.yaml for the native format, "
-                      "no config.json for Hugging Face) nor an OpenNMT-py .pt checkpoint")
+                      "no config.json for Hugging Face, no decoder.yml for Marian) nor an OpenNMT-py .pt "
+                      "checkpoint or a Marian .npz")
 
 
 # What a Hugging Face Hub id looks like (owner/name); nmtdecode never downloads, so it says how.

@@ -3,7 +3,7 @@
 torch's float32 `linear` calls its BLAS (MKL's sgemm on x86 builds). MKL picks
 its fastest kernels by CPU vendor, and on other vendors' CPUs it can run far
 below what the hardware does, where oneDNN with prepacked weights does not
-(`python bench/gemm.py`). CTranslate2 makes the same split, MKL on Intel CPUs
+(`python bench/experiments/gemm.py`). CTranslate2 makes the same split, MKL on Intel CPUs
 and oneDNN elsewhere. Which one wins depends on the machine, so `auto` measures
 both on the model's own shapes once and remembers the answer per machine
 (`cache_dir()`/gemm.json); `--gemm onednn|torch` forces either.

@@ -1,9 +1,9 @@
 """`nmtdecode inspect PATH`: what a model directory (or OpenNMT-py `.pt` file) holds, without decoding anything.
 
-Without torch where the weights are safetensors (the native format, Hugging Face, eole): the
-format's `describe`, the code its loader builds the model from, reads the weight files' headers
-(stored.py), whose shapes give the parameter count. A pickled checkpoint (an OpenNMT-py `.pt`, a
-`pytorch_model.bin`) needs torch to be read at all, so it is loaded whole.
+Without torch where the weights are safetensors or a .npz (the native format, Hugging Face, eole,
+Marian): the format's `describe`, the code its loader builds the model from, reads the weight
+files' headers (stored.py), whose shapes give the parameter count. A pickled checkpoint (an
+OpenNMT-py `.pt`, a `pytorch_model.bin`) needs torch to be read at all, so it is loaded whole.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from typing import Any
 from .architecture import TransformerConfig
 from .checkpoint import ModelRules
 from .detect import model_format
-from .formats import eole_config, hf_config, native_config
-from .stored import DTYPE_NAMES, NeedsTorch, SafetensorsHeaders, read_header
+from .formats import eole_config, hf_config, marian_config, native_config
+from .stored import DTYPE_NAMES, HEADED, NeedsTorch, StoredHeaders, file_entries
 
 # Each format whose files can be read without torch, by its name: its describe(path, read).
-DESCRIBE = {fmt.FORMAT: fmt.describe for fmt in (native_config, eole_config, hf_config)}
+DESCRIBE = {fmt.FORMAT: fmt.describe for fmt in (native_config, eole_config, hf_config, marian_config)}
 # A model is built in torch's default dtype, float32 (Transformer.uninitialised), and
 # load_weights converts the stored tensors to it.
 LOADED_DTYPES = ["float32"]
@@ -45,7 +45,7 @@ def summary(path: str) -> Summary:
     describe = DESCRIBE.get(model_format(path))
     if describe is not None:
         try:
-            facts = describe(path, SafetensorsHeaders)
+            facts = describe(path, StoredHeaders)
         except NeedsTorch:
             pass
         else:
@@ -87,8 +87,8 @@ def stored_dtypes(path: str) -> list[str]:
     names = [path] if os.path.isfile(path) else [os.path.join(path, n) for n in sorted(os.listdir(path))]
     found: set[str] = set()
     for name in names:
-        if name.endswith(".safetensors"):
-            found |= {DTYPE_NAMES.get(v["dtype"], v["dtype"].lower()) for v in read_header(name)[0].values()}
+        if name.endswith(HEADED):
+            found |= {DTYPE_NAMES.get(v["dtype"], v["dtype"].lower()) for _, v in file_entries(name).values()}
         elif name.endswith((".bin", ".pt")):
             found |= _torch_dtypes(name)
     floating = sorted(d for d in found if d.startswith(("float", "bfloat")))

@@ -13,13 +13,13 @@ from __future__ import annotations
 from .checkpoint import LoadedModel, ModelError, read_json, recording_reads
 from .detect import model_format
 from .ensemble import ensemble_of
-from .formats import eole, huggingface, native, opennmt
+from .formats import eole, huggingface, marian, native, opennmt
 from .placement import Placement
 
 __all__ = ["FORMATS", "LoadedModel", "ModelError", "load_model", "read_json"]
 
 # Each format by its name; which one a path is, detect.py tells from its files.
-FORMATS = {fmt.FORMAT: fmt for fmt in (native, eole, huggingface, opennmt)}
+FORMATS = {fmt.FORMAT: fmt for fmt in (native, eole, huggingface, marian, opennmt)}
 
 
 def load_model(path: str | list[str] | None, ensemble_rule: str | None = None,

@@ -4,9 +4,10 @@ a layer's scale).
 
 Two views with one face (`shapes`, `values(name)`), so that a format describes a model with the
 same code whether its tensors were read (`Tensors`, the loaders) or only their headers
-(`SafetensorsHeaders`, `nmtdecode inspect`). A safetensors file starts with 8 bytes of
+(`StoredHeaders`, `nmtdecode inspect`). A safetensors file starts with 8 bytes of
 little-endian header length, then the JSON header: each tensor's dtype, shape and byte range
-(huggingface/safetensors, "Format" in its README).
+(huggingface/safetensors, "Format" in its README). A NumPy `.npz` (Marian's weights) is listed
+the same way by npz.py.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 import struct
 
 from .checkpoint import ModelError, note_read
+from .npz import npz_entries
 
 DTYPE_NAMES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
                "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
@@ -53,16 +55,27 @@ class Tensors:
         return self.tensors[name].flatten().tolist()
 
 
-class SafetensorsHeaders:
-    """Safetensors files known by their headers; a tensor's bytes are read only when asked for."""
+HEADED = (".safetensors", ".npz")  # weight files whose tensors are listed without reading them
+
+
+def file_entries(path: str) -> dict[str, tuple[int, dict]]:
+    """A safetensors or .npz file's tensors: name -> (where the data starts, its header entry:
+    dtype code, shape, data_offsets from there)."""
+    if path.endswith(".npz"):
+        return npz_entries(path)
+    header, start = read_header(path)
+    return {name: (start, entry) for name, entry in header.items()}
+
+
+class StoredHeaders:
+    """Safetensors or .npz files known by their headers; a tensor's bytes are read only when asked for."""
 
     def __init__(self, paths: list[str]):
         self.where = {}  # name -> (file, where its data starts, its header entry)
         for path in paths:
-            if not path.endswith(".safetensors"):
+            if not path.endswith(HEADED):
                 raise NeedsTorch(path)
-            header, start = read_header(path)
-            self.where.update({name: (path, start, entry) for name, entry in header.items()})
+            self.where.update({name: (path, start, entry) for name, (start, entry) in file_entries(path).items()})
         self.shapes = {name: tuple(entry["shape"]) for name, (_, _, entry) in self.where.items()}
 
     def values(self, name: str) -> list[float]:

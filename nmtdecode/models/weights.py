@@ -27,7 +27,7 @@ import torch
 from .. import memory
 from .architecture import TransformerConfig
 from .checkpoint import ModelError, first_line, largest_demand, note_read, parameter_count, unpickling_reason
-from .stored import DTYPE_NAMES, SafetensorsHeaders
+from .stored import DTYPE_NAMES, HEADED, StoredHeaders
 from .transformer import Transformer
 
 # The dtypes a checkpoint's weights may have (safetensors codes): floating point only. A tensor of
@@ -37,7 +37,8 @@ CHUNK_BYTES = 16 << 20  # read and checked in pieces that stay in the CPU's cach
 
 
 class StoredTensor:
-    """One tensor of a safetensors file, read when asked (`read_rows`)."""
+    """One tensor of a safetensors file (or one array of a .npz: the same raw little-endian bytes
+    at a known place), read when asked (`read_rows`)."""
 
     def __init__(self, path: str, offset: int, entry: dict, name: str):
         self.path, self.name = path, name
@@ -134,12 +135,38 @@ class Joined:
             start += part.shape[0]
 
 
-Source = Union[StoredTensor, InMemoryTensor, Joined]  # a weight as a format gives it, read when asked
+class Transposed:
+    """A stored matrix seen transposed (Marian's (in, out) linear weights as nn.Linear's (out, in)).
+    Its rows are the stored columns: the stored rows are read a block at a time, so at most one
+    block is held beside the destination."""
+
+    def __init__(self, source: "Source"):
+        self.source, self.name, self.dtype = source, source.name, source.dtype
+        self.shape = tuple(reversed(source.shape))
+
+    def check(self) -> None:
+        self.source.check()
+
+    def read_rows(self, first: int, out: torch.Tensor) -> None:
+        stored_rows, width = self.source.shape
+        block = max(1, CHUNK_BYTES // max(width * out.element_size(), 1))
+        for start in range(0, stored_rows, block):
+            chunk = torch.empty(min(block, stored_rows - start), width, dtype=self.dtype)
+            self.source.read_rows(start, chunk)
+            out[:, start : start + chunk.size(0)].copy_(chunk[:, first : first + out.size(0)].T)
+
+
+Source = Union[StoredTensor, InMemoryTensor, Joined, Transposed]  # a weight as a format gives it, read when asked
 
 
 def join(parts: list) -> Source:
     """One tensor made of `parts` joined on dim 0 (no copy until it is read)."""
     return parts[0] if len(parts) == 1 else Joined(parts)
+
+
+def transposed(source: Source) -> Transposed:
+    """`source`, a matrix, read as its transpose (no copy until it is read)."""
+    return Transposed(source)
 
 
 def check_finite(tensor: torch.Tensor, source: "Source") -> None:
@@ -171,8 +198,8 @@ class StoredTensors:
     def __init__(self, files: list[str]):
         self.tensors = {}
         for path in files:
-            if path.endswith(".safetensors"):
-                headers = SafetensorsHeaders([path])
+            if path.endswith(HEADED):
+                headers = StoredHeaders([path])
                 stored = {name: StoredTensor(file, start, entry, name) for name, (file, start, entry) in
                           headers.where.items()}
                 check_length(path, stored.values())
@@ -196,8 +223,8 @@ def check_length(path: str, tensors: "Iterable[StoredTensor]") -> None:
 
 
 def read_tensors(files: list[str]) -> StoredTensors:
-    """The tensors of a model's weight files (safetensors, or a pytorch_model.bin), to be read as
-    the model is filled."""
+    """The tensors of a model's weight files (safetensors, a .npz, or a pytorch_model.bin), to be
+    read as the model is filled."""
     return StoredTensors(files)
 
 

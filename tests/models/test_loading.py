@@ -10,7 +10,7 @@ from nmtdecode.config import ConfigError
 from nmtdecode.models import loading
 from nmtdecode.models.checkpoint import ModelError
 from nmtdecode.models.detect import model_format
-from nmtdecode.models.formats import eole, huggingface, native, opennmt
+from nmtdecode.models.formats import eole, huggingface, marian, native, opennmt
 
 from tests.helpers import build_native_model
 
@@ -23,7 +23,8 @@ def test_a_load_names_every_file_it_read(model_dir):
 
 
 def test_each_format_is_loaded_by_its_name():
-    assert loading.FORMATS == {"native": native, "eole": eole, "huggingface": huggingface, "opennmt-py": opennmt}
+    assert loading.FORMATS == {"native": native, "eole": eole, "huggingface": huggingface, "marian": marian,
+                               "opennmt-py": opennmt}
 
 
 def test_load_model_dispatches_on_the_file_each_format_detects(tmp_path):
@@ -50,7 +51,8 @@ def test_load_model_error_texts(tmp_path):
         with pytest.raises(ConfigError) as error:
             loading.load_model(str(path))
         assert str(error.value) == (f"model: {path} is not a model directory (no config.yaml for the native format, "
-                                    "no config.json for Hugging Face) nor an OpenNMT-py .pt checkpoint")
+                                    "no config.json for Hugging Face, no decoder.yml for Marian) nor an OpenNMT-py "
+                                    ".pt checkpoint or a Marian .npz")
 
 
 @pytest.mark.parametrize("vocabulary", ["shared_vocabulary.json", "source_vocabulary.txt"])

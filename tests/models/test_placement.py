@@ -15,7 +15,7 @@ from nmtdecode.models.checkpoint import ModelError
 from nmtdecode.models.placement import Placement, load_weights, place_model
 from nmtdecode.models.quantize import Int8Embedding, Int8TiedOutput
 from nmtdecode.models.transformer import Transformer
-from nmtdecode.models.weights import InMemoryTensor, StoredTensors, join, read
+from nmtdecode.models.weights import InMemoryTensor, StoredTensors, join, read, transposed
 
 from tests.helpers import random_sources, tiny_transformer
 
@@ -42,6 +42,20 @@ def test_a_stored_tensor_reads_back_whole_in_rows_and_joined(tmp_path, monkeypat
     joined.read_rows(5, rows)  # across the two parts
     assert torch.equal(rows, torch.cat([a, b])[5:9])
     assert stored.values("scalar") == [2.5]
+
+
+@pytest.mark.parametrize("stored_dtype", [torch.float32, torch.float16])
+def test_a_transposed_tensor_reads_any_block_of_its_rows(tmp_path, monkeypatch, stored_dtype):
+    """Marian's (in, out) weights as (out, in): whole, and a block of rows (int8's quantizer reads
+    blocks), with the stored rows read a few at a time."""
+    monkeypatch.setattr("nmtdecode.models.weights.CHUNK_BYTES", 24)  # three stored rows per block
+    torch.manual_seed(0)
+    a = torch.randn(7, 5).to(stored_dtype)
+    seen = transposed(saved(tmp_path, {"a": a}).tensors["a"])
+    assert seen.shape == (5, 7) and torch.equal(read(seen, torch.float32), a.T.float())
+    rows = torch.empty(2, 7, dtype=torch.float32)
+    seen.read_rows(3, rows)
+    assert torch.equal(rows, a.T[3:5].float())
 
 
 @pytest.mark.parametrize("code, name", [("I16", "int16"), ("I64", "int64"), ("U8", "uint8")])

@@ -397,6 +397,17 @@ def _marian(path: str, config: dict) -> HFTokenizer:
         if names["unk"] not in table or names["eos"] not in table:
             raise ModelError(f"{os.path.join(path, name)}: no {names['unk']} or {names['eos']} entry")
     added = _added_tokens(config, vocab, [names[r] for r in ("eos", "unk", "pad")])
+    return marian_tokenizer(path, vocab, target_vocab, names, added,
+                            cleanup=bool(config.get("clean_up_tokenization_spaces")))
+
+
+def marian_tokenizer(path: str, vocab: dict, target_vocab: dict, names: dict[str, str], added: dict[str, int],
+                     cleanup: bool = False, special_ids=()) -> HFTokenizer:
+    """OPUS-MT's tokenizer: source.spm and target.spm in `path` cut text into pieces, the
+    vocabularies (piece -> id; `target_vocab` is `vocab` when they are shared) number them;
+    `names`: role -> special token text, `added`: strings cut out of the text first. Shared by
+    Hugging Face's Marian directories and Marian's own (formats/marian_vocab.py)."""
+    separate = target_vocab is not vocab
     unk = names["unk"]
     source = _Pieces(os.path.join(path, "source.spm"), vocab, vocab[unk], added, marian=True)
     target = _Pieces(os.path.join(path, "target.spm"), target_vocab, target_vocab[unk], added, marian=True,
@@ -404,8 +415,8 @@ def _marian(path: str, config: dict) -> HFTokenizer:
     is_tag = re.compile(r">>.+<<").fullmatch
     specials = {i for t, i in target_vocab.items() if is_tag(t) or t == names["pad"]} | set(added.values())
     return _MarianTokenizer(source, target=target, unk_id=vocab[unk], eos_id=vocab[names["eos"]],
-                            special_ids=specials, languages={t[2:-2]: i for t, i in vocab.items() if is_tag(t)},
-                            cleanup=bool(config.get("clean_up_tokenization_spaces")))
+                            special_ids=specials | set(special_ids),
+                            languages={t[2:-2]: i for t, i in vocab.items() if is_tag(t)}, cleanup=cleanup)
 
 
 def _m2m100(path: str, config: dict) -> HFTokenizer:

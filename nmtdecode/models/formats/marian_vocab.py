@@ -1,0 +1,132 @@
+"""Marian's vocabularies, read without torch, and the tokenizer they make.
+
+decoder.yml names two vocabularies, source then target (the same file when they are shared):
+
+  .yml/.yaml/.json  piece -> id, as Marian's DefaultVocab writes them (`</s>: 0`, `<unk>: 1`, ...);
+                    the text is cut into those pieces by OPUS-MT's source.spm and target.spm,
+                    which lie beside them (Marian itself reads pre-cut text): the pieces and
+                    `>>xx<<` target-language tags work as in the Hugging Face copies of these
+                    models (hf_tokenizers.marian_tokenizer)
+  .spm              a SentencePiece model whose ids are the model's (Marian's SentencePieceVocab)
+
+A factored vocabulary (.fsv) is refused by name. Every key of a YAML vocabulary is read as the
+text it spells (YAML's base loader: `yes`, `null` or `1` stay strings, as yaml-cpp reads them for
+Marian), and the ids must be those of the model's embedding rows.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import sentencepiece as spm
+import yaml
+
+from ...bounded import shown
+from ...tokenizer import SentencePieceTokenizer
+from ..checkpoint import ModelError, note_read, one_line
+from .hf_tokenizers import SPECIALS, marian_tokenizer
+
+YAML_VOCABULARY = (".yml", ".yaml", ".json")
+EOS, UNK = "</s>", "<unk>"
+# Pieces of a SentencePiece byte fallback that Marian never writes unless --allow-special: the
+# control characters <0x00> .. <0x1F> (DefaultVocab::addSpecialWords).
+CONTROL_PIECES = tuple(f"<0x{i:02X}>" for i in range(32))
+BASE_LOADER = getattr(yaml, "CBaseLoader", yaml.BaseLoader)  # libyaml's when pyyaml has it: 10x faster
+# `piece: id` where YAML reads the piece as the text it spells: no indicator first (- ? : , [ ] { } # & * ! |
+# > ' " % @ `), no space, colon, comma, bracket or hash after (a line that is not is left to YAML).
+PLAIN_ENTRY = re.compile(r"([^\s\-?:,\[\]{}#&*!|>'\"%@`][^\s:,\[\]{}#]*): (\d+)")
+
+
+class Vocabulary:
+    """One side's vocabulary: its file, piece -> id (a YAML vocabulary) or its SentencePiece
+    model, and the ids Marian needs."""
+
+    def __init__(self, path: str, rows: int, side: str):
+        self.path = path
+        kind = os.path.splitext(path)[1]
+        if kind == ".fsv":
+            raise ModelError(f"{path}: factored vocabularies (.fsv) are not supported")
+        if kind == ".spm":  # SentencePiece's own </s> and <unk> ids, whatever their pieces
+            self.pieces, self.sp = None, _sentencepiece(path)
+            size = self.sp.get_piece_size()
+            controls = {p: self.sp.piece_to_id(p) for p in CONTROL_PIECES}
+            self.ids = {p: i for p, i in controls.items() if i != self.sp.unk_id()}
+            self.ids.update({p: i for p, i in ((EOS, self.sp.eos_id()), (UNK, self.sp.unk_id())) if i >= 0})
+        elif kind in YAML_VOCABULARY:
+            self.sp, self.pieces = None, read_vocabulary(path)
+            self.ids, size = self.pieces, max(self.pieces.values(), default=-1) + 1
+        else:
+            raise ModelError(f"{path}: a Marian vocabulary is a .yml (or .json) or a .spm file; "
+                             f"{kind or 'a file without extension'} is not read")
+        missing = [p for p in (EOS, UNK) if p not in self.ids]
+        if missing:
+            raise ModelError(f"{path}: no {missing[0]} entry (Marian's vocabularies have {EOS} and {UNK})")
+        if size > rows:
+            raise ModelError(f"{path}: the {side} vocabulary has {size:,} entries, the model's embeddings "
+                             f"{rows:,} rows")
+
+    @property
+    def eos_id(self) -> int:
+        return self.ids[EOS]
+
+    @property
+    def unk_id(self) -> int:
+        return self.ids[UNK]
+
+    def control_ids(self) -> list[int]:
+        return [self.ids[p] for p in CONTROL_PIECES if p in self.ids]
+
+
+def _sentencepiece(path: str) -> spm.SentencePieceProcessor:
+    try:
+        return spm.SentencePieceProcessor(model_file=note_read(path))
+    except (OSError, RuntimeError) as e:
+        raise ModelError(f"{path} cannot be read as a SentencePiece model: {e}") from None
+
+
+def read_vocabulary(path: str) -> dict[str, int]:
+    """A YAML (or JSON) vocabulary: piece -> id, every id a distinct integer >= 0. The lines
+    `piece: id` whose piece YAML reads as the text itself (most of Marian's) are split here; the
+    others (quoted pieces, comments, JSON) go to YAML's base loader, which builds strings, lists
+    and dicts only (reading a whole OPUS-MT vocabulary with it takes ten times as long)."""
+    try:
+        with open(note_read(path), encoding="utf-8-sig") as f:
+            lines = f.read().splitlines()
+        plain = [m.groups() for m in map(PLAIN_ENTRY.fullmatch, lines) if m]
+        rest = "\n".join(line for line in lines if not PLAIN_ENTRY.fullmatch(line))
+        data = yaml.load(rest, Loader=BASE_LOADER) if rest.strip() else {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise ModelError(f"{path} cannot be read: {one_line(str(e))}") from None
+    except RecursionError:
+        raise ModelError(f"{path} cannot be read: it nests too deeply for a vocabulary") from None
+    if not isinstance(data, dict):
+        raise ModelError(f"{path}: a Marian vocabulary maps pieces to ids; this file holds no mapping")
+    vocabulary: dict[str, int] = {}
+    for piece, value in [*plain, *data.items()]:
+        if not isinstance(piece, str) or not isinstance(value, str) or not value.isdigit():
+            raise ModelError(f"{path}: {shown(piece)}: expected an id (an integer >= 0), got {shown(value)}")
+        if piece in vocabulary:
+            raise ModelError(f"{path}: {shown(piece)} is listed twice")
+        vocabulary[piece] = int(value)
+    if len(set(vocabulary.values())) != len(vocabulary):
+        raise ModelError(f"{path}: two pieces have the same id")
+    return vocabulary
+
+
+def make_tokenizer(directory: str, source: Vocabulary, target: Vocabulary, start_id: int):
+    """The tokenizer of a Marian model: OPUS-MT's pieces over YAML vocabularies, or the .spm
+    vocabularies themselves; `target` is `source` when they are one file; `start_id` is the
+    decoder's start row, never text."""
+    if (source.sp is None) != (target.sp is None):
+        raise ModelError(f"{source.path}, {target.path}: one .spm and one YAML vocabulary are not supported")
+    if source.sp is not None:
+        return SentencePieceTokenizer(source.path, target.path, eos_id=source.eos_id,
+                                      special_ids={start_id, *target.control_ids()})
+    missing = [name for name in ("source.spm", "target.spm") if not os.path.isfile(os.path.join(directory, name))]
+    if missing:
+        raise ModelError(f"{directory}: {missing[0]} is missing: with a YAML vocabulary the text is cut into "
+                         "pieces by OPUS-MT's source.spm and target.spm, beside decoder.yml")
+    names = {**SPECIALS, "eos": EOS, "unk": UNK}
+    added = {t: source.pieces[t] for t in (EOS, UNK)}  # cut out of the text whole, as transformers does
+    return marian_tokenizer(directory, source.pieces, target.pieces, names, added, special_ids={start_id})
