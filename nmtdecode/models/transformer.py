@@ -31,6 +31,7 @@ from torch import nn
 from .architecture import TransformerConfig
 from .attention import CrossAttention, SelfAttention
 from .cache import DecoderCache
+from .state import LayerState
 
 ACTIVATIONS = {  # architecture.ACTIVATION_NAMES, each with its function
     "relu": F.relu,
@@ -200,7 +201,7 @@ class DecoderLayer(nn.Module):
         x = self.cross_block(x, lambda h: self.cross_attn(h, keys, values, memory_mask))
         return self.ffn_block(x, self.ffn)
 
-    def step(self, x, cache: DecoderCache, layer: int):
+    def step(self, x: torch.Tensor, cache: LayerState, layer: int) -> torch.Tensor:
         """One incremental step; x (N, d)."""
         keys, values = cache.cross(layer)
         x = self.self_block(x, self.self_attn.step, cache, layer)
@@ -266,10 +267,11 @@ class Transformer(nn.Module):
         alignment = (self.cfg.alignment_layer, self.cfg.alignment_heads)
         return DecoderCache(cross_kv=cross, memory_mask=mask, alignment=alignment)  # (L, 2, B, H, S, hd)
 
-    def decode_step(self, tokens: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
+    def decode_step(self, tokens: torch.Tensor, cache: LayerState) -> torch.Tensor:
         """tokens (N,) at position cache.position -> next-token logits (N, V); appends to the cache.
         N is a multiple of the cache's sentences: each sentence's rows are consecutive. The cache
-        is a DecoderCache, or the fixed-shape step's (models/fixed_step.py)."""
+        is any LayerState (models/state.py): a DecoderCache, the fixed-shape step's
+        (models/fixed_step.py) or the traced step's inputs (models/traced_step.py)."""
         x = self.tgt_embed.step(tokens, cache.position)  # (N, d)
         for i, layer in enumerate(self.decoder_layers):
             x = layer.step(x, cache, i)
