@@ -8,7 +8,7 @@ are read (`model.safetensors`, also sharded, or `pytorch_model.bin` with
 
 from __future__ import annotations
 
-from ..checkpoint import LoadedModel, ModelRules
+from ..checkpoint import LoadedModel, ModelFacts, ModelRules
 from ..placement import Placement, load_weights
 from ..transformer import Transformer
 from ..weights import Source, StoredSource, allocate, join, read_tensors
@@ -33,7 +33,8 @@ def load_network(path: str, hf: dict, placement: Placement | None = None) -> tup
     return model, facts.defaults, facts.rules
 
 
-def _network(path: str, hf: dict | None = None, placement: Placement | None = None):
+def _network(path: str, hf: dict | None = None,
+             placement: Placement | None = None) -> tuple[Transformer, ModelFacts, Placement]:
     facts = describe(path, read_tensors, hf)
     model = allocate(facts.cfg, path)
     tensors = facts.stored.tensors
