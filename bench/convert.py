@@ -115,8 +115,8 @@ def to_ctranslate2(model: Transformer, tokens: list[str], path: str, quantizatio
             spec = transformer_spec.TransformerSpec.from_config(
                 (cfg.encoder_layers, cfg.decoder_layers), cfg.heads, pre_norm=cfg.pre_norm,
                 activation=ACTIVATIONS[cfg.activation], layernorm_embedding=cfg.layernorm_embedding)
-            for side, embed, prefix, layers in (("encoder", "src_embed", "encoder_layers", cfg.encoder_layers),
-                                                ("decoder", "tgt_embed", "decoder_layers", cfg.decoder_layers)):
+            for side, embed, prefix in (("encoder", "src_embed", "encoder_layers"),
+                                        ("decoder", "tgt_embed", "decoder_layers")):
                 part = getattr(spec, side)
                 embeddings = part.embeddings[0] if isinstance(part.embeddings, list) else part.embeddings
                 embeddings.weight = state[f"{embed}.tokens.weight"]
@@ -194,12 +194,14 @@ def to_transformers(model: Transformer, path: str) -> str:
         theirs[f"model.{side}.layer_norm.bias"] = ours[f"{side}_norm.bias"]
         for i in range(getattr(cfg, layers)):
             o, t = f"{layers}.{i}", f"model.{side}.layers.{i}"
+            first_block = "self_block" if side == "decoder" else "attn_block"
             for p in ("weight", "bias"):
                 q, k, v = ours[f"{o}.self_attn.qkv.{p}"].chunk(3)
                 theirs.update({f"{t}.self_attn.q_proj.{p}": q, f"{t}.self_attn.k_proj.{p}": k,
-                               f"{t}.self_attn.v_proj.{p}": v, f"{t}.self_attn.out_proj.{p}": ours[f"{o}.self_attn.out.{p}"],
+                               f"{t}.self_attn.v_proj.{p}": v,
+                               f"{t}.self_attn.out_proj.{p}": ours[f"{o}.self_attn.out.{p}"],
                                f"{t}.fc1.{p}": ours[f"{o}.ffn.up.{p}"], f"{t}.fc2.{p}": ours[f"{o}.ffn.down.{p}"],
-                               f"{t}.self_attn_layer_norm.{p}": ours[f"{o}.{'self_block' if side == 'decoder' else 'attn_block'}.norm.{p}"],
+                               f"{t}.self_attn_layer_norm.{p}": ours[f"{o}.{first_block}.norm.{p}"],
                                f"{t}.final_layer_norm.{p}": ours[f"{o}.ffn_block.norm.{p}"]})
                 if side == "decoder":
                     k2, v2 = ours[f"{o}.cross_attn.kv.{p}"].chunk(2)

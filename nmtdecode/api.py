@@ -8,7 +8,8 @@ Each method returns one type, whatever the options: `translate` strings,
 `translate_batch` the n-best `Translation`s of each source, `translate_iterable`
 strings as they are ready, `generate_tokens` a `GeneratedToken` per target token,
 `score` numbers, `score_batch` `Scored` records with per-token log-probs.
-Sources are strings or lists of pieces (text already tokenized, as CTranslate2 takes it).
+Sources, target prefixes and targets to score are strings or lists of pieces (text already
+tokenized, as CTranslate2 takes it).
 
 Options are the keys of the YAML config (`beam_size`, `n_best`, `device`, `dtype`, ...):
 given to `load` they hold for every call; given to a call they hold for that call (a layer
@@ -25,7 +26,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, NoReturn
+from typing import TYPE_CHECKING, Any, Generator, Iterable, Iterator, NoReturn
 
 from .batching import chunk_size, chunks
 from .config import Config
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from .engine import Engine
     from .summary import Summary
     from .decoding import BatchDecoder
+    from .search.base import Hypothesis
 
 _END = object()  # what next() gives for an exhausted iterator, where None is a value
 
@@ -65,6 +67,8 @@ class GeneratedToken:
     piece: str | None  # its entry in the target vocabulary (`\u2581Guten`); None for an id the tokenizer lacks
     log_prob: float  # its log-probability (natural log), as `Translation.token_scores` has it
     text: str  # the output so far (this token included), detokenized
+    is_last: bool = False  # the step limit ends the hypothesis with this token (one that ends with EOS ends
+    #                        with the generator, whose return value is the hypothesis: `generate_tokens`)
 
 
 @dataclass
@@ -76,6 +80,12 @@ class Scored:
     eos_score: float  # log-probability of the EOS that ends the target
     log_prob: float  # their sum, EOS included: what `score` returns (up to float32 rounding)
     mean_log_prob: float  # log_prob per scored token (EOS counted, a forced token not), as `score`'s summary
+
+
+def translation(hyp: Hypothesis, text: str) -> Translation:
+    """A search's hypothesis and its text as the API returns it."""
+    return Translation(text, hyp.score, hyp.total, hyp.tokens, hyp.token_scores, hyp.ended, hyp.eos_score,
+                       hyp.alignment, hyp.attention)
 
 
 class IneffectiveOptionWarning(UserWarning):
@@ -90,7 +100,10 @@ class Translator:
 
     @property
     def config(self) -> Config:
-        return self.engine.config
+        """The options of `load` as every call starts from them: the model's own decoding defaults
+        (a native config.yaml's `decoding:`, generation_config.json) under the options given, as
+        resolve.py applies them (every step limit is also capped by the model's positions)."""
+        return self.engine.config.with_model_defaults(self.engine.loaded.defaults)
 
     @classmethod
     def load(cls, path: str | list[str], **options) -> "Translator":
@@ -102,13 +115,14 @@ class Translator:
         check_load_options(options)
         return cls(Engine.load(Config.from_layers([{"quiet": True}, {**options, "model": path}])))
 
-    def translate(self, sources: list, prefixes: list[str] | None = None, scores: bool | None = None,
+    def translate(self, sources: list, prefixes: list | None = None, scores: bool | None = None,
                   **options) -> list[str]:
         """The best translation of each source, a string each, in input order (sorted by length
         and batched inside). A source is a string or a list of pieces. An empty or blank source
-        gives "", or its prefix. `prefixes`: one target prefix per source (may be ""), as
-        --prefix. With `sampling=True`, source i draws as line i of a file would. Options whose
-        results a string cannot show (`n_best`, `alignment`, ...) are warned about:
+        gives "", or its prefix. `prefixes`: one target prefix per source (may be "" or None), as
+        --prefix: text, or a list of target pieces (as CTranslate2's target_prefix). With
+        `sampling=True`, source i draws as line i of a file would. Options whose results a
+        string cannot show (`n_best`, `alignment`, ...) are warned about:
         `translate_batch` returns them. `scores=True` is deprecated: it returns
         `translate_batch`'s result."""
         if scores is not None:
@@ -120,18 +134,17 @@ class Translator:
         job, decoder = self._decoder(options, "translate()")
         return [result.texts[0] for result in self._results(sources, prefixes, job, decoder)]
 
-    def translate_batch(self, sources: list, prefixes: list[str] | None = None,
+    def translate_batch(self, sources: list, prefixes: list | None = None,
                         **options) -> list[list[Translation]]:
         """As `translate`, but for each source its n-best hypotheses (`n_best`, default 1), best
         first, as `Translation`s: text, scores, tokens, per-token log-probs, and with
         `alignment=True` / `attention=True` the cross-attention's alignment and weights."""
         sources, prefixes = self._checked(sources, prefixes, "translate_batch()")
         job, decoder = self._decoder(options, "translate_batch()")
-        return [[Translation(text, hyp.score, hyp.total, hyp.tokens, hyp.token_scores, hyp.ended, hyp.eos_score,
-                             hyp.alignment, hyp.attention) for hyp, text in zip(result.hypotheses, result.texts)]
+        return [[translation(hyp, text) for hyp, text in zip(result.hypotheses, result.texts)]
                 for result in self._results(sources, prefixes, job, decoder)]
 
-    def translate_iterable(self, sources: Iterable, prefixes: Iterable[str] | None = None,
+    def translate_iterable(self, sources: Iterable, prefixes: Iterable | None = None,
                            **options) -> Iterator[str]:
         """`translate`, lazily: yields the best translation of each source in input order, reading
         the sources (and prefixes) a window at a time, sorted and batched inside the window as
@@ -145,14 +158,15 @@ class Translator:
         return self._texts_of_windows(iter(sources), None if prefixes is None else iter(prefixes), window,
                                       job, decoder)
 
-    def generate_tokens(self, source: str | list[str], prefix: str | None = None,
-                        **options: Any) -> Iterator[GeneratedToken]:
+    def generate_tokens(self, source: str | list[str], prefix: str | list[str] | None = None,
+                        **options: Any) -> Generator[GeneratedToken, None, Translation]:
         """The translation of one source, a token at a time as the search chooses it (greedy by
         default, or `sampling=True`): a beam's best hypothesis is known only when the beam ends,
         so as in CTranslate2's `generate_tokens` there is no beam here. The tokens and log-probs
         are those of `translate_batch([source], [prefix], beam_size=1, **options)[0][0]`, EOS
         left out; the last one's `text` is `translate`'s string. A sample draws as source 0 of
-        `translate` does."""
+        `translate` does. Once exhausted, the generator returns that Translation (`result =
+        yield from translator.generate_tokens(...)`): whether it ended with EOS, and EOS's score."""
         [source], [prefix] = self._checked([source], [prefix], "generate_tokens()")
         job, decoder = self._decoder(options, "generate_tokens()", greedy=True)
         # The fixed-shape step (CUDA graphs) decodes in buffers every batch shares; this decoding
@@ -172,31 +186,30 @@ class Translator:
         job = self._call_config(options, {"src": src, "output": output, "resume": resume})
         return translate_job(job, engine=self.engine)
 
-    def score(self, sources: list, targets: list[str], **options) -> list[float]:
+    def score(self, sources: list, targets: list, **options) -> list[float]:
         """The total log-probability of each target (EOS included) given its source, as
-        `nmtdecode score` prints it."""
+        `nmtdecode score` prints it; a target is a string or a list of target pieces."""
         from .scoring import score_pairs
 
         sources, targets = self._pairs(sources, targets, "score()")
-        scores, _ = score_pairs(self.engine, self._call_config(options), sources, targets)
-        return [score.total for score in scores]
+        return [score.total for score in score_pairs(self.engine, self._call_config(options), sources, targets)]
 
-    def score_batch(self, sources: list, targets: list[str], **options) -> list[Scored]:
+    def score_batch(self, sources: list, targets: list, **options) -> list[Scored]:
         """Each target's log-probability given its source, per token and in all (`Scored`), as
-        `nmtdecode score --format jsonl` gives them; batched as `score` batches."""
+        `nmtdecode score --format jsonl` gives them; batched as `score` batches. A target is a
+        string or a list of target pieces (as CTranslate2 takes them; an unknown one is <unk>)."""
         from .scoring import score_pairs
 
         sources, targets = self._pairs(sources, targets, "score_batch()")
-        scores, forced = score_pairs(self.engine, self._call_config(options), sources, targets, by_token=True)
-        return [Scored(s.tokens, s.token_scores, s.eos_score, s.total, s.total / (len(s.tokens) - forced + 1))
-                for s in scores]
+        scores = score_pairs(self.engine, self._call_config(options), sources, targets, by_token=True)
+        return [Scored(s.tokens, s.token_scores, s.eos_score, s.total, s.total / s.length) for s in scores]
 
-    def _pairs(self, sources: Iterable, targets: Iterable[str], method: str) -> tuple[list, list[str]]:
+    def _pairs(self, sources: Iterable, targets: Iterable, method: str) -> tuple[list, list]:
         sources, _ = self._checked(sources, None, method)
         if isinstance(targets, str):
             raise TypeError(f"{method} takes a list of targets, not one string")
         targets = list(targets)
-        self._check_types(targets, "target", (str,), method)
+        self._check_types(targets, "target", (str, list), method)
         if len(sources) != len(targets):
             raise ValueError(f"{method} got {len(sources)} sources but {len(targets)} targets")
         return sources, targets
@@ -209,15 +222,15 @@ class Translator:
         self._check_types(sources, "source", (str, list), method)
         if prefixes is not None:
             prefixes = list(prefixes)
-            self._check_types(prefixes, "prefix", (str, type(None)), method)
+            self._check_types(prefixes, "prefix", (str, list, type(None)), method)
             if len(prefixes) != len(sources):
                 raise ValueError(f"{method} got {len(sources)} sources but {len(prefixes)} prefixes")
         return sources, prefixes
 
     @staticmethod
     def _check_types(values: list, name: str, allowed: tuple, method: str, first: int = 0):
-        """A TypeError naming the first value (numbered from `first`) of a wrong type: a source is
-        a string or a list of string pieces."""
+        """A TypeError naming the first value (numbered from `first`) of a wrong type: a source, a
+        prefix or a target is a string or a list of string pieces."""
         for i, value in enumerate(values, start=first):
             if not isinstance(value, allowed):
                 what = "a string or a list of pieces" if list in allowed else "a string"
@@ -226,7 +239,7 @@ class Translator:
                 wrong = next((j for j, piece in enumerate(value) if not isinstance(piece, str)), None)
                 if wrong is not None:
                     raise TypeError(f"{method}: {name} {i} has a {type(value[wrong]).__name__} at position "
-                                    f"{wrong}; a list source holds its pieces as strings")
+                                    f"{wrong}; a list {name} holds its pieces as strings")
 
     def _decoder(self, options: dict, method: str, greedy: bool = False) -> tuple[ResolvedJob, BatchDecoder]:
         """This call's resolved job and its decoder; options that change nothing in `method` are
@@ -265,42 +278,43 @@ class Translator:
                 prefixes_end("before", first + len(given))
             self._check_types(chunk, "source", (str, list), "translate_iterable()", first)
             if given is not None:
-                self._check_types(given, "prefix", (str, type(None)), "translate_iterable()", first)
+                self._check_types(given, "prefix", (str, list, type(None)), "translate_iterable()", first)
             for result in self._results(chunk, given, job, decoder, first):
                 yield result.texts[0]
             first += len(chunk)
         if prefixes is not None and next(prefixes, _END) is not _END:  # a prefix may be None
             prefixes_end("after", first)
 
-    def _tokens(self, example: Example, decoder: BatchDecoder) -> Iterator[GeneratedToken]:
+    def _tokens(self, example: Example, decoder: BatchDecoder) -> Generator[GeneratedToken, None, Translation]:
         """The tokens of one example's single hypothesis, each yielded after the step that chose
-        it (all at once for an empty source: its prefix, if any)."""
+        it (all at once for an empty source: its prefix, if any); returns the hypothesis."""
         tokenizer, chosen = self.engine.loaded.tokenizer, []
 
-        def emit(tokens: list[int], log_probs: list[float]) -> Iterator[GeneratedToken]:
-            for token, log_prob in zip(tokens, log_probs):
+        def emit(tokens: list[int], log_probs: list[float], cut: bool = False) -> Iterator[GeneratedToken]:
+            for i, (token, log_prob) in enumerate(zip(tokens, log_probs), start=1):
                 chosen.append(token)
                 yield GeneratedToken(len(chosen) - 1, token, tokenizer.target_piece(token), log_prob,
-                                     tokenizer.decode(chosen))
+                                     tokenizer.decode(chosen), is_last=cut and i == len(tokens))
 
         if example.ids is None:
             [hyp] = self.engine.decode_batch([example], decoder)[0].hypotheses
             yield from emit(hyp.tokens, hyp.token_scores)
-            return
+            return translation(hyp, tokenizer.decode(hyp.tokens))
         total, prefixes = 0.0, [example.prefix] if example.prefix else None
         for search in decoder.search_steps([example.ids], [example.index], prefixes):
             record = search.beams[0]  # its one slot: greedy and a single sample never reorder
             if record.done:  # this step ended it (EOS, which is not yielded, or the step limit)
                 [hyp] = search.results(1)[0]
-                yield from emit(hyp.tokens[len(chosen):], hyp.token_scores[len(chosen):])
-                return
+                yield from emit(hyp.tokens[len(chosen):], hyp.token_scores[len(chosen):], cut=not hyp.ended)
+                return translation(hyp, tokenizer.decode(hyp.tokens))
             [token], [now] = record.next_ys[-1], record.scores[-1]
             yield from emit([token], [now - total])
             total = now
+        raise RuntimeError("the search ended without a done step")  # search_steps ends with every sentence done
 
     def _call_config(self, options: dict, files: dict | None = None, base: dict | None = None) -> Config:
         """This translator's config with one call's options over it (over `base`, the call's own
         defaults)."""
         check_call_keys(options)
-        return self.config.over(base or {}, options, files or {})
+        return self.engine.config.over(base or {}, options, files or {})
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 if TYPE_CHECKING:  # only named: the job layer reads and batches lines before torch is imported
     from .search.base import Hypothesis
@@ -48,6 +48,7 @@ class PairScore:
 
     index: int
     total: float
+    length: int  # the tokens scored: the target's and its EOS (a forced first token is not chosen: not counted)
     tokens: list[int] | None = None  # the target's ids, any forced first token included, EOS not
     token_scores: list[float] | None = None  # one per token (a forced token: 0)
     eos_score: float | None = None
@@ -64,12 +65,13 @@ def chunk_size(batch_size: int, batch_type: str) -> int:
     return batch_size * SORT_CHUNK_BATCHES if batch_type == "sents" else max(batch_size, 1024)
 
 
-def chunks(items: Iterable, size: int) -> Iterator[list]:
-    """Consecutive lists of `size` items (the last may be shorter)."""
+def chunks(items: Iterable, size: int, more_ready: Callable[[], bool] | None = None) -> Iterator[list]:
+    """Consecutive lists of `size` items (the last may be shorter); with `more_ready`, a list also
+    ends when it says no more item can be had without waiting."""
     chunk = []
     for item in items:
         chunk.append(item)
-        if len(chunk) >= size:
+        if len(chunk) >= size or (more_ready is not None and not more_ready()):
             yield chunk
             chunk = []
     if chunk:

@@ -15,7 +15,6 @@ program, adds the signal handlers and exits with it.
 from __future__ import annotations
 
 import os
-import re
 import signal
 import sys
 import typing
@@ -29,7 +28,7 @@ from .config import (KEY_SECTION, OPTIONS, PLAN_KEYS, PLAN_OPTIONS, SCORE_FORMAT
                      ConfigError, Option, checked_layer, default_of)
 from .config_file import dump, load_yaml
 from .jobs import make_output_dir, plan_jobs
-from .opennmt_options import peer_flag_message
+from .opennmt_options import spelling_message
 from .signals import STOPPED_NOTE, Terminated
 from .summary import say
 
@@ -43,13 +42,14 @@ def _click_type(key: str, declared: Option) -> click.ParamType | type:
     return int if int in kinds else float if float in kinds else str
 
 
-def cli_option(key: str, **changes: Any) -> Callable:
+def cli_option(key: str, required: bool = False, **changes: Any) -> Callable:
     """The click option of config key `key`, from its declaration (config.OPTIONS, PLAN_OPTIONS);
-    `changes` adapt it to a command where the key means something narrower (score's --src).
-    Its value is None unless given, so the YAML file and model defaults can fill it."""
+    `changes` adapt it to a command where the key means something narrower (score's --src), which
+    may require it (then no default is shown). Its value is None unless given, so the YAML file and
+    model defaults can fill it."""
     declared = replace(OPTIONS.get(key) or PLAN_OPTIONS[key], **changes)
     names = [f"--{key.replace('_', '-')}"] + ([declared.short] if declared.short else [])
-    default = default_of(key) if key in KEY_SECTION else None
+    default = default_of(key) if key in KEY_SECTION and not required else None
     shown = f"  [default: {str(default).lower() if isinstance(default, bool) else default}]" if default is not None \
         else ""
     if TYPES.get(key) is bool:
@@ -66,8 +66,9 @@ TRANSLATE_KEYS = ["model", "src", "output", "output_dir", "suffix",
                   *[k for k, section in KEY_SECTION.items() if section == "decoding"]]
 # score's own: one source and one target file, one output, and its own formats.
 SCORE_OPTIONS: dict[str, dict[str, Any]] = {
-    "src": dict(help="Source file, one sentence per line.  [required]", many=False, metavar=None),
-    "output": dict(help="Output file (written whole, through OUTPUT.tmp); - is stdout.", many=False, metavar=None),
+    "src": dict(help="Source file, one sentence per line (- is stdin).  [required]", many=False, metavar="FILE",
+                required=True),
+    "output": dict(help="Output file (written whole, through OUTPUT.tmp); - is stdout.", many=False, metavar="FILE"),
     "format": dict(help="text: one log-prob a line; jsonl: also tokens and per-token log-probs.",
                    choices=SCORE_FORMATS),
 }
@@ -88,17 +89,14 @@ def _apply(options: list[Callable]) -> Callable:
     return decorate
 
 
-SINGLE_DASH = re.compile(r"-[A-Za-z][A-Za-z0-9_]+")
-# OpenNMT-py spellings with no namesake here.
-OPENNMT = {"-gpu": "--device cuda:N", "-fp32": "--dtype float32", "-int8": "--quantize int8"}
-
-
 class UsageError(click.UsageError):
     """A command-line mistake found before click parses (exit code 2)."""
 
 
 def check_spelling(group: click.Group, argv: list[str]) -> None:
-    """Refuse OpenNMT's single-dash long options (`-beam_size`, `-src`) naming ours (`--beam-size`)."""
+    """Refuse other tools' spellings (OpenNMT-py's `-beam_size` and `--beam_size`, fairseq's
+    `--fp16`, Marian's `-b`: opennmt_options.spelling_message) naming ours, before click reads
+    `-beam_size` as `-b eam_size`."""
     names = [i for i, arg in enumerate(argv) if arg in group.commands]
     if not names:
         return
@@ -107,23 +105,12 @@ def check_spelling(group: click.Group, argv: list[str]) -> None:
     for position, arg in enumerate(argv[names[0] + 1:], names[0] + 1):
         if arg == "--":
             return
-        flag = arg.split("=", 1)[0]
-        peer = peer_flag_message(flag) if flag.startswith("--") and flag not in longs else None
-        if peer:
-            raise UsageError(peer)
+        message = spelling_message(arg.split("=", 1)[0], longs)
+        if message:
+            raise UsageError(message)
         if arg == "--alignment" and argv[position + 1: position + 2] in (["hard"], ["soft"]):  # Marian's
             raise UsageError(f"--alignment {argv[position + 1]}: that is Marian's; nmtdecode's Pharaoh pairs after "
                              "the text are --report-align (--alignment is a flag: JSONL source positions)")
-        if not SINGLE_DASH.fullmatch(arg):
-            continue
-        ours = "--" + arg[1:].replace("_", "-")
-        if ours in longs:
-            raise UsageError(f"{arg}: nmtdecode's options start with two dashes: {ours}")
-        if arg in OPENNMT:
-            raise UsageError(f"{arg}: that is OpenNMT-py's option; nmtdecode's is {OPENNMT[arg]}")
-        if "_" in arg:
-            raise UsageError(f"no such option: {arg} (nmtdecode's options start with two dashes and use "
-                             f"hyphens; nmtdecode {command.name} --help lists them)")
 
 
 def one_line(error: click.ClickException) -> str:
@@ -206,11 +193,15 @@ def translate(config_file: str | None, dump_config: bool, debug: bool, **flags: 
 @cli.command(cls=OneValueCommand)
 @CONFIG_FILE
 @_apply([cli_option(key, **SCORE_OPTIONS.get(key, {})) for key in ("model", "src", "output", "format")])
-@click.option("--tgt", "-t", "tgt", default=None, help="Target file, aligned with --src.  [required]")
+@click.option("--tgt", "-t", "tgt", default=None, metavar="FILE", help="Target file, aligned with --src.  [required]")
+@click.option("--normalize", is_flag=True, help="Each line's log-probability per scored token (its target tokens and "
+              "EOS; marian-scorer's --normalize): text prints it instead of the total, jsonl adds it as "
+              "mean_log_prob (command line only).")
 @_apply([cli_option(key) for key in SCORE_KEYS if key != "model"])
 @DUMP_CONFIG
 @DEBUG
-def score(config_file: str | None, tgt: str | None, dump_config: bool, debug: bool, **flags: Any) -> None:
+def score(config_file: str | None, tgt: str | None, normalize: bool, dump_config: bool, debug: bool,
+          **flags: Any) -> None:
     """Forced decoding: the total log-probability of each target line given its source
     (natural log, EOS included; a forced target-language tag or BOS counts 0, as in translate).
     Pairs are sorted and batched as translate batches; the summary gives the perplexity."""
@@ -224,7 +215,7 @@ def score(config_file: str | None, tgt: str | None, dump_config: bool, debug: bo
         raise UsageError(f"score: give {'--src' if flags['src'] is None else '--tgt'} FILE")
     from .scoring import score_job
 
-    score_job(config, tgt)
+    score_job(config, tgt, normalize)
 
 
 def _given(flags: dict) -> dict:
@@ -255,15 +246,19 @@ def inspect(paths: tuple[str, ...], models: tuple[str, ...], debug: bool) -> Non
 
 @cli.command()
 @click.argument("dump")
-@click.option("--output", "-o", required=True, help="The HTML page to write (one file: inline SVG, CSS and script).")
+@click.option("--output", "-o", default=None, metavar="PAGE",
+              help="The HTML page to write (one file: inline SVG, CSS and script).  [default: DUMP with .html for "
+                   "its extension]")
 @click.option("--sentence", "-n", type=int, default=None, help="Only input line N (1-based).")
 @DEBUG
-def show(dump: str, output: str, sentence: int | None, debug: bool) -> None:
+def show(dump: str, output: str | None, sentence: int | None, debug: bool) -> None:
     """Draw the searches of a `translate --dump-beam` file as one HTML page: each line's beam tree
     (n-best paths highlighted, pruned branches faded) and, when recorded, its attention."""
-    from .show import write_page
+    from .show import page_path, write_page
 
-    write_page(dump, output, sentence)
+    write_page(dump, output or page_path(dump), sentence)
+    if output is None:
+        print(f"nmtdecode: wrote {page_path(dump)}", file=sys.stderr)
 
 
 def run(argv: list[str]) -> int:

@@ -141,7 +141,7 @@ class DecodingConfig(Section):
 
 @dataclass
 class BatchingConfig(Section):
-    batch_size: int = option(32, "Sentences (or tokens) per batch.", short="-b", range=">= 1")
+    batch_size: int = option(32, "Sentences (or tokens) per batch.", range=">= 1")
     batch_type: str = option("sents", "Unit of --batch-size.", choices=("sents", "tokens"))
     max_src_length: int | None = option(None, "Cut longer sources (tokens) with a warning.", range=">= 1")
 
@@ -204,13 +204,14 @@ class IOConfig(Section):
                       "each, one model load.", short="-s", many=True, metavar="FILE...")
     output: str = option("-", "Output file(s), one per --src; - is stdout.", short="-o", many=True, metavar="FILE...")
     format: str = option("text", "Output format.", choices=FORMATS)
-    token_scores: bool = option(False, "JSONL: add tokens and per-token log-probs.")
+    token_scores: bool = option(False, "JSONL: add tokens and per-token log-probs; nbest-marian: Marian's "
+                                "WordScores field (--word-scores).")
     on_invalid_utf8: str = option("error", "Invalid UTF-8 input: stop with the line number, or decode it as U+FFFD.",
                                   choices=("error", "replace"))
     resume: bool = option(False, "Continue an interrupted job from its partial --output.")
     stream: bool = option(False, "Answer each input line as soon as it arrives.")
     prefix: str | None = option(None, "File of target prefixes, one per --src line (may be empty): each output "
-                                "starts with its prefix.")
+                                "starts with its prefix.", metavar="FILE")
     dump_beam: str | None = option(None, "Write each line's search (beam tree, finished hypotheses, n-best) as "
                                    "JSONL to this file, for `nmtdecode show` (OpenNMT-py's -dump_beam).",
                                    metavar="FILE")
@@ -281,9 +282,9 @@ def unknown_key_message(key: str) -> str:
     return f"unknown option {shown(key)} ({hint})"
 
 
-def unknown_key_error(key: str) -> ConfigError:
-    """The error for an unknown key (`unknown_key_message`)."""
-    return ConfigError(unknown_key_message(key))
+def unknown_keys_error(keys: list[str]) -> ConfigError:
+    """One error for every unknown key of a layer (`unknown_key_message` of each)."""
+    return ConfigError("; ".join(unknown_key_message(key) for key in keys))
 
 
 def _number(value: object) -> float | None:
@@ -342,7 +343,7 @@ def checked_layer(values: dict) -> dict:
     values = expand_aliases(values)
     unknown = sorted(k for k in values if k not in KEY_SECTION)
     if unknown:
-        raise unknown_key_error(unknown[0])
+        raise unknown_keys_error(unknown)
     return {key: coerce(key, TYPES[key], value) for key, value in values.items()}
 
 

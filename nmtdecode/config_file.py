@@ -87,8 +87,9 @@ def load_yaml(path: str) -> dict:
 
 
 def _check_keys(path: str, raw: bytes, values: dict) -> None:
-    """Refuse an unknown key of the file or of an item of its `jobs:`, naming the file, its line and
-    the nearest spellings (the lines are looked up only then)."""
+    """Refuse the unknown keys of the file and of the items of its `jobs:`, all in one error (a
+    file written for another tool has several), each with its line and our name for it or the
+    nearest spellings (the lines are looked up only then)."""
     known = {*KEY_SECTION, *PLAN_KEYS}
     unknown: list[tuple[int | None, str]] = [(None, key) for key in values if key not in known]
     items = values.get("jobs") if isinstance(values.get("jobs"), list) else []
@@ -96,9 +97,12 @@ def _check_keys(path: str, raw: bytes, values: dict) -> None:
                 for key in option_names(item, f"jobs: item {n + 1}") if key not in known]
     if not unknown:
         return
-    item, key = unknown[0]
-    where = f"{path}:{_key_line(raw, key, item)}" + ("" if item is None else f": jobs: item {item + 1}")
-    raise ConfigError(f"config file {where}: {unknown_key_message(key)}")
+    where = [f"{_key_line(raw, key, item)}" + ("" if item is None else f": jobs: item {item + 1}")
+             for item, key in unknown]
+    if len(unknown) == 1:
+        raise ConfigError(f"config file {path}:{where[0]}: {unknown_key_message(unknown[0][1])}")
+    each = "; ".join(f"line {line}: {unknown_key_message(key)}" for line, (_, key) in zip(where, unknown))
+    raise ConfigError(f"config file {path}: {len(unknown)} unknown options: {each}")
 
 
 def _key_line(raw: bytes, key: str, item: int | None) -> int | str:

@@ -195,17 +195,17 @@ class BatchDecoder:
                         prefixes: list[list[int]] | None = None) -> Processors:
         cfg, rules = self.cfg, self.rules
         chain: list[Processor] = []
+        # CTranslate2 bans on the logits: the log-probs it scores are renormalised over what is allowed
+        stage = "logits" if cfg.early_stopping == "ctranslate2" else "logprobs"
         if cfg.repetition_penalty != 1.0:
             chain.append(RepetitionPenalty(cfg.repetition_penalty))
         if cfg.no_repeat_ngram_size:
-            chain.append(NoRepeatNgram(cfg.no_repeat_ngram_size))
+            chain.append(NoRepeatNgram(cfg.no_repeat_ngram_size, stage))
         if cfg.block_ngram_repeat:
             chain.append(BlockNgramRepeat(cfg.block_ngram_repeat, self.excluded_ids, self.device))
-        banned = set(rules.banned_ids) | ({self.unk_id} if cfg.ban_unk else set()) | set(self.banned_ids)
-        if banned:
-            chain.append(BanTokens(banned, self.device))
+        chain += self.bans(stage)
         if cfg.min_length:
-            chain.append(MinLength(cfg.min_length, self.eos_id))
+            chain.append(MinLength(cfg.min_length, self.eos_id, stage))
         if rules.forced_bos_id is not None:
             chain.append(ForceFirstToken(rules.forced_bos_id))
         if rules.forced_eos:
@@ -214,6 +214,17 @@ class BatchDecoder:
             chain.append(ForcePrefix(prefixes, int(rules.forced_bos_id is not None), self.device))
         last_step = torch.tensor(max_steps, device=self.device) - 1
         return Processors(chain, search.start_tokens, last_step)
+
+    def bans(self, stage: str) -> list[BanTokens]:
+        """The tokens never generated: the model's own (pad, its start token) and those asked for
+        (--ban-unk, --banned-tokens), at `stage`; where that is the logits (CTranslate2's rule),
+        the model's own stay on the log-probs: a model converted for CTranslate2 has no such bans,
+        it scores them (next to nothing, in a trained model)."""
+        model, asked = set(self.rules.banned_ids), ({self.unk_id} if self.cfg.ban_unk else set()) | set(self.banned_ids)
+        if stage == "logprobs":
+            return [BanTokens(model | asked, self.device)] if model | asked else []
+        return ([BanTokens(model, self.device)] if model else []) + ([BanTokens(asked, self.device, stage)]
+                                                                   if asked else [])
 
     def make_attention(self, cache: DecoderState, src_mask: torch.Tensor) -> AttentionFacts | None:
         """What the search needs from the cross-attention, or None (then none is recorded)."""

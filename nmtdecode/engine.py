@@ -98,12 +98,23 @@ class Engine:
             return ids[: limit - 1] + [cfg.eos_id], True
         return ids, False
 
+    def target_ids(self, target: str | list[str]) -> list[int]:
+        """A target or a target prefix as ids, without EOS: text through the target tokenizer, or
+        pieces (as CTranslate2 takes them), each the id of that target vocabulary entry (<unk> for
+        one the vocabulary lacks)."""
+        tokenizer = self.loaded.tokenizer
+        if isinstance(target, str):
+            return tokenizer.encode_target(target)
+        unk = self.loaded.model.cfg.unk_id
+        return [unk if found is None else found for found in map(tokenizer.piece_id, target)]
+
     def make_example(self, index: int, text: str | list[str], max_src_length: int | None,
-                     prefix: str | None = None) -> Example:
+                     prefix: str | list[str] | None = None) -> Example:
         """Tokenize one line (or take its pieces); whitespace-only lines (no pieces) get nothing to
-        decode; long ones are cut (EOS kept). A target prefix is tokenized with the target
-        tokenizer, without EOS."""
-        prefix_ids = self.loaded.tokenizer.encode_target(prefix) if prefix and prefix.strip() else None
+        decode; long ones are cut (EOS kept). A target prefix (text or pieces) becomes target ids
+        without EOS (`target_ids`)."""
+        given = prefix if isinstance(prefix, list) else prefix and prefix.strip()
+        prefix_ids = self.target_ids(prefix) if given else None
         if not (text if isinstance(text, list) else text.strip()):
             return Example(index, text, prefix=prefix_ids)
         ids, truncated = self.encode_source(text, max_src_length)
@@ -140,8 +151,9 @@ class Engine:
         def score(part: list[Example]) -> list[PairScore]:
             sources, targets = [e.ids for e in part], [e.target for e in part]
             if not by_token:
-                return [PairScore(e.index, total) for e, total in zip(part, decoder.score(sources, targets))]
-            return [PairScore(e.index, sum(token_scores) + eos, tokens, token_scores, eos)
+                return [PairScore(e.index, total, len(e.target) + 1)
+                        for e, total in zip(part, decoder.score(sources, targets))]
+            return [PairScore(e.index, sum(token_scores) + eos, len(e.target) + 1, tokens, token_scores, eos)
                     for e, (tokens, token_scores, eos) in zip(part, decoder.score_tokens(sources, targets))]
 
         return memory.in_halves_when_out_of_memory(batch, score)

@@ -1,9 +1,12 @@
 """OpenNMT-py's `onmt_translate` and eole's `predict` option names, and nmtdecode's for each.
 
 A YAML file written for them runs here once their names are ours (docs/formats.md, "Coming from
-OpenNMT-py or eole"); an unknown key that is one of their names is refused with ours. Other
-tools' double-dash flags (fairseq, CTranslate2, Marian, transformers) are refused on the command
-line with ours (`PEER_FLAGS`, cli.check_spelling), not with click's nearest spelling.
+OpenNMT-py or eole"); an unknown key that is one of their names is refused with ours. On the
+command line, other tools' spellings are refused naming ours (`spelling_message`, called by
+cli.check_spelling) instead of being misread: OpenNMT-py's single-dash and underscore forms
+(`-beam_size`, `--beam_size`, which click would read as `-b eam_size`), the flags of fairseq,
+CTranslate2, Marian and transformers (`PEER_FLAGS`, also when given with one dash: `-fp16`,
+`-beam`, `-nbest`), and Marian's `-b`, its beam size, which is not an option here.
 """
 
 from __future__ import annotations
@@ -59,12 +62,42 @@ PEER_FLAGS = {
     "--print-alignment": ("fairseq", "--report-align (Pharaoh pairs after the text)"),
     "--models": ("Marian", "--model A B (several models decode as an ensemble)"),
     "--input": ("Marian", "--src FILE"),
+    "--word-scores": ("Marian", "--token-scores (with --format nbest-marian or jsonl)"),
+    "--fp16": ("fairseq", "--dtype float16"),
+    "--bf16": ("fairseq", "--dtype bfloat16"),
 }
+# OpenNMT-py's single-dash options that have no namesake here, and what to write instead.
+OPENNMT_FLAGS = {
+    "-gpu": "--device cuda:N",
+    "-fp32": "--dtype float32",
+    "-int8": "--quantize int8",
+    "-tgt": "nmtdecode score --tgt FILE (the log-probability of given targets)",
+    "-verbose": "--format nbest or jsonl (each hypothesis with its score; the summary line is on stderr)",
+}
+# Marian's -b is its beam size: here it is no option at all, so that `-b 6` cannot silently mean
+# something else (docs/usage.md, "Habits from other tools").
+MARIAN_B = ("-b: that is Marian's beam size (-b, --beam-size); nmtdecode's beam is --beam-size K (or -k K), "
+            "its batch size --batch-size N")
 
 
-def peer_flag_message(flag: str) -> str | None:
-    """Why `flag`, another tool's flag, is not ours and what to write instead; None if it is not one."""
-    if flag not in PEER_FLAGS:
+def spelling_message(arg: str, ours: set[str]) -> str | None:
+    """Why `arg`, a command-line word that is not one of `ours` (a command's long flags), is another
+    tool's spelling, and what to write instead; None when it is not one we know."""
+    if arg == "-b":
+        return MARIAN_B
+    if not arg.startswith("-") or arg in ours or len(arg) < 3 or not arg.lstrip("-")[:1].isalpha():
         return None
-    whose, ours = PEER_FLAGS[flag]
-    return f"no such option: {flag} (that is {whose}'s); nmtdecode's is {ours}"
+    name = arg.lstrip("-")
+    hyphenated = "--" + name.replace("_", "-")
+    if hyphenated in ours:  # -beam_size, --beam_size, -src: argparse's spellings of our flags
+        return f"{arg}: that is OpenNMT-py's spelling; nmtdecode's is {hyphenated}"
+    if hyphenated in PEER_FLAGS:
+        whose, instead = PEER_FLAGS[hyphenated]
+        theirs = hyphenated if arg != hyphenated else ""
+        return f"no such option: {arg} (that is {whose}'s{' ' + theirs if theirs else ''}); nmtdecode's is {instead}"
+    if "-" + name in OPENNMT_FLAGS:
+        return f"{arg}: that is OpenNMT-py's option; nmtdecode's is {OPENNMT_FLAGS['-' + name]}"
+    if "_" in arg:
+        return (f"no such option: {arg} (nmtdecode's options start with two dashes and use hyphens; "
+                "--help lists them)")
+    return None

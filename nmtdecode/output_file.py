@@ -45,8 +45,9 @@ import json
 import os
 import stat
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable, Iterator
 
 from .config import ConfigError
 
@@ -327,6 +328,27 @@ class OutputFile:
         if (input_bytes, input_hash) != (expected.input_bytes, expected.input_hash):
             raise OutputRefused(f"--resume: the input is not the one {self.tmp} was made from (its first "
                                 f"{expected.lines} lines differ); run without --resume to start over")
+
+
+@contextmanager
+def written_whole(path: str, sources: Iterable[str] = ()) -> Iterator[Any]:
+    """The stream of a file written whole (`show`'s page, a CTranslate2 script's translate_file):
+    locked, through PATH.tmp, renamed when the block ends and removed when it fails; never one of
+    `sources`."""
+    out = OutputFile(path)
+    for source in sources:
+        out.refuse_source(source)
+    out.claim(False, resumable=False)
+    try:
+        out.open(False, signature="")
+        try:
+            yield out.stream
+        except BaseException:
+            out.abandon()
+            raise
+        out.finish()
+    finally:
+        out.release()
 
 
 def _checksum(record: dict) -> str:

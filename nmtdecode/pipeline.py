@@ -62,15 +62,12 @@ def load_engine(config: Config) -> Engine:
 
 def run(source: Source, work: Callable[[list[Example]], list], sink: Sink, at_once: int = 1,
         mine: Callable[[Iterable[list[Example]]], list] = list,
-        observe: Callable[[list[Example], list], None] | None = None,
-        waiting: Callable[[Iterator], Iterator] | None = None) -> int:
+        observe: Callable[[list[Example], list], None] | None = None) -> int:
     """Run a job: each chunk of `source` cut into batches, the batches `mine` keeps decoded by
     `work` (`at_once` at the same time, in_order), their results put into `sink` and told to
-    `observe`, the chunk checkpointed. `waiting` wraps the source's chunks (to time the wait
-    for input). Returns the number of input lines done."""
+    `observe`, the chunk checkpointed. Returns the number of input lines done."""
     batching, done = source.batching, source.done
-    chunks_in = source.chunks() if waiting is None else waiting(source.chunks())
-    for chunk in chunks_in:
+    for chunk in source.chunks():
         batches = mine(cut(chunk, batching.batch_size, batching.batch_type))
         for batch, results in in_order(work, batches, at_once):
             for result in results:
@@ -83,14 +80,21 @@ def run(source: Source, work: Callable[[list[Example]], list], sink: Sink, at_on
     return done
 
 
+# --stream: the batches' worth of waiting lines sorted by length together. Batches in input order
+# decoded the demo's held-out lines about 20% slower than sorted ones (padding, and each batch
+# runs to its longest source's step limit); four batches sorted together, within 10% (speed.md).
+STREAM_BATCHES = 4
+
+
 def read_size(config: Config) -> int:
-    """Lines read before decoding starts: a sort chunk from a file; from a pipe one batch's
-    worth, so results come out as batches fill; one line with --stream."""
+    """The most lines decoded together: a sort chunk (many batches, sorted by length together); with
+    --stream a few batches' worth (`STREAM_BATCHES`), so that a line's answer waits for at most the
+    few other batches of its chunk. From a pipe or terminal a chunk also ends where the lines that
+    have arrived end (`LineSource.chunks`)."""
     batching = config.batching
-    if config.io.stream:
-        return 1
-    if config.io.src == "-":  # with a token budget, assume ~16 tokens a line
-        return batching.batch_size if batching.batch_type == "sents" else max(1, batching.batch_size // 16)
+    if config.io.stream:  # with a token budget, assume ~16 tokens a line
+        batch = batching.batch_size if batching.batch_type == "sents" else max(1, batching.batch_size // 16)
+        return batch * STREAM_BATCHES
     return chunk_size(batching.batch_size, batching.batch_type)
 
 
@@ -111,7 +115,10 @@ class LineSource:
         return self.reader.position()
 
     def chunks(self) -> Iterator[list[Example]]:
-        return chunks(self.examples(), read_size(self.config))
+        """Chunks of `read_size` lines, or of the lines that have arrived when no more is waiting
+        (a pipe, a terminal): a line is never held back for input that has not come (as
+        fairseq-interactive decodes its buffer), and a full pipe fills whole chunks."""
+        return chunks(self.examples(), read_size(self.config), self.reader.ready)
 
     def examples(self) -> Iterator[Example]:
         """The Examples of the lines not done yet, each with its prefix line (if any)."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Iterable, Iterator
 
 from tqdm import tqdm
 
@@ -70,23 +69,3 @@ class JobProgress:
             eta = "" if left is None else f", {tqdm.format_interval(left)} left"
         self.bar.set_postfix_str(f"{summary.target_tokens / max(elapsed, 1e-9):.0f} tokens/s{eta}", refresh=False)
         self.bar.update(len(batch))
-
-
-class InputWait:
-    """The time spent waiting for the input's next chunk: answering line by line, the time
-    waiting for the next line is not decoding time."""
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-
-    def over(self, chunks: Iterable) -> Iterator:
-        iterator = iter(chunks)
-        while True:
-            start = time.perf_counter()
-            try:
-                chunk = next(iterator)
-            except StopIteration:
-                return
-            finally:
-                self.seconds += time.perf_counter() - start
-            yield chunk

@@ -5,15 +5,22 @@ removed; a last line without a final newline is read like any other. Invalid UTF
 stops the job naming the file and line, or is decoded as U+FFFD. The --prefix file
 is read in step with the source. What an empty line becomes is the engine's
 (engine.make_example); batching is batching.py's.
+
+A pipe, a terminal or a FIFO is read as its lines arrive (`ArrivingLines`): the reader
+tells whether another line is already waiting (`LineReader.ready`), so that the job
+decodes what has come instead of waiting for more, and counts the time it spent
+blocked on input (`LineReader.waited`), which is not decoding time.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import select
 import stat
 import sys
-from typing import BinaryIO, Iterator
+import time
+from typing import BinaryIO, Iterable, Iterator
 
 from .config import ConfigError
 
@@ -36,15 +43,31 @@ class LineReader:
         self.name = "<stdin>" if path == "-" else path
         self.replaced_lines = 0
         self.consumed, self.hash = 0, hashlib.blake2b(digest_size=16)
+        self.arriving: ArrivingLines | None = None  # a pipe, terminal or FIFO, once reading started
 
     def position(self) -> tuple[int, str]:
         """(bytes read, blake2b of those bytes) up to the end of the last line read."""
         return self.consumed, self.hash.hexdigest()
 
+    def ready(self) -> bool:
+        """Whether the next line (or the end of the input) can be read without waiting for input:
+        always from a file; from a pipe or terminal when it has arrived."""
+        return self.arriving is None or self.arriving.ready()
+
+    @property
+    def waited(self) -> float:
+        """Seconds spent blocked waiting for input to arrive (0 for a file)."""
+        return 0.0 if self.arriving is None else self.arriving.waited
+
     def __iter__(self) -> Iterator[str]:
         stream = _stdin() if self.path == "-" else _open(self.path)
+        lines: Iterable[bytes] = stream
+        fd = _pipe_descriptor(stream)
+        if fd is not None:
+            self.arriving = ArrivingLines(fd)
+            lines = self.arriving
         try:
-            for number, raw in enumerate(stream, start=1):
+            for number, raw in enumerate(lines, start=1):
                 self.consumed += len(raw)
                 self.hash.update(raw)
                 if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
@@ -63,6 +86,53 @@ class LineReader:
                                  "(--on-invalid-utf8 replace decodes it as U+FFFD)") from None
             self.replaced_lines += 1
             return raw.decode("utf-8", errors="replace")
+
+
+class ArrivingLines:
+    """The lines of a pipe, terminal or FIFO (a file descriptor), as they arrive. `ready()` says,
+    without waiting, whether a whole line (or the end) is there; iterating waits only when none
+    is, and counts that time in `waited`. The descriptor is read directly: nothing else reads it."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd, self.pending, self.ended, self.waited = fd, bytearray(), False, 0.0
+
+    def ready(self) -> bool:
+        if b"\n" not in self.pending and not self.ended and select.select([self.fd], [], [], 0)[0]:
+            self._read()  # what is there: a read of a readable descriptor does not wait
+        return b"\n" in self.pending or self.ended
+
+    def _read(self) -> None:
+        data = os.read(self.fd, 1 << 16)
+        self.pending += data
+        self.ended = not data
+
+    def __iter__(self) -> Iterator[bytes]:
+        while True:
+            end = self.pending.find(b"\n")
+            if end >= 0:
+                line = bytes(self.pending[: end + 1])
+                del self.pending[: end + 1]  # a bytearray drops its front without copying the rest
+                yield line
+            elif self.ended:
+                if self.pending:
+                    yield bytes(self.pending)
+                return
+            else:
+                start = time.perf_counter()
+                self._read()  # waits for input
+                self.waited += time.perf_counter() - start
+
+
+def _pipe_descriptor(stream: BinaryIO) -> int | None:
+    """The descriptor of a stream that is a pipe, terminal, socket or FIFO (nothing has read from it
+    yet: the job's reader is the first), or None: a regular file, which is always ready, or a
+    stream in memory."""
+    try:
+        fd = stream.fileno()
+        mode = os.fstat(fd).st_mode
+    except (OSError, ValueError, AttributeError):  # io.BytesIO and the like: no descriptor
+        return None
+    return None if stat.S_ISREG(mode) else fd
 
 
 def read_lines(path: str, on_invalid: str = "error") -> Iterator[str]:

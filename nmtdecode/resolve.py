@@ -153,11 +153,9 @@ def ineffective(config: Config, max_positions: int, device_type: str, api_method
 def format_notes(config: Config) -> list[str]:
     """Options whose results the job's output format does not write."""
     io, decoding, notes = config.io, config.decoding, []
-    if decoding.n_best > 1 and io.format == "text":
-        notes.append(f"n_best: {decoding.n_best} has no effect with --format text, which writes the best "
-                     "hypothesis only (--format nbest or jsonl writes them all)")
-    if io.token_scores and io.format != "jsonl":
-        notes.append(f"token_scores: has no effect with --format {io.format} (it adds fields to jsonl)")
+    if io.token_scores and io.format not in ("jsonl", "nbest-marian"):
+        notes.append(f"token_scores: has no effect with --format {io.format} (it adds fields to jsonl, and "
+                     "Marian's WordScores to nbest-marian)")
     for key in ("alignment", "attention"):
         if getattr(decoding, key) and io.format != "jsonl" and io.dump_beam is None:
             notes.append(f"{key}: has no effect with --format {io.format} (it adds fields to jsonl and --dump-beam)")
@@ -199,6 +197,17 @@ def check_score(config: Config, torchrun: bool) -> None:
         raise ConfigError("score runs in one process: start it without torchrun")
     if config.io.format not in SCORE_FORMATS:
         raise ConfigError(f"format: score writes {' or '.join(SCORE_FORMATS)}, not {config.io.format}")
+
+
+def check_translate(config: Config) -> None:
+    """What a translate job asks of its options, before the model loads: the text format writes one
+    line per input line, so n-best lists need a format that has room for them (a warning was easy
+    to miss, and onmt_translate users expect N lines: --format nbest gives them, with scores)."""
+    decoding, io_cfg = config.decoding, config.io
+    if decoding.n_best > 1 and io_cfg.format == "text" and io_cfg.dump_beam is None:
+        raise ConfigError(f"n_best: {decoding.n_best} hypotheses do not fit --format text, which writes one line "
+                          "per input line; --format nbest writes N lines per input (INDEX ||| TEXT ||| SCORE, as "
+                          "onmt_translate -n_best N writes N lines), jsonl one record with all N")
 
 
 def check_torchrun(config: Config) -> None:

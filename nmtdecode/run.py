@@ -23,11 +23,11 @@ from .config import Config
 from .jobs import check_written_files
 from .output_file import NOT_RESUMABLE, OutputFile
 from .pipeline import LineSource, load_engine, run
-from .progress import InputWait, JobProgress, progress_bar, stdin_is_terminal
+from .progress import JobProgress, progress_bar, stdin_is_terminal
 from .ranks import (Group, PartWriter, Ranks, check_job, check_layout, device_for, layouts, leave_group, merge,
                     threads_for)
 from .reading import check_prefix, check_readable
-from .resolve import ResolvedJob, check_torchrun, resolve, stream_typed_input
+from .resolve import ResolvedJob, check_torchrun, check_translate, resolve, stream_typed_input
 from .summary import Summary, count, print_warning, say, timing
 from .writing import BothWriters, ResultWriter, SearchWriter
 
@@ -45,6 +45,8 @@ def translate_job(jobs: Config | list[Config], engine: Engine | None = None) -> 
     run ends. Returns the summary of all jobs together (under torchrun, this rank's)."""
     typed = stdin_is_terminal()
     jobs = [stream_typed_input(job, typed) for job in ([jobs] if isinstance(jobs, Config) else jobs)]
+    for job in jobs:
+        check_translate(job)
     check_written_files(jobs)
     ranks = Ranks.from_env()
     if ranks is not None:
@@ -246,7 +248,7 @@ class RankJob:
 def decode_job(job: ResolvedJob, engine: Engine, output: OutputFile, share: Share) -> tuple[Summary, int]:
     """Decode `share` (WholeJob or RankJob) of one job into `output` through the pipeline, its
     output checkpointed after each chunk; returns its summary and the input's line count."""
-    config, waiting = job.config, InputWait()
+    config = job.config
     decoder = engine.decoder(config.decoding, job.rules, job.banned_ids, job.excluded_ids,
                              trace=config.io.dump_beam is not None)
     signals.job_started()  # from here a signal unwinds the job, keeping its output resumable
@@ -259,8 +261,14 @@ def decode_job(job: ResolvedJob, engine: Engine, output: OutputFile, share: Shar
     try:
         with progress_bar(config, done, share.shows_progress, share.label) as bar:
             counted = JobProgress(config, bar, done)
+
+            def observe(batch: list[Example], results: list[Result]) -> None:
+                counted(batch, results)
+                if config.io.stream:  # what is written of the chunk so far goes out with each batch
+                    output.stream.flush()
+
             lines = run(source, lambda batch: engine.decode_batch(batch, decoder), sink, job.batches_at_once,
-                        share.mine, counted, waiting.over)
+                        share.mine, observe)
     except BaseException:
         output.abandon()  # keeps FILE.tmp and its journal for --resume
         share.abandon()
@@ -268,7 +276,7 @@ def decode_job(job: ResolvedJob, engine: Engine, output: OutputFile, share: Shar
     share.complete(output)
     summary = counted.summary
     summary.replaced = source.reader.replaced_lines
-    summary.seconds = time.perf_counter() - counted.start - (waiting.seconds if config.io.stream else 0.0)
+    summary.seconds = time.perf_counter() - counted.start - source.reader.waited  # the rate is the decoding's
     if summary.replaced and share.reports_input:
         print_warning(f"{summary.replaced} lines had invalid UTF-8, decoded with U+FFFD")
     if not config.runtime.quiet:

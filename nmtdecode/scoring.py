@@ -57,9 +57,10 @@ class ScoreSummary:
                 f"({rate:.1f} tokens/s); log-prob per token {per_token:.4f}, perplexity {math.exp(-per_token):.2f}")
 
 
-def score_job(config: Config, tgt: str) -> ScoreSummary:
-    """Score the pairs of lines of config.io.src and `tgt` into config.io.output in config.io.format.
-    Input and output are checked, and the output locked, before the model loads."""
+def score_job(config: Config, tgt: str, normalize: bool = False) -> ScoreSummary:
+    """Score the pairs of lines of config.io.src and `tgt` into config.io.output in config.io.format,
+    each line's total log-probability or, with `normalize`, its mean per scored token. Input and
+    output are checked, and the output locked, before the model loads."""
     check_score(config, torchrun=Ranks.from_env() is not None)
     io_cfg = config.io
     for path in (io_cfg.src, tgt):
@@ -77,7 +78,8 @@ def score_job(config: Config, tgt: str) -> ScoreSummary:
         signals.job_started()
         out.open(False, signature="")  # no checkpoints: a complete file or none
         try:
-            summary = _score_into(out, job.config, engine, engine.decoder(job.config.decoding, job.rules), tgt)
+            summary = _score_into(out, job.config, engine, engine.decoder(job.config.decoding, job.rules), tgt,
+                                  normalize)
         except BaseException:
             out.abandon()  # with no journal, FILE.tmp is removed
             raise
@@ -96,7 +98,8 @@ def score_job(config: Config, tgt: str) -> ScoreSummary:
     return summary
 
 
-def _score_into(out: OutputFile, config: Config, engine: Engine, decoder: BatchDecoder, tgt: str) -> ScoreSummary:
+def _score_into(out: OutputFile, config: Config, engine: Engine, decoder: BatchDecoder, tgt: str,
+                normalize: bool) -> ScoreSummary:
     summary, start, by_token = ScoreSummary(), time.perf_counter(), config.io.format == "jsonl"
     sources = LineReader(config.io.src, config.io.on_invalid_utf8)
     targets = LineReader(tgt, config.io.on_invalid_utf8)
@@ -107,8 +110,8 @@ def _score_into(out: OutputFile, config: Config, engine: Engine, decoder: BatchD
             summary.add(batch, scores)
             bar.update(len(batch))
 
-        run(source, lambda batch: engine.score_batch(batch, decoder, by_token), ScoreWriter(out.stream, by_token),
-            observe=counted)
+        run(source, lambda batch: engine.score_batch(batch, decoder, by_token),
+            ScoreWriter(out.stream, by_token, normalize), observe=counted)
     summary.truncated.sort()
     summary.seconds = time.perf_counter() - start
     return summary
@@ -131,14 +134,17 @@ class PairSource:
 
 
 class ScoreWriter:
-    """The pipeline's sink of a score job: each pair's total log-probability a line, or with
-    `by_token` its JSONL record, in input order."""
+    """The pipeline's sink of a score job: each pair's total log-probability a line (with
+    `normalize` its mean per scored token), or with `by_token` its JSONL record, in input order."""
 
-    def __init__(self, stream: TextStream, by_token: bool) -> None:
-        self.lines, self.by_token = OrderedWriter(stream), by_token
+    def __init__(self, stream: TextStream, by_token: bool, normalize: bool = False) -> None:
+        self.lines, self.by_token, self.normalize = OrderedWriter(stream), by_token, normalize
 
     def put(self, score: PairScore) -> None:
-        self.lines.put(score.index, _record(score) if self.by_token else f"{score.total:.6f}\n")
+        if self.by_token:
+            self.lines.put(score.index, _record(score, self.normalize))
+        else:
+            self.lines.put(score.index, f"{score.total / score.length if self.normalize else score.total:.6f}\n")
 
     def checkpoint(self, lines_done: int, input_position: tuple[int, str]) -> None:
         pass  # written whole
@@ -159,19 +165,22 @@ def _pairs(sources: Iterable[str], targets: Iterable[str]) -> Iterator[tuple[int
         raise InputError("--tgt has more lines than --src")
 
 
-def _record(score: PairScore) -> str:
-    return json.dumps({"index": score.index, "log_prob": score.total, "tokens": score.tokens,
-                       "token_scores": score.token_scores, "eos_score": score.eos_score}, ensure_ascii=False) + "\n"
+def _record(score: PairScore, normalize: bool) -> str:
+    record = {"index": score.index, "log_prob": score.total, "tokens": score.tokens,
+              "token_scores": score.token_scores, "eos_score": score.eos_score}
+    if normalize:
+        record["mean_log_prob"] = score.total / score.length
+    return json.dumps(record, ensure_ascii=False) + "\n"
 
 
-def pair_examples(engine: Engine, decoder: BatchDecoder, pairs: Iterable[tuple[int, str, str]],
+def pair_examples(engine: Engine, decoder: BatchDecoder, pairs: Iterable[tuple[int, str | list, str | list]],
                   max_src_length: int | None) -> Iterator[Example]:
     """An Example per (index, source, target): the source cut as translate cuts it (an empty one
     is scored too: it is EOS alone), the target ids in `target`. A target the decoder has no
     positions for cannot be scored: an error names its line."""
     room = engine.loaded.model.cfg.max_positions - len(decoder.forced_prefix())  # what the decoder may still be fed
     for index, source, target in pairs:
-        target_ids = engine.loaded.tokenizer.encode_target(target)
+        target_ids = engine.target_ids(target)
         if len(target_ids) > room:
             raise InputError(f"target line {index + 1} has {len(target_ids)} tokens; with its forced prefix the "
                              f"decoder has positions for {room}: it cannot be scored")
@@ -179,17 +188,17 @@ def pair_examples(engine: Engine, decoder: BatchDecoder, pairs: Iterable[tuple[i
         yield Example(index, source, ids, truncated=truncated, target=target_ids)
 
 
-def score_pairs(engine: Engine, config: Config, sources: list, targets: list[str],
-                by_token: bool = False) -> tuple[list[PairScore], int]:
-    """Each pair's PairScore in their order (the Python API), batched as `score` batches, and how
-    many tokens the model forces at the start of each target (scored 0)."""
+def score_pairs(engine: Engine, config: Config, sources: list, targets: list,
+                by_token: bool = False) -> list[PairScore]:
+    """Each pair's PairScore in their order (the Python API), batched as `score` batches; a
+    target is text or pieces (`Engine.target_ids`)."""
     job = resolve(config, engine, scoring=True)
     decoder = engine.decoder(job.config.decoding, job.rules)
     examples = pair_examples(engine, decoder, ((i, s, t) for i, (s, t) in enumerate(zip(sources, targets))),
                              job.config.batching.max_src_length)
     sink = ListSink(len(sources))
     run(PairSource(examples, job.config), lambda batch: engine.score_batch(batch, decoder, by_token), sink)
-    return sink.results, len(decoder.forced_prefix()) - 1
+    return sink.results
 
 
 def _lines(numbers: list[int], shown: int = 5) -> str:

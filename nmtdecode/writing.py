@@ -1,8 +1,9 @@
 """Writing results as text: the output formats, and in input order whatever order they come in.
 
 Formats: `text` (the best hypothesis), `nbest` (`INDEX ||| TEXT ||| SCORE`, Moses'),
-`nbest-marian` (Marian's, with the total log-prob as feature F0) and `jsonl` (every
-hypothesis with its scores, optional tokens, per-token scores and alignment). The
+`nbest-marian` (Marian's, with the total log-prob as feature F0 and, with --token-scores, its
+WordScores field) and `jsonl` (every hypothesis with its scores, optional tokens, per-token
+scores and alignment). The
 file they go to (temporary file, journal, lock, resume) is output_file.py's.
 
 One output line per input line (one per hypothesis in the n-best formats), always: a
@@ -15,9 +16,12 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .batching import Result, finite_or_null
+
+if TYPE_CHECKING:
+    from .search.base import Hypothesis
 
 class TextStream(Protocol):
     """Where text goes: an OutputFile's stream (output_file.py), or sys.stdout."""
@@ -51,8 +55,10 @@ def format_result(result: Result, fmt: str, token_scores: bool = False) -> str:
         return "".join(f"{result.index} ||| {one_line(text)} ||| {hyp.score:.6f}{align}\n"
                        for hyp, text, align in zip(result.hypotheses, result.texts, pairs))
     if fmt == "nbest-marian":  # Marian's: the model's total log-prob as feature F0, then the ranking score
-        return "".join(f"{result.index} ||| {one_line(text)}{align} ||| F0= {hyp.total:.6f} ||| {hyp.score:.6f}\n"
-                       for hyp, text, align in zip(result.hypotheses, result.texts, pairs))
+        words = [word_scores(hyp) if token_scores else "" for hyp in result.hypotheses]
+        return "".join(f"{result.index} ||| {one_line(text)}{align}{scores} ||| F0= {hyp.total:.6f} ||| "
+                       f"{hyp.score:.6f}\n" for hyp, text, align, scores in zip(result.hypotheses, result.texts, pairs,
+                                                                                words))
     hyps: list[dict[str, Any]] = []
     for hyp, text in zip(result.hypotheses, result.texts):
         entry: dict[str, Any] = {"text": text, "score": finite_or_null(hyp.score),
@@ -74,6 +80,13 @@ def format_result(result: Result, fmt: str, token_scores: bool = False) -> str:
     if result.source_pieces is not None:
         record["source_pieces"] = result.source_pieces
     return json.dumps(record, ensure_ascii=False) + "\n"
+
+
+def word_scores(hyp: Hypothesis) -> str:
+    """Marian's --word-scores field of an n-best entry: each target token's log-probability, the
+    final EOS's last when the hypothesis ended (Marian's words are the vocabulary's pieces)."""
+    scores = hyp.token_scores + ([] if hyp.eos_score is None else [hyp.eos_score])
+    return " ||| WordScores=" + "".join(f" {score:.5f}" for score in scores)
 
 
 class OrderedWriter:

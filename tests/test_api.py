@@ -313,6 +313,24 @@ def test_score_batch_is_the_command_lines_jsonl(translator, cli, model_dir, src_
     assert [s.log_prob for s in scored] == pytest.approx(translator.score(LINES, targets), abs=1e-4)
 
 
+def test_targets_and_prefixes_may_be_pieces(translator, pieces_of):
+    """score_batch's targets and translate_batch's prefixes as target pieces (CTranslate2's
+    `target`, `target_prefix`) give what their text gives; a piece the vocabulary lacks is <unk>."""
+    from tests.helpers import UNK
+
+    targets = ["the house is red .", "good morning", ""]
+    as_pieces = [pieces_of(t, out_type=str) for t in targets]
+    by_text, by_pieces = translator.score_batch(LINES[:3], targets), translator.score_batch(LINES[:3], as_pieces)
+    assert [(s.tokens, s.token_scores, s.log_prob) for s in by_pieces] == \
+        [(s.tokens, s.token_scores, s.log_prob) for s in by_text]
+    assert translator.score_batch(["water"], [["no-such-piece"]])[0].tokens == [UNK]
+    prefixes = ["the", "", "good"]
+    assert translator.translate_batch(LINES[:3], [pieces_of(p, out_type=str) for p in prefixes], beam_size=3) == \
+        translator.translate_batch(LINES[:3], prefixes, beam_size=3)
+    with pytest.raises(TypeError, match="target 1 has a int at position 0; a list target holds its pieces"):
+        translator.score_batch(["a", "b"], ["a", [3]])
+
+
 # warnings in the API's terms
 
 
@@ -370,3 +388,18 @@ def test_the_documented_python_examples_run(page, monkeypatch):
         runner.run(test, out=report.append, clear_globs=False)
         assert runner.failures == 0, "".join(report)
         namespace = test.globs  # a DocTest runs in a copy: the next block continues this one's
+
+
+def test_config_shows_the_decoding_options_as_they_apply(cli):
+    """Translator.config holds the model's own defaults under the options given to load (the demo
+    model's step limit 2*|src|+10), as --dump-config shows them, not the built-in max_len_b: None."""
+    import dataclasses
+
+    import yaml
+
+    demo = str(REPO / "data" / "demo")
+    decoding = nmtdecode.Translator.load(demo, beam_size=3).config.decoding
+    assert (decoding.max_len_a, decoding.max_len_b, decoding.beam_size) == (2.0, 10, 3)
+    dumped = yaml.safe_load(cli("translate", "-m", demo, "--beam-size", 3, "--dump-config", text=True).stdout)
+    assert {f.name: getattr(decoding, f.name) for f in dataclasses.fields(decoding)} == \
+        {k: v for k, v in dumped.items() if k in {f.name for f in dataclasses.fields(decoding)}}

@@ -43,8 +43,9 @@ def test_config_file_with_override_and_formats_agree(model_dir, src_file, tmp_pa
     config.write_text(yaml.safe_dump({"model": str(model_dir), "beam-size": 4, "n_best": 3, "format": "jsonl",
                                       "max_length": 8, "quiet": True}))
     outputs = {}
-    for fmt in ("text", "nbest", "jsonl"):
-        run = cli("translate", "-c", config, "--src", src_file, "--format", fmt, text=True)
+    for fmt in ("text", "nbest", "jsonl"):  # text keeps the 1-best of the 3 (the 3 go to the dump)
+        dump = ["--dump-beam", tmp_path / "beams.jsonl"] if fmt == "text" else []
+        run = cli("translate", "-c", config, "--src", src_file, "--format", fmt, *dump, text=True)
         assert run.returncode == 0, run.stderr
         outputs[fmt] = run.stdout.splitlines()
     text, nbest, jsonl = outputs["text"], outputs["nbest"], [json.loads(line) for line in outputs["jsonl"]]
@@ -205,6 +206,26 @@ def test_nbest_marian_fields_are_log_prob_and_ranking_score(model_dir, src_file,
     assert rows[2] == ["1", "", "F0= 0.000000", "0.000000"]  # the empty line
 
 
+def test_nbest_marian_word_scores_are_each_tokens_log_prob_then_eos(model_dir, src_file, cli):
+    """--token-scores in Marian's n-best (its --word-scores): a WordScores field after the
+    hypothesis, one log-prob per target token and the final EOS's (5 decimals, as Marian), which
+    add up to F0; JSONL has the same numbers as token_scores and eos_score."""
+    common = ["translate", "--model", model_dir, "--src", src_file, "--quiet", "--beam-size", 3, "--n-best", 2,
+              "--max-length", 8, "--token-scores"]
+    marian = cli(*common, "--format", "nbest-marian", text=True)
+    jsonl = cli(*common, "--format", "jsonl", text=True)
+    assert marian.returncode == 0 and marian.stderr == "", marian.stderr
+    hyps = [h for line in jsonl.stdout.splitlines() for h in json.loads(line)["hypotheses"]]
+    rows = [line.split(" ||| ") for line in marian.stdout.splitlines()]
+    assert len(rows) == len(hyps) and all(len(row) == 5 and row[2].startswith("WordScores=") for row in rows)
+    for row, hyp in zip(rows, hyps):
+        words = [float(x) for x in row[2].split()[1:]]
+        expected = hyp["token_scores"] + ([hyp["eos_score"]] if hyp["ended"] and hyp["eos_score"] is not None else [])
+        assert words == pytest.approx(expected, abs=6e-6)
+        assert all(len(x.split(".")[1]) == 5 for x in row[2].split()[1:])
+        assert sum(words) == pytest.approx(float(row[3][4:]), abs=1e-4)
+
+
 @pytest.mark.subprocess
 def test_path_errors_fail_before_torch_is_imported(tmp_path, model_dir):
     """A wrong model path, an input that cannot be read or an output that cannot be created fails
@@ -224,3 +245,14 @@ def test_path_errors_fail_before_torch_is_imported(tmp_path, model_dir):
     codes, torch_loaded = json.loads(done.stdout.splitlines()[-1])
     assert 0 not in codes and done.stderr.count("nmtdecode: error:") == len(cases), done.stderr
     assert not torch_loaded
+
+
+def test_help_texts_say_what_the_options_take(cli):
+    """score's --src is required, so shows no default; --prefix and the score files take a FILE."""
+    score = cli("score", "--help", text=True).stdout
+    src = score[score.index("--src"): score.index("--output")]
+    assert "FILE" in src and "[required]" in src and "default" not in src
+    assert "-t, --tgt FILE" in score and "-o, --output FILE" in score
+    assert "--prefix FILE" in cli("translate", "--help", text=True).stdout
+    show = cli("show", "--help", text=True).stdout
+    assert "required" not in show and "DUMP with .html" in " ".join(show.split())

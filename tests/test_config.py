@@ -53,7 +53,7 @@ def test_every_option_is_a_translate_flag_made_from_its_declaration():
 def test_score_shares_translates_options_and_narrows_only_its_own():
     translate, score = params("translate"), params("score")
     own = {"src", "output", "format"}  # one file each; score's formats
-    assert set(score) == {*SCORE_KEYS, *own, "tgt", "config_file", "dump_config", "debug"}
+    assert set(score) == {*SCORE_KEYS, *own, "tgt", "normalize", "config_file", "dump_config", "debug"}
     for key in SCORE_KEYS:
         assert score[key].opts == translate[key].opts and score[key].help == translate[key].help
         assert type(score[key].type) is type(translate[key].type)

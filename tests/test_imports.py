@@ -172,3 +172,11 @@ def test_what_a_message_may_show_is_a_leaf_every_layer_can_use():
 
 def test_checkpoint_is_a_leaf_of_the_loading_layer():
     assert GRAPH["nmtdecode.models.checkpoint"] == {"nmtdecode.models.architecture"}  # no torch
+
+
+def test_the_compat_modules_sit_on_top_of_the_api():
+    """nmtdecode.compat.* are other tools' APIs over ours: they import the API (api.py), and nothing
+    of the package imports them."""
+    compat = {m for m in GRAPH if m.startswith("nmtdecode.compat")}
+    assert "nmtdecode.api" in GRAPH["nmtdecode.compat.ctranslate2"]
+    assert not any(GRAPH[m] & compat for m in GRAPH if m not in compat)

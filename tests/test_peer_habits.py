@@ -45,6 +45,59 @@ def test_other_tools_double_dash_flags_name_ours(args, ours, cli):
     assert ours in run.stderr and args[0].split("=")[0] in run.stderr and "Did you mean" not in run.stderr
 
 
+@pytest.mark.parametrize("args, whose, ours", [
+    (["--fp16"], "fairseq", "--dtype float16"),
+    (["-fp16"], "fairseq", "--dtype float16"),
+    (["-beam", "5"], "fairseq", "--beam-size K"),
+    (["-nbest", "3"], "fairseq", "--n-best N"),
+    (["-tgt", "ref.de"], "OpenNMT-py", "nmtdecode score --tgt FILE"),
+    (["-verbose"], "OpenNMT-py", "--format nbest or jsonl"),
+    (["--verbose"], "OpenNMT-py", "--format nbest or jsonl"),
+    (["--beam_size", "5"], "OpenNMT-py", "--beam-size"),
+    (["--n_best=2"], "OpenNMT-py", "--n-best"),
+    (["--max_batch_size", "8"], "CTranslate2", "--batch-size N"),
+    (["--word-scores"], "Marian", "--token-scores"),
+    (["-b", "6"], "Marian", "--beam-size K"),
+])
+def test_peer_spellings_are_one_line_naming_whose_and_ours(args, whose, ours, cli):
+    """Each is read as something else by click (`-fp16` as -f p16, `-beam` as -b eam) or, for
+    Marian's `-b` (its beam size), would once have set our batch size: one line saying whose it
+    is and what ours is."""
+    for command in (["translate", "--model", "m"], ["score", "--model", "m", "--src", "a", "--tgt", "b"]):
+        if command[0] == "score" and args[0] in ("-tgt", "--word-scores", "--beam_size", "--n_best=2"):
+            continue  # score has --tgt, and no search or output options
+        run = cli(*command, *args, text=True)
+        assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+        assert f"{whose}'s" in run.stderr and ours in run.stderr and args[0].split("=")[0] in run.stderr
+
+
+def test_score_takes_tgt_with_two_dashes(cli):
+    run = cli("score", "--model", "m", "--src", "a", "-tgt", "b", text=True)
+    assert run.returncode == 2 and "nmtdecode's is --tgt" in run.stderr
+
+
+def test_every_foreign_key_of_a_yaml_file_is_named_in_one_error(tmp_path, cli):
+    """An onmt_translate YAML with five keys that are not ours fails once, naming all five with
+    their lines, not one per run."""
+    config = tmp_path / "onmt.yaml"
+    config.write_text("beam_size: 5\ngpu: 0\nverbose: true\nreplace_unk: true\nrandom_sampling_topk: 10\n"
+                      "tgt: ref.de\nlog_file: x.log\n")
+    run = cli("translate", "-c", config, "--dump-config", text=True)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+    assert "5 unknown options" in run.stderr
+    for line, key, ours in [(2, "gpu", "device"), (3, "verbose", "no equivalent"), (5, "random_sampling_topk", "top_k"),
+                            (6, "tgt", "no equivalent"), (7, "log_file", "no equivalent")]:
+        assert f"line {line}: unknown option '{key}'" in run.stderr and ours in run.stderr
+
+
+def test_every_unknown_option_of_an_api_call_is_named(model_dir):
+    from nmtdecode import Translator
+    from nmtdecode.config import ConfigError
+
+    with pytest.raises(ConfigError, match="'max_new_tokens'.*; unknown option 'num_beams'"):
+        Translator.load(str(model_dir), num_beams=4, max_new_tokens=9)
+
+
 @pytest.mark.parametrize("args, ours", [
     (["-beam_size", "5"], "--beam-size"),
     (["-src", "in.txt"], "--src"),
@@ -99,7 +152,6 @@ def test_numeric_length_penalty_layers(tmp_path, cli):
 
 
 @pytest.mark.parametrize("args, warning", [
-    (["--n-best", "2", "--beam-size", "2"], "n_best: 2 has no effect with --format text"),
     (["--token-scores"], "token_scores: has no effect with --format text"),
     (["--token-scores", "--format", "nbest"], "token_scores: has no effect with --format nbest"),
     (["--max-length", "500"], "max_length: 500 is above the model's 128 target positions"),
@@ -114,6 +166,23 @@ def test_options_without_effect_are_warned_about(model_dir, args, warning, cli):
     run = cli("translate", "--model", model_dir, "-q", *args, stdin="good morning\n", text=True)
     assert run.returncode == 0, run.stderr
     assert f"nmtdecode: warning: {warning}" in run.stderr
+
+
+def test_n_best_with_text_output_is_refused_naming_the_formats_that_hold_it(model_dir, tmp_path, cli):
+    """onmt_translate -n_best 3 writes 3 lines per input; our text format writes one, so
+    --n-best 3 with it is an error (exit 2, before the model loads) that names --format nbest,
+    not a warning on stderr beside a 1-best output. With --dump-beam the n-best lists go there."""
+    run = cli("translate", "--model", tmp_path / "not-loaded", "--n-best", "3", stdin="good morning\n", text=True)
+    assert run.returncode == 2 and run.stdout == "" and run.stderr.count("\n") == 1, run.stderr
+    assert "n_best: 3" in run.stderr and "--format nbest" in run.stderr and "jsonl" in run.stderr
+    config = tmp_path / "job.yaml"
+    config.write_text("n_best: 2\nbeam_size: 4\n")
+    assert cli("translate", "-m", model_dir, "-c", config, stdin="hi\n").returncode == 2
+    nbest = cli("translate", "-m", model_dir, "-c", config, "--format", "nbest", "-q", stdin="hi\nyes\n", text=True)
+    assert [line.split(" ||| ")[0] for line in nbest.stdout.splitlines()] == ["0", "0", "1", "1"]
+    dumped = cli("translate", "-m", model_dir, "-c", config, "-q", "--dump-beam", tmp_path / "beams.jsonl",
+                 stdin="hi\n", text=True)
+    assert dumped.returncode == 0 and dumped.stdout.count("\n") == 1, dumped.stderr
 
 
 def test_no_warning_when_options_take_effect(model_dir, cli):

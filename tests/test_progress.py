@@ -81,34 +81,46 @@ def test_no_bar_when_streaming_or_quiet(model_dir, lines_file, cli, bar_updates,
 
 
 def test_typed_input_is_answered_line_by_line_without_a_bar(model_dir, cli, bar_updates, monkeypatch):
+    """Typed lines come one at a time (nothing else is waiting after each): each is its own chunk,
+    decoded and answered before the next is read, with no bar to mix with the typing."""
     monkeypatch.setattr(nrun, "stdin_is_terminal", lambda: True)
+    monkeypatch.setattr(nio.LineReader, "ready", lambda self: False)  # no more line has been typed yet
     sizes, original = [], npipeline.chunks
-    monkeypatch.setattr(npipeline, "chunks", lambda items, size: (sizes.append(size), original(items, size))[1])
+    monkeypatch.setattr(npipeline, "chunks", lambda items, size, more_ready=None: (
+        sizes.append(size), original(items, size, more_ready))[1])
+    decoded = []
+    monkeypatch.setattr(npipeline, "cut", lambda chunk, *batching: (decoded.append(len(chunk)), [chunk])[1])
     run = cli("translate", "--model", model_dir, "--max-length", "8", stdin="good morning\nwater\n", text=True)
     assert run.returncode == 0, run.stderr
-    assert sizes == [1] and len(run.stdout.splitlines()) == 2
+    assert decoded == [1, 1] and sizes == [4 * 32] and len(run.stdout.splitlines()) == 2
     assert "%" not in run.stderr and "2 sentences," in run.stderr
 
 
-def test_typed_input_gets_a_prompt_and_its_rate_leaves_out_the_waiting(model_dir, cli, monkeypatch):
-    """Each line arrives 0.4 s after the last (a person typing): the summary's time is the decoding's."""
-    import time
+def test_typed_input_gets_a_prompt_and_its_rate_leaves_out_the_waiting(model_dir, cli, monkeypatch, capsysbinary):
+    """The second line arrives 0.6 s after the first (a person typing, here a pipe written late):
+    the summary's time is the decoding's, the wall time holds the wait."""
+    import io
+    import os
+    import sys
+    import threading
+
+    from nmtdecode.cli import run as cli_run
 
     monkeypatch.setattr(nrun, "stdin_is_terminal", lambda: True)
-    original = npipeline.chunks
-
-    def typed(items, size):
-        for chunk in original(items, size):
-            time.sleep(0.4)
-            yield chunk
-
-    monkeypatch.setattr(npipeline, "chunks", typed)
-    run = cli("translate", "--model", model_dir, "--max-length", "4", stdin="good morning\nwater\n", text=True)
-    assert run.returncode == 0, run.stderr
-    assert run.stderr.startswith("nmtdecode: ready: type a line to translate it (Ctrl-D ends)\n")
-    seconds = float(re.search(r"target tokens? in ([\d.]+) s", run.stderr).group(1))
-    wall = float(re.search(r", ([\d.]+) s in all", run.stderr).group(1))
-    assert seconds < 0.4 < 0.8 <= wall
+    read, write = os.pipe()
+    os.write(write, b"good morning\n")
+    late = threading.Timer(0.6, lambda: (os.write(write, b"water\n"), os.close(write)))
+    with io.TextIOWrapper(os.fdopen(read, "rb"), encoding="utf-8") as stdin:
+        monkeypatch.setattr(sys, "stdin", stdin)
+        late.start()
+        code = cli_run(["translate", "--model", str(model_dir), "--max-length", "4"])
+        late.join()
+    err = capsysbinary.readouterr().err.decode()
+    assert code == 0, err
+    assert err.startswith("nmtdecode: ready: type a line to translate it (Ctrl-D ends)\n")
+    seconds = float(re.search(r"target tokens? in ([\d.]+) s", err).group(1))
+    wall = float(re.search(r", ([\d.]+) s in all", err).group(1))
+    assert seconds < 0.5 < 0.6 <= wall
 
 
 def test_summary_says_one_sentence(model_dir, cli):

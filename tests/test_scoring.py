@@ -134,7 +134,7 @@ def test_cli_score_forces_the_tgt_lang_tag(tmp_path, lines_file, cli):
     src, tgt = lines_file(sources, "src.txt"), lines_file(targets, "tgt.txt")
     scores = {}
     for lang in ("fr", "de"):
-        run = cli("score", "-m", root, "-s", src, "-t", tgt, "--tgt-lang", lang, "--src-lang", "en", "-b", 1,
+        run = cli("score", "-m", root, "-s", src, "-t", tgt, "--tgt-lang", lang, "--src-lang", "en", "--batch-size", 1,
                   "--device", "cpu", text=True)
         assert run.returncode == 0, run.stderr
         scores[lang] = [float(x) for x in run.stdout.split()]
@@ -171,7 +171,7 @@ def test_cli_score_options(model_dir, tmp_path, lines_file, cli):
     config.write_text(f"model: ../{model_dir.name}\nbeam_size: 4\nsrc: in.en\nbatch_size: 3\n")
     (tmp_path / model_dir.name).symlink_to(model_dir)
     assert score("-c", config) == pytest.approx(base, abs=1e-5)
-    half = score("-c", config, "--dtype", "bf16", "-b", 2)
+    half = score("-c", config, "--dtype", "bf16", "--batch-size", 2)
     assert half == pytest.approx(base, abs=0.1) and half != base
 
 
@@ -291,3 +291,21 @@ def test_cli_score_dump_config_and_refused_formats(model_dir, lines_file, cli, t
     assert dumped.returncode == 0 and "batch_size: 4096\nbatch_type: tokens\n" in dumped.stdout
     run = cli("score", "-m", model_dir, "-s", src, "-t", src, "--format", "nbest", text=True)
     assert run.returncode == 2 and "'nbest' is not one of 'text', 'jsonl'" in run.stderr
+
+
+def test_cli_score_normalize_gives_each_lines_mean_per_scored_token(model_dir, lines_file, cli):
+    """marian-scorer's --normalize: each line's log-probability divided by the tokens scored (the
+    target's and its EOS), in text and as mean_log_prob in jsonl; the totals stay in log_prob."""
+    sources, targets = lines_file(["good morning", "the house is red .", ""], "s.txt"), \
+        lines_file(["thank you", "a dog", "x y z"], "t.txt")
+    common = ["score", "--model", model_dir, "--src", sources, "--tgt", targets, "-q"]
+    records = [json.loads(line) for line in cli(*common, "--format", "jsonl", text=True).stdout.splitlines()]
+    means = [r["log_prob"] / (len(r["tokens"]) + 1) for r in records]
+    normalized = cli(*common, "--normalize", text=True)
+    assert normalized.returncode == 0, normalized.stderr
+    assert [float(x) for x in normalized.stdout.split()] == pytest.approx(means, abs=2e-6)
+    assert [float(x) for x in cli(*common, text=True).stdout.split()] == pytest.approx(
+        [r["log_prob"] for r in records], abs=2e-6)
+    with_mean = [json.loads(line) for line in cli(*common, "--format", "jsonl", "--normalize",
+                                                   text=True).stdout.splitlines()]
+    assert [r.pop("mean_log_prob") for r in with_mean] == pytest.approx(means) and with_mean == records

@@ -151,3 +151,12 @@ def test_the_page_renders_in_a_browser_with_the_nodes_where_the_svg_says(dumped,
             assert tuple(pixels[py, px]) == (0xf9, 0xc3, 0x6b), g.get("data-node")
             seen += 1
     assert seen >= 3  # the start, a token and the ended node at least
+
+
+def test_without_output_the_page_goes_beside_the_dump(dumped, cli):
+    """`nmtdecode show beams.jsonl` writes beams.html (it once refused to run without -o) and says so."""
+    dump, _ = dumped("--beam-size", 2)
+    run = cli("show", dump, text=True)
+    page = dump.with_suffix(".html")
+    assert run.returncode == 0 and run.stderr == f"nmtdecode: wrote {page}\n", run.stderr
+    assert len(trees_of(page.read_text(encoding="utf-8"))) == 3

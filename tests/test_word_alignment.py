@@ -68,7 +68,8 @@ def test_replace_unk_puts_the_most_attended_source_piece(unk_model, tmp_path, cl
 
 @pytest.mark.slow  # ~6 s on 2 cores
 def test_report_align_writes_word_pairs_of_the_attention(unk_model, tmp_path, cli):
-    records, lines = decoded(unk_model, tmp_path, cli, "--report-align", "--replace-unk")
+    records, lines = decoded(unk_model, tmp_path, cli, "--report-align", "--replace-unk",  # text: the 1-best
+                             "--dump-beam", tmp_path / "beams.jsonl")  # where the n-best lists go
     loaded = load_model(str(unk_model))
     sp = spm.SentencePieceProcessor(model_file=str(unk_model / "spm.model"))
 

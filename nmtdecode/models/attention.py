@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from .state import LayerState
+from .state import AttentionProbe, LayerState
 
 # Every fused attention kernel but cuDNN's. torch picks cuDNN's for float16 on recent GPUs, and
 # cuDNN builds a plan for every new shape, which nearly every batch brings (a new source length):
@@ -131,7 +131,7 @@ class CrossAttention(nn.Module):
         return self.out(merge_heads(fused_attention(q, keys, values, mask, dropout=p)))
 
     def step(self, x: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None,
-             probe: LayerState | None = None) -> torch.Tensor:
+             probe: AttentionProbe | None = None) -> torch.Tensor:
         """One position for each of the k rows (beams) of every sentence, x (B*k, d).
 
         The k rows of a sentence attend over the same memory, so they are

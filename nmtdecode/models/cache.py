@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 import threading
 import weakref
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Sequence, TypeVar
 
 import torch
 
@@ -109,6 +109,9 @@ class Scratch:
         return pair[i][:size].view(shape)
 
 
+_Record = TypeVar("_Record", bound="AttentionRecord")
+
+
 class AttentionRecord:
     """What a decoder state keeps of the cross-attention, when asked (`record_attention`): the
     weights of one layer averaged over its first heads, one row per hypothesis. Shared by this
@@ -121,8 +124,9 @@ class AttentionRecord:
         # (N, S) float32, this step's weights of the alignment layer, when recorded
         self.attention: torch.Tensor | None = None
 
-    def attention_probe(self, layer: int) -> AttentionRecord | None:
-        """The state itself when `layer`'s cross-attention weights are to be kept, else None."""
+    def attention_probe(self: _Record, layer: int) -> _Record | None:
+        """The state itself (its subclass keeps the weights: `keep_attention`) when `layer`'s
+        cross-attention weights are to be kept, else None."""
         return self if self.record_attention and layer == self.alignment_layer else None
 
     def averaged(self, weights: torch.Tensor) -> torch.Tensor:

@@ -214,7 +214,7 @@ class FixedShapeSteps:
     def _step(self, cache: FixedShapeCache) -> torch.Tensor:
         cache.mark_own_slots()
         rows = self.buffers.tokens[: cache.sentence_bucket * self.buffers.width]
-        return self.model.decode_step(rows, cache)  # type: ignore[arg-type]  # any LayerState serves
+        return self.model.decode_step(rows, cache)
 
     def _replay(self, key: tuple, cache: FixedShapeCache) -> torch.Tensor:
         if key not in self.captured:

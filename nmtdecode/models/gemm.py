@@ -21,6 +21,7 @@ import json
 import os
 import platform
 import time
+from typing import Callable
 
 import torch
 from torch import nn
@@ -62,8 +63,10 @@ class PackedLinear(nn.Module):
     oneDNN reorders it at each product, a block of rows at a time: slower than packed, much
     faster than torch's MKL product where MKL does not know the CPU (docs/speed.md)."""
 
+    packed_weight: torch.Tensor  # a buffer (register_buffer), with `pack`
+
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, activation: str | None = None,
-                 pack: bool = True):
+                 pack: bool = True) -> None:
         super().__init__()
         self.out_features, self.in_features = weight.shape
         self.packed = pack
@@ -114,7 +117,8 @@ def linear_shapes(model: nn.Module) -> dict[tuple[int, int], int]:
     return shapes
 
 
-def _best_of_both(first, second, budget: float = 0.01) -> tuple[float, float]:
+def _best_of_both(first: Callable[[], object], second: Callable[[], object],
+                  budget: float = 0.01) -> tuple[float, float]:
     """Best time of each of two calls, alternated (so both see the same machine load) for
     about `budget` seconds, at least 3 times each."""
     first(), second()  # warm-up: first-call allocations and kernel selection
@@ -160,7 +164,7 @@ def measure(shapes: dict[tuple[int, int], int], dtype: torch.dtype) -> dict[str,
 
 def cpu_description() -> str:
     """Vendor and model name of this machine's CPU (from /proc/cpuinfo where there is one)."""
-    fields = {}
+    fields: dict[str, str] = {}  # the first processor's, key -> value
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             for line in f:
@@ -193,7 +197,7 @@ def _read_cache(path: str) -> dict:
         return {}
 
 
-def _write_cache(path: str, data: dict):
+def _write_cache(path: str, data: dict) -> None:
     """Best effort: a read-only home only means measuring again next time."""
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -225,7 +229,7 @@ def faster_backend(seconds: dict[str, float]) -> str:
     return "onednn" if seconds["onednn"] <= ONEDNN_MARGIN * seconds["torch"] else "torch"
 
 
-def _valid_seconds(seconds) -> bool:
+def _valid_seconds(seconds: object) -> bool:
     return (isinstance(seconds, dict) and
             all(isinstance(seconds.get(b), (int, float)) and seconds[b] > 0 for b in ("torch", "onednn")))
 

@@ -17,10 +17,14 @@ from __future__ import annotations
 
 import threading
 import warnings
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
+
+if TYPE_CHECKING:
+    from .weights import Source
 
 ROWS_AT_ONCE = 4096  # rows quantized per block: a few MB of float32 at a time
 
@@ -45,7 +49,8 @@ def _scratch(name: str, shape: tuple[int, int], dtype: torch.dtype) -> torch.Ten
     return buffer[:size].view(shape)
 
 
-def quantized_rows(source, rows_at_once: int = ROWS_AT_ONCE, kept: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+def quantized_rows(source: Source, rows_at_once: int = ROWS_AT_ONCE,
+                   kept: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """A stored weight (models/weights.py: StoredTensor, InMemoryTensor, Joined) read and quantized a
     block of rows at a time: its int8 rows and their scales. Unless `kept`, the rows are this
     thread's scratch, valid until its next call (for a layer that copies them: `int8_linear`)."""
@@ -77,7 +82,10 @@ def int8_linear(values: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor |
 class Int8Embedding(nn.Module):
     """Token embeddings as int8 rows with one scale each; a lookup gives float32 rows."""
 
-    def __init__(self, values: torch.Tensor, scales: torch.Tensor):
+    values: torch.Tensor  # buffers (register_buffer)
+    scales: torch.Tensor
+
+    def __init__(self, values: torch.Tensor, scales: torch.Tensor) -> None:
         super().__init__()
         self.register_buffer("values", values)  # (V, d) int8
         self.register_buffer("scales", scales)  # (V,) float32
@@ -99,7 +107,7 @@ class Int8TiedOutput(nn.Module):
 
     TOKENS_AT_ONCE = 16384
 
-    def __init__(self, embedding: Int8Embedding, bias: torch.Tensor | None):
+    def __init__(self, embedding: Int8Embedding, bias: torch.Tensor | None) -> None:
         super().__init__()
         self.embedding = embedding
         self.bias = None if bias is None else nn.Parameter(bias, requires_grad=False)

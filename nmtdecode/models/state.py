@@ -7,8 +7,9 @@ A batch's decoder state is made by a step runner (models/steps.py) and read by t
   `DecoderState` is that side, which every state implements: the model's cache (cache.py),
   the fixed-shape step's (fixed_step.py), the traced step's view of a cache (traced_step.py)
   and an ensemble's states together (ensemble.py);
-* the decoder layers (transformer.py, attention.py) read and append keys and values through
-  `LayerState`, which the states of one model implement.
+* the model's step (transformer.py, attention.py) reads and appends keys and values through
+  `LayerState`, which the states of one model implement: the model's cache, the fixed-shape
+  step's, and the traced step's view of the recorded inputs.
 
 A beam search reorders its hypotheses every step. No state copies a row's past to where its
 hypothesis went: keys and values stay where they were written, and each row keeps its
@@ -36,16 +37,27 @@ class DecoderState(Protocol):
     def follow(self, out: StepOutput) -> None: ...  # row r continues row out.origin[r]; out.keep stay
 
 
+class AttentionProbe(Protocol):
+    """Where a cross-attention layer leaves its weights when they are kept (`LayerState.attention_probe`)."""
+
+    def keep_attention(self, weights: torch.Tensor) -> None: ...  # (B, H, width, S) of the alignment layer
+
+
 class LayerState(Protocol):
-    """What a decoder layer asks of the state during one step."""
+    """What the model's step (Transformer.decode_step and its decoder layers) asks of the state."""
+
+    @property
+    def position(self) -> int | torch.Tensor: ...  # of this step's tokens: a number, or (1,) on the device
+
+    @property
+    def memory_mask(self) -> torch.Tensor | None: ...  # (B, 1, 1, S) bool, True = real source token; None: no padding
 
     def cross(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]: ...  # encoder keys, values
 
-    def append_self(self, layer: int, kv: torch.Tensor) -> tuple: ...  # keys, values, ancestry mask so far
+    def append_self(self, layer: int, kv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        ...  # keys, values, ancestry mask so far
 
-    def attention_probe(self, layer: int) -> LayerState | None: ...  # itself when this layer's weights are kept
-
-    def keep_attention(self, weights: torch.Tensor) -> None: ...
+    def attention_probe(self, layer: int) -> AttentionProbe | None: ...  # itself when this layer's weights are kept
 
     def advance(self) -> None: ...  # every layer has appended this step
 

@@ -14,9 +14,13 @@ from __future__ import annotations
 
 import json
 import struct
+from typing import TYPE_CHECKING
 
 from .checkpoint import ModelError, note_read
 from .npz import npz_entries
+
+if TYPE_CHECKING:  # named in annotations only: reading headers needs no torch
+    import torch
 
 DTYPE_NAMES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
                "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
@@ -47,7 +51,7 @@ def read_header(path: str) -> tuple[dict, int]:
 class Tensors:
     """Tensors already read (name -> tensor)."""
 
-    def __init__(self, tensors: dict):
+    def __init__(self, tensors: dict[str, torch.Tensor]) -> None:
         self.tensors = tensors
         self.shapes = {name: tuple(tensor.shape) for name, tensor in tensors.items()}
 
@@ -70,8 +74,8 @@ def file_entries(path: str) -> dict[str, tuple[int, dict]]:
 class StoredHeaders:
     """Safetensors or .npz files known by their headers; a tensor's bytes are read only when asked for."""
 
-    def __init__(self, paths: list[str]):
-        self.where = {}  # name -> (file, where its data starts, its header entry)
+    def __init__(self, paths: list[str]) -> None:
+        self.where: dict[str, tuple[str, int, dict]] = {}  # name -> (file, where its data starts, its header entry)
         for path in paths:
             if not path.endswith(HEADED):
                 raise NeedsTorch(path)

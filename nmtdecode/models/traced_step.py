@@ -127,7 +127,7 @@ class TracedSteps:
             tokens, position, cross_kv, memory_mask, *rest = flat[: len(flat) - len(weights)]
             mask, pasts = (rest[0], rest[1:]) if masked else (None, rest)
             inputs = StepInputs(tokens, position, cross_kv, memory_mask, mask, pasts)
-            return model.decode_step(tokens, TraceInputs(inputs, width))  # type: ignore[arg-type]  # a LayerState
+            return model.decode_step(tokens, TraceInputs(inputs, width))
         with self.lock:
             if key in self.traced or self.failed:  # another thread traced it, or failed to, meanwhile
                 return self.traced.get(key)

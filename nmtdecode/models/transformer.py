@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from contextlib import contextmanager
+from typing import Callable, Iterator, Sequence, cast
 
 import torch
 import torch.nn.functional as F
@@ -31,8 +32,10 @@ from torch import nn
 from .architecture import TransformerConfig
 from .attention import CrossAttention, SelfAttention
 from .cache import DecoderCache
+from .state import LayerState
 
-ACTIVATIONS = {  # architecture.ACTIVATION_NAMES, each with its function
+Activation = Callable[[torch.Tensor], torch.Tensor]
+ACTIVATIONS: dict[str, Activation] = {  # architecture.ACTIVATION_NAMES, each with its function
     "relu": F.relu,
     "gelu": F.gelu,
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
@@ -70,7 +73,7 @@ RANDOM_INIT = ("kaiming_uniform_", "uniform_", "normal_", "ones_", "zeros_")
 
 
 @contextmanager
-def skipping_random_init():
+def skipping_random_init() -> Iterator[None]:
     """While a model whose every parameter a checkpoint will overwrite is built, torch.nn.init's
     initialisers leave tensors as allocated (the approach of transformers' `no_init_weights`;
     building on the meta device instead would import torch._dynamo, which is slow: docs/speed.md).
@@ -88,7 +91,9 @@ def skipping_random_init():
 class Embeddings(nn.Module):
     """Token embedding * scale + position encoding (+ optional layer norm)."""
 
-    def __init__(self, cfg: TransformerConfig, tokens: nn.Embedding):
+    sinusoids: torch.Tensor  # a buffer (register_buffer) where the positions are not learned
+
+    def __init__(self, cfg: TransformerConfig, tokens: nn.Embedding) -> None:
         super().__init__()
         self.tokens = tokens
         self.scale = cfg.embed_scale
@@ -112,7 +117,8 @@ class Embeddings(nn.Module):
         """ids (B, T) -> (B, T, d); `start` is the position of ids[:, 0]."""
         first = start + self.offset
         if first + ids.size(1) > self.position_table().size(0):
-            raise ValueError(f"sequence longer than the model's {self.position_table().size(0) - self.offset} positions")
+            positions = self.position_table().size(0) - self.offset
+            raise ValueError(f"sequence longer than the model's {positions} positions")
         return self._embed(ids, self.position_table()[first : first + ids.size(1)])
 
     def _embed(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -140,15 +146,15 @@ def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
 
 
 class FeedForward(nn.Module):
-    def __init__(self, cfg: TransformerConfig):
+    def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
         self.up = nn.Linear(cfg.d_model, cfg.ffn_dim, bias=cfg.bias)
         self.down = nn.Linear(cfg.ffn_dim, cfg.d_model, bias=cfg.bias)
         self.activation_name = cfg.activation
-        self.activation = ACTIVATIONS[cfg.activation]  # None once fused into `up` (models/gemm.py)
+        self.activation: Activation | None = ACTIVATIONS[cfg.activation]  # None once fused into `up` (models/gemm.py)
         self.dropout = cfg.dropout
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.up(x)
         if self.activation is not None:
             h = self.activation(h)
@@ -158,13 +164,13 @@ class FeedForward(nn.Module):
 class Residual(nn.Module):
     """x + sublayer(x) with the layer norm before (pre-norm) or after (post-norm) it."""
 
-    def __init__(self, cfg: TransformerConfig):
+    def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
         self.pre_norm = cfg.pre_norm
         self.dropout = cfg.dropout
 
-    def forward(self, x, sublayer, *args):
+    def forward(self, x: torch.Tensor, sublayer: Callable[..., torch.Tensor], *args) -> torch.Tensor:
         """sublayer(x, *args) with the norm and the residual connection around it."""
         if self.pre_norm:
             return x + dropout(sublayer(self.norm(x), *args), self.dropout, self.training)
@@ -177,30 +183,31 @@ def attention_shape(cfg: TransformerConfig) -> tuple[int, int, float, bool]:
 
 
 class EncoderLayer(nn.Module):
-    def __init__(self, cfg: TransformerConfig):
+    def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
         self.self_attn, self.ffn = SelfAttention(*attention_shape(cfg)), FeedForward(cfg)
         self.attn_block, self.ffn_block = Residual(cfg), Residual(cfg)
 
-    def forward(self, x, mask):
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         x = self.attn_block(x, lambda h: self.self_attn(h, mask=mask))
         return self.ffn_block(x, self.ffn)
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: TransformerConfig):
+    def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
         shape = attention_shape(cfg)
         self.self_attn, self.cross_attn, self.ffn = SelfAttention(*shape), CrossAttention(*shape), FeedForward(cfg)
         self.self_block, self.cross_block, self.ffn_block = Residual(cfg), Residual(cfg), Residual(cfg)
 
-    def forward(self, x, keys, values, memory_mask):
+    def forward(self, x: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                memory_mask: torch.Tensor | None) -> torch.Tensor:
         """Teacher-forced pass over a whole target prefix (training, scoring)."""
         x = self.self_block(x, lambda h: self.self_attn(h, causal=True))
         x = self.cross_block(x, lambda h: self.cross_attn(h, keys, values, memory_mask))
         return self.ffn_block(x, self.ffn)
 
-    def step(self, x, cache: DecoderCache, layer: int):
+    def step(self, x: torch.Tensor, cache: LayerState, layer: int) -> torch.Tensor:
         """One incremental step; x (N, d)."""
         keys, values = cache.cross(layer)
         x = self.self_block(x, self.self_attn.step, cache, layer)
@@ -216,15 +223,18 @@ def padding_mask(src_mask: torch.Tensor) -> torch.Tensor:
 class Transformer(nn.Module):
     backend: str = "torch"  # how the CPU multiplies by its weights: torch, onednn or int8 (models/placement.py)
 
-    def __init__(self, cfg: TransformerConfig):
+    def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
         self.cfg = cfg
         src_tokens = nn.Embedding(cfg.src_vocab_size, cfg.d_model)
         tgt_tokens = src_tokens if cfg.share_embeddings else nn.Embedding(cfg.tgt_vocab_size, cfg.d_model)
         self.src_embed = Embeddings(cfg, src_tokens)
         self.tgt_embed = Embeddings(cfg, tgt_tokens)
-        self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
-        self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
+        # nn.ModuleLists, which a type checker sees yield plain Modules: cast to the layers they hold
+        self.encoder_layers = cast("Sequence[EncoderLayer]",
+                                   nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers)))
+        self.decoder_layers = cast("Sequence[DecoderLayer]",
+                                   nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers)))
         self.encoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps) if cfg.encoder_final_norm else None
         self.decoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps) if cfg.decoder_final_norm else None
         self.output = nn.Linear(cfg.d_model, cfg.tgt_vocab_size, bias=cfg.final_logits_bias)  # bias fused in the matmul
@@ -266,10 +276,11 @@ class Transformer(nn.Module):
         alignment = (self.cfg.alignment_layer, self.cfg.alignment_heads)
         return DecoderCache(cross_kv=cross, memory_mask=mask, alignment=alignment)  # (L, 2, B, H, S, hd)
 
-    def decode_step(self, tokens: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
+    def decode_step(self, tokens: torch.Tensor, cache: LayerState) -> torch.Tensor:
         """tokens (N,) at position cache.position -> next-token logits (N, V); appends to the cache.
         N is a multiple of the cache's sentences: each sentence's rows are consecutive. The cache
-        is a DecoderCache, or the fixed-shape step's (models/fixed_step.py)."""
+        is any LayerState (models/state.py): a DecoderCache, the fixed-shape step's
+        (models/fixed_step.py) or the traced step's inputs (models/traced_step.py)."""
         x = self.tgt_embed.step(tokens, cache.position)  # (N, d)
         for i, layer in enumerate(self.decoder_layers):
             x = layer.step(x, cache, i)
@@ -289,7 +300,7 @@ class Transformer(nn.Module):
         logits = rows * cfg.tgt_vocab_size * (size + 4)
         return cache + max(attention, logits)
 
-    def forward(self, src_ids, src_mask, tgt_in):
+    def forward(self, src_ids: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """Teacher forcing: tgt_in (B, T) decoder inputs (start token first) -> logits (B, T, V)."""
         memory = self.encode(src_ids, src_mask)
         mask = padding_mask(src_mask)

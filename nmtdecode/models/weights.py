@@ -17,10 +17,11 @@ decoding one word for every line.
 from __future__ import annotations
 
 import ctypes
+import io
 import math
 import os
 import pickle
-from typing import Iterable, Union
+from typing import Iterable, Protocol, Sequence
 
 import torch
 
@@ -36,11 +37,35 @@ FLOAT_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16
 CHUNK_BYTES = 16 << 20  # read and checked in pieces that stay in the CPU's cache
 
 
+class Source(Protocol):
+    """A weight as a format gives it, read when asked: a stored tensor (`StoredTensor`,
+    `InMemoryTensor`), or several joined (`Joined`) or one transposed (`Transposed`)."""
+
+    @property
+    def name(self) -> str: ...  # the stored tensor's (the first one's, when joined), for messages
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+    @property
+    def dtype(self) -> torch.dtype | None: ...  # as stored; None: a StoredTensor of integers, which `check` refuses
+
+    def check(self) -> None: ...  # ModelError unless it holds floating-point numbers, as many as its shape
+
+    def read_rows(self, first: int, out: torch.Tensor) -> None: ...  # rows first .. first + len(out) into `out`
+
+
+class StoredSource(Source, Protocol):
+    """A tensor as a weight file (or memory) holds it, which can also be seen with another shape."""
+
+    def reshaped(self, shape: tuple[int, ...]) -> StoredSource: ...
+
+
 class StoredTensor:
     """One tensor of a safetensors file (or one array of a .npz: the same raw little-endian bytes
     at a known place), read when asked (`read_rows`)."""
 
-    def __init__(self, path: str, offset: int, entry: dict, name: str):
+    def __init__(self, path: str, offset: int, entry: dict, name: str) -> None:
         self.path, self.name = path, name
         try:
             code, (begin, end) = entry["dtype"], entry["data_offsets"]
@@ -51,7 +76,7 @@ class StoredTensor:
         self.dtype_name, self.dtype = DTYPE_NAMES.get(code, str(code)), FLOAT_DTYPES.get(code)
         self.start, self.size = offset + begin, end - begin
 
-    def check(self):
+    def check(self) -> None:
         """A weight must hold floating-point numbers, as many bytes as its shape needs."""
         if self.dtype is None:
             raise ModelError(f"cannot read weights {self.path}: tensor {self.name} holds {self.dtype_name}; "
@@ -66,7 +91,7 @@ class StoredTensor:
         view.__dict__.update(self.__dict__, shape=tuple(shape))
         return view
 
-    def read_rows(self, first: int, out: torch.Tensor):
+    def read_rows(self, first: int, out: torch.Tensor) -> None:
         """Rows first .. first + len(out) (along dim 0) into `out` (contiguous, any float dtype)."""
         row_bytes = math.prod(self.shape[1:]) * self.dtype.itemsize
         rows_per_chunk = max(1, CHUNK_BYTES // max(row_bytes, 1))
@@ -79,7 +104,7 @@ class StoredTensor:
                 if chunk is not rows:
                     rows.copy_(chunk)
 
-    def _read_into(self, f, position: int, tensor: torch.Tensor):
+    def _read_into(self, f: io.RawIOBase, position: int, tensor: torch.Tensor) -> None:
         size = tensor.numel() * tensor.element_size()
         view = memoryview((ctypes.c_char * size).from_address(tensor.data_ptr())).cast("B")
         f.seek(position)
@@ -95,11 +120,11 @@ class StoredTensor:
 class InMemoryTensor:
     """A tensor already read (a pickled checkpoint, a model built in memory), with the same face."""
 
-    def __init__(self, tensor: torch.Tensor, name: str, where: str):
+    def __init__(self, tensor: torch.Tensor, name: str, where: str) -> None:
         self.tensor, self.name, self.where = tensor, name, where
         self.shape, self.dtype = tuple(tensor.shape), tensor.dtype
 
-    def check(self):
+    def check(self) -> None:
         if not self.tensor.is_floating_point():
             raise ModelError(f"{self.where}: tensor {self.name} holds {str(self.dtype).removeprefix('torch.')}; "
                              "weights must be float32, float16 or bfloat16")
@@ -107,7 +132,7 @@ class InMemoryTensor:
     def reshaped(self, shape: tuple[int, ...]) -> "InMemoryTensor":
         return InMemoryTensor(self.tensor.reshape(shape), self.name, self.where)
 
-    def read_rows(self, first: int, out: torch.Tensor):
+    def read_rows(self, first: int, out: torch.Tensor) -> None:
         rows = (self.tensor if self.tensor.dim() else self.tensor.view(1))[first : first + out.size(0)]
         check_finite(rows, self)
         out.copy_(rows)
@@ -116,17 +141,17 @@ class InMemoryTensor:
 class Joined:
     """Tensors joined on dim 0 (a fused projection made of the checkpoint's separate ones)."""
 
-    def __init__(self, parts: list):
+    def __init__(self, parts: Sequence[Source]) -> None:
         self.parts = parts
         self.shape = (sum(p.shape[0] for p in parts), *parts[0].shape[1:])
         self.dtype = parts[0].dtype
         self.name = parts[0].name
 
-    def check(self):
+    def check(self) -> None:
         for part in self.parts:
             part.check()
 
-    def read_rows(self, first: int, out: torch.Tensor):
+    def read_rows(self, first: int, out: torch.Tensor) -> None:
         start = 0  # of the current part, in the joined rows
         for part in self.parts:
             lo, hi = max(first, start), min(first + out.size(0), start + part.shape[0])
@@ -140,7 +165,7 @@ class Transposed:
     Its rows are the stored columns: the stored rows are read a block at a time, so at most one
     block is held beside the destination."""
 
-    def __init__(self, source: "Source"):
+    def __init__(self, source: Source) -> None:
         self.source, self.name, self.dtype = source, source.name, source.dtype
         self.shape = tuple(reversed(source.shape))
 
@@ -156,10 +181,7 @@ class Transposed:
             out[:, start : start + chunk.size(0)].copy_(chunk[:, first : first + out.size(0)].T)
 
 
-Source = Union[StoredTensor, InMemoryTensor, Joined, Transposed]  # a weight as a format gives it, read when asked
-
-
-def join(parts: list) -> Source:
+def join(parts: Sequence[Source]) -> Source:
     """One tensor made of `parts` joined on dim 0 (no copy until it is read)."""
     return parts[0] if len(parts) == 1 else Joined(parts)
 
@@ -169,7 +191,7 @@ def transposed(source: Source) -> Transposed:
     return Transposed(source)
 
 
-def check_finite(tensor: torch.Tensor, source: "Source") -> None:
+def check_finite(tensor: torch.Tensor, source: Source) -> None:
     if tensor.numel() and not bool(torch.isfinite(torch.stack(torch.aminmax(tensor))).all()):
         where = getattr(source, "path", None) or getattr(source, "where", "")
         raise ModelError(f"{where}: tensor {source.name} holds NaN or infinite values; the checkpoint is damaged "
@@ -195,8 +217,8 @@ class StoredTensors:
     `values(name)`), with each tensor to be read by the loader (`tensors`: name -> StoredTensor
     or InMemoryTensor)."""
 
-    def __init__(self, files: list[str]):
-        self.tensors = {}
+    def __init__(self, files: list[str]) -> None:
+        self.tensors: dict[str, StoredSource] = {}
         for path in files:
             if path.endswith(HEADED):
                 headers = StoredHeaders([path])
@@ -213,7 +235,7 @@ class StoredTensors:
         return read(self.tensors[name], torch.float64).flatten().tolist()
 
 
-def check_length(path: str, tensors: "Iterable[StoredTensor]") -> None:
+def check_length(path: str, tensors: Iterable[StoredTensor]) -> None:
     """A file shorter than its header says (a copy cut short) fails before anything is read."""
     needed = max((t.start + t.size for t in tensors), default=0)
     size = os.path.getsize(path)
@@ -248,7 +270,8 @@ def in_memory(tensors: dict[str, torch.Tensor], where: str) -> dict[str, InMemor
 
 def shared_names(model: torch.nn.Module) -> dict[str, str]:
     """Parameter names that alias an earlier one (tied embeddings): alias -> first name."""
-    first, aliases = {}, {}
+    first: dict[tuple[int, tuple[int, ...]], str] = {}  # (where its data is, its shape) -> its first name
+    aliases: dict[str, str] = {}
     for name, tensor in model.state_dict(keep_vars=True).items():
         key = (tensor.data_ptr(), tuple(tensor.shape))
         if key in first:
@@ -258,7 +281,7 @@ def shared_names(model: torch.nn.Module) -> dict[str, str]:
     return aliases
 
 
-def check_weights(model: Transformer, sources: dict, source: str):
+def check_weights(model: Transformer, sources: dict[str, Source], source: str) -> None:
     """The sources (our names -> stored tensors) against the model's parameters: names and shapes."""
     aliases = shared_names(model)
     expected = {n: t for n, t in model.state_dict().items() if n not in aliases}

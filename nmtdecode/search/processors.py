@@ -62,8 +62,9 @@ class RowHistory:
 class MinLength:
     """EOS is banned while fewer than `min_length` tokens have been generated (EOS not counted)."""
 
-    def __init__(self, min_length: int, eos_id: int) -> None:
+    def __init__(self, min_length: int, eos_id: int, stage: str = "logprobs") -> None:
         self.min_length, self.eos_id = min_length, eos_id
+        self.stage = stage  # or "logits": then the log-probs are renormalised over what is allowed (CTranslate2)
 
     def __call__(self, logprobs: torch.Tensor, step: int, rows: RowHistory) -> torch.Tensor:
         if step < self.min_length:
@@ -74,8 +75,9 @@ class MinLength:
 class BanTokens:
     """These tokens are never generated (e.g. pad, or unk with --ban-unk)."""
 
-    def __init__(self, token_ids: Iterable[int], device: torch.device | str = "cpu") -> None:
+    def __init__(self, token_ids: Iterable[int], device: torch.device | str = "cpu", stage: str = "logprobs") -> None:
         self.index = torch.tensor(sorted(set(token_ids)), dtype=torch.long, device=device)
+        self.stage = stage  # as MinLength's
 
     def __call__(self, logprobs: torch.Tensor, step: int, rows: RowHistory) -> torch.Tensor:
         return logprobs.index_fill_(1, self.index, NEG_INF)
@@ -127,7 +129,8 @@ class NoRepeatNgram:
 
     needs_history = True
 
-    def __init__(self, ngram_size: int) -> None:
+    def __init__(self, ngram_size: int, stage: str = "logprobs") -> None:
+        self.stage = stage  # as MinLength's
         self.n = ngram_size
 
     def __call__(self, logprobs: torch.Tensor, step: int, rows: RowHistory) -> torch.Tensor:

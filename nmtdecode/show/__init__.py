@@ -1,4 +1,5 @@
-"""`nmtdecode show DUMP --output PAGE.html`: the searches of a --dump-beam file as one page.
+"""`nmtdecode show DUMP [--output PAGE.html]`: the searches of a --dump-beam file as one page
+(by default beside the dump: beams.jsonl -> beams.html).
 
 Reads JSON only (no torch, no model): read the dump (one object per input line), lay out each
 sentence's beam tree (tree.py), write the page (page.py) whole, through PAGE.html.tmp.
@@ -10,7 +11,7 @@ import json
 import os
 
 from ..config import ConfigError
-from ..output_file import OutputFile
+from ..output_file import written_whole
 from .page import page_html
 
 REQUIRED = ("index", "source", "source_pieces", "search", "pieces", "beams", "nbest")
@@ -38,6 +39,11 @@ def read_dump(path: str) -> list[dict]:
     return records
 
 
+def page_path(dump: str) -> str:
+    """Where the page of `dump` goes when no --output is given: its name with .html for its extension."""
+    return os.path.splitext(dump)[0] + ".html"
+
+
 def write_page(dump: str, output: str, sentence: int | None = None) -> None:
     """The page of every line of `dump`, or of input line `sentence` (1-based) only."""
     records = read_dump(dump)
@@ -46,16 +52,5 @@ def write_page(dump: str, output: str, sentence: int | None = None) -> None:
             raise ConfigError(f"sentence: {sentence} is not a line of {dump} (1 to {len(records)})")
         records = [records[sentence - 1]]
     html = page_html(records, f"nmtdecode show: {os.path.basename(dump)}")
-    out = OutputFile(output)
-    out.refuse_source(dump)
-    out.claim(False, resumable=False)
-    try:
-        out.open(False, signature="")
-        try:
-            out.stream.write(html)
-        except BaseException:
-            out.abandon()
-            raise
-        out.finish()
-    finally:
-        out.release()
+    with written_whole(output, [dump]) as stream:
+        stream.write(html)

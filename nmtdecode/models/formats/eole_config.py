@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import glob
 import os
-from typing import Callable
+from typing import Any, Callable, Container
 
 from ...bounded import shown
 from ..architecture import TransformerConfig
@@ -34,9 +34,9 @@ ROLES = {"unk": "unk_token", "pad": "pad_token", "bos": "bos_token", "eos": "eos
 DEFAULT_SPECIALS = {"unk_token": "<unk>", "pad_token": "<blank>", "bos_token": "<s>", "eos_token": "</s>"}
 # eole's activations without a gate (its gated-* ones have a third projection)
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu-tanh": "gelu_tanh", "silu": "silu"}
-# Options of the encoder/decoder sections whose other values our Transformer cannot compute:
-# option -> (eole's default, the values we support).
-FIXED_OPTIONS = {
+Options = dict[str, tuple[object, set[object]]]  # option -> (eole's default, the values we support)
+# Options of the encoder/decoder sections whose other values our Transformer cannot compute.
+FIXED_OPTIONS: Options = {
     "layer_norm": ("standard", {"standard", "standardFP32"}),
     "sliding_window": (0, {0}),
     "relative_positions_buckets": (0, {0}),
@@ -54,27 +54,27 @@ FIXED_OPTIONS = {
     "encoder_layer_style": ("standard", {"standard"}),
     "num_mtp_heads": (0, {0}),
 }
-EMBEDDING_OPTIONS = {"normalize": (False, {False, None}), "embedding_layer_norm": (False, {False}),
-                     "position_shift": (0, {0, None}), "embedding_type": ("standard", {"standard"})}
-MODEL_OPTIONS = {"architecture": ("transformer", {"transformer"}), "generator_function": ("softmax", {"softmax"}),
-                 "add_estimator": (False, {False})}
+EMBEDDING_OPTIONS: Options = {"normalize": (False, {False, None}), "embedding_layer_norm": (False, {False}),
+                              "position_shift": (0, {0, None}), "embedding_type": ("standard", {"standard"})}
+MODEL_OPTIONS: Options = {"architecture": ("transformer", {"transformer"}),
+                          "generator_function": ("softmax", {"softmax"}), "add_estimator": (False, {False})}
 # `eole predict`'s defaults (eole/config/inference.py): as onmt_translate's, but max_length_ratio 2.
 DECODING_DEFAULTS = {"beam_size": 5, "length_penalty": "avg", "alpha": 1.0, "early_stopping": "top",
                      "max_length": 250, "max_len_a": 2.0, "max_len_b": 5}
 
 
-def option(model: dict, side: str, key: str, default):
+def option(model: dict, side: str, key: str, default: Any) -> Any:  # a config value: any JSON value
     """An option of the encoder or decoder: its own section's, else the model's, else eole's default."""
     section = model.get(side) or {}
     return section.get(key, model.get(key, default))
 
 
-def _refuse_unless(value, allowed, name: str, path: str):
+def _refuse_unless(value: object, allowed: Container[object], name: str, path: str) -> None:
     if value not in allowed:
         raise ModelError(f"{path}: eole option {name} = {shown(value)} is not supported")
 
 
-def check_options(model: dict, path: str):
+def check_options(model: dict, path: str) -> None:
     for name, (default, allowed) in MODEL_OPTIONS.items():
         _refuse_unless(model.get(name, default), allowed, name, path)
     embeddings = model.get("embeddings") or {}
@@ -96,7 +96,7 @@ def check_options(model: dict, path: str):
                              f"({' / '.join(sorted(values))}); one Transformer has one")
 
 
-def _positions(model: dict, side: str):
+def _positions(model: dict, side: str) -> Any:  # a config value: one of POSITION_TYPES once checked
     embeddings = model.get("embeddings") or {}
     return option(model, side, "position_encoding_type",
                   embeddings.get("position_encoding_type", "SinusoidalInterleaved"))
@@ -146,9 +146,10 @@ def model_config(model: dict, vocab: dict, weights: dict[str, tuple[int, ...]], 
 
 def weight_map(cfg: TransformerConfig) -> tuple[dict[str, list[str]], dict[str, str]]:
     """Our linear layers -> eole's (concatenated), and our norms and embeddings -> eole's."""
-    linear, direct = {}, {"src_embed.tokens.weight": "src_emb.embeddings.weight",
-                          "tgt_embed.tokens.weight": "tgt_emb.embeddings.weight",
-                          "output.weight": "generator.weight", "output.bias": "generator.bias"}
+    linear: dict[str, list[str]] = {}
+    direct = {"src_embed.tokens.weight": "src_emb.embeddings.weight",
+              "tgt_embed.tokens.weight": "tgt_emb.embeddings.weight",
+              "output.weight": "generator.weight", "output.bias": "generator.bias"}
     stacks = [("encoder", "encoder_layers", cfg.encoder_layers,
                {"attn_block": "input_layernorm", "ffn_block": "post_attention_layernorm"}),
               ("decoder", "decoder_layers", cfg.decoder_layers,

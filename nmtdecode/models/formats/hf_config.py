@@ -17,17 +17,27 @@ from __future__ import annotations
 import functools
 import math
 import os
-from typing import Callable
+from typing import Callable, TypedDict
 
 from ...bounded import shown
 from ..architecture import TransformerConfig
 from ..checkpoint import ModelError, ModelFacts, ModelRules, check_dimensions, read_json
-from .hf_tokenizers import load_tokenizer
+from .hf_tokenizers import HFTokenizer, load_tokenizer
 
 FORMAT = "huggingface"  # ModelFacts.format adds the family: "huggingface/marian", ...
 
+
+class Family(TypedDict):
+    """How a family's Transformer differs (TransformerConfig's fields of those names)."""
+
+    pre_norm: bool  # and a final norm on both stacks
+    positions: str
+    position_offset: int | None
+    layernorm_embedding: bool
+
+
 # model_type -> how its Transformer differs. position_offset None: pad_token_id + 1 (fairseq).
-FAMILIES = {
+FAMILIES: dict[str, Family] = {
     "marian": dict(pre_norm=False, positions="sinusoidal", position_offset=0, layernorm_embedding=False),
     "bart": dict(pre_norm=False, positions="learned", position_offset=2, layernorm_embedding=True),
     "mbart": dict(pre_norm=True, positions="learned", position_offset=2, layernorm_embedding=True),
@@ -49,14 +59,14 @@ TOKEN_IDS = ("pad_token_id", "bos_token_id", "eos_token_id", "unk_token_id", "de
              "forced_bos_token_id", "forced_eos_token_id")
 
 
-def check_token_ids(values: dict, where: str):
+def check_token_ids(values: dict, where: str) -> None:
     for key in TOKEN_IDS:
         value = values.get(key)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
             raise ModelError(f"{where}: {key}: expected a token id (an integer >= 0) or null, got {shown(value)}")
 
 
-def check_sizes(hf: dict, path: str):
+def check_sizes(hf: dict, path: str) -> None:
     """The architecture's sizes and token ids, by their config.json names, before anything is
     built from them."""
     where = os.path.join(path, "config.json")
@@ -136,7 +146,7 @@ def weight_files(path: str) -> list[str]:
     raise ModelError(f"{path}: no model.safetensors, model.safetensors.index.json or pytorch_model.bin")
 
 
-def _attention(ours: str, theirs: str, fused: dict[str, list[str]]) -> dict:
+def _attention(ours: str, theirs: str, fused: dict[str, list[str]]) -> dict[str, list[str]]:
     """Our fused projections <- concatenation of theirs: e.g. qkv <- q_proj, k_proj, v_proj."""
     return {f"{ours}.{name}.{p}": [f"{theirs}.{part}_proj.{p}" for part in parts]
             for name, parts in fused.items() for p in ("weight", "bias")}
@@ -144,7 +154,7 @@ def _attention(ours: str, theirs: str, fused: dict[str, list[str]]) -> dict:
 
 def weight_map(cfg: TransformerConfig) -> dict[str, list[str]]:
     """Our parameter name -> the Hugging Face tensor(s) it is made of (concatenated on dim 0)."""
-    names = {}
+    names: dict[str, list[str]] = {}
     for side, embed in (("encoder", "src_embed"), ("decoder", "tgt_embed")):
         names[f"{embed}.tokens.weight"] = [f"model.{side}.embed_tokens.weight", "model.shared.weight"]
         if cfg.positions == "learned":
@@ -176,7 +186,7 @@ def weight_map(cfg: TransformerConfig) -> dict[str, list[str]]:
     return names
 
 
-def _feed_forward(ours: str, theirs: str, norms: dict[str, str]) -> dict:
+def _feed_forward(ours: str, theirs: str, norms: dict[str, str]) -> dict[str, list[str]]:
     names = {f"{ours}.ffn.{a}.{p}": [f"{theirs}.{b}.{p}"] for a, b in (("up", "fc1"), ("down", "fc2"))
              for p in ("weight", "bias")}
     names.update({f"{ours}.{block}.norm.{p}": [f"{theirs}.{norm}.{p}"] for block, norm in norms.items()
@@ -189,7 +199,7 @@ def weight_sources(cfg: TransformerConfig, stored: dict, path: str) -> dict[str,
     they are stored under; tied parameters once."""
     # Some checkpoints (a bare BartModel, old exports) store names without the "model." prefix.
     named = {(k if k.startswith(("model.", "lm_head", "final_logits_bias")) else f"model.{k}"): k for k in stored}
-    ours = {}
+    ours: dict[str, list[str]] = {}
     for name, sources in weight_map(cfg).items():
         if name.endswith("tokens.weight"):  # embeddings: the side's own matrix, else the shared one
             found = next((s for s in sources if s in named), None)
@@ -287,7 +297,7 @@ def describe(path: str, read: Callable, hf: dict | None = None) -> ModelFacts:
                       functools.partial(_tokenizer, path, hf, cfg))
 
 
-def _tokenizer(path: str, hf: dict, cfg: TransformerConfig):
+def _tokenizer(path: str, hf: dict, cfg: TransformerConfig) -> HFTokenizer:
     tokenizer = load_tokenizer(path, hf, cfg)
     cfg.unk_id = tokenizer.unk_id  # the tokenizer's <unk> wins over config.json's
     return tokenizer

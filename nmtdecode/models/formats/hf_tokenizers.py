@@ -26,13 +26,19 @@ import difflib
 import functools
 import os
 import re
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Protocol
 
 import sentencepiece as spm
 
 from ...bounded import shown
 from ...config import ConfigError
 from ...tokenizer import spm_identity
+from ..architecture import TransformerConfig
 from ..checkpoint import ModelError, note_read, read_json
+
+if TYPE_CHECKING:  # an optional library (the `tokenizers` extra), imported when a model needs it
+    import tokenizers
 
 # Language codes, in the order that gives their ids (taken as data from transformers 5).
 M2M100_CODES = {
@@ -85,13 +91,31 @@ def _specials(config: dict) -> dict[str, str]:
     return texts
 
 
+class _Backend(Protocol):
+    """What HFTokenizer asks of the side that cuts and numbers text: `_Pieces`, `_FairseqPieces`
+    or `_TokenizerJson`."""
+
+    def ids(self, text: str) -> list[int]: ...
+
+    def split_pieces(self, text: str) -> list[str]: ...  # one per id of `ids`, as the text spells it
+
+    def id(self, piece: str) -> int | None: ...
+
+    def piece(self, i: int) -> str | None: ...
+
+    def identity(self) -> tuple: ...  # equal for two backends that give every text the same ids
+
+    def text(self, ids: list[int]) -> str: ...
+
+
 class _Pieces:
     """SentencePiece pieces mapped through vocab.json (Marian, M2M100), as transformers' Python
     tokenizers do: added-token strings (`</s>`, ...) are cut out of the text first and become their
     ids; every other stretch is encoded on its own, and a piece missing from the vocabulary is <unk>.
     Marian also takes a leading `>>xx<<` of a stretch as one token."""
 
-    def __init__(self, model: str, vocab: dict, unk_id: int, added: dict, marian: bool = False, detok=None):
+    def __init__(self, model: str, vocab: dict[str, int], unk_id: int, added: dict[str, int], marian: bool = False,
+                 detok: spm.SentencePieceProcessor | None = None) -> None:
         self.sp = _load_spm(model)
         self.detok = detok or self.sp  # Marian decodes with source.spm when the vocabulary is shared
         self.vocab, self.unk_id, self.added, self.marian = vocab, unk_id, added, marian
@@ -103,7 +127,7 @@ class _Pieces:
     def ids(self, text: str) -> list[int]:
         return [i for _, i in self._pieces_and_ids(text)]
 
-    def _pieces_and_ids(self, text: str):
+    def _pieces_and_ids(self, text: str) -> Iterator[tuple[str, int]]:
         """(piece as the text spells it, its id) for each piece: an added token whole, the rest
         split by the SentencePiece model and looked up in the vocabulary (<unk> when missing)."""
         for part in self.splitter.split(text) if self.splitter else [text]:
@@ -127,7 +151,7 @@ class _Pieces:
         return [p for p, _ in self._pieces_and_ids(text)]
 
     def _split(self, text: str) -> list[str]:
-        code = []
+        code: list[str] = []
         if self.marian and text.startswith(">>") and (end := text.find("<<")) != -1:
             code, text = [text[: end + 2]], text[end + 2 :]
         return code + self.sp.encode(text, out_type=str)
@@ -146,7 +170,7 @@ class _FairseqPieces:
 
     UNK = 3
 
-    def __init__(self, model: str):
+    def __init__(self, model: str) -> None:
         self.sp = _load_spm(model)
         if (self.sp.unk_id(), self.sp.bos_id(), self.sp.eos_id()) != (0, 1, 2):
             raise ModelError(f"{model}: expected fairseq's SentencePiece layout (<unk> <s> </s> = 0 1 2)")
@@ -187,7 +211,7 @@ class _TokenizerJson:
     """A `tokenizers` pipeline (tokenizer.json, or BART's vocab.json + merges.txt) without its
     post-processor: the family rules add tags and EOS."""
 
-    def __init__(self, tokenizer):
+    def __init__(self, tokenizer: tokenizers.Tokenizer) -> None:
         self.tok = tokenizer
         tokenizer.no_truncation()  # a saved max_length would cut long sentences silently
         tokenizer.no_padding()
@@ -217,7 +241,7 @@ class _TokenizerJson:
         return self.tok.decode(ids, skip_special_tokens=True)
 
 
-def _tokenizers_library():
+def _tokenizers_library() -> ModuleType:
     try:
         import tokenizers
     except ImportError:
@@ -237,9 +261,10 @@ class HFTokenizer:
     """The tokenizer protocol over a backend (`ids(text)`, `text(ids)`). `languages` maps codes to
     tag ids; the source tag goes first, or last where `tag_at_end` (mBART cc25, legacy NLLB)."""
 
-    def __init__(self, source, *, unk_id: int, eos_id: int, special_ids=(), target=None, languages=None,
+    def __init__(self, source: _Backend, *, unk_id: int, eos_id: int, special_ids: Iterable[int] = (),
+                 target: _Backend | None = None, languages: Mapping[str, int] | None = None,
                  src_lang: str | None = None, tag_at_end: bool = False, bos_id: int | None = None,
-                 cleanup: bool = False, tag_piece: str = "{}"):
+                 cleanup: bool = False, tag_piece: str = "{}") -> None:
         self.source, self.target = source, target or source
         self.unk_id, self.eos_id, self.bos = unk_id, eos_id, [] if bos_id is None else [bos_id]
         self.languages = dict(languages or {})
@@ -301,7 +326,7 @@ class HFTokenizer:
         """The source vocabulary's entry for an id, as `target_piece` spells it."""
         return self._piece(self.source, token_id)
 
-    def _piece(self, side, token_id: int) -> str | None:
+    def _piece(self, side: _Backend, token_id: int) -> str | None:
         found = side.piece(token_id)
         if found is None:
             code = next((c for c, i in self.languages.items() if i == token_id), None)
@@ -339,7 +364,7 @@ class HFTokenizer:
 
 
 class _MarianTokenizer(HFTokenizer):
-    def set_languages(self, src_lang, tgt_lang):
+    def set_languages(self, src_lang: str | None, tgt_lang: str | None) -> None:
         """Multi-target OPUS models read the target language as a `>>tgt<<` token before the source."""
         if src_lang:
             raise ConfigError("src_lang: Marian models have no source-language tag (tgt_lang picks >>xx<<)")
@@ -352,18 +377,18 @@ class _MarianTokenizer(HFTokenizer):
 class _MBartTokenizer(HFTokenizer):
     """mBART cc25: the checkpoint's decoder_start_token_id is the target tag, nothing is forced."""
 
-    def __init__(self, source, decoder_start_id: int, **kw):
+    def __init__(self, source: _Backend, decoder_start_id: int, **kw) -> None:
         self.decoder_start_id = decoder_start_id
         super().__init__(source, **kw)
 
-    def set_languages(self, src_lang, tgt_lang):
+    def set_languages(self, src_lang: str | None, tgt_lang: str | None) -> int | None:
         if tgt_lang and self._tag("tgt_lang", tgt_lang) != self.decoder_start_id:
             raise ConfigError(f"tgt_lang: this mBART checkpoint starts decoding with token {self.decoder_start_id} "
                               f"(decoder_start_token_id), not with {tgt_lang}; it cannot switch target languages")
         return super().set_languages(src_lang, None)
 
 
-def load_tokenizer(path: str, hf: dict, cfg) -> HFTokenizer:
+def load_tokenizer(path: str, hf: dict, cfg: TransformerConfig) -> HFTokenizer:
     """The tokenizer of the Hugging Face checkpoint in `path` (`hf`: its config.json)."""
     config = read_json(os.path.join(path, "tokenizer_config.json"), required=False)
     kind = str(config.get("tokenizer_class") or hf.get("tokenizer_class") or "").removesuffix("Fast")
@@ -381,7 +406,7 @@ def load_tokenizer(path: str, hf: dict, cfg) -> HFTokenizer:
     raise ModelError(f"{path}: no tokenizer for model_type {shown(family)}")
 
 
-def _added_tokens(config: dict, vocab: dict, defaults) -> dict[str, int]:
+def _added_tokens(config: dict, vocab: dict[str, int], defaults: Iterable[str]) -> dict[str, int]:
     """Strings that transformers' Python tokenizers cut out of the text before SentencePiece."""
     saved = config.get("added_tokens_decoder") or {}
     added = {str(t.get("content") if isinstance(t, dict) else t): int(i) for i, t in saved.items()}
@@ -402,7 +427,7 @@ def _marian(path: str, config: dict) -> HFTokenizer:
 
 
 def marian_tokenizer(path: str, vocab: dict, target_vocab: dict, names: dict[str, str], added: dict[str, int],
-                     cleanup: bool = False, special_ids=()) -> HFTokenizer:
+                     cleanup: bool = False, special_ids: Iterable[int] = ()) -> HFTokenizer:
     """OPUS-MT's tokenizer: source.spm and target.spm in `path` cut text into pieces, the
     vocabularies (piece -> id; `target_vocab` is `vocab` when they are shared) number them;
     `names`: role -> special token text, `added`: strings cut out of the text first. Shared by
@@ -437,9 +462,10 @@ def _m2m100(path: str, config: dict) -> HFTokenizer:
                        cleanup=bool(config.get("clean_up_tokenization_spaces")))
 
 
-def _fairseq_family(path: str, config: dict, cfg, family: str | None) -> HFTokenizer:
+def _fairseq_family(path: str, config: dict, cfg: TransformerConfig, family: str | None) -> HFTokenizer:
     """NLLB, mBART-50 or mBART cc25 (family None: an mBART whose tokenizer_class does not say which)."""
     tok_file, spm_file = os.path.join(path, "tokenizer.json"), os.path.join(path, "sentencepiece.bpe.model")
+    backend: _TokenizerJson | _FairseqPieces
     if os.path.isfile(tok_file):
         backend = _read_tokenizer_json(tok_file)
         family = family or ("mbart50" if backend.id(MBART50_CODES[-1]) is not None else "mbart")
@@ -455,9 +481,10 @@ def _fairseq_family(path: str, config: dict, cfg, family: str | None) -> HFToken
         bpe = family == "nllb"  # the `tokenizers` model transformers 5 would build
     else:
         raise ModelError(f"{path}: no tokenizer.json or sentencepiece.bpe.model")
-    kw = dict(unk_id=ids["unk"], eos_id=ids["eos"], special_ids={i for i in ids.values() if i is not None},
-              languages=languages, src_lang=config.get("src_lang") or ("eng_Latn" if family == "nllb" else "en_XX"),
-              cleanup=bool(config.get("clean_up_tokenization_spaces")) and not bpe)  # as transformers 5
+    kw: dict[str, Any] = dict(  # HFTokenizer's keyword arguments, of several types
+        unk_id=ids["unk"], eos_id=ids["eos"], special_ids={i for i in ids.values() if i is not None},
+        languages=languages, src_lang=config.get("src_lang") or ("eng_Latn" if family == "nllb" else "en_XX"),
+        cleanup=bool(config.get("clean_up_tokenization_spaces")) and not bpe)  # as transformers 5
     if family == "mbart":
         return _MBartTokenizer(backend, cfg.decoder_start_id, tag_at_end=True, **kw)
     return HFTokenizer(backend, tag_at_end=family == "nllb" and bool(config.get("legacy_behaviour")), **kw)
@@ -481,7 +508,8 @@ def _bart(path: str, config: dict) -> HFTokenizer:
                        special_ids={i for i in ids.values() if i is not None})
 
 
-def _byte_level_bpe(vocab_file: str, merges_file: str, specials, add_prefix_space: bool) -> _TokenizerJson:
+def _byte_level_bpe(vocab_file: str, merges_file: str, specials: Iterable[str],
+                    add_prefix_space: bool) -> _TokenizerJson:
     tokenizers = _tokenizers_library()
     try:
         tok = tokenizers.Tokenizer(tokenizers.models.BPE.from_file(note_read(vocab_file), note_read(merges_file)))

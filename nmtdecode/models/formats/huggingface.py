@@ -8,21 +8,22 @@ are read (`model.safetensors`, also sharded, or `pytorch_model.bin` with
 
 from __future__ import annotations
 
-from ..checkpoint import LoadedModel, ModelRules
+from ..checkpoint import LoadedModel, ModelFacts, ModelRules
 from ..placement import Placement, load_weights
 from ..transformer import Transformer
-from ..weights import allocate, join, read_tensors
+from ..weights import Source, StoredSource, allocate, join, read_tensors
 from .hf_config import FORMAT, describe, weight_sources
 
 __all__ = ["FORMAT", "convert_weights", "load", "load_network"]
 
 
-def convert_weights(sources: dict[str, list[str]], tensors: dict) -> dict:
+def convert_weights(sources: dict[str, list[str]], tensors: dict[str, StoredSource]) -> dict[str, Source]:
     """Our parameters from the stored tensors (hf_config.weight_sources: which, joined on dim 0),
     to be read as the model is filled (models/weights.py)."""
     ours = {name: join([tensors[s] for s in parts]) for name, parts in sources.items()}
-    if "output.bias" in ours:  # stored as a (1, vocabulary) row
-        ours["output.bias"] = ours["output.bias"].reshaped((ours["output.bias"].shape[-1],))
+    if "output.bias" in ours:  # one tensor (hf_config.weight_map), stored as a (1, vocabulary) row
+        (stored,) = sources["output.bias"]
+        ours["output.bias"] = tensors[stored].reshaped((tensors[stored].shape[-1],))
     return ours
 
 
@@ -32,7 +33,8 @@ def load_network(path: str, hf: dict, placement: Placement | None = None) -> tup
     return model, facts.defaults, facts.rules
 
 
-def _network(path: str, hf: dict | None = None, placement: Placement | None = None):
+def _network(path: str, hf: dict | None = None,
+             placement: Placement | None = None) -> tuple[Transformer, ModelFacts, Placement]:
     facts = describe(path, read_tensors, hf)
     model = allocate(facts.cfg, path)
     tensors = facts.stored.tensors

@@ -6,22 +6,24 @@ the .npz's arrays, each read from the file as the model is filled (models/weight
 from __future__ import annotations
 
 import math
+from typing import Mapping
 
 import torch
 
 from ..checkpoint import LoadedModel
 from ..placement import Placement, load_weights
-from ..weights import InMemoryTensor, allocate, join, read_tensors, transposed
+from ..weights import InMemoryTensor, Source, StoredSource, allocate, join, read_tensors, transposed
 from .marian_config import FORMAT, describe
 from .marian_weights import Piece
 
 __all__ = ["FORMAT", "convert_weights", "load"]
 
 
-def convert_weights(recipes: dict[str, tuple[Piece, ...]], tensors: dict, where: str) -> dict:
+def convert_weights(recipes: dict[str, tuple[Piece, ...]], tensors: Mapping[str, StoredSource],
+                    where: str) -> dict[str, Source]:
     """Our parameters from the stored arrays (marian_weights.mapping: which, in what form, and the
     constant rows after them), to be read as the model is filled."""
-    ours = {}
+    ours: dict[str, Source] = {}
     for name, pieces in recipes.items():
         arrays = [_formed(p, tensors[p.array]) for p in pieces if p.array is not None]
         width = tuple(arrays[0].shape[1:]) if arrays else ()
@@ -31,7 +33,7 @@ def convert_weights(recipes: dict[str, tuple[Piece, ...]], tensors: dict, where:
     return ours
 
 
-def _formed(piece: Piece, stored):
+def _formed(piece: Piece, stored: StoredSource) -> Source:
     if piece.form == "transposed":
         return transposed(stored)
     if piece.form == "vector":

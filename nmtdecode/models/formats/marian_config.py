@@ -125,7 +125,7 @@ def model_options(npz: str, entries: dict) -> dict:
     return {**MODEL_DEFAULTS, **bounded(options, f"{npz}: special:model.yml")}
 
 
-def check_options(options: dict, where: str):
+def check_options(options: dict, where: str) -> None:
     """Refuse, by Marian option, what our Transformer does not compute."""
     kind = options["type"]
     if kind != "transformer":
@@ -245,7 +245,7 @@ def vocabularies(decoder: dict, decoder_yml: str, shape: Layout) -> tuple[Vocabu
     return source, target
 
 
-def _number(decoder: dict, key: str, default: float, where: str, kind: type = float):
+def _number(decoder: dict, key: str, default: float, where: str, kind: type[float] = float) -> float:
     """A number of decoder.yml (`kind` int: a whole one), Marian's default when it is left out."""
     value = decoder.get(key, default)
     number = isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0

@@ -25,7 +25,7 @@ import yaml
 from ...bounded import shown
 from ...tokenizer import SentencePieceTokenizer
 from ..checkpoint import ModelError, note_read, one_line
-from .hf_tokenizers import SPECIALS, marian_tokenizer
+from .hf_tokenizers import SPECIALS, HFTokenizer, marian_tokenizer
 
 YAML_VOCABULARY = (".yml", ".yaml", ".json")
 EOS, UNK = "</s>", "<unk>"
@@ -42,7 +42,7 @@ class Vocabulary:
     """One side's vocabulary: its file, piece -> id (a YAML vocabulary) or its SentencePiece
     model, and the ids Marian needs."""
 
-    def __init__(self, path: str, rows: int, side: str):
+    def __init__(self, path: str, rows: int, side: str) -> None:
         self.path = path
         kind = os.path.splitext(path)[1]
         if kind == ".fsv":
@@ -114,7 +114,8 @@ def read_vocabulary(path: str) -> dict[str, int]:
     return vocabulary
 
 
-def make_tokenizer(directory: str, source: Vocabulary, target: Vocabulary, start_id: int):
+def make_tokenizer(directory: str, source: Vocabulary, target: Vocabulary,
+                   start_id: int) -> SentencePieceTokenizer | HFTokenizer:
     """The tokenizer of a Marian model: OPUS-MT's pieces over YAML vocabularies, or the .spm
     vocabularies themselves; `target` is `source` when they are one file; `start_id` is the
     decoder's start row, never text."""

@@ -65,11 +65,15 @@ class Layout:
     top_norm: bool
 
 
-def mapping(layout: Layout) -> tuple[dict[str, tuple[Piece, ...]], dict[str, tuple[int, ...]]]:
+Recipes = dict[str, tuple[Piece, ...]]  # our parameter name -> its pieces
+Shapes = dict[str, tuple[int, ...]]  # Marian's array name -> the shape the options give it
+
+
+def mapping(layout: Layout) -> tuple[Recipes, Shapes]:
     """Our parameter name -> its pieces (tied parameters once), and Marian's array name -> the
     shape the options give it."""
-    recipes: dict[str, tuple[Piece, ...]] = {}
-    expected: dict[str, tuple[int, ...]] = {}
+    recipes: Recipes = {}
+    expected: Shapes = {}
     d = layout.d
     for side, stack, count in (("encoder", "encoder_layers", layout.encoder_layers),
                                ("decoder", "decoder_layers", layout.decoder_layers)):
@@ -96,7 +100,8 @@ def mapping(layout: Layout) -> tuple[dict[str, tuple[Piece, ...]], dict[str, tup
     return recipes, expected
 
 
-def _linear(recipes: dict, expected: dict, ours: str, theirs: str, letters: str, size_in: int, size_out: int):
+def _linear(recipes: Recipes, expected: Shapes, ours: str, theirs: str, letters: str, size_in: int,
+            size_out: int) -> None:
     """Our (fused) projection from Marian's, one per letter: W{letter} (in, out) and b{letter} (1, out)."""
     recipes[f"{ours}.weight"] = tuple(Piece(f"{theirs}_W{x}", "transposed") for x in letters)
     recipes[f"{ours}.bias"] = tuple(Piece(f"{theirs}_b{x}", "vector") for x in letters)
@@ -104,13 +109,13 @@ def _linear(recipes: dict, expected: dict, ours: str, theirs: str, letters: str,
         expected[f"{theirs}_W{x}"], expected[f"{theirs}_b{x}"] = (size_in, size_out), (1, size_out)
 
 
-def _norm(recipes: dict, expected: dict, ours: str, theirs: str, suffix: str, d: int):
+def _norm(recipes: Recipes, expected: Shapes, ours: str, theirs: str, suffix: str, d: int) -> None:
     for part, name in (("weight", "scale"), ("bias", "bias")):
         recipes[f"{ours}.{part}"] = (Piece(f"{theirs}_ln_{name}{suffix}", "vector"),)
         expected[f"{theirs}_ln_{name}{suffix}"] = (1, d)
 
 
-def _embeddings(recipes: dict, expected: dict, layout: Layout):
+def _embeddings(recipes: Recipes, expected: Shapes, layout: Layout) -> None:
     """The target table gets the decoder's start row; the source table as many rows as make the
     padding id (that start row's) one of its own: its embedding is never looked at (masked)."""
     start = layout.tgt_rows
@@ -122,7 +127,7 @@ def _embeddings(recipes: dict, expected: dict, layout: Layout):
         recipes["tgt_embed.tokens.weight"] = (Piece(target), Piece(rows=1))
 
 
-def _output(recipes: dict, expected: dict, layout: Layout):
+def _output(recipes: Recipes, expected: Shapes, layout: Layout) -> None:
     rows = layout.tgt_rows
     if not layout.tied_output:
         legacy = layout.output_weight.endswith("_W")
@@ -156,7 +161,7 @@ FEATURES = {"Wpos": "trained position embeddings", "_context_enc": "a second enc
 
 
 def check_arrays(entries: dict[str, tuple[int, dict]], expected: dict[str, tuple[int, ...]], options: str,
-                 where: str):
+                 where: str) -> None:
     """Every array the options ask for is there, with their shape and a floating-point dtype, and
     there is no other (Marian's `special:` entries aside); `options` names the sizes in messages."""
     names = {name for name in entries if not name.startswith("special:")}

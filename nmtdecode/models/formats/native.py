@@ -5,6 +5,7 @@ directory without torch; here the weights are read and given to the model.
 from __future__ import annotations
 
 import os
+from typing import Iterable
 
 import torch
 import yaml
@@ -27,7 +28,7 @@ def load(path: str, placement: Placement | None = None) -> LoadedModel:
 
 
 def save(path: str, model: Transformer, spm_files: dict[str, str], decoding: dict | None = None,
-         banned_ids=None, dtype=torch.float16):
+         banned_ids: Iterable[int] | None = None, dtype: torch.dtype = torch.float16) -> None:
     """Write `model` as a native model directory; spm_files maps role (source/target) -> file in `path`."""
     os.makedirs(path, exist_ok=True)
     aliases = shared_names(model)

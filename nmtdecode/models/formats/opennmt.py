@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import pickle
+from typing import Callable, Mapping
 
 import torch
 
@@ -27,18 +28,18 @@ from ..architecture import TransformerConfig
 from ..checkpoint import LoadedModel, ModelError, check_dimensions, first_line, note_read, unpickling_reason
 from ..placement import Placement, load_weights
 from ..transformer import Transformer
-from ..weights import InMemoryTensor, allocate, in_memory, join
+from ..weights import InMemoryTensor, Source, StoredSource, allocate, in_memory, join
 from .opennmt_shared import (OPENNMT_RULES, POSITION_TYPES, VocabTokenizer, attention_projections, mapped_shapes,
                              special_ids, subword_models, untied)
 
 FORMAT = "opennmt-py"
 # The only non-tensor class an OpenNMT-py checkpoint pickles: its options.
-SAFE_GLOBALS = [argparse.Namespace]
+SAFE_GLOBALS: list[Callable | tuple[Callable, str]] = [argparse.Namespace]  # as torch.serialization takes them
 # OpenNMT-py 3.5's "silu" and "gated-gelu" are gated (a third projection, w_3): not ours.
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu"}
 # Options whose other values change the network in ways our Transformer does not have:
-# option -> (value it must have, when missing; the values we support).
-FIXED_OPTIONS = {
+# option -> (value it must have, when missing; the values we support, or None: only an empty one).
+FIXED_OPTIONS: dict[str, tuple[object, set[object] | None]] = {
     "model_type": ("text", {"text"}),
     "encoder_type": ("transformer", {"transformer"}),
     "decoder_type": ("transformer", {"transformer"}),
@@ -79,7 +80,7 @@ def read_checkpoint(path: str) -> dict:
     return data
 
 
-def check_options(opt: argparse.Namespace, path: str):
+def check_options(opt: argparse.Namespace, path: str) -> None:
     """Refuse, by option name, what the one Transformer cannot compute."""
     for name, (default, allowed) in FIXED_OPTIONS.items():
         value = getattr(opt, name, default)
@@ -131,7 +132,8 @@ def model_config(opt: argparse.Namespace, vocab: dict, weights: dict, path: str)
 def weight_map(cfg: TransformerConfig) -> tuple[dict[str, list[str]], dict[str, str]]:
     """Our linear layers -> their (concatenated) linear layers, and our layer norms and
     embeddings -> theirs."""
-    linear, direct = {}, {
+    linear: dict[str, list[str]] = {}
+    direct = {
         "src_embed.tokens.weight": "encoder.embeddings.make_embedding.emb_luts.0.weight",
         "tgt_embed.tokens.weight": "decoder.embeddings.make_embedding.emb_luts.0.weight",
         "output.weight": "generator.weight", "output.bias": "generator.bias",
@@ -153,7 +155,8 @@ def weight_map(cfg: TransformerConfig) -> tuple[dict[str, list[str]], dict[str, 
     return linear, direct
 
 
-def _feed_forward(ours: str, theirs: str, norms: dict, linear: dict, direct: dict):
+def _feed_forward(ours: str, theirs: str, norms: dict[str, str], linear: dict[str, list[str]],
+                  direct: dict[str, str]) -> None:
     linear[f"{ours}.ffn.up"] = [f"{theirs}.feed_forward.w_1"]
     linear[f"{ours}.ffn.down"] = [f"{theirs}.feed_forward.w_2"]
     for block, norm in norms.items():
@@ -161,12 +164,13 @@ def _feed_forward(ours: str, theirs: str, norms: dict, linear: dict, direct: dic
             direct[f"{ours}.{block}.norm.{part}"] = f"{theirs}.{norm}.{part}"
 
 
-def convert_weights(model: Transformer, theirs: dict, linear: dict[str, list[str]], direct: dict[str, str]) -> dict:
+def convert_weights(model: Transformer, theirs: Mapping[str, StoredSource], linear: dict[str, list[str]],
+                    direct: dict[str, str]) -> dict[str, Source]:
     """Their tensors (models/weights.py's stored ones) under our names (`weight_map`), to be read as
     the model is filled; a bias the checkpoint lacks (add_qkvbias off while add_ffnbias is on,
     say) becomes zeros, which is the same layer without one. A float16 checkpoint stays float16
     here: the tensors are converted as they are read."""
-    ours = {name: theirs[source] for name, source in direct.items() if source in theirs}
+    ours: dict[str, Source] = {name: theirs[source] for name, source in direct.items() if source in theirs}
     expected = model.state_dict()
     for name, parts in linear.items():
         if any(f"{p}.weight" not in theirs for p in parts):
@@ -193,7 +197,8 @@ def load(path: str, placement: Placement | None = None) -> LoadedModel:
     check_dimensions(cfg, mapped_shapes(cfg, shapes, linear, direct), path)
     model = allocate(cfg, path)
     sources = convert_weights(model, in_memory(theirs, path), linear, direct)
-    theirs.clear(), data.clear()  # the tensors are kept by `sources` alone: each freed once read
+    theirs.clear()  # the tensors are kept by `sources` alone: each freed once read
+    data.clear()
     placed = load_weights(model, sources, path, placement)
     recorded = {side: getattr(opt, f"{side}_subword_model", None) for side in ("src", "tgt")}
     beside = os.path.dirname(os.path.abspath(path))

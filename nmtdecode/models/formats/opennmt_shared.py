@@ -7,6 +7,7 @@ the way both tools search.
 from __future__ import annotations
 
 import os
+from typing import TypeVar
 
 import sentencepiece as spm
 
@@ -62,7 +63,10 @@ def mapped_shapes(cfg: TransformerConfig, theirs: dict[str, tuple[int, ...]], li
     return untied(cfg, shapes)
 
 
-def untied(cfg: TransformerConfig, ours: dict) -> dict:
+_Value = TypeVar("_Value")  # what our parameter names map to: shapes, or weight sources
+
+
+def untied(cfg: TransformerConfig, ours: dict[str, _Value]) -> dict[str, _Value]:
     """Our parameters without the ones tied to another (stored once, under the first name)."""
     if cfg.tie_output:
         ours.pop("output.weight", None)
@@ -77,7 +81,7 @@ class VocabTokenizer:
     no EOS, as OpenNMT-py feeds its encoder (onmt/inputters/text_utils.py numericalize)."""
 
     def __init__(self, src_vocab: list, tgt_vocab: list, src_spm: str | None, tgt_spm: str | None,
-                 specials: dict[str, str] = SPECIALS):
+                 specials: dict[str, str] = SPECIALS) -> None:
         self.src_ids, self.tgt_ids = token_ids(src_vocab), token_ids(tgt_vocab)
         self.src_tokens, self.tgt_tokens = list(src_vocab), list(tgt_vocab)
         self.src_spm = spm.SentencePieceProcessor(model_file=note_read(src_spm)) if src_spm else None
@@ -87,7 +91,7 @@ class VocabTokenizer:
         self.eos_id = self.tgt_ids[specials["eos"]]
 
     @staticmethod
-    def _pieces(text: str, model) -> list[str]:
+    def _pieces(text: str, model: spm.SentencePieceProcessor | None) -> list[str]:
         return model.encode(text, out_type=str) if model is not None else text.split()
 
     def encode(self, text: str) -> list[int]:

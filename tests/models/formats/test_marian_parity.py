@@ -6,8 +6,9 @@ CTranslate2's own Marian converter (`ct2-marian-converter`, the command the ctra
 installs) reads the .npz; nmtdecode decodes the Marian directory. Greedy and beam search (n-best)
 give the same tokens as CTranslate2 on the converted model (its rule at length_penalty 1 is
 nmtdecode's `true`, Marian's default here) and as transformers' `generate` on the original model
-(early_stopping=True), with scores to 1e-4 of transformers' and 1e-2 of CTranslate2's (its
-scores are its own approximation: up to 4e-3 off here, see tests/search/test_ctranslate2_parity.py).
+(early_stopping=True), with scores to 1e-4 of transformers' and 1e-2 of CTranslate2's (told to
+suppress <unk>, CTranslate2 masks its logit and renormalises; Marian and nmtdecode ban it after the
+softmax: up to 4e-3 apart here).
 
 Marian's sinusoids are not the peers': Marian (src/tensors/cpu/tensor_operators.cpp) uses the
 frequencies 10000^(-i/(d/2 - 1)), transformers' MarianSinusoidalPositionalEmbedding and
