@@ -13,7 +13,10 @@
         tokens   = out.tokens
 
 The search decides, the model computes, `BatchDecoder` only connects them
-(search/base.py has the step contract). How the model's steps run (eagerly, traced on
+(search/base.py has the step contract). The search keeps its records on the host
+(search/beam.py: a `Beam` per sentence, one copy a step) or as tensors on the device
+(search/device_beam.py: the host reads a done flag every few steps, so `search.done`
+may become true a few steps late); the loop is the same for both. How the model's steps run (eagerly, traced on
 a CPU, as CUDA graphs) is the step runner's (models/steps.py), which the engine chose
 when it loaded the model; the cache is a DecoderState (models/state.py). It knows
 nothing of files or jobs: the engine (engine.py) builds one per job and feeds it batches.
@@ -81,7 +84,7 @@ class BatchDecoder:
         """banned_ids, excluded_ids: the ids of --banned-tokens and --ignore-when-blocking (resolve.py).
         steps: how the model's steps run (models/steps.py; the engine's choice), default eagerly.
         trace: the searches keep every hypothesis that ends, for `search_batch`'s caller (--dump-beam).
-        on_device: `translate_batch` searches with tensor operations on the device (--device-search),
+        on_device: `translate_batch` searches with tensor operations on the device (--search-on device),
         where it holds the options; else on the host, and `warn` is told which option it lacks."""
         self.model = model
         self.log_probs = getattr(model, "log_probs", log_softmax)
