@@ -121,7 +121,8 @@ def make_decoder(task: Task, model, beam: int, fixed_steps=None, on_device: bool
     1), which makes it do the same work as `generate`; the forced-length tasks set both limits.
     fixed_steps: the fixed-shape step (CUDA graphs on a GPU, what the engine uses there), or None
     for the model's own step (`--cuda-graphs off`); on_device: the search on the device
-    (`--search-on device`, the engine's choice on a GPU) rather than the host."""
+    (`--search-on device`, measured here on a GPU before it becomes `auto`'s choice there) rather
+    than the host."""
     from nmtdecode.config import Config
     from nmtdecode.decoding import BatchDecoder
 
@@ -273,7 +274,7 @@ def benchmark_row(report, device, task, ours, steps, peer, dtype, dtype_name, be
     its eager step (--cuda-graphs off) and transformers on the same sentences and batches."""
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    on_device = device.type == "cuda"  # the engine's search there
+    on_device = device.type == "cuda"  # the device search, to be measured there
     with StepCounter(steps) as counter:
         seconds, outputs, made = run_batches(device, nmtdecode_decoder(task, ours, beam, steps, on_device),
                                              task.sources, batch, captures=lambda: steps.captures, passes=passes)

@@ -163,8 +163,8 @@ class RuntimeConfig(Section):
                               "tokens.", choices=("auto", "off"))
     search_on: str = option("auto", "Where the search keeps its records: as tensor operations on the model's "
                             "device, the host reading a done flag every few steps (device), or per sentence on the "
-                            "host after a copy every step (host); auto: the device on CUDA, the host on a CPU. Same "
-                            "tokens.", choices=("auto", "device", "host"))
+                            "host after a copy every step (host); auto: the host, until a GPU check has measured the "
+                            "device search. Same tokens.", choices=("auto", "device", "host"))
     threads: int | None = option(None, "CPU threads of each operation (torch.set_num_threads); default: the "
                                  "CPUs, shared among --inter-threads.", range=">= 1")
     inter_threads: int = option(1, "CPU: batches decoded at once, each by a thread of its own (CTranslate2's "

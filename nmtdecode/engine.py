@@ -46,9 +46,9 @@ class Engine:
     def __init__(self, config: Config, loaded: LoadedModel, device: torch.device, steps: StepRunner) -> None:
         self.config, self.loaded, self.device = config, loaded, device
         self.steps = steps  # how decoding steps run (models/steps.py), chosen at load, kept across batches and jobs
-        # the search on the device where the host's copy every step costs most (docs/speed.md#the-search-on-the-device)
-        search_on = config.runtime.search_on
-        self.search_on_device = search_on == "device" or (search_on == "auto" and device.type == "cuda")
+        # `auto` is the host search everywhere until the device search has run and been measured on a GPU,
+        # where the host's copy every step costs most (docs/speed.md#the-search-on-the-device)
+        self.search_on_device = config.runtime.search_on == "device"
 
     @classmethod
     def load(cls, config: Config) -> "Engine":

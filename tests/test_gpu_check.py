@@ -36,7 +36,7 @@ def test_the_gpu_check_runs_every_section_on_cpu(tmp_path):
         (dtype, beam, batch) for _ in range(2) for dtype in ("float16", "bfloat16") for beam in ("4", "5")
         for batch in ("2", "4")]  # models x dtypes x beams x batch sizes (the dry run's), each measured
     assert all(float(row[4]) > 0 and float(row[5]) > 0 and row[7] == "8/8" for row in real)  # both decoded, alike
-    assert "--search-on host agrees on 8/8 lines" in table
+    assert "--search-on device agrees on 8/8 lines" in table
     profile = [[cell.strip() for cell in line.strip("|").split("|")]
                for line in table.split("## where a step")[1].splitlines() if line.startswith("| ")]
     assert [row[:2] for row in profile[2:5]] == [["eager", "host"], ["fixed shape", "host"], ["fixed shape", "device"]]
