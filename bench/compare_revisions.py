@@ -48,8 +48,14 @@ print(seconds, hashlib.sha256(json.dumps(tokens).encode()).hexdigest())
 
 def one_pass(tree: str, beam: int, threads: int) -> tuple[float, str]:
     env = dict(os.environ, PYTHONPATH=tree, OMP_NUM_THREADS=str(threads))
-    done = subprocess.run([sys.executable, "-c", ONE_PASS, str(beam), str(threads), DEMO],
-                          cwd=tree, env=env, capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", ONE_PASS, str(beam), str(threads), DEMO],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     seconds, digest = done.stdout.split()
     return float(seconds), digest
 
@@ -84,10 +90,14 @@ def main():
     (a, first), (b, second) = times.items()
     print(f"demo, beam {args.beam}, {args.threads} threads, {args.runs} alternated runs each:")
     for name, values in times.items():
-        print(f"  {name:14} fastest {min(values):.3f} s, median {statistics.median(values):.3f} s  "
-              f"({' '.join(f'{v:.2f}' for v in values)})")
-    print(f"  {b} / {a}: fastest {min(second) / min(first):.3f}, median "
-          f"{statistics.median(second) / statistics.median(first):.3f}; same tokens: {digests[a] == digests[b]}")
+        print(
+            f"  {name:14} fastest {min(values):.3f} s, median {statistics.median(values):.3f} s  "
+            f"({' '.join(f'{v:.2f}' for v in values)})"
+        )
+    print(
+        f"  {b} / {a}: fastest {min(second) / min(first):.3f}, median "
+        f"{statistics.median(second) / statistics.median(first):.3f}; same tokens: {digests[a] == digests[b]}"
+    )
 
 
 if __name__ == "__main__":

@@ -32,15 +32,29 @@ def marian_base(path: str, seed: int = 0, vocab: int = VOCAB_BASE, d_model: int 
     torch.manual_seed(seed)
     pad = vocab - 1  # Marian keeps <pad> last; it is also the decoder start token
     config = transformers.MarianConfig(
-        vocab_size=vocab, decoder_vocab_size=vocab, d_model=d_model, encoder_layers=layers, decoder_layers=layers,
-        encoder_attention_heads=8, decoder_attention_heads=8, encoder_ffn_dim=4 * d_model,
-        decoder_ffn_dim=4 * d_model, max_position_embeddings=512, pad_token_id=pad, eos_token_id=0,
-        decoder_start_token_id=pad, activation_function="swish", scale_embedding=True, forced_eos_token_id=None)
+        vocab_size=vocab,
+        decoder_vocab_size=vocab,
+        d_model=d_model,
+        encoder_layers=layers,
+        decoder_layers=layers,
+        encoder_attention_heads=8,
+        decoder_attention_heads=8,
+        encoder_ffn_dim=4 * d_model,
+        decoder_ffn_dim=4 * d_model,
+        max_position_embeddings=512,
+        pad_token_id=pad,
+        eos_token_id=0,
+        decoder_start_token_id=pad,
+        activation_function="swish",
+        scale_embedding=True,
+        forced_eos_token_id=None,
+    )
     model = transformers.MarianMTModel(config).eval()
     with torch.no_grad():
         model.model.shared.weight[pad].zero_()  # as in real Marian checkpoints: the start is a zero embedding
-    model.generation_config = transformers.GenerationConfig(decoder_start_token_id=pad, eos_token_id=0,
-                                                            pad_token_id=pad, bad_words_ids=[[pad]])
+    model.generation_config = transformers.GenerationConfig(
+        decoder_start_token_id=pad, eos_token_id=0, pad_token_id=pad, bad_words_ids=[[pad]]
+    )
     model.save_pretrained(path)
     return path
 
@@ -54,8 +68,9 @@ def nllb_600m_shape(path: str, seed: int = 0, vocab: int = VOCAB_600M, d_model: 
     saved by `transformers`; smaller shapes for smoke tests of the harness."""
     import transformers
 
-    config = transformers.M2M100Config(**fairseq_shape(vocab, d_model, layers), scale_embedding=True,
-                                       activation_function="relu")
+    config = transformers.M2M100Config(
+        **fairseq_shape(vocab, d_model, layers), scale_embedding=True, activation_function="relu"
+    )
     return saved_random(path, seed, transformers.M2M100ForConditionalGeneration, config)
 
 
@@ -68,19 +83,38 @@ def bart_large_shape(path: str, seed: int = 0, vocab: int = VOCAB_BART, d_model:
     seeded random weights, saved by `transformers`; smaller shapes for smoke tests of the harness."""
     import transformers
 
-    config = transformers.BartConfig(**fairseq_shape(vocab, d_model, layers), scale_embedding=False,
-                                     activation_function="gelu", forced_bos_token_id=None, forced_eos_token_id=None)
+    config = transformers.BartConfig(
+        **fairseq_shape(vocab, d_model, layers),
+        scale_embedding=False,
+        activation_function="gelu",
+        forced_bos_token_id=None,
+        forced_eos_token_id=None,
+    )
     return saved_random(path, seed, transformers.BartForConditionalGeneration, config)
 
 
 def fairseq_shape(vocab: int, d_model: int, layers: int) -> dict:
     """The config values the fairseq-born families (M2M100/NLLB, BART) share: 16 heads, FFN 4 x d_model,
     ids <s> 0, <pad> 1, </s> 2 (EOS and decoder start), no dropout, tied embeddings."""
-    return dict(vocab_size=vocab, d_model=d_model, encoder_layers=layers, decoder_layers=layers,
-                encoder_attention_heads=16, decoder_attention_heads=16, encoder_ffn_dim=4 * d_model,
-                decoder_ffn_dim=4 * d_model, max_position_embeddings=1024, pad_token_id=1, bos_token_id=0,
-                eos_token_id=2, decoder_start_token_id=2, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
-                tie_word_embeddings=True)
+    return dict(
+        vocab_size=vocab,
+        d_model=d_model,
+        encoder_layers=layers,
+        decoder_layers=layers,
+        encoder_attention_heads=16,
+        decoder_attention_heads=16,
+        encoder_ffn_dim=4 * d_model,
+        decoder_ffn_dim=4 * d_model,
+        max_position_embeddings=1024,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=2,
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        tie_word_embeddings=True,
+    )
 
 
 def saved_random(path: str, seed: int, model_class, config) -> str:
@@ -92,8 +126,9 @@ def saved_random(path: str, seed: int, model_class, config) -> str:
         return path
     torch.manual_seed(seed)
     model = model_class(config).eval()
-    model.generation_config = transformers.GenerationConfig(decoder_start_token_id=2, eos_token_id=2, pad_token_id=1,
-                                                            bos_token_id=0)
+    model.generation_config = transformers.GenerationConfig(
+        decoder_start_token_id=2, eos_token_id=2, pad_token_id=1, bos_token_id=0
+    )
     model.save_pretrained(path)
     return path
 
@@ -113,16 +148,22 @@ def to_ctranslate2(model: Transformer, tokens: list[str], path: str, quantizatio
     class OurConverter(ctranslate2.converters.Converter):
         def _load(self):
             spec = transformer_spec.TransformerSpec.from_config(
-                (cfg.encoder_layers, cfg.decoder_layers), cfg.heads, pre_norm=cfg.pre_norm,
-                activation=ACTIVATIONS[cfg.activation], layernorm_embedding=cfg.layernorm_embedding)
-            for side, embed, prefix in (("encoder", "src_embed", "encoder_layers"),
-                                        ("decoder", "tgt_embed", "decoder_layers")):
+                (cfg.encoder_layers, cfg.decoder_layers),
+                cfg.heads,
+                pre_norm=cfg.pre_norm,
+                activation=ACTIVATIONS[cfg.activation],
+                layernorm_embedding=cfg.layernorm_embedding,
+            )
+            for side, embed, prefix in (
+                ("encoder", "src_embed", "encoder_layers"),
+                ("decoder", "tgt_embed", "decoder_layers"),
+            ):
                 part = getattr(spec, side)
                 embeddings = part.embeddings[0] if isinstance(part.embeddings, list) else part.embeddings
                 embeddings.weight = state[f"{embed}.tokens.weight"]
                 part.scale_embeddings = cfg.embed_scale
                 table = model.src_embed.position_table() if side == "encoder" else model.tgt_embed.position_table()
-                part.position_encodings.encodings = table.detach().float()[cfg.position_offset:]
+                part.position_encodings.encodings = table.detach().float()[cfg.position_offset :]
                 if cfg.layernorm_embedding:
                     norm(part.layernorm_embedding, f"{embed}.norm")
                 if cfg.pre_norm:
@@ -141,8 +182,9 @@ def to_ctranslate2(model: Transformer, tokens: list[str], path: str, quantizatio
                     linear(layer.ffn.linear_0, f"{ours}.ffn.up")
                     linear(layer.ffn.linear_1, f"{ours}.ffn.down")
                     norm(layer.ffn.layer_norm, f"{ours}.ffn_block.norm")
-            spec.decoder.projection.weight = state["output.weight"] if "output.weight" in state else \
-                state["tgt_embed.tokens.weight"]
+            spec.decoder.projection.weight = (
+                state["output.weight"] if "output.weight" in state else state["tgt_embed.tokens.weight"]
+            )
             if cfg.final_logits_bias and state["output.bias"].abs().sum() > 0:
                 spec.decoder.projection.bias = state["output.bias"]
             spec.register_source_vocabulary(tokens[: cfg.src_vocab_size])
@@ -161,8 +203,12 @@ def to_ctranslate2(model: Transformer, tokens: list[str], path: str, quantizatio
     def norm(spec, name):
         spec.gamma, spec.beta = state[f"{name}.weight"], state[f"{name}.bias"]
 
-    ACTIVATIONS = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU,
-                   "gelu_tanh": common_spec.Activation.GELUTanh, "silu": common_spec.Activation.SWISH}
+    ACTIVATIONS = {
+        "relu": common_spec.Activation.RELU,
+        "gelu": common_spec.Activation.GELU,
+        "gelu_tanh": common_spec.Activation.GELUTanh,
+        "silu": common_spec.Activation.SWISH,
+    }
     OurConverter().convert(path, quantization=quantization, force=True)
     return path
 
@@ -175,13 +221,27 @@ def to_transformers(model: Transformer, path: str) -> str:
     if not cfg.pre_norm or cfg.layernorm_embedding or cfg.position_offset or not cfg.tie_output:
         raise ValueError("to_transformers handles pre-norm models without embedding norm or position offset")
     config = transformers.BlenderbotConfig(
-        vocab_size=cfg.tgt_vocab_size, d_model=cfg.d_model, encoder_layers=cfg.encoder_layers,
-        decoder_layers=cfg.decoder_layers, encoder_attention_heads=cfg.heads, decoder_attention_heads=cfg.heads,
-        encoder_ffn_dim=cfg.ffn_dim, decoder_ffn_dim=cfg.ffn_dim, max_position_embeddings=cfg.max_positions,
+        vocab_size=cfg.tgt_vocab_size,
+        d_model=cfg.d_model,
+        encoder_layers=cfg.encoder_layers,
+        decoder_layers=cfg.decoder_layers,
+        encoder_attention_heads=cfg.heads,
+        decoder_attention_heads=cfg.heads,
+        encoder_ffn_dim=cfg.ffn_dim,
+        decoder_ffn_dim=cfg.ffn_dim,
+        max_position_embeddings=cfg.max_positions,
         activation_function={"silu": "swish", "gelu_tanh": "gelu_new"}.get(cfg.activation, cfg.activation),
-        scale_embedding=cfg.embed_scale != 1.0, pad_token_id=cfg.pad_id, bos_token_id=cfg.bos_id,
-        eos_token_id=cfg.eos_id, decoder_start_token_id=cfg.decoder_start_id, tie_word_embeddings=False,
-        forced_eos_token_id=None, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
+        scale_embedding=cfg.embed_scale != 1.0,
+        pad_token_id=cfg.pad_id,
+        bos_token_id=cfg.bos_id,
+        eos_token_id=cfg.eos_id,
+        decoder_start_token_id=cfg.decoder_start_id,
+        tie_word_embeddings=False,
+        forced_eos_token_id=None,
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+    )
     if cfg.embed_scale not in (1.0, cfg.d_model**0.5):
         raise ValueError("Blenderbot scales embeddings by 1 or sqrt(d_model) only")
     hf = transformers.BlenderbotForConditionalGeneration(config).eval()
@@ -197,18 +257,29 @@ def to_transformers(model: Transformer, path: str) -> str:
             first_block = "self_block" if side == "decoder" else "attn_block"
             for p in ("weight", "bias"):
                 q, k, v = ours[f"{o}.self_attn.qkv.{p}"].chunk(3)
-                theirs.update({f"{t}.self_attn.q_proj.{p}": q, f"{t}.self_attn.k_proj.{p}": k,
-                               f"{t}.self_attn.v_proj.{p}": v,
-                               f"{t}.self_attn.out_proj.{p}": ours[f"{o}.self_attn.out.{p}"],
-                               f"{t}.fc1.{p}": ours[f"{o}.ffn.up.{p}"], f"{t}.fc2.{p}": ours[f"{o}.ffn.down.{p}"],
-                               f"{t}.self_attn_layer_norm.{p}": ours[f"{o}.{first_block}.norm.{p}"],
-                               f"{t}.final_layer_norm.{p}": ours[f"{o}.ffn_block.norm.{p}"]})
+                theirs.update(
+                    {
+                        f"{t}.self_attn.q_proj.{p}": q,
+                        f"{t}.self_attn.k_proj.{p}": k,
+                        f"{t}.self_attn.v_proj.{p}": v,
+                        f"{t}.self_attn.out_proj.{p}": ours[f"{o}.self_attn.out.{p}"],
+                        f"{t}.fc1.{p}": ours[f"{o}.ffn.up.{p}"],
+                        f"{t}.fc2.{p}": ours[f"{o}.ffn.down.{p}"],
+                        f"{t}.self_attn_layer_norm.{p}": ours[f"{o}.{first_block}.norm.{p}"],
+                        f"{t}.final_layer_norm.{p}": ours[f"{o}.ffn_block.norm.{p}"],
+                    }
+                )
                 if side == "decoder":
                     k2, v2 = ours[f"{o}.cross_attn.kv.{p}"].chunk(2)
-                    theirs.update({f"{t}.encoder_attn.q_proj.{p}": ours[f"{o}.cross_attn.q.{p}"],
-                                   f"{t}.encoder_attn.k_proj.{p}": k2, f"{t}.encoder_attn.v_proj.{p}": v2,
-                                   f"{t}.encoder_attn.out_proj.{p}": ours[f"{o}.cross_attn.out.{p}"],
-                                   f"{t}.encoder_attn_layer_norm.{p}": ours[f"{o}.cross_block.norm.{p}"]})
+                    theirs.update(
+                        {
+                            f"{t}.encoder_attn.q_proj.{p}": ours[f"{o}.cross_attn.q.{p}"],
+                            f"{t}.encoder_attn.k_proj.{p}": k2,
+                            f"{t}.encoder_attn.v_proj.{p}": v2,
+                            f"{t}.encoder_attn.out_proj.{p}": ours[f"{o}.cross_attn.out.{p}"],
+                            f"{t}.encoder_attn_layer_norm.{p}": ours[f"{o}.cross_block.norm.{p}"],
+                        }
+                    )
     theirs["lm_head.weight"] = ours["tgt_embed.tokens.weight"]
     theirs["model.shared.weight"] = ours["tgt_embed.tokens.weight"]
     if "output.bias" in ours:
@@ -233,14 +304,29 @@ def to_marian(model: Transformer, path: str, banned_ids=()) -> str:
     if cfg.pre_norm or cfg.encoder_final_norm or cfg.positions != "sinusoidal" or cfg.share_embeddings:
         raise ValueError("to_marian handles post-norm models with Marian's sinusoids and separate vocabularies")
     config = transformers.MarianConfig(
-        vocab_size=cfg.src_vocab_size, decoder_vocab_size=cfg.tgt_vocab_size, share_encoder_decoder_embeddings=False,
-        d_model=cfg.d_model, encoder_layers=cfg.encoder_layers, decoder_layers=cfg.decoder_layers,
-        encoder_attention_heads=cfg.heads, decoder_attention_heads=cfg.heads, encoder_ffn_dim=cfg.ffn_dim,
-        decoder_ffn_dim=cfg.ffn_dim, max_position_embeddings=cfg.max_positions,
+        vocab_size=cfg.src_vocab_size,
+        decoder_vocab_size=cfg.tgt_vocab_size,
+        share_encoder_decoder_embeddings=False,
+        d_model=cfg.d_model,
+        encoder_layers=cfg.encoder_layers,
+        decoder_layers=cfg.decoder_layers,
+        encoder_attention_heads=cfg.heads,
+        decoder_attention_heads=cfg.heads,
+        encoder_ffn_dim=cfg.ffn_dim,
+        decoder_ffn_dim=cfg.ffn_dim,
+        max_position_embeddings=cfg.max_positions,
         activation_function={"silu": "swish", "gelu_tanh": "gelu_new"}.get(cfg.activation, cfg.activation),
-        scale_embedding=cfg.embed_scale != 1.0, pad_token_id=cfg.pad_id, bos_token_id=cfg.bos_id,
-        eos_token_id=cfg.eos_id, decoder_start_token_id=cfg.decoder_start_id, forced_eos_token_id=None,
-        tie_word_embeddings=cfg.tie_output, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
+        scale_embedding=cfg.embed_scale != 1.0,
+        pad_token_id=cfg.pad_id,
+        bos_token_id=cfg.bos_id,
+        eos_token_id=cfg.eos_id,
+        decoder_start_token_id=cfg.decoder_start_id,
+        forced_eos_token_id=None,
+        tie_word_embeddings=cfg.tie_output,
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+    )
     hf = transformers.MarianMTModel(config).eval()
     ours = {k: v.detach().float() for k, v in model.state_dict().items()}
     theirs = {}
@@ -249,14 +335,18 @@ def to_marian(model: Transformer, path: str, banned_ids=()) -> str:
             theirs[sources[0]] = ours[name]  # the side's own matrix (not model.shared)
         else:
             theirs.update(zip(sources, ours[name].chunk(len(sources))))  # fused projections, split again
-    theirs["final_logits_bias"] = (ours["output.bias"] if "output.bias" in ours
-                                   else torch.zeros(cfg.tgt_vocab_size))[None, :]
+    theirs["final_logits_bias"] = (ours["output.bias"] if "output.bias" in ours else torch.zeros(cfg.tgt_vocab_size))[
+        None, :
+    ]
     missing, unexpected = hf.load_state_dict(theirs, strict=False)
     left = [m for m in missing if "embed_positions" not in m and m not in ("lm_head.weight", "model.shared.weight")]
     if left or unexpected:
         raise ValueError(f"Marian export: missing {left}, unexpected {unexpected}")
     hf.generation_config = transformers.GenerationConfig(
-        decoder_start_token_id=cfg.decoder_start_id, eos_token_id=cfg.eos_id, pad_token_id=cfg.pad_id,
-        bad_words_ids=[[t] for t in banned_ids] or None)
+        decoder_start_token_id=cfg.decoder_start_id,
+        eos_token_id=cfg.eos_id,
+        pad_token_id=cfg.pad_id,
+        bad_words_ids=[[t] for t in banned_ids] or None,
+    )
     hf.save_pretrained(path)
     return path

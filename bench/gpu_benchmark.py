@@ -55,6 +55,7 @@ def same(a: list, b: list) -> str:
 
 # 4. The benchmark ------------------------------------------------------------------------------------
 
+
 @dataclass
 class Task:
     """One model's input: source ids (length-sorted, as the CLI batches them), the decoding limits,
@@ -79,14 +80,17 @@ def demo_task(sizes: Sizes, out: str) -> Task:
     with open(os.path.join(demo, "test.en"), encoding="utf-8") as f:
         lines = f.read().splitlines()[: sizes.demo_lines]
     sources = sorted((loaded.tokenizer.encode(line) for line in lines), key=len)
-    return Task("demo", sources, loaded.model, loaded.rules, hf_dir, max_length=64,
-                banned=list(loaded.rules.banned_ids))
+    return Task(
+        "demo", sources, loaded.model, loaded.rules, hf_dir, max_length=64, banned=list(loaded.rules.banned_ids)
+    )
 
 
 def random_sources(n: int, low: int, high: int, eos: list[int]) -> list[list[int]]:
     g = torch.Generator().manual_seed(1)
-    sources = [torch.randint(low, high, (int(torch.randint(10, 40, (1,), generator=g)),), generator=g).tolist() + eos
-               for _ in range(n)]
+    sources = [
+        torch.randint(low, high, (int(torch.randint(10, 40, (1,), generator=g)),), generator=g).tolist() + eos
+        for _ in range(n)
+    ]
     return sorted(sources, key=len)
 
 
@@ -97,8 +101,16 @@ def marian_task(sizes: Sizes, out: str) -> Task:
     hf_dir = convert.marian_base(os.path.join(out, "marian-base"), **sizes.marian)
     model, _, rules = load_network(hf_dir, read_json(os.path.join(hf_dir, "config.json")))
     vocab = model.cfg.tgt_vocab_size
-    return Task("marian-base", random_sources(sizes.sentences, 2, vocab - 1, [0]), model, rules, hf_dir,
-                max_length=256, fixed=sizes.fixed, banned=[vocab - 1])
+    return Task(
+        "marian-base",
+        random_sources(sizes.sentences, 2, vocab - 1, [0]),
+        model,
+        rules,
+        hf_dir,
+        max_length=256,
+        fixed=sizes.fixed,
+        banned=[vocab - 1],
+    )
 
 
 def opennmt_task(sizes: Sizes, out: str) -> Task:
@@ -106,8 +118,15 @@ def opennmt_task(sizes: Sizes, out: str) -> Task:
 
     loaded = load_model(opennmt_py.opennmt_base_without_onmt(os.path.join(out, "opennmt-base"), **sizes.opennmt))
     vocab = loaded.model.cfg.tgt_vocab_size
-    return Task("opennmt-base", random_sources(sizes.sentences, len(opennmt_py.SPECIALS), vocab, []), loaded.model,
-                loaded.rules, None, max_length=256, fixed=sizes.fixed)
+    return Task(
+        "opennmt-base",
+        random_sources(sizes.sentences, len(opennmt_py.SPECIALS), vocab, []),
+        loaded.model,
+        loaded.rules,
+        None,
+        max_length=256,
+        fixed=sizes.fixed,
+    )
 
 
 def nmtdecode_decoder(task: Task, model, beam: int, fixed_steps=None, on_device: bool = False):
@@ -126,8 +145,13 @@ def make_decoder(task: Task, model, beam: int, fixed_steps=None, on_device: bool
     from nmtdecode.config import Config
     from nmtdecode.decoding import BatchDecoder
 
-    values = {"beam_size": beam, "max_length": task.max_length, "early_stopping": "false", "length_penalty": "avg",
-              "alpha": 1.0}
+    values = {
+        "beam_size": beam,
+        "max_length": task.max_length,
+        "early_stopping": "false",
+        "length_penalty": "avg",
+        "alpha": 1.0,
+    }
     if task.fixed:
         values.update(min_length=task.fixed, max_length=task.fixed)
     return BatchDecoder(model, Config.from_values(values).decoding, task.rules, steps=fixed_steps, on_device=on_device)
@@ -137,8 +161,14 @@ def transformers_decoder(task: Task, model, beam: int, device: torch.device):
     return worker.generate(model, beam, task.max_length, task.banned, task.fixed, device=device)
 
 
-def run_batches(device: torch.device, translate, sources: list[list[int]], batch: int, captures=lambda: 0,
-                passes: tuple[int, int] = (2, 2)):
+def run_batches(
+    device: torch.device,
+    translate,
+    sources: list[list[int]],
+    batch: int,
+    captures=lambda: 0,
+    passes: tuple[int, int] = (2, 2),
+):
     """Warm-up passes over every batch, then the fastest of the timed ones: (seconds, outputs,
     passes made); `passes`: (fewest warm-up passes, timed passes). The warm-up pays what a long job
     pays once (CUDA graph captures, each new shape's first kernels and cuBLAS heuristics), for every
@@ -186,8 +216,9 @@ class StepCounter:
         del self.stepper.decode_step
 
 
-def floor_ms(model, dtype: torch.dtype, sentences: int, rows: int, source: float, positions: float,
-             bandwidth_gbs: float) -> float:
+def floor_ms(
+    model, dtype: torch.dtype, sentences: int, rows: int, source: float, positions: float, bandwidth_gbs: float
+) -> float:
     """What one step must read, over the measured bandwidth: the decoder's weights (embedding
     table excepted: one row per token) and the output projection, the cross-attention keys/values
     of `sentences` sentences of `source` tokens, and the self-attention cache of `rows` rows at
@@ -198,12 +229,15 @@ def floor_ms(model, dtype: torch.dtype, sentences: int, rows: int, source: float
     return (weights + caches) * size / (bandwidth_gbs * 1e9) * 1e3
 
 
-def benchmark(report: Report, device: torch.device, sizes: Sizes, out: str, facts: dict, budget: float,
-              models: list[str]) -> tuple[str, list[str]]:
+def benchmark(
+    report: Report, device: torch.device, sizes: Sizes, out: str, facts: dict, budget: float, models: list[str]
+) -> tuple[str, list[str]]:
     builders = {"demo": demo_task, "marian-base": marian_task, "opennmt-base": opennmt_task}
-    header = ["| model | dtype | beam | batch | nmtdecode tok/s | transformers tok/s | x transformers | same outputs "
-              "| eager tok/s | graphs / eager | same as eager | step ms | floor ms | step / floor | peak MiB |",
-              "| --- | --- " + "| ---: " * 13 + "|"]
+    header = [
+        "| model | dtype | beam | batch | nmtdecode tok/s | transformers tok/s | x transformers | same outputs "
+        "| eager tok/s | graphs / eager | same as eager | step ms | floor ms | step / floor | peak MiB |",
+        "| --- | --- " + "| ---: " * 13 + "|",
+    ]
     fallbacks = []
 
     def fell_back(message: str):
@@ -211,25 +245,37 @@ def benchmark(report: Report, device: torch.device, sizes: Sizes, out: str, fact
         fallbacks.append(message)
 
     rows, skipped, failed = table_rows(
-        report, device, budget, {name: lambda name=name: builders[name](sizes, out) for name in models}, DTYPES,
-        BEAMS, sizes.batches, fell_back, lambda *row: benchmark_row(report, device, *row, facts, sizes.passes))
+        report,
+        device,
+        budget,
+        {name: lambda name=name: builders[name](sizes, out) for name in models},
+        DTYPES,
+        BEAMS,
+        sizes.batches,
+        fell_back,
+        lambda *row: benchmark_row(report, device, *row, facts, sizes.passes),
+    )
     table = header + rows
     verdict = "measured" if not (skipped or failed) else f"{failed} rows failed, {skipped} skipped"
     if fallbacks:
         verdict += f"; CUDA GRAPHS FELL BACK to eager steps {len(fallbacks)} times (see the log)"
-    notes = ["", "Tokens are output tokens (EOS not counted) over decoding time (encoder included, tokenization "
-             "not), the fastest of two timed passes over the same batches after warm-up passes (`run_batches`). "
-             "nmtdecode: the fixed-shape step, "
-             "replayed as CUDA graphs on a GPU, with the search on the device (the defaults there); eager: "
-             "`--cuda-graphs off`, the same search. Step ms is nmtdecode's "
-             "(graphs); floor: the decoder's weights and caches read once per step at the measured "
-             f"{facts.get('bandwidth_gbs', 0):.0f} GB/s. nmtdecode runs Hugging Face's stop rule "
-             "(`--early-stopping false`, length penalty 1) so that both do the same work."]
+    notes = [
+        "",
+        "Tokens are output tokens (EOS not counted) over decoding time (encoder included, tokenization "
+        "not), the fastest of two timed passes over the same batches after warm-up passes (`run_batches`). "
+        "nmtdecode: the fixed-shape step, "
+        "replayed as CUDA graphs on a GPU, with the search on the device (the defaults there); eager: "
+        "`--cuda-graphs off`, the same search. Step ms is nmtdecode's "
+        "(graphs); floor: the decoder's weights and caches read once per step at the measured "
+        f"{facts.get('bandwidth_gbs', 0):.0f} GB/s. nmtdecode runs Hugging Face's stop rule "
+        "(`--early-stopping false`, length penalty 1) so that both do the same work.",
+    ]
     return verdict, table + notes
 
 
-def table_rows(report: Report, device: torch.device, budget: float, builders: dict, dtypes: dict, beams, batches,
-               warn, measure) -> tuple[list[str], int, int]:
+def table_rows(
+    report: Report, device: torch.device, budget: float, builders: dict, dtypes: dict, beams, batches, warn, measure
+) -> tuple[list[str], int, int]:
     """A benchmark table's rows, and how many were skipped (past `budget` seconds) and failed: for
     each task that `builders` (name -> function) make, each dtype, beam and batch size,
     measure(task, ours, steps, peer, dtype, dtype_name, beam, batch) -> its row. `ours` is the task's
@@ -276,10 +322,17 @@ def benchmark_row(report, device, task, ours, steps, peer, dtype, dtype_name, be
         torch.cuda.reset_peak_memory_stats(device)
     on_device = device.type == "cuda"  # the device search, to be measured there
     with StepCounter(steps) as counter:
-        seconds, outputs, made = run_batches(device, nmtdecode_decoder(task, ours, beam, steps, on_device),
-                                             task.sources, batch, captures=lambda: steps.captures, passes=passes)
-    eager_seconds, eager_outputs, _ = run_batches(device, nmtdecode_decoder(task, ours, beam, None, on_device),
-                                                  task.sources, batch, passes=passes)
+        seconds, outputs, made = run_batches(
+            device,
+            nmtdecode_decoder(task, ours, beam, steps, on_device),
+            task.sources,
+            batch,
+            captures=lambda: steps.captures,
+            passes=passes,
+        )
+    eager_seconds, eager_outputs, _ = run_batches(
+        device, nmtdecode_decoder(task, ours, beam, None, on_device), task.sources, batch, passes=passes
+    )
     steps = counter.steps / made  # one pass's
     peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else 0
     tokens = sum(map(len, outputs))
@@ -291,18 +344,25 @@ def benchmark_row(report, device, task, ours, steps, peer, dtype, dtype_name, be
         generate = transformers_decoder(task, peer, beam, device)
         peer_seconds, peer_outputs, _ = run_batches(device, generate, task.sources, batch, passes=passes)
         peer_tokens = sum(map(len, peer_outputs))
-        cells += [f"{peer_tokens / peer_seconds:.0f}", f"{peer_seconds / seconds:.2f}",
-                  same(outputs, peer_outputs)]
+        cells += [f"{peer_tokens / peer_seconds:.0f}", f"{peer_seconds / seconds:.2f}", same(outputs, peer_outputs)]
     else:
         cells += ["-", "-", "-"]
-    cells += [f"{sum(map(len, eager_outputs)) / eager_seconds:.0f}", f"{eager_seconds / seconds:.2f}",
-              same(outputs, eager_outputs), f"{step_ms:.2f}", f"{floor:.3f}", f"{step_ms / floor:.0f}", f"{peak:.0f}"]
+    cells += [
+        f"{sum(map(len, eager_outputs)) / eager_seconds:.0f}",
+        f"{eager_seconds / seconds:.2f}",
+        same(outputs, eager_outputs),
+        f"{step_ms:.2f}",
+        f"{floor:.3f}",
+        f"{step_ms / floor:.0f}",
+        f"{peak:.0f}",
+    ]
     row = "| " + " | ".join(map(str, cells)) + " |"
     report.log(row)
     return row
 
 
 # 5. Where a step's time goes -------------------------------------------------------------------------
+
 
 def step_profile(report: Report, device: torch.device, sizes: Sizes, out: str) -> tuple[str, list[str]]:
     """One batch of marian-base (float16 on a GPU) under torch.profiler: per decoding step, the wall
@@ -319,14 +379,17 @@ def step_profile(report: Report, device: torch.device, sizes: Sizes, out: str) -
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
-    table = ["| step | search | beam | batch | steps | wall ms/step | GPU busy ms/step | wall / busy | kernels/step "
-             "| aten calls/step | model launches/layer | search launches/step |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    table = [
+        "| step | search | beam | batch | steps | wall ms/step | GPU busy ms/step | wall / busy | kernels/step "
+        "| aten calls/step | model launches/layer | search launches/step |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     steps = FixedShapeSteps(model, graphs=device.type == "cuda", warn=report.log)
     graphs = "graphs" if device.type == "cuda" else "fixed shape"
     modes = (("eager", None, False), (graphs, steps, False), (graphs, steps, True))
     for (beam, batch), (mode, stepper, on_device) in itertools.product(
-            ((5, sizes.batches[0]), (5, sizes.batches[-1]), (1, sizes.batches[-1])), modes):
+        ((5, sizes.batches[0]), (5, sizes.batches[-1]), (1, sizes.batches[-1])), modes
+    ):
         decoder = make_decoder(task, model, beam, stepper, on_device)
         sources = task.sources[:batch]
         with torch.inference_mode(), StepCounter(stepper or model) as counter:
@@ -341,12 +404,25 @@ def step_profile(report: Report, device: torch.device, sizes: Sizes, out: str) -
         wall = seconds / n * 1e3
         calls = sum(e.count for e in events if e.key.startswith("aten::"))
         parts = part_counts(prof)
-        cells = [mode, "device" if on_device else "host", beam, batch, n, f"{wall:.2f}",
-                 f"{busy:.3f}" if busy else "-", f"{wall / busy:.1f}" if busy else "-",
-                 f"{sum(e.count for e in kernels) / n:.0f}" if kernels else "-", f"{calls / n:.0f}",
-                 f"{parts[MODEL][1] / n / model.cfg.decoder_layers:.1f}", f"{parts[SEARCH][1] / n:.0f}"]
+        cells = [
+            mode,
+            "device" if on_device else "host",
+            beam,
+            batch,
+            n,
+            f"{wall:.2f}",
+            f"{busy:.3f}" if busy else "-",
+            f"{wall / busy:.1f}" if busy else "-",
+            f"{sum(e.count for e in kernels) / n:.0f}" if kernels else "-",
+            f"{calls / n:.0f}",
+            f"{parts[MODEL][1] / n / model.cfg.decoder_layers:.1f}",
+            f"{parts[SEARCH][1] / n:.0f}",
+        ]
         table.append("| " + " | ".join(map(str, cells)) + " |")
         report.log(table[-1])
-    notes = ["", "Launches: kernels on a GPU, computing operators on a CPU (bench/operators.py); a model step's are "
-             "divided by its decoder layers (the embedding and output layer included)."]
+    notes = [
+        "",
+        "Launches: kernels on a GPU, computing operators on a CPU (bench/operators.py); a model step's are "
+        "divided by its decoder layers (the embedding and output layer included).",
+    ]
     return f"marian-base {str(dtype).removeprefix('torch.')}", table + notes

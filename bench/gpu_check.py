@@ -52,7 +52,6 @@ from gpu_benchmark import benchmark, same, step_profile, timed  # noqa: E402
 from gpu_real_size import real_size  # noqa: E402
 
 
-
 @dataclass
 class Sizes:
     """How much work each part does: the real check, or a dry run's few sentences on small shapes."""
@@ -74,14 +73,32 @@ class Sizes:
     real_shape: dict = field(default_factory=dict)  # convert.nllb_600m_shape and bart_large_shape shapes
 
 
-FULL = Sizes(sentences=256, fixed=32, demo_lines=512, cli_lines=1000, cpu_lines=100, batches=(32, 128),
-             copy_mib=1024, matmul=8192)
-DRY = Sizes(sentences=8, fixed=4, demo_lines=8, cli_lines=8, cpu_lines=4, batches=(2, 4), copy_mib=16, matmul=256,
-            passes=(1, 1),
-            marian=dict(vocab=500, d_model=64, layers=2),
-            opennmt=dict(vocab_size=500, hidden_size=64, word_vec_size=64, transformer_ff=256, enc_layers=2,
-                         dec_layers=2), pytest_timeout=120,
-            real_sentences=8, real_shape=dict(vocab=500, d_model=64, layers=2))
+FULL = Sizes(
+    sentences=256,
+    fixed=32,
+    demo_lines=512,
+    cli_lines=1000,
+    cpu_lines=100,
+    batches=(32, 128),
+    copy_mib=1024,
+    matmul=8192,
+)
+DRY = Sizes(
+    sentences=8,
+    fixed=4,
+    demo_lines=8,
+    cli_lines=8,
+    cpu_lines=4,
+    batches=(2, 4),
+    copy_mib=16,
+    matmul=256,
+    passes=(1, 1),
+    marian=dict(vocab=500, d_model=64, layers=2),
+    opennmt=dict(vocab_size=500, hidden_size=64, word_vec_size=64, transformer_ff=256, enc_layers=2, dec_layers=2),
+    pytest_timeout=120,
+    real_sentences=8,
+    real_shape=dict(vocab=500, d_model=64, layers=2),
+)
 
 
 class Report:
@@ -123,8 +140,9 @@ class Report:
     def write(self):
         summary = ["| section | verdict | seconds |", "| --- | --- | ---: |"]
         summary += [f"| {name} | {verdict} | {seconds:.0f} |" for name, verdict, seconds in self.sections]
-        text = "\n".join(["# GPU check", "", "Made by `make gpu-check` (bench/gpu_check.py).", "", *summary, "",
-                          *self.tables])
+        text = "\n".join(
+            ["# GPU check", "", "Made by `make gpu-check` (bench/gpu_check.py).", "", *summary, "", *self.tables]
+        )
         with open(self.table_path, "w", encoding="utf-8") as f:
             f.write(text + "\n")
         if self.copy_to:
@@ -134,13 +152,18 @@ class Report:
 
 # 1. The machine ------------------------------------------------------------------------------
 
+
 def machine(device: torch.device, sizes: Sizes) -> dict:
     """Facts and the two measured ceilings: bandwidth (bytes read + written per second of a
     device-to-device copy) and bfloat16 matrix-product rate."""
     from importlib import metadata
 
-    facts = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
-             "cpu": cpu_name()}
+    facts = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cpu": cpu_name(),
+    }
     for name in ("transformers", "sentencepiece", "safetensors", "pytest"):
         try:
             facts[name] = metadata.version(name)
@@ -148,9 +171,14 @@ def machine(device: torch.device, sizes: Sizes) -> dict:
             facts[name] = "missing"
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
-        facts.update(gpu=props.name, gpu_memory=f"{props.total_memory / 2**30:.1f} GiB",
-                     multiprocessors=props.multi_processor_count, capability=f"{props.major}.{props.minor}",
-                     driver=nvidia_smi("driver_version"), clocks=nvidia_smi("clocks.sm,clocks.max.sm"))
+        facts.update(
+            gpu=props.name,
+            gpu_memory=f"{props.total_memory / 2**30:.1f} GiB",
+            multiprocessors=props.multi_processor_count,
+            capability=f"{props.major}.{props.minor}",
+            driver=nvidia_smi("driver_version"),
+            clocks=nvidia_smi("clocks.sm,clocks.max.sm"),
+        )
     facts["bandwidth_gbs"] = copy_bandwidth(device, sizes.copy_mib)
     facts["bf16_tflops"] = matmul_rate(device, sizes.matmul)
     return facts
@@ -182,8 +210,9 @@ def cpu_name() -> str:
 
 def nvidia_smi(query: str) -> str:
     try:
-        run = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=30)
+        run = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"], capture_output=True, text=True, timeout=30
+        )
         return run.stdout.strip() or run.stderr.strip()
     except (OSError, subprocess.TimeoutExpired) as error:
         return f"nvidia-smi: {error}"
@@ -191,10 +220,17 @@ def nvidia_smi(query: str) -> str:
 
 # 2. The CUDA tests -----------------------------------------------------------------------------
 
+
 def cuda_tests(report: Report, sizes: Sizes) -> tuple[str, list[str]]:
     cmd = [sys.executable, "-m", "pytest", "tests/test_cuda.py", "-m", "cuda", "-q", "-rfEs", "-p", "no:cacheprovider"]
-    run = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=sizes.pytest_timeout,
-                         env=dict(os.environ, PYTHONPATH=ROOT))
+    run = subprocess.run(
+        cmd,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=sizes.pytest_timeout,
+        env=dict(os.environ, PYTHONPATH=ROOT),
+    )
     report.log(run.stdout[-6000:] + run.stderr[-2000:])
     last = (run.stdout.strip().splitlines() or ["no output"])[-1].strip("= ")
     verdict = f"passed: {last}" if run.returncode == 0 else f"FAILED: {last}"
@@ -203,6 +239,7 @@ def cuda_tests(report: Report, sizes: Sizes) -> tuple[str, list[str]]:
 
 
 # 3. The command-line job ---------------------------------------------------------------------------
+
 
 def cli_job(report: Report, device: torch.device, sizes: Sizes, out: str) -> tuple[str, list[str]]:
     """The demo model's test set through `nmtdecode translate`, whole processes, float32 and float16
@@ -214,29 +251,47 @@ def cli_job(report: Report, device: torch.device, sizes: Sizes, out: str) -> tup
     src = os.path.join(out, "cli-test.en")
     with open(src, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
-    runs = {"float32": (device.type, src, []),
-            "float32 --cuda-graphs off": (device.type, src, ["--cuda-graphs", "off"]),
-            "float32 --search-on device": (device.type, src, ["--search-on", "device"]),
-            "float16": (device.type, src, ["--dtype", "float16"]),
-            # the same job again: a first job slower than the second is a cost of first use (the first
-            # float16 job was 4-5x float32 on an H100 and an H200, torch 2.11, while the encoder ran
-            # cuDNN's attention: docs/speed.md#gpus)
-            "float16 again": (device.type, src, ["--dtype", "float16"]),
-            "float16 --batch-size 128": (device.type, src, ["--dtype", "float16", "--batch-size", "128"])}
+    runs = {
+        "float32": (device.type, src, []),
+        "float32 --cuda-graphs off": (device.type, src, ["--cuda-graphs", "off"]),
+        "float32 --search-on device": (device.type, src, ["--search-on", "device"]),
+        "float16": (device.type, src, ["--dtype", "float16"]),
+        # the same job again: a first job slower than the second is a cost of first use (the first
+        # float16 job was 4-5x float32 on an H100 and an H200, torch 2.11, while the encoder ran
+        # cuDNN's attention: docs/speed.md#gpus)
+        "float16 again": (device.type, src, ["--dtype", "float16"]),
+        "float16 --batch-size 128": (device.type, src, ["--dtype", "float16", "--batch-size", "128"]),
+    }
     if device.type == "cuda":
         head = os.path.join(out, "cli-head.en")
         with open(head, "w", encoding="utf-8") as f:
             f.write("\n".join(lines[: sizes.cpu_lines]) + "\n")
         runs["cpu float32"] = ("cpu", head, [])
     outputs, fallbacks = {}, []
-    table = ["| run | lines | seconds | lines/s | decoding s | model load s |",
-             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    table = [
+        "| run | lines | seconds | lines/s | decoding s | model load s |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for label, (dev, path, extra) in runs.items():
         target = os.path.join(out, f"cli-{label.replace(' ', '-')}.de")
-        cmd = [sys.executable, "-m", "nmtdecode", "translate", "--model", demo, "--src", path, "--output", target,
-               "--device", dev, *extra]
-        seconds, run = timed_once(lambda: subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
-                                                         env=dict(os.environ, PYTHONPATH=ROOT)))
+        cmd = [
+            sys.executable,
+            "-m",
+            "nmtdecode",
+            "translate",
+            "--model",
+            demo,
+            "--src",
+            path,
+            "--output",
+            target,
+            "--device",
+            dev,
+            *extra,
+        ]
+        seconds, run = timed_once(
+            lambda: subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT))
+        )
         if run.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} exited {run.returncode}:\n{run.stderr[-3000:]}")
         for warning in (line for line in run.stderr.splitlines() if "warning" in line):
@@ -250,17 +305,22 @@ def cli_job(report: Report, device: torch.device, sizes: Sizes, out: str) -> tup
         with open(target, encoding="utf-8") as f:
             outputs[label] = f.read().splitlines()
         n = sum(1 for _ in open(path, encoding="utf-8"))
-        table.append(f"| {dev} {label.removeprefix('cpu ')} | {n} | {seconds:.1f} | {n / seconds:.1f} "
-                     f"| {decoding[1] if decoding else '?'} | {loading[1] if loading else '?'} |")
+        table.append(
+            f"| {dev} {label.removeprefix('cpu ')} | {n} | {seconds:.1f} | {n / seconds:.1f} "
+            f"| {decoding[1] if decoding else '?'} | {loading[1] if loading else '?'} |"
+        )
         report.log(f"{label}: {n} lines in {seconds:.1f} s")
         if len(outputs[label]) != n:
             raise RuntimeError(f"{label}: {len(outputs[label])} output lines for {n} input lines")
-    agree = [f"float16 agrees with float32 on {same(outputs['float16'], outputs['float32'])} lines",
-             f"--cuda-graphs off agrees on {same(outputs['float32 --cuda-graphs off'], outputs['float32'])} lines",
-             f"--search-on device agrees on {same(outputs['float32 --search-on device'], outputs['float32'])} lines"]
+    agree = [
+        f"float16 agrees with float32 on {same(outputs['float16'], outputs['float32'])} lines",
+        f"--cuda-graphs off agrees on {same(outputs['float32 --cuda-graphs off'], outputs['float32'])} lines",
+        f"--search-on device agrees on {same(outputs['float32 --search-on device'], outputs['float32'])} lines",
+    ]
     if "cpu float32" in outputs:
-        agree.append(f"{device.type} float32 agrees with the CPU on {same(outputs['cpu float32'], outputs['float32'])} "
-                     "lines")
+        agree.append(
+            f"{device.type} float32 agrees with the CPU on {same(outputs['cpu float32'], outputs['float32'])} lines"
+        )
     if fallbacks:
         agree.append(f"CUDA GRAPHS FELL BACK to eager steps in: {', '.join(fallbacks)} (see the log)")
     return "; ".join(agree), [*table, "", *[f"- {a}" for a in agree]]
@@ -298,11 +358,15 @@ def main():
     if "cli" not in skip:
         report.section("command-line job, demo model", lambda: cli_job(report, device, sizes, out))
     if "benchmark" not in skip:
-        report.section("benchmark against transformers generate",
-                       lambda: benchmark(report, device, sizes, out, facts, args.budget, args.models.split(",")))
+        report.section(
+            "benchmark against transformers generate",
+            lambda: benchmark(report, device, sizes, out, facts, args.budget, args.models.split(",")),
+        )
     if "real-size" not in skip:
-        report.section("real-size shapes against transformers generate",
-                       lambda: real_size(report, device, sizes, out, facts, args.budget, args.real_size.split(",")))
+        report.section(
+            "real-size shapes against transformers generate",
+            lambda: real_size(report, device, sizes, out, facts, args.budget, args.real_size.split(",")),
+        )
     if "profile" not in skip:
         report.section("where a step's time goes", lambda: step_profile(report, device, sizes, out))
     report.log(f"done in {report.elapsed():.0f} s; table: {os.path.relpath(report.table_path, ROOT)}")
@@ -312,7 +376,8 @@ def main():
 
 def machine_lines(facts: dict) -> list[str]:
     return ["| what | value |", "| --- | --- |"] + [
-        f"| {k} | {round(v, 1) if isinstance(v, float) else v} |" for k, v in facts.items()]
+        f"| {k} | {round(v, 1) if isinstance(v, float) else v} |" for k, v in facts.items()
+    ]
 
 
 if __name__ == "__main__":

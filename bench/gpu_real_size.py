@@ -19,8 +19,18 @@ from typing import TYPE_CHECKING
 import torch
 
 import convert
-from gpu_benchmark import (StepCounter, Task, floor_ms, nmtdecode_decoder, random_sources, run_batches, same,
-                           synchronize, table_rows, transformers_decoder)
+from gpu_benchmark import (
+    StepCounter,
+    Task,
+    floor_ms,
+    nmtdecode_decoder,
+    random_sources,
+    run_batches,
+    same,
+    synchronize,
+    table_rows,
+    transformers_decoder,
+)
 
 if TYPE_CHECKING:
     from gpu_check import Report, Sizes
@@ -60,20 +70,33 @@ def peak_while(device: torch.device, model: torch.nn.Module, work) -> tuple[obje
     return result, (torch.cuda.max_memory_allocated(device) - before + weight_bytes(model)) / 2**20
 
 
-def real_size(report: Report, device: torch.device, sizes: Sizes, out: str, facts: dict, budget: float,
-              models: list[str]) -> tuple[str, list[str]]:
-    header = ["| model | dtype | beam | batch | nmtdecode tok/s | transformers tok/s | x transformers | same outputs "
-              "| nmtdecode peak MiB | transformers peak MiB | peak ratio | step ms | floor ms | step / floor |",
-              "| --- | --- " + "| ---: " * 12 + "|"]
+def real_size(
+    report: Report, device: torch.device, sizes: Sizes, out: str, facts: dict, budget: float, models: list[str]
+) -> tuple[str, list[str]]:
+    header = [
+        "| model | dtype | beam | batch | nmtdecode tok/s | transformers tok/s | x transformers | same outputs "
+        "| nmtdecode peak MiB | transformers peak MiB | peak ratio | step ms | floor ms | step / floor |",
+        "| --- | --- " + "| ---: " * 12 + "|",
+    ]
     rows, skipped, failed = table_rows(
-        report, device, budget, {name: lambda name=name: real_task(name, sizes, out) for name in models},
-        REAL_DTYPES, REAL_BEAMS, sizes.batches, report.log,
-        lambda *row: real_row(report, device, *row, facts, sizes.real_passes))
+        report,
+        device,
+        budget,
+        {name: lambda name=name: real_task(name, sizes, out) for name in models},
+        REAL_DTYPES,
+        REAL_BEAMS,
+        sizes.batches,
+        report.log,
+        lambda *row: real_row(report, device, *row, facts, sizes.real_passes),
+    )
     table = header + rows
     verdict = "measured" if not (skipped or failed) else f"{failed} rows failed, {skipped} skipped"
-    notes = ["", f"Outputs forced to {sizes.fixed} tokens, {sizes.real_sentences} random sources of 10-40 tokens; "
-             "peak: each system's weights plus what its decoding allocated beyond them (both models stay loaded); "
-             f"floor: the decoder's weights and caches read once per step at {facts.get('bandwidth_gbs', 0):.0f} GB/s."]
+    notes = [
+        "",
+        f"Outputs forced to {sizes.fixed} tokens, {sizes.real_sentences} random sources of 10-40 tokens; "
+        "peak: each system's weights plus what its decoding allocated beyond them (both models stay loaded); "
+        f"floor: the decoder's weights and caches read once per step at {facts.get('bandwidth_gbs', 0):.0f} GB/s.",
+    ]
     return verdict, table + notes
 
 
@@ -81,20 +104,36 @@ def real_row(report, device, task, ours, steps, peer, dtype, dtype_name, beam, b
     """One row: nmtdecode as the engine runs it on a GPU, then `generate`, on the same batches."""
     translate = nmtdecode_decoder(task, ours, beam, steps, on_device=device.type == "cuda")
     with StepCounter(steps) as counter:
-        (seconds, outputs, made), our_peak = peak_while(device, ours, lambda: run_batches(
-            device, translate, task.sources, batch, captures=lambda: steps.captures, passes=passes))
+        (seconds, outputs, made), our_peak = peak_while(
+            device,
+            ours,
+            lambda: run_batches(device, translate, task.sources, batch, captures=lambda: steps.captures, passes=passes),
+        )
     generate = transformers_decoder(task, peer, beam, device)
-    (peer_seconds, peer_outputs, _), peer_peak = peak_while(device, peer, lambda: run_batches(
-        device, generate, task.sources, batch, passes=passes))
+    (peer_seconds, peer_outputs, _), peer_peak = peak_while(
+        device, peer, lambda: run_batches(device, generate, task.sources, batch, passes=passes)
+    )
     tokens, peer_tokens = sum(map(len, outputs)), sum(map(len, peer_outputs))
     step_ms = seconds / (counter.steps / made) * 1e3
     source = sum(map(len, task.sources)) / len(task.sources)
     floor = floor_ms(ours, dtype, batch, batch * beam, source, tokens / len(outputs) / 2, facts["bandwidth_gbs"])
-    peaks = ["-", "-", "-"] if our_peak is None else [f"{our_peak:.0f}", f"{peer_peak:.0f}",
-                                                      f"{our_peak / peer_peak:.2f}"]
-    cells = [task.name, dtype_name, beam, batch, f"{tokens / seconds:.0f}", f"{peer_tokens / peer_seconds:.0f}",
-             f"{peer_seconds / seconds:.2f}", same(outputs, peer_outputs), *peaks, f"{step_ms:.2f}", f"{floor:.3f}",
-             f"{step_ms / floor:.0f}"]
+    peaks = (
+        ["-", "-", "-"] if our_peak is None else [f"{our_peak:.0f}", f"{peer_peak:.0f}", f"{our_peak / peer_peak:.2f}"]
+    )
+    cells = [
+        task.name,
+        dtype_name,
+        beam,
+        batch,
+        f"{tokens / seconds:.0f}",
+        f"{peer_tokens / peer_seconds:.0f}",
+        f"{peer_seconds / seconds:.2f}",
+        same(outputs, peer_outputs),
+        *peaks,
+        f"{step_ms:.2f}",
+        f"{floor:.3f}",
+        f"{step_ms / floor:.0f}",
+    ]
     row = "| " + " | ".join(map(str, cells)) + " |"
     report.log(row)
     return row

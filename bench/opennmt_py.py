@@ -29,13 +29,22 @@ from convert import VOCAB_BASE  # noqa: E402
 
 SPECIALS = ["<unk>", "<blank>", "<s>", "</s>"]  # OpenNMT-py's default special tokens, in its order
 VOCAB = SPECIALS + [f"t{i}" for i in range(len(SPECIALS), VOCAB_BASE)]
-SHAPE = {"enc_layers": 6, "dec_layers": 6, "hidden_size": 512, "word_vec_size": 512, "heads": 8,
-         "transformer_ff": 2048, "share_vocab": True, "share_embeddings": True,
-         "share_decoder_embeddings": True,
-         # the default, "scaled-dot-flash", is the same arithmetic, but CTranslate2's converter
-         # refuses it; onmt_translate takes the attention kind from its own options anyway
-         "self_attn_type": "scaled-dot",
-         "param_init": 0, "param_init_glorot": True}  # the initialization of OpenNMT-py's Transformer recipe
+SHAPE = {
+    "enc_layers": 6,
+    "dec_layers": 6,
+    "hidden_size": 512,
+    "word_vec_size": 512,
+    "heads": 8,
+    "transformer_ff": 2048,
+    "share_vocab": True,
+    "share_embeddings": True,
+    "share_decoder_embeddings": True,
+    # the default, "scaled-dot-flash", is the same arithmetic, but CTranslate2's converter
+    # refuses it; onmt_translate takes the attention kind from its own options anyway
+    "self_attn_type": "scaled-dot",
+    "param_init": 0,
+    "param_init_glorot": True,
+}  # the initialization of OpenNMT-py's Transformer recipe
 
 
 def _quiet_import():
@@ -84,8 +93,17 @@ def opennmt_base_without_onmt(directory: str, seed: int = 0, vocab_size: int = V
     os.makedirs(directory, exist_ok=True)
     tokens = SPECIALS + [f"t{i}" for i in range(len(SPECIALS), vocab_size)]
     vocab = {"src": tokens, "tgt": tokens, "data_task": "seq2seq", "decoder_start_token": "<s>"}
-    opt = argparse.Namespace(**{**SHAPE, "position_encoding": True, "max_relative_positions": 0,
-                                "add_qkvbias": False, "add_ffnbias": True, "transforms": [], **shape})
+    opt = argparse.Namespace(
+        **{
+            **SHAPE,
+            "position_encoding": True,
+            "max_relative_positions": 0,
+            "add_qkvbias": False,
+            "add_ffnbias": True,
+            "transforms": [],
+            **shape,
+        }
+    )
     cfg = opennmt.model_config(opt, vocab, {}, path)
     torch.manual_seed(seed)
     ours = Transformer(cfg).state_dict()

@@ -14,12 +14,42 @@ import torch
 
 MODEL, SEARCH = "model step", "search"  # the labels of the parts counted
 # Operators that change only a tensor's metadata: no kernel on a GPU.
-METADATA = {"aten::view", "aten::_unsafe_view", "aten::reshape", "aten::transpose", "aten::t", "aten::permute",
-            "aten::expand", "aten::expand_as", "aten::slice", "aten::select", "aten::narrow", "aten::as_strided",
-            "aten::unsqueeze", "aten::squeeze", "aten::flatten", "aten::unflatten", "aten::chunk", "aten::split",
-            "aten::unbind", "aten::alias", "aten::detach", "aten::movedim", "aten::view_as", "aten::lift_fresh",
-            "aten::empty", "aten::empty_strided", "aten::unfold", "aten::result_type", "aten::to",
-            "aten::is_nonzero", "aten::resolve_conj", "aten::resolve_neg", "aten::size", "aten::stride"}
+METADATA = {
+    "aten::view",
+    "aten::_unsafe_view",
+    "aten::reshape",
+    "aten::transpose",
+    "aten::t",
+    "aten::permute",
+    "aten::expand",
+    "aten::expand_as",
+    "aten::slice",
+    "aten::select",
+    "aten::narrow",
+    "aten::as_strided",
+    "aten::unsqueeze",
+    "aten::squeeze",
+    "aten::flatten",
+    "aten::unflatten",
+    "aten::chunk",
+    "aten::split",
+    "aten::unbind",
+    "aten::alias",
+    "aten::detach",
+    "aten::movedim",
+    "aten::view_as",
+    "aten::lift_fresh",
+    "aten::empty",
+    "aten::empty_strided",
+    "aten::unfold",
+    "aten::result_type",
+    "aten::to",
+    "aten::is_nonzero",
+    "aten::resolve_conj",
+    "aten::resolve_neg",
+    "aten::size",
+    "aten::stride",
+}
 
 
 def labelled_call(function, label: str):
@@ -45,6 +75,7 @@ def labelled_parts(decoder):
             search = make(*args, **kwargs)
             search.advance = labelled_call(search.advance, SEARCH)
             return search
+
         return made
 
     for name, make in makers.items():

@@ -18,7 +18,7 @@ import sys
 
 def main():
     system, model_dir, demo_dir, src, out, threads = sys.argv[1:7]
-    inter, beam = (int(a) for a in (sys.argv[7:9] + ["1", "5"][len(sys.argv[7:9]):]))
+    inter, beam = (int(a) for a in (sys.argv[7:9] + ["1", "5"][len(sys.argv[7:9]) :]))
     import sentencepiece as spm
 
     sp = spm.SentencePieceProcessor(model_file=os.path.join(demo_dir, "spm.model"))
@@ -30,8 +30,9 @@ def main():
 
         translator = ctranslate2.Translator(model_dir, device="cpu", intra_threads=int(threads), inter_threads=inter)
         pieces = [sp.encode(line, out_type=str) + ["</s>"] for line in lines]
-        results = translator.translate_batch(pieces, beam_size=beam, max_batch_size=32,
-                                             suppress_sequences=[[sp.id_to_piece(t)] for t in banned])
+        results = translator.translate_batch(
+            pieces, beam_size=beam, max_batch_size=32, suppress_sequences=[[sp.id_to_piece(t)] for t in banned]
+        )
         outputs = [sp.decode(r.hypotheses[0]) for r in results]
     else:
         if inter != 1:
@@ -50,8 +51,13 @@ def main():
                 padded = torch.full((len(ids), max(map(len, ids))), sp.pad_id())
                 for row, seq in enumerate(ids):
                     padded[row, : len(seq)] = torch.tensor(seq)
-                generated = model.generate(input_ids=padded, attention_mask=(padded != sp.pad_id()).long(),
-                                           num_beams=beam, bad_words_ids=[[t] for t in banned], max_new_tokens=64)
+                generated = model.generate(
+                    input_ids=padded,
+                    attention_mask=(padded != sp.pad_id()).long(),
+                    num_beams=beam,
+                    bad_words_ids=[[t] for t in banned],
+                    max_new_tokens=64,
+                )
                 for i, row in zip(batch, generated[:, 1:].tolist()):
                     outputs[i] = sp.decode([t for t in row if t not in (sp.pad_id(), sp.eos_id())])
     with open(out, "w", encoding="utf-8") as f:

@@ -42,15 +42,25 @@ import sys
 import torch
 
 from common import BENCH as HERE, OUT, RESULTS, ROOT, timed  # noqa: E402  (first: the repository on sys.path)
-from convert import (VOCAB_600M, VOCAB_BASE, marian_base, nllb_600m_shape, to_ctranslate2, to_marian,  # noqa: E402
-                     to_transformers, token_strings)
+from convert import (
+    VOCAB_600M,
+    VOCAB_BASE,
+    marian_base,
+    nllb_600m_shape,
+    to_ctranslate2,
+    to_marian,  # noqa: E402
+    to_transformers,
+    token_strings,
+)
 from report import machine_lines, write_results  # noqa: E402
 
 import opennmt_py  # noqa: E402
 
 MARIAN_DEMO = os.path.join(OUT, "marian-demo-native")
-MARIAN_DEMO_RECIPE = ("python scripts/train_demo.py --architecture marian --minutes 600 --max-steps 3000 "
-                      "--scratch scripts/out/marian --model-dir bench/out/marian-demo-native")
+MARIAN_DEMO_RECIPE = (
+    "python scripts/train_demo.py --architecture marian --minutes 600 --max-steps 3000 "
+    "--scratch scripts/out/marian --model-dir bench/out/marian-demo-native"
+)
 
 # (label, system, worker options, label of the row it is compared with)
 COMPARED = [
@@ -98,8 +108,10 @@ def best_setting_rows(threads: int) -> list:
     at a time with `threads` threads for each operation."""
     ours = f"nmtdecode --inter-threads {threads} --threads 1"
     setting = {"inter_threads": threads, "threads": 1}
-    return [(ours, "nmtdecode", setting, None),
-            (f"ctranslate2 inter_threads {threads}, intra_threads 1", "ctranslate2", setting, ours)]
+    return [
+        (ours, "nmtdecode", setting, None),
+        (f"ctranslate2 inter_threads {threads}, intra_threads 1", "ctranslate2", setting, ours),
+    ]
 
 
 def rows_for(beam: int, natural: bool, threads: int = 1):
@@ -129,8 +141,10 @@ def prepare_marian(n_sentences: int):
     if not os.path.isfile(os.path.join(ct2_dir, "model.bin")):
         to_ctranslate2(model, tokens, ct2_dir)
     g = torch.Generator().manual_seed(1)
-    sources = [torch.randint(2, VOCAB_BASE - 1, (int(torch.randint(10, 40, (1,), generator=g)),),
-                             generator=g).tolist() + [0] for _ in range(n_sentences)]
+    sources = [
+        torch.randint(2, VOCAB_BASE - 1, (int(torch.randint(10, 40, (1,), generator=g)),), generator=g).tolist() + [0]
+        for _ in range(n_sentences)
+    ]
     task, _ = sorted_task(sources, format="huggingface", tokens=tokens, max_length=256, banned=[VOCAB_BASE - 1])
     return {"nmtdecode": hf_dir, "transformers": hf_dir, "ctranslate2": ct2_dir}, task
 
@@ -151,8 +165,10 @@ def prepare_nllb(n_sentences: int):
             to_ctranslate2(model, tokens, dirs[label], quantization)
             del model
     g = torch.Generator().manual_seed(1)
-    sources = [torch.randint(4, VOCAB_600M, (int(torch.randint(10, 40, (1,), generator=g)),),
-                             generator=g).tolist() + [2] for _ in range(n_sentences)]
+    sources = [
+        torch.randint(4, VOCAB_600M, (int(torch.randint(10, 40, (1,), generator=g)),), generator=g).tolist() + [2]
+        for _ in range(n_sentences)
+    ]
     task, _ = sorted_task(sources, format="huggingface", tokens=tokens, max_length=256, banned=[])
     return dirs, task
 
@@ -164,8 +180,12 @@ def prepare_opennmt(n_sentences: int, threads: int):
     ct2_dir = opennmt_py.to_ctranslate2(checkpoint, os.path.join(OUT, "opennmt-base-ct2"))
     vocab = opennmt_py.VOCAB
     g = torch.Generator().manual_seed(1)
-    sources = [torch.randint(len(opennmt_py.SPECIALS), len(vocab), (int(torch.randint(10, 40, (1,), generator=g)),),
-                             generator=g).tolist() for _ in range(n_sentences)]
+    sources = [
+        torch.randint(
+            len(opennmt_py.SPECIALS), len(vocab), (int(torch.randint(10, 40, (1,), generator=g)),), generator=g
+        ).tolist()
+        for _ in range(n_sentences)
+    ]
     task, _ = sorted_task(sources, format="opennmt-py", tokens=vocab, max_length=256, banned=[])
     dirs = {"nmtdecode": checkpoint, "opennmt-py": checkpoint, "ctranslate2": ct2_dir}
     check = {**task, "sources": task["sources"][:: max(1, len(sources) // 4)]}  # a few, short to long
@@ -173,8 +193,9 @@ def prepare_opennmt(n_sentences: int, threads: int):
     with open(check_file, "w", encoding="utf-8") as f:
         json.dump(check, f)
     print("opennmt-base: nmtdecode and OpenNMT-py at beam 5 ...", file=sys.stderr, flush=True)
-    ours, theirs = (measure(system, checkpoint, check_file, 5, threads, {}, 32)["outputs"]
-                    for system in ("nmtdecode", "opennmt-py"))
+    ours, theirs = (
+        measure(system, checkpoint, check_file, 5, threads, {}, 32)["outputs"] for system in ("nmtdecode", "opennmt-py")
+    )
     if ours != theirs:
         raise RuntimeError(f"opennmt-base: nmtdecode and OpenNMT-py disagree at beam 5:\n{ours}\n{theirs}")
     return dirs, task
@@ -205,8 +226,13 @@ def prepare_natural(name: str, n: int, demo: str):
     to_ctranslate2(loaded.model, tokens, ct2_dir)
     lines, references = test_lines(demo, n)
     # demo: nmtdecode reads the native directory; marian-demo: the Hugging Face Marian checkpoint
-    task, order = sorted_task([loaded.tokenizer.encode(line) for line in lines], tokens=tokens, max_length=64,
-                              banned=banned, format="native" if name == "demo" else "huggingface")
+    task, order = sorted_task(
+        [loaded.tokenizer.encode(line) for line in lines],
+        tokens=tokens,
+        max_length=64,
+        banned=banned,
+        format="native" if name == "demo" else "huggingface",
+    )
     dirs = {"nmtdecode": native_dir if name == "demo" else hf_dir, "transformers": hf_dir, "ctranslate2": ct2_dir}
     return dirs, task, loaded, [references[i] for i in order]
 
@@ -214,8 +240,19 @@ def prepare_natural(name: str, n: int, demo: str):
 def measure(system, model_dir, task_file, beam, threads, options, fixed_length=0, batch=32):
     """One worker process's result, with the wall time of the whole process (`process_seconds`:
     start, imports, load, a warm-up on 4 sentences, decoding)."""
-    cmd = [sys.executable, os.path.join(HERE, "worker.py"), system, model_dir, task_file, "--beam", str(beam),
-           "--threads", str(threads), "--batch", str(batch)]
+    cmd = [
+        sys.executable,
+        os.path.join(HERE, "worker.py"),
+        system,
+        model_dir,
+        task_file,
+        "--beam",
+        str(beam),
+        "--threads",
+        str(threads),
+        "--batch",
+        str(batch),
+    ]
     cmd += [f"--{key.replace('_', '-')}={value}" for key, value in options.items()]
     if fixed_length:
         cmd += ["--fixed-length", str(fixed_length)]
@@ -254,9 +291,18 @@ def benchmark_model(name, dirs, task, beam, args, loaded=None, references=None, 
     table = []
     for label, _, _, reference in rows:
         r = best[label]
-        row = {"model": name, "beam": beam, "system": label, "sent_s": r["sentences"] / r["seconds"],
-               "tok_s": r["target_tokens"] / r["seconds"], "rss": r["peak_rss_mb"], "gemm": r["gemm"],
-               "load_s": r["load_seconds"], "process_s": r["process_seconds"], "vs": reference}
+        row = {
+            "model": name,
+            "beam": beam,
+            "system": label,
+            "sent_s": r["sentences"] / r["seconds"],
+            "tok_s": r["target_tokens"] / r["seconds"],
+            "rss": r["peak_rss_mb"],
+            "gemm": r["gemm"],
+            "load_s": r["load_seconds"],
+            "process_s": r["process_seconds"],
+            "vs": reference,
+        }
         if reference:
             ref = best[reference]
             row["ratio"] = r["seconds"] / ref["seconds"]  # > 1: the reference (an nmtdecode row) is faster
@@ -292,18 +338,69 @@ def whole_job_rows(args, n: int):
     out = os.path.join(OUT, "job-output.txt")
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS=str(args.threads))
     jobs = {
-        "nmtdecode translate (CLI)": [sys.executable, "-m", "nmtdecode", "translate", "--model", args.demo,
-                                      "--src", src, "--output", out, "--threads", str(args.threads), "--quiet"],
+        "nmtdecode translate (CLI)": [
+            sys.executable,
+            "-m",
+            "nmtdecode",
+            "translate",
+            "--model",
+            args.demo,
+            "--src",
+            src,
+            "--output",
+            out,
+            "--threads",
+            str(args.threads),
+            "--quiet",
+        ],
         f"nmtdecode translate (CLI) --inter-threads {args.threads} --threads 1": [
-            sys.executable, "-m", "nmtdecode", "translate", "--model", args.demo, "--src", src, "--output", out,
-            "--inter-threads", str(args.threads), "--threads", "1", "--quiet"],
-        "ctranslate2 (Python job)": [sys.executable, os.path.join(HERE, "peer_job.py"), "ctranslate2",
-                                     os.path.join(OUT, "demo-ct2"), args.demo, src, out, str(args.threads)],
+            sys.executable,
+            "-m",
+            "nmtdecode",
+            "translate",
+            "--model",
+            args.demo,
+            "--src",
+            src,
+            "--output",
+            out,
+            "--inter-threads",
+            str(args.threads),
+            "--threads",
+            "1",
+            "--quiet",
+        ],
+        "ctranslate2 (Python job)": [
+            sys.executable,
+            os.path.join(HERE, "peer_job.py"),
+            "ctranslate2",
+            os.path.join(OUT, "demo-ct2"),
+            args.demo,
+            src,
+            out,
+            str(args.threads),
+        ],
         f"ctranslate2 (Python job) inter_threads {args.threads}, intra_threads 1": [
-            sys.executable, os.path.join(HERE, "peer_job.py"), "ctranslate2", os.path.join(OUT, "demo-ct2"), args.demo,
-            src, out, "1", str(args.threads)],
-        "transformers (Python job)": [sys.executable, os.path.join(HERE, "peer_job.py"), "transformers",
-                                      os.path.join(OUT, "demo-hf"), args.demo, src, out, str(args.threads)],
+            sys.executable,
+            os.path.join(HERE, "peer_job.py"),
+            "ctranslate2",
+            os.path.join(OUT, "demo-ct2"),
+            args.demo,
+            src,
+            out,
+            "1",
+            str(args.threads),
+        ],
+        "transformers (Python job)": [
+            sys.executable,
+            os.path.join(HERE, "peer_job.py"),
+            "transformers",
+            os.path.join(OUT, "demo-hf"),
+            args.demo,
+            src,
+            out,
+            str(args.threads),
+        ],
     }
     best = {}
     for repeat in range(args.repeat):
@@ -313,8 +410,10 @@ def whole_job_rows(args, n: int):
             if run.returncode != 0:
                 raise RuntimeError(f"{label} failed:\n{run.stderr[-3000:]}")
             best[label] = min(best.get(label, float("inf")), seconds)
-    return [{"job": label, "lines": len(lines), "seconds": s, "ratio": s / best["nmtdecode translate (CLI)"]}
-            for label, s in best.items()]
+    return [
+        {"job": label, "lines": len(lines), "seconds": s, "ratio": s / best["nmtdecode translate (CLI)"]}
+        for label, s in best.items()
+    ]
 
 
 def main():
@@ -324,8 +423,11 @@ def main():
     parser.add_argument("--repeat", type=int, default=3, help="runs per system; the fastest is reported")
     parser.add_argument("--models", default="marian-base,nllb-600m,demo,marian-demo,opennmt-base")
     parser.add_argument("--demo", default=os.path.join(ROOT, "data", "demo"), help="the demo model directory")
-    parser.add_argument("--output", default=os.path.join(RESULTS, "results.md"),
-                        help="the results file (one per CPU is kept in bench/results/: results-VENDOR-MODEL.md)")
+    parser.add_argument(
+        "--output",
+        default=os.path.join(RESULTS, "results.md"),
+        help="the results file (one per CPU is kept in bench/results/: results-VENDOR-MODEL.md)",
+    )
     args = parser.parse_args()
     os.makedirs(OUT, exist_ok=True)
     rows, notes = [], []
@@ -339,8 +441,9 @@ def main():
         if name == "nllb-600m":
             nllb_dirs, nllb_task = prepare_nllb(n_marian // 4)
             for beam in BIG_BEAMS:
-                rows += benchmark_model(name, nllb_dirs, nllb_task, beam, args, fixed=32, rows=BIG_ROWS,
-                                        batch=BIG_SENTENCES)
+                rows += benchmark_model(
+                    name, nllb_dirs, nllb_task, beam, args, fixed=32, rows=BIG_ROWS, batch=BIG_SENTENCES
+                )
             continue
         for beam in (1, 5):
             if name == "marian-base":

@@ -78,8 +78,13 @@ def run_nmtdecode(args, task):
     backend = model.backend
     memory.tune_allocator()  # as Engine.load
     load_seconds = time.perf_counter() - start
-    values = {"beam_size": args.beam, "max_length": task["max_length"], "early_stopping": args.rule,
-              "length_penalty": "avg" if args.length_penalty else "none", "alpha": args.length_penalty or 1.0}
+    values = {
+        "beam_size": args.beam,
+        "max_length": task["max_length"],
+        "early_stopping": args.rule,
+        "length_penalty": "avg" if args.length_penalty else "none",
+        "alpha": args.length_penalty or 1.0,
+    }
     if args.fixed_length:
         values.update(min_length=args.fixed_length, max_length=args.fixed_length)
     quantize = "int8" if args.precision == "int8" else "none"
@@ -94,16 +99,29 @@ def run_nmtdecode(args, task):
     return seconds, outputs, backend, load_seconds
 
 
-def generate(model, beam: int, max_length: int, banned: list[int], fixed_length: int = 0, length_penalty: float = 1.0,
-             device=None):
+def generate(
+    model,
+    beam: int,
+    max_length: int,
+    banned: list[int],
+    fixed_length: int = 0,
+    length_penalty: float = 1.0,
+    device=None,
+):
     """`transformers` `generate` as the benchmarks run it: a function from a batch of source ids to
     the 1-best output ids (EOS cut), with Hugging Face's stop rule (early_stopping=False), the
     banned tokens, and with fixed_length every output exactly that long."""
     import torch
 
     pad, eos = model.config.pad_token_id, model.config.eos_token_id
-    kwargs = dict(num_beams=beam, do_sample=False, length_penalty=length_penalty, early_stopping=False,
-                  max_new_tokens=max_length, bad_words_ids=[[t] for t in banned] or None)
+    kwargs = dict(
+        num_beams=beam,
+        do_sample=False,
+        length_penalty=length_penalty,
+        early_stopping=False,
+        max_new_tokens=max_length,
+        bad_words_ids=[[t] for t in banned] or None,
+    )
     if fixed_length:
         kwargs.update(min_new_tokens=fixed_length, max_new_tokens=fixed_length)
 
@@ -138,15 +156,24 @@ def run_ctranslate2(args, task):
     import ctranslate2
 
     start = time.perf_counter()
-    translator = ctranslate2.Translator(args.model, device="cpu", compute_type=args.precision,
-                                        intra_threads=args.threads, inter_threads=args.inter_threads)
+    translator = ctranslate2.Translator(
+        args.model,
+        device="cpu",
+        compute_type=args.precision,
+        intra_threads=args.threads,
+        inter_threads=args.inter_threads,
+    )
     load_seconds = time.perf_counter() - start
     tokens = task["tokens"]
     sources = [[tokens[i] for i in s] for s in task["sources"]]
     index = {t: i for i, t in enumerate(tokens)}
-    kwargs = dict(beam_size=args.beam, max_batch_size=args.batch, length_penalty=args.length_penalty,
-                  max_decoding_length=task["max_length"],
-                  suppress_sequences=[[tokens[t]] for t in task["banned"]] or None)
+    kwargs = dict(
+        beam_size=args.beam,
+        max_batch_size=args.batch,
+        length_penalty=args.length_penalty,
+        max_decoding_length=task["max_length"],
+        suppress_sequences=[[tokens[t]] for t in task["banned"]] or None,
+    )
     if args.fixed_length:
         kwargs.update(min_decoding_length=args.fixed_length, max_decoding_length=args.fixed_length)
     translator.translate_batch(sources[:4], **kwargs)
@@ -163,8 +190,12 @@ def run_opennmt(args, task):
 
     if args.precision != "float32":  # its -precision int8 is a no-op on CPU in 3.5.1 (load_test_model)
         raise SystemExit("opennmt-py: float32 only")
-    options = {"beam_size": args.beam, "max_length": task["max_length"],
-               "length_penalty": "avg" if args.length_penalty else "none", "alpha": args.length_penalty or 1.0}
+    options = {
+        "beam_size": args.beam,
+        "max_length": task["max_length"],
+        "length_penalty": "avg" if args.length_penalty else "none",
+        "alpha": args.length_penalty or 1.0,
+    }
     if args.fixed_length:  # its step limit is min(max_length, |src| * max_length_ratio + 5): ratio 0 lifts it
         options.update(min_length=args.fixed_length, max_length=args.fixed_length, max_length_ratio=0)
     start = time.perf_counter()
@@ -184,14 +215,28 @@ def run_file_job(args):
     from nmtdecode.run import translate_job
 
     with tempfile.TemporaryDirectory() as tmp:
-        config = Config.from_values({"model": args.model, "src": args.task, "output": f"{tmp}/out.txt",
-                                     "beam_size": args.beam, "batch_size": args.batch, "threads": args.threads,
-                                     "quiet": True})
+        config = Config.from_values(
+            {
+                "model": args.model,
+                "src": args.task,
+                "output": f"{tmp}/out.txt",
+                "beam_size": args.beam,
+                "batch_size": args.batch,
+                "threads": args.threads,
+                "quiet": True,
+            }
+        )
         start = time.perf_counter()
         summary = translate_job(config)
         seconds = time.perf_counter() - start
-    return {"system": "nmtdecode-file", "seconds": seconds, "sentences": summary.sentences,
-            "target_tokens": summary.target_tokens, "peak_rss_mb": peak_rss_mb(), "outputs": []}
+    return {
+        "system": "nmtdecode-file",
+        "seconds": seconds,
+        "sentences": summary.sentences,
+        "target_tokens": summary.target_tokens,
+        "peak_rss_mb": peak_rss_mb(),
+        "outputs": [],
+    }
 
 
 def main():
@@ -202,14 +247,22 @@ def main():
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--threads", type=int, default=2, help="threads of each operation (CTranslate2: intra_threads)")
-    parser.add_argument("--inter-threads", type=int, default=1,
-                        help="batches decoded at once (nmtdecode: --inter-threads; CTranslate2: inter_threads)")
+    parser.add_argument(
+        "--inter-threads",
+        type=int,
+        default=1,
+        help="batches decoded at once (nmtdecode: --inter-threads; CTranslate2: inter_threads)",
+    )
     parser.add_argument("--fixed-length", type=int, default=0)
     parser.add_argument("--precision", default="float32", choices=["float32", "int8", "bfloat16"])
     parser.add_argument("--rule", default="top", choices=["top", "true", "false", "never"])
     parser.add_argument("--gemm", default="auto", choices=["auto", "onednn", "torch"])
-    parser.add_argument("--traced-step", default="auto", choices=["auto", "off"],
-                        help="nmtdecode: its CPU step recorded by TorchScript, as the engine runs it (auto)")
+    parser.add_argument(
+        "--traced-step",
+        default="auto",
+        choices=["auto", "off"],
+        help="nmtdecode: its CPU step recorded by TorchScript, as the engine runs it (auto)",
+    )
     parser.add_argument("--length-penalty", type=float, default=1.0)
     parser.add_argument("--max-length", type=int, default=0, help="output limit instead of the task's")
     args = parser.parse_args()
@@ -224,13 +277,26 @@ def main():
         task = json.load(f)
     if args.max_length:
         task["max_length"] = args.max_length
-    runner = {"nmtdecode": run_nmtdecode, "transformers": run_transformers, "ctranslate2": run_ctranslate2,
-              "opennmt-py": run_opennmt}
+    runner = {
+        "nmtdecode": run_nmtdecode,
+        "transformers": run_transformers,
+        "ctranslate2": run_ctranslate2,
+        "opennmt-py": run_opennmt,
+    }
     seconds, outputs, backend, load_seconds = runner[args.system](args, task)
-    json.dump({"system": args.system, "seconds": seconds, "load_seconds": load_seconds, "sentences": len(outputs),
-               "gemm": backend,
-               "target_tokens": sum(map(len, outputs)), "peak_rss_mb": peak_rss_mb(), "outputs": outputs},
-              sys.stdout)
+    json.dump(
+        {
+            "system": args.system,
+            "seconds": seconds,
+            "load_seconds": load_seconds,
+            "sentences": len(outputs),
+            "gemm": backend,
+            "target_tokens": sum(map(len, outputs)),
+            "peak_rss_mb": peak_rss_mb(),
+            "outputs": outputs,
+        },
+        sys.stdout,
+    )
 
 
 if __name__ == "__main__":

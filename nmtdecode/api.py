@@ -84,8 +84,9 @@ class Scored:
 
 def translation(hyp: Hypothesis, text: str) -> Translation:
     """A search's hypothesis and its text as the API returns it."""
-    return Translation(text, hyp.score, hyp.total, hyp.tokens, hyp.token_scores, hyp.ended, hyp.eos_score,
-                       hyp.alignment, hyp.attention)
+    return Translation(
+        text, hyp.score, hyp.total, hyp.tokens, hyp.token_scores, hyp.ended, hyp.eos_score, hyp.alignment, hyp.attention
+    )
 
 
 class IneffectiveOptionWarning(UserWarning):
@@ -115,8 +116,9 @@ class Translator:
         check_load_options(options)
         return cls(Engine.load(Config.from_layers([{"quiet": True}, {**options, "model": path}])))
 
-    def translate(self, sources: list, prefixes: list | None = None, scores: bool | None = None,
-                  **options) -> list[str]:
+    def translate(
+        self, sources: list, prefixes: list | None = None, scores: bool | None = None, **options
+    ) -> list[str]:
         """The best translation of each source, a string each, in input order (sorted by length
         and batched inside). A source is a string or a list of pieces. An empty or blank source
         gives "", or its prefix. `prefixes`: one target prefix per source (may be "" or None), as
@@ -126,26 +128,30 @@ class Translator:
         `translate_batch` returns them. `scores=True` is deprecated: it returns
         `translate_batch`'s result."""
         if scores is not None:
-            warnings.warn("translate(scores=...) is deprecated: translate() returns strings; translate_batch() "
-                          "returns the n-best Translations with their scores", DeprecationWarning, stacklevel=2)
+            warnings.warn(
+                "translate(scores=...) is deprecated: translate() returns strings; translate_batch() "
+                "returns the n-best Translations with their scores",
+                DeprecationWarning,
+                stacklevel=2,
+            )
             if scores:
                 return self.translate_batch(sources, prefixes, **options)  # type: ignore[return-value]
         sources, prefixes = self._checked(sources, prefixes, "translate()")
         job, decoder = self._decoder(options, "translate()")
         return [result.texts[0] for result in self._results(sources, prefixes, job, decoder)]
 
-    def translate_batch(self, sources: list, prefixes: list | None = None,
-                        **options) -> list[list[Translation]]:
+    def translate_batch(self, sources: list, prefixes: list | None = None, **options) -> list[list[Translation]]:
         """As `translate`, but for each source its n-best hypotheses (`n_best`, default 1), best
         first, as `Translation`s: text, scores, tokens, per-token log-probs, and with
         `alignment=True` / `attention=True` the cross-attention's alignment and weights."""
         sources, prefixes = self._checked(sources, prefixes, "translate_batch()")
         job, decoder = self._decoder(options, "translate_batch()")
-        return [[translation(hyp, text) for hyp, text in zip(result.hypotheses, result.texts)]
-                for result in self._results(sources, prefixes, job, decoder)]
+        return [
+            [translation(hyp, text) for hyp, text in zip(result.hypotheses, result.texts)]
+            for result in self._results(sources, prefixes, job, decoder)
+        ]
 
-    def translate_iterable(self, sources: Iterable, prefixes: Iterable | None = None,
-                           **options) -> Iterator[str]:
+    def translate_iterable(self, sources: Iterable, prefixes: Iterable | None = None, **options) -> Iterator[str]:
         """`translate`, lazily: yields the best translation of each source in input order, reading
         the sources (and prefixes) a window at a time, sorted and batched inside the window as
         the command line reads a file; memory is bounded by the window, so a generator (even an
@@ -155,11 +161,11 @@ class Translator:
             raise TypeError("translate_iterable() takes an iterable of sources (and of prefixes), not one string")
         job, decoder = self._decoder(options, "translate_iterable()")
         window = chunk_size(job.config.batching.batch_size, job.config.batching.batch_type)
-        return self._texts_of_windows(iter(sources), None if prefixes is None else iter(prefixes), window,
-                                      job, decoder)
+        return self._texts_of_windows(iter(sources), None if prefixes is None else iter(prefixes), window, job, decoder)
 
-    def generate_tokens(self, source: str | list[str], prefix: str | list[str] | None = None,
-                        **options: Any) -> Generator[GeneratedToken, None, Translation]:
+    def generate_tokens(
+        self, source: str | list[str], prefix: str | list[str] | None = None, **options: Any
+    ) -> Generator[GeneratedToken, None, Translation]:
         """The translation of one source, a token at a time as the search chooses it (greedy by
         default, or `sampling=True`): a beam's best hypothesis is known only when the beam ends,
         so as in CTranslate2's `generate_tokens` there is no beam here. The tokens and log-probs
@@ -238,8 +244,10 @@ class Translator:
             if isinstance(value, list):
                 wrong = next((j for j, piece in enumerate(value) if not isinstance(piece, str)), None)
                 if wrong is not None:
-                    raise TypeError(f"{method}: {name} {i} has a {type(value[wrong]).__name__} at position "
-                                    f"{wrong}; a list {name} holds its pieces as strings")
+                    raise TypeError(
+                        f"{method}: {name} {i} has a {type(value[wrong]).__name__} at position "
+                        f"{wrong}; a list {name} holds its pieces as strings"
+                    )
 
     def _decoder(self, options: dict, method: str, greedy: bool = False) -> tuple[ResolvedJob, BatchDecoder]:
         """This call's resolved job and its decoder; options that change nothing in `method` are
@@ -252,22 +260,28 @@ class Translator:
         decoder = self.engine.decoder(job.config.decoding, job.rules, job.banned_ids, job.excluded_ids)
         return job, decoder
 
-    def _results(self, sources: list, prefixes: list | None, job: ResolvedJob, decoder: BatchDecoder,
-                 first: int = 0) -> list[Result]:
+    def _results(
+        self, sources: list, prefixes: list | None, job: ResolvedJob, decoder: BatchDecoder, first: int = 0
+    ) -> list[Result]:
         """The engine's results of these sources (indexes from `first`), in their order: through the
         pipeline, sorted by length and cut into batches together, as one chunk of a file's lines."""
         engine, batching = self.engine, job.config.batching
-        examples = [engine.make_example(first + i, text, batching.max_src_length,
-                                        None if prefixes is None else prefixes[i]) for i, text in enumerate(sources)]
+        examples = [
+            engine.make_example(first + i, text, batching.max_src_length, None if prefixes is None else prefixes[i])
+            for i, text in enumerate(sources)
+        ]
         sink = ListSink(len(examples), first)
-        run(ListSource(examples, batching), lambda batch: engine.decode_batch(batch, decoder), sink,
-            job.batches_at_once)
+        run(
+            ListSource(examples, batching), lambda batch: engine.decode_batch(batch, decoder), sink, job.batches_at_once
+        )
         return sink.results
 
-    def _texts_of_windows(self, sources: Iterator, prefixes: Iterator | None, window: int, job: ResolvedJob,
-                          decoder: BatchDecoder) -> Iterator[str]:
+    def _texts_of_windows(
+        self, sources: Iterator, prefixes: Iterator | None, window: int, job: ResolvedJob, decoder: BatchDecoder
+    ) -> Iterator[str]:
         """translate_iterable's work: a window of sources (and as many prefixes) at a time; one
         prefix more is read at the sources' end, to tell prefixes that outlast them."""
+
         def prefixes_end(which: str, at: int) -> NoReturn:
             raise ValueError(f"translate_iterable(): the prefixes end {which} the sources, at source {at}")
 
@@ -293,8 +307,14 @@ class Translator:
         def emit(tokens: list[int], log_probs: list[float], cut: bool = False) -> Iterator[GeneratedToken]:
             for i, (token, log_prob) in enumerate(zip(tokens, log_probs), start=1):
                 chosen.append(token)
-                yield GeneratedToken(len(chosen) - 1, token, tokenizer.target_piece(token), log_prob,
-                                     tokenizer.decode(chosen), is_last=cut and i == len(tokens))
+                yield GeneratedToken(
+                    len(chosen) - 1,
+                    token,
+                    tokenizer.target_piece(token),
+                    log_prob,
+                    tokenizer.decode(chosen),
+                    is_last=cut and i == len(tokens),
+                )
 
         if example.ids is None:
             [hyp] = self.engine.decode_batch([example], decoder)[0].hypotheses
@@ -305,7 +325,7 @@ class Translator:
             record = search.beams[0]  # its one slot: greedy and a single sample never reorder
             if record.done:  # this step ended it (EOS, which is not yielded, or the step limit)
                 [hyp] = search.results(1)[0]
-                yield from emit(hyp.tokens[len(chosen):], hyp.token_scores[len(chosen):], cut=not hyp.ended)
+                yield from emit(hyp.tokens[len(chosen) :], hyp.token_scores[len(chosen) :], cut=not hyp.ended)
                 return translation(hyp, tokenizer.decode(hyp.tokens))
             [token], [now] = record.next_ys[-1], record.scores[-1]
             yield from emit([token], [now - total])
@@ -317,4 +337,3 @@ class Translator:
         defaults)."""
         check_call_keys(options)
         return self.engine.config.over(base or {}, options, files or {})
-

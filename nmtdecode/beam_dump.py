@@ -46,6 +46,7 @@ if TYPE_CHECKING:  # tokenizers are duck-typed (tokenizer.py, models/formats/hf_
     from .search.base import Hypothesis
     from .search.beam import Beam
 
+
 def _scores(steps: list[list[float]]) -> list[list[float | None]]:
     return [[finite_or_null(x) for x in step] for step in steps]
 
@@ -64,16 +65,30 @@ def beam_record(beam: Beam, eos_id: int) -> dict:
     record = {"predicted_ids": beam.next_ys, "beam_parent_ids": beam.prev_ks, "scores": _scores(beam.scores)}
     if "alignment" in beam.attached:
         record["alignments"] = beam.attached["alignment"]
-    record["finished"] = [{"step": f.step, "parent": f.prev, "token": f.token, "score": finite_or_null(f.score),
-                           "log_prob": finite_or_null(f.total), "ended": f.token == eos_id}
-                          for f in beam.ended or []]
+    record["finished"] = [
+        {
+            "step": f.step,
+            "parent": f.prev,
+            "token": f.token,
+            "score": finite_or_null(f.score),
+            "log_prob": finite_or_null(f.total),
+            "ended": f.token == eos_id,
+        }
+        for f in beam.ended or []
+    ]
     return record
 
 
 def nbest_entry(hyp: Hypothesis, text: str, where: tuple[int, int] | None) -> dict:
-    entry = {"beam": None if where is None else where[0], "finished": None if where is None else where[1],
-             "tokens": hyp.tokens, "text": text, "score": finite_or_null(hyp.score),
-             "log_prob": finite_or_null(hyp.total), "ended": hyp.ended}
+    entry = {
+        "beam": None if where is None else where[0],
+        "finished": None if where is None else where[1],
+        "tokens": hyp.tokens,
+        "text": text,
+        "score": finite_or_null(hyp.score),
+        "log_prob": finite_or_null(hyp.total),
+        "ended": hyp.ended,
+    }
     if hyp.attention is not None:
         entry["attention"] = hyp.attention
     if hyp.alignment is not None:
@@ -81,8 +96,9 @@ def nbest_entry(hyp: Hypothesis, text: str, where: tuple[int, int] | None) -> di
     return entry
 
 
-def sentence_record(example: Example, result: Result, search: Any, sentence: int, decoder: BatchDecoder,
-                    tokenizer: Any) -> dict:
+def sentence_record(
+    example: Example, result: Result, search: Any, sentence: int, decoder: BatchDecoder, tokenizer: Any
+) -> dict:
     """The dump of one decoded line: `sentence` is its position in the batch `search` searched,
     `result` its Result (n-best hypotheses and their texts)."""
     cfg = decoder.cfg
@@ -98,19 +114,35 @@ def sentence_record(example: Example, result: Result, search: Any, sentence: int
     for hyp in result.hypotheses:
         ids.update(hyp.tokens)
     penalty = decoder.penalty
-    return {"index": example.index, "source": example.text, "source_pieces": source_pieces(tokenizer, example.ids),
-            "search": search.kind, "beam_size": beams[0].size,
-            "groups": len(beams), "n_best": cfg.n_best,
-            "stop_rule": search.stop_rule or cfg.early_stopping,
-            "length_penalty": {"name": penalty.name, "alpha": penalty.alpha, "offset": penalty.offset},
-            "max_steps": beams[0].max_steps, "eos_id": decoder.eos_id, "pieces": target_pieces(tokenizer, ids),
-            "beams": records,
-            "nbest": [nbest_entry(h, t, w) for h, t, w in zip(result.hypotheses, result.texts, chosen)]}
+    return {
+        "index": example.index,
+        "source": example.text,
+        "source_pieces": source_pieces(tokenizer, example.ids),
+        "search": search.kind,
+        "beam_size": beams[0].size,
+        "groups": len(beams),
+        "n_best": cfg.n_best,
+        "stop_rule": search.stop_rule or cfg.early_stopping,
+        "length_penalty": {"name": penalty.name, "alpha": penalty.alpha, "offset": penalty.offset},
+        "max_steps": beams[0].max_steps,
+        "eos_id": decoder.eos_id,
+        "pieces": target_pieces(tokenizer, ids),
+        "beams": records,
+        "nbest": [nbest_entry(h, t, w) for h, t, w in zip(result.hypotheses, result.texts, chosen)],
+    }
 
 
 def empty_record(example: Example, result: Result, decoder: BatchDecoder, tokenizer: Any) -> dict:
     """The dump of a line with nothing to decode: its n-best (empty, or its prefix) only."""
     ids = {decoder.eos_id} | {i for hyp in result.hypotheses for i in hyp.tokens}
-    return {"index": example.index, "source": example.text, "source_pieces": [], "search": "none",
-            "n_best": decoder.cfg.n_best, "eos_id": decoder.eos_id, "pieces": target_pieces(tokenizer, ids),
-            "beams": [], "nbest": [nbest_entry(h, t, None) for h, t in zip(result.hypotheses, result.texts)]}
+    return {
+        "index": example.index,
+        "source": example.text,
+        "source_pieces": [],
+        "search": "none",
+        "n_best": decoder.cfg.n_best,
+        "eos_id": decoder.eos_id,
+        "pieces": target_pieces(tokenizer, ids),
+        "beams": [],
+        "nbest": [nbest_entry(h, t, None) for h, t in zip(result.hypotheses, result.texts)],
+    }

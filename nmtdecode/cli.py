@@ -24,8 +24,20 @@ from dataclasses import replace
 import click
 
 from . import signals
-from .config import (KEY_SECTION, OPTIONS, PLAN_KEYS, PLAN_OPTIONS, SCORE_FORMATS, SCORE_KEYS, TYPES, Config,
-                     ConfigError, Option, checked_layer, default_of)
+from .config import (
+    KEY_SECTION,
+    OPTIONS,
+    PLAN_KEYS,
+    PLAN_OPTIONS,
+    SCORE_FORMATS,
+    SCORE_KEYS,
+    TYPES,
+    Config,
+    ConfigError,
+    Option,
+    checked_layer,
+    default_of,
+)
 from .config_file import dump, load_yaml
 from .jobs import make_output_dir, plan_jobs
 from .opennmt_options import spelling_message
@@ -50,35 +62,56 @@ def cli_option(key: str, required: bool = False, **changes: Any) -> Callable:
     declared = replace(OPTIONS.get(key) or PLAN_OPTIONS[key], **changes)
     names = [f"--{key.replace('_', '-')}"] + ([declared.short] if declared.short else [])
     default = default_of(key) if key in KEY_SECTION and not required else None
-    shown = f"  [default: {str(default).lower() if isinstance(default, bool) else default}]" if default is not None \
-        else ""
+    shown = (
+        f"  [default: {str(default).lower() if isinstance(default, bool) else default}]" if default is not None else ""
+    )
     if TYPES.get(key) is bool:
-        return click.option(f"{names[0]}/--no-{names[0][2:]}", *names[1:], key, default=None,
-                            help=declared.help + shown)
-    return click.option(*names, key, type=_click_type(key, declared), default=None, multiple=declared.many,
-                        metavar=declared.metavar, help=declared.help + shown)
+        return click.option(
+            f"{names[0]}/--no-{names[0][2:]}", *names[1:], key, default=None, help=declared.help + shown
+        )
+    return click.option(
+        *names,
+        key,
+        type=_click_type(key, declared),
+        default=None,
+        multiple=declared.many,
+        metavar=declared.metavar,
+        help=declared.help + shown,
+    )
 
 
 # translate's options in --help order: files, batching, runtime, then the search.
-TRANSLATE_KEYS = ["model", "src", "output", "output_dir", "suffix",
-                  *[k for k, section in KEY_SECTION.items() if section == "io" and k not in ("model", "src", "output")],
-                  *[k for k, section in KEY_SECTION.items() if section in ("batching", "runtime")],
-                  *[k for k, section in KEY_SECTION.items() if section == "decoding"]]
+TRANSLATE_KEYS = [
+    "model",
+    "src",
+    "output",
+    "output_dir",
+    "suffix",
+    *[k for k, section in KEY_SECTION.items() if section == "io" and k not in ("model", "src", "output")],
+    *[k for k, section in KEY_SECTION.items() if section in ("batching", "runtime")],
+    *[k for k, section in KEY_SECTION.items() if section == "decoding"],
+]
 # score's own: one source and one target file, one output, and its own formats.
 SCORE_OPTIONS: dict[str, dict[str, Any]] = {
-    "src": dict(help="Source file, one sentence per line (- is stdin).  [required]", many=False, metavar="FILE",
-                required=True),
+    "src": dict(
+        help="Source file, one sentence per line (- is stdin).  [required]", many=False, metavar="FILE", required=True
+    ),
     "output": dict(help="Output file (written whole, through OUTPUT.tmp); - is stdout.", many=False, metavar="FILE"),
-    "format": dict(help="text: one log-prob a line; jsonl: also tokens and per-token log-probs.",
-                   choices=SCORE_FORMATS),
+    "format": dict(
+        help="text: one log-prob a line; jsonl: also tokens and per-token log-probs.", choices=SCORE_FORMATS
+    ),
 }
-CONFIG_FILE = click.option("--config", "-c", "config_file", type=click.Path(dir_okay=False),
-                           help="YAML file of options.")
+CONFIG_FILE = click.option(
+    "--config", "-c", "config_file", type=click.Path(dir_okay=False), help="YAML file of options."
+)
 # Command line only (not config keys): `run` looks for --debug before anything is parsed.
 DEBUG = click.option("--debug", is_flag=True, help="Show tracebacks on errors (command line only).")
-DUMP_CONFIG = click.option("--dump-config", is_flag=True,
-                           help="Print the effective options (flags over -c file over the model's defaults) "
-                                "as YAML and exit; loads the model's defaults, decodes nothing (command line only).")
+DUMP_CONFIG = click.option(
+    "--dump-config",
+    is_flag=True,
+    help="Print the effective options (flags over -c file over the model's defaults) "
+    "as YAML and exit; loads the model's defaults, decodes nothing (command line only).",
+)
 
 
 def _apply(options: list[Callable]) -> Callable:
@@ -86,6 +119,7 @@ def _apply(options: list[Callable]) -> Callable:
         for option in reversed(options):
             function = option(function)
         return function
+
     return decorate
 
 
@@ -102,15 +136,17 @@ def check_spelling(group: click.Group, argv: list[str]) -> None:
         return
     command = group.commands[argv[names[0]]]
     longs = {opt for param in command.params for opt in param.opts + param.secondary_opts if opt.startswith("--")}
-    for position, arg in enumerate(argv[names[0] + 1:], names[0] + 1):
+    for position, arg in enumerate(argv[names[0] + 1 :], names[0] + 1):
         if arg == "--":
             return
         message = spelling_message(arg.split("=", 1)[0], longs)
         if message:
             raise UsageError(message)
-        if arg == "--alignment" and argv[position + 1: position + 2] in (["hard"], ["soft"]):  # Marian's
-            raise UsageError(f"--alignment {argv[position + 1]}: that is Marian's; nmtdecode's Pharaoh pairs after "
-                             "the text are --report-align (--alignment is a flag: JSONL source positions)")
+        if arg == "--alignment" and argv[position + 1 : position + 2] in (["hard"], ["soft"]):  # Marian's
+            raise UsageError(
+                f"--alignment {argv[position + 1]}: that is Marian's; nmtdecode's Pharaoh pairs after "
+                "the text are --report-align (--alignment is a flag: JSONL source positions)"
+            )
 
 
 def one_line(error: click.ClickException) -> str:
@@ -194,14 +230,19 @@ def translate(config_file: str | None, dump_config: bool, debug: bool, **flags: 
 @CONFIG_FILE
 @_apply([cli_option(key, **SCORE_OPTIONS.get(key, {})) for key in ("model", "src", "output", "format")])
 @click.option("--tgt", "-t", "tgt", default=None, metavar="FILE", help="Target file, aligned with --src.  [required]")
-@click.option("--normalize", is_flag=True, help="Each line's log-probability per scored token (its target tokens and "
-              "EOS; marian-scorer's --normalize): text prints it instead of the total, jsonl adds it as "
-              "mean_log_prob (command line only).")
+@click.option(
+    "--normalize",
+    is_flag=True,
+    help="Each line's log-probability per scored token (its target tokens and "
+    "EOS; marian-scorer's --normalize): text prints it instead of the total, jsonl adds it as "
+    "mean_log_prob (command line only).",
+)
 @_apply([cli_option(key) for key in SCORE_KEYS if key != "model"])
 @DUMP_CONFIG
 @DEBUG
-def score(config_file: str | None, tgt: str | None, normalize: bool, dump_config: bool, debug: bool,
-          **flags: Any) -> None:
+def score(
+    config_file: str | None, tgt: str | None, normalize: bool, dump_config: bool, debug: bool, **flags: Any
+) -> None:
     """Forced decoding: the total log-probability of each target line given its source
     (natural log, EOS included; a forced target-language tag or BOS counts 0, as in translate).
     Pairs are sorted and batched as translate batches; the summary gives the perplexity."""
@@ -246,9 +287,13 @@ def inspect(paths: tuple[str, ...], models: tuple[str, ...], debug: bool) -> Non
 
 @cli.command()
 @click.argument("dump")
-@click.option("--output", "-o", default=None, metavar="PAGE",
-              help="The HTML page to write (one file: inline SVG, CSS and script).  [default: DUMP with .html for "
-                   "its extension]")
+@click.option(
+    "--output",
+    "-o",
+    default=None,
+    metavar="PAGE",
+    help="The HTML page to write (one file: inline SVG, CSS and script).  [default: DUMP with .html for its extension]",
+)
 @click.option("--sentence", "-n", type=int, default=None, help="Only input line N (1-based).")
 @DEBUG
 def show(dump: str, output: str | None, sentence: int | None, debug: bool) -> None:

@@ -62,48 +62,79 @@ class DecodingConfig(Section):
     max_len_a: float = option(0.0, "Step limit a*|src|+b: the a (with --max-len-b).", range=">= 0")
     max_len_b: int | None = option(None, "Step limit a*|src|+b: the b; enables the relative limit.", range=">= 0")
     min_length: int = option(0, "Fewest target tokens before EOS may be chosen.", range=">= 0")
-    length_penalty: str = option("avg", "Score normalisation: none, avg (total/len^alpha), wu (GNMT); a number A "
-                                 "means avg with alpha A.", choices=LENGTH_PENALTIES,
-                                 aliases={})  # a number: expand_aliases
+    length_penalty: str = option(
+        "avg",
+        "Score normalisation: none, avg (total/len^alpha), wu (GNMT); a number A means avg with alpha A.",
+        choices=LENGTH_PENALTIES,
+        aliases={},
+    )  # a number: expand_aliases
     alpha: float = option(1.0, "Length penalty strength.")
-    early_stopping: str = option("top", "When a sentence stops: top (OpenNMT-py's rule, CTranslate2's without a "
-                                 "length penalty), Hugging Face's true, false, never, or ctranslate2 (CTranslate2's "
-                                 "at every length penalty).", choices=EARLY_STOPPING)
+    early_stopping: str = option(
+        "top",
+        "When a sentence stops: top (OpenNMT-py's rule, CTranslate2's without a "
+        "length penalty), Hugging Face's true, false, never, or ctranslate2 (CTranslate2's "
+        "at every length penalty).",
+        choices=EARLY_STOPPING,
+    )
     no_repeat_ngram_size: int = option(0, "Never repeat an n-gram of this size (0: off).", range=">= 0")
     ban_unk: bool = option(False, "Never generate the unknown token.")
     src_lang: str | None = option(None, "Source language code (mBART, M2M100, NLLB).")
     tgt_lang: str | None = option(None, "Target language code for multilingual models.")
-    repetition_penalty: float = option(1.0, "CTRL penalty on the logits of tokens already generated (> 1 "
-                                       "discourages repeats; 1: off).", range="> 0", hint="1 is off")
-    coverage_penalty: str = option("none", "Penalise finished hypotheses by their cross-attention coverage of the "
-                                   "source (OpenNMT-py).", choices=COVERAGE_PENALTIES)
+    repetition_penalty: float = option(
+        1.0,
+        "CTRL penalty on the logits of tokens already generated (> 1 discourages repeats; 1: off).",
+        range="> 0",
+        hint="1 is off",
+    )
+    coverage_penalty: str = option(
+        "none",
+        "Penalise finished hypotheses by their cross-attention coverage of the source (OpenNMT-py).",
+        choices=COVERAGE_PENALTIES,
+    )
     beta: float = option(0.0, "Coverage penalty strength.", range=">= 0")
-    alignment: bool = option(False, "JSONL: add each target token's source token position (argmax of the "
-                             "cross-attention).")
+    alignment: bool = option(
+        False, "JSONL: add each target token's source token position (argmax of the cross-attention)."
+    )
     attention: bool = option(False, "JSONL: add each target token's cross-attention weights over the source tokens.")
-    replace_unk: bool = option(False, "Replace each generated <unk> by the source piece its step attended most "
-                               "(OpenNMT-py's -replace_unk).")
-    report_align: bool = option(False, "Text and n-best: add ' ||| ' and Pharaoh pairs SRC-TGT (of words when the "
-                                "pieces mark word starts); JSONL: add the pieces and the pairs.")
-    beam_groups: int = option(1, "Diverse beam search: split the beam into G groups (Hugging Face's group beam "
-                              "search).", range=">= 1")
-    diversity_penalty: float = option(0.0, "Diverse beam search: subtracted per beam of an earlier group that "
-                                      "chose the same token.", range=">= 0")
-    block_ngram_repeat: int = option(0, "OpenNMT-py's blocking: a continuation repeating an n-gram of this size "
-                                     "scores -1e21 (0: off).", range=">= 0")
-    ignore_when_blocking: list[str] = option([], "Target pieces, space-separated: an n-gram containing one may "
-                                             "repeat (--block-ngram-repeat).")
+    replace_unk: bool = option(
+        False, "Replace each generated <unk> by the source piece its step attended most (OpenNMT-py's -replace_unk)."
+    )
+    report_align: bool = option(
+        False,
+        "Text and n-best: add ' ||| ' and Pharaoh pairs SRC-TGT (of words when the "
+        "pieces mark word starts); JSONL: add the pieces and the pairs.",
+    )
+    beam_groups: int = option(
+        1, "Diverse beam search: split the beam into G groups (Hugging Face's group beam search).", range=">= 1"
+    )
+    diversity_penalty: float = option(
+        0.0, "Diverse beam search: subtracted per beam of an earlier group that chose the same token.", range=">= 0"
+    )
+    block_ngram_repeat: int = option(
+        0, "OpenNMT-py's blocking: a continuation repeating an n-gram of this size scores -1e21 (0: off).", range=">= 0"
+    )
+    ignore_when_blocking: list[str] = option(
+        [], "Target pieces, space-separated: an n-gram containing one may repeat (--block-ngram-repeat)."
+    )
     banned_tokens: list[str] = option([], "Target pieces, space-separated, never generated (e.g. '\u2581the ,').")
-    sampling: bool = option(False, "Random sampling instead of beam search: --n-best N samples per line, sorted "
-                            "by score.")
-    temperature: float = option(1.0, "Sampling: divide the log-probs by T.", range="> 0",
-                                hint="for the most probable token at every step, leave out --sampling and use "
-                                     "--beam-size 1")
+    sampling: bool = option(
+        False, "Random sampling instead of beam search: --n-best N samples per line, sorted by score."
+    )
+    temperature: float = option(
+        1.0,
+        "Sampling: divide the log-probs by T.",
+        range="> 0",
+        hint="for the most probable token at every step, leave out --sampling and use --beam-size 1",
+    )
     top_k: int = option(0, "Sampling: only from the K most probable tokens (0: off).", range=">= 0")
-    top_p: float = option(1.0, "Sampling: only from the most probable tokens holding mass P (1.0: off).",
-                          range="(0, 1]")
-    seed: int = option(0, "Sampling: the same seed and line give the same samples, whatever the batch or input "
-                       "order.", range="[0, 2^64)")
+    top_p: float = option(
+        1.0, "Sampling: only from the most probable tokens holding mass P (1.0: off).", range="(0, 1]"
+    )
+    seed: int = option(
+        0,
+        "Sampling: the same seed and line give the same samples, whatever the batch or input order.",
+        range="[0, 2^64)",
+    )
 
     @property
     def rows_per_sentence(self) -> int:
@@ -129,14 +160,18 @@ class DecodingConfig(Section):
         if self.min_length > self.max_length:
             raise ConfigError(f"min_length: {self.min_length} is greater than max_length ({self.max_length})")
         if self.beam_size % self.beam_groups:
-            raise ConfigError(f"beam_groups: beam_size ({self.beam_size}) is not divisible by beam_groups "
-                              f"({self.beam_groups})")
+            raise ConfigError(
+                f"beam_groups: beam_size ({self.beam_size}) is not divisible by beam_groups ({self.beam_groups})"
+            )
         if self.beam_groups > 1 and self.early_stopping == "ctranslate2":
-            raise ConfigError("early_stopping: ctranslate2 is CTranslate2's rule for its beam search, which has no "
-                              "groups; with beam_groups use top, true, false or never")
+            raise ConfigError(
+                "early_stopping: ctranslate2 is CTranslate2's rule for its beam search, which has no "
+                "groups; with beam_groups use top, true, false or never"
+            )
         if self.beam_groups > 1 and self.diversity_penalty == 0:
-            raise ConfigError("diversity_penalty: must be > 0 with beam_groups > 1 (without it every group finds "
-                              "the same hypotheses)")
+            raise ConfigError(
+                "diversity_penalty: must be > 0 with beam_groups > 1 (without it every group finds the same hypotheses)"
+            )
 
 
 @dataclass
@@ -149,26 +184,55 @@ class BatchingConfig(Section):
 @dataclass
 class RuntimeConfig(Section):
     device: str = option("auto", "auto, cpu, cuda or cuda:N.")
-    dtype: str = option("float32", "Compute precision: float32 (fp32), float16 (fp16, half) or bfloat16 (bf16).",
-                        choices=("float32", "float16", "bfloat16"), aliases=DTYPE_ALIASES)
-    quantize: str = option("none", "int8: int8 weights with a scale per row (CPU): the linear layers, the token "
-                           "embeddings and a tied output projection.",
-                           choices=("none", "int8"))
-    gemm: str = option("auto", "CPU matrix products: oneDNN with prepacked weights, torch's linear (MKL on x86), "
-                       "or auto: the faster on this machine, measured once and remembered.", choices=GEMM_BACKENDS)
-    cuda_graphs: str = option("auto", "CUDA: each decoding step replayed as a captured CUDA graph (auto), or run "
-                              "operator by operator (off).", choices=("auto", "off"))
-    traced_step: str = option("auto", "CPU: the decoding step recorded once by TorchScript and replayed without "
-                              "Python between its operators (auto), or run operator by operator (off). Same "
-                              "tokens.", choices=("auto", "off"))
-    search_on: str = option("auto", "Where the search keeps its records: as tensor operations on the model's "
-                            "device, the host reading a done flag every few steps (device), or per sentence on the "
-                            "host after a copy every step (host); auto: the host, until a GPU check has measured the "
-                            "device search. Same tokens.", choices=("auto", "device", "host"))
-    threads: int | None = option(None, "CPU threads of each operation (torch.set_num_threads); default: the "
-                                 "CPUs, shared among --inter-threads.", range=">= 1")
-    inter_threads: int = option(1, "CPU: batches decoded at once, each by a thread of its own (CTranslate2's "
-                                "inter_threads); their results are written in input order.", range=">= 1")
+    dtype: str = option(
+        "float32",
+        "Compute precision: float32 (fp32), float16 (fp16, half) or bfloat16 (bf16).",
+        choices=("float32", "float16", "bfloat16"),
+        aliases=DTYPE_ALIASES,
+    )
+    quantize: str = option(
+        "none",
+        "int8: int8 weights with a scale per row (CPU): the linear layers, the token "
+        "embeddings and a tied output projection.",
+        choices=("none", "int8"),
+    )
+    gemm: str = option(
+        "auto",
+        "CPU matrix products: oneDNN with prepacked weights, torch's linear (MKL on x86), "
+        "or auto: the faster on this machine, measured once and remembered.",
+        choices=GEMM_BACKENDS,
+    )
+    cuda_graphs: str = option(
+        "auto",
+        "CUDA: each decoding step replayed as a captured CUDA graph (auto), or run operator by operator (off).",
+        choices=("auto", "off"),
+    )
+    traced_step: str = option(
+        "auto",
+        "CPU: the decoding step recorded once by TorchScript and replayed without "
+        "Python between its operators (auto), or run operator by operator (off). Same "
+        "tokens.",
+        choices=("auto", "off"),
+    )
+    search_on: str = option(
+        "auto",
+        "Where the search keeps its records: as tensor operations on the model's "
+        "device, the host reading a done flag every few steps (device), or per sentence on the "
+        "host after a copy every step (host); auto: the host, until a GPU check has measured the "
+        "device search. Same tokens.",
+        choices=("auto", "device", "host"),
+    )
+    threads: int | None = option(
+        None,
+        "CPU threads of each operation (torch.set_num_threads); default: the CPUs, shared among --inter-threads.",
+        range=">= 1",
+    )
+    inter_threads: int = option(
+        1,
+        "CPU: batches decoded at once, each by a thread of its own (CTranslate2's "
+        "inter_threads); their results are written in input order.",
+        range=">= 1",
+    )
     quiet: bool = option(False, "No progress bar or summary on stderr.", short="-q")
 
     def operation_threads(self, processes: int = 1) -> int | None:
@@ -192,29 +256,52 @@ class RuntimeConfig(Section):
 @dataclass
 class IOConfig(Section):
     model: str | list[str] | None = option(
-        None, "Model directory (native, Hugging Face, eole, Marian) or OpenNMT-py .pt checkpoint or Marian .npz. "
-        "Several: --model A B, an ensemble decoded as one model.", short="-m", many=True, metavar="PATH...")
-    ensemble_rule: str | None = option(None, "How an ensemble combines its models' next-token scores: prob (mean of "
-                                       "probabilities, fairseq), logprob (weighted sum of log-probs, Marian), "
-                                       "opennmt (mean of logits, OpenNMT-py); unset: opennmt for OpenNMT-py and eole "
-                                       "models, else prob.", choices=ENSEMBLE_RULES)
-    ensemble_weights: list[float] | None = option(None, "One weight per model of the ensemble (default: equal; "
-                                                  "logprob: 1 each).", many=True, metavar="W...")
-    src: str = option("-", "Input file(s), one sentence per line; - is stdin. Several: --src a.en b.en, one job "
-                      "each, one model load.", short="-s", many=True, metavar="FILE...")
+        None,
+        "Model directory (native, Hugging Face, eole, Marian) or OpenNMT-py .pt checkpoint or Marian .npz. "
+        "Several: --model A B, an ensemble decoded as one model.",
+        short="-m",
+        many=True,
+        metavar="PATH...",
+    )
+    ensemble_rule: str | None = option(
+        None,
+        "How an ensemble combines its models' next-token scores: prob (mean of "
+        "probabilities, fairseq), logprob (weighted sum of log-probs, Marian), "
+        "opennmt (mean of logits, OpenNMT-py); unset: opennmt for OpenNMT-py and eole "
+        "models, else prob.",
+        choices=ENSEMBLE_RULES,
+    )
+    ensemble_weights: list[float] | None = option(
+        None, "One weight per model of the ensemble (default: equal; logprob: 1 each).", many=True, metavar="W..."
+    )
+    src: str = option(
+        "-",
+        "Input file(s), one sentence per line; - is stdin. Several: --src a.en b.en, one job each, one model load.",
+        short="-s",
+        many=True,
+        metavar="FILE...",
+    )
     output: str = option("-", "Output file(s), one per --src; - is stdout.", short="-o", many=True, metavar="FILE...")
     format: str = option("text", "Output format.", choices=FORMATS)
-    token_scores: bool = option(False, "JSONL: add tokens and per-token log-probs; nbest-marian: Marian's "
-                                "WordScores field (--word-scores).")
-    on_invalid_utf8: str = option("error", "Invalid UTF-8 input: stop with the line number, or decode it as U+FFFD.",
-                                  choices=("error", "replace"))
+    token_scores: bool = option(
+        False, "JSONL: add tokens and per-token log-probs; nbest-marian: Marian's WordScores field (--word-scores)."
+    )
+    on_invalid_utf8: str = option(
+        "error", "Invalid UTF-8 input: stop with the line number, or decode it as U+FFFD.", choices=("error", "replace")
+    )
     resume: bool = option(False, "Continue an interrupted job from its partial --output.")
     stream: bool = option(False, "Answer each input line as soon as it arrives.")
-    prefix: str | None = option(None, "File of target prefixes, one per --src line (may be empty): each output "
-                                "starts with its prefix.", metavar="FILE")
-    dump_beam: str | None = option(None, "Write each line's search (beam tree, finished hypotheses, n-best) as "
-                                   "JSONL to this file, for `nmtdecode show` (OpenNMT-py's -dump_beam).",
-                                   metavar="FILE")
+    prefix: str | None = option(
+        None,
+        "File of target prefixes, one per --src line (may be empty): each output starts with its prefix.",
+        metavar="FILE",
+    )
+    dump_beam: str | None = option(
+        None,
+        "Write each line's search (beam tree, finished hypotheses, n-best) as "
+        "JSONL to this file, for `nmtdecode show` (OpenNMT-py's -dump_beam).",
+        metavar="FILE",
+    )
 
     @property
     def models(self) -> list[str | None]:
@@ -227,8 +314,9 @@ class IOConfig(Section):
             if models == 1:
                 raise ConfigError("ensemble_weights: weights are for an ensemble (several models: --model A B)")
             if len(self.ensemble_weights) != models:
-                raise ConfigError(f"ensemble_weights: {len(self.ensemble_weights)} weights for {models} models; "
-                                  "give one per model")
+                raise ConfigError(
+                    f"ensemble_weights: {len(self.ensemble_weights)} weights for {models} models; give one per model"
+                )
             if any(w <= 0 for w in self.ensemble_weights):
                 raise ConfigError(f"ensemble_weights: each must be > 0, got {self.ensemble_weights}")
         if self.ensemble_rule is not None and models == 1:
@@ -243,8 +331,9 @@ class IOConfig(Section):
             if self.dump_beam in ("-", ""):
                 raise ConfigError("dump_beam: needs a file name (stdout is the output's)")
             if self.resume:
-                raise ConfigError("dump_beam: cannot be combined with resume (the dump is written whole, "
-                                  "by one uninterrupted run)")
+                raise ConfigError(
+                    "dump_beam: cannot be combined with resume (the dump is written whole, by one uninterrupted run)"
+                )
 
 
 SECTIONS = {"decoding": DecodingConfig, "batching": BatchingConfig, "runtime": RuntimeConfig, "io": IOConfig}
@@ -253,18 +342,43 @@ OPTIONS: dict[str, Option] = {f.name: f.metadata["option"] for cls in SECTIONS.v
 TYPES = {key: hint for cls in SECTIONS.values() for key, hint in typing.get_type_hints(cls).items()}  # int, str | None
 # What may differ between the jobs of one model load (an item of `jobs:`, one API call): its files and
 # what needs no other model load.
-PER_JOB_KEYS = frozenset({"src", "output", "format", "token_scores", "on_invalid_utf8", "prefix", "dump_beam"}
-                         | {f.name for f in fields(DecodingConfig)} | {f.name for f in fields(BatchingConfig)})
+PER_JOB_KEYS = frozenset(
+    {"src", "output", "format", "token_scores", "on_invalid_utf8", "prefix", "dump_beam"}
+    | {f.name for f in fields(DecodingConfig)}
+    | {f.name for f in fields(BatchingConfig)}
+)
 # The options `score` shares with translate; from a config file it takes these (and the model) only.
-SCORE_KEYS = ("model", "ensemble_rule", "ensemble_weights", "batch_size", "batch_type", "max_src_length",
-              "on_invalid_utf8", "device", "dtype", "quantize", "gemm", "cuda_graphs", "traced_step", "threads",
-              "quiet", "src_lang", "tgt_lang")
+SCORE_KEYS = (
+    "model",
+    "ensemble_rule",
+    "ensemble_weights",
+    "batch_size",
+    "batch_type",
+    "max_src_length",
+    "on_invalid_utf8",
+    "device",
+    "dtype",
+    "quantize",
+    "gemm",
+    "cuda_graphs",
+    "traced_step",
+    "threads",
+    "quiet",
+    "src_lang",
+    "tgt_lang",
+)
 # Keys a config file may hold besides the options: they plan a run of many files (jobs.py).
 PLAN_OPTIONS = {
-    "output_dir": Option("Instead of --output: each input's output is DIR/its name (its extension replaced with "
-                         "--suffix), DIR created if missing.  [default: the input's directory]", metavar="DIR"),
-    "suffix": Option("Instead of --output: the input name's last extension replaced by SUFFIX (a.en -> a.de with "
-                     "de or .de; _de.txt is appended as it is: a_de.txt).", metavar="SUFFIX"),
+    "output_dir": Option(
+        "Instead of --output: each input's output is DIR/its name (its extension replaced with "
+        "--suffix), DIR created if missing.  [default: the input's directory]",
+        metavar="DIR",
+    ),
+    "suffix": Option(
+        "Instead of --output: the input name's last extension replaced by SUFFIX (a.en -> a.de with "
+        "de or .de; _de.txt is appended as it is: a_de.txt).",
+        metavar="SUFFIX",
+    ),
 }
 PLAN_KEYS = ("jobs", *PLAN_OPTIONS)
 # Sampling and a beam exclude each other: what a layer asking for one drops from the layers below.
@@ -309,8 +423,10 @@ def expand_aliases(values: dict) -> dict:
     alpha = _number(values.get("length_penalty"))
     if alpha is not None:
         if values.get("alpha") is not None:
-            raise ConfigError(f"length_penalty: a number ({values['length_penalty']}) means avg with that alpha; "
-                              "give it or alpha, not both")
+            raise ConfigError(
+                f"length_penalty: a number ({values['length_penalty']}) means avg with that alpha; "
+                "give it or alpha, not both"
+            )
         values["length_penalty"], values["alpha"] = "avg", alpha
     return values
 
@@ -319,8 +435,11 @@ def asks_for(layer: dict) -> str | None:
     """'beam', 'sampling' or None: the strategy one layer of options chooses."""
     beam = [k for k in ("beam_size", "beam_groups") if (layer.get(k) or 1) > 1]
     if layer.get("sampling") and beam:
-        hint = ("sampling draws --n-best independent samples (no beam sampling): leave out --beam-size or give 1"
-                if beam[0] == "beam_size" else "diverse groups are a beam search")
+        hint = (
+            "sampling draws --n-best independent samples (no beam sampling): leave out --beam-size or give 1"
+            if beam[0] == "beam_size"
+            else "diverse groups are a beam search"
+        )
         raise ConfigError(f"{beam[0]}: {layer[beam[0]]} with sampling; {hint}")
     return "beam" if beam else "sampling" if layer.get("sampling") else None
 
@@ -416,4 +535,3 @@ def default_of(key: str) -> Any:
     """The built-in default of an option (for --help)."""
     f = next(f for f in fields(SECTIONS[KEY_SECTION[key]]) if f.name == key)
     return None if f.default is MISSING else f.default  # a list's default (a factory's) is empty
-

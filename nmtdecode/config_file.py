@@ -78,8 +78,9 @@ def load_yaml(path: str) -> dict:
     _resolve_paths(values, base)
     jobs = values.get("jobs")
     if jobs is not None and not isinstance(jobs, list):  # jobs.py says what a list must hold
-        raise ConfigError(f"config file {path}: jobs: expected a list of {{src: FILE, output: FILE, ...}} items, "
-                          f"got {shown(jobs)}")
+        raise ConfigError(
+            f"config file {path}: jobs: expected a list of {{src: FILE, output: FILE, ...}} items, got {shown(jobs)}"
+        )
     for item in jobs or []:
         if isinstance(item, dict):
             _resolve_paths(item, base)
@@ -93,12 +94,18 @@ def _check_keys(path: str, raw: bytes, values: dict) -> None:
     known = {*KEY_SECTION, *PLAN_KEYS}
     unknown: list[tuple[int | None, str]] = [(None, key) for key in values if key not in known]
     items = values.get("jobs") if isinstance(values.get("jobs"), list) else []
-    unknown += [(n, key) for n, item in enumerate(items) if isinstance(item, dict)
-                for key in option_names(item, f"jobs: item {n + 1}") if key not in known]
+    unknown += [
+        (n, key)
+        for n, item in enumerate(items)
+        if isinstance(item, dict)
+        for key in option_names(item, f"jobs: item {n + 1}")
+        if key not in known
+    ]
     if not unknown:
         return
-    where = [f"{_key_line(raw, key, item)}" + ("" if item is None else f": jobs: item {item + 1}")
-             for item, key in unknown]
+    where = [
+        f"{_key_line(raw, key, item)}" + ("" if item is None else f": jobs: item {item + 1}") for item, key in unknown
+    ]
     if len(unknown) == 1:
         raise ConfigError(f"config file {path}:{where[0]}: {unknown_key_message(unknown[0][1])}")
     each = "; ".join(f"line {line}: {unknown_key_message(key)}" for line, (_, key) in zip(where, unknown))
@@ -116,6 +123,7 @@ def _key_line(raw: bytes, key: str, item: int | None) -> int | str:
 
 def _resolve_paths(values: dict, base: str) -> None:
     """File names (`PATH_KEYS`, alone or in a list) relative to `base`; `-` stays as it is."""
+
     def resolve(value: object) -> object:
         if isinstance(value, str) and value != "-":
             return os.path.join(base, os.path.expanduser(value))  # join keeps an absolute path

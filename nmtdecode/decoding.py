@@ -43,8 +43,18 @@ from .search.diverse import DiverseBeamSearch
 from .search.done_flags import check_interval
 from .search.greedy import GreedySearch
 from .search.penalties import Coverage, LengthPenalty
-from .search.processors import (BanTokens, BlockNgramRepeat, ForceEosAtLimit, ForceFirstToken, ForcePrefix, MinLength,
-                                NoRepeatNgram, Processor, Processors, RepetitionPenalty)
+from .search.processors import (
+    BanTokens,
+    BlockNgramRepeat,
+    ForceEosAtLimit,
+    ForceFirstToken,
+    ForcePrefix,
+    MinLength,
+    NoRepeatNgram,
+    Processor,
+    Processors,
+    RepetitionPenalty,
+)
 from .search.sampling import Filters, SamplingSearch
 
 S = TypeVar("S", bound=Strategy)
@@ -77,10 +87,19 @@ class Seq2SeqModel(Protocol):
 class BatchDecoder:
     """Decodes batches of source ids with one model and one job's decoding options."""
 
-    def __init__(self, model: Seq2SeqModel, decoding: DecodingConfig, rules: ModelRules | None = None,
-                 shrink: bool = True, banned_ids: Sequence[int] = (), excluded_ids: Sequence[int] = (),
-                 steps: StepRunner | None = None, trace: bool = False, on_device: bool = False,
-                 warn: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        model: Seq2SeqModel,
+        decoding: DecodingConfig,
+        rules: ModelRules | None = None,
+        shrink: bool = True,
+        banned_ids: Sequence[int] = (),
+        excluded_ids: Sequence[int] = (),
+        steps: StepRunner | None = None,
+        trace: bool = False,
+        on_device: bool = False,
+        warn: Callable[[str], None] | None = None,
+    ) -> None:
         """banned_ids, excluded_ids: the ids of --banned-tokens and --ignore-when-blocking (resolve.py).
         steps: how the model's steps run (models/steps.py; the engine's choice), default eagerly.
         trace: the searches keep every hypothesis that ends, for `search_batch`'s caller (--dump-beam).
@@ -133,51 +152,90 @@ class BatchDecoder:
         first = int(self.rules.forced_bos_id is not None)
         return [first + len(p) for p in prefixes] if prefixes else [first] * batch_size
 
-    def make_search(self, batch_size: int, max_steps: list[int], line_ids: list[int] | None = None,
-                    prefixes: list[list[int]] | None = None) -> Search:
+    def make_search(
+        self,
+        batch_size: int,
+        max_steps: list[int],
+        line_ids: list[int] | None = None,
+        prefixes: list[list[int]] | None = None,
+    ) -> Search:
         """The strategy: sampling (its random streams keyed by each sentence's input line,
         `line_ids`, default 0..B-1), greedy for beam size 1, else beam search."""
         cfg = self.cfg
-        common: dict[str, Any] = dict(batch_size=batch_size, max_steps=max_steps, start_id=self.start_id,
-                                      eos_id=self.eos_id, penalty=self.penalty, device=self.device)
+        common: dict[str, Any] = dict(
+            batch_size=batch_size,
+            max_steps=max_steps,
+            start_id=self.start_id,
+            eos_id=self.eos_id,
+            penalty=self.penalty,
+            device=self.device,
+        )
         search: SamplingSearch | GreedySearch | DiverseBeamSearch | BeamSearch
         if cfg.sampling:
-            search = SamplingSearch(samples=cfg.n_best, filters=Filters(cfg.temperature, cfg.top_k, cfg.top_p),
-                                    seed=cfg.seed, line_ids=line_ids or list(range(batch_size)), **common)
+            search = SamplingSearch(
+                samples=cfg.n_best,
+                filters=Filters(cfg.temperature, cfg.top_k, cfg.top_p),
+                seed=cfg.seed,
+                line_ids=line_ids or list(range(batch_size)),
+                **common,
+            )
         elif cfg.beam_size == 1:
             search = GreedySearch(**common)
         elif cfg.beam_groups > 1:
-            search = DiverseBeamSearch(beam_size=cfg.beam_size, groups=cfg.beam_groups,
-                                       diversity_penalty=cfg.diversity_penalty,
-                                       early_stopping=cfg.early_stopping, n_best=cfg.n_best,
-                                       forced_steps=self.forced_steps(batch_size, prefixes), **common)
+            search = DiverseBeamSearch(
+                beam_size=cfg.beam_size,
+                groups=cfg.beam_groups,
+                diversity_penalty=cfg.diversity_penalty,
+                early_stopping=cfg.early_stopping,
+                n_best=cfg.n_best,
+                forced_steps=self.forced_steps(batch_size, prefixes),
+                **common,
+            )
         else:
             rule, opennmt = self.stop_rule()
-            search = BeamSearch(beam_size=cfg.beam_size, early_stopping=rule, n_best=cfg.n_best, opennmt=opennmt,
-                                **common)
+            search = BeamSearch(
+                beam_size=cfg.beam_size, early_stopping=rule, n_best=cfg.n_best, opennmt=opennmt, **common
+            )
         search.shrink = self.shrink
         if self.trace:
             search.trace()
         return search
 
-    def make_device_search(self, batch_size: int, max_steps: list[int], line_ids: list[int] | None = None,
-                           prefixes: list[list[int]] | None = None) -> DeviceSearch:
+    def make_device_search(
+        self,
+        batch_size: int,
+        max_steps: list[int],
+        line_ids: list[int] | None = None,
+        prefixes: list[list[int]] | None = None,
+    ) -> DeviceSearch:
         """The strategy as tensor operations on the device (search/device_beam.py, device_greedy.py,
         device_sampling.py), for what `device_search_refusal` accepts."""
         cfg = self.cfg
-        common: dict[str, Any] = dict(batch_size=batch_size, max_steps=max_steps, start_id=self.start_id,
-                                      eos_id=self.eos_id, penalty=self.penalty, device=self.device,
-                                      check_every=self.check_every)
+        common: dict[str, Any] = dict(
+            batch_size=batch_size,
+            max_steps=max_steps,
+            start_id=self.start_id,
+            eos_id=self.eos_id,
+            penalty=self.penalty,
+            device=self.device,
+            check_every=self.check_every,
+        )
         search: DeviceSearch
         if cfg.sampling:
-            search = DeviceSampling(samples=cfg.n_best, filters=Filters(cfg.temperature, cfg.top_k, cfg.top_p),
-                                    seed=cfg.seed, line_ids=line_ids or list(range(batch_size)), **common)
+            search = DeviceSampling(
+                samples=cfg.n_best,
+                filters=Filters(cfg.temperature, cfg.top_k, cfg.top_p),
+                seed=cfg.seed,
+                line_ids=line_ids or list(range(batch_size)),
+                **common,
+            )
         elif cfg.beam_size == 1:
             search = DeviceGreedySearch(**common)
         else:
             rule, opennmt = self.stop_rule()
-            search = DeviceBeamSearch(beam_size=cfg.beam_size, early_stopping=rule, n_best=cfg.n_best,
-                                      opennmt=opennmt, **common)
+            search = DeviceBeamSearch(
+                beam_size=cfg.beam_size, early_stopping=rule, n_best=cfg.n_best, opennmt=opennmt, **common
+            )
         search.shrink = self.shrink
         return search
 
@@ -192,10 +250,12 @@ class BatchDecoder:
         """Whether a length or coverage penalty changes scores (CTranslate2's early exit needs neither)."""
         cfg = self.cfg
         return (self.penalty.name != "none" and self.penalty.alpha != 0) or (
-            cfg.coverage_penalty != "none" and cfg.beta != 0)
+            cfg.coverage_penalty != "none" and cfg.beta != 0
+        )
 
-    def make_processors(self, search: Strategy, max_steps: list[int],
-                        prefixes: list[list[int]] | None = None) -> Processors:
+    def make_processors(
+        self, search: Strategy, max_steps: list[int], prefixes: list[list[int]] | None = None
+    ) -> Processors:
         cfg, rules = self.cfg, self.rules
         chain: list[Processor] = []
         # CTranslate2 bans on the logits: the log-probs it scores are renormalised over what is allowed
@@ -226,8 +286,9 @@ class BatchDecoder:
         model, asked = set(self.rules.banned_ids), ({self.unk_id} if self.cfg.ban_unk else set()) | set(self.banned_ids)
         if stage == "logprobs":
             return [BanTokens(model | asked, self.device)] if model | asked else []
-        return ([BanTokens(model, self.device)] if model else []) + ([BanTokens(asked, self.device, stage)]
-                                                                   if asked else [])
+        return ([BanTokens(model, self.device)] if model else []) + (
+            [BanTokens(asked, self.device, stage)] if asked else []
+        )
 
     def make_attention(self, cache: DecoderState, src_mask: torch.Tensor) -> AttentionFacts | None:
         """What the search needs from the cross-attention, or None (then none is recorded)."""
@@ -247,8 +308,9 @@ class BatchDecoder:
         lengths = torch.tensor([len(s) for s in sources], device=device)
         return ids, torch.arange(longest, device=device)[None, :] < lengths[:, None]
 
-    def translate_batch(self, sources: list[list[int]], line_ids: list[int] | None = None,
-                        prefixes: list[list[int]] | None = None) -> list[list[Hypothesis]]:
+    def translate_batch(
+        self, sources: list[list[int]], line_ids: list[int] | None = None, prefixes: list[list[int]] | None = None
+    ) -> list[list[Hypothesis]]:
         """Source id sequences (EOS included) -> the n-best hypotheses of each, in the same order.
 
         line_ids: each source's line in the input (sampling draws from streams keyed by it;
@@ -261,8 +323,9 @@ class BatchDecoder:
                 pass  # the last step leaves every sentence done
             return self.trimmed(search.results(self.cfg.n_best), sources)
 
-    def search_batch(self, sources: list[list[int]], line_ids: list[int] | None = None,
-                     prefixes: list[list[int]] | None = None) -> tuple[list[list[Hypothesis]], Search]:
+    def search_batch(
+        self, sources: list[list[int]], line_ids: list[int] | None = None, prefixes: list[list[int]] | None = None
+    ) -> tuple[list[list[Hypothesis]], Search]:
         """As `translate_batch` on the host search, and the search itself: its per-sentence
         records (beam_dump.py)."""
         for search in self.search_steps(sources, line_ids, prefixes):  # noqa: B007 - the last one is wanted
@@ -277,16 +340,22 @@ class BatchDecoder:
                     hyp.attention = [row[: len(source)] for row in hyp.attention or []]
         return results
 
-    def search_steps(self, sources: list[list[int]], line_ids: list[int] | None = None,
-                     prefixes: list[list[int]] | None = None) -> Iterator[Search]:
+    def search_steps(
+        self, sources: list[list[int]], line_ids: list[int] | None = None, prefixes: list[list[int]] | None = None
+    ) -> Iterator[Search]:
         """The decoding loop of `search_batch`, step by step, on the host search: yields the
         search after each step (its per-sentence records hold what was chosen so far), the last
         time when every sentence is done. A caller that stops early leaves the batch unfinished."""
         return self.decode(self.make_search, sources, line_ids, prefixes)
 
     @torch.inference_mode()
-    def decode(self, make_search: Callable[..., S], sources: list[list[int]], line_ids: list[int] | None = None,
-               prefixes: list[list[int]] | None = None) -> Iterator[S]:
+    def decode(
+        self,
+        make_search: Callable[..., S],
+        sources: list[list[int]],
+        line_ids: list[int] | None = None,
+        prefixes: list[list[int]] | None = None,
+    ) -> Iterator[S]:
         """The decoding loop with the strategy `make_search(batch_size, max_steps, line_ids,
         prefixes)` makes: yields it after each step."""
         memory, src_mask = self.encode(sources)
@@ -320,8 +389,10 @@ class BatchDecoder:
 
     def pad_each(self, sources: list[MemberSources]) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Each ensemble model's own ids of the batch, padded with its own pad id, and their masks."""
-        return [self.pad([s.members[m] for s in sources], model.cfg.pad_id)
-                for m, model in enumerate(cast(Ensemble, self.model).members)]
+        return [
+            self.pad([s.members[m] for s in sources], model.cfg.pad_id)
+            for m, model in enumerate(cast(Ensemble, self.model).members)
+        ]
 
     def forced_prefix(self) -> list[int]:
         """What the decoder is fed before any target token: the decoder start token, then the
@@ -341,8 +412,9 @@ class BatchDecoder:
         return token_logprobs.masked_fill(~gold_mask, 0.0).sum(dim=1).tolist()
 
     @torch.inference_mode()
-    def score_tokens(self, sources: list[list[int]],
-                     targets: list[list[int]]) -> list[tuple[list[int], list[float], float]]:
+    def score_tokens(
+        self, sources: list[list[int]], targets: list[list[int]]
+    ) -> list[tuple[list[int], list[float], float]]:
         """Per token, as `translate_batch`'s hypotheses give them: (tokens, token_scores, eos_score)
         of each target; tokens with the forced first token and without EOS, token_scores one per
         token (the forced token's 0 first), eos_score the log-prob of the final EOS."""
@@ -383,11 +455,12 @@ class AttentionFacts:
         self.coverage, self.alignment, self.attention = coverage, alignment, attention
 
     def facts(self, attention: torch.Tensor) -> RowFacts:
-        return RowFacts(penalty=None if self.coverage is None else self.coverage.add(attention),
-                        alignment=attention.argmax(dim=1) if self.alignment else None,
-                        attention=attention if self.attention else None)
+        return RowFacts(
+            penalty=None if self.coverage is None else self.coverage.add(attention),
+            alignment=attention.argmax(dim=1) if self.alignment else None,
+            attention=attention if self.attention else None,
+        )
 
     def follow(self, out: StepOutput) -> None:
         if self.coverage is not None:
             self.coverage.follow(out)
-

@@ -68,17 +68,33 @@ class Engine:
         # collector, whose full passes over the model's objects otherwise interrupt decoding. No
         # collection first: it found ~20 unreachable objects among ~170,000 and took 80-100 ms.
         gc.freeze()
-        steps = step_runner_for(loaded.model, device, runtime.cuda_graphs, runtime.traced_step, runtime.quantize,
-                                print_warning)
+        steps = step_runner_for(
+            loaded.model, device, runtime.cuda_graphs, runtime.traced_step, runtime.quantize, print_warning
+        )
         return cls(config, loaded, device, steps)
 
-    def decoder(self, decoding: DecodingConfig, rules: ModelRules, banned_ids: Sequence[int] = (),
-                excluded_ids: Sequence[int] = (), trace: bool = False) -> BatchDecoder:
+    def decoder(
+        self,
+        decoding: DecodingConfig,
+        rules: ModelRules,
+        banned_ids: Sequence[int] = (),
+        excluded_ids: Sequence[int] = (),
+        trace: bool = False,
+    ) -> BatchDecoder:
         """The decoder of a job's resolved options (resolve.py): the search options, the model's
         rules for its languages, the ids its options name; `trace` keeps every hypothesis that
         ends, for --dump-beam."""
-        return BatchDecoder(self.loaded.model, decoding, rules, banned_ids=banned_ids, excluded_ids=excluded_ids,
-                            steps=self.steps, trace=trace, on_device=self.search_on_device, warn=print_warning)
+        return BatchDecoder(
+            self.loaded.model,
+            decoding,
+            rules,
+            banned_ids=banned_ids,
+            excluded_ids=excluded_ids,
+            steps=self.steps,
+            trace=trace,
+            on_device=self.search_on_device,
+            warn=print_warning,
+        )
 
     def decoding_bytes(self, sentences: int, width: int, positions: int) -> int:
         """What decoding `sentences` sentences of `width` rows up to `positions` needs (models/transformer.py)."""
@@ -108,8 +124,9 @@ class Engine:
         unk = self.loaded.model.cfg.unk_id
         return [unk if found is None else found for found in map(tokenizer.piece_id, target)]
 
-    def make_example(self, index: int, text: str | list[str], max_src_length: int | None,
-                     prefix: str | list[str] | None = None) -> Example:
+    def make_example(
+        self, index: int, text: str | list[str], max_src_length: int | None, prefix: str | list[str] | None = None
+    ) -> Example:
         """Tokenize one line (or take its pieces); whitespace-only lines (no pieces) get nothing to
         decode; long ones are cut (EOS kept). A target prefix (text or pieces) becomes target ids
         without EOS (`target_ids`)."""
@@ -148,13 +165,18 @@ class Engine:
     def score_batch(self, batch: list[Example], decoder: BatchDecoder, by_token: bool = False) -> list[PairScore]:
         """Forced decoding of a batch of pairs (make_pair): each target's total log-probability, and
         with `by_token` its tokens and per-token log-probabilities (BatchDecoder.score_tokens)."""
+
         def score(part: list[Example]) -> list[PairScore]:
             sources, targets = [e.ids for e in part], [e.target for e in part]
             if not by_token:
-                return [PairScore(e.index, total, len(e.target) + 1)
-                        for e, total in zip(part, decoder.score(sources, targets))]
-            return [PairScore(e.index, sum(token_scores) + eos, len(e.target) + 1, tokens, token_scores, eos)
-                    for e, (tokens, token_scores, eos) in zip(part, decoder.score_tokens(sources, targets))]
+                return [
+                    PairScore(e.index, total, len(e.target) + 1)
+                    for e, total in zip(part, decoder.score(sources, targets))
+                ]
+            return [
+                PairScore(e.index, sum(token_scores) + eos, len(e.target) + 1, tokens, token_scores, eos)
+                for e, (tokens, token_scores, eos) in zip(part, decoder.score_tokens(sources, targets))
+            ]
 
         return memory.in_halves_when_out_of_memory(batch, score)
 
@@ -171,10 +193,21 @@ class Engine:
         if example.truncated:  # cut as encode_source cuts the ids, its EOS kept
             source_pieces = source_pieces[: len(source_ids) - 1] + [tokenizer.source_piece(mc.eos_id) or ""]
         if len(source_pieces) != len(source_ids):
-            raise RuntimeError(f"input line {example.index + 1}: the tokenizer gave {len(source_pieces)} pieces for "
-                               f"{len(source_ids)} ids")
-        result = aligned_result(example.index, hyps, tokenizer, source_ids, source_pieces, special, mc.unk_id,
-                                cfg.replace_unk, cfg.report_align)
+            raise RuntimeError(
+                f"input line {example.index + 1}: the tokenizer gave {len(source_pieces)} pieces for "
+                f"{len(source_ids)} ids"
+            )
+        result = aligned_result(
+            example.index,
+            hyps,
+            tokenizer,
+            source_ids,
+            source_pieces,
+            special,
+            mc.unk_id,
+            cfg.replace_unk,
+            cfg.report_align,
+        )
         if not cfg.alignment:
             for hyp in hyps:
                 hyp.alignment = None
@@ -188,18 +221,23 @@ class Engine:
             return None
         positions = max(decoder.max_steps([len(e.ids) for e in batch]))
         model = self.loaded.model
-        need = model.decoding_bytes(len(batch), decoder.cfg.rows_per_sentence, positions,
-                                    next(model.parameters()).dtype)
+        need = model.decoding_bytes(
+            len(batch), decoder.cfg.rows_per_sentence, positions, next(model.parameters()).dtype
+        )
         if need <= available:
             return None
-        return (f"a batch of {len(batch)} sentences may need {memory.readable_size(need)} by its step limit, more than "
-                f"the {memory.readable_size(available)} available; decoding it in halves")
+        return (
+            f"a batch of {len(batch)} sentences may need {memory.readable_size(need)} by its step limit, more than "
+            f"the {memory.readable_size(available)} available; decoding it in halves"
+        )
 
     def _nothing_to_decode(self, example: Example, cfg: DecodingConfig) -> Result:
         """An empty source line's result: n_best hypotheses of its prefix (none: empty), scored 0, with
         one entry per token in every per-token array (no source position to align to: null)."""
         tokens = list(example.prefix or [])
-        arrays: dict[str, Any] = dict(alignment=[None] * len(tokens) if cfg.aligned else None,
-                      attention=[[] for _ in tokens] if cfg.attention else None)
+        arrays: dict[str, Any] = dict(
+            alignment=[None] * len(tokens) if cfg.aligned else None,
+            attention=[[] for _ in tokens] if cfg.attention else None,
+        )
         hyps = [Hypothesis(list(tokens), 0.0, 0.0, [0.0] * len(tokens), **arrays) for _ in range(cfg.n_best)]
         return self.result(example, hyps, cfg)

@@ -63,13 +63,17 @@ def _items(values: dict) -> list[dict]:
         return [_job_item(n, item, output_dir, suffix) for n, item in enumerate(_job_list(values.pop("jobs")), 1)]
     sources = _as_list("src", "-" if sources is None else sources)
     if outputs is None and not derive and len(sources) > 1:
-        raise ConfigError(f"output: {len(sources)} input files need an output each: give --output with one file "
-                          "per input, or --output-dir DIR and/or --suffix SUFFIX (outputs named after the inputs)")
+        raise ConfigError(
+            f"output: {len(sources)} input files need an output each: give --output with one file "
+            "per input, or --output-dir DIR and/or --suffix SUFFIX (outputs named after the inputs)"
+        )
     outputs = [output_name(s, output_dir, suffix) for s in sources] if derive else outputs
     outputs = _as_list("output", "-" if outputs is None else outputs)
     if len(outputs) != len(sources):
-        raise ConfigError(f"output: {len(sources)} input files but {len(outputs)} outputs; give one output per "
-                          "input, or --output-dir DIR / --suffix SUFFIX")
+        raise ConfigError(
+            f"output: {len(sources)} input files but {len(outputs)} outputs; give one output per "
+            "input, or --output-dir DIR / --suffix SUFFIX"
+        )
     return [{"src": s, "output": o} for s, o in zip(sources, outputs)]
 
 
@@ -88,8 +92,10 @@ def _job_item(n: int, item: object, output_dir: str | None, suffix: str | None) 
     refused = sorted(k for k in item if k not in PER_JOB_KEYS)
     if refused:
         where = "set it at the top of the file" if refused[0] in KEY_SECTION else "unknown option"
-        raise ConfigError(f"jobs: item {n} sets {shown(refused[0])}, which cannot differ between the jobs of "
-                          f"one run (one model load): {where}; an item may set {', '.join(sorted(PER_JOB_KEYS))}")
+        raise ConfigError(
+            f"jobs: item {n} sets {shown(refused[0])}, which cannot differ between the jobs of "
+            f"one run (one model load): {where}; an item may set {', '.join(sorted(PER_JOB_KEYS))}"
+        )
     if "output" not in item:
         if output_dir is None and suffix is None:
             raise ConfigError(f"jobs: item {n} has no output (give output:, or output_dir:/suffix: at the top)")
@@ -112,12 +118,14 @@ def plan_jobs(file_values: dict, flags: dict) -> list[Config]:
     flag_options = {k: v for k, v in flags.items() if k not in files}
     for key, what in (("prefix", "a prefix file"), ("dump_beam", "a beam dump")):
         if len(items) > 1 and {**file_options, **flag_options}.get(key) is not None:
-            raise ConfigError(f"{key}: {what} goes with one input; with several, give each its own "
-                              f"({key}: in each item of jobs:)")
+            raise ConfigError(
+                f"{key}: {what} goes with one input; with several, give each its own ({key}: in each item of jobs:)"
+            )
     jobs = [Config.from_layers([file_options, item, flag_options]) for item in items]
     if len(jobs) > 1 and any(job.io.src == "-" or job.io.output == "-" for job in jobs):
-        raise ConfigError("src: with several inputs each needs its own output file; stdin and stdout "
-                          "serve only a single job")
+        raise ConfigError(
+            "src: with several inputs each needs its own output file; stdin and stdout serve only a single job"
+        )
     return jobs
 
 
@@ -135,11 +143,14 @@ def check_written_files(jobs: list[Config]) -> None:
                 continue
             first_key, first_what, first_path, first_job = seen[identity]
             if first_job == number:
-                raise ConfigError(f"{key}: {path} is the job's --{first_key.replace('_', '-')}"
-                                  + ("" if first_what == WRITTEN[first_key] else f" ({first_what})")
-                                  + "; give it a file of its own")
-            alias = "" if first_path == path else f" (it is {first_path}, through a link or another spelling " \
-                "of the path)"
+                raise ConfigError(
+                    f"{key}: {path} is the job's --{first_key.replace('_', '-')}"
+                    + ("" if first_what == WRITTEN[first_key] else f" ({first_what})")
+                    + "; give it a file of its own"
+                )
+            alias = (
+                "" if first_path == path else f" (it is {first_path}, through a link or another spelling of the path)"
+            )
             whose = "two jobs" if (first_key, first_what) == (key, what) else "another job"
             raise ConfigError(f"{key}: {path} is {first_what} of {whose}{alias}")
 

@@ -17,7 +17,7 @@ from .bounded import shown
 PEER_RENAMES = {
     "max_length_ratio": "max_len_a with max_len_b: 5 (their step limit is |src| x ratio + 5)",
     "random_sampling_topk": "top_k, with sampling: true (their -1, the whole distribution, is top_k: 0; their 1, "
-                            "the arg-max, is beam_size: 1 without sampling)",
+    "the arg-max, is beam_size: 1 without sampling)",
     "random_sampling_topp": "top_p, with sampling: true (their 0, no nucleus, is top_p: 1)",
     "random_sampling_temp": "temperature, with sampling: true",
     "ban_unk_token": "ban_unk",
@@ -29,9 +29,22 @@ PEER_RENAMES = {
 }
 # Their options that ask for something nmtdecode does without (logging, multi-GPU launch,
 # tokenization given in the model's own options) or does not have.
-PEER_WITHOUT_EQUIVALENT = ("verbose", "report_time", "log_file", "attn_debug", "align_debug",
-                           "world_size", "gpu_ranks", "tgt", "phrase_table", "stepwise_penalty",
-                           "ratio", "transforms", "src_subword_model", "tgt_subword_model")
+PEER_WITHOUT_EQUIVALENT = (
+    "verbose",
+    "report_time",
+    "log_file",
+    "attn_debug",
+    "align_debug",
+    "world_size",
+    "gpu_ranks",
+    "tgt",
+    "phrase_table",
+    "stepwise_penalty",
+    "ratio",
+    "transforms",
+    "src_subword_model",
+    "tgt_subword_model",
+)
 
 
 def peer_option_message(key: str) -> str | None:
@@ -76,8 +89,10 @@ OPENNMT_FLAGS = {
 }
 # Marian's -b is its beam size: here it is no option at all, so that `-b 6` cannot silently mean
 # something else (docs/usage.md, "Habits from other tools").
-MARIAN_B = ("-b: that is Marian's beam size (-b, --beam-size); nmtdecode's beam is --beam-size K (or -k K), "
-            "its batch size --batch-size N")
+MARIAN_B = (
+    "-b: that is Marian's beam size (-b, --beam-size); nmtdecode's beam is --beam-size K (or -k K), "
+    "its batch size --batch-size N"
+)
 
 
 def spelling_message(arg: str, ours: set[str]) -> str | None:
@@ -98,6 +113,5 @@ def spelling_message(arg: str, ours: set[str]) -> str | None:
     if "-" + name in OPENNMT_FLAGS:
         return f"{arg}: that is OpenNMT-py's option; nmtdecode's is {OPENNMT_FLAGS['-' + name]}"
     if "_" in arg:
-        return (f"no such option: {arg} (nmtdecode's options start with two dashes and use hyphens; "
-                "--help lists them)")
+        return f"no such option: {arg} (nmtdecode's options start with two dashes and use hyphens; --help lists them)"
     return None

@@ -77,11 +77,13 @@ def _pieces(key: str, value: object) -> list[str]:
     whitespace (a piece never contains whitespace; commas do not separate, `,` is a piece)."""
     if isinstance(value, str):
         return value.split()
-    if isinstance(value, (list, tuple)) and all(isinstance(v, str) and v and not any(c.isspace() for c in v)
-                                                for v in value):
+    if isinstance(value, (list, tuple)) and all(
+        isinstance(v, str) and v and not any(c.isspace() for c in v) for v in value
+    ):
         return list(value)
-    raise ConfigError(f"{key}: expected target pieces, as a list of strings or one string separated by spaces, "
-                      f"got {shown(value)}")
+    raise ConfigError(
+        f"{key}: expected target pieces, as a list of strings or one string separated by spaces, got {shown(value)}"
+    )
 
 
 def _bound(text: str) -> float:
@@ -104,8 +106,12 @@ def in_range(value: float, range_text: str) -> bool:
 def check_option(key: str, declared: Option, value: Any) -> None:
     """A value of option `key` against its declared choices and range."""
     if declared.choices is not None and value is not None and value not in declared.choices:
-        names = [f"{c} ({', '.join(a for a, to in declared.aliases.items() if to == c)})"
-                 if declared.aliases and c in declared.aliases.values() else c for c in declared.choices]
+        names = [
+            f"{c} ({', '.join(a for a, to in declared.aliases.items() if to == c)})"
+            if declared.aliases and c in declared.aliases.values()
+            else c
+            for c in declared.choices
+        ]
         raise ConfigError(f"{key}: {shown(value)} is not one of {', '.join(names)}")
     if declared.range is not None and value is not None and not in_range(value, declared.range):
         where = declared.range if declared.range[0] in "<>" else f"in {declared.range}"

@@ -51,6 +51,7 @@ from typing import Any, Iterable, Iterator
 
 from .config import ConfigError
 
+
 def side_files(path: str) -> tuple[str, str, str, str]:
     """What a job writes beside its output FILE: FILE.tmp, its journal FILE.tmp.progress, the
     journal's next version, and the lock FILE.lock."""
@@ -61,8 +62,10 @@ JOURNAL_LIMIT = 1 << 16  # a progress record is a few hundred bytes
 
 
 # What a job stopped with only outputs written directly (stdout, a link, a device or a FIFO) left.
-NOT_RESUMABLE = ("what was written so far is kept, but the output (standard output, a link, a device or a FIFO) "
-                 "is written directly, so the job cannot be resumed: run it again")
+NOT_RESUMABLE = (
+    "what was written so far is kept, but the output (standard output, a link, a device or a FIFO) "
+    "is written directly, so the job cannot be resumed: run it again"
+)
 
 
 class OutputRefused(ConfigError):
@@ -118,8 +121,10 @@ class OutputFile:
                 continue
             if (st.st_dev, st.st_ino) == source:
                 what = "the output file" if name == self.path else f"{name}, a file the job writes for --output"
-                raise OutputRefused(f"--src {src} is {what}; it would be overwritten before it is read: "
-                                    "choose another --output (or --output-dir, --suffix)")
+                raise OutputRefused(
+                    f"--src {src} is {what}; it would be overwritten before it is read: "
+                    "choose another --output (or --output-dir, --suffix)"
+                )
 
     def claim(self, resume: bool, resumable: bool = True) -> bool:
         """Before the model loads: lock FILE (a second job fails at once) and check that the
@@ -131,8 +136,10 @@ class OutputFile:
             raise OutputRefused("output: standard output is closed (give --output FILE)")
         if self.direct:
             if resume:
-                raise OutputRefused(f"--resume: {self.path} is not a regular file (a link, device or pipe is "
-                                    "written directly, without FILE.tmp), so there is nothing to resume")
+                raise OutputRefused(
+                    f"--resume: {self.path} is not a regular file (a link, device or pipe is "
+                    "written directly, without FILE.tmp), so there is nothing to resume"
+                )
             if os.path.exists(self.path) and not os.access(self.path, os.W_OK):
                 raise OutputRefused(f"output: cannot write {self.path}: permission denied")
             return False
@@ -152,8 +159,12 @@ class OutputFile:
                 digest = _hash_prefix(f.fileno(), os.fstat(f.fileno()).st_size)
         except (OutputRefused, OSError):
             return False
-        return (isinstance(record, dict) and record.get("complete") is True and record.get("check") == _checksum(record)
-                and record.get("output_hash") == digest.hexdigest())
+        return (
+            isinstance(record, dict)
+            and record.get("complete") is True
+            and record.get("check") == _checksum(record)
+            and record.get("output_hash") == digest.hexdigest()
+        )
 
     def mark_unfinished(self) -> None:
         """A new resumable job whose run has started: an empty FILE.tmp and no journal say that
@@ -193,8 +204,14 @@ class OutputFile:
         self._check_held()
         self._recorded = (lines_done, input_position)
         input_bytes, input_hash = input_position
-        record = {"lines": lines_done, "bytes": self.stream.tell(), "input_bytes": input_bytes,
-                  "input_hash": input_hash, "output_hash": self.stream.digest.hexdigest(), "signature": self.signature}
+        record = {
+            "lines": lines_done,
+            "bytes": self.stream.tell(),
+            "input_bytes": input_bytes,
+            "input_hash": input_hash,
+            "output_hash": self.stream.digest.hexdigest(),
+            "signature": self.signature,
+        }
         if complete:
             record["complete"] = True
         record["check"] = _checksum(record)
@@ -255,8 +272,10 @@ class OutputFile:
 
     def _check_held(self) -> None:
         if not self._holds():
-            raise OutputTaken(f"output: {self.lock_path} was removed while this job ran, so another job may be "
-                              f"writing {self.path}: stopping without touching it or {self.tmp}")
+            raise OutputTaken(
+                f"output: {self.lock_path} was removed while this job ran, so another job may be "
+                f"writing {self.path}: stopping without touching it or {self.tmp}"
+            )
 
     def _journal_record(self) -> dict:
         """The journal as a JSON object (a regular file, never followed if a link), or OutputRefused."""
@@ -274,28 +293,41 @@ class OutputFile:
         except (UnicodeDecodeError, ValueError):
             record = None
         if not isinstance(record, dict):
-            raise OutputRefused(f"--resume: {name} is not a valid progress record (not a JSON object); "
-                                "run without --resume to start over")
+            raise OutputRefused(
+                f"--resume: {name} is not a valid progress record (not a JSON object); "
+                "run without --resume to start over"
+            )
         return record
 
     def _read_journal(self) -> Progress:
         name, record = self.journal, self._journal_record()
         if record.get("signature") != self.signature:
-            raise OutputRefused(f"--resume: {self.tmp} was written with other options or another model; "
-                                "run without --resume to start over")
+            raise OutputRefused(
+                f"--resume: {self.tmp} was written with other options or another model; "
+                "run without --resume to start over"
+            )
         try:
-            progress = Progress(**{k: record[k] for k in ("lines", "bytes", "input_bytes", "input_hash",
-                                                          "output_hash")})
+            progress = Progress(
+                **{k: record[k] for k in ("lines", "bytes", "input_bytes", "input_hash", "output_hash")}
+            )
         except KeyError as e:
-            raise OutputRefused(f"--resume: {name} is not a valid progress record (no {e.args[0]!r}); "
-                                "run without --resume to start over") from None
-        if not (all(type(v) is int and v >= 0 for v in (progress.lines, progress.bytes, progress.input_bytes))
-                and isinstance(progress.input_hash, str) and isinstance(progress.output_hash, str)):
-            raise OutputRefused(f"--resume: {name} is not a valid progress record (bad values); "
-                                "run without --resume to start over")
+            raise OutputRefused(
+                f"--resume: {name} is not a valid progress record (no {e.args[0]!r}); "
+                "run without --resume to start over"
+            ) from None
+        if not (
+            all(type(v) is int and v >= 0 for v in (progress.lines, progress.bytes, progress.input_bytes))
+            and isinstance(progress.input_hash, str)
+            and isinstance(progress.output_hash, str)
+        ):
+            raise OutputRefused(
+                f"--resume: {name} is not a valid progress record (bad values); run without --resume to start over"
+            )
         if record.get("check") != _checksum(record):
-            raise OutputRefused(f"--resume: {name} is not a valid progress record (edited or corrupt: its checksum "
-                                "does not match); run without --resume to start over")
+            raise OutputRefused(
+                f"--resume: {name} is not a valid progress record (edited or corrupt: its checksum "
+                "does not match); run without --resume to start over"
+            )
         return progress
 
     def _reopen_tmp(self, progress: Progress) -> tuple[int, Any]:
@@ -315,8 +347,10 @@ class OutputFile:
         digest = _hash_prefix(fd, size)
         if digest.hexdigest() != progress.output_hash:
             os.close(fd)
-            raise OutputRefused(f"--resume: {self.tmp} does not hold the output its progress record describes "
-                                "(edited or corrupt); run without --resume to start over")
+            raise OutputRefused(
+                f"--resume: {self.tmp} does not hold the output its progress record describes "
+                "(edited or corrupt); run without --resume to start over"
+            )
         os.ftruncate(fd, size)
         os.lseek(fd, size, os.SEEK_SET)
         return fd, digest
@@ -326,8 +360,10 @@ class OutputFile:
         are the input its partial output was made from (the job's source reads them: pipeline.py)."""
         expected = self.resumed
         if (input_bytes, input_hash) != (expected.input_bytes, expected.input_hash):
-            raise OutputRefused(f"--resume: the input is not the one {self.tmp} was made from (its first "
-                                f"{expected.lines} lines differ); run without --resume to start over")
+            raise OutputRefused(
+                f"--resume: the input is not the one {self.tmp} was made from (its first "
+                f"{expected.lines} lines differ); run without --resume to start over"
+            )
 
 
 @contextmanager
@@ -413,8 +449,9 @@ def _lock(lock_path: str, path: str) -> int:
             fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
         except OSError as e:  # named by the output, not by the lock file the user never asked for
             if e.errno in (errno.ENOENT, errno.ENOTDIR):
-                raise OutputRefused(f"output: cannot write {path}: its directory {os.path.dirname(path) or '.'} "
-                                    "does not exist") from None
+                raise OutputRefused(
+                    f"output: cannot write {path}: its directory {os.path.dirname(path) or '.'} does not exist"
+                ) from None
             raise OutputRefused(f"output: cannot write {path}: {_reason(e)}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -60,9 +60,14 @@ def load_engine(config: Config) -> Engine:
     return Engine.load(config)
 
 
-def run(source: Source, work: Callable[[list[Example]], list], sink: Sink, at_once: int = 1,
-        mine: Callable[[Iterable[list[Example]]], list] = list,
-        observe: Callable[[list[Example], list], None] | None = None) -> int:
+def run(
+    source: Source,
+    work: Callable[[list[Example]], list],
+    sink: Sink,
+    at_once: int = 1,
+    mine: Callable[[Iterable[list[Example]]], list] = list,
+    observe: Callable[[list[Example], list], None] | None = None,
+) -> int:
     """Run a job: each chunk of `source` cut into batches, the batches `mine` keeps decoded by
     `work` (`at_once` at the same time, in_order), their results put into `sink` and told to
     `observe`, the chunk checkpointed. Returns the number of input lines done."""
@@ -104,9 +109,14 @@ class LineSource:
     given their (bytes, hash) to compare with what the output was made from, and `on_resume`
     told. Each line gets its line of the --prefix file."""
 
-    def __init__(self, config: Config, make_example: Callable[..., Example], done: int = 0,
-                 check_input: Callable[[int, str], None] | None = None,
-                 on_resume: Callable[[int], None] | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        make_example: Callable[..., Example],
+        done: int = 0,
+        check_input: Callable[[int, str], None] | None = None,
+        on_resume: Callable[[int], None] | None = None,
+    ) -> None:
         self.config, self.batching, self.make_example = config, config.batching, make_example
         self.done, self.check_input, self.on_resume = done, check_input, on_resume
         self.reader = LineReader(config.io.src, config.io.on_invalid_utf8)

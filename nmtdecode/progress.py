@@ -36,8 +36,15 @@ def progress_bar(config: Config, done: int, wanted: bool = True, label: str = ""
     shown = wanted and not config.runtime.quiet and not config.io.stream and stderr_is_terminal()
     total = count_lines(config.io.src) if shown else None
     layout = {} if total is None else {"bar_format": "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"}
-    return tqdm(total=total, initial=done, unit=" lines", disable=not shown, dynamic_ncols=True,
-                desc=os.path.basename(label) or None, **layout)
+    return tqdm(
+        total=total,
+        initial=done,
+        unit=" lines",
+        disable=not shown,
+        dynamic_ncols=True,
+        desc=os.path.basename(label) or None,
+        **layout,
+    )
 
 
 def bytes_left(src: str, done: int, lines: int | None) -> int | None:

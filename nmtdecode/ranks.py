@@ -81,8 +81,10 @@ class Ranks:
             rank, local_rank = int(env["RANK"]), int(env.get("LOCAL_RANK", env["RANK"]))
             local_world = int(env.get("LOCAL_WORLD_SIZE", world))
         except (KeyError, ValueError):
-            raise ConfigError("WORLD_SIZE is set but RANK, LOCAL_RANK or LOCAL_WORLD_SIZE is missing or not "
-                              "a number: start several processes with torchrun") from None
+            raise ConfigError(
+                "WORLD_SIZE is set but RANK, LOCAL_RANK or LOCAL_WORLD_SIZE is missing or not "
+                "a number: start several processes with torchrun"
+            ) from None
         return cls(rank, world, local_rank, local_world)
 
     def part(self, output: str, rank: int | None = None) -> str:
@@ -105,8 +107,8 @@ def layouts(output: str) -> dict[int, list[str]]:
         if os.path.lexists(name):
             found.setdefault(1, []).append(name)
     for name in sorted(glob.glob(glob.escape(output) + ".part-*-of-*")):
-        match = PART.search(name[len(output):])
-        if match and name[len(output):] == match.group(0):
+        match = PART.search(name[len(output) :])
+        if match and name[len(output) :] == match.group(0):
             found.setdefault(int(match.group(2)), []).append(name)
     return found
 
@@ -128,8 +130,10 @@ def check_layout(output: str, world: int, resume: bool, clean: bool = True) -> N
         n = max(others)
         how = "one process" if n == 1 else f"{n} processes (torchrun's WORLD_SIZE {n})"
         now = "one process" if world == 1 else f"{world} processes"
-        raise OutputRefused(f"--resume: {output} was begun by {how} ({others[n][0]}, ...); resume it with the same "
-                            f"number, not {now}, or run without --resume to start over")
+        raise OutputRefused(
+            f"--resume: {output} was begun by {how} ({others[n][0]}, ...); resume it with the same "
+            f"number, not {now}, or run without --resume to start over"
+        )
     for names in others.values() if clean else ():
         for name in names:
             remove(name)
@@ -140,8 +144,11 @@ def merge_stopped(output: str, world: int) -> bool:
     OUT.tmp (or its journal) can only be their merge's: a one-process job on OUT removes the parts
     of others before it writes, and rank 0 removes OUT.tmp before its rank's part is made."""
     ranks = Ranks(0, world, 0, world)
-    return all(os.path.lexists(f"{ranks.part(output, r)}{suffix}") for r in range(world)
-               for suffix in (".tmp", ".tmp.progress"))
+    return all(
+        os.path.lexists(f"{ranks.part(output, r)}{suffix}")
+        for r in range(world)
+        for suffix in (".tmp", ".tmp.progress")
+    )
 
 
 def threads_for(config: Config, ranks: Ranks) -> int:
@@ -170,11 +177,15 @@ def check_job(config: Config) -> None:
     if io_cfg.prefix is not None:
         check_prefix(io_cfg.src, io_cfg.prefix, io_cfg.resume)
     if not stat.S_ISREG(os.stat(io_cfg.src).st_mode):
-        raise ConfigError(f"under torchrun every process reads the whole input: --src {io_cfg.src} must be a "
-                          "regular file, not a pipe or device")
+        raise ConfigError(
+            f"under torchrun every process reads the whole input: --src {io_cfg.src} must be a "
+            "regular file, not a pipe or device"
+        )
     if OutputFile(io_cfg.output).direct:
-        raise ConfigError("under torchrun --output must be a file (each process writes FILE.part-RANK-of-WORLD "
-                          "beside it), not stdout, a link or a device")
+        raise ConfigError(
+            "under torchrun --output must be a file (each process writes FILE.part-RANK-of-WORLD "
+            "beside it), not stdout, a link or a device"
+        )
 
 
 class PeerLost(RuntimeError):
@@ -216,9 +227,11 @@ class Group:
                 self._store_reachable(time.monotonic() + timeout)
                 dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout))
             except (OSError, RuntimeError) as e:
-                raise PeerLost(f"rank {ranks.rank} of {ranks.world}: no rendezvous with the other processes of the "
-                               f"job within {timeout:g} s ({_reason(e)}): was torchrun stopped? "
-                               f"({RENDEZVOUS_TIMEOUT} sets the limit); nothing was written") from None
+                raise PeerLost(
+                    f"rank {ranks.rank} of {ranks.world}: no rendezvous with the other processes of the "
+                    f"job within {timeout:g} s ({_reason(e)}): was torchrun stopped? "
+                    f"({RENDEZVOUS_TIMEOUT} sets the limit); nothing was written"
+                ) from None
         self.long = self._polled(lambda: dist.new_group(backend="gloo", timeout=WAIT), STARTING)
 
     def _store_reachable(self, deadline: float) -> None:
@@ -262,8 +275,10 @@ class Group:
                 work.wait()
             return work
         except RuntimeError as e:
-            raise PeerLost(f"rank {self.ranks.rank} of {self.ranks.world}: another process of the job stopped or "
-                           f"cannot be reached ({_reason(e)}); {note}") from None
+            raise PeerLost(
+                f"rank {self.ranks.rank} of {self.ranks.world}: another process of the job stopped or "
+                f"cannot be reached ({_reason(e)}); {note}"
+            ) from None
 
 
 def _reason(error: Exception) -> str:
@@ -319,12 +334,14 @@ def _records(name: str, f: BinaryIO) -> Iterator[tuple[int, bytes]]:
         try:
             index, size = (int(x) for x in header.split())
         except ValueError:
-            raise RuntimeError(f"{name} is not a part (a record header {header[:40]!r}); "
-                               "run without --resume to start over") from None
+            raise RuntimeError(
+                f"{name} is not a part (a record header {header[:40]!r}); run without --resume to start over"
+            ) from None
         data = f.read(size)
         if len(data) != size:
-            raise RuntimeError(f"{name} ends inside the output of input line {index + 1}; "
-                               "run without --resume to start over")
+            raise RuntimeError(
+                f"{name} ends inside the output of input line {index + 1}; run without --resume to start over"
+            )
         yield index, data
 
 
@@ -341,14 +358,18 @@ def merge(output: OutputFile, parts: list[str], lines: int) -> None:
         streams = [_records(f"{name}.tmp", f) for name, f in zip(parts, files)]
         for index, data in heapq.merge(*streams, key=lambda record: record[0]):
             if index != expected:
-                raise RuntimeError(f"the parts of {output.path} have {'no' if index > expected else 'a second'} "
-                                   f"output for input line {min(index, expected) + 1}; run without --resume to "
-                                   "start over")
+                raise RuntimeError(
+                    f"the parts of {output.path} have {'no' if index > expected else 'a second'} "
+                    f"output for input line {min(index, expected) + 1}; run without --resume to "
+                    "start over"
+                )
             output.stream.write(data.decode("utf-8"))
             expected += 1
         if expected != lines:
-            raise RuntimeError(f"the parts of {output.path} end at input line {expected}, not {lines}; "
-                               "run without --resume to start over")
+            raise RuntimeError(
+                f"the parts of {output.path} end at input line {expected}, not {lines}; "
+                "run without --resume to start over"
+            )
     except BaseException:
         output.abandon()
         raise

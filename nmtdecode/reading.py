@@ -82,8 +82,10 @@ class LineReader:
             return raw.decode("utf-8")
         except UnicodeDecodeError as e:
             if self.on_invalid != "replace":
-                raise InputError(f"{self.name}:{number}: invalid UTF-8 at byte {e.start} "
-                                 "(--on-invalid-utf8 replace decodes it as U+FFFD)") from None
+                raise InputError(
+                    f"{self.name}:{number}: invalid UTF-8 at byte {e.start} "
+                    "(--on-invalid-utf8 replace decodes it as U+FFFD)"
+                ) from None
             self.replaced_lines += 1
             return raw.decode("utf-8", errors="replace")
 
@@ -168,16 +170,20 @@ class PrefixLines:
         for _ in range(index - self.read + 1):
             current = next(self.lines, None)
             if current is None:
-                raise InputError(f"--prefix {self.path} has {self.read} lines, fewer than the source "
-                                 f"(line {index + 1}); give one prefix line per source line")
+                raise InputError(
+                    f"--prefix {self.path} has {self.read} lines, fewer than the source "
+                    f"(line {index + 1}); give one prefix line per source line"
+                )
             self.read += 1
         return current
 
     def check_end(self) -> None:
         """After the last source line: the prefix file has no more lines."""
         if next(self.lines, None) is not None:
-            raise InputError(f"--prefix {self.path} has more lines than the source ({self.read}); "
-                             "give one prefix line per source line")
+            raise InputError(
+                f"--prefix {self.path} has more lines than the source ({self.read}); "
+                "give one prefix line per source line"
+            )
 
 
 def check_prefix(src: str, prefix: str, resume: bool = False) -> None:
@@ -186,12 +192,15 @@ def check_prefix(src: str, prefix: str, resume: bool = False) -> None:
     counted, nor hashed for the resume signature, so it cannot be resumed)."""
     check_readable(prefix)
     if resume and not os.path.isfile(prefix):
-        raise ConfigError(f"--resume: the prefixes come from {prefix}, a pipe or device, which cannot be read again "
-                          "to check that they are the ones the partial output was made with; give a file")
+        raise ConfigError(
+            f"--resume: the prefixes come from {prefix}, a pipe or device, which cannot be read again "
+            "to check that they are the ones the partial output was made with; give a file"
+        )
     counts = count_lines(src), count_lines(prefix)
     if None not in counts and counts[0] != counts[1]:
-        raise ConfigError(f"prefix: {prefix} has {counts[1]} lines but {src} has {counts[0]}; "
-                         "give one prefix line per source line")
+        raise ConfigError(
+            f"prefix: {prefix} has {counts[1]} lines but {src} has {counts[0]}; give one prefix line per source line"
+        )
 
 
 def count_lines(path: str) -> int | None:
@@ -232,5 +241,3 @@ def _open(path: str) -> BinaryIO:
         return open(path, "rb")
     except OSError as e:
         raise InputError(f"cannot read {path}: {e.strerror}") from None
-
-

@@ -48,8 +48,13 @@ class ResolvedJob:
         return batches_at_once(self.config, self.device_type)
 
 
-def resolve(config: Config, engine: Engine, api_method: str | None = None, call_options: dict | None = None,
-            scoring: bool = False) -> ResolvedJob:
+def resolve(
+    config: Config,
+    engine: Engine,
+    api_method: str | None = None,
+    call_options: dict | None = None,
+    scoring: bool = False,
+) -> ResolvedJob:
     """The job of `config` on the engine's model. `api_method`: the Python API's method the job
     serves, with the options of that call (notes name keyword arguments); else the command line's
     (notes name flags). `scoring`: forced decoding, which no search option affects (no notes, no
@@ -59,9 +64,14 @@ def resolve(config: Config, engine: Engine, api_method: str | None = None, call_
     decoding = config.decoding
     rules = loaded.rules_for(decoding.src_lang, decoding.tgt_lang)
     piece_id = getattr(loaded.tokenizer, "piece_id", None)
-    job = ResolvedJob(config, rules, piece_ids("banned_tokens", decoding.banned_tokens, piece_id),
-                      piece_ids("ignore_when_blocking", decoding.ignore_when_blocking, piece_id),
-                      model_files=tuple(loaded.files), device_type=engine.device.type)
+    job = ResolvedJob(
+        config,
+        rules,
+        piece_ids("banned_tokens", decoding.banned_tokens, piece_id),
+        piece_ids("ignore_when_blocking", decoding.ignore_when_blocking, piece_id),
+        model_files=tuple(loaded.files),
+        device_type=engine.device.type,
+    )
     if scoring:
         return job
     loaded.check_decoding(decoding)
@@ -82,8 +92,10 @@ def piece_ids(key: str, pieces: list[str], piece_id: Callable[[str], int | None]
     for piece in pieces:
         found = piece_id(piece)
         if found is None:
-            raise ConfigError(f"{key}: {shown(piece)} is not a piece of the target vocabulary (give pieces as the "
-                              "tokenizer spells them, e.g. \u2581the for a word-initial 'the')")
+            raise ConfigError(
+                f"{key}: {shown(piece)} is not a piece of the target vocabulary (give pieces as the "
+                "tokenizer spells them, e.g. \u2581the for a word-initial 'the')"
+            )
         ids.append(found)
     return ids
 
@@ -100,9 +112,11 @@ def check_fits(config: Config, engine: Engine) -> None:
     need = engine.decoding_bytes(1, width, 2)
     if need > total:
         key = "n_best" if decoding.sampling else "beam_size"
-        raise ConfigError(f"{key}: {width} needs at least {memory.readable_size(need)} for one "
-                          f"sentence's second decoding step, more than the {memory.readable_size(total)} "
-                          "this process can use; choose a smaller beam")
+        raise ConfigError(
+            f"{key}: {width} needs at least {memory.readable_size(need)} for one "
+            f"sentence's second decoding step, more than the {memory.readable_size(total)} "
+            "this process can use; choose a smaller beam"
+        )
 
 
 def batches_at_once(config: Config, device_type: str) -> int:
@@ -112,8 +126,13 @@ def batches_at_once(config: Config, device_type: str) -> int:
     return config.runtime.inter_threads
 
 
-def ineffective(config: Config, max_positions: int, device_type: str, api_method: str | None = None,
-                call_options: dict | None = None) -> list[str]:
+def ineffective(
+    config: Config,
+    max_positions: int,
+    device_type: str,
+    api_method: str | None = None,
+    call_options: dict | None = None,
+) -> list[str]:
     """Notes for options that change nothing (or only slow things down) in this job: not errors,
     since a shared config file may well set them for another model or format. The command line's
     are named as flags; the Python API's as keyword arguments, with those whose results its
@@ -127,24 +146,31 @@ def ineffective(config: Config, max_positions: int, device_type: str, api_method
         wanted = "beta > 0" if api else "--beta B, B > 0"
         notes.append(f"coverage_penalty: {decoding.coverage_penalty} with beta 0 changes nothing ({wanted})")
     if "max_length" in user and decoding.max_length > max_positions:
-        notes.append(f"max_length: {decoding.max_length} is above the model's {max_positions} target positions, "
-                     f"which cap every output at {max_positions} tokens")
+        notes.append(
+            f"max_length: {decoding.max_length} is above the model's {max_positions} target positions, "
+            f"which cap every output at {max_positions} tokens"
+        )
     if "diversity_penalty" in user and decoding.beam_groups == 1:
         notes.append(f"diversity_penalty: has no effect without {flag('beam_groups')} above 1")
     if decoding.ignore_when_blocking and not decoding.block_ngram_repeat:
         notes.append(f"ignore_when_blocking: has no effect without {flag('block_ngram_repeat')}")
     sampling = "sampling=True" if api else "--sampling"
     if not decoding.sampling:
-        notes += [f"{key}: has no effect without {sampling}{'' if api else ' (sampling: true)'}"
-                  for key in ("temperature", "top_k", "top_p", "seed") if key in user]
+        notes += [
+            f"{key}: has no effect without {sampling}{'' if api else ' (sampling: true)'}"
+            for key in ("temperature", "top_k", "top_p", "seed")
+            if key in user
+        ]
     elif "early_stopping" in user:
         notes.append(f"early_stopping: has no effect with {sampling} (each sample ends at EOS or the step limit)")
     if config.runtime.inter_threads > 1 and batches_at_once(config, device_type) == 1:
         where = "on CUDA" if device_type != "cpu" else "when answering line by line (--stream)"
         notes.append(f"inter_threads: has no effect {where}: one batch is decoded at a time")
     if config.runtime.dtype == "float16" and device_type == "cpu":
-        notes.append("dtype: float16 on CPU has few native kernels and is usually slower than float32 "
-                     "(bfloat16 is fast on CPUs with AMX)")
+        notes.append(
+            "dtype: float16 on CPU has few native kernels and is usually slower than float32 "
+            "(bfloat16 is fast on CPUs with AMX)"
+        )
     if api:
         notes += returned_notes(config, api_method, call_options or {})
     return notes
@@ -154,8 +180,10 @@ def format_notes(config: Config) -> list[str]:
     """Options whose results the job's output format does not write."""
     io, decoding, notes = config.io, config.decoding, []
     if io.token_scores and io.format not in ("jsonl", "nbest-marian"):
-        notes.append(f"token_scores: has no effect with --format {io.format} (it adds fields to jsonl, and "
-                     "Marian's WordScores to nbest-marian)")
+        notes.append(
+            f"token_scores: has no effect with --format {io.format} (it adds fields to jsonl, and "
+            "Marian's WordScores to nbest-marian)"
+        )
     for key in ("alignment", "attention"):
         if getattr(decoding, key) and io.format != "jsonl" and io.dump_beam is None:
             notes.append(f"{key}: has no effect with --format {io.format} (it adds fields to jsonl and --dump-beam)")
@@ -166,8 +194,9 @@ def returned_notes(config: Config, method: str, call_options: dict) -> list[str]
     """Options whose results the Python API's `method` does not return (its type cannot carry them)."""
     notes = []
     if "format" in call_options:
-        notes.append(f"format={shown(call_options['format'])} has no effect on {method}: translate_file() writes "
-                     "formats")
+        notes.append(
+            f"format={shown(call_options['format'])} has no effect on {method}: translate_file() writes formats"
+        )
     if config.decoding.report_align:
         notes.append(f"report_align=True has no effect on {method}: translate_file() writes the Pharaoh pairs")
     if method in ("translate()", "translate_iterable()"):
@@ -205,9 +234,11 @@ def check_translate(config: Config) -> None:
     to miss, and onmt_translate users expect N lines: --format nbest gives them, with scores)."""
     decoding, io_cfg = config.decoding, config.io
     if decoding.n_best > 1 and io_cfg.format == "text" and io_cfg.dump_beam is None:
-        raise ConfigError(f"n_best: {decoding.n_best} hypotheses do not fit --format text, which writes one line "
-                          "per input line; --format nbest writes N lines per input (INDEX ||| TEXT ||| SCORE, as "
-                          "onmt_translate -n_best N writes N lines), jsonl one record with all N")
+        raise ConfigError(
+            f"n_best: {decoding.n_best} hypotheses do not fit --format text, which writes one line "
+            "per input line; --format nbest writes N lines per input (INDEX ||| TEXT ||| SCORE, as "
+            "onmt_translate -n_best N writes N lines), jsonl one record with all N"
+        )
 
 
 def check_torchrun(config: Config) -> None:
@@ -231,16 +262,20 @@ def check_load_options(options: dict) -> None:
     to translate_file()."""
     files = sorted(k for k in options if k in ("model", "src", "output"))
     if files:
-        raise ConfigError(f"{files[0]}: not an option of load(); give the model as `path` and files "
-                          "to translate_file()")
+        raise ConfigError(
+            f"{files[0]}: not an option of load(); give the model as `path` and files to translate_file()"
+        )
 
 
 def check_call_keys(options: dict) -> None:
     """The options one Python API call may change (CALL_KEYS)."""
     fixed = sorted(k for k in options if k not in CALL_KEYS)
     if fixed:
-        what = "is fixed when the model loads: give it to Translator.load()" if fixed[0] in KEY_SECTION else \
-            "is not an option"
+        what = (
+            "is fixed when the model loads: give it to Translator.load()"
+            if fixed[0] in KEY_SECTION
+            else "is not an option"
+        )
         raise ConfigError(f"{fixed[0]}: {what}")
 
 
@@ -254,8 +289,10 @@ def check_generate_tokens(config: Config) -> None:
     """generate_tokens() yields one hypothesis a token at a time: no beam, one hypothesis."""
     decoding = config.decoding
     if decoding.beam_size > 1 and not decoding.sampling:
-        raise ConfigError("beam_size: generate_tokens() decodes greedily or samples (beam_size=1 or "
-                          "sampling=True); translate_batch() runs a beam")
+        raise ConfigError(
+            "beam_size: generate_tokens() decodes greedily or samples (beam_size=1 or "
+            "sampling=True); translate_batch() runs a beam"
+        )
     if decoding.n_best > 1:
         raise ConfigError("n_best: generate_tokens() yields one hypothesis; translate_batch() gives n_best")
 

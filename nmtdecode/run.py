@@ -24,8 +24,18 @@ from .jobs import check_written_files
 from .output_file import NOT_RESUMABLE, OutputFile
 from .pipeline import LineSource, load_engine, run
 from .progress import JobProgress, progress_bar, stdin_is_terminal
-from .ranks import (Group, PartWriter, Ranks, check_job, check_layout, device_for, layouts, leave_group, merge,
-                    threads_for)
+from .ranks import (
+    Group,
+    PartWriter,
+    Ranks,
+    check_job,
+    check_layout,
+    device_for,
+    layouts,
+    leave_group,
+    merge,
+    threads_for,
+)
 from .reading import check_prefix, check_readable
 from .resolve import ResolvedJob, check_torchrun, check_translate, resolve, stream_typed_input
 from .summary import Summary, count, print_warning, say, timing
@@ -61,7 +71,7 @@ def translate_job(jobs: Config | list[Config], engine: Engine | None = None) -> 
                 dumps.append(dump)
                 pending.append((job, output, dump))
         for job, output, _ in pending:  # before the load: a stop during it must not leave an older output
-            if not job.io.resume:       # looking complete to a --resume (a requeued Slurm job passes it)
+            if not job.io.resume:  # looking complete to a --resume (a requeued Slurm job passes it)
                 output.mark_unfinished()
         total, resolved = Summary(), []
         if pending:
@@ -74,8 +84,10 @@ def translate_job(jobs: Config | list[Config], engine: Engine | None = None) -> 
             share = WholeJob(dump, job.io.src) if several else WholeJob(dump, timed=(started, load_seconds))
             total.add(decode_job(resolved_job, engine, output, share)[0])
         if several and pending and not pending[0][0].runtime.quiet:
-            say(total.line(f"nmtdecode: all {count(len(pending), 'file')}:")
-                + timing(load_seconds, time.perf_counter() - started))
+            say(
+                total.line(f"nmtdecode: all {count(len(pending), 'file')}:")
+                + timing(load_seconds, time.perf_counter() - started)
+            )
         return total
     except (KeyboardInterrupt, signals.Terminated) as stop:
         if not any(output is not None and not output.direct for output in outputs):
@@ -183,8 +195,9 @@ class WholeJob:
     shows_progress = True
     reports_input = True
 
-    def __init__(self, dump: OutputFile | None = None, label: str = "",
-                 timed: tuple[float, float | None] | None = None) -> None:
+    def __init__(
+        self, dump: OutputFile | None = None, label: str = "", timed: tuple[float, float | None] | None = None
+    ) -> None:
         self.dump, self.label, self.timed = dump, label, timed
         self.where = f"{label}: " if label else ""
         self.summary_prefix = f"nmtdecode: {label}:" if label else "nmtdecode:"
@@ -249,12 +262,18 @@ def decode_job(job: ResolvedJob, engine: Engine, output: OutputFile, share: Shar
     """Decode `share` (WholeJob or RankJob) of one job into `output` through the pipeline, its
     output checkpointed after each chunk; returns its summary and the input's line count."""
     config = job.config
-    decoder = engine.decoder(config.decoding, job.rules, job.banned_ids, job.excluded_ids,
-                             trace=config.io.dump_beam is not None)
+    decoder = engine.decoder(
+        config.decoding, job.rules, job.banned_ids, job.excluded_ids, trace=config.io.dump_beam is not None
+    )
     signals.job_started()  # from here a signal unwinds the job, keeping its output resumable
     done = output.open(config.io.resume, job.signature)  # input lines done before
-    source = LineSource(config, engine.make_example, done, output.check_input,
-                        on_resume=lambda n: print_warning(f"{share.where}resuming after input line {n}"))
+    source = LineSource(
+        config,
+        engine.make_example,
+        done,
+        output.check_input,
+        on_resume=lambda n: print_warning(f"{share.where}resuming after input line {n}"),
+    )
     sink = OutputSink(share.writer(output, config, done), output)
     if config.io.stream and stdin_is_terminal() and not config.runtime.quiet:
         say("nmtdecode: ready: type a line to translate it (Ctrl-D ends)")
@@ -267,8 +286,14 @@ def decode_job(job: ResolvedJob, engine: Engine, output: OutputFile, share: Shar
                 if config.io.stream:  # what is written of the chunk so far goes out with each batch
                     output.stream.flush()
 
-            lines = run(source, lambda batch: engine.decode_batch(batch, decoder), sink, job.batches_at_once,
-                        share.mine, observe)
+            lines = run(
+                source,
+                lambda batch: engine.decode_batch(batch, decoder),
+                sink,
+                job.batches_at_once,
+                share.mine,
+                observe,
+            )
     except BaseException:
         output.abandon()  # keeps FILE.tmp and its journal for --resume
         share.abandon()

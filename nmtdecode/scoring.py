@@ -53,8 +53,10 @@ class ScoreSummary:
     def line(self) -> str:
         per_token = self.log_prob / self.tokens if self.tokens else 0.0
         rate = self.tokens / self.seconds if self.seconds > 0 else 0.0
-        return (f"nmtdecode: {count(self.pairs, 'pair')}, {count(self.tokens, 'target token')} in {self.seconds:.2f} s "
-                f"({rate:.1f} tokens/s); log-prob per token {per_token:.4f}, perplexity {math.exp(-per_token):.2f}")
+        return (
+            f"nmtdecode: {count(self.pairs, 'pair')}, {count(self.tokens, 'target token')} in {self.seconds:.2f} s "
+            f"({rate:.1f} tokens/s); log-prob per token {per_token:.4f}, perplexity {math.exp(-per_token):.2f}"
+        )
 
 
 def score_job(config: Config, tgt: str, normalize: bool = False) -> ScoreSummary:
@@ -78,40 +80,53 @@ def score_job(config: Config, tgt: str, normalize: bool = False) -> ScoreSummary
         signals.job_started()
         out.open(False, signature="")  # no checkpoints: a complete file or none
         try:
-            summary = _score_into(out, job.config, engine, engine.decoder(job.config.decoding, job.rules), tgt,
-                                  normalize)
+            summary = _score_into(
+                out, job.config, engine, engine.decoder(job.config.decoding, job.rules), tgt, normalize
+            )
         except BaseException:
             out.abandon()  # with no journal, FILE.tmp is removed
             raise
         out.finish()
     except (KeyboardInterrupt, signals.Terminated) as stop:
-        setattr(stop, signals.STOPPED_NOTE,
-                NOT_RESUMABLE if out.direct else "nothing was kept (score writes its output file whole): run it again")
+        setattr(
+            stop,
+            signals.STOPPED_NOTE,
+            NOT_RESUMABLE if out.direct else "nothing was kept (score writes its output file whole): run it again",
+        )
         raise
     finally:
         out.release()
     if summary.truncated:
-        print_warning(f"source {_lines(summary.truncated)} longer than the model's positions (or --max-src-length): "
-                      "cut, as translate cuts them")
+        print_warning(
+            f"source {_lines(summary.truncated)} longer than the model's positions (or --max-src-length): "
+            "cut, as translate cuts them"
+        )
     if not job.config.runtime.quiet:
         say(summary.line())
     return summary
 
 
-def _score_into(out: OutputFile, config: Config, engine: Engine, decoder: BatchDecoder, tgt: str,
-                normalize: bool) -> ScoreSummary:
+def _score_into(
+    out: OutputFile, config: Config, engine: Engine, decoder: BatchDecoder, tgt: str, normalize: bool
+) -> ScoreSummary:
     summary, start, by_token = ScoreSummary(), time.perf_counter(), config.io.format == "jsonl"
     sources = LineReader(config.io.src, config.io.on_invalid_utf8)
     targets = LineReader(tgt, config.io.on_invalid_utf8)
-    source = PairSource(pair_examples(engine, decoder, _pairs(sources, targets), config.batching.max_src_length),
-                        config)
+    source = PairSource(
+        pair_examples(engine, decoder, _pairs(sources, targets), config.batching.max_src_length), config
+    )
     with progress_bar(config, 0) as bar:
+
         def counted(batch: list[Example], scores: list[PairScore]) -> None:
             summary.add(batch, scores)
             bar.update(len(batch))
 
-        run(source, lambda batch: engine.score_batch(batch, decoder, by_token),
-            ScoreWriter(out.stream, by_token, normalize), observe=counted)
+        run(
+            source,
+            lambda batch: engine.score_batch(batch, decoder, by_token),
+            ScoreWriter(out.stream, by_token, normalize),
+            observe=counted,
+        )
     summary.truncated.sort()
     summary.seconds = time.perf_counter() - start
     return summary
@@ -166,15 +181,24 @@ def _pairs(sources: Iterable[str], targets: Iterable[str]) -> Iterator[tuple[int
 
 
 def _record(score: PairScore, normalize: bool) -> str:
-    record = {"index": score.index, "log_prob": score.total, "tokens": score.tokens,
-              "token_scores": score.token_scores, "eos_score": score.eos_score}
+    record = {
+        "index": score.index,
+        "log_prob": score.total,
+        "tokens": score.tokens,
+        "token_scores": score.token_scores,
+        "eos_score": score.eos_score,
+    }
     if normalize:
         record["mean_log_prob"] = score.total / score.length
     return json.dumps(record, ensure_ascii=False) + "\n"
 
 
-def pair_examples(engine: Engine, decoder: BatchDecoder, pairs: Iterable[tuple[int, str | list, str | list]],
-                  max_src_length: int | None) -> Iterator[Example]:
+def pair_examples(
+    engine: Engine,
+    decoder: BatchDecoder,
+    pairs: Iterable[tuple[int, str | list, str | list]],
+    max_src_length: int | None,
+) -> Iterator[Example]:
     """An Example per (index, source, target): the source cut as translate cuts it (an empty one
     is scored too: it is EOS alone), the target ids in `target`. A target the decoder has no
     positions for cannot be scored: an error names its line."""
@@ -182,20 +206,27 @@ def pair_examples(engine: Engine, decoder: BatchDecoder, pairs: Iterable[tuple[i
     for index, source, target in pairs:
         target_ids = engine.target_ids(target)
         if len(target_ids) > room:
-            raise InputError(f"target line {index + 1} has {len(target_ids)} tokens; with its forced prefix the "
-                             f"decoder has positions for {room}: it cannot be scored")
+            raise InputError(
+                f"target line {index + 1} has {len(target_ids)} tokens; with its forced prefix the "
+                f"decoder has positions for {room}: it cannot be scored"
+            )
         ids, truncated = engine.encode_source(source, max_src_length)
         yield Example(index, source, ids, truncated=truncated, target=target_ids)
 
 
-def score_pairs(engine: Engine, config: Config, sources: list, targets: list,
-                by_token: bool = False) -> list[PairScore]:
+def score_pairs(
+    engine: Engine, config: Config, sources: list, targets: list, by_token: bool = False
+) -> list[PairScore]:
     """Each pair's PairScore in their order (the Python API), batched as `score` batches; a
     target is text or pieces (`Engine.target_ids`)."""
     job = resolve(config, engine, scoring=True)
     decoder = engine.decoder(job.config.decoding, job.rules)
-    examples = pair_examples(engine, decoder, ((i, s, t) for i, (s, t) in enumerate(zip(sources, targets))),
-                             job.config.batching.max_src_length)
+    examples = pair_examples(
+        engine,
+        decoder,
+        ((i, s, t) for i, (s, t) in enumerate(zip(sources, targets))),
+        job.config.batching.max_src_length,
+    )
     sink = ListSink(len(sources))
     run(PairSource(examples, job.config), lambda batch: engine.score_batch(batch, decoder, by_token), sink)
     return sink.results

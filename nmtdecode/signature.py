@@ -56,10 +56,17 @@ def job_signature(config: Config, model_files: Iterable[str] = ()) -> str:
     Left out on purpose: device, threads, gemm, cuda_graphs, traced_step and search_on choose how the same
     numbers are computed, not which; they differ only in rounding (about 1e-6), as two runs on different machines
     do. quantize and dtype change the numbers themselves and are in."""
-    parts = {"version": __version__, "decoding": asdict(config.decoding), "batching": asdict(config.batching),
-             "dtype": config.runtime.dtype, "quantize": config.runtime.quantize, "format": config.io.format,
-             "token_scores": config.io.token_scores, "on_invalid_utf8": config.io.on_invalid_utf8,
-             "stdin": config.io.src == "-"}
+    parts = {
+        "version": __version__,
+        "decoding": asdict(config.decoding),
+        "batching": asdict(config.batching),
+        "dtype": config.runtime.dtype,
+        "quantize": config.runtime.quantize,
+        "format": config.io.format,
+        "token_scores": config.io.token_scores,
+        "on_invalid_utf8": config.io.on_invalid_utf8,
+        "stdin": config.io.src == "-",
+    }
     if len(config.io.models) == 1:
         parts["model"] = model_identity(config.io.models[0], model_files)
     else:  # an ensemble: every model, in order, and how they are combined

@@ -61,14 +61,18 @@ class Summary:
         """Count outputs written as one line though their text held line breaks; the first of
         the job gets a warning."""
         if n and not self.joined:
-            print_warning("the model generated line breaks: each is written as a space, so that every input line has "
-                 "one output line (--format jsonl keeps them)")
+            print_warning(
+                "the model generated line breaks: each is written as a space, so that every input line has "
+                "one output line (--format jsonl keeps them)"
+            )
         self.joined += n
 
     def line(self, prefix: str = "nmtdecode:") -> str:
         rate = self.target_tokens / self.seconds if self.seconds > 0 else 0.0
-        text = (f"{prefix} {count(self.sentences, 'sentence')}, {count(self.target_tokens, 'target token')} "
-                f"in {self.seconds:.2f} s ({rate:.1f} tokens/s)")
+        text = (
+            f"{prefix} {count(self.sentences, 'sentence')}, {count(self.target_tokens, 'target token')} "
+            f"in {self.seconds:.2f} s ({rate:.1f} tokens/s)"
+        )
         if self.truncated:
             text += f"; {count(self.truncated, 'source line')} truncated"
         if self.replaced:
@@ -76,8 +80,10 @@ class Summary:
         if self.joined:
             text += f"; {count(self.joined, 'output')} with line breaks written as spaces"
         if self.unfinished:
-            text += (f"; {self.unfinished} of {count(self.sentences, 'output')} unfinished (cut by the step limit "
-                     "before EOS: raise --max-length)")
+            text += (
+                f"; {self.unfinished} of {count(self.sentences, 'output')} unfinished (cut by the step limit "
+                "before EOS: raise --max-length)"
+            )
         return text
 
 

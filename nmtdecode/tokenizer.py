@@ -25,6 +25,7 @@ def spm_identity(processor: spm.SentencePieceProcessor) -> bytes:
 
 # SentencePiece models are protobuf messages; their wire format is read here without a protobuf package.
 
+
 def read_varint(data: bytes, i: int) -> tuple[int, int]:
     """The variable-length integer at data[i], and where the next field starts."""
     value = shift = 0
@@ -58,8 +59,9 @@ def protobuf_fields(data: bytes) -> Iterator[tuple[int, int, bytes]]:
 
 
 class SentencePieceTokenizer:
-    def __init__(self, source_model: str, target_model: str | None = None, *, eos_id: int,
-                 special_ids: Iterable[int] = ()) -> None:
+    def __init__(
+        self, source_model: str, target_model: str | None = None, *, eos_id: int, special_ids: Iterable[int] = ()
+    ) -> None:
         self.source = spm.SentencePieceProcessor(model_file=str(source_model))
         self.target = spm.SentencePieceProcessor(model_file=str(target_model)) if target_model else self.source
         self.eos_id = eos_id

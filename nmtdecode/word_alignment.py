@@ -33,8 +33,14 @@ def word_indexes(pieces: list[str], marker: str | None) -> list[int]:
     return list(accumulate(int(i > 0 and marker in piece) for i, piece in enumerate(pieces)))
 
 
-def pharaoh(alignment: list[int | None], source_text: list[int], target_text: list[int],
-            source_pieces: list[str], target_pieces: list[str], marker: str | None) -> str:
+def pharaoh(
+    alignment: list[int | None],
+    source_text: list[int],
+    target_text: list[int],
+    source_pieces: list[str],
+    target_pieces: list[str],
+    marker: str | None,
+) -> str:
     """`SRC-TGT` pairs of one hypothesis. alignment: the source position of each target token;
     source_text/target_text: the positions that are text (not EOS, tags, a forced token), in order;
     the pieces: all positions' spellings."""
@@ -44,11 +50,15 @@ def pharaoh(alignment: list[int | None], source_text: list[int], target_text: li
     return " ".join(f"{s}-{t}" for s, t in sorted(pairs))
 
 
-def unknown_replacements(tokens: list[int], alignment: list[int | None], unk_id: int, source_pieces: list[str],
-                         source_text: set[int]) -> dict[int, str]:
+def unknown_replacements(
+    tokens: list[int], alignment: list[int | None], unk_id: int, source_pieces: list[str], source_text: set[int]
+) -> dict[int, str]:
     """{position of a generated <unk>: the source piece it becomes}, for each <unk> aligned to a text piece."""
-    return {t: source_pieces[alignment[t]] for t, token in enumerate(tokens)
-            if token == unk_id and alignment[t] in source_text}
+    return {
+        t: source_pieces[alignment[t]]
+        for t, token in enumerate(tokens)
+        if token == unk_id and alignment[t] in source_text
+    }
 
 
 def decode_replacing(tokenizer: Any, tokens: list[int], replacements: dict[int, str], special_ids: set[int]) -> str:
@@ -76,24 +86,38 @@ def decode_replacing(tokenizer: Any, tokens: list[int], replacements: dict[int, 
     return "".join(parts).lstrip(" ") if marker is not None else "".join(parts)
 
 
-def aligned_result(index: int, hyps: list, tokenizer: Any, source_ids: list[int], source_pieces: list[str],
-                   special_ids: set[int], unk_id: int, replace_unk: bool, report_align: bool) -> Result:
+def aligned_result(
+    index: int,
+    hyps: list,
+    tokenizer: Any,
+    source_ids: list[int],
+    source_pieces: list[str],
+    special_ids: set[int],
+    unk_id: int,
+    replace_unk: bool,
+    report_align: bool,
+) -> Result:
     """A line's result with what --replace-unk and --report-align make of each hypothesis's alignment.
     special_ids: the ids that are not text (EOS, BOS, pad, language tags), on either side."""
     source_text = [p for p, i in enumerate(source_ids) if i not in special_ids]
     texts, pieces, pairs = [], [], []
     for hyp in hyps:
-        replaced = (unknown_replacements(hyp.tokens, hyp.alignment, unk_id, source_pieces, set(source_text))
-                    if replace_unk else {})
-        texts.append(decode_replacing(tokenizer, hyp.tokens, replaced, special_ids) if replaced
-                     else tokenizer.decode(hyp.tokens))
+        replaced = (
+            unknown_replacements(hyp.tokens, hyp.alignment, unk_id, source_pieces, set(source_text))
+            if replace_unk
+            else {}
+        )
+        texts.append(
+            decode_replacing(tokenizer, hyp.tokens, replaced, special_ids) if replaced else tokenizer.decode(hyp.tokens)
+        )
         if report_align:
             target_pieces = [tokenizer.target_piece(t) or "" for t in hyp.tokens]
             for position, piece in replaced.items():
                 target_pieces[position] = piece
             target_text = [t for t, i in enumerate(hyp.tokens) if i not in special_ids]
-            pairs.append(pharaoh(hyp.alignment, source_text, target_text, source_pieces, target_pieces,
-                                 tokenizer.word_marker))
+            pairs.append(
+                pharaoh(hyp.alignment, source_text, target_text, source_pieces, target_pieces, tokenizer.word_marker)
+            )
             pieces.append(target_pieces)
     if not report_align:
         return Result(index, hyps, texts)

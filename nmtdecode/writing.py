@@ -23,6 +23,7 @@ from .batching import Result, finite_or_null
 if TYPE_CHECKING:
     from .search.base import Hypothesis
 
+
 class TextStream(Protocol):
     """Where text goes: an OutputFile's stream (output_file.py), or sys.stdout."""
 
@@ -52,18 +53,24 @@ def format_result(result: Result, fmt: str, token_scores: bool = False) -> str:
     if fmt == "text":
         return one_line(result.texts[0] if result.texts else "") + (pairs[0] if result.texts else "") + "\n"
     if fmt == "nbest":
-        return "".join(f"{result.index} ||| {one_line(text)} ||| {hyp.score:.6f}{align}\n"
-                       for hyp, text, align in zip(result.hypotheses, result.texts, pairs))
+        return "".join(
+            f"{result.index} ||| {one_line(text)} ||| {hyp.score:.6f}{align}\n"
+            for hyp, text, align in zip(result.hypotheses, result.texts, pairs)
+        )
     if fmt == "nbest-marian":  # Marian's: the model's total log-prob as feature F0, then the ranking score
         words = [word_scores(hyp) if token_scores else "" for hyp in result.hypotheses]
-        return "".join(f"{result.index} ||| {one_line(text)}{align}{scores} ||| F0= {hyp.total:.6f} ||| "
-                       f"{hyp.score:.6f}\n" for hyp, text, align, scores in zip(result.hypotheses, result.texts, pairs,
-                                                                                words))
+        return "".join(
+            f"{result.index} ||| {one_line(text)}{align}{scores} ||| F0= {hyp.total:.6f} ||| {hyp.score:.6f}\n"
+            for hyp, text, align, scores in zip(result.hypotheses, result.texts, pairs, words)
+        )
     hyps: list[dict[str, Any]] = []
     for hyp, text in zip(result.hypotheses, result.texts):
-        entry: dict[str, Any] = {"text": text, "score": finite_or_null(hyp.score),
-                                 "log_prob": finite_or_null(hyp.total),
-                 "ended": hyp.ended}
+        entry: dict[str, Any] = {
+            "text": text,
+            "score": finite_or_null(hyp.score),
+            "log_prob": finite_or_null(hyp.total),
+            "ended": hyp.ended,
+        }
         if token_scores or hyp.alignment is not None or hyp.attention is not None:
             entry["tokens"] = hyp.tokens
         if token_scores:  # one per token; EOS's apart (null when the step limit cut the hypothesis)

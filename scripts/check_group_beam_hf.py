@@ -33,15 +33,37 @@ def hf_side(directory: str):
     from transformers import GenerationConfig
     from transformers.generation.logits_process import HammingDiversityLogitsProcessor
 
-    common = dict(vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-                  decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=128,
-                  bos_token_id=0, pad_token_id=PAD, eos_token_id=EOS, dropout=0.0, attention_dropout=0.0,
-                  activation_dropout=0.0, forced_eos_token_id=None)
+    common = dict(
+        vocab_size=VOCAB,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=128,
+        bos_token_id=0,
+        pad_token_id=PAD,
+        eos_token_id=EOS,
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        forced_eos_token_id=None,
+    )
     families = {
-        "marian": (transformers.MarianConfig, transformers.MarianMTModel,
-                   dict(decoder_start_token_id=PAD, scale_embedding=True, activation_function="swish"), None),
-        "mbart": (transformers.MBartConfig, transformers.MBartForConditionalGeneration,
-                  dict(decoder_start_token_id=EOS, scale_embedding=True, activation_function="gelu"), 60),
+        "marian": (
+            transformers.MarianConfig,
+            transformers.MarianMTModel,
+            dict(decoder_start_token_id=PAD, scale_embedding=True, activation_function="swish"),
+            None,
+        ),
+        "mbart": (
+            transformers.MBartConfig,
+            transformers.MBartForConditionalGeneration,
+            dict(decoder_start_token_id=EOS, scale_embedding=True, activation_function="gelu"),
+            60,
+        ),
     }
     cases = {}
     for family, (config_cls, model_cls, extra, forced) in families.items():
@@ -60,10 +82,18 @@ def hf_side(directory: str):
                                     p.normal_(0.0, 0.4)
                             model.final_logits_bias[0, EOS] = 4.0  # hypotheses end at varied steps
                         model.generation_config = GenerationConfig(
-                            decoder_start_token_id=model.config.decoder_start_token_id, bos_token_id=0,
-                            eos_token_id=EOS, pad_token_id=PAD, num_beams=beams, num_beam_groups=groups,
-                            diversity_penalty=penalty, max_length=16, early_stopping=early_stopping,
-                            length_penalty=length_penalty, forced_bos_token_id=forced)
+                            decoder_start_token_id=model.config.decoder_start_token_id,
+                            bos_token_id=0,
+                            eos_token_id=EOS,
+                            pad_token_id=PAD,
+                            num_beams=beams,
+                            num_beam_groups=groups,
+                            diversity_penalty=penalty,
+                            max_length=16,
+                            early_stopping=early_stopping,
+                            length_penalty=length_penalty,
+                            forced_bos_token_id=forced,
+                        )
                         path = os.path.join(directory, name)
                         model.save_pretrained(path)
                         g = torch.Generator().manual_seed(seed)
@@ -71,17 +101,30 @@ def hf_side(directory: str):
                         ids = torch.full((len(rows), max(map(len, rows))), PAD)
                         for i, row in enumerate(rows):
                             ids[i, : len(row)] = torch.tensor(row)
-                        out = model.generate(input_ids=ids, attention_mask=(ids != PAD).long(),
-                                             return_dict_in_generate=True, output_scores=True,
-                                             num_return_sequences=beams, trust_remote_code=True)
+                        out = model.generate(
+                            input_ids=ids,
+                            attention_mask=(ids != PAD).long(),
+                            return_dict_in_generate=True,
+                            output_scores=True,
+                            num_return_sequences=beams,
+                            trust_remote_code=True,
+                        )
                         skip = 1 + (forced is not None)  # the decoder start token, the forced token
                         outputs = []
                         for sequence in out.sequences.tolist():
                             tokens = sequence[skip:]
                             tokens = tokens[: tokens.index(EOS)] if EOS in tokens else tokens
                             outputs.append([t for t in tokens if t != PAD])
-                        cases[name] = dict(path=path, rows=rows, beams=beams, groups=groups, penalty=penalty,
-                                           forced=forced, outputs=outputs, scores=out.sequences_scores.tolist())
+                        cases[name] = dict(
+                            path=path,
+                            rows=rows,
+                            beams=beams,
+                            groups=groups,
+                            penalty=penalty,
+                            forced=forced,
+                            outputs=outputs,
+                            scores=out.sequences_scores.tolist(),
+                        )
     processor = []
     for seed in range(5):
         g = torch.Generator().manual_seed(seed)
@@ -90,8 +133,9 @@ def hf_side(directory: str):
             scores = torch.randn(6, 10, generator=g)  # 3 sentences x 2 beams of the group
             hamming = HammingDiversityLogitsProcessor(0.9, num_beams=6, num_beam_groups=3)
             penalised = hamming(None, scores.clone(), current_tokens=current, beam_group_idx=group)
-            processor.append(dict(scores=scores.tolist(), current=current.tolist(), group=group,
-                                  penalised=penalised.tolist()))
+            processor.append(
+                dict(scores=scores.tolist(), current=current.tolist(), group=group, penalised=penalised.tolist())
+            )
     with open(os.path.join(directory, "hf.json"), "w") as f:
         json.dump(dict(version=transformers.__version__, cases=cases, processor=processor), f)
 
@@ -120,10 +164,20 @@ def our_side(directory: str) -> int:
         if tokens != case["outputs"] or not close:
             failed += 1
             print(f"differs: {name}")
-    print(f"group beam search: {len(hf['cases']) - failed} of {len(hf['cases'])} settings identical to "
-          f"transformers {hf['version']} (every n-best hypothesis; scores within 1e-4)")
-    worst = max((hamming_definition(torch.tensor(p["scores"]), torch.tensor(p["current"]), p["group"], 6, 3, 0.9)
-                 - torch.tensor(p["penalised"])).abs().max().item() for p in hf["processor"])
+    print(
+        f"group beam search: {len(hf['cases']) - failed} of {len(hf['cases'])} settings identical to "
+        f"transformers {hf['version']} (every n-best hypothesis; scores within 1e-4)"
+    )
+    worst = max(
+        (
+            hamming_definition(torch.tensor(p["scores"]), torch.tensor(p["current"]), p["group"], 6, 3, 0.9)
+            - torch.tensor(p["penalised"])
+        )
+        .abs()
+        .max()
+        .item()
+        for p in hf["processor"]
+    )
     print(f"HammingDiversityLogitsProcessor: largest difference from the tests' definition {worst}")
     return 1 if failed or worst > 0 else 0
 

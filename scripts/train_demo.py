@@ -69,8 +69,12 @@ def parse_args(argv=None):
     data.add_argument("--n-valid", type=int, default=1000)
     data.add_argument("--vocab-size", type=int, default=6000)
     model = parser.add_argument_group("model")
-    model.add_argument("--architecture", choices=["demo", "marian"], default="demo",
-                       help="demo: pre-norm; marian: post-norm Marian layers (for bench/convert.py's Marian export)")
+    model.add_argument(
+        "--architecture",
+        choices=["demo", "marian"],
+        default="demo",
+        help="demo: pre-norm; marian: post-norm Marian layers (for bench/convert.py's Marian export)",
+    )
     model.add_argument("--d-model", type=int, default=256)
     model.add_argument("--heads", type=int, default=4)
     model.add_argument("--encoder-layers", type=int, default=3)
@@ -79,12 +83,24 @@ def parse_args(argv=None):
     model.add_argument("--max-tokens", type=int, default=128, help="longest sequence in pieces (and position table)")
     opt = parser.add_argument_group("training")
     opt.add_argument("--batch-tokens", type=int, default=3000, help="rows x longest sequence per batch")
-    opt.add_argument("--max-copies", type=int, default=40,
-                     help="most copies per epoch of an everyday word or phrase (1: every pair once)")
-    opt.add_argument("--final-share", type=float, default=0.15,
-                     help="share of the training budget spent on everyday pairs at the end (0: none)")
-    opt.add_argument("--precision", choices=["bf16", "fp32"], default="bf16",
-                     help="compute precision of the training steps (bf16 autocast; weights stay fp32)")
+    opt.add_argument(
+        "--max-copies",
+        type=int,
+        default=40,
+        help="most copies per epoch of an everyday word or phrase (1: every pair once)",
+    )
+    opt.add_argument(
+        "--final-share",
+        type=float,
+        default=0.15,
+        help="share of the training budget spent on everyday pairs at the end (0: none)",
+    )
+    opt.add_argument(
+        "--precision",
+        choices=["bf16", "fp32"],
+        default="bf16",
+        help="compute precision of the training steps (bf16 autocast; weights stay fp32)",
+    )
     opt.add_argument("--lr", type=float, default=1e-3)
     opt.add_argument("--warmup", type=int, default=1000)
     opt.add_argument("--dropout", type=float, default=0.1)
@@ -156,9 +172,22 @@ def main(argv=None):
     shown = [a for a in argv if a != "--resume"]
     command = "python scripts/train_demo.py" + (" " + " ".join(shown) if shown else "")
     n_params = sum(p.numel() for p in model.parameters())
-    write_card(model_dir / "README.md", args=args, command=command, facts=dictionary_facts(args.dict_dir),
-               sizes=progress["sizes"], cfg=model.cfg, n_params=n_params, size=size, state=state,
-               timings=timings, weights=weights, metrics=metrics, chosen=chosen, demo=demo)
+    write_card(
+        model_dir / "README.md",
+        args=args,
+        command=command,
+        facts=dictionary_facts(args.dict_dir),
+        sizes=progress["sizes"],
+        cfg=model.cfg,
+        n_params=n_params,
+        size=size,
+        state=state,
+        timings=timings,
+        weights=weights,
+        metrics=metrics,
+        chosen=chosen,
+        demo=demo,
+    )
     with open(scratch / "metrics.json", "w", encoding="utf-8") as f:
         json.dump({"metrics": metrics, "steps": state["step"], "timings": timings, "command": command}, f, indent=1)
     card = f"{os.path.relpath(model_dir, REPO)}/README.md"

@@ -18,8 +18,16 @@ from pathlib import Path
 
 import numpy as np
 
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--hide-scrollbars",
+]
 
 
 def chromium() -> str | None:
@@ -28,8 +36,9 @@ def chromium() -> str | None:
 
 def _run(args: list[str], timeout: float = 60) -> str:
     with tempfile.TemporaryDirectory() as profile:
-        done = subprocess.run([chromium(), *FLAGS, f"--user-data-dir={profile}", *args], capture_output=True,
-                              text=True, timeout=timeout)
+        done = subprocess.run(
+            [chromium(), *FLAGS, f"--user-data-dir={profile}", *args], capture_output=True, text=True, timeout=timeout
+        )
     if done.returncode != 0:
         raise RuntimeError(f"chromium failed ({done.returncode}): {done.stderr[-2000:]}")
     return done.stdout

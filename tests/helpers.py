@@ -92,15 +92,28 @@ class TableModel(nn.Module):
         cache.fed = [fed + (t,) for fed, t in zip(cache.fed, tokens.tolist())]
         rows = [self.distribution(s, fed[1:]) for s, fed in zip(cache.sentences, cache.fed)]  # without the start token
         if cache.record_attention:
-            cache.attention = torch.stack([self.weights(s, fed[1:], cache.source_length)
-                                           for s, fed in zip(cache.sentences, cache.fed)])
+            cache.attention = torch.stack(
+                [self.weights(s, fed[1:], cache.source_length) for s, fed in zip(cache.sentences, cache.fed)]
+            )
         return torch.stack(rows).log()  # the translator's log_softmax keeps log-probs unchanged
 
 
 def tiny_config(vocab: int = 12, **overrides) -> TransformerConfig:
-    values = dict(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=32, heads=4, encoder_layers=2,
-                  decoder_layers=2, ffn_dim=64, pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS,
-                  decoder_start_id=BOS, max_positions=64)
+    values = dict(
+        src_vocab_size=vocab,
+        tgt_vocab_size=vocab,
+        d_model=32,
+        heads=4,
+        encoder_layers=2,
+        decoder_layers=2,
+        ffn_dim=64,
+        pad_id=PAD,
+        unk_id=UNK,
+        bos_id=BOS,
+        eos_id=EOS,
+        decoder_start_id=BOS,
+        max_positions=64,
+    )
     values.update(overrides)
     return TransformerConfig(**values)
 
@@ -164,8 +177,10 @@ def brute_force(model, source: list[int], tokens: list[int], max_steps: int, sco
     return best
 
 
-WORDS = ("the house is red . a dog and a cat sleep in the garden . good morning , thank you . "
-         "water is cold . my friend reads a book . we go home now . where is the station ?").split()
+WORDS = (
+    "the house is red . a dog and a cat sleep in the garden . good morning , thank you . "
+    "water is cold . my friend reads a book . we go home now . where is the station ?"
+).split()
 
 
 def train_sentencepiece(directory, vocab_size: int = 48) -> str:
@@ -177,9 +192,19 @@ def train_sentencepiece(directory, vocab_size: int = 48) -> str:
     rng = random.Random(0)
     lines = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12))) for _ in range(400)]
     prefix = str(directory / "spm")
-    spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_prefix=prefix, vocab_size=vocab_size,
-                                   pad_id=0, unk_id=1, bos_id=2, eos_id=3, model_type="unigram",
-                                   character_coverage=1.0, minloglevel=2, num_threads=1)
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines),
+        model_prefix=prefix,
+        vocab_size=vocab_size,
+        pad_id=0,
+        unk_id=1,
+        bos_id=2,
+        eos_id=3,
+        model_type="unigram",
+        character_coverage=1.0,
+        minloglevel=2,
+        num_threads=1,
+    )
     return prefix + ".model"
 
 
@@ -196,8 +221,9 @@ def build_native_model(directory, vocab_size: int = 48, seed: int = 0, decoding=
     with torch.no_grad():
         model.output.bias[UNK] = unk_bias
     shutil.move(spm_file, directory / "spm.model")
-    native.save(str(directory), model, {"source": "spm.model"}, decoding=decoding, banned_ids=[PAD, BOS],
-                dtype=torch.float32)
+    native.save(
+        str(directory), model, {"source": "spm.model"}, decoding=decoding, banned_ids=[PAD, BOS], dtype=torch.float32
+    )
     return directory
 
 

@@ -25,13 +25,31 @@ EOS = VOCAB.index("</s>")
 
 def train_config(path, **model) -> TrainConfig:
     """eole's training config of a tiny Transformer; `model` are keys of its `model:` section."""
-    return TrainConfig(**{
-        "src_vocab": "unused", "tgt_vocab": "unused", "share_vocab": True, "data": {},
-        "model": {"architecture": "transformer", "hidden_size": 32, "layers": 2, "heads": 4,
-                  "transformer_ff": 64, "embeddings": {"word_vec_size": 32}, **model},
-        "training": {"model_path": str(path), "dropout": [0.0], "attention_dropout": [0.0],
-                     "compute_dtype": "fp32", "optim": "adam", "learning_rate": 1.0},
-    })
+    return TrainConfig(
+        **{
+            "src_vocab": "unused",
+            "tgt_vocab": "unused",
+            "share_vocab": True,
+            "data": {},
+            "model": {
+                "architecture": "transformer",
+                "hidden_size": 32,
+                "layers": 2,
+                "heads": 4,
+                "transformer_ff": 64,
+                "embeddings": {"word_vec_size": 32},
+                **model,
+            },
+            "training": {
+                "model_path": str(path),
+                "dropout": [0.0],
+                "attention_dropout": [0.0],
+                "compute_dtype": "fp32",
+                "optim": "adam",
+                "learning_rate": 1.0,
+            },
+        }
+    )
 
 
 def build(path, seed=0, eos_bias=3.0, **model):
@@ -51,8 +69,17 @@ def build(path, seed=0, eos_bias=3.0, **model):
         net.generator.bias[EOS] += eos_bias
     net.eval()
     optim = Optimizer.from_config(net, config)
-    saver = TrainingModelSaver(str(path), net, config, vocabs, optim, keep_checkpoint=-1,
-                               save_format="safetensors", device_id=0, transforms=None)
+    saver = TrainingModelSaver(
+        str(path),
+        net,
+        config,
+        vocabs,
+        optim,
+        keep_checkpoint=-1,
+        save_format="safetensors",
+        device_id=0,
+        transforms=None,
+    )
     saver._save(1)
     return net, path
 
@@ -76,8 +103,7 @@ def eole_attention_backends():
 
 def engine(path, **options) -> InferenceEnginePY:
     """eole's inference engine on the model directory, `eole predict`'s defaults and `options`."""
-    config = PredictConfig(model_path=str(path), src="unused", batch_size=1, world_size=0, gpu_ranks=[],
-                           **options)
+    config = PredictConfig(model_path=str(path), src="unused", batch_size=1, world_size=0, gpu_ranks=[], **options)
     with eole_attention_backends():
         return InferenceEnginePY(config)
 

@@ -42,10 +42,23 @@ def model_options(**options) -> argparse.Namespace:
     """onmt_train's options for a tiny Transformer; `options` are onmt_train flags (name -> value)."""
     parser = ArgumentParser()
     opts.train_opts(parser)
-    values = {"data": "{}", "src_vocab": "unused", "save_model": "unused", "encoder_type": "transformer",
-              "decoder_type": "transformer", "enc_layers": 2, "dec_layers": 2, "hidden_size": 32,
-              "word_vec_size": 32, "heads": 4, "transformer_ff": 64, "position_encoding": True,
-              "dropout": 0.0, "attention_dropout": 0.0, **options}
+    values = {
+        "data": "{}",
+        "src_vocab": "unused",
+        "save_model": "unused",
+        "encoder_type": "transformer",
+        "decoder_type": "transformer",
+        "enc_layers": 2,
+        "dec_layers": 2,
+        "hidden_size": 32,
+        "word_vec_size": 32,
+        "heads": 4,
+        "transformer_ff": 64,
+        "position_encoding": True,
+        "dropout": 0.0,
+        "attention_dropout": 0.0,
+        **options,
+    }
     opt = parser.parse_args(flags(values))
     ArgumentParser.update_model_opts(opt)
     ArgumentParser.validate_model_opts(opt)
@@ -79,20 +92,27 @@ def translator(model, opt, vocab, **options) -> Translator:
     parser = ArgumentParser()
     opts.translate_opts(parser)
     translate_opt = parser.parse_args(["-model", "unused", "-src", "unused", *flags(options)])
-    return Translator.from_opt(model, dict_to_vocabs(vocab), translate_opt, opt,
-                               global_scorer=GNMTGlobalScorer.from_opt(translate_opt), out_file=io.StringIO(),
-                               report_score=False)
+    return Translator.from_opt(
+        model,
+        dict_to_vocabs(vocab),
+        translate_opt,
+        opt,
+        global_scorer=GNMTGlobalScorer.from_opt(translate_opt),
+        out_file=io.StringIO(),
+        report_score=False,
+    )
 
 
 def translate(onmt_translator: Translator, tokens: list[str]):
     """n-best (tokens, score) of one source sentence (batch size 1), as onmt_translate would give."""
     ids = torch.tensor([[VOCAB.index(t) for t in tokens]])
-    batch = {"src": ids[:, :, None], "srclen": torch.tensor([len(tokens)]),
-             "indices": torch.tensor([0])}
+    batch = {"src": ids[:, :, None], "srclen": torch.tensor([len(tokens)]), "indices": torch.tensor([0])}
     with torch.no_grad():
         results = onmt_translator.translate_batch(batch, attn_debug=False)
-    return [([VOCAB[i] for i in pred.tolist() if i != EOS], float(score))
-            for pred, score in zip(results["predictions"][0], results["scores"][0])]
+    return [
+        ([VOCAB[i] for i in pred.tolist() if i != EOS], float(score))
+        for pred, score in zip(results["predictions"][0], results["scores"][0])
+    ]
 
 
 def gold_score(onmt_translator: Translator, src: list[str], tgt: list[str]) -> float:
@@ -100,7 +120,11 @@ def gold_score(onmt_translator: Translator, src: list[str], tgt: list[str]) -> f
     every target token and </s> scored."""
     ids = torch.tensor([[VOCAB.index(t) for t in src]])
     target = torch.tensor([[VOCAB.index(t) for t in ["<s>", *tgt, "</s>"]]])
-    batch = {"src": ids[:, :, None], "srclen": torch.tensor([len(src)]), "tgt": target[:, :, None],
-             "indices": torch.tensor([0])}
+    batch = {
+        "src": ids[:, :, None],
+        "srclen": torch.tensor([len(src)]),
+        "tgt": target[:, :, None],
+        "indices": torch.tensor([0]),
+    }
     with torch.no_grad():
         return float(onmt_translator.translate_batch(batch, attn_debug=False)["gold_score"][0])

@@ -29,8 +29,9 @@ def test_alignment_is_the_argmax_of_each_steps_attention(beam):
 
 
 def test_no_alignment_unless_asked():
-    [[hyp]] = BatchDecoder(TableModel(8, [TABLE], [ATTENTION]), DecodingConfig(beam_size=2),
-                         BAN_SPECIALS).translate_batch([[0, 7, EOS]])
+    [[hyp]] = BatchDecoder(
+        TableModel(8, [TABLE], [ATTENTION]), DecodingConfig(beam_size=2), BAN_SPECIALS
+    ).translate_batch([[0, 7, EOS]])
     assert hyp.alignment is None
 
 
@@ -39,6 +40,7 @@ def attention_by_teacher_forcing(model, source, tokens, layer, heads):
     from a full teacher-forced pass, with the layer's input caught by a hook."""
     caught = {}
     block = model.decoder_layers[layer].cross_attn
+
     def catch(module, args):
         caught["x"] = args[0]  # returns None: the arguments go on unchanged
 
@@ -77,18 +79,29 @@ def test_alignment_follows_the_beam_reorder_with_coverage_penalty():
     """The table of test_coverage's reorder test: at step 1 "b b" moves from slot 1 to slot 0, and
     "a eos" ends ranked first. Positions: () -> 2, (a) -> 2, (b) -> 0, then EOS's not reported."""
     table = {(): {A: 0.6, B: 0.4}, (A,): {EOS: 0.7, A: 0.3}, (B,): {B: 0.9, EOS: 0.1}}
-    attention = {(): [0.2, 0.3, 0.5], (A,): [0.1, 0.1, 0.8], (B,): [0.8, 0.1, 0.1], (A, A): [0.1, 0.1, 0.8],
-                 (B, B): [0.1, 0.8, 0.1]}
-    cfg = DecodingConfig(beam_size=2, n_best=2, max_length=5, length_penalty="none", coverage_penalty="wu",
-                         beta=1.0, alignment=True)
+    attention = {
+        (): [0.2, 0.3, 0.5],
+        (A,): [0.1, 0.1, 0.8],
+        (B,): [0.8, 0.1, 0.1],
+        (A, A): [0.1, 0.1, 0.8],
+        (B, B): [0.1, 0.8, 0.1],
+    }
+    cfg = DecodingConfig(
+        beam_size=2, n_best=2, max_length=5, length_penalty="none", coverage_penalty="wu", beta=1.0, alignment=True
+    )
     [hyps] = BatchDecoder(TableModel(8, [table], [attention]), cfg, BAN_SPECIALS).translate_batch([[0, 7, EOS]])
     assert [h.tokens for h in hyps] == [[B, B], [A]]
     assert [h.alignment for h in hyps] == [[2, 0], [2]]
 
 
-@pytest.mark.parametrize("overrides, message", [({"alignment_layer": 2}, "alignment_layer: 2"),
-                                                ({"alignment_layer": -3}, "alignment_layer: -3"),
-                                                ({"alignment_heads": 5}, "alignment_heads: must be in [0, heads=4]")])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"alignment_layer": 2}, "alignment_layer: 2"),
+        ({"alignment_layer": -3}, "alignment_layer: -3"),
+        ({"alignment_heads": 5}, "alignment_heads: must be in [0, heads=4]"),
+    ],
+)
 def test_alignment_layer_and_heads_are_checked(overrides, message):
     from tests.helpers import tiny_config
 
@@ -113,8 +126,13 @@ def test_attention_rows_are_the_teacher_forced_weights(beam):
 
 def test_attention_follows_the_beam_reorder():
     table = {(): {A: 0.6, B: 0.4}, (A,): {EOS: 0.7, A: 0.3}, (B,): {B: 0.9, EOS: 0.1}}
-    attention = {(): [0.2, 0.3, 0.5], (A,): [0.1, 0.1, 0.8], (B,): [0.8, 0.1, 0.1], (A, A): [0.1, 0.1, 0.8],
-                 (B, B): [0.1, 0.8, 0.1]}
+    attention = {
+        (): [0.2, 0.3, 0.5],
+        (A,): [0.1, 0.1, 0.8],
+        (B,): [0.8, 0.1, 0.1],
+        (A, A): [0.1, 0.1, 0.8],
+        (B, B): [0.1, 0.8, 0.1],
+    }
     cfg = DecodingConfig(beam_size=2, n_best=2, max_length=5, length_penalty="none", attention=True)
     [hyps] = BatchDecoder(TableModel(8, [table], [attention]), cfg, BAN_SPECIALS).translate_batch([[0, 7, EOS]])
     assert [h.tokens for h in hyps] == [[A], [B, B]]

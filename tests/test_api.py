@@ -30,8 +30,20 @@ def src_file(lines_file):
 
 
 def cli_output(cli, model_dir, src_file, *more):
-    run = cli("translate", "--model", model_dir, "--src", src_file, "--max-length", 8, "--batch-size", 3,
-              "--quiet", *more, text=True)
+    run = cli(
+        "translate",
+        "--model",
+        model_dir,
+        "--src",
+        src_file,
+        "--max-length",
+        8,
+        "--batch-size",
+        3,
+        "--quiet",
+        *more,
+        text=True,
+    )
     assert run.returncode == 0, run.stderr
     return run.stdout
 
@@ -51,14 +63,16 @@ def test_samples_are_the_command_lines_samples(translator, cli, model_dir, src_f
 
 
 def test_nbest_translations_carry_the_command_lines_scores(translator, cli, model_dir, src_file):
-    lines = cli_output(cli, model_dir, src_file, "--beam-size", 4, "--n-best", 3, "--format", "jsonl",
-                       "--token-scores").splitlines()
+    lines = cli_output(
+        cli, model_dir, src_file, "--beam-size", 4, "--n-best", 3, "--format", "jsonl", "--token-scores"
+    ).splitlines()
     results = translator.translate_batch(LINES, beam_size=4, n_best=3)
     assert len(results) == len(lines)
     for result, line in zip(results, lines):
         expected = json.loads(line)["hypotheses"]
         assert [(t.text, t.score, t.log_prob, t.tokens, t.token_scores, t.eos_score) for t in result] == [
-            (h["text"], h["score"], h["log_prob"], h["tokens"], h["token_scores"], h["eos_score"]) for h in expected]
+            (h["text"], h["score"], h["log_prob"], h["tokens"], h["token_scores"], h["eos_score"]) for h in expected
+        ]
 
 
 @pytest.mark.parametrize("options", [{}, {"n_best": 3, "beam_size": 4}, {"alignment": True}])
@@ -192,8 +206,9 @@ def test_generate_tokens_are_translate_batchs_tokens(translator, options, spm_mo
         assert [t.token_id for t in tokens] == best.tokens and [t.step for t in tokens] == list(range(len(tokens)))
         assert [t.piece for t in tokens] == [spm_model.id_to_piece(i) for i in best.tokens]
         assert [t.log_prob for t in tokens] == best.token_scores
-        assert (tokens[-1].text if tokens else "") == translator.translate([source], [prefix], beam_size=1,
-                                                                           **options)[0]
+        assert (tokens[-1].text if tokens else "") == translator.translate([source], [prefix], beam_size=1, **options)[
+            0
+        ]
 
 
 def test_generate_tokens_yields_each_token_after_its_step(translator, monkeypatch):
@@ -209,9 +224,11 @@ def test_generate_tokens_yields_each_token_after_its_step(translator, monkeypatc
         def decode_step(self, *args):
             steps.append(1)
             return runner.decode_step(*args)
+
     monkeypatch.setattr(translator.engine, "steps", Counted())
-    tokens = translator.generate_tokens("a dog and a cat sleep in the garden .", max_length=6, ban_unk=True,
-                                        min_length=6)
+    tokens = translator.generate_tokens(
+        "a dog and a cat sleep in the garden .", max_length=6, ban_unk=True, min_length=6
+    )
     assert steps == []  # nothing decoded before the first token is asked for
     for n, _ in enumerate(tokens, start=1):
         assert len(steps) == n  # token n came out of step n, before step n + 1 ran
@@ -299,15 +316,26 @@ def test_a_piece_not_in_the_vocabulary_is_unk(translator):
 
 def test_score_batch_is_the_command_lines_jsonl(translator, cli, model_dir, src_file, lines_file):
     targets = [line[::-1] for line in LINES]
-    run = cli("score", "--model", model_dir, "--src", src_file, "--tgt", lines_file(targets, "tgt.txt"),
-              "--format", "jsonl", text=True)
+    run = cli(
+        "score",
+        "--model",
+        model_dir,
+        "--src",
+        src_file,
+        "--tgt",
+        lines_file(targets, "tgt.txt"),
+        "--format",
+        "jsonl",
+        text=True,
+    )
     assert run.returncode == 0, run.stderr
     expected = [json.loads(line) for line in run.stdout.splitlines()]
     scored = translator.score_batch(LINES, targets)
     for ours, theirs in zip(scored, expected, strict=True):
         assert ours.tokens == theirs["tokens"]
-        assert ours.token_scores + [ours.eos_score] == pytest.approx(theirs["token_scores"] + [theirs["eos_score"]],
-                                                                     abs=1e-4)
+        assert ours.token_scores + [ours.eos_score] == pytest.approx(
+            theirs["token_scores"] + [theirs["eos_score"]], abs=1e-4
+        )
         assert ours.log_prob == pytest.approx(theirs["log_prob"], abs=1e-4)
         assert ours.mean_log_prob == pytest.approx(ours.log_prob / (len(ours.tokens) + 1))  # no forced token here
     assert [s.log_prob for s in scored] == pytest.approx(translator.score(LINES, targets), abs=1e-4)
@@ -321,12 +349,14 @@ def test_targets_and_prefixes_may_be_pieces(translator, pieces_of):
     targets = ["the house is red .", "good morning", ""]
     as_pieces = [pieces_of(t, out_type=str) for t in targets]
     by_text, by_pieces = translator.score_batch(LINES[:3], targets), translator.score_batch(LINES[:3], as_pieces)
-    assert [(s.tokens, s.token_scores, s.log_prob) for s in by_pieces] == \
-        [(s.tokens, s.token_scores, s.log_prob) for s in by_text]
+    assert [(s.tokens, s.token_scores, s.log_prob) for s in by_pieces] == [
+        (s.tokens, s.token_scores, s.log_prob) for s in by_text
+    ]
     assert translator.score_batch(["water"], [["no-such-piece"]])[0].tokens == [UNK]
     prefixes = ["the", "", "good"]
-    assert translator.translate_batch(LINES[:3], [pieces_of(p, out_type=str) for p in prefixes], beam_size=3) == \
-        translator.translate_batch(LINES[:3], prefixes, beam_size=3)
+    assert translator.translate_batch(
+        LINES[:3], [pieces_of(p, out_type=str) for p in prefixes], beam_size=3
+    ) == translator.translate_batch(LINES[:3], prefixes, beam_size=3)
     with pytest.raises(TypeError, match="target 1 has a int at position 0; a list target holds its pieces"):
         translator.score_batch(["a", "b"], ["a", [3]])
 
@@ -343,8 +373,9 @@ def test_options_that_show_in_the_result_are_not_warned_about(translator, capsys
 
 def test_options_a_call_cannot_show_are_warned_about_by_keyword(translator, capsys):
     with pytest.warns(nmtdecode.IneffectiveOptionWarning) as caught:
-        translator.translate(["water"], n_best=3, beam_size=3, alignment=True, beta=0.5, format="jsonl",
-                             report_align=True)
+        translator.translate(
+            ["water"], n_best=3, beam_size=3, alignment=True, beta=0.5, format="jsonl", report_align=True
+        )
     notes = [str(w.message) for w in caught]
     assert any(n.startswith("n_best=3 has no effect on translate()") and "translate_batch()" in n for n in notes)
     assert any(n.startswith("alignment=True has no effect on translate()") for n in notes)
@@ -401,5 +432,6 @@ def test_config_shows_the_decoding_options_as_they_apply(cli):
     decoding = nmtdecode.Translator.load(demo, beam_size=3).config.decoding
     assert (decoding.max_len_a, decoding.max_len_b, decoding.beam_size) == (2.0, 10, 3)
     dumped = yaml.safe_load(cli("translate", "-m", demo, "--beam-size", 3, "--dump-config", text=True).stdout)
-    assert {f.name: getattr(decoding, f.name) for f in dataclasses.fields(decoding)} == \
-        {k: v for k, v in dumped.items() if k in {f.name for f in dataclasses.fields(decoding)}}
+    assert {f.name: getattr(decoding, f.name) for f in dataclasses.fields(decoding)} == {
+        k: v for k, v in dumped.items() if k in {f.name for f in dataclasses.fields(decoding)}
+    }

@@ -13,9 +13,26 @@ LINES = ["the house is red .", "a dog and a cat sleep in the garden . where is t
 
 
 def test_jsonl_alignment_and_token_scores_have_one_entry_per_token(model_dir, cli):
-    run = cli("translate", "--model", model_dir, "--beam-size", 3, "--n-best", 2, "--format", "jsonl",
-              "--alignment", "--token-scores", "--coverage-penalty", "wu", "--beta", 0.2, "-q",
-              stdin="".join(line + "\n" for line in LINES), text=True)
+    run = cli(
+        "translate",
+        "--model",
+        model_dir,
+        "--beam-size",
+        3,
+        "--n-best",
+        2,
+        "--format",
+        "jsonl",
+        "--alignment",
+        "--token-scores",
+        "--coverage-penalty",
+        "wu",
+        "--beta",
+        0.2,
+        "-q",
+        stdin="".join(line + "\n" for line in LINES),
+        text=True,
+    )
     assert run.returncode == 0 and run.stderr == "", run.stderr
     loaded = load_model(str(model_dir))
     cfg = DecodingConfig(beam_size=3, n_best=2, coverage_penalty="wu", beta=0.2, alignment=True)
@@ -30,19 +47,35 @@ def test_jsonl_alignment_and_token_scores_have_one_entry_per_token(model_dir, cl
 
 
 def test_alignment_of_a_cut_source_points_into_the_kept_tokens(model_dir, cli):
-    run = cli("translate", "--model", model_dir, "--format", "jsonl", "--alignment", "--max-src-length", 4,
-              "--max-length", 8, "-q", stdin=LINES[1] + "\n", text=True)
+    run = cli(
+        "translate",
+        "--model",
+        model_dir,
+        "--format",
+        "jsonl",
+        "--alignment",
+        "--max-src-length",
+        4,
+        "--max-length",
+        8,
+        "-q",
+        stdin=LINES[1] + "\n",
+        text=True,
+    )
     assert run.returncode == 0
     [hyp] = json.loads(run.stdout)["hypotheses"]
     assert "token_scores" not in hyp and len(hyp["alignment"]) == len(hyp["tokens"])
     assert all(0 <= position < 4 for position in hyp["alignment"])
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--repetition-penalty", "0"], "repetition_penalty: must be > 0"),
-    (["--coverage-penalty", "gnmt"], "'gnmt' is not one of 'none', 'wu', 'summary'"),
-    (["--beta", "-1", "--coverage-penalty", "wu"], "beta: must be >= 0"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--repetition-penalty", "0"], "repetition_penalty: must be > 0"),
+        (["--coverage-penalty", "gnmt"], "'gnmt' is not one of 'none', 'wu', 'summary'"),
+        (["--beta", "-1", "--coverage-penalty", "wu"], "beta: must be >= 0"),
+    ],
+)
 def test_invalid_values_are_refused(model_dir, args, message, cli):
     run = cli("translate", "--model", model_dir, *args, stdin="good morning\n", text=True)
     assert run.returncode == 2 and message in run.stderr, run.stderr
@@ -68,8 +101,20 @@ def test_jsonl_attention_rows_span_each_source(model_dir, cli):
     """--attention: one row per token, each as long as that line's source tokens (EOS included),
     summing to 1; an empty line gets empty arrays like its empty hypotheses."""
     loaded = load_model(str(model_dir))
-    run = cli("translate", "--model", model_dir, "--format", "jsonl", "--attention", "--alignment", "-q",
-              "--max-length", 8, stdin="".join(line + "\n" for line in [LINES[0], "", LINES[1]]), text=True)
+    run = cli(
+        "translate",
+        "--model",
+        model_dir,
+        "--format",
+        "jsonl",
+        "--attention",
+        "--alignment",
+        "-q",
+        "--max-length",
+        8,
+        stdin="".join(line + "\n" for line in [LINES[0], "", LINES[1]]),
+        text=True,
+    )
     assert run.returncode == 0 and run.stderr == "", run.stderr
     records = [json.loads(line) for line in run.stdout.splitlines()]
     assert records[1]["hypotheses"][0]["attention"] == records[1]["hypotheses"][0]["alignment"] == []

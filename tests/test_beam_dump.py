@@ -27,8 +27,27 @@ STRATEGIES = {
 def dump_run(cli, model_dir, tmp_path, lines_file, *args):
     src = lines_file(LINES)
     out, dump = tmp_path / "out.jsonl", tmp_path / "beams.jsonl"
-    run = cli("translate", "--model", model_dir, "--src", src, "--output", out, "--format", "jsonl", "--token-scores",
-              "--max-length", 12, "--batch-size", 2, "--dump-beam", dump, "-q", *args, text=True)
+    run = cli(
+        "translate",
+        "--model",
+        model_dir,
+        "--src",
+        src,
+        "--output",
+        out,
+        "--format",
+        "jsonl",
+        "--token-scores",
+        "--max-length",
+        12,
+        "--batch-size",
+        2,
+        "--dump-beam",
+        dump,
+        "-q",
+        *args,
+        text=True,
+    )
     assert run.returncode == 0, run.stderr
     records = [json.loads(line) for line in dump.read_text(encoding="utf-8").splitlines()]
     outputs = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
@@ -63,11 +82,17 @@ def test_each_strategy_dumps_its_own_shape(cli, model_dir, tmp_path, lines_file)
     for strategy, args in STRATEGIES.items():
         records, _ = dump_run(cli, model_dir, tmp_path, lines_file, *args)
         record = records[0]
-        shapes[strategy] = (record["groups"], len(record["beams"]), {len(s) for b in record["beams"]
-                                                                       for s in b["predicted_ids"]})
+        shapes[strategy] = (
+            record["groups"],
+            len(record["beams"]),
+            {len(s) for b in record["beams"] for s in b["predicted_ids"]},
+        )
         for beam in record["beams"]:
-            assert [len(s) for s in beam["beam_parent_ids"]] == [len(s) for s in beam["predicted_ids"]] \
+            assert (
+                [len(s) for s in beam["beam_parent_ids"]]
+                == [len(s) for s in beam["predicted_ids"]]
                 == [len(s) for s in beam["scores"]]
+            )
             if strategy == "sampling":  # n chains: each sample extends itself
                 assert beam["beam_parent_ids"][0] == [0, 0, 0]
                 assert all(parents == [0, 1, 2] for parents in beam["beam_parent_ids"][1:])
@@ -77,8 +102,22 @@ def test_each_strategy_dumps_its_own_shape(cli, model_dir, tmp_path, lines_file)
 
 
 def test_the_dump_names_what_a_reader_needs(cli, model_dir, tmp_path, lines_file):
-    records, _ = dump_run(cli, model_dir, tmp_path, lines_file, "--beam-size", 3, "--length-penalty", "wu",
-                          "--alpha", 0.6, "--early-stopping", "never", "--attention", "--alignment")
+    records, _ = dump_run(
+        cli,
+        model_dir,
+        tmp_path,
+        lines_file,
+        "--beam-size",
+        3,
+        "--length-penalty",
+        "wu",
+        "--alpha",
+        0.6,
+        "--early-stopping",
+        "never",
+        "--attention",
+        "--alignment",
+    )
     record = records[0]
     assert record["stop_rule"] == "never" and record["length_penalty"] == {"name": "wu", "alpha": 0.6, "offset": 0}
     assert record["max_steps"] == 12 and record["beam_size"] == 3
@@ -95,14 +134,36 @@ def test_the_dump_names_what_a_reader_needs(cli, model_dir, tmp_path, lines_file
 def test_the_output_is_the_same_with_and_without_the_dump(cli, model_dir, tmp_path, lines_file):
     src = lines_file(LINES)
     plain = cli("translate", "--model", model_dir, "--src", src, "--beam-size", 3, "--max-length", 12, "-q")
-    dumped = cli("translate", "--model", model_dir, "--src", src, "--beam-size", 3, "--max-length", 12, "-q",
-                 "--dump-beam", tmp_path / "d.jsonl")
+    dumped = cli(
+        "translate",
+        "--model",
+        model_dir,
+        "--src",
+        src,
+        "--beam-size",
+        3,
+        "--max-length",
+        12,
+        "-q",
+        "--dump-beam",
+        tmp_path / "d.jsonl",
+    )
     assert plain.returncode == dumped.returncode == 0 and plain.stdout == dumped.stdout
 
 
 def test_attention_has_an_effect_with_the_dump(cli, model_dir, tmp_path):
-    run = cli("translate", "--model", model_dir, "--attention", "--max-length", 6, "--dump-beam", tmp_path / "d",
-              stdin="the house\n", text=True)
+    run = cli(
+        "translate",
+        "--model",
+        model_dir,
+        "--attention",
+        "--max-length",
+        6,
+        "--dump-beam",
+        tmp_path / "d",
+        stdin="the house\n",
+        text=True,
+    )
     assert run.returncode == 0 and "has no effect" not in run.stderr
     assert "attention" in json.loads((tmp_path / "d").read_text())["nbest"][0]
 
@@ -126,18 +187,32 @@ def test_a_failed_job_leaves_no_dump(cli, model_dir, tmp_path, lines_file, monke
 
     monkeypatch.setattr(BatchDecoder, "search_batch", failing)
     dump = tmp_path / "d.jsonl"
-    run = cli("translate", "--model", model_dir, "--src", lines_file(LINES), "--output", tmp_path / "o.txt",
-              "--dump-beam", dump, "-q", text=True)
+    run = cli(
+        "translate",
+        "--model",
+        model_dir,
+        "--src",
+        lines_file(LINES),
+        "--output",
+        tmp_path / "o.txt",
+        "--dump-beam",
+        dump,
+        "-q",
+        text=True,
+    )
     assert run.returncode == 1 and "decoding failed" in run.stderr and calls
     assert not dump.exists() and not (tmp_path / "d.jsonl.tmp").exists() and not (tmp_path / "d.jsonl.lock").exists()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--resume", "--output", "{tmp}/o.txt"], "dump_beam: cannot be combined with resume"),
-    (["--output", "{tmp}/o.txt", "--dump-beam", "{tmp}/o.txt"], "is the job's --output"),
-    (["--dump-beam", "-"], "dump_beam: needs a file name"),
-    (["{tmp}/in.txt", "--output", "{tmp}/a", "{tmp}/b"], "a beam dump goes with one input"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--resume", "--output", "{tmp}/o.txt"], "dump_beam: cannot be combined with resume"),
+        (["--output", "{tmp}/o.txt", "--dump-beam", "{tmp}/o.txt"], "is the job's --output"),
+        (["--dump-beam", "-"], "dump_beam: needs a file name"),
+        (["{tmp}/in.txt", "--output", "{tmp}/a", "{tmp}/b"], "a beam dump goes with one input"),
+    ],
+)
 def test_what_the_dump_cannot_do_is_refused_in_one_line(args, message, cli, model_dir, tmp_path, lines_file):
     src = lines_file(LINES)
     args = [str(a).format(tmp=tmp_path) for a in args]
@@ -147,8 +222,9 @@ def test_what_the_dump_cannot_do_is_refused_in_one_line(args, message, cli, mode
 
 
 def test_torchrun_refuses_the_dump(tmp_path, lines_file):
-    config = Config.from_values({"src": str(lines_file(LINES)), "output": str(tmp_path / "o"),
-                                 "dump_beam": str(tmp_path / "d")})
+    config = Config.from_values(
+        {"src": str(lines_file(LINES)), "output": str(tmp_path / "o"), "dump_beam": str(tmp_path / "d")}
+    )
     with pytest.raises(ConfigError, match="under torchrun leave it out"):
         check_torchrun(config)
 
@@ -166,8 +242,11 @@ def test_the_dump_names_the_pieces_of_every_tokenizer():
     assert source_pieces(tokenizer, [4, 5, 3]) == ["Haus", "rot", "</s>"]
     assert target_pieces(tokenizer, [6, 4, 9]) == {"4": "house", "6": "is", "9": "<9>"}
     # --report-align's pieces of a line given as text and as pieces (the API's token input)
-    assert tokenizer.source_pieces("Haus Dach rot") == tokenizer.source_pieces(["Haus", "Dach", "rot"]) == \
-        ["Haus", "Dach", "rot"]
+    assert (
+        tokenizer.source_pieces("Haus Dach rot")
+        == tokenizer.source_pieces(["Haus", "Dach", "rot"])
+        == ["Haus", "Dach", "rot"]
+    )
 
 
 def test_a_config_files_dump_beam_is_relative_to_the_file(cli, model_dir, tmp_path, lines_file):
@@ -175,8 +254,11 @@ def test_a_config_files_dump_beam_is_relative_to_the_file(cli, model_dir, tmp_pa
     (tmp_path / "sub").mkdir()
     (tmp_path / "elsewhere").mkdir()
     config = tmp_path / "sub" / "job.yaml"
-    config.write_text(f"model: {model_dir}\nsrc: {lines_file(LINES)}\noutput: o.txt\ndump_beam: d.jsonl\n"
-                      "max_length: 4\nquiet: true\n", encoding="utf-8")
+    config.write_text(
+        f"model: {model_dir}\nsrc: {lines_file(LINES)}\noutput: o.txt\ndump_beam: d.jsonl\n"
+        "max_length: 4\nquiet: true\n",
+        encoding="utf-8",
+    )
     run = cli("translate", "-c", config, cwd=tmp_path / "elsewhere", text=True)
     assert run.returncode == 0, run.stderr
     dump = tmp_path / "sub" / "d.jsonl"

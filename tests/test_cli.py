@@ -11,8 +11,16 @@ from nmtdecode.config import DecodingConfig
 from nmtdecode.decoding import BatchDecoder
 from nmtdecode.models.loading import load_model
 
-LINES = ["the house is red .", "", "a dog and a cat sleep in the garden .", "   ", "good morning",
-         "thank you", "where is the station ?", "water"]
+LINES = [
+    "the house is red .",
+    "",
+    "a dog and a cat sleep in the garden .",
+    "   ",
+    "good morning",
+    "thank you",
+    "where is the station ?",
+    "water",
+]
 
 
 @pytest.fixture()
@@ -40,8 +48,11 @@ def test_text_output_one_line_per_input_line(model_dir, src_file, cli):
 
 def test_config_file_with_override_and_formats_agree(model_dir, src_file, tmp_path, cli):
     config = tmp_path / "job.yaml"
-    config.write_text(yaml.safe_dump({"model": str(model_dir), "beam-size": 4, "n_best": 3, "format": "jsonl",
-                                      "max_length": 8, "quiet": True}))
+    config.write_text(
+        yaml.safe_dump(
+            {"model": str(model_dir), "beam-size": 4, "n_best": 3, "format": "jsonl", "max_length": 8, "quiet": True}
+        )
+    )
     outputs = {}
     for fmt in ("text", "nbest", "jsonl"):  # text keeps the 1-best of the 3 (the 3 go to the dump)
         dump = ["--dump-beam", tmp_path / "beams.jsonl"] if fmt == "text" else []
@@ -67,8 +78,19 @@ def test_cli_matches_library(model_dir, src_file, cli):
     loaded = load_model(str(model_dir))
     cfg = DecodingConfig(beam_size=3)
     expected = BatchDecoder(loaded.model, cfg, loaded.rules).translate_batch([loaded.tokenizer.encode(LINES[0])])
-    run = cli("translate", "--model", model_dir, "--beam-size", 3, "--format", "jsonl", "--token-scores",
-              "--quiet", stdin=LINES[0] + "\n", text=True)
+    run = cli(
+        "translate",
+        "--model",
+        model_dir,
+        "--beam-size",
+        3,
+        "--format",
+        "jsonl",
+        "--token-scores",
+        "--quiet",
+        stdin=LINES[0] + "\n",
+        text=True,
+    )
     assert run.returncode == 0, run.stderr
     [record] = [json.loads(line) for line in run.stdout.splitlines()]
     assert record["hypotheses"][0]["tokens"] == expected[0][0].tokens
@@ -80,22 +102,37 @@ def test_cli_matches_library(model_dir, src_file, cli):
 
 def test_output_file_and_summary(model_dir, src_file, tmp_path, cli):
     out = tmp_path / "out.txt"
-    run = cli("translate", "--model", model_dir, "--src", src_file, "--output", out, "--beam-size", 2,
-              "--max-length", 8, text=True)
+    run = cli(
+        "translate",
+        "--model",
+        model_dir,
+        "--src",
+        src_file,
+        "--output",
+        out,
+        "--beam-size",
+        2,
+        "--max-length",
+        8,
+        text=True,
+    )
     assert run.returncode == 0, run.stderr
     assert len(out.read_text(encoding="utf-8").splitlines()) == len(LINES)
     assert not (tmp_path / "out.txt.tmp").exists()
     assert f"{len(LINES)} sentences" in run.stderr and "tokens/s" in run.stderr
 
 
-@pytest.mark.parametrize("content, message", [
-    ({"beam_sise": 4}, "unknown option 'beam_sise'"),
-    ({"debug": True}, "unknown option 'debug'"),  # --debug is for the command line only
-    ({"beam_size": 0}, "beam_size: must be >= 1"),
-    ({"beam_size": "five"}, "beam_size: expected int"),
-    ({"length_penalty": "log"}, "length_penalty: 'log' is not one of none, avg, wu"),
-    ({"n_best": 6, "beam_size": 5}, "n_best: 6 is greater than beam_size (5)"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ({"beam_sise": 4}, "unknown option 'beam_sise'"),
+        ({"debug": True}, "unknown option 'debug'"),  # --debug is for the command line only
+        ({"beam_size": 0}, "beam_size: must be >= 1"),
+        ({"beam_size": "five"}, "beam_size: expected int"),
+        ({"length_penalty": "log"}, "length_penalty: 'log' is not one of none, avg, wu"),
+        ({"n_best": 6, "beam_size": 5}, "n_best: 6 is greater than beam_size (5)"),
+    ],
+)
 def test_bad_config_exits_2_before_loading(content, message, tmp_path, cli):
     config = tmp_path / "bad.yaml"
     config.write_text(yaml.safe_dump({"model": str(tmp_path / "does-not-exist"), **content}))
@@ -105,13 +142,19 @@ def test_bad_config_exits_2_before_loading(content, message, tmp_path, cli):
     assert "Traceback" not in run.stderr
 
 
-@pytest.mark.parametrize("content, where, message", [
-    ("beam_size: [1\n", ":2:1: not valid YAML: expected ',' or ']'", None),
-    ("model: x\n  foo: [\n", ":2:6: not valid YAML: mapping values are not allowed here", None),
-    ("beam_size: 4\nbeam_sise: 4\n", ":2: unknown option 'beam_sise' (did you mean beam_size", None),
-    ("beam_size: 4\njobs:\n  - src: a\n    output: b\n  - src: c\n    outptu: d\n",
-     ":6: jobs: item 2: unknown option 'outptu' (did you mean output", "cannot differ"),
-])
+@pytest.mark.parametrize(
+    "content, where, message",
+    [
+        ("beam_size: [1\n", ":2:1: not valid YAML: expected ',' or ']'", None),
+        ("model: x\n  foo: [\n", ":2:6: not valid YAML: mapping values are not allowed here", None),
+        ("beam_size: 4\nbeam_sise: 4\n", ":2: unknown option 'beam_sise' (did you mean beam_size", None),
+        (
+            "beam_size: 4\njobs:\n  - src: a\n    output: b\n  - src: c\n    outptu: d\n",
+            ":6: jobs: item 2: unknown option 'outptu' (did you mean output",
+            "cannot differ",
+        ),
+    ],
+)
 def test_config_file_mistakes_are_one_line_naming_file_and_line(content, where, message, tmp_path, cli):
     config = tmp_path / "job.yaml"
     config.write_text(content)
@@ -150,8 +193,10 @@ def test_score_matches_library(model_dir, tmp_path, cli):
     assert run.returncode == 0, run.stderr
     loaded = load_model(str(model_dir))
     translator = BatchDecoder(loaded.model, DecodingConfig())
-    expected = translator.score([loaded.tokenizer.encode(s) for s in ("the house is red .", "good morning")],
-                                [loaded.tokenizer.encode_target(t) for t in ("a dog .", "thank you")])
+    expected = translator.score(
+        [loaded.tokenizer.encode(s) for s in ("the house is red .", "good morning")],
+        [loaded.tokenizer.encode_target(t) for t in ("a dog .", "thank you")],
+    )
     assert [float(x) for x in run.stdout.split()] == pytest.approx(expected, abs=1e-5)
 
 
@@ -160,8 +205,9 @@ def test_python_m_nmtdecode_gives_what_the_in_process_run_gives(model_dir, cli):
     """Smoke test of the program itself: `python -m nmtdecode translate` as a real process."""
     args = ["translate", "--model", str(model_dir), "--beam-size", "2", "--quiet"]
     stdin = "\n".join(LINES) + "\n"
-    process = subprocess.run([sys.executable, "-m", "nmtdecode", *args], input=stdin, capture_output=True,
-                             text=True, timeout=300)
+    process = subprocess.run(
+        [sys.executable, "-m", "nmtdecode", *args], input=stdin, capture_output=True, text=True, timeout=300
+    )
     assert process.returncode == 0, process.stderr
     assert len(process.stdout.splitlines()) == len(LINES)
     assert process.stdout == cli(*args, stdin=stdin, text=True).stdout
@@ -169,12 +215,26 @@ def test_python_m_nmtdecode_gives_what_the_in_process_run_gives(model_dir, cli):
 
 @pytest.mark.parametrize("fmt", ["nbest", "jsonl"])
 @pytest.mark.parametrize("beam, n_best, max_length", [(4, 3, 20), (48, 48, 1)])
-def test_n_best_entries_for_every_line_blank_ones_included(model_dir, src_file, cli, fmt, beam, n_best,
-                                                            max_length):
+def test_n_best_entries_for_every_line_blank_ones_included(model_dir, src_file, cli, fmt, beam, n_best, max_length):
     """n_best entries per input line: blank lines give empty hypotheses (score 0); a sentence with
     fewer reachable hypotheses (beam = vocabulary, banned tokens) is filled with impossible ones."""
-    run = cli("translate", "--model", model_dir, "--src", src_file, "--format", fmt, "--quiet",
-              "--beam-size", beam, "--n-best", n_best, "--max-length", max_length, text=True)
+    run = cli(
+        "translate",
+        "--model",
+        model_dir,
+        "--src",
+        src_file,
+        "--format",
+        fmt,
+        "--quiet",
+        "--beam-size",
+        beam,
+        "--n-best",
+        n_best,
+        "--max-length",
+        max_length,
+        text=True,
+    )
     assert run.returncode == 0, run.stderr
     if fmt == "nbest":
         indices = [int(line.split(" ||| ")[0]) for line in run.stdout.splitlines()]
@@ -189,8 +249,20 @@ def test_n_best_entries_for_every_line_blank_ones_included(model_dir, src_file, 
 
 def test_nbest_marian_fields_are_log_prob_and_ranking_score(model_dir, src_file, cli):
     """Marian's 4-field n-best: INDEX ||| TEXT ||| F0= TOTAL_LOG_PROB ||| RANKING_SCORE."""
-    common = ["translate", "--model", model_dir, "--src", src_file, "--quiet", "--beam-size", 3, "--n-best", 2,
-              "--max-length", 8]
+    common = [
+        "translate",
+        "--model",
+        model_dir,
+        "--src",
+        src_file,
+        "--quiet",
+        "--beam-size",
+        3,
+        "--n-best",
+        2,
+        "--max-length",
+        8,
+    ]
     marian = cli(*common, "--format", "nbest-marian", text=True)
     jsonl = cli(*common, "--format", "jsonl", text=True)
     assert marian.returncode == 0, marian.stderr
@@ -210,8 +282,21 @@ def test_nbest_marian_word_scores_are_each_tokens_log_prob_then_eos(model_dir, s
     """--token-scores in Marian's n-best (its --word-scores): a WordScores field after the
     hypothesis, one log-prob per target token and the final EOS's (5 decimals, as Marian), which
     add up to F0; JSONL has the same numbers as token_scores and eos_score."""
-    common = ["translate", "--model", model_dir, "--src", src_file, "--quiet", "--beam-size", 3, "--n-best", 2,
-              "--max-length", 8, "--token-scores"]
+    common = [
+        "translate",
+        "--model",
+        model_dir,
+        "--src",
+        src_file,
+        "--quiet",
+        "--beam-size",
+        3,
+        "--n-best",
+        2,
+        "--max-length",
+        8,
+        "--token-scores",
+    ]
     marian = cli(*common, "--format", "nbest-marian", text=True)
     jsonl = cli(*common, "--format", "jsonl", text=True)
     assert marian.returncode == 0 and marian.stderr == "", marian.stderr
@@ -232,15 +317,19 @@ def test_path_errors_fail_before_torch_is_imported(tmp_path, model_dir):
     before torch loads (which takes 1-2 s of every process): seen by what the process imported."""
     lines = tmp_path / "in.txt"
     lines.write_text("hello\n", encoding="utf-8")
-    cases = [["translate", "--model", str(tmp_path / "missing"), "--src", str(lines)],
-             ["translate", "--model", str(lines), "--src", str(lines)],  # a file, not a model
-             ["translate", "--model", str(model_dir), "--src", str(tmp_path / "missing.en")],
-             ["translate", "--model", str(model_dir), "--src", str(lines), "--output", str(tmp_path / "no" / "o.de")],
-             ["score", "--model", str(tmp_path / "missing"), "--src", str(lines), "--tgt", str(lines)],
-             ["score", "--model", str(model_dir), "--src", str(lines), "--tgt", str(tmp_path / "missing.de")]]
-    code = ("import json, sys\nfrom nmtdecode.cli import run\n"
-            "codes = [run(args) for args in json.loads(sys.argv[1])]\n"
-            "print(json.dumps([codes, 'torch' in sys.modules]))")
+    cases = [
+        ["translate", "--model", str(tmp_path / "missing"), "--src", str(lines)],
+        ["translate", "--model", str(lines), "--src", str(lines)],  # a file, not a model
+        ["translate", "--model", str(model_dir), "--src", str(tmp_path / "missing.en")],
+        ["translate", "--model", str(model_dir), "--src", str(lines), "--output", str(tmp_path / "no" / "o.de")],
+        ["score", "--model", str(tmp_path / "missing"), "--src", str(lines), "--tgt", str(lines)],
+        ["score", "--model", str(model_dir), "--src", str(lines), "--tgt", str(tmp_path / "missing.de")],
+    ]
+    code = (
+        "import json, sys\nfrom nmtdecode.cli import run\n"
+        "codes = [run(args) for args in json.loads(sys.argv[1])]\n"
+        "print(json.dumps([codes, 'torch' in sys.modules]))"
+    )
     done = subprocess.run([sys.executable, "-c", code, json.dumps(cases)], capture_output=True, text=True, timeout=60)
     codes, torch_loaded = json.loads(done.stdout.splitlines()[-1])
     assert 0 not in codes and done.stderr.count("nmtdecode: error:") == len(cases), done.stderr
@@ -250,7 +339,7 @@ def test_path_errors_fail_before_torch_is_imported(tmp_path, model_dir):
 def test_help_texts_say_what_the_options_take(cli):
     """score's --src is required, so shows no default; --prefix and the score files take a FILE."""
     score = cli("score", "--help", text=True).stdout
-    src = score[score.index("--src"): score.index("--output")]
+    src = score[score.index("--src") : score.index("--output")]
     assert "FILE" in src and "[required]" in src and "default" not in src
     assert "-t, --tgt FILE" in score and "-o, --output FILE" in score
     assert "--prefix FILE" in cli("translate", "--help", text=True).stdout

@@ -97,17 +97,32 @@ def test_each_declared_range_is_enforced(key):
         Config.from_values({**values, key: kind(outside)})
 
 
-@pytest.mark.parametrize("value, text, expected", [(0, "(0, 1]", False), (1, "(0, 1]", True), (0.5, "(0, 1]", True),
-                                                   (2**64 - 1, "[0, 2^64)", True), (2**64, "[0, 2^64)", False),
-                                                   (-1, ">= 0", False), (0, "> 0", False)])
+@pytest.mark.parametrize(
+    "value, text, expected",
+    [
+        (0, "(0, 1]", False),
+        (1, "(0, 1]", True),
+        (0.5, "(0, 1]", True),
+        (2**64 - 1, "[0, 2^64)", True),
+        (2**64, "[0, 2^64)", False),
+        (-1, ">= 0", False),
+        (0, "> 0", False),
+    ],
+)
 def test_ranges_read_as_in_mathematics(value, text, expected):
     assert in_range(value, text) is expected
 
 
 def test_each_layer_overrides_the_ones_below():
     """model defaults < config file < item of jobs: < command line < API call, key by key."""
-    file = {"beam_size": 2, "n_best": 2, "alpha": 0.5, "max_length": 30, "min_length": 1,
-            "jobs": [{"src": "a.en", "output": "a.de", "beam_size": 3, "max_length": 40}]}
+    file = {
+        "beam_size": 2,
+        "n_best": 2,
+        "alpha": 0.5,
+        "max_length": 30,
+        "min_length": 1,
+        "jobs": [{"src": "a.en", "output": "a.de", "beam_size": 3, "max_length": 40}],
+    }
     flags = {"max_length": 50}
     [job] = plan_jobs(file, flags)
     defaults = {"beam_size": 4, "alpha": 0.7, "min_length": 3, "top_k": 9}
@@ -121,13 +136,16 @@ def test_each_layer_overrides_the_ones_below():
     assert job.user_keys == {"beam_size", "n_best", "alpha", "max_length", "min_length", "src", "output"}
 
 
-@pytest.mark.parametrize("lower, upper, strategy", [
-    ({"beam_size": 5, "beam_groups": 5, "diversity_penalty": 1.0}, {"sampling": True}, "sampling"),
-    ({"sampling": True, "top_k": 5}, {"beam_size": 4}, "beam"),
-    ({"sampling": True}, {"beam_groups": 2, "beam_size": 4, "diversity_penalty": 0.5}, "beam"),
-    ({"sampling": True}, {"beam_size": 1}, "sampling"),  # one beam asks for no beam: sampling stays
-    ({"beam_size": 4}, {"n_best": 2}, "beam"),
-])
+@pytest.mark.parametrize(
+    "lower, upper, strategy",
+    [
+        ({"beam_size": 5, "beam_groups": 5, "diversity_penalty": 1.0}, {"sampling": True}, "sampling"),
+        ({"sampling": True, "top_k": 5}, {"beam_size": 4}, "beam"),
+        ({"sampling": True}, {"beam_groups": 2, "beam_size": 4, "diversity_penalty": 0.5}, "beam"),
+        ({"sampling": True}, {"beam_size": 1}, "sampling"),  # one beam asks for no beam: sampling stays
+        ({"beam_size": 4}, {"n_best": 2}, "beam"),
+    ],
+)
 def test_a_layer_choosing_a_strategy_drops_the_other_from_the_layers_below(lower, upper, strategy):
     for layers, defaults in (([lower, upper], None), ([upper], lower)):  # between two user layers, over the model
         config = Config.from_layers(layers).with_model_defaults(defaults) if defaults else Config.from_layers(layers)
@@ -138,8 +156,13 @@ def test_a_layer_choosing_a_strategy_drops_the_other_from_the_layers_below(lower
         assert decoding.top_k == lower.get("top_k", 0)  # what is not about the strategy stays
 
 
-@pytest.mark.parametrize("layer, message", [({"sampling": True, "beam_size": 4}, "beam_size: 4 with sampling"),
-                                            ({"sampling": True, "beam_groups": 2}, "beam_groups: 2 with sampling")])
+@pytest.mark.parametrize(
+    "layer, message",
+    [
+        ({"sampling": True, "beam_size": 4}, "beam_size: 4 with sampling"),
+        ({"sampling": True, "beam_groups": 2}, "beam_groups: 2 with sampling"),
+    ],
+)
 def test_one_layer_asking_for_both_strategies_is_refused(layer, message):
     with pytest.raises(ConfigError, match=message):
         Config.from_layers([{"n_best": 1}, layer])
@@ -163,8 +186,9 @@ def test_per_job_options_are_what_an_item_and_a_call_may_set():
 def test_score_reads_a_files_token_budget_as_tokens():
     """`batch_size: 4096` with `batch_type: tokens` in a shared config file is a token budget for
     score too; the file's translate-only options are checked, not used."""
-    config = cli.score_config({"batch_size": 4096, "batch_type": "tokens", "beam_size": 4, "format": "nbest"},
-                              {"model": "m"})
+    config = cli.score_config(
+        {"batch_size": 4096, "batch_type": "tokens", "beam_size": 4, "format": "nbest"}, {"model": "m"}
+    )
     assert (config.batching.batch_size, config.batching.batch_type) == (4096, "tokens")
     assert config.io.format == "text" and config.decoding.beam_size == 5
     with pytest.raises(ConfigError, match="unknown option 'beam'"):
@@ -177,13 +201,16 @@ def test_yaml_booleans_and_numbers_are_coerced():
     assert config.decoding.alpha == 1.0 and isinstance(config.decoding.alpha, float)
 
 
-@pytest.mark.parametrize("values, message", [
-    ({"min_length": 11, "max_length": 10}, "min_length: 11 is greater than max_length"),
-    ({"batch_type": "words"}, "batch_type: 'words' is not one of sents, tokens"),
-    ({"device": "tpu"}, "device: 'tpu' is not one of"),
-    ({"alpha": "high"}, "alpha: expected float"),
-    ({"beam_size": True}, "beam_size: expected int"),
-])
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ({"min_length": 11, "max_length": 10}, "min_length: 11 is greater than max_length"),
+        ({"batch_type": "words"}, "batch_type: 'words' is not one of sents, tokens"),
+        ({"device": "tpu"}, "device: 'tpu' is not one of"),
+        ({"alpha": "high"}, "alpha: expected float"),
+        ({"beam_size": True}, "beam_size: expected int"),
+    ],
+)
 def test_invalid_values_name_the_key(values, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
         Config.from_values(values)
@@ -197,11 +224,14 @@ def test_model_defaults_fill_only_what_the_user_left_unset():
     assert merged.decoding.early_stopping == "true"
 
 
-@pytest.mark.parametrize("text, message", [
-    ("beam_size: 4\nalpha: 1\nbeam_size: 5\n", "job.yaml:3: 'beam_size' is given twice"),
-    ("beam-size: 4\nbeam_size: 5\n", "'beam_size' is given twice (spelt with - and with _)"),
-    ("jobs:\n  - {src: a, output: b, n_best: 1, n-best: 2}\n", "item 1: 'n_best' is given twice"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("beam_size: 4\nalpha: 1\nbeam_size: 5\n", "job.yaml:3: 'beam_size' is given twice"),
+        ("beam-size: 4\nbeam_size: 5\n", "'beam_size' is given twice (spelt with - and with _)"),
+        ("jobs:\n  - {src: a, output: b, n_best: 1, n-best: 2}\n", "item 1: 'n_best' is given twice"),
+    ],
+)
 def test_a_key_given_twice_in_a_config_file_is_refused(tmp_path, cli, text, message):
     """As on the command line, a repeated option is an error, not the last one winning."""
     path = tmp_path / "job.yaml"

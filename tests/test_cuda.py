@@ -80,8 +80,17 @@ def test_device_index_on_the_command_line(cli, model_dir, lines_file):
     """--device cuda:N (the last GPU, so that N is not always 0) translates as the CPU does."""
     src = lines_file(["hello world", "", "the cat sat on the mat", "a b c"])
     on_cpu = cli("translate", "--model", model_dir, "--src", src, "--device", "cpu", "--quiet", text=True)
-    on_gpu = cli("translate", "--model", model_dir, "--src", src, "--device", f"cuda:{torch.cuda.device_count() - 1}",
-                 "--quiet", text=True)
+    on_gpu = cli(
+        "translate",
+        "--model",
+        model_dir,
+        "--src",
+        src,
+        "--device",
+        f"cuda:{torch.cuda.device_count() - 1}",
+        "--quiet",
+        text=True,
+    )
     assert on_gpu.returncode == 0, on_gpu.stderr
     assert on_gpu.stdout == on_cpu.stdout
 
@@ -100,7 +109,8 @@ def test_a_real_cuda_out_of_memory_is_split_in_halves(capsys):
     torch.cuda.set_per_process_memory_fraction((torch.cuda.memory_reserved() + 48 * 2**20) / total)
     try:
         split = in_halves_when_out_of_memory(
-            batch, lambda part: [n[0].tokens for n in decoder.translate_batch([e.ids for e in part])])
+            batch, lambda part: [n[0].tokens for n in decoder.translate_batch([e.ids for e in part])]
+        )
     finally:
         torch.cuda.set_per_process_memory_fraction(1.0)
         torch.cuda.empty_cache()
@@ -143,8 +153,20 @@ def test_cuda_graphs_in_half_precision_agree_with_eager_half_precision():
 def test_the_command_line_uses_cuda_graphs_unless_told_not_to(cli, model_dir, lines_file):
     src = lines_file(["hello world", "", "the cat sat on the mat", "a b c", "x"])
     graphed = cli("translate", "--model", model_dir, "--src", src, "--device", "cuda", "--beam-size", "3", text=True)
-    eager = cli("translate", "--model", model_dir, "--src", src, "--device", "cuda", "--beam-size", "3",
-                "--cuda-graphs", "off", text=True)
+    eager = cli(
+        "translate",
+        "--model",
+        model_dir,
+        "--src",
+        src,
+        "--device",
+        "cuda",
+        "--beam-size",
+        "3",
+        "--cuda-graphs",
+        "off",
+        text=True,
+    )
     assert graphed.returncode == 0 and "CUDA graphs are off" not in graphed.stderr, graphed.stderr
     assert graphed.stdout == eager.stdout
 

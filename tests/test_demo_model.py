@@ -72,8 +72,16 @@ def test_heldout_chrf_matches_the_model_card():
 def test_demo_command_translates_the_sample(cli):
     with open(os.path.join(DEMO, "sample.en"), encoding="utf-8") as f:
         sample = f.read().splitlines()
-    run = cli("translate", "-c", "configs/demo.yaml", "--src", "data/demo/sample.en", "--quiet",
-              cwd=os.path.dirname(os.path.dirname(DEMO)), text=True)
+    run = cli(
+        "translate",
+        "-c",
+        "configs/demo.yaml",
+        "--src",
+        "data/demo/sample.en",
+        "--quiet",
+        cwd=os.path.dirname(os.path.dirname(DEMO)),
+        text=True,
+    )
     assert run.returncode == 0, run.stderr
     outputs = run.stdout.splitlines()
     assert len(outputs) == len(sample) and all(outputs)

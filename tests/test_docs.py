@@ -143,7 +143,7 @@ def nmtdecode_command(page: str, line: int, text: str) -> Command | None:
     for words in commands:
         for i, word in enumerate(words[:-1]):
             if os.path.basename(word) == "nmtdecode" and re.fullmatch(r"[a-z][a-z_-]*", words[i + 1]):
-                return Command(page, line, text, tuple(words[i + 1:]))
+                return Command(page, line, text, tuple(words[i + 1 :]))
     return None
 
 
@@ -195,15 +195,20 @@ def test_every_subcommand_is_documented_with_a_command():
     assert {c.page for c in COMMANDS} >= {"README.md", "docs/usage.md"}
 
 
-@pytest.mark.parametrize("text, message", [
-    ("nmtdecode translate --model m --bogus 3", "has no option --bogus"),
-    ("nmtdecode score --model m --beam-size 5", "has no option --beam-size"),
-    ("nmtdecode translate -beam_size 5", "start with two dashes"),
-    ("nmtdecode draw beams.json --output page.html", "no subcommand 'draw'"),
-    ("echo hi | nmtdecode translate --model m --src a.en b.en --output a.de b.de --dump-beams x.json",
-     "has no option --dump-beams"),
-    ("nmtdecode translate --model", "refuses it"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("nmtdecode translate --model m --bogus 3", "has no option --bogus"),
+        ("nmtdecode score --model m --beam-size 5", "has no option --beam-size"),
+        ("nmtdecode translate -beam_size 5", "start with two dashes"),
+        ("nmtdecode draw beams.json --output page.html", "no subcommand 'draw'"),
+        (
+            "echo hi | nmtdecode translate --model m --src a.en b.en --output a.de b.de --dump-beams x.json",
+            "has no option --dump-beams",
+        ),
+        ("nmtdecode translate --model", "refuses it"),
+    ],
+)
 def test_the_check_fails_on_a_wrong_command(text, message):
     """The checker itself: what it must refuse, it refuses, naming the option."""
     command = nmtdecode_command("example.md", 1, text)
@@ -216,7 +221,14 @@ def test_the_check_reads_shell_lines_as_written():
     assert nmtdecode_command("example.md", 1, line).words == ("translate", "-c", "job.yaml", "--n-best", "3")
     line = "make demo && .venv/bin/nmtdecode score -m data/demo --src a.en --tgt a.de; ls"
     assert nmtdecode_command("example.md", 1, line).words == (
-        "score", "-m", "data/demo", "--src", "a.en", "--tgt", "a.de")
+        "score",
+        "-m",
+        "data/demo",
+        "--src",
+        "a.en",
+        "--tgt",
+        "a.de",
+    )
     assert nmtdecode_command("example.md", 1, "nmtdecode: 10 sentences, 24 target tokens") is None
     check_command(nmtdecode_command("example.md", 1, "python -m nmtdecode inspect --model data/demo"))
 
@@ -253,8 +265,9 @@ def test_documented_make_targets_exist():
                 targets.append(word)
             i += 1
         missing = [t for t in targets if t not in make_targets(directory / "Makefile")]
-        assert not missing, \
+        assert not missing, (
             f"{page}:{line}: `{text.strip()}`: no make target {missing[0]!r} in {rel(directory)}/Makefile"
+        )
 
 
 LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")

@@ -24,13 +24,24 @@ from scripts.demo.pairs import acceptable, casual_variants, collect_candidates, 
 # --------------------------------------------------------------------------- files
 
 
-@pytest.mark.parametrize("text, value", [
-    ("A", 0), ("B", 1), ("Z", 25), ("a", 26), ("z", 51), ("0", 52), ("9", 61), ("+", 62), ("/", 63),
-    ("BA", 64),  # 1*64 + 0: most significant digit first
-    ("Bg", 96),  # 1*64 + 32
-    ("CAA", 8192),  # 2*64*64
-    ("//", 4095),  # 63*64 + 63
-])
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        ("A", 0),
+        ("B", 1),
+        ("Z", 25),
+        ("a", 26),
+        ("z", 51),
+        ("0", 52),
+        ("9", 61),
+        ("+", 62),
+        ("/", 63),
+        ("BA", 64),  # 1*64 + 0: most significant digit first
+        ("Bg", 96),  # 1*64 + 32
+        ("CAA", 8192),  # 2*64*64
+        ("//", 4095),  # 63*64 + 63
+    ],
+)
 def test_b64_numbers_are_most_significant_digit_first(text, value):
     assert b64_number(text) == value
 
@@ -115,23 +126,26 @@ def test_drop_pronunciation_removes_ipa_but_keeps_slashed_words():
     assert drop_pronunciation(" either /or/ both") == " either /or/ both"  # no IPA letters inside
 
 
-@pytest.mark.parametrize("raw, text", [
-    ("cat /kˈat/ <n>", "cat"),  # pronunciation and grammar tag
-    ("Hund {m} [zool.]", "Hund"),  # gender and subject label
-    ("(sich) erinnern", "erinnern"),
-    ("Haus (alt [Br.])", "Haus"),  # nested brackets
-    ("Er bleibt (da) .", "Er bleibt."),  # no space left before the full stop
-    ("colour/color", "colour"),  # a/b keeps a
-    ("Farbe / Färbung", "Farbe"),
-    ("rot/grün/blau", "rot"),
-    ("- Hund,", "Hund"),  # stray separators at the ends
-    ("bis 1,000 ...", ""),  # an ellipsis: not a translation
-    ("24/7", ""),  # a slash not between words is leftover markup
-    ("Haus = Heim", ""),
-    ("siehe www.example.org", ""),
-    ("1984", ""),  # no letter
-    ("<n>", ""),  # nothing left
-])
+@pytest.mark.parametrize(
+    "raw, text",
+    [
+        ("cat /kˈat/ <n>", "cat"),  # pronunciation and grammar tag
+        ("Hund {m} [zool.]", "Hund"),  # gender and subject label
+        ("(sich) erinnern", "erinnern"),
+        ("Haus (alt [Br.])", "Haus"),  # nested brackets
+        ("Er bleibt (da) .", "Er bleibt."),  # no space left before the full stop
+        ("colour/color", "colour"),  # a/b keeps a
+        ("Farbe / Färbung", "Farbe"),
+        ("rot/grün/blau", "rot"),
+        ("- Hund,", "Hund"),  # stray separators at the ends
+        ("bis 1,000 ...", ""),  # an ellipsis: not a translation
+        ("24/7", ""),  # a slash not between words is leftover markup
+        ("Haus = Heim", ""),
+        ("siehe www.example.org", ""),
+        ("1984", ""),  # no letter
+        ("<n>", ""),  # nothing left
+    ],
+)
 def test_clean(raw, text):
     assert clean(raw) == text
 
@@ -160,14 +174,17 @@ def test_split_alternatives_drops_a_glued_abbreviation_with_its_pronunciation():
     assert [t.strip() for t in split_alternatives(text, sentence=False)] == ["Straße", "Gasse"]
 
 
-@pytest.mark.parametrize("text, english, sentence", [
-    ("Good morning!", True, True),
-    ("I didn't shadow the official all the time, but", True, True),  # a capital and 4+ words
-    ("the big old dog", True, False),
-    ("dog", True, False),
-    ("Der Hund bellt laut", False, False),  # German nouns are capitalised: punctuation needed
-    ("Der Hund bellt.", False, True),
-])
+@pytest.mark.parametrize(
+    "text, english, sentence",
+    [
+        ("Good morning!", True, True),
+        ("I didn't shadow the official all the time, but", True, True),  # a capital and 4+ words
+        ("the big old dog", True, False),
+        ("dog", True, False),
+        ("Der Hund bellt laut", False, False),  # German nouns are capitalised: punctuation needed
+        ("Der Hund bellt.", False, True),
+    ],
+)
 def test_looks_like_sentence(text, english, sentence):
     assert looks_like_sentence(text, english) is sentence
 
@@ -175,13 +192,16 @@ def test_looks_like_sentence(text, english, sentence):
 # --------------------------------------------------------------------------- pairs
 
 
-@pytest.mark.parametrize("en, de, ok", [
-    ("dog", "Hund", True),
-    ("long-hair cat", "Langhaarkatze", True),  # a long compound is fine
-    ("ox", "Rindviehzüchtereien", False),  # 19 characters > 4 * 2 + 10
-    ("elephant", "ein sehr großes graues Tier", False),  # 1 word against 5: an explanation
-    (" ".join(["word"] * 26), " ".join(["Wort"] * 26), False),  # more than max_words
-])
+@pytest.mark.parametrize(
+    "en, de, ok",
+    [
+        ("dog", "Hund", True),
+        ("long-hair cat", "Langhaarkatze", True),  # a long compound is fine
+        ("ox", "Rindviehzüchtereien", False),  # 19 characters > 4 * 2 + 10
+        ("elephant", "ein sehr großes graues Tier", False),  # 1 word against 5: an explanation
+        (" ".join(["word"] * 26), " ".join(["Wort"] * 26), False),  # more than max_words
+    ],
+)
 def test_acceptable(en, de, ok):
     assert acceptable(en, de, max_words=25) is ok
 
@@ -192,8 +212,10 @@ def test_group_key_ignores_case_and_punctuation():
 
 
 def test_casual_variants():
-    assert casual_variants("Good morning!", "Guten Morgen!") == [("Good morning", "Guten Morgen"),
-                                                                  ("good morning", "Guten Morgen")]
+    assert casual_variants("Good morning!", "Guten Morgen!") == [
+        ("Good morning", "Guten Morgen"),
+        ("good morning", "Guten Morgen"),
+    ]
     assert casual_variants("I love you.", "Ich liebe dich.") == [("I love you", "Ich liebe dich")]
     assert casual_variants("dog", "Hund") == []
     assert casual_variants("This is far too long a phrase.", "Das ist zu lang.") == []
@@ -201,8 +223,13 @@ def test_casual_variants():
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_split_keeps_case_and_punctuation_variants_together(seed):
-    pairs = [("Good morning!", "Guten Morgen!"), ("good morning", "Guten Morgen"), ("cat", "Katze"),
-             ("dog", "Hund"), ("house", "Haus")]
+    pairs = [
+        ("Good morning!", "Guten Morgen!"),
+        ("good morning", "Guten Morgen"),
+        ("cat", "Katze"),
+        ("dog", "Hund"),
+        ("house", "Haus"),
+    ]
     train, valid, test = split_pairs(pairs, seed, n_test=1, n_valid=1)
     assert len(test) == len(valid) == 1
     assert set(train + valid + test) <= set(pairs)

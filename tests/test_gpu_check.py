@@ -19,29 +19,47 @@ import gpu_benchmark  # noqa: E402
 @pytest.mark.subprocess
 def test_the_gpu_check_runs_every_section_on_cpu(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO), GPU_CHECK_OUT=str(tmp_path))
-    run = subprocess.run([sys.executable, "bench/gpu_check.py", "--dry-run"], cwd=REPO, env=env, capture_output=True,
-                         text=True, timeout=300)
+    run = subprocess.run(
+        [sys.executable, "bench/gpu_check.py", "--dry-run"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     table = (tmp_path / "gpu-check-dry.md").read_text(encoding="utf-8")
     assert (tmp_path / "gpu-check-dry.log").is_file()
     assert "FAILED" not in table and "skipped: time budget" not in table, table
-    for section in ("## machine", "## pytest -m cuda", "## command-line job", "## benchmark", "## real-size shapes",
-                    "## where a step"):
+    for section in (
+        "## machine",
+        "## pytest -m cuda",
+        "## command-line job",
+        "## benchmark",
+        "## real-size shapes",
+        "## where a step",
+    ):
         assert section in table
     rows = [line for line in table.splitlines() if line.startswith(("| demo |", "| marian-base |", "| opennmt-base |"))]
     assert len(rows) == 3 * 3 * 2 * 2  # models x dtypes x beams x batch sizes, each measured
     assert all(float(row.split("|")[5]) > 0 for row in rows)  # nmtdecode's tokens/s
     real = [line.split(" | ") for line in table.splitlines() if line.startswith(("| nllb-600m |", "| bart-large |"))]
     assert [(row[1], row[2], row[3]) for row in real] == [
-        (dtype, beam, batch) for _ in range(2) for dtype in ("float16", "bfloat16") for beam in ("4", "5")
-        for batch in ("2", "4")]  # models x dtypes x beams x batch sizes (the dry run's), each measured
+        (dtype, beam, batch)
+        for _ in range(2)
+        for dtype in ("float16", "bfloat16")
+        for beam in ("4", "5")
+        for batch in ("2", "4")
+    ]  # models x dtypes x beams x batch sizes (the dry run's), each measured
     assert all(float(row[4]) > 0 and float(row[5]) > 0 and row[7] == "8/8" for row in real)  # both decoded, alike
     assert "--search-on device agrees on 8/8 lines" in table
-    profile = [[cell.strip() for cell in line.strip("|").split("|")]
-               for line in table.split("## where a step")[1].splitlines() if line.startswith("| ")]
+    profile = [
+        [cell.strip() for cell in line.strip("|").split("|")]
+        for line in table.split("## where a step")[1].splitlines()
+        if line.startswith("| ")
+    ]
     assert [row[:2] for row in profile[2:5]] == [["eager", "host"], ["fixed shape", "host"], ["fixed shape", "device"]]
     assert all(float(row[-2]) > 0 and float(row[-1]) > 0 for row in profile[2:])  # launches counted
-
 
 
 class TwoBatchPasses:
@@ -59,14 +77,23 @@ class TwoBatchPasses:
         return sum(1 for p in self.capturing if p < self.calls // 2)  # passes finished
 
 
-@pytest.mark.parametrize(("capturing", "passes", "warm_up"), [
-    ({0}, (2, 2), 2), ({0, 1}, (2, 2), 3), ({0, 1, 2}, (2, 2), 4), ({0, 1, 2, 3, 4}, (2, 2), 4),
-    (set(), (1, 1), 1), ({0}, (1, 1), 2)])  # the dry run's (1, 1): one warm-up pass unless it captured
+@pytest.mark.parametrize(
+    ("capturing", "passes", "warm_up"),
+    [
+        ({0}, (2, 2), 2),
+        ({0, 1}, (2, 2), 3),
+        ({0, 1, 2}, (2, 2), 4),
+        ({0, 1, 2, 3, 4}, (2, 2), 4),
+        (set(), (1, 1), 1),
+        ({0}, (1, 1), 2),
+    ],
+)  # the dry run's (1, 1): one warm-up pass unless it captured
 def test_warm_up_passes_go_on_while_graphs_are_captured(capturing, passes, warm_up):
     """At least the warm-up passes asked for; more while the last one captured graphs, at most
     four; then the timed passes."""
     fake = TwoBatchPasses(capturing)
-    seconds, outputs, made = gpu_benchmark.run_batches(torch.device("cpu"), fake.translate, [[1], [2], [3]], 2,
-                                                       fake.captures, passes)
+    seconds, outputs, made = gpu_benchmark.run_batches(
+        torch.device("cpu"), fake.translate, [[1], [2], [3]], 2, fake.captures, passes
+    )
     assert made == warm_up + passes[1] and fake.calls == 2 * made
     assert seconds >= 0 and outputs == [2 * made - 1, 2 * made - 1, 2 * made]  # the last pass's

@@ -72,8 +72,12 @@ def test_an_alias_bomb_in_a_models_config_yaml_is_one_line(model_dir, tmp_path, 
         run = subprocess.run(command(*args), input=b"hello\n", capture_output=True, timeout=60)
         assert run.returncode == 1, run.stderr
         line = one_line(run.stderr.decode())
-        assert line.endswith("config.yaml cannot be read: it expands to more than 1,000,000 values "
-                             "(YAML aliases of aliases?)") and len(line) < 300
+        assert (
+            line.endswith(
+                "config.yaml cannot be read: it expands to more than 1,000,000 values (YAML aliases of aliases?)"
+            )
+            and len(line) < 300
+        )
 
 
 @pytest.mark.subprocess
@@ -100,10 +104,25 @@ def test_a_long_value_in_a_message_is_shown_cut(model_dir, tmp_path, cli):
 
 def marian_config(path, **changes):
     """A tiny Hugging Face Marian config.json (no weights): enough to be read as one."""
-    config = dict(model_type="marian", vocab_size=16, decoder_vocab_size=16, d_model=8, encoder_layers=1,
-                  decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=16,
-                  decoder_ffn_dim=16, max_position_embeddings=32, pad_token_id=15, eos_token_id=0,
-                  decoder_start_token_id=15, activation_function="swish", scale_embedding=True, **changes)
+    config = dict(
+        model_type="marian",
+        vocab_size=16,
+        decoder_vocab_size=16,
+        d_model=8,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=16,
+        decoder_ffn_dim=16,
+        max_position_embeddings=32,
+        pad_token_id=15,
+        eos_token_id=0,
+        decoder_start_token_id=15,
+        activation_function="swish",
+        scale_embedding=True,
+        **changes,
+    )
     path.mkdir(parents=True, exist_ok=True)
     (path / "config.json").write_text(json.dumps(config))
     return path
@@ -120,8 +139,10 @@ def test_a_fifo_in_place_of_config_json_is_refused_not_waited_on(tmp_path, subco
     args = ("inspect", model) if subcommand == "inspect" else ("translate", "--model", model)
     run = subprocess.run(command(*args), input=b"hello\n", capture_output=True, timeout=60)
     assert run.returncode == 2, run.stderr
-    assert one_line(run.stderr.decode()) == (f"nmtdecode: error: model: {model / 'config.json'} is not a regular "
-                                            "file (a FIFO, device or folder): a model's files must be files")
+    assert one_line(run.stderr.decode()) == (
+        f"nmtdecode: error: model: {model / 'config.json'} is not a regular "
+        "file (a FIFO, device or folder): a model's files must be files"
+    )
 
 
 @pytest.mark.subprocess
@@ -130,8 +151,10 @@ def test_a_fifo_in_place_of_model_safetensors_is_named_not_called_missing(tmp_pa
     os.mkfifo(model / "model.safetensors")
     run = subprocess.run(command("translate", "--model", model), input=b"hello\n", capture_output=True, timeout=60)
     assert run.returncode == 1, run.stderr
-    assert one_line(run.stderr.decode()) == (f"nmtdecode: error: {model / 'model.safetensors'} is not a regular file "
-                                            "(a FIFO, device or folder): a model's files must be files")
+    assert one_line(run.stderr.decode()) == (
+        f"nmtdecode: error: {model / 'model.safetensors'} is not a regular file "
+        "(a FIFO, device or folder): a model's files must be files"
+    )
 
 
 @pytest.mark.parametrize("subcommand", ["inspect", "translate"])
@@ -142,8 +165,9 @@ def test_a_config_json_nested_deeper_than_the_parser_names_its_file(tmp_path, cl
     args = ("inspect", model) if subcommand == "inspect" else ("translate", "--model", model)
     run = cli(*args, stdin="hello\n", text=True)
     assert run.returncode == 1
-    assert one_line(run.stderr) == (f"nmtdecode: error: {model / 'config.json'} cannot be read: it nests too deeply "
-                                    "for a config")
+    assert one_line(run.stderr) == (
+        f"nmtdecode: error: {model / 'config.json'} cannot be read: it nests too deeply for a config"
+    )
 
 
 def relabelled(model_dir, tmp_path, change):
@@ -167,10 +191,13 @@ def all_nan(path):
     save_file({name: torch.full_like(t, float("nan")) for name, t in tensors.items()}, str(path))
 
 
-@pytest.mark.parametrize("change, message", [
-    (integers_in_place_of_floats, "holds int32; weights must be float32, float16 or bfloat16"),
-    (all_nan, "holds NaN or infinite values; the checkpoint is damaged (or was saved after training diverged)"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (integers_in_place_of_floats, "holds int32; weights must be float32, float16 or bfloat16"),
+        (all_nan, "holds NaN or infinite values; the checkpoint is damaged (or was saved after training diverged)"),
+    ],
+)
 def test_weights_of_the_wrong_kind_fail_the_load(model_dir, tmp_path, cli, change, message):
     """Before: integers were converted to floats, and NaN weights decoded one word for every line,
     both with exit 0."""
@@ -205,8 +232,10 @@ def test_a_line_for_the_user_is_one_write_even_on_an_unbuffered_stderr(monkeypat
     monkeypatch.setattr(sys, "stderr", stderr)
     summary.say("nmtdecode: terminated; partial output kept, rerun with --resume to continue")
     summary.print_warning("x")
-    assert stderr.writes == ["nmtdecode: terminated; partial output kept, rerun with --resume to continue\n",
-                             "nmtdecode: warning: x\n"]
+    assert stderr.writes == [
+        "nmtdecode: terminated; partial output kept, rerun with --resume to continue\n",
+        "nmtdecode: warning: x\n",
+    ]
 
 
 @pytest.mark.parametrize("jobs", ["5", "yes", "{src: a.en}", "bom"])
@@ -215,5 +244,6 @@ def test_jobs_that_are_not_a_list_name_jobs_and_exit_2(model_dir, tmp_path, cli,
     config.write_text(f"model: {model_dir}\njobs: {jobs}\n")
     run = cli("translate", "-c", config, text=True)
     assert run.returncode == 2
-    assert one_line(run.stderr).startswith(f"nmtdecode: error: config file {config}: jobs: expected a list of "
-                                           "{src: FILE, output: FILE, ...} items, got ")
+    assert one_line(run.stderr).startswith(
+        f"nmtdecode: error: config file {config}: jobs: expected a list of {{src: FILE, output: FILE, ...}} items, got "
+    )

@@ -10,10 +10,23 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "nmtdecode"
-JOB_LAYER = {"nmtdecode.run", "nmtdecode.ranks", "nmtdecode.scoring", "nmtdecode.jobs", "nmtdecode.api",
-             "nmtdecode.cli", "nmtdecode.output_file", "nmtdecode.reading", "nmtdecode.writing",
-             "nmtdecode.signature", "nmtdecode.config_file", "nmtdecode.signals", "nmtdecode.pipeline",
-             "nmtdecode.resolve", "nmtdecode.progress"}
+JOB_LAYER = {
+    "nmtdecode.run",
+    "nmtdecode.ranks",
+    "nmtdecode.scoring",
+    "nmtdecode.jobs",
+    "nmtdecode.api",
+    "nmtdecode.cli",
+    "nmtdecode.output_file",
+    "nmtdecode.reading",
+    "nmtdecode.writing",
+    "nmtdecode.signature",
+    "nmtdecode.config_file",
+    "nmtdecode.signals",
+    "nmtdecode.pipeline",
+    "nmtdecode.resolve",
+    "nmtdecode.progress",
+}
 
 
 def module_names(root: Path = PACKAGE) -> dict[str, Path]:
@@ -58,7 +71,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(node)
         for child in sorted(graph[node]):
             if state.get(child) == 1:
-                return stack[stack.index(child):] + [child]
+                return stack[stack.index(child) :] + [child]
             if child not in state and (cycle := visit(child)):
                 return cycle
         stack.pop()
@@ -97,8 +110,12 @@ def test_the_cycle_finder_finds_a_cycle_through_a_function_level_import(tmp_path
     (package / "run.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .api import X\n")
     (package / "leaf.py").write_text("from .run import y\n")
     graph = import_graph(package)
-    assert graph == {"nmtdecode": set(), "nmtdecode.api": {"nmtdecode.run"}, "nmtdecode.run": {"nmtdecode.api"},
-                     "nmtdecode.leaf": {"nmtdecode.run"}}
+    assert graph == {
+        "nmtdecode": set(),
+        "nmtdecode.api": {"nmtdecode.run"},
+        "nmtdecode.run": {"nmtdecode.api"},
+        "nmtdecode.leaf": {"nmtdecode.run"},
+    }
     assert find_cycle(graph) == ["nmtdecode.api", "nmtdecode.run", "nmtdecode.api"]
 
 
@@ -113,17 +130,35 @@ def test_score_and_the_api_run_jobs_through_the_pipeline_not_the_translate_comma
 
 
 def test_ranks_imports_nothing_that_runs_a_job():
-    assert not reachable(GRAPH, "nmtdecode.ranks") & {"nmtdecode.run", "nmtdecode.engine", "nmtdecode.api",
-                                                      "nmtdecode.scoring", "nmtdecode.cli", "nmtdecode.decoding"}
+    assert not reachable(GRAPH, "nmtdecode.ranks") & {
+        "nmtdecode.run",
+        "nmtdecode.engine",
+        "nmtdecode.api",
+        "nmtdecode.scoring",
+        "nmtdecode.cli",
+        "nmtdecode.decoding",
+    }
 
 
-@pytest.mark.parametrize("module", ["nmtdecode.models.loading", "nmtdecode.models.checkpoint",
-                                    "nmtdecode.models.formats.native", "nmtdecode.models.formats.huggingface",
-                                    "nmtdecode.models.formats.hf_tokenizers", "nmtdecode.models.formats.opennmt",
-                                    "nmtdecode.models.formats.eole", "nmtdecode.models.inspect",
-                                    "nmtdecode.models.formats.native_config", "nmtdecode.models.formats.hf_config",
-                                    "nmtdecode.models.formats.eole_config", "nmtdecode.models.formats.opennmt_shared",
-                                    "nmtdecode.models.formats.marian", "nmtdecode.models.formats.marian_config"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "nmtdecode.models.loading",
+        "nmtdecode.models.checkpoint",
+        "nmtdecode.models.formats.native",
+        "nmtdecode.models.formats.huggingface",
+        "nmtdecode.models.formats.hf_tokenizers",
+        "nmtdecode.models.formats.opennmt",
+        "nmtdecode.models.formats.eole",
+        "nmtdecode.models.inspect",
+        "nmtdecode.models.formats.native_config",
+        "nmtdecode.models.formats.hf_config",
+        "nmtdecode.models.formats.eole_config",
+        "nmtdecode.models.formats.opennmt_shared",
+        "nmtdecode.models.formats.marian",
+        "nmtdecode.models.formats.marian_config",
+    ],
+)
 def test_reading_a_checkpoint_imports_nothing_above_the_models(module):
     """The loading layer: checkpoint.py <- formats/* <- loading.py; it may use the options' errors
     (config.py, a leaf), the tokenizer and the step contract (search/base.py), never a search
@@ -142,20 +177,50 @@ def test_the_options_import_nothing_but_their_peers_names():
 
 
 # The halves of the formats that read a model's files without torch, and the modules they read with.
-WITHOUT_TORCH = {"nmtdecode.models.architecture", "nmtdecode.models.checkpoint", "nmtdecode.models.stored",
-                 "nmtdecode.models.npz", "nmtdecode.tokenizer", "nmtdecode.config", "nmtdecode.bounded",
-                 "nmtdecode.models.formats.hf_tokenizers", "nmtdecode.models.formats.opennmt_shared",
-                 "nmtdecode.models.formats.native_config", "nmtdecode.models.formats.hf_config",
-                 "nmtdecode.models.formats.eole_config", "nmtdecode.models.formats.marian_config",
-                 "nmtdecode.models.formats.marian_vocab", "nmtdecode.models.formats.marian_weights"}
+WITHOUT_TORCH = {
+    "nmtdecode.models.architecture",
+    "nmtdecode.models.checkpoint",
+    "nmtdecode.models.stored",
+    "nmtdecode.models.npz",
+    "nmtdecode.tokenizer",
+    "nmtdecode.config",
+    "nmtdecode.bounded",
+    "nmtdecode.models.formats.hf_tokenizers",
+    "nmtdecode.models.formats.opennmt_shared",
+    "nmtdecode.models.formats.native_config",
+    "nmtdecode.models.formats.hf_config",
+    "nmtdecode.models.formats.eole_config",
+    "nmtdecode.models.formats.marian_config",
+    "nmtdecode.models.formats.marian_vocab",
+    "nmtdecode.models.formats.marian_weights",
+}
 
 
-@pytest.mark.parametrize("name", ["native", "huggingface", "hf_tokenizers", "opennmt", "eole", "native_config",
-                                  "hf_config", "eole_config", "opennmt_shared", "marian", "marian_config",
-                                  "marian_vocab", "marian_weights"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "native",
+        "huggingface",
+        "hf_tokenizers",
+        "opennmt",
+        "eole",
+        "native_config",
+        "hf_config",
+        "eole_config",
+        "opennmt_shared",
+        "marian",
+        "marian_config",
+        "marian_vocab",
+        "marian_weights",
+    ],
+)
 def test_formats_depend_only_on_the_checkpoint_the_transformer_and_the_tokenizers(name):
-    allowed = WITHOUT_TORCH | {"nmtdecode.models.transformer", "nmtdecode.models.weights",
-                               "nmtdecode.models.placement", "nmtdecode.models.formats.opennmt"}
+    allowed = WITHOUT_TORCH | {
+        "nmtdecode.models.transformer",
+        "nmtdecode.models.weights",
+        "nmtdecode.models.placement",
+        "nmtdecode.models.formats.opennmt",
+    }
     assert GRAPH[f"nmtdecode.models.formats.{name}"] <= allowed
 
 

@@ -19,8 +19,19 @@ def run_job(model_dir, tmp_path, name, **options):
     src = tmp_path / "in.txt"
     src.write_text("\n".join(LINES) + "\n", encoding="utf-8")
     out = tmp_path / f"{name}.jsonl"
-    values = {"model": str(model_dir), "src": str(src), "output": str(out), "format": "jsonl", "token_scores": True,
-              "n_best": 2, "beam_size": 3, "batch_size": 2, "max_length": 6, "quiet": True, **options}
+    values = {
+        "model": str(model_dir),
+        "src": str(src),
+        "output": str(out),
+        "format": "jsonl",
+        "token_scores": True,
+        "n_best": 2,
+        "beam_size": 3,
+        "batch_size": 2,
+        "max_length": 6,
+        "quiet": True,
+        **options,
+    }
     translate_job(Config.from_values(values), Engine.load(Config.from_values(values)))
     return out.read_text(encoding="utf-8")
 

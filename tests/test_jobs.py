@@ -163,12 +163,15 @@ def test_resume_redoes_every_file_a_stopped_run_had_not_finished(translate, line
     assert [out.read_bytes() for out in outputs] == expected and run.stderr.count(b"is complete") == 1
 
 
-@pytest.mark.parametrize("args, named", [
-    (["--max-length", "4", "--max-length", "5"], b"--max-length"),
-    (["--beam-size", "4", "--beam-size", "5"], b"--beam-size"),
-    (["-k", "4", "--beam-size", "4"], b"--beam-size"),
-    (["--format", "text", "--format", "jsonl"], b"--format"),
-])
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (["--max-length", "4", "--max-length", "5"], b"--max-length"),
+        (["--beam-size", "4", "--beam-size", "5"], b"--beam-size"),
+        (["-k", "4", "--beam-size", "4"], b"--beam-size"),
+        (["--format", "text", "--format", "jsonl"], b"--format"),
+    ],
+)
 def test_a_single_valued_option_given_twice_is_refused_by_name(cli, lines_file, args, named):
     run = cli("translate", "--src", lines_file(NORMAL), *args)
     assert run.returncode == 2 and named in run.stderr and run.stderr.count(b"\n") == 1
@@ -177,17 +180,45 @@ def test_a_single_valued_option_given_twice_is_refused_by_name(cli, lines_file, 
 def test_config_jobs_share_options_and_override_per_item(model_dir, translate, two_inputs, tmp_path, cli, loads):
     a, b = two_inputs
     expected_a = single(translate, a, tmp_path / "ref-a.de")
-    run = cli("translate", "--model", model_dir, "--src", b, "--output", tmp_path / "ref-b.jsonl", "--format", "jsonl",
-              "--n-best", 2, "--beam-size", 2, "--batch-size", 1, "--max-length", 2)
+    run = cli(
+        "translate",
+        "--model",
+        model_dir,
+        "--src",
+        b,
+        "--output",
+        tmp_path / "ref-b.jsonl",
+        "--format",
+        "jsonl",
+        "--n-best",
+        2,
+        "--beam-size",
+        2,
+        "--batch-size",
+        1,
+        "--max-length",
+        2,
+    )
     assert run.returncode == 0, run.stderr
     expected_b = (tmp_path / "ref-b.jsonl").read_bytes()
     (tmp_path / "sub").mkdir()
     (tmp_path / "elsewhere").mkdir()
     config = tmp_path / "sub" / "jobs.yaml"  # relative paths are the config file's
-    config.write_text(yaml.safe_dump({
-        "model": str(model_dir), "beam_size": 2, "batch_size": 1, "max_length": 2, "quiet": True,
-        "jobs": [{"src": "../a.en", "output": "a.de"},
-                 {"src": "../b.en", "output": "b.jsonl", "format": "jsonl", "n_best": 2}]}))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "model": str(model_dir),
+                "beam_size": 2,
+                "batch_size": 1,
+                "max_length": 2,
+                "quiet": True,
+                "jobs": [
+                    {"src": "../a.en", "output": "a.de"},
+                    {"src": "../b.en", "output": "b.jsonl", "format": "jsonl", "n_best": 2},
+                ],
+            }
+        )
+    )
     loads[0] = 0
     run = cli("translate", "-c", config, cwd=tmp_path / "elsewhere")
     assert run.returncode == 0, run.stderr
@@ -198,8 +229,11 @@ def test_config_jobs_share_options_and_override_per_item(model_dir, translate, t
 
 def test_config_jobs_may_not_change_the_model_load(model_dir, lines_file, tmp_path, cli, loads):
     config = tmp_path / "jobs.yaml"
-    config.write_text(yaml.safe_dump({"model": str(model_dir), "jobs": [
-        {"src": str(lines_file(NORMAL)), "output": "x.de", "device": "cpu"}]}))
+    config.write_text(
+        yaml.safe_dump(
+            {"model": str(model_dir), "jobs": [{"src": str(lines_file(NORMAL)), "output": "x.de", "device": "cpu"}]}
+        )
+    )
     run = cli("translate", "-c", config)
     assert run.returncode == 2 and b"item 1 sets 'device'" in run.stderr and loads[0] == 0
 
@@ -217,8 +251,19 @@ def test_config_file_lists_inputs_and_derives_outputs_beside_it(model_dir, trans
     a, b = two_inputs
     expected = single(translate, b, tmp_path / "ref-b.de")
     config = tmp_path / "files.yaml"
-    config.write_text(yaml.safe_dump({"model": str(model_dir), "beam_size": 2, "batch_size": 1, "max_length": 2,
-                                      "src": ["a.en", "b.en"], "output_dir": "out", "suffix": ".de"}))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "model": str(model_dir),
+                "beam_size": 2,
+                "batch_size": 1,
+                "max_length": 2,
+                "src": ["a.en", "b.en"],
+                "output_dir": "out",
+                "suffix": ".de",
+            }
+        )
+    )
     (tmp_path / "out").mkdir()
     (tmp_path / "elsewhere").mkdir()
     run = cli("translate", "-c", config, "--quiet", cwd=tmp_path / "elsewhere")
@@ -227,12 +272,14 @@ def test_config_file_lists_inputs_and_derives_outputs_beside_it(model_dir, trans
     assert (tmp_path / "out" / "b.de").read_bytes() == expected
 
 
-
-@pytest.mark.parametrize("top, flags, message", [
-    ({"src": "x.en"}, [], b"give either jobs: or src:/output:"),
-    ({}, ["--output", "y.de"], b"give --src with --output"),
-    ({"suffix": 3}, [], b"suffix: expected a string"),
-])
+@pytest.mark.parametrize(
+    "top, flags, message",
+    [
+        ({"src": "x.en"}, [], b"give either jobs: or src:/output:"),
+        ({}, ["--output", "y.de"], b"give --src with --output"),
+        ({"suffix": 3}, [], b"suffix: expected a string"),
+    ],
+)
 def test_ambiguous_job_lists_are_refused(model_dir, tmp_path, cli, top, flags, message, loads):
     config = tmp_path / "jobs.yaml"
     config.write_text(yaml.safe_dump({"model": str(model_dir), **top, "jobs": [{"src": "a.en", "output": "a.de"}]}))
@@ -247,13 +294,17 @@ def test_output_dir_without_suffix_keeps_the_name_and_never_the_input_itself(tra
     assert a.read_text().splitlines() == NORMAL
 
 
-@pytest.mark.parametrize("first, second, message", [
-    ({"dump_beam": "d.jsonl"}, {"dump_beam": "d.jsonl"}, "dump_beam: {tmp}/d.jsonl is the beam dump of two jobs"),
-    ({"dump_beam": "b.de"}, {}, "output: {tmp}/b.de is the beam dump of another job"),
-    ({}, {"dump_beam": "a.de"}, "dump_beam: {tmp}/a.de is the output of another job"),
-])
-def test_a_beam_dump_that_another_job_writes_is_refused(first, second, message, model_dir, cli, two_inputs, tmp_path,
-                                                        loads):
+@pytest.mark.parametrize(
+    "first, second, message",
+    [
+        ({"dump_beam": "d.jsonl"}, {"dump_beam": "d.jsonl"}, "dump_beam: {tmp}/d.jsonl is the beam dump of two jobs"),
+        ({"dump_beam": "b.de"}, {}, "output: {tmp}/b.de is the beam dump of another job"),
+        ({}, {"dump_beam": "a.de"}, "dump_beam: {tmp}/a.de is the output of another job"),
+    ],
+)
+def test_a_beam_dump_that_another_job_writes_is_refused(
+    first, second, message, model_dir, cli, two_inputs, tmp_path, loads
+):
     """A job's --dump-beam file is a file it writes, as its output is: no two jobs share one."""
     a, b = two_inputs
     config = tmp_path / "jobs.yaml"
@@ -265,13 +316,18 @@ def test_a_beam_dump_that_another_job_writes_is_refused(first, second, message, 
     assert not any(tmp_path.glob("*.de")) and not (tmp_path / "d.jsonl").exists()
 
 
-@pytest.mark.parametrize("outputs, message", [
-    (["x.de.tmp", "x.de"], "output: {tmp}/x.de.tmp is the output of another job"),
-    (["x.de", "x.de.tmp"], "output: {tmp}/x.de.tmp is a file kept beside the output {tmp}/x.de of another job"),
-    (["x.de", "x.de.tmp.progress"], "output: {tmp}/x.de.tmp.progress is a file kept beside the output "
-                                    "{tmp}/x.de of another job"),
-    (["x.de.lock", "x.de"], "output: {tmp}/x.de.lock is the output of another job"),
-])
+@pytest.mark.parametrize(
+    "outputs, message",
+    [
+        (["x.de.tmp", "x.de"], "output: {tmp}/x.de.tmp is the output of another job"),
+        (["x.de", "x.de.tmp"], "output: {tmp}/x.de.tmp is a file kept beside the output {tmp}/x.de of another job"),
+        (
+            ["x.de", "x.de.tmp.progress"],
+            "output: {tmp}/x.de.tmp.progress is a file kept beside the output {tmp}/x.de of another job",
+        ),
+        (["x.de.lock", "x.de"], "output: {tmp}/x.de.lock is the output of another job"),
+    ],
+)
 def test_an_output_that_is_another_jobs_side_file_is_refused(outputs, message, translate, two_inputs, tmp_path, loads):
     """Before: the first job's finished output was renamed to x.de.tmp, which the second job then
     deleted to make its own temporary file; only x.de remained, exit 0."""
@@ -286,5 +342,7 @@ def test_a_beam_dump_beside_its_own_output_is_refused(translate, two_inputs, tmp
     a, _ = two_inputs
     run = translate("--src", a, "--output", tmp_path / "x.de", "--dump-beam", tmp_path / "x.de.lock")
     assert run.returncode == 2 and loads[0] == 0, run.stderr
-    assert run.stderr.strip().endswith(f"dump_beam: {tmp_path}/x.de.lock is the job's --output (a file kept beside "
-                                       f"the output {tmp_path}/x.de); give it a file of its own".encode())
+    assert run.stderr.strip().endswith(
+        f"dump_beam: {tmp_path}/x.de.lock is the job's --output (a file kept beside "
+        f"the output {tmp_path}/x.de); give it a file of its own".encode()
+    )

@@ -19,11 +19,13 @@ from tests.helpers import REPO
 DEMO = os.path.join(REPO, "data", "demo")
 WORDS = "the house is red a dog and cat sleep in garden good morning thank you where station water".split()
 # What a process of this test run prints at its end: its peak address space (kB), for `ulimit -v`.
-PEAK = ("import runpy, sys\nsys.argv = ['nmtdecode'] + sys.argv[1:]\n"
-        "from nmtdecode import cli\ncli.exit_now = sys.exit  # raises instead of ending: the peak is read after\n"
-        "try:\n"
-        "    runpy.run_module('nmtdecode', run_name='__main__')\nfinally:\n"
-        "    print([l for l in open('/proc/self/status') if l.startswith('VmPeak')][0].split()[1], file=sys.stderr)\n")
+PEAK = (
+    "import runpy, sys\nsys.argv = ['nmtdecode'] + sys.argv[1:]\n"
+    "from nmtdecode import cli\ncli.exit_now = sys.exit  # raises instead of ending: the peak is read after\n"
+    "try:\n"
+    "    runpy.run_module('nmtdecode', run_name='__main__')\nfinally:\n"
+    "    print([l for l in open('/proc/self/status') if l.startswith('VmPeak')][0].split()[1], file=sys.stderr)\n"
+)
 
 
 def sentences(n: int, seed: int = 0) -> list[str]:
@@ -33,8 +35,10 @@ def sentences(n: int, seed: int = 0) -> list[str]:
 
 OUT_OF_MEMORY_ERRORS = [  # CUDA's, then the CPU allocator's forms
     lambda: RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"),
-    lambda: RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: "
-                         "you tried to allocate 25769803776 bytes. Error code 12 (Cannot allocate memory)"),
+    lambda: RuntimeError(
+        "[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: "
+        "you tried to allocate 25769803776 bytes. Error code 12 (Cannot allocate memory)"
+    ),
     lambda: RuntimeError("DefaultCPUAllocator: not enough memory: you tried to allocate 123 bytes."),
     lambda: RuntimeError("std::bad_alloc"),
     lambda: MemoryError(),
@@ -44,8 +48,16 @@ OUT_OF_MEMORY_ERRORS = [  # CUDA's, then the CPU allocator's forms
 @pytest.mark.parametrize("error", OUT_OF_MEMORY_ERRORS)
 def test_out_of_memory_splits_the_batch(model_dir, tmp_path, lines_file, capsys, monkeypatch, error):
     src = lines_file(sentences(7))
-    config = Config.from_values({"model": str(model_dir), "src": str(src), "quiet": True, "max_length": 8,
-                                 "output": str(tmp_path / "plain.txt"), "batch_size": 8})
+    config = Config.from_values(
+        {
+            "model": str(model_dir),
+            "src": str(src),
+            "quiet": True,
+            "max_length": 8,
+            "output": str(tmp_path / "plain.txt"),
+            "batch_size": 8,
+        }
+    )
     translate_job(config)
     original = BatchDecoder.translate_batch
 
@@ -63,8 +75,17 @@ def test_out_of_memory_splits_the_batch(model_dir, tmp_path, lines_file, capsys,
 
 def test_a_batch_that_cannot_fit_is_split_before_it_is_tried(model_dir, tmp_path, lines_file, capsys, monkeypatch):
     src = lines_file(sentences(6))
-    config = Config.from_values({"model": str(model_dir), "src": str(src), "quiet": True, "beam_size": 3,
-                                 "max_length": 8, "output": str(tmp_path / "plain.txt"), "batch_size": 6})
+    config = Config.from_values(
+        {
+            "model": str(model_dir),
+            "src": str(src),
+            "quiet": True,
+            "beam_size": 3,
+            "max_length": 8,
+            "output": str(tmp_path / "plain.txt"),
+            "batch_size": 6,
+        }
+    )
     translate_job(config)
     monkeypatch.setattr(memory, "available_bytes", lambda: 1)  # nothing left: every batch of two or more splits
     config.io.output = str(tmp_path / "split.txt")
@@ -85,8 +106,10 @@ def test_an_impossible_beam_is_refused_before_decoding(cli, monkeypatch):
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads /proc")
 def test_impossible_beam_under_ulimit_is_one_line_not_the_oom_killer():
     """`--beam-size 20000` on the demo model: one sentence's second step needs about 24 GiB."""
-    shell = (f"ulimit -v 8000000; exec {sys.executable} -m nmtdecode translate --model {DEMO} "
-             "--beam-size 20000 --src " + os.path.join(DEMO, "sample.en"))
+    shell = (
+        f"ulimit -v 8000000; exec {sys.executable} -m nmtdecode translate --model {DEMO} "
+        "--beam-size 20000 --src " + os.path.join(DEMO, "sample.en")
+    )
     done = subprocess.run(["bash", "-c", shell], capture_output=True, timeout=300)
     assert done.returncode == 2, done.stderr
     lines = done.stderr.decode().splitlines()
@@ -100,10 +123,23 @@ def test_real_cpu_out_of_memory_under_ulimit_splits_the_batch(model_dir, tmp_pat
     """A batch whose beams do not fit under `ulimit -v` is split until the pieces do: the
     output is that of sentence-by-sentence decoding."""
     src = lines_file(sentences(16))
-    args = ["translate", "--model", model_dir, "--src", src, "--beam-size", 200, "--max-length", 12,
-            "--early-stopping", "never", "--quiet"]
-    alone = subprocess.run([sys.executable, "-c", PEAK, *map(str, args), "--batch-size", "1"],
-                           capture_output=True, timeout=300)
+    args = [
+        "translate",
+        "--model",
+        model_dir,
+        "--src",
+        src,
+        "--beam-size",
+        200,
+        "--max-length",
+        12,
+        "--early-stopping",
+        "never",
+        "--quiet",
+    ]
+    alone = subprocess.run(
+        [sys.executable, "-c", PEAK, *map(str, args), "--batch-size", "1"], capture_output=True, timeout=300
+    )
     assert alone.returncode == 0, alone.stderr
     peak_kb = int(alone.stderr.split()[-1])  # one sentence at a time; a batch of 16 needs ~250 MB more
     shell = f"ulimit -v {peak_kb + 80_000}; exec {sys.executable} -m nmtdecode " + " ".join(map(str, args))

@@ -104,6 +104,7 @@ def one_line(stderr: bytes) -> bool:
 
 # --- 1. two jobs, one output ---------------------------------------------------------------
 
+
 def test_second_job_on_a_locked_output_fails_at_once(job, src, tmp_path, no_model_load):
     out = tmp_path / "out.txt"
     with open(tmp_path / "out.txt.lock", "w") as holder:  # what a running job holds
@@ -130,8 +131,11 @@ def test_two_real_jobs_on_one_output(model_dir, tmp_path, lines_file, cli):
     reads its input from stdin, which the test holds open: it runs until the second has failed."""
     src = lines_file(NORMAL * 2)
     out = tmp_path / "out.txt"
-    first = subprocess.Popen(command("translate", "--model", model_dir, "--output", out, *ARGS),
-                             stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = subprocess.Popen(
+        command("translate", "--model", model_dir, "--output", out, *ARGS),
+        stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.time() + 300
     while time.time() < deadline and not (tmp_path / "out.txt.tmp").exists() and first.poll() is None:
         time.sleep(0.02)
@@ -191,6 +195,7 @@ def test_a_lock_removed_while_the_job_runs_stops_it_without_harm(job, src, tmp_p
 
 
 # --- 2. a stale journal ------------------------------------------------------------------
+
 
 def test_new_job_removes_a_stale_journal(job, src, tmp_path, reference):
     out = tmp_path / "out.txt"
@@ -252,6 +257,7 @@ def test_a_stop_around_the_final_rename_is_not_a_job_to_redo(job, src, tmp_path,
             patch.setattr(nmtdecode.engine, "load_model", lambda path: pytest.fail("the model was loaded"))
         else:
             from nmtdecode.decoding import BatchDecoder
+
             original_batch = BatchDecoder.translate_batch
             patch.setattr(BatchDecoder, "translate_batch", lambda *a, **k: decoded.append(1) or original_batch(*a, **k))
         run = job(src, out, "--resume", "--no-quiet")
@@ -261,6 +267,7 @@ def test_a_stop_around_the_final_rename_is_not_a_job_to_redo(job, src, tmp_path,
 
 
 # --- 3. links and special files ------------------------------------------------------------
+
 
 @pytest.mark.parametrize("planted", ["out.txt.tmp", "out.txt.tmp.progress.new", "out.txt.tmp.progress"])
 def test_planted_links_are_not_followed(job, short, tmp_path, planted):
@@ -319,6 +326,7 @@ def test_replaced_output_keeps_its_mode(job, short, tmp_path):
 
 # --- 4. the input destroyed ----------------------------------------------------------------
 
+
 @pytest.mark.parametrize("how", ["temp file", "same path", "link", "hard link"])
 def test_input_that_the_job_would_overwrite_is_refused(job, src, tmp_path, how):
     data = src.read_bytes()  # in.txt
@@ -345,13 +353,18 @@ def test_input_that_the_job_would_overwrite_is_refused(job, src, tmp_path, how):
 def test_stdin_redirected_from_the_output_is_refused(model_dir, src, tmp_path):
     data = src.read_bytes()
     with open(src, "rb") as stdin:
-        run = subprocess.run(command("translate", "--model", model_dir, "--output", src, *ARGS), stdin=stdin,
-                             capture_output=True, timeout=300)
+        run = subprocess.run(
+            command("translate", "--model", model_dir, "--output", src, *ARGS),
+            stdin=stdin,
+            capture_output=True,
+            timeout=300,
+        )
     assert run.returncode == 2 and b"would be overwritten before it is read" in run.stderr, run.stderr
     assert src.read_bytes() == data
 
 
 # --- 5. resume accepts only the same job ----------------------------------------------------
+
 
 def test_resume_refuses_another_quantization(job, src, tmp_path):
     out = tmp_path / "out.txt"
@@ -373,9 +386,19 @@ def other_sentencepiece(directory, vocab_size: int = 48) -> str:
     rng = random.Random(7)
     lines = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12))) for _ in range(300)]
     prefix = str(directory / "other")
-    spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_prefix=prefix, vocab_size=vocab_size, pad_id=0,
-                                   unk_id=1, bos_id=2, eos_id=3, model_type="unigram", character_coverage=1.0,
-                                   minloglevel=2, num_threads=1)
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines),
+        model_prefix=prefix,
+        vocab_size=vocab_size,
+        pad_id=0,
+        unk_id=1,
+        bos_id=2,
+        eos_id=3,
+        model_type="unigram",
+        character_coverage=1.0,
+        minloglevel=2,
+        num_threads=1,
+    )
     return prefix + ".model"
 
 
@@ -455,6 +478,7 @@ def test_interrupted_job_resumes_byte_identical(job, src, tmp_path):
 
 # --- 6. smaller promises -------------------------------------------------------------------
 
+
 def test_missing_input_is_found_before_the_model_loads(job, tmp_path, no_model_load):
     out = tmp_path / "out.txt"
     run = job(tmp_path / "missing.txt", out)
@@ -508,18 +532,30 @@ def test_journal_missing_a_field_is_named(job, src, tmp_path):
 CHECKSUM, OUTPUT = b"checksum does not match", b"does not hold the output its progress record describes"
 
 
-@pytest.mark.parametrize("edit, consistent, tmp_edit, refused", [
-    (lambda r: r.update(bytes=100), False, None, CHECKSUM),  # the record edited by hand
-    (lambda r: r.update(bytes=r["bytes"] - 5), False, None, CHECKSUM),
-    (lambda r: r.update(lines=31), False, None, CHECKSUM),
-    (lambda r: r.update(bytes=r["bytes"] - 5), True, None, OUTPUT),  # ... with its checksum made anew
-    (lambda r: r.update(lines=31), True, None, b"the input is not the one"),
-    (None, False, lambda data: data[:10] + bytes([data[10] ^ 1]) + data[11:], OUTPUT),  # FILE.tmp edited
-    (None, False, lambda data: data + b"not final\n", None),  # past the record: cut, and the job resumes
-], ids=["bytes 100", "bytes - 5", "lines", "bytes - 5, checksum too", "lines, checksum too", "tmp edited",
-        "tmp appended"])
-def test_the_journal_is_checked_against_itself_and_the_temporary_file(job, src, tmp_path, reference, edit,
-                                                                     consistent, tmp_edit, refused):
+@pytest.mark.parametrize(
+    "edit, consistent, tmp_edit, refused",
+    [
+        (lambda r: r.update(bytes=100), False, None, CHECKSUM),  # the record edited by hand
+        (lambda r: r.update(bytes=r["bytes"] - 5), False, None, CHECKSUM),
+        (lambda r: r.update(lines=31), False, None, CHECKSUM),
+        (lambda r: r.update(bytes=r["bytes"] - 5), True, None, OUTPUT),  # ... with its checksum made anew
+        (lambda r: r.update(lines=31), True, None, b"the input is not the one"),
+        (None, False, lambda data: data[:10] + bytes([data[10] ^ 1]) + data[11:], OUTPUT),  # FILE.tmp edited
+        (None, False, lambda data: data + b"not final\n", None),  # past the record: cut, and the job resumes
+    ],
+    ids=[
+        "bytes 100",
+        "bytes - 5",
+        "lines",
+        "bytes - 5, checksum too",
+        "lines, checksum too",
+        "tmp edited",
+        "tmp appended",
+    ],
+)
+def test_the_journal_is_checked_against_itself_and_the_temporary_file(
+    job, src, tmp_path, reference, edit, consistent, tmp_edit, refused
+):
     """A resumed job continues only from a record whose checksum holds, whose FILE.tmp holds the
     bytes it describes (their hash), and whose input lines are the input's."""
     from nmtdecode.output_file import _checksum

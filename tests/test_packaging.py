@@ -39,8 +39,15 @@ def test_make_test_sets_up_the_browser_or_says_in_one_line_what_to_install(tmp_p
         (bin_dir / tool).symlink_to(shutil.which(tool))
     (bin_dir / "id").write_text("#!/bin/sh\necho 1000\n")
     (bin_dir / "id").chmod(0o755)
-    done = subprocess.run(["make", "--no-print-directory", "browser"], cwd=REPO, capture_output=True, text=True,
-                          env={"PATH": str(bin_dir)})
+    done = subprocess.run(
+        ["make", "--no-print-directory", "browser"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={"PATH": str(bin_dir)},
+    )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["nmtdecode: the browser test needs Chromium, which this user cannot install: "
-                                        "install the chromium package (apt-get install chromium) and rerun"]
+    assert done.stdout.splitlines() == [
+        "nmtdecode: the browser test needs Chromium, which this user cannot install: "
+        "install the chromium package (apt-get install chromium) and rerun"
+    ]

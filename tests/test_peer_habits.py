@@ -12,13 +12,16 @@ def dumped(run) -> dict:
     return yaml.safe_load(run.stdout)
 
 
-@pytest.mark.parametrize("args, names", [
-    (["translate", "--bogus"], "--bogus"),
-    (["translate", "--beam-size", "x"], "--beam-size"),
-    (["translate", "--format", "xml"], "xml"),
-    (["bogus"], "bogus"),
-    (["score", "--src", "a"], "--model"),
-])
+@pytest.mark.parametrize(
+    "args, names",
+    [
+        (["translate", "--bogus"], "--bogus"),
+        (["translate", "--beam-size", "x"], "--beam-size"),
+        (["translate", "--format", "xml"], "xml"),
+        (["bogus"], "bogus"),
+        (["score", "--src", "a"], "--model"),
+    ],
+)
 def test_usage_errors_are_one_line(args, names, cli):
     run = cli(*args, text=True)
     assert run.returncode == 2
@@ -26,39 +29,45 @@ def test_usage_errors_are_one_line(args, names, cli):
     assert names in run.stderr and "Usage:" not in run.stderr
 
 
-@pytest.mark.parametrize("args, ours", [
-    (["--gpu", "0"], "--device cuda:N"),
-    (["--cpu"], "--device cpu"),
-    (["--max-tokens", "4000"], "--batch-type tokens"),
-    (["--max-tokens=4000"], "--batch-type tokens"),
-    (["--nbest", "3"], "--n-best"),
-    (["--num-hypotheses", "3"], "--n-best"),
-    (["--compute-type", "int8"], "--quantize int8"),
-    (["--print-alignment"], "--report-align"),
-    (["--num-beams", "4"], "--beam-size"),
-    (["--alignment", "hard"], "--report-align"),
-    (["--models", "a", "b"], "--model A B"),
-])
+@pytest.mark.parametrize(
+    "args, ours",
+    [
+        (["--gpu", "0"], "--device cuda:N"),
+        (["--cpu"], "--device cpu"),
+        (["--max-tokens", "4000"], "--batch-type tokens"),
+        (["--max-tokens=4000"], "--batch-type tokens"),
+        (["--nbest", "3"], "--n-best"),
+        (["--num-hypotheses", "3"], "--n-best"),
+        (["--compute-type", "int8"], "--quantize int8"),
+        (["--print-alignment"], "--report-align"),
+        (["--num-beams", "4"], "--beam-size"),
+        (["--alignment", "hard"], "--report-align"),
+        (["--models", "a", "b"], "--model A B"),
+    ],
+)
 def test_other_tools_double_dash_flags_name_ours(args, ours, cli):
     run = cli("translate", "--model", "m", *args, text=True)
     assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
     assert ours in run.stderr and args[0].split("=")[0] in run.stderr and "Did you mean" not in run.stderr
 
 
-@pytest.mark.parametrize("args, whose, ours", [
-    (["--fp16"], "fairseq", "--dtype float16"),
-    (["-fp16"], "fairseq", "--dtype float16"),
-    (["-beam", "5"], "fairseq", "--beam-size K"),
-    (["-nbest", "3"], "fairseq", "--n-best N"),
-    (["-tgt", "ref.de"], "OpenNMT-py", "nmtdecode score --tgt FILE"),
-    (["-verbose"], "OpenNMT-py", "--format nbest or jsonl"),
-    (["--verbose"], "OpenNMT-py", "--format nbest or jsonl"),
-    (["--beam_size", "5"], "OpenNMT-py", "--beam-size"),
-    (["--n_best=2"], "OpenNMT-py", "--n-best"),
-    (["--max_batch_size", "8"], "CTranslate2", "--batch-size N"),
-    (["--word-scores"], "Marian", "--token-scores"),
-    (["-b", "6"], "Marian", "--beam-size K"),
-])
+@pytest.mark.parametrize(
+    "args, whose, ours",
+    [
+        (["--fp16"], "fairseq", "--dtype float16"),
+        (["-fp16"], "fairseq", "--dtype float16"),
+        (["-beam", "5"], "fairseq", "--beam-size K"),
+        (["-nbest", "3"], "fairseq", "--n-best N"),
+        (["-tgt", "ref.de"], "OpenNMT-py", "nmtdecode score --tgt FILE"),
+        (["-verbose"], "OpenNMT-py", "--format nbest or jsonl"),
+        (["--verbose"], "OpenNMT-py", "--format nbest or jsonl"),
+        (["--beam_size", "5"], "OpenNMT-py", "--beam-size"),
+        (["--n_best=2"], "OpenNMT-py", "--n-best"),
+        (["--max_batch_size", "8"], "CTranslate2", "--batch-size N"),
+        (["--word-scores"], "Marian", "--token-scores"),
+        (["-b", "6"], "Marian", "--beam-size K"),
+    ],
+)
 def test_peer_spellings_are_one_line_naming_whose_and_ours(args, whose, ours, cli):
     """Each is read as something else by click (`-fp16` as -f p16, `-beam` as -b eam) or, for
     Marian's `-b` (its beam size), would once have set our batch size: one line saying whose it
@@ -80,13 +89,20 @@ def test_every_foreign_key_of_a_yaml_file_is_named_in_one_error(tmp_path, cli):
     """An onmt_translate YAML with five keys that are not ours fails once, naming all five with
     their lines, not one per run."""
     config = tmp_path / "onmt.yaml"
-    config.write_text("beam_size: 5\ngpu: 0\nverbose: true\nreplace_unk: true\nrandom_sampling_topk: 10\n"
-                      "tgt: ref.de\nlog_file: x.log\n")
+    config.write_text(
+        "beam_size: 5\ngpu: 0\nverbose: true\nreplace_unk: true\nrandom_sampling_topk: 10\n"
+        "tgt: ref.de\nlog_file: x.log\n"
+    )
     run = cli("translate", "-c", config, "--dump-config", text=True)
     assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
     assert "5 unknown options" in run.stderr
-    for line, key, ours in [(2, "gpu", "device"), (3, "verbose", "no equivalent"), (5, "random_sampling_topk", "top_k"),
-                            (6, "tgt", "no equivalent"), (7, "log_file", "no equivalent")]:
+    for line, key, ours in [
+        (2, "gpu", "device"),
+        (3, "verbose", "no equivalent"),
+        (5, "random_sampling_topk", "top_k"),
+        (6, "tgt", "no equivalent"),
+        (7, "log_file", "no equivalent"),
+    ]:
         assert f"line {line}: unknown option '{key}'" in run.stderr and ours in run.stderr
 
 
@@ -98,23 +114,35 @@ def test_every_unknown_option_of_an_api_call_is_named(model_dir):
         Translator.load(str(model_dir), num_beams=4, max_new_tokens=9)
 
 
-@pytest.mark.parametrize("args, ours", [
-    (["-beam_size", "5"], "--beam-size"),
-    (["-src", "in.txt"], "--src"),
-    (["-n_best", "2"], "--n-best"),
-    (["-gpu", "0"], "--device cuda:N"),
-    (["-replace_unk"], "--replace-unk"),
-    (["-report_align"], "--report-align"),
-])
+@pytest.mark.parametrize(
+    "args, ours",
+    [
+        (["-beam_size", "5"], "--beam-size"),
+        (["-src", "in.txt"], "--src"),
+        (["-n_best", "2"], "--n-best"),
+        (["-gpu", "0"], "--device cuda:N"),
+        (["-replace_unk"], "--replace-unk"),
+        (["-report_align"], "--report-align"),
+    ],
+)
 def test_opennmt_single_dash_options_name_ours(args, ours, cli):
     run = cli("translate", "--model", "m", *args, text=True)
     assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
     assert ours in run.stderr and args[0] in run.stderr
 
 
-@pytest.mark.parametrize("spelling, dtype", [("fp16", "float16"), ("half", "float16"), ("bf16", "bfloat16"),
-                                             ("BF16", "bfloat16"), ("fp32", "float32"), ("float", "float32"),
-                                             ("bfloat16", "bfloat16")])
+@pytest.mark.parametrize(
+    "spelling, dtype",
+    [
+        ("fp16", "float16"),
+        ("half", "float16"),
+        ("bf16", "bfloat16"),
+        ("BF16", "bfloat16"),
+        ("fp32", "float32"),
+        ("float", "float32"),
+        ("bfloat16", "bfloat16"),
+    ],
+)
 def test_dtype_spellings_of_other_tools(spelling, dtype, tmp_path, cli):
     assert dumped(cli("translate", "--dtype", spelling, "--dump-config", text=True))["dtype"] == dtype
     config = tmp_path / "job.yaml"
@@ -151,17 +179,20 @@ def test_numeric_length_penalty_layers(tmp_path, cli):
     assert run.returncode == 2 and "give it or alpha, not both" in run.stderr
 
 
-@pytest.mark.parametrize("args, warning", [
-    (["--token-scores"], "token_scores: has no effect with --format text"),
-    (["--token-scores", "--format", "nbest"], "token_scores: has no effect with --format nbest"),
-    (["--max-length", "500"], "max_length: 500 is above the model's 128 target positions"),
-    (["--dtype", "fp16", "--device", "cpu"], "dtype: float16 on CPU"),
-    (["--diversity-penalty", "0.5"], "diversity_penalty: has no effect without --beam-groups above 1"),
-    (["--ignore-when-blocking", "</s>"], "ignore_when_blocking: has no effect without --block-ngram-repeat"),
-    (["--alignment"], "alignment: has no effect with --format text"),
-    (["--beta", "0.5"], "beta: 0.5 has no effect without --coverage-penalty"),
-    (["--coverage-penalty", "summary"], "coverage_penalty: summary with beta 0 changes nothing"),
-])
+@pytest.mark.parametrize(
+    "args, warning",
+    [
+        (["--token-scores"], "token_scores: has no effect with --format text"),
+        (["--token-scores", "--format", "nbest"], "token_scores: has no effect with --format nbest"),
+        (["--max-length", "500"], "max_length: 500 is above the model's 128 target positions"),
+        (["--dtype", "fp16", "--device", "cpu"], "dtype: float16 on CPU"),
+        (["--diversity-penalty", "0.5"], "diversity_penalty: has no effect without --beam-groups above 1"),
+        (["--ignore-when-blocking", "</s>"], "ignore_when_blocking: has no effect without --block-ngram-repeat"),
+        (["--alignment"], "alignment: has no effect with --format text"),
+        (["--beta", "0.5"], "beta: 0.5 has no effect without --coverage-penalty"),
+        (["--coverage-penalty", "summary"], "coverage_penalty: summary with beta 0 changes nothing"),
+    ],
+)
 def test_options_without_effect_are_warned_about(model_dir, args, warning, cli):
     run = cli("translate", "--model", model_dir, "-q", *args, stdin="good morning\n", text=True)
     assert run.returncode == 0, run.stderr
@@ -180,14 +211,39 @@ def test_n_best_with_text_output_is_refused_naming_the_formats_that_hold_it(mode
     assert cli("translate", "-m", model_dir, "-c", config, stdin="hi\n").returncode == 2
     nbest = cli("translate", "-m", model_dir, "-c", config, "--format", "nbest", "-q", stdin="hi\nyes\n", text=True)
     assert [line.split(" ||| ")[0] for line in nbest.stdout.splitlines()] == ["0", "0", "1", "1"]
-    dumped = cli("translate", "-m", model_dir, "-c", config, "-q", "--dump-beam", tmp_path / "beams.jsonl",
-                 stdin="hi\n", text=True)
+    dumped = cli(
+        "translate",
+        "-m",
+        model_dir,
+        "-c",
+        config,
+        "-q",
+        "--dump-beam",
+        tmp_path / "beams.jsonl",
+        stdin="hi\n",
+        text=True,
+    )
     assert dumped.returncode == 0 and dumped.stdout.count("\n") == 1, dumped.stderr
 
 
 def test_no_warning_when_options_take_effect(model_dir, cli):
-    run = cli("translate", "--model", model_dir, "-q", "--n-best", "2", "--beam-size", "2", "--format",
-              "jsonl", "--token-scores", "--max-length", "128", stdin="good morning\n", text=True)
+    run = cli(
+        "translate",
+        "--model",
+        model_dir,
+        "-q",
+        "--n-best",
+        "2",
+        "--beam-size",
+        "2",
+        "--format",
+        "jsonl",
+        "--token-scores",
+        "--max-length",
+        "128",
+        stdin="good morning\n",
+        text=True,
+    )
     assert run.returncode == 0 and run.stderr == "", run.stderr
 
 

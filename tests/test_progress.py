@@ -13,12 +13,30 @@ from nmtdecode import run as nrun
 
 from tests.helpers import REPO
 
-LINES = ["the house is red .", "", "a dog and a cat sleep in the garden .", "good morning", "thank you",
-         "where is the station ?", "water", "   "]
+LINES = [
+    "the house is red .",
+    "",
+    "a dog and a cat sleep in the garden .",
+    "good morning",
+    "thank you",
+    "where is the station ?",
+    "water",
+    "   ",
+]
 
 
-@pytest.mark.parametrize("content, lines", [(b"", 0), (b"\n", 1), (b"a\nb", 2), (b"a\nb\n", 2),
-                                            (b"\n\n\n", 3), (b"a\r\nb\r\n", 2), (b"x" * (3 << 20) + b"\ny", 2)])
+@pytest.mark.parametrize(
+    "content, lines",
+    [
+        (b"", 0),
+        (b"\n", 1),
+        (b"a\nb", 2),
+        (b"a\nb\n", 2),
+        (b"\n\n\n", 3),
+        (b"a\r\nb\r\n", 2),
+        (b"x" * (3 << 20) + b"\ny", 2),
+    ],
+)
 def test_count_lines_of_a_regular_file(tmp_path, content, lines):
     path = tmp_path / "in.txt"
     path.write_bytes(content)
@@ -66,8 +84,20 @@ def bar_updates(monkeypatch):
 
 def test_bar_has_a_total_moves_per_batch_and_shows_tokens_per_second(model_dir, lines_file, cli, bar_updates):
     src = lines_file(LINES)
-    run = cli("translate", "--model", model_dir, "--src", src, "--batch-size", "2", "--beam-size", "2",
-              "--max-length", "8", text=True)
+    run = cli(
+        "translate",
+        "--model",
+        model_dir,
+        "--src",
+        src,
+        "--batch-size",
+        "2",
+        "--beam-size",
+        "2",
+        "--max-length",
+        "8",
+        text=True,
+    )
     assert run.returncode == 0, run.stderr
     assert sum(bar_updates) == len(LINES) and len(bar_updates) == 4  # blank lines, then 3 batches of 2
     assert "100%" in run.stderr and f"{len(LINES)}/{len(LINES)}" in run.stderr and "tokens/s" in run.stderr
@@ -86,8 +116,11 @@ def test_typed_input_is_answered_line_by_line_without_a_bar(model_dir, cli, bar_
     monkeypatch.setattr(nrun, "stdin_is_terminal", lambda: True)
     monkeypatch.setattr(nio.LineReader, "ready", lambda self: False)  # no more line has been typed yet
     sizes, original = [], npipeline.chunks
-    monkeypatch.setattr(npipeline, "chunks", lambda items, size, more_ready=None: (
-        sizes.append(size), original(items, size, more_ready))[1])
+    monkeypatch.setattr(
+        npipeline,
+        "chunks",
+        lambda items, size, more_ready=None: (sizes.append(size), original(items, size, more_ready))[1],
+    )
     decoded = []
     monkeypatch.setattr(npipeline, "cut", lambda chunk, *batching: (decoded.append(len(chunk)), [chunk])[1])
     run = cli("translate", "--model", model_dir, "--max-length", "8", stdin="good morning\nwater\n", text=True)
@@ -149,8 +182,21 @@ def test_summary_counts_outputs_the_step_limit_cut_and_states_load_and_wall_time
 
 def test_several_files_name_each_bar_and_summary_and_end_with_a_total(model_dir, lines_file, cli, bar_updates):
     a, b = lines_file(LINES, "a.en"), lines_file(LINES[:3], "b.en")
-    run = cli("translate", "--model", model_dir, "--src", a, b, "--suffix", "de", "--max-length", "8",
-              "--batch-size", "2", text=True)
+    run = cli(
+        "translate",
+        "--model",
+        model_dir,
+        "--src",
+        a,
+        b,
+        "--suffix",
+        "de",
+        "--max-length",
+        "8",
+        "--batch-size",
+        "2",
+        text=True,
+    )
     assert run.returncode == 0, run.stderr
     lines = [line for line in run.stderr.replace("\r", "\n").splitlines() if line.startswith("nmtdecode:")]
     assert lines[0].startswith(f"nmtdecode: {a}: {len(LINES)} sentences,")

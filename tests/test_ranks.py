@@ -22,20 +22,55 @@ from nmtdecode.ranks import KEPT, Group, PeerLost, Ranks, check_layout, merge, o
 
 from tests.helpers import wait_for_checkpoint
 
-NORMAL = ["the house is red .", "a dog and a cat sleep in the garden .", "good morning", "thank you",
-          "where is the station ?", "water is cold .", "my friend reads a book .", "", "  "]
+NORMAL = [
+    "the house is red .",
+    "a dog and a cat sleep in the garden .",
+    "good morning",
+    "thank you",
+    "where is the station ?",
+    "water is cold .",
+    "my friend reads a book .",
+    "",
+    "  ",
+]
 FORMATS = {"text": [], "nbest": ["--n-best", 2], "jsonl": ["--token-scores"]}
 
 
 def torchrun(*args, nproc=2):
     """The command line of `torchrun --nproc-per-node N --standalone -m nmtdecode ARGS`."""
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--standalone",
-            "-m", "nmtdecode", *map(str, args)]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        str(nproc),
+        "--standalone",
+        "-m",
+        "nmtdecode",
+        *map(str, args),
+    ]
 
 
 def job_args(model_dir, src, fmt):
-    return ["translate", "--model", model_dir, "--src", src, "--beam-size", 3, "--batch-size", 2,
-            "--threads", 1, "--max-length", 8, "--format", fmt, *FORMATS[fmt], "--quiet"]
+    return [
+        "translate",
+        "--model",
+        model_dir,
+        "--src",
+        src,
+        "--beam-size",
+        3,
+        "--batch-size",
+        2,
+        "--threads",
+        1,
+        "--max-length",
+        8,
+        "--format",
+        fmt,
+        *FORMATS[fmt],
+        "--quiet",
+    ]
 
 
 def translate(*args):
@@ -53,8 +88,14 @@ def leftovers(tmp_path, name):
 @pytest.fixture()
 def torchrun_env(monkeypatch):
     """This process as rank 0 of 2, as torchrun would start it."""
-    for key, value in {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2",
-                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}.items():
+    for key, value in {
+        "WORLD_SIZE": "2",
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "2",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "1",
+    }.items():
         monkeypatch.setenv(key, value)
 
 
@@ -84,11 +125,13 @@ def test_merge_puts_the_parts_lines_in_input_order(tmp_path):
     assert (tmp_path / "out").read_bytes() == "a\nc\nd\nd\nbé\ne\n".encode()
     assert not any(p.exists() for p in parts)
 
-    for broken, lines, message in [(b"0 2\na\n2 2\nd\n", 3, "no output for input line 2"),
-                                   (b"0 2\na\n0 2\nd\n", 2, "a second output for input line 1"),
-                                   (b"0 2\na\n1 2\nd\n", 3, "end at input line 2, not 3"),
-                                   (b"0 2\na\n1 9\nd\n", 2, "ends inside the output of input line 2"),
-                                   (b"0 2\na\nxyz\n", 2, "is not a part")]:
+    for broken, lines, message in [
+        (b"0 2\na\n2 2\nd\n", 3, "no output for input line 2"),
+        (b"0 2\na\n0 2\nd\n", 2, "a second output for input line 1"),
+        (b"0 2\na\n1 2\nd\n", 3, "end at input line 2, not 3"),
+        (b"0 2\na\n1 9\nd\n", 2, "ends inside the output of input line 2"),
+        (b"0 2\na\nxyz\n", 2, "is not a part"),
+    ]:
         parts[0].write_bytes(broken)
         parts[1].write_bytes(b"")
         with pytest.raises(RuntimeError, match=message):
@@ -101,8 +144,17 @@ def test_stdin_stdout_stream_and_score_are_refused_under_torchrun(model_dir, lin
     assert run.returncode == 2 and "give --src FILE, not stdin" in run.stderr
     run = cli("translate", "--model", model_dir, "--src", lines_file(["hello"]), text=True)
     assert run.returncode == 2 and "--output must be a file" in run.stderr
-    run = cli("translate", "--model", model_dir, "--src", lines_file(["hello"]), "--output", tmp_path / "out.txt",
-              "--stream", text=True)
+    run = cli(
+        "translate",
+        "--model",
+        model_dir,
+        "--src",
+        lines_file(["hello"]),
+        "--output",
+        tmp_path / "out.txt",
+        "--stream",
+        text=True,
+    )
     assert run.returncode == 2 and "under torchrun leave it out" in run.stderr
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
@@ -121,8 +173,9 @@ def test_resume_with_another_number_of_processes_is_refused(model_dir, lines_fil
     assert "was begun by 2 processes" in run.stderr and "not one process" in run.stderr
     with pytest.raises(Exception, match="was begun by 2 processes .*not 3 processes"):
         check_layout(str(out), 3, resume=True)
-    run = cli("translate", "--model", model_dir, "--src", src, "--output", out, "--max-length", 8,
-              text=True)  # a new job starts over
+    run = cli(
+        "translate", "--model", model_dir, "--src", src, "--output", out, "--max-length", 8, text=True
+    )  # a new job starts over
     assert run.returncode == 0, run.stderr
     assert leftovers(tmp_path, "out.txt") == []
 
@@ -133,8 +186,13 @@ def test_a_stopped_merge_is_merged_again_by_resume(tmp_path):
     instead of taking them for a one-process job; one part missing, they are still refused."""
     out = str(tmp_path / "out.txt")
     for left in (["out.txt.tmp"], ["out.txt", "out.txt.tmp.progress"], ["out.txt.tmp", "out.txt.tmp.progress"]):
-        for name in ["out.txt.part-0-of-2.tmp", "out.txt.part-0-of-2.tmp.progress", "out.txt.part-1-of-2.tmp",
-                     "out.txt.part-1-of-2.tmp.progress", *left]:
+        for name in [
+            "out.txt.part-0-of-2.tmp",
+            "out.txt.part-0-of-2.tmp.progress",
+            "out.txt.part-1-of-2.tmp",
+            "out.txt.part-1-of-2.tmp.progress",
+            *left,
+        ]:
             (tmp_path / name).write_text("x")
         check_layout(out, 2, resume=True, clean=False)  # another rank: nothing removed
         assert all((tmp_path / name).exists() for name in left)
@@ -155,8 +213,9 @@ def test_the_rendezvous_timeout_is_bounded_and_read_from_the_environment():
             rendezvous_timeout({"NMTDECODE_RENDEZVOUS_TIMEOUT": bad})
 
 
-def test_a_rank_whose_launcher_is_gone_ends_at_the_rendezvous_timeout(model_dir, lines_file, tmp_path, torchrun_env,
-                                                                      monkeypatch, cli):
+def test_a_rank_whose_launcher_is_gone_ends_at_the_rendezvous_timeout(
+    model_dir, lines_file, tmp_path, torchrun_env, monkeypatch, cli
+):
     """Rank 1 of 2 with nothing at MASTER_ADDR:PORT (torchrun killed during start-up) gives up after
     NMTDECODE_RENDEZVOUS_TIMEOUT seconds with one line, exit 1 (it waited 7 days before)."""
     with socket.socket() as s:  # a port nothing listens on
@@ -174,7 +233,8 @@ def test_a_rank_whose_launcher_is_gone_ends_at_the_rendezvous_timeout(model_dir,
     assert runs[0].returncode == 1
     assert runs[0].stderr.strip() == (
         "nmtdecode: error: rank 1 of 2: no rendezvous with the other processes of the job within 1 s (Connection "
-        "refused): was torchrun stopped? (NMTDECODE_RENDEZVOUS_TIMEOUT sets the limit); nothing was written")
+        "refused): was torchrun stopped? (NMTDECODE_RENDEZVOUS_TIMEOUT sets the limit); nothing was written"
+    )
     assert leftovers(tmp_path, "out.txt") == []
 
 
@@ -193,14 +253,18 @@ def test_a_peer_lost_during_a_wait_is_one_line():
     group.ranks = Ranks(1, 2, 1, 2)
 
     def closed():
-        raise RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
-                           "[127.0.0.1]:29500. This is typically caused by a remote worker hanging\nException ...")
+        raise RuntimeError(
+            "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
+            "[127.0.0.1]:29500. This is typically caused by a remote worker hanging\nException ..."
+        )
 
     with pytest.raises(PeerLost) as lost:
         group._polled(closed, KEPT, wait=True)
-    assert str(lost.value) == ("rank 1 of 2: another process of the job stopped or cannot be reached "
-                               "(Connection closed by peer [127.0.0.1]:29500); the finished parts are kept: rerun the "
-                               "command with --resume")
+    assert str(lost.value) == (
+        "rank 1 of 2: another process of the job stopped or cannot be reached "
+        "(Connection closed by peer [127.0.0.1]:29500); the finished parts are kept: rerun the "
+        "command with --resume"
+    )
 
 
 def test_a_signal_while_a_failure_is_reported_leaves_one_line(monkeypatch, capsys):
@@ -246,7 +310,8 @@ class AloneGroup:
 
 
 def test_resume_under_torchrun_never_takes_an_older_output_for_a_file_no_rank_started(
-        model_dir, lines_file, tmp_path, torchrun_env, monkeypatch, cli):
+    model_dir, lines_file, tmp_path, torchrun_env, monkeypatch, cli
+):
     """Older a.de and b.de; a new two-file run under torchrun stops at its first batch (injected),
     before any rank began b: b's part is kept as a mark, so that --resume does not find the older
     b.de complete (it did: no part of b existed)."""
@@ -288,7 +353,8 @@ def two_rank_jobs(model_dir, tmp_path_factory):
             f"  - {{src: {long}, output: {folder / name / 'text'}}}\n"
             f"  - {{src: {long}, output: {folder / name / 'nbest'}, format: nbest, n_best: 2}}\n"
             f"  - {{src: {long}, output: {folder / name / 'jsonl'}, format: jsonl, token_scores: true}}\n"
-            f"  - {{src: {short}, output: {folder / name / 'short'}}}\n")
+            f"  - {{src: {short}, output: {folder / name / 'short'}}}\n"
+        )
     translate("translate", "-c", folder / "reference.yaml")
     run = subprocess.run(torchrun("translate", "-c", folder / "out.yaml"), capture_output=True, timeout=300)
     assert run.returncode == 0, run.stderr.decode()
@@ -325,8 +391,27 @@ def test_two_ranks_sample_with_prefixes_as_one_process_does(model_dir, lines_fil
     rng = random.Random(3)
     src = lines_file([rng.choice(NORMAL) for _ in range(80)])
     prefix = lines_file([rng.choice(["", "the", "a dog"]) for _ in range(80)], name="prefix.txt")
-    args = ["translate", "--model", model_dir, "--src", src, "--prefix", prefix, "--sampling", "--n-best", 2,
-            "--batch-size", 2, "--threads", 1, "--max-length", 8, "--format", "nbest", "--quiet"]
+    args = [
+        "translate",
+        "--model",
+        model_dir,
+        "--src",
+        src,
+        "--prefix",
+        prefix,
+        "--sampling",
+        "--n-best",
+        2,
+        "--batch-size",
+        2,
+        "--threads",
+        1,
+        "--max-length",
+        8,
+        "--format",
+        "nbest",
+        "--quiet",
+    ]
     reference = cli(*args, "--output", tmp_path / "reference")
     assert reference.returncode == 0, reference.stderr
     run = subprocess.run(torchrun(*args, "--output", tmp_path / "out"), capture_output=True, timeout=300)
@@ -381,8 +466,16 @@ def test_rank_0_killed_during_the_merge_resumes_by_merging_again(model_dir, two_
     start over) and gives one process's output, leaving nothing beside it."""
     src, out = two_rank_jobs / "long.txt", tmp_path / "out"
     args = [*job_args(model_dir, src, "text"), "--output", out]
-    killer = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
-              os.path.join(os.path.dirname(__file__), "stopped_merge.py"), *map(str, args)]
+    killer = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--standalone",
+        os.path.join(os.path.dirname(__file__), "stopped_merge.py"),
+        *map(str, args),
+    ]
     stopped = subprocess.run(killer, capture_output=True, timeout=300, env={**os.environ, "STOP_AFTER_RECORDS": "40"})
     assert stopped.returncode != 0 and not out.exists()
     assert len((tmp_path / "out.tmp").read_text().splitlines()) == 40  # the kill came within the merge

@@ -16,8 +16,15 @@ from nmtdecode import signals
 
 from tests.helpers import DEMO, build_native_model, wait_for_checkpoint
 
-NORMAL = ["the house is red .", "a dog and a cat sleep in the garden .", "good morning", "thank you",
-          "where is the station ?", "water is cold .", "my friend reads a book ."]
+NORMAL = [
+    "the house is red .",
+    "a dog and a cat sleep in the garden .",
+    "good morning",
+    "thank you",
+    "where is the station ?",
+    "water is cold .",
+    "my friend reads a book .",
+]
 
 
 def command(*args):
@@ -141,8 +148,23 @@ def test_resume_after_kill_is_byte_identical(model_dir, tmp_path, cli):
     data = "".join(line + "\n" for line in lines).encode()
     src = tmp_path / "in.txt"
     src.write_bytes(data)
-    args = ["translate", "--model", model_dir, "--src", src, "--beam-size", 3, "--batch-size", 2,
-            "--max-length", 8, "--format", "jsonl", "--token-scores", "--quiet"]
+    args = [
+        "translate",
+        "--model",
+        model_dir,
+        "--src",
+        src,
+        "--beam-size",
+        3,
+        "--batch-size",
+        2,
+        "--max-length",
+        8,
+        "--format",
+        "jsonl",
+        "--token-scores",
+        "--quiet",
+    ]
     reference = cli(*args, "--output", tmp_path / "reference.jsonl")
     assert reference.returncode == 0, reference.stderr
 
@@ -211,14 +233,35 @@ def test_resume_needs_an_output_file(model_dir, cli):
 @pytest.mark.slow
 def test_ten_thousand_mixed_lines_keep_their_count(model_dir, tmp_path, cli):
     rng = random.Random(1)
-    kinds = [lambda: b"", lambda: b"   \t", lambda: rng.choice(NORMAL).encode(),
-             lambda: b"bad \xff\xfe", lambda: (rng.choice(NORMAL) + " ") .encode() * 60]
+    kinds = [
+        lambda: b"",
+        lambda: b"   \t",
+        lambda: rng.choice(NORMAL).encode(),
+        lambda: b"bad \xff\xfe",
+        lambda: (rng.choice(NORMAL) + " ").encode() * 60,
+    ]
     data = b"\n".join(rng.choice(kinds)() for _ in range(10_000)) + b"\n"
     (tmp_path / "in.txt").write_bytes(data)
     for fmt in ("text", "jsonl"):
-        run = cli("translate", "--model", model_dir, "--src", tmp_path / "in.txt", "--beam-size", 2,
-                  "--batch-size", 64, "--on-invalid-utf8", "replace", "--format", fmt,
-                  "--max-src-length", 64, "--max-length", 2)  # 2 steps: the count is what counts
+        run = cli(
+            "translate",
+            "--model",
+            model_dir,
+            "--src",
+            tmp_path / "in.txt",
+            "--beam-size",
+            2,
+            "--batch-size",
+            64,
+            "--on-invalid-utf8",
+            "replace",
+            "--format",
+            fmt,
+            "--max-src-length",
+            64,
+            "--max-length",
+            2,
+        )  # 2 steps: the count is what counts
         assert run.returncode == 0, run.stderr
         assert count_lines(run.stdout) == 10_000
     assert [json.loads(line)["index"] for line in run.stdout.splitlines()] == list(range(10_000))
@@ -230,16 +273,30 @@ def test_random_bytes_never_crash_or_lose_lines(model_dir, seed, cli):
     alphabet = bytes(range(256))
     data = b"".join(bytes(rng.choice(alphabet) for _ in range(rng.randint(0, 40))) + b"\n" for _ in range(60))
     data += bytes(rng.choice(alphabet) for _ in range(7)).replace(b"\n", b"")  # no final newline
-    run = cli("translate", "--model", model_dir, "--on-invalid-utf8", "replace", "--format", "jsonl",
-              "--max-length", 8, stdin=data)
+    run = cli(
+        "translate",
+        "--model",
+        model_dir,
+        "--on-invalid-utf8",
+        "replace",
+        "--format",
+        "jsonl",
+        "--max-length",
+        8,
+        stdin=data,
+    )
     assert run.returncode == 0, run.stderr
     assert count_lines(run.stdout) == count_lines(data)
 
 
 @pytest.mark.subprocess
 def test_stream_answers_each_line_as_it_arrives(model_dir):
-    proc = subprocess.Popen(command("translate", "--model", model_dir, "--stream", "--quiet"),
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        command("translate", "--model", model_dir, "--stream", "--quiet"),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     answers = []
     for line in ("good morning", "", "thank you"):
         proc.stdin.write((line + "\n").encode())
@@ -257,8 +314,12 @@ def test_broken_pipe_is_quiet(model_dir):
     """`nmtdecode translate | head -1`: once the reader is gone, the next output ends the program
     without a traceback or error message. The test is the reader: it takes the first line and
     closes the pipe, and only then gives the program more input (so that it writes again)."""
-    proc = subprocess.Popen(command("translate", "--model", model_dir, "--batch-size", 1, "--max-length", 8),
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        command("translate", "--model", model_dir, "--batch-size", 1, "--max-length", 8),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     proc.stdin.write(b"good morning\n")
     proc.stdin.flush()
     first = proc.stdout.readline()  # as `head -1` reads
@@ -278,8 +339,9 @@ def test_out_of_memory_on_one_sentence_names_the_line(model_dir, tmp_path, lines
     from nmtdecode.run import translate_job
 
     src = lines_file(NORMAL[:3])
-    config = Config.from_values({"model": str(model_dir), "src": str(src), "quiet": True,
-                                 "output": str(tmp_path / "out.txt")})
+    config = Config.from_values(
+        {"model": str(model_dir), "src": str(src), "quiet": True, "output": str(tmp_path / "out.txt")}
+    )
     original = BatchDecoder.translate_batch
 
     def hopeless(self, sources, *rest):
@@ -308,8 +370,11 @@ def test_signal_during_start_up_ends_at_once_with_one_line(tmp_path, lines_file,
     demo = DEMO
     src, out = lines_file(NORMAL), tmp_path / "out.txt"
     for delay in (0.0, 0.1, 0.25):  # after the handlers are in place: torch alone takes longer to import
-        proc = subprocess.Popen(command("translate", "--model", demo, "--src", src, "--output", out),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            command("translate", "--model", demo, "--src", src, "--output", out),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         deadline = time.time() + 60
         while proc.poll() is None and not catches_sigterm(proc.pid) and time.time() < deadline:
             time.sleep(0.002)
@@ -317,24 +382,30 @@ def test_signal_during_start_up_ends_at_once_with_one_line(tmp_path, lines_file,
         proc.send_signal(sig)
         stdout, stderr = proc.communicate(timeout=120)
         assert proc.returncode == code, (delay, stderr)
-        assert stderr.splitlines() == [f"nmtdecode: {'interrupted' if code == 130 else 'terminated'} "
-                                       "during start-up; nothing was written".encode()], (delay, stderr)
+        assert stderr.splitlines() == [
+            f"nmtdecode: {'interrupted' if code == 130 else 'terminated'} during start-up; nothing was written".encode()
+        ], (delay, stderr)
         assert stdout == b"" and not out.exists()
         mark = tmp_path / "out.txt.tmp"  # claimed before the load: an empty mark, or nothing yet
         assert not mark.exists() or mark.read_bytes() == b""
         mark.unlink(missing_ok=True)
 
 
-def test_a_stop_while_the_model_loads_leaves_no_older_output_looking_complete(cli, model_dir, lines_file, tmp_path,
-                                                                              monkeypatch):
+def test_a_stop_while_the_model_loads_leaves_no_older_output_looking_complete(
+    cli, model_dir, lines_file, tmp_path, monkeypatch
+):
     """A job stopped during the load (tens of seconds for a large model), then rerun with --resume
     (a requeued Slurm job passes it every time): the output of an earlier, complete job must not
     be taken for this one's. The job marks its output unfinished before the model loads."""
     from nmtdecode import run
 
     out = tmp_path / "out.txt"
-    assert cli("translate", "--model", model_dir, "--src", lines_file(["good morning"], "old.txt"), "--output",
-               out).returncode == 0
+    assert (
+        cli(
+            "translate", "--model", model_dir, "--src", lines_file(["good morning"], "old.txt"), "--output", out
+        ).returncode
+        == 0
+    )
     older = out.read_bytes()
     src = lines_file(NORMAL)
     loading = run.load_engine
@@ -353,12 +424,15 @@ def test_a_stop_while_the_model_loads_leaves_no_older_output_looking_complete(cl
     assert out.read_bytes() == fresh.read_bytes() != older
 
 
-@pytest.mark.parametrize("command, note", [
-    (["translate", "--output", "-"], b"is written directly, so the job cannot be resumed: run it again"),
-    (["translate", "--output", "OUT"], b"partial output kept, rerun with --resume to continue"),
-    (["score", "--tgt", "SRC", "--output", "OUT"], b"nothing was kept (score writes its output file whole)"),
-    (["score", "--tgt", "SRC"], b"is written directly, so the job cannot be resumed: run it again"),
-])
+@pytest.mark.parametrize(
+    "command, note",
+    [
+        (["translate", "--output", "-"], b"is written directly, so the job cannot be resumed: run it again"),
+        (["translate", "--output", "OUT"], b"partial output kept, rerun with --resume to continue"),
+        (["score", "--tgt", "SRC", "--output", "OUT"], b"nothing was kept (score writes its output file whole)"),
+        (["score", "--tgt", "SRC"], b"is written directly, so the job cannot be resumed: run it again"),
+    ],
+)
 def test_a_stopped_job_says_what_it_left(cli, model_dir, lines_file, tmp_path, monkeypatch, command, note):
     """Ctrl-C during decoding: "rerun with --resume" only where there is something to resume."""
     from nmtdecode.decoding import BatchDecoder

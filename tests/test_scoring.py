@@ -22,8 +22,12 @@ from tests.models.formats.test_huggingface_parity import EOS, batch, build, ours
 # The generation settings that make each family force a first token as its real checkpoints do:
 # BART (bart-large-cnn) forces BOS, mBART-50 and M2M100/NLLB the target-language tag. The tags and
 # the input batches (seeds) are chosen so that the random models end hypotheses at many lengths.
-FORCED = {"marian": {}, "bart": {"forced_bos_token_id": 0}, "mbart": {"forced_bos_token_id": 60},
-          "m2m_100": {"forced_bos_token_id": 30}}
+FORCED = {
+    "marian": {},
+    "bart": {"forced_bos_token_id": 0},
+    "mbart": {"forced_bos_token_id": 60},
+    "m2m_100": {"forced_bos_token_id": 30},
+}
 BATCH = {"marian": 0, "bart": 3, "mbart": 0, "m2m_100": 2}
 MAX_LENGTH = 20
 
@@ -79,8 +83,24 @@ def test_native_score_of_own_translations_is_their_log_prob(model_dir, lines_fil
     from tests.test_cli import LINES
 
     lines = [line for line in LINES if line.strip()] + ["the dog is in the house .", "a red cat"]
-    run = cli("translate", "--model", model_dir, "--src", lines_file(lines), "--beam-size", 4, "--n-best", 4,
-              "--max-length", 30, "--format", "jsonl", "--token-scores", "--quiet", text=True)
+    run = cli(
+        "translate",
+        "--model",
+        model_dir,
+        "--src",
+        lines_file(lines),
+        "--beam-size",
+        4,
+        "--n-best",
+        4,
+        "--max-length",
+        30,
+        "--format",
+        "jsonl",
+        "--token-scores",
+        "--quiet",
+        text=True,
+    )
     assert run.returncode == 0, run.stderr
     loaded = load_model(str(model_dir))
     sources, targets, totals = [], [], []
@@ -107,15 +127,25 @@ def m2m100_directory(root):
     pieces = sorted(sp.id_to_piece(i) for i in range(3, sp.get_piece_size()))
     vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, **{p: 4 + i for i, p in enumerate(pieces)}}
     (root / "vocab.json").write_text(json.dumps(vocab))
-    tokenizer = transformers.M2M100Tokenizer(str(root / "vocab.json"), str(root / "sentencepiece.bpe.model"),
-                                             src_lang="en", language_codes="m2m100")
+    tokenizer = transformers.M2M100Tokenizer(
+        str(root / "vocab.json"), str(root / "sentencepiece.bpe.model"), src_lang="en", language_codes="m2m100"
+    )
     _quiet(lambda: tokenizer.save_pretrained(str(root)))
     torch.manual_seed(0)
     vocab_size = max(tokenizer.get_lang_id(code) for code in tokenizer.lang_code_to_id) + 9  # + 8 "madeupword"s
-    config = transformers.M2M100Config(vocab_size=vocab_size, d_model=32, encoder_layers=2, decoder_layers=2,
-                                       encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
-                                       decoder_ffn_dim=64, max_position_embeddings=128, dropout=0.0,
-                                       forced_eos_token_id=None)
+    config = transformers.M2M100Config(
+        vocab_size=vocab_size,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=128,
+        dropout=0.0,
+        forced_eos_token_id=None,
+    )
     hf = transformers.M2M100ForConditionalGeneration(config).eval()
     with torch.no_grad():
         for p in hf.parameters():
@@ -134,8 +164,24 @@ def test_cli_score_forces_the_tgt_lang_tag(tmp_path, lines_file, cli):
     src, tgt = lines_file(sources, "src.txt"), lines_file(targets, "tgt.txt")
     scores = {}
     for lang in ("fr", "de"):
-        run = cli("score", "-m", root, "-s", src, "-t", tgt, "--tgt-lang", lang, "--src-lang", "en", "--batch-size", 1,
-                  "--device", "cpu", text=True)
+        run = cli(
+            "score",
+            "-m",
+            root,
+            "-s",
+            src,
+            "-t",
+            tgt,
+            "--tgt-lang",
+            lang,
+            "--src-lang",
+            "en",
+            "--batch-size",
+            1,
+            "--device",
+            "cpu",
+            text=True,
+        )
         assert run.returncode == 0, run.stderr
         scores[lang] = [float(x) for x in run.stdout.split()]
         expected = []
@@ -193,8 +239,18 @@ def test_cli_score_jsonl_per_token_and_output_file(tmp_path, lines_file, cli):
     transformers'; --output writes the file (through OUTPUT.tmp) and nothing to stdout."""
     root, hf, tokenizer = m2m100_directory(tmp_path / "m2m")
     sources, targets = ["The small cat walks.", "Hello world.", "Green tree!"], ["A green river!", "Bread", ""]
-    common = ("-m", root, "-s", lines_file(sources, "src.txt"), "-t", lines_file(targets, "tgt.txt"),
-              "--tgt-lang", "fr", "--device", "cpu")
+    common = (
+        "-m",
+        root,
+        "-s",
+        lines_file(sources, "src.txt"),
+        "-t",
+        lines_file(targets, "tgt.txt"),
+        "--tgt-lang",
+        "fr",
+        "--device",
+        "cpu",
+    )
     out = tmp_path / "scores.jsonl"
     run = cli("score", *common, "--format", "jsonl", "--output", out, text=True)
     assert run.returncode == 0, run.stderr
@@ -210,8 +266,10 @@ def test_cli_score_jsonl_per_token_and_output_file(tmp_path, lines_file, cli):
             assert len(record["token_scores"]) == len(record["tokens"]) and record["token_scores"][0] == 0.0
             total = sum(record["token_scores"]) + record["eos_score"]
             assert total == pytest.approx(record["log_prob"], abs=1e-9)
-            logits = hf(input_ids=torch.tensor([tokenizer(source).input_ids]),
-                        decoder_input_ids=torch.tensor([[2] + record["tokens"]])).logits[0]
+            logits = hf(
+                input_ids=torch.tensor([tokenizer(source).input_ids]),
+                decoder_input_ids=torch.tensor([[2] + record["tokens"]]),
+            ).logits[0]
             expected = torch.log_softmax(logits, dim=-1)[1:].gather(1, torch.tensor(labels)[:, None])[:, 0]
             assert record["token_scores"][1:] + [record["eos_score"]] == pytest.approx(expected.tolist(), abs=1e-4)
     text = cli("score", *common, text=True)
@@ -243,8 +301,9 @@ def test_cli_score_cuts_long_sources_as_translate_and_names_the_lines(model_dir,
     assert run.stderr.count("\n") == 1 and "target line 2 has" in run.stderr
 
 
-def test_cli_score_batches_as_translate_writes_in_input_order_and_reports_perplexity(model_dir, lines_file, cli,
-                                                                                      monkeypatch):
+def test_cli_score_batches_as_translate_writes_in_input_order_and_reports_perplexity(
+    model_dir, lines_file, cli, monkeypatch
+):
     """Pairs are sorted by source length and cut into batches as translate cuts its lines (here a
     token budget), each score is the pair's own, written in input order; the summary gives the
     pairs, the target tokens (EOS included) and the mean log-prob per token with its perplexity."""
@@ -262,20 +321,39 @@ def test_cli_score_batches_as_translate_writes_in_input_order_and_reports_perple
         return original(self, batch_sources, batch_targets)
 
     monkeypatch.setattr(BatchDecoder, "score", recording)
-    run = cli("score", "-m", model_dir, "-s", src, "-t", tgt, "--batch-type", "tokens", "--batch-size", 24,
-              "--threads", 1, text=True)
+    run = cli(
+        "score",
+        "-m",
+        model_dir,
+        "-s",
+        src,
+        "-t",
+        tgt,
+        "--batch-type",
+        "tokens",
+        "--batch-size",
+        24,
+        "--threads",
+        1,
+        text=True,
+    )
     assert run.returncode == 0, run.stderr
     lengths = [len(loaded.tokenizer.encode(s)) for s in sources]
     assert [n for batch in seen for n in batch] == sorted(lengths, reverse=True)  # longest first, as translate
     assert len(seen) > 1 and all(len(b) * b[0] <= 24 for b in seen)  # the budget counts padding
     alone = BatchDecoder(loaded.model, DecodingConfig())
-    expected = [original(alone, [loaded.tokenizer.encode(s)], [loaded.tokenizer.encode_target(t)])[0]
-                for s, t in zip(sources, targets)]
+    expected = [
+        original(alone, [loaded.tokenizer.encode(s)], [loaded.tokenizer.encode_target(t)])[0]
+        for s, t in zip(sources, targets)
+    ]
     scores = [float(x) for x in run.stdout.split()]
     assert scores == pytest.approx(expected, abs=1e-5)
     tokens = sum(len(loaded.tokenizer.encode_target(t)) + 1 for t in targets)
-    summary = re.search(r"nmtdecode: 6 pairs, (\d+) target tokens in .* s \(.* tokens/s\); log-prob per token "
-                        r"(-?[\d.]+), perplexity ([\d.]+)", run.stderr)
+    summary = re.search(
+        r"nmtdecode: 6 pairs, (\d+) target tokens in .* s \(.* tokens/s\); log-prob per token "
+        r"(-?[\d.]+), perplexity ([\d.]+)",
+        run.stderr,
+    )
     assert summary and int(summary[1]) == tokens
     assert float(summary[2]) == pytest.approx(sum(scores) / tokens, abs=1e-4)
     assert float(summary[3]) == pytest.approx(math.exp(-sum(scores) / tokens), rel=1e-3)
@@ -296,8 +374,10 @@ def test_cli_score_dump_config_and_refused_formats(model_dir, lines_file, cli, t
 def test_cli_score_normalize_gives_each_lines_mean_per_scored_token(model_dir, lines_file, cli):
     """marian-scorer's --normalize: each line's log-probability divided by the tokens scored (the
     target's and its EOS), in text and as mean_log_prob in jsonl; the totals stay in log_prob."""
-    sources, targets = lines_file(["good morning", "the house is red .", ""], "s.txt"), \
-        lines_file(["thank you", "a dog", "x y z"], "t.txt")
+    sources, targets = (
+        lines_file(["good morning", "the house is red .", ""], "s.txt"),
+        lines_file(["thank you", "a dog", "x y z"], "t.txt"),
+    )
     common = ["score", "--model", model_dir, "--src", sources, "--tgt", targets, "-q"]
     records = [json.loads(line) for line in cli(*common, "--format", "jsonl", text=True).stdout.splitlines()]
     means = [r["log_prob"] / (len(r["tokens"]) + 1) for r in records]
@@ -305,7 +385,9 @@ def test_cli_score_normalize_gives_each_lines_mean_per_scored_token(model_dir, l
     assert normalized.returncode == 0, normalized.stderr
     assert [float(x) for x in normalized.stdout.split()] == pytest.approx(means, abs=2e-6)
     assert [float(x) for x in cli(*common, text=True).stdout.split()] == pytest.approx(
-        [r["log_prob"] for r in records], abs=2e-6)
-    with_mean = [json.loads(line) for line in cli(*common, "--format", "jsonl", "--normalize",
-                                                   text=True).stdout.splitlines()]
+        [r["log_prob"] for r in records], abs=2e-6
+    )
+    with_mean = [
+        json.loads(line) for line in cli(*common, "--format", "jsonl", "--normalize", text=True).stdout.splitlines()
+    ]
     assert [r.pop("mean_log_prob") for r in with_mean] == pytest.approx(means) and with_mean == records

@@ -25,8 +25,23 @@ def dumped(cli, tmp_path, lines_file):
 
     def run(*args, model=DEMO):
         out, dump = tmp_path / "out.jsonl", tmp_path / "beams.jsonl"
-        result = cli("translate", "--model", model, "--src", lines_file(LINES), "--output", out, "--format",
-                     "jsonl", "--token-scores", "--dump-beam", dump, "-q", *args, text=True)
+        result = cli(
+            "translate",
+            "--model",
+            model,
+            "--src",
+            lines_file(LINES),
+            "--output",
+            out,
+            "--format",
+            "jsonl",
+            "--token-scores",
+            "--dump-beam",
+            dump,
+            "-q",
+            *args,
+            text=True,
+        )
         assert result.returncode == 0, result.stderr
         return dump, [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
 
@@ -45,9 +60,15 @@ def expected_nodes(record: dict) -> set[str]:
     return ids
 
 
-@pytest.mark.parametrize("options", [["--beam-size", 5, "--n-best", 3], ["--beam-size", 1],
-                                     ["--sampling", "--n-best", 2],
-                                     ["--beam-size", 4, "--beam-groups", 2, "--diversity-penalty", 1, "--n-best", 2]])
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["--beam-size", 5, "--n-best", 3],
+        ["--beam-size", 1],
+        ["--sampling", "--n-best", 2],
+        ["--beam-size", 4, "--beam-groups", 2, "--diversity-penalty", 1, "--n-best", 2],
+    ],
+)
 def test_every_node_is_drawn_and_the_highlighted_paths_are_the_output(options, dumped, cli, tmp_path):
     dump, outputs = dumped(*options)
     page = tmp_path / "page.html"
@@ -68,14 +89,17 @@ def test_every_node_is_drawn_and_the_highlighted_paths_are_the_output(options, d
         assert edges == set(nodes) - {"start"}  # an edge to its parent from every node
         hyps = outputs[record["index"]]["hypotheses"]
         for rank, hyp in enumerate(hyps):
-            on_path = sorted((n for n in nodes.values() if str(rank) in (n.get("data-ranks") or "").split()),
-                             key=lambda n: float(n.get("data-x")))
+            on_path = sorted(
+                (n for n in nodes.values() if str(rank) in (n.get("data-ranks") or "").split()),
+                key=lambda n: float(n.get("data-x")),
+            )
             tokens = [int(n.get("data-token")) for n in on_path if n.get("data-token") is not None]
             assert tokens[: len(hyp["tokens"])] == hyp["tokens"]
-            assert tokens[len(hyp["tokens"]):] == ([record["eos_id"]] if hyp["ended"] else [])
+            assert tokens[len(hyp["tokens"]) :] == ([record["eos_id"]] if hyp["ended"] else [])
         best = [n for n in nodes.values() if "best" in n.get("class").split()]
-        assert {n.get("data-node") for n in best} == {n.get("data-node") for n in nodes.values()
-                                                       if "0" in (n.get("data-ranks") or "").split()}
+        assert {n.get("data-node") for n in best} == {
+            n.get("data-node") for n in nodes.values() if "0" in (n.get("data-ranks") or "").split()
+        }
 
 
 def test_the_page_is_self_contained_with_a_list_and_a_heatmap(dumped, cli, tmp_path):
@@ -117,9 +141,11 @@ def test_one_sentence_and_bad_dumps(dumped, cli, tmp_path):
 @pytest.mark.subprocess
 def test_show_loads_no_torch(dumped, tmp_path):
     dump, _ = dumped("--beam-size", 2)
-    code = ("import sys; from nmtdecode.cli import run; "
-            f"code = run(['show', {str(dump)!r}, '-o', {str(tmp_path / 'p.html')!r}]); "
-            "assert code == 0 and 'torch' not in sys.modules, (code, 'torch' in sys.modules)")
+    code = (
+        "import sys; from nmtdecode.cli import run; "
+        f"code = run(['show', {str(dump)!r}, '-o', {str(tmp_path / 'p.html')!r}]); "
+        "assert code == 0 and 'torch' not in sys.modules, (code, 'torch' in sys.modules)"
+    )
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
 
@@ -132,8 +158,11 @@ def test_the_page_renders_in_a_browser_with_the_nodes_where_the_svg_says(dumped,
     page, png = tmp_path / "page.html", tmp_path / "page.png"
     assert cli("show", dump, "-o", page).returncode == 0
     svg = trees_of(page.read_text(encoding="utf-8"))[0]
-    said = {g.get("data-node"): (float(g.get("data-x")), float(g.get("data-y")))
-            for g in svg.iter(f"{SVG}g") if g.get("data-node")}
+    said = {
+        g.get("data-node"): (float(g.get("data-x")), float(g.get("data-y")))
+        for g in svg.iter(f"{SVG}g")
+        if g.get("data-node")
+    }
     drawn = browser.drawn_layout(page)
     origin = drawn.pop("svg")
     assert set(drawn) == set(said)
@@ -148,7 +177,7 @@ def test_the_page_renders_in_a_browser_with_the_nodes_where_the_svg_says(dumped,
         x, y = said[g.get("data-node")]
         px, py = round(origin[0] + x - 40), round(origin[1] + y)
         if px < pixels.shape[1] and py < pixels.shape[0]:
-            assert tuple(pixels[py, px]) == (0xf9, 0xc3, 0x6b), g.get("data-node")
+            assert tuple(pixels[py, px]) == (0xF9, 0xC3, 0x6B), g.get("data-node")
             seen += 1
     assert seen >= 3  # the start, a token and the ended node at least
 

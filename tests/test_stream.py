@@ -95,8 +95,9 @@ def batches(monkeypatch):
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_a_full_pipe_is_decoded_in_whole_sorted_batches(model_dir, lines_file, pipe_stdin, batches, cli,
-                                                        capsysbinary, stream):
+def test_a_full_pipe_is_decoded_in_whole_sorted_batches(
+    model_dir, lines_file, pipe_stdin, batches, cli, capsysbinary, stream
+):
     """30 lines waiting in a pipe give the file's output, decoded in whole batches of 4 sorted by
     length: without --stream all 30 together, as a file's lines (they were once cut 4 at a time);
     with it, 16 at a time (STREAM_BATCHES = 4 batches), so that a line's answer waits for at most
@@ -124,9 +125,12 @@ def test_a_line_is_answered_before_the_next_arrives_and_waiting_is_not_decoding(
     """`(echo good morning; sleep 2; echo thank you) | nmtdecode translate`: the first answer comes
     while the second line has not been written, with or without --stream, and the summary's
     seconds leave out the two seconds of waiting."""
-    proc = subprocess.Popen(command("translate", "--model", model_dir, "--max-length", 8,
-                                    *(["--stream"] if stream else [])),
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        command("translate", "--model", model_dir, "--max-length", 8, *(["--stream"] if stream else [])),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     with proc:
         proc.stdin.write(b"good morning\n")
         proc.stdin.flush()

@@ -32,8 +32,24 @@ def decoded(unk_model, tmp_path, cli, *options):
     source, prefix = tmp_path / "in.txt", tmp_path / "prefix.txt"
     source.write_text("".join(line + "\n" for line in LINES))
     prefix.write_text("the house\n" * len(LINES))
-    common = ["translate", "--model", unk_model, "--src", source, "--prefix", prefix, "--beam-size", 3,
-              "--n-best", 2, "--min-length", 5, "--max-length", 7, "-q"]
+    common = [
+        "translate",
+        "--model",
+        unk_model,
+        "--src",
+        source,
+        "--prefix",
+        prefix,
+        "--beam-size",
+        3,
+        "--n-best",
+        2,
+        "--min-length",
+        5,
+        "--max-length",
+        7,
+        "-q",
+    ]
     plain = cli(*common, "--format", "jsonl", "--alignment", text=True)
     run = cli(*common, *options, text=True)
     assert plain.returncode == 0 and run.returncode == 0, plain.stderr + run.stderr
@@ -56,8 +72,10 @@ def test_replace_unk_puts_the_most_attended_source_piece(unk_model, tmp_path, cl
         source_ids = sp.encode(line) + [loaded.model.cfg.eos_id]
         for hyp in record["hypotheses"]:
             positions = attended(loaded.model, source_ids, hyp["tokens"])
-            pieces = [source_pieces[p] if token == UNK else sp.id_to_piece(token)
-                      for token, p in zip(hyp["tokens"], positions)]
+            pieces = [
+                source_pieces[p] if token == UNK else sp.id_to_piece(token)
+                for token, p in zip(hyp["tokens"], positions)
+            ]
             assert all(p < len(source_pieces) for t, p in zip(hyp["tokens"], positions) if t == UNK)
             unknowns += hyp["tokens"].count(UNK)
             text = "".join(pieces).replace(MARK, " ").lstrip(" ")
@@ -68,8 +86,15 @@ def test_replace_unk_puts_the_most_attended_source_piece(unk_model, tmp_path, cl
 
 @pytest.mark.slow  # ~6 s on 2 cores
 def test_report_align_writes_word_pairs_of_the_attention(unk_model, tmp_path, cli):
-    records, lines = decoded(unk_model, tmp_path, cli, "--report-align", "--replace-unk",  # text: the 1-best
-                             "--dump-beam", tmp_path / "beams.jsonl")  # where the n-best lists go
+    records, lines = decoded(
+        unk_model,
+        tmp_path,
+        cli,
+        "--report-align",
+        "--replace-unk",  # text: the 1-best
+        "--dump-beam",
+        tmp_path / "beams.jsonl",
+    )  # where the n-best lists go
     loaded = load_model(str(unk_model))
     sp = spm.SentencePieceProcessor(model_file=str(unk_model / "spm.model"))
 
@@ -96,7 +121,8 @@ def test_report_align_in_jsonl_adds_pieces_and_pairs_only(unk_model, tmp_path, c
         for plain, entry in zip(record["hypotheses"], output["hypotheses"]):
             assert entry["pieces"] == [sp.id_to_piece(t) for t in plain["tokens"]]
             assert {k: v for k, v in entry.items() if k not in ("pieces", "pharaoh")} == {
-                k: v for k, v in plain.items() if k not in ("tokens", "alignment")}
+                k: v for k, v in plain.items() if k not in ("tokens", "alignment")
+            }
             assert entry["pharaoh"]
 
 
@@ -124,5 +150,6 @@ def test_formats_put_the_pairs_where_the_peers_do():
     result = Result(3, hyps, ["a b", "c"], source_pieces=["x"], pieces=[["p"], ["q"]], pharaoh=["0-0 0-1", ""])
     assert format_result(result, "text") == "a b ||| 0-0 0-1\n"  # OpenNMT-py's -report_align
     assert format_result(result, "nbest") == "3 ||| a b ||| -0.500000 ||| 0-0 0-1\n3 ||| c ||| -0.700000 ||| \n"
-    assert format_result(result, "nbest-marian").splitlines()[0] == \
-        "3 ||| a b ||| 0-0 0-1 ||| F0= -1.000000 ||| -0.500000"  # Marian's: after the text
+    assert (
+        format_result(result, "nbest-marian").splitlines()[0] == "3 ||| a b ||| 0-0 0-1 ||| F0= -1.000000 ||| -0.500000"
+    )  # Marian's: after the text

@@ -57,8 +57,20 @@ def test_a_model_that_generates_line_breaks_still_gives_one_line_per_input(fmt, 
     engine = Engine.load(Config.from_values({"model": str(model_dir)}))
     engine.loaded.tokenizer.decode = lambda ids: GENERATED
     out = tmp_path / "out.txt"
-    translate_job(Config.from_values({"model": str(model_dir), "src": str(src), "output": str(out), "format": fmt,
-                                      "n_best": 1 if fmt == "text" else 2, "beam_size": 2, "max_length": 5}), engine)
+    translate_job(
+        Config.from_values(
+            {
+                "model": str(model_dir),
+                "src": str(src),
+                "output": str(out),
+                "format": fmt,
+                "n_best": 1 if fmt == "text" else 2,
+                "beam_size": 2,
+                "max_length": 5,
+            }
+        ),
+        engine,
+    )
     lines = out.read_text(encoding="utf-8").split("\n")[:-1]
     assert len(lines) == (8 if fmt == "nbest" else 4)  # the empty input line has its n-best too
     err = capsys.readouterr().err

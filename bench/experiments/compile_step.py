@@ -51,9 +51,11 @@ def load(gemm: str):
 
 def best_ms(step, steps: int) -> float:
     """Milliseconds per call of `step`: the best of 5 runs of `steps` calls."""
+
     def run():
         for _ in range(steps):
             step()
+
     return best_seconds(run, 5) / steps * 1e3
 
 
@@ -74,6 +76,7 @@ def eager_step(model, rows: int, steps: int) -> float:
     def step():
         cache.length = WARM_STEPS  # every timed step decodes the same position (the buffer has room)
         model.decode_step(tokens, cache)
+
     return best_ms(step, steps)
 
 
@@ -94,8 +97,10 @@ def main():
     torch.set_num_threads(args.threads)
     import torch._inductor.config as inductor
 
-    print(f"CPU: {cpu_description()}; {args.threads} threads; torch {torch.__version__}; demo model, "
-          f"{args.rows} rows, beam 1\n")
+    print(
+        f"CPU: {cpu_description()}; {args.threads} threads; torch {torch.__version__}; demo model, "
+        f"{args.rows} rows, beam 1\n"
+    )
     print("| step | first call s | ms per step |")
     print("|---|---|---|")
     with torch.inference_mode():

@@ -52,8 +52,10 @@ def nllb_task(lines: int):
     path = convert.nllb_600m_shape(os.path.join(OUT, "nllb-600m-shape"))
     model, _, rules = load_network(path, read_json(os.path.join(path, "config.json")))
     g = torch.Generator().manual_seed(1)
-    sources = [torch.randint(4, 1000, (int(torch.randint(10, 30, (1,), generator=g)),), generator=g).tolist() + [2]
-               for _ in range(lines)]
+    sources = [
+        torch.randint(4, 1000, (int(torch.randint(10, 30, (1,), generator=g)),), generator=g).tolist() + [2]
+        for _ in range(lines)
+    ]
     return model, rules, sources, dict(max_length=24, min_length=24)  # forced lengths: both do the same work
 
 
@@ -65,14 +67,24 @@ def advance_only(batch: int, beam: int, vocab: int, steps: int = 40, repeat: int
     from nmtdecode.search.penalties import LengthPenalty
 
     g = torch.Generator().manual_seed(0)
-    logprobs = [torch.log_softmax(torch.randn(batch * (1 if t == 0 else beam), vocab, generator=g) * 3, -1)
-                for t in range(steps)]
+    logprobs = [
+        torch.log_softmax(torch.randn(batch * (1 if t == 0 else beam), vocab, generator=g) * 3, -1)
+        for t in range(steps)
+    ]
     searches = {"host": BeamSearch, "device": DeviceBeamSearch}
     seconds: dict[str, list[float]] = {name: [] for name in searches}
 
     def run(cls):
-        search = cls(batch_size=batch, beam_size=beam, max_steps=[steps] * batch, start_id=2, eos_id=3,
-                     penalty=LengthPenalty("avg", 1.0), early_stopping="top", device="cpu")
+        search = cls(
+            batch_size=batch,
+            beam_size=beam,
+            max_steps=[steps] * batch,
+            start_id=2,
+            eos_id=3,
+            penalty=LengthPenalty("avg", 1.0),
+            early_stopping="top",
+            device="cpu",
+        )
         search.shrink = False
         for t in range(steps):
             search.advance(logprobs[t].clone(), t)
@@ -81,11 +93,15 @@ def advance_only(batch: int, beam: int, vocab: int, steps: int = 40, repeat: int
         for _ in range(repeat):
             for name, cls in searches.items():
                 seconds[name].append(timed(lambda: run(cls))[0])
-    print(f"{cpu_description()}, torch {torch.__version__}, {torch.get_num_threads()} threads; advance alone, "
-          f"batch {batch}, beam {beam}, {vocab} tokens, {steps} steps, {repeat} rounds")
+    print(
+        f"{cpu_description()}, torch {torch.__version__}, {torch.get_num_threads()} threads; advance alone, "
+        f"batch {batch}, beam {beam}, {vocab} tokens, {steps} steps, {repeat} rounds"
+    )
     for name, times in seconds.items():
-        print(f"{name:6s} ms a step: fastest {min(times) / steps * 1e3:.3f}, median "
-              f"{statistics.median(times) / steps * 1e3:.3f}")
+        print(
+            f"{name:6s} ms a step: fastest {min(times) / steps * 1e3:.3f}, median "
+            f"{statistics.median(times) / steps * 1e3:.3f}"
+        )
 
 
 def main():
@@ -96,8 +112,13 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--model", default="demo", choices=("demo", "nllb-shape"))
     parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--advance-only", type=int, default=0, metavar="VOCAB",
-                        help="time the searches' advance alone on random log-probs over VOCAB tokens")
+    parser.add_argument(
+        "--advance-only",
+        type=int,
+        default=0,
+        metavar="VOCAB",
+        help="time the searches' advance alone on random log-probs over VOCAB tokens",
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -109,8 +130,10 @@ def main():
     steps = step_runner_for(model, torch.device("cpu"))
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))  # length-sorted batches, as the CLI's
     batches = [[sources[i] for i in order[s : s + args.batch]] for s in range(0, len(order), args.batch)]
-    decoders = {"host": BatchDecoder(model, decoding, rules, steps=steps),
-                "device": BatchDecoder(model, decoding, rules, steps=steps, on_device=True)}
+    decoders = {
+        "host": BatchDecoder(model, decoding, rules, steps=steps),
+        "device": BatchDecoder(model, decoding, rules, steps=steps, on_device=True),
+    }
     # per batch and variant, its seconds in each round; the variants alternate batch by batch (which
     # goes first too), so that what else runs on a shared machine falls on both alike
     seconds = {name: [[] for _ in batches] for name in decoders}
@@ -124,15 +147,20 @@ def main():
                     if r:
                         seconds[name][i].append(took)
                     outputs[name][i] = out
-    print(f"{cpu_description()}, torch {torch.__version__}, {torch.get_num_threads()} threads; {args.model}, "
-          f"{len(sources)} lines, beam {args.beam}, batch {args.batch}, {args.rounds} rounds")
+    print(
+        f"{cpu_description()}, torch {torch.__version__}, {torch.get_num_threads()} threads; {args.model}, "
+        f"{len(sources)} lines, beam {args.beam}, batch {args.batch}, {args.rounds} rounds"
+    )
     totals = {}
     for name, per_batch in seconds.items():
         totals[name] = (sum(map(min, per_batch)), sum(map(statistics.median, per_batch)))
         print(f"{name:6s} sum of each batch's fastest {totals[name][0]:.3f} s, of its median {totals[name][1]:.3f} s")
     same = sum(a == b for x, y in zip(outputs["host"], outputs["device"]) for a, b in zip(x, y))
-    print(f"host / device: {totals['host'][0] / totals['device'][0]:.2f} (fastest), "
-          f"{totals['host'][1] / totals['device'][1]:.2f} (median); same 1-best: {same}/{len(sources)}")
+    print(
+        f"host / device: {totals['host'][0] / totals['device'][0]:.2f} (fastest), "
+        f"{totals['host'][1] / totals['device'][1]:.2f} (median); same 1-best: {same}/{len(sources)}"
+    )
+
 
 if __name__ == "__main__":
     main()

@@ -44,8 +44,10 @@ def main():
         one = seconds(Translator.load(DEMO, **runtime), lines, args.repeat, **options)
         two = seconds(Translator.load([DEMO, copy], **runtime), lines, args.repeat, **options)
     print(f"CPU: {cpu_description()}")
-    print(f"{len(lines)} lines, beam {args.beam_size}, batch 32: one model {one:.2f} s, two models {two:.2f} s, "
-          f"ratio {two / one:.2f}x")
+    print(
+        f"{len(lines)} lines, beam {args.beam_size}, batch 32: one model {one:.2f} s, two models {two:.2f} s, "
+        f"ratio {two / one:.2f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -53,7 +53,7 @@ def main():
     print("|---|---|---|---|---|---|---|")
     g = torch.Generator().manual_seed(0)
     with torch.inference_mode():
-        for (out_features, in_features) in sorted(model_shapes(args.model)):
+        for out_features, in_features in sorted(model_shapes(args.model)):
             weight = torch.randn(out_features, in_features, generator=g)
             bias = torch.randn(out_features, generator=g)
             packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
@@ -61,10 +61,14 @@ def main():
                 x = torch.randn(rows, in_features, generator=g)
                 plain, onednn = _best_of_both(
                     lambda: F.linear(x, weight, bias),
-                    lambda: torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], ""), budget=0.1)
+                    lambda: torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], ""),
+                    budget=0.1,
+                )
                 flop = 2 * rows * in_features * out_features
-                print(f"| {out_features} x {in_features} | {rows} | {plain * 1e6:.0f} | {flop / plain / 1e9:.0f} | "
-                      f"{onednn * 1e6:.0f} | {flop / onednn / 1e9:.0f} | {plain / onednn:.2f} |")
+                print(
+                    f"| {out_features} x {in_features} | {rows} | {plain * 1e6:.0f} | {flop / plain / 1e9:.0f} | "
+                    f"{onednn * 1e6:.0f} | {flop / onednn / 1e9:.0f} | {plain / onednn:.2f} |"
+                )
 
 
 if __name__ == "__main__":

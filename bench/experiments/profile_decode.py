@@ -20,9 +20,17 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/, for common
 from common import DEMO  # noqa: E402
 
-MATMULS = ("mkldnn::_linear_pointwise", "aten::addmm", "aten::mm", "aten::bmm", "aten::matmul", "aten::linear",
-           "aten::baddbmm",
-           "quantized::linear_dynamic", "aten::_scaled_dot_product_flash_attention_for_cpu")
+MATMULS = (
+    "mkldnn::_linear_pointwise",
+    "aten::addmm",
+    "aten::mm",
+    "aten::bmm",
+    "aten::matmul",
+    "aten::linear",
+    "aten::baddbmm",
+    "quantized::linear_dynamic",
+    "aten::_scaled_dot_product_flash_attention_for_cpu",
+)
 
 
 def main():
@@ -67,8 +75,10 @@ def main():
     steps = next((e.count for e in events if e.key == "aten::_log_softmax"), 0)  # one per step, every search
     calls = sum(e.count for e in events if e.key.startswith(("aten::", "mkldnn::", "quantized::")))
     if steps:
-        print(f"{steps} decoding steps, {total / steps / 1000:.2f} ms and ~{calls / steps:.0f} operator calls "
-              "(nested ones included) per step")
+        print(
+            f"{steps} decoding steps, {total / steps / 1000:.2f} ms and ~{calls / steps:.0f} operator calls "
+            "(nested ones included) per step"
+        )
 
 
 def demo_batch():
@@ -79,7 +89,7 @@ def demo_batch():
     with open(os.path.join(DEMO, "test.en"), encoding="utf-8") as f:
         sources = sorted((loaded.tokenizer.encode(line.rstrip("\n")) for line in f), key=len)
     middle = len(sources) // 2
-    return loaded.model, loaded.rules, sources[middle - 16: middle + 16], {}
+    return loaded.model, loaded.rules, sources[middle - 16 : middle + 16], {}
 
 
 if __name__ == "__main__":

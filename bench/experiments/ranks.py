@@ -49,20 +49,47 @@ def main():
         lines = (lines * (args.lines // len(lines) + 1))[: args.lines]  # more than the file: it again
         with open(src, "w", encoding="utf-8") as f:
             f.writelines(lines)
-        job = ["translate", "--model", DEMO, "--src", src, "--threads", "1",
-               "--beam-size", str(args.beam_size), "--gemm", args.gemm]
+        job = [
+            "translate",
+            "--model",
+            DEMO,
+            "--src",
+            src,
+            "--threads",
+            "1",
+            "--beam-size",
+            str(args.beam_size),
+            "--gemm",
+            args.gemm,
+        ]
         one_out, many_out = os.path.join(tmp, "one.txt"), os.path.join(tmp, "many.txt")
         # one untimed run first: the gemm measurement (--gemm auto) is made once and remembered
-        subprocess.run([sys.executable, "-m", "nmtdecode", *job, "--output", os.devnull, "--quiet"], check=True,
-                       cwd=ROOT)
+        subprocess.run(
+            [sys.executable, "-m", "nmtdecode", *job, "--output", os.devnull, "--quiet"], check=True, cwd=ROOT
+        )
         one = wall_and_decoding([sys.executable, "-m", "nmtdecode", *job, "--output", one_out])
         env_note = os.environ.get("OMP_NUM_THREADS")
-        many = wall_and_decoding([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(args.procs),
-                      "--standalone", "-m", "nmtdecode", *job, "--output", many_out])
+        many = wall_and_decoding(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nproc-per-node",
+                str(args.procs),
+                "--standalone",
+                "-m",
+                "nmtdecode",
+                *job,
+                "--output",
+                many_out,
+            ]
+        )
         same = filecmp.cmp(one_out, many_out, shallow=False)
 
-    print(f"cpu: {cpu_description()}, {len(os.sched_getaffinity(0))} cores available"
-          + (f", OMP_NUM_THREADS={env_note}" if env_note else ""))
+    print(
+        f"cpu: {cpu_description()}, {len(os.sched_getaffinity(0))} cores available"
+        + (f", OMP_NUM_THREADS={env_note}" if env_note else "")
+    )
     print(f"demo model, {len(lines)} lines of data/demo/test.en, beam {args.beam_size}, --threads 1 per process")
     print(f"{'':22} {'wall':>8} {'decoding':>9}   (decoding: the slowest process's summary line)")
     print(f"{'1 process':22} {one[0]:7.2f}s {one[1]:8.2f}s")

@@ -96,8 +96,11 @@ class GatherModel:
 
 def decode(translator, sources) -> tuple[float, list]:
     translator.translate_batch(sources[:4])  # warm-up
-    return timed(lambda: [n[0].tokens for i in range(0, len(sources), 32)
-                          for n in translator.translate_batch(sources[i : i + 32])])
+    return timed(
+        lambda: [
+            n[0].tokens for i in range(0, len(sources), 32) for n in translator.translate_batch(sources[i : i + 32])
+        ]
+    )
 
 
 def cases():
@@ -111,12 +114,22 @@ def cases():
     demo = load_model(DEMO)
     with open(os.path.join(DEMO, "test.en"), encoding="utf-8") as f:
         demo_sources = sorted((demo.tokenizer.encode(line.rstrip("\n")) for line in f), key=len)
-    yield "demo", demo.model, demo.rules, demo_sources, Config.from_values(
-        {"beam_size": 5, "max_len_a": 2.0, "max_len_b": 10}).decoding
+    yield (
+        "demo",
+        demo.model,
+        demo.rules,
+        demo_sources,
+        Config.from_values({"beam_size": 5, "max_len_a": 2.0, "max_len_b": 10}).decoding,
+    )
     dirs, task = prepare_marian(64)
     marian, _, rules = load_network(dirs["nmtdecode"], read_json(os.path.join(dirs["nmtdecode"], "config.json")))
-    yield "marian-base", marian, rules, task["sources"], Config.from_values(
-        {"beam_size": 5, "min_length": 32, "max_length": 32}).decoding
+    yield (
+        "marian-base",
+        marian,
+        rules,
+        task["sources"],
+        Config.from_values({"beam_size": 5, "min_length": 32, "max_length": 32}).decoding,
+    )
 
 
 def main():
@@ -129,16 +142,20 @@ def main():
     for name, model, rules, sources, decoding in cases():
         place_model(model, Placement(backend=args.gemm))
         backend = model.backend
-        variants = {"paths": BatchDecoder(model, decoding, rules),
-                    "gather": BatchDecoder(GatherModel(model), decoding, rules)}
+        variants = {
+            "paths": BatchDecoder(model, decoding, rules),
+            "gather": BatchDecoder(GatherModel(model), decoding, rules),
+        }
         best, outputs = dict.fromkeys(variants, float("inf")), {}
         for _ in range(args.repeat):  # interleaved: both see the same machine conditions
             for variant, translator in variants.items():
                 seconds, outputs[variant] = decode(translator, sources)
                 best[variant] = min(best[variant], seconds)
         same = sum(a == b for a, b in zip(outputs["paths"], outputs["gather"])) / len(sources)
-        print(f"{name} (gemm {backend}): paths {best['paths']:.2f} s, gather {best['gather']:.2f} s; "
-              f"paths are {100 * (best['gather'] / best['paths'] - 1):+.1f}% faster; same 1-best {100 * same:.1f}%")
+        print(
+            f"{name} (gemm {backend}): paths {best['paths']:.2f} s, gather {best['gather']:.2f} s; "
+            f"paths are {100 * (best['gather'] / best['paths'] - 1):+.1f}% faster; same 1-best {100 * same:.1f}%"
+        )
 
 
 if __name__ == "__main__":

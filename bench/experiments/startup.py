@@ -31,11 +31,15 @@ def commands(tmp: str) -> dict[str, tuple[list[str], str]]:
         f.write(f"model: {DEMO}\nbeam_sise: 4\n")
     return {
         "a mistyped flag": (["translate", "--model", DEMO, "--beam-siz", "3"], ""),
-        "a model path that does not exist": (["translate", "--model", os.path.join(tmp, "nothing"), "--src",
-                                              sample], ""),
+        "a model path that does not exist": (
+            ["translate", "--model", os.path.join(tmp, "nothing"), "--src", sample],
+            "",
+        ),
         "an input that does not exist": (["translate", "--model", DEMO, "--src", os.path.join(tmp, "none.en")], ""),
-        "an output folder that does not exist": (["translate", "--model", DEMO, "--src", sample, "--output",
-                                                  os.path.join(tmp, "no", "out.de")], ""),
+        "an output folder that does not exist": (
+            ["translate", "--model", DEMO, "--src", sample, "--output", os.path.join(tmp, "no", "out.de")],
+            "",
+        ),
         "a folder that is not a model": (["translate", "--model", tmp, "--src", sample], ""),
         "a config key typo": (["translate", "-c", config, "--src", sample], ""),
         "inspect the demo model": (["inspect", DEMO], ""),
@@ -53,8 +57,16 @@ def main():
         for label, (argv, stdin) in commands(tmp).items():
             times, code = [], None
             for _ in range(args.repeat):
-                seconds, run = timed(lambda: subprocess.run([sys.executable, "-m", "nmtdecode", *argv], input=stdin,
-                                                            capture_output=True, text=True, env=env, cwd=ROOT))
+                seconds, run = timed(
+                    lambda: subprocess.run(
+                        [sys.executable, "-m", "nmtdecode", *argv],
+                        input=stdin,
+                        capture_output=True,
+                        text=True,
+                        env=env,
+                        cwd=ROOT,
+                    )
+                )
                 times.append(seconds)
                 code = run.returncode
             print(f"| {label} | {code} | {statistics.median(times):.2f} |", flush=True)

@@ -38,25 +38,48 @@ from nmtdecode.models.fixed_step import FixedShapeSteps  # noqa: E402
 from nmtdecode.models.transformer import Transformer  # noqa: E402
 
 SHAPES = {  # Transformer-base as Marian has it (32k vocabulary: the output layer's size does not change counts)
-    "marian-base": dict(d_model=512, heads=8, encoder_layers=6, decoder_layers=6, ffn_dim=2048, activation="silu",
-                        pre_norm=False, encoder_final_norm=False, decoder_final_norm=False, vocab=32000),
+    "marian-base": dict(
+        d_model=512,
+        heads=8,
+        encoder_layers=6,
+        decoder_layers=6,
+        ffn_dim=2048,
+        activation="silu",
+        pre_norm=False,
+        encoder_final_norm=False,
+        decoder_final_norm=False,
+        vocab=32000,
+    ),
     "demo": dict(d_model=256, heads=4, encoder_layers=3, decoder_layers=2, ffn_dim=768, vocab=6000),
 }
+
+
 def build(shape: dict) -> Transformer:
     values = dict(shape)
     vocab = values.pop("vocab")
-    cfg = TransformerConfig(src_vocab_size=vocab, tgt_vocab_size=vocab, pad_id=0, unk_id=1, bos_id=2, eos_id=3,
-                            decoder_start_id=2, max_positions=256, **values)
+    cfg = TransformerConfig(
+        src_vocab_size=vocab,
+        tgt_vocab_size=vocab,
+        pad_id=0,
+        unk_id=1,
+        bos_id=2,
+        eos_id=3,
+        decoder_start_id=2,
+        max_positions=256,
+        **values,
+    )
     torch.manual_seed(0)
     return Transformer(cfg).eval()
 
 
-def count(model: Transformer, sources: list[list[int]], beam: int, steps: int, fused: bool, fixed: bool,
-          on_device: bool) -> dict[str, tuple[float, float]]:
+def count(
+    model: Transformer, sources: list[list[int]], beam: int, steps: int, fused: bool, fixed: bool, on_device: bool
+) -> dict[str, tuple[float, float]]:
     """(operators, computing operators) per step of each part, over `steps` steps of one batch."""
     runner = FixedShapeSteps(model, graphs=False) if fixed else None
-    decoder = BatchDecoder(model, DecodingConfig(beam_size=beam, max_length=steps, min_length=steps), steps=runner,
-                           on_device=on_device)
+    decoder = BatchDecoder(
+        model, DecodingConfig(beam_size=beam, max_length=steps, min_length=steps), steps=runner, on_device=on_device
+    )
     attend = attention.step_attend
     if fused:  # the GPU's choice, forced on the CPU
         attention.step_attend = lambda q, k, v, mask: attention.fused_attention(q, k, v, mask)
@@ -78,8 +101,13 @@ def time_attention(repeat: int = 300):
 
     print("| sentences, heads, rows, keys, head size | two products µs | fused µs | fused ÷ two products |")
     print("| --- | ---: | ---: | ---: |")
-    for b, h, k, t, hd in [(32, 4, 5, 100, 64), (32, 8, 5, 150, 64), (32, 8, 1, 30, 64), (128, 8, 5, 150, 64),
-                           (32, 8, 5, 40, 64)]:
+    for b, h, k, t, hd in [
+        (32, 4, 5, 100, 64),
+        (32, 8, 5, 150, 64),
+        (32, 8, 1, 30, 64),
+        (128, 8, 5, 150, 64),
+        (32, 8, 5, 40, 64),
+    ]:
         g = torch.Generator().manual_seed(0)
         q, keys, values = (torch.randn(b, h, rows, hd, generator=g) for rows in (k, t, t))
         mask = torch.rand(b, 1, k, t, generator=g) > 0.3
@@ -94,8 +122,10 @@ def time_attention(repeat: int = 300):
                 attend(q, keys, values, mask)
                 runs.append(time.perf_counter() - start)
             times[name] = statistics.median(runs) * 1e6
-        print(f"| {b}, {h}, {k}, {t}, {hd} | {times['two']:.0f} | {times['fused']:.0f} "
-              f"| {times['fused'] / times['two']:.2f} |")
+        print(
+            f"| {b}, {h}, {k}, {t}, {hd} | {times['two']:.0f} | {times['fused']:.0f} "
+            f"| {times['fused'] / times['two']:.2f} |"
+        )
 
 
 def main():
@@ -111,11 +141,15 @@ def main():
     model = build(SHAPES[args.shape])
     g = torch.Generator().manual_seed(1)
     vocab = model.cfg.src_vocab_size
-    sources = [torch.randint(4, vocab, (int(torch.randint(8, 30, (1,), generator=g)),), generator=g).tolist() + [3]
-               for _ in range(args.batch)]
+    sources = [
+        torch.randint(4, vocab, (int(torch.randint(8, 30, (1,), generator=g)),), generator=g).tolist() + [3]
+        for _ in range(args.batch)
+    ]
     layers = model.cfg.decoder_layers
-    print(f"{args.shape} ({layers} decoder layers), beam {args.beam}, batch {args.batch}, {args.steps} steps, "
-          f"torch {torch.__version__}; operators per step: all / computing (the GPU's kernels)")
+    print(
+        f"{args.shape} ({layers} decoder layers), beam {args.beam}, batch {args.batch}, {args.steps} steps, "
+        f"torch {torch.__version__}; operators per step: all / computing (the GPU's kernels)"
+    )
     print("| runner | attention | search | model step | per decoder layer | search |")
     print("| --- | --- | --- | ---: | ---: | ---: |")
     for fixed in (False, True):
@@ -123,9 +157,11 @@ def main():
             for on_device in (False, True):
                 counts = count(model, sources, args.beam, args.steps, fused, fixed, on_device)
                 (step, step_computing), (search, search_computing) = counts[MODEL], counts[SEARCH]
-                print(f"| {'fixed shape' if fixed else 'eager'} | {'fused' if fused else 'attend'} "
-                      f"| {'device' if on_device else 'host'} | {step:.0f} / {step_computing:.0f} "
-                      f"| {step_computing / layers:.1f} | {search:.0f} / {search_computing:.0f} |")
+                print(
+                    f"| {'fixed shape' if fixed else 'eager'} | {'fused' if fused else 'attend'} "
+                    f"| {'device' if on_device else 'host'} | {step:.0f} / {step_computing:.0f} "
+                    f"| {step_computing / layers:.1f} | {search:.0f} / {search_computing:.0f} |"
+                )
 
 
 if __name__ == "__main__":

@@ -41,8 +41,9 @@ def answer_times(pause: float) -> list[float]:
     """When each of two lines written `pause` seconds apart is answered, from the process's start
     (the second line is written `pause` seconds after the first whether or not it was answered)."""
     start = time.perf_counter()
-    process = subprocess.Popen(COMMAND, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                               env=dict(os.environ, PYTHONPATH=ROOT))
+    process = subprocess.Popen(
+        COMMAND, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=ROOT)
+    )
     answered: list[float] = []
     reader = threading.Thread(target=lambda: answered.extend(time.perf_counter() - start for _ in process.stdout))
     reader.start()

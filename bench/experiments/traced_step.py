@@ -38,6 +38,7 @@ import compile_step  # noqa: E402
 
 from nmtdecode.models.gemm import PackedLinear, cpu_description  # noqa: E402
 
+
 def fixed_shape(model, packed: list, rows_list: list[int], steps: int):
     """The fixed-shape step traced at position WARM_STEPS, then run at the next positions of its
     bucket: same logits as that step run eagerly, and its time against the eager one."""
@@ -59,6 +60,7 @@ def fixed_shape(model, packed: list, rows_list: list[int], steps: int):
         def step(tokens, position, *weights):  # the position lives in the buffers; here it is an input too
             buffers.tokens.copy_(tokens)
             return fixed._step(cache)
+
         for t in range(t0):
             eager(t)
         tokens = buffers.tokens.clone()
@@ -73,8 +75,10 @@ def fixed_shape(model, packed: list, rows_list: list[int], steps: int):
         eager_ms = compile_step.best_ms(lambda: eager(t0), steps)
         buffers.position.fill_(t0)
         traced_ms = compile_step.best_ms(lambda: traced(tokens, buffers.position, *packed), steps)
-        print(f"| {rows} | {positions.start}-{positions.stop - 1} | {same} | {eager_ms:.3f} | {traced_ms:.3f} "
-              f"| {traced_ms / eager_ms:.2f} |")
+        print(
+            f"| {rows} | {positions.start}-{positions.stop - 1} | {same} | {eager_ms:.3f} | {traced_ms:.3f} "
+            f"| {traced_ms / eager_ms:.2f} |"
+        )
 
 
 def first_replays(model, packed: list, rows_list: list[int], rounds: int = 8):
@@ -92,6 +96,7 @@ def first_replays(model, packed: list, rows_list: list[int], rounds: int = 8):
         def step(tokens, *weights):
             cache.length = compile_step.WARM_STEPS
             return model.decode_step(tokens, cache)
+
         times = {True: [], False: []}
         for round_ in range(rounds):
             for optimize in (True, False) if round_ % 2 == 0 else (False, True):
@@ -115,16 +120,21 @@ def main():
     parser.add_argument("--steps", type=int, default=300)
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--fixed-shape", action="store_true", help="trace the fixed-shape step (see above)")
-    mode.add_argument("--first-replays", action="store_true",
-                      help="the one-off cost of TorchScript's graph optimizations (see first_replays)")
+    mode.add_argument(
+        "--first-replays",
+        action="store_true",
+        help="the one-off cost of TorchScript's graph optimizations (see first_replays)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     model = compile_step.load("onednn")
     for parameter in model.parameters():
         parameter.requires_grad_(False)  # a traced graph holds them as constants
     packed = [m.packed_weight for m in model.modules() if isinstance(m, PackedLinear) and m.packed]
-    print(f"CPU: {cpu_description()}; {args.threads} threads; torch {torch.__version__}; demo model, beam 1, "
-          f"ms per step\n")
+    print(
+        f"CPU: {cpu_description()}; {args.threads} threads; torch {torch.__version__}; demo model, beam 1, "
+        f"ms per step\n"
+    )
     rows_list = [int(r) for r in args.rows.split(",")]
     if args.fixed_shape:
         with torch.no_grad():
@@ -146,17 +156,21 @@ def main():
             def step(tokens, *weights):  # the packed weights are inputs: the tracer cannot hold them as constants
                 cache.length = compile_step.WARM_STEPS
                 return model.decode_step(tokens, cache)
+
             expected = step(tokens)
+
             def record():
                 traced = torch.jit.trace(step, (tokens, *packed), check_trace=False)
                 same = torch.equal(traced(tokens, *packed), expected)  # the first calls optimise the graph
                 traced(tokens, *packed)
                 return traced, same
+
             tracing, (traced, same) = timed(record)
             eager_ms = compile_step.best_ms(lambda: step(tokens), args.steps)
             traced_ms = compile_step.best_ms(lambda: traced(tokens, *packed), args.steps)
-            print(f"| {rows} | {eager_ms:.3f} | {traced_ms:.3f} | {traced_ms / eager_ms:.2f} | {same} "
-                  f"| {tracing:.2f} |")
+            print(
+                f"| {rows} | {eager_ms:.3f} | {traced_ms:.3f} | {traced_ms / eager_ms:.2f} | {same} | {tracing:.2f} |"
+            )
 
 
 if __name__ == "__main__":

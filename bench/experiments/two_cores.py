@@ -32,15 +32,42 @@ CT2 = os.path.join(OUT, "demo-ct2")
 
 
 def settings(cores: int, beam: int, src: str, out: str) -> dict[str, list[str]]:
-    job = ["-m", "nmtdecode", "translate", "--model", DEMO, "--src", src, "--output", out, "--beam-size", str(beam),
-           "--quiet"]
+    job = [
+        "-m",
+        "nmtdecode",
+        "translate",
+        "--model",
+        DEMO,
+        "--src",
+        src,
+        "--output",
+        out,
+        "--beam-size",
+        str(beam),
+        "--quiet",
+    ]
     peer = [os.path.join(BENCH, "peer_job.py"), "ctranslate2", CT2, DEMO, src, out]
     return {
         f"nmtdecode, 1 process x {cores} threads": [sys.executable, *job, "--threads", str(cores)],
-        f"nmtdecode, 1 process, --inter-threads {cores} x 1 thread": [sys.executable, *job, "--threads", "1",
-                                                                    "--inter-threads", str(cores)],
-        f"nmtdecode, {cores} processes x 1 thread": [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node",
-                                                     str(cores), "--standalone", *job, "--threads", "1"],
+        f"nmtdecode, 1 process, --inter-threads {cores} x 1 thread": [
+            sys.executable,
+            *job,
+            "--threads",
+            "1",
+            "--inter-threads",
+            str(cores),
+        ],
+        f"nmtdecode, {cores} processes x 1 thread": [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            str(cores),
+            "--standalone",
+            *job,
+            "--threads",
+            "1",
+        ],
         f"ctranslate2, intra_threads {cores}": [sys.executable, *peer, str(cores), "1", str(beam)],
         f"ctranslate2, inter_threads {cores}": [sys.executable, *peer, "1", str(cores), str(beam)],
     }
@@ -56,8 +83,10 @@ def main():
         raise SystemExit(f"{CT2} is missing: run `python bench/run.py --quick --models demo` first")
     env = dict(os.environ, PYTHONPATH=ROOT)
     env.pop("OMP_NUM_THREADS", None)
-    print(f"cpu: {cpu_description()}, {len(os.sched_getaffinity(0))} cores available; demo model, "
-          f"{args.lines} lines of data/demo/test.en; fastest of {args.repeat}")
+    print(
+        f"cpu: {cpu_description()}, {len(os.sched_getaffinity(0))} cores available; demo model, "
+        f"{args.lines} lines of data/demo/test.en; fastest of {args.repeat}"
+    )
     with tempfile.TemporaryDirectory(prefix="bench-cores-") as tmp:
         src, out = os.path.join(tmp, "test.en"), os.path.join(tmp, "out.txt")
         with open(os.path.join(DEMO, "test.en"), encoding="utf-8") as f:
@@ -68,16 +97,19 @@ def main():
             best = {}
             for _ in range(args.repeat):  # interleaved: the machine's speed drifts
                 for label, command in settings(args.cores, beam, src, out).items():
-                    seconds, _ = timed(lambda: subprocess.run(command, check=True, cwd=ROOT, env=env,
-                                                              capture_output=True))
+                    seconds, _ = timed(
+                        lambda: subprocess.run(command, check=True, cwd=ROOT, env=env, capture_output=True)
+                    )
                     best[label] = min(best.get(label, float("inf")), seconds)
             print(f"\nbeam {beam}:")
             for label, seconds in best.items():
                 print(f"  {label:40} {seconds:6.2f} s")
             ours = [s for label, s in best.items() if label.startswith("nmtdecode")]
             theirs = [s for label, s in best.items() if label.startswith("ctranslate2")]
-            print(f"  ratio (CTranslate2's time / nmtdecode's): equal setting {theirs[0] / ours[0]:.2f}x, "
-                  f"each at its best {min(theirs) / min(ours):.2f}x")
+            print(
+                f"  ratio (CTranslate2's time / nmtdecode's): equal setting {theirs[0] / ours[0]:.2f}x, "
+                f"each at its best {min(theirs) / min(ours):.2f}x"
+            )
 
 
 if __name__ == "__main__":

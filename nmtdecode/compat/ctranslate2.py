@@ -29,17 +29,45 @@ from typing import Any, Callable, Generator, Iterable, Iterator
 from .. import api
 from ..batching import chunk_size, chunks
 from ..output_file import written_whole
-from .ctranslate2_options import (DECODING_DEFAULTS, LOAD_DEFAULTS, UnsupportedArgument, batching_options,
-                                  decoding_options, filled, load_options)
+from .ctranslate2_options import (
+    DECODING_DEFAULTS,
+    LOAD_DEFAULTS,
+    UnsupportedArgument,
+    batching_options,
+    decoding_options,
+    filled,
+    load_options,
+)
 
-__all__ = ["Translator", "TranslationResult", "ScoringResult", "GenerationStepResult", "ExecutionStats",
-           "AsyncTranslationResult", "AsyncScoringResult", "UnsupportedArgument", "set_random_seed",
-           "get_cuda_device_count", "contains_model"]
+__all__ = [
+    "Translator",
+    "TranslationResult",
+    "ScoringResult",
+    "GenerationStepResult",
+    "ExecutionStats",
+    "AsyncTranslationResult",
+    "AsyncScoringResult",
+    "UnsupportedArgument",
+    "set_random_seed",
+    "get_cuda_device_count",
+    "contains_model",
+]
 
 # generate_tokens' decoding arguments (a greedy search or a sample: no beam).
-GENERATE_KEYS = ("max_decoding_length", "min_decoding_length", "sampling_topk", "sampling_topp", "sampling_temperature",
-                 "repetition_penalty", "no_repeat_ngram_size", "disable_unk", "suppress_sequences", "end_token",
-                 "max_input_length", "use_vmap")
+GENERATE_KEYS = (
+    "max_decoding_length",
+    "min_decoding_length",
+    "sampling_topk",
+    "sampling_topp",
+    "sampling_temperature",
+    "repetition_penalty",
+    "no_repeat_ngram_size",
+    "disable_unk",
+    "suppress_sequences",
+    "end_token",
+    "max_input_length",
+    "use_vmap",
+)
 _random_seed = 0  # set_random_seed's, for sampling
 
 
@@ -57,8 +85,11 @@ class TranslationResult:
 
     def __getitem__(self, i: int) -> dict:
         """CTranslate2's old form, deprecated there too: result[i] = {"tokens", "score", "attention"}."""
-        warnings.warn("Reading the TranslationResult object as a list of dictionaries is deprecated: use its "
-                      "attributes", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            "Reading the TranslationResult object as a list of dictionaries is deprecated: use its attributes",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         entry: dict[str, Any] = {"tokens": self.hypotheses[i]}
         if self.scores:
             entry["score"] = self.scores[i]
@@ -142,8 +173,9 @@ class Translator:
     """CTranslate2's Translator over the model at `model_path`, a checkpoint nmtdecode reads."""
 
     def __init__(self, model_path: str, device: str = "cpu", **options: Any) -> None:
-        self._api = api.Translator.load(model_path, **load_options(device, filled("Translator", options,
-                                                                                  LOAD_DEFAULTS)))
+        self._api = api.Translator.load(
+            model_path, **load_options(device, filled("Translator", options, LOAD_DEFAULTS))
+        )
         loaded = self._api.engine.loaded
         self._tokenizer, self._model = loaded.tokenizer, loaded.model.cfg
         self._work = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nmtdecode-ctranslate2")
@@ -153,16 +185,25 @@ class Translator:
         self.num_translators = options.get("inter_threads", 1)
         self.model_is_loaded = True
 
-    def translate_batch(self, source: list[list[str]], target_prefix: list[list[str] | None] | None = None, *,
-                        max_batch_size: int = 0, batch_type: str = "examples", asynchronous: bool = False,
-                        callback: Callable[[GenerationStepResult], bool] | None = None,
-                        **decoding: Any) -> list:
+    def translate_batch(
+        self,
+        source: list[list[str]],
+        target_prefix: list[list[str] | None] | None = None,
+        *,
+        max_batch_size: int = 0,
+        batch_type: str = "examples",
+        asynchronous: bool = False,
+        callback: Callable[[GenerationStepResult], bool] | None = None,
+        **decoding: Any,
+    ) -> list:
         """Each source's hypotheses as a TranslationResult (AsyncTranslationResults with
         asynchronous=True). With a callback (beam_size=1), each token is passed to it as the search
         chooses it; a True answer ends that source's hypothesis there."""
         args = self._decoding("translate_batch", decoding)
-        options = {**self._options("translate_batch", args), **batching_options(max_batch_size, batch_type,
-                                                                              len(source))}
+        options = {
+            **self._options("translate_batch", args),
+            **batching_options(max_batch_size, batch_type, len(source)),
+        }
         sources = [self._source(s) for s in source]
         prefixes = None if target_prefix is None else [list(p) if p else None for p in target_prefix]
         if callback is None:
@@ -173,48 +214,87 @@ class Translator:
             work = partial(self._translate_stepwise, sources, prefixes, args, options, callback)
         return self._submit(work, asynchronous, AsyncTranslationResult, len(sources))
 
-    def translate_iterable(self, source: Iterable[list[str]], target_prefix: Iterable[list[str]] | None = None,
-                           max_batch_size: int = 32, batch_type: str = "examples",
-                           **options: Any) -> Iterator[TranslationResult]:
+    def translate_iterable(
+        self,
+        source: Iterable[list[str]],
+        target_prefix: Iterable[list[str]] | None = None,
+        max_batch_size: int = 32,
+        batch_type: str = "examples",
+        **options: Any,
+    ) -> Iterator[TranslationResult]:
         """translate_batch over an iterable, a window of sources at a time (sorted and batched
         inside it), each result yielded in input order."""
         for sources, prefixes in _windows(source, target_prefix, max_batch_size, batch_type):
-            yield from self.translate_batch(sources, prefixes, max_batch_size=max_batch_size, batch_type=batch_type,
-                                            **options)
+            yield from self.translate_batch(
+                sources, prefixes, max_batch_size=max_batch_size, batch_type=batch_type, **options
+            )
 
-    def score_batch(self, source: list[list[str]], target: list[list[str]], *, max_batch_size: int = 0,
-                    batch_type: str = "examples", max_input_length: int = 1024, offset: int = 0,
-                    asynchronous: bool = False) -> list:
+    def score_batch(
+        self,
+        source: list[list[str]],
+        target: list[list[str]],
+        *,
+        max_batch_size: int = 0,
+        batch_type: str = "examples",
+        max_input_length: int = 1024,
+        offset: int = 0,
+        asynchronous: bool = False,
+    ) -> list:
         """Each target's pieces with EOS appended and the log-probability of each (ScoringResult),
         the first `offset` left out."""
-        options = {**batching_options(max_batch_size, batch_type, len(source)),
-                   "max_src_length": max_input_length or None}
+        options = {
+            **batching_options(max_batch_size, batch_type, len(source)),
+            "max_src_length": max_input_length or None,
+        }
         work = partial(self._score, [self._source(s) for s in source], [list(t) for t in target], options, offset)
         return self._submit(work, asynchronous, AsyncScoringResult, len(source))
 
-    def score_iterable(self, source: Iterable[list[str]], target: Iterable[list[str]], max_batch_size: int = 64,
-                       batch_type: str = "examples", **options: Any) -> Iterator[ScoringResult]:
+    def score_iterable(
+        self,
+        source: Iterable[list[str]],
+        target: Iterable[list[str]],
+        max_batch_size: int = 64,
+        batch_type: str = "examples",
+        **options: Any,
+    ) -> Iterator[ScoringResult]:
         """score_batch over two iterables, a window at a time, in input order."""
         for sources, targets in _windows(source, target, max_batch_size, batch_type):
-            yield from self.score_batch(sources, targets, max_batch_size=max_batch_size, batch_type=batch_type,
-                                        **options)
+            yield from self.score_batch(
+                sources, targets, max_batch_size=max_batch_size, batch_type=batch_type, **options
+            )
 
-    def generate_tokens(self, source: list[str], target_prefix: list[str] | None = None, *,
-                        return_log_prob: bool = False, **decoding: Any) -> Iterator[GenerationStepResult]:
+    def generate_tokens(
+        self,
+        source: list[str],
+        target_prefix: list[str] | None = None,
+        *,
+        return_log_prob: bool = False,
+        **decoding: Any,
+    ) -> Iterator[GenerationStepResult]:
         """One source's tokens as the search chooses them (greedy, or sampled with sampling_topk),
         the end token last when the hypothesis ends with it."""
-        args = self._decoding("generate_tokens", filled("generate_tokens", decoding,
-                                                        {k: DECODING_DEFAULTS[k] for k in GENERATE_KEYS}))
+        args = self._decoding(
+            "generate_tokens", filled("generate_tokens", decoding, {k: DECODING_DEFAULTS[k] for k in GENERATE_KEYS})
+        )
         options = self._options("generate_tokens", {**args, "beam_size": 1})
         for step in self._steps(self._source(source), list(target_prefix) if target_prefix else None, options, 0):
             yield step if return_log_prob else dataclasses.replace(step, log_prob=None)
 
-    def translate_file(self, source_path: str, output_path: str, target_path: str | None = None, *,
-                       max_batch_size: int = 32, read_batch_size: int = 0, batch_type: str = "examples",
-                       with_scores: bool = False, source_tokenize_fn: Callable[[str], list[str]] | None = None,
-                       target_tokenize_fn: Callable[[str], list[str]] | None = None,
-                       target_detokenize_fn: Callable[[list[str]], str] | None = None,
-                       **decoding: Any) -> ExecutionStats:
+    def translate_file(
+        self,
+        source_path: str,
+        output_path: str,
+        target_path: str | None = None,
+        *,
+        max_batch_size: int = 32,
+        read_batch_size: int = 0,
+        batch_type: str = "examples",
+        with_scores: bool = False,
+        source_tokenize_fn: Callable[[str], list[str]] | None = None,
+        target_tokenize_fn: Callable[[str], list[str]] | None = None,
+        target_detokenize_fn: Callable[[list[str]], str] | None = None,
+        **decoding: Any,
+    ) -> ExecutionStats:
         """Translate a file of tokenized lines (pieces separated by spaces, or `source_tokenize_fn`'s)
         into `output_path`: each hypothesis a line (`SCORE ||| ` first with with_scores), its pieces
         joined by spaces (or `target_detokenize_fn`'s text). `target_path`: target prefixes.
@@ -228,9 +308,14 @@ class Translator:
         start, examples, tokens = time.perf_counter(), 0, 0
         with written_whole(output_path, [source_path] + ([target_path] if target_path else [])) as out:
             prefixes = None if target_path is None else map(target_tokenize, _lines(target_path))
-            for result in self.translate_iterable(map(tokenize, _lines(source_path)), prefixes,
-                                                  max_batch_size=max_batch_size, batch_type=batch_type,
-                                                  return_scores=with_scores, **decoding):
+            for result in self.translate_iterable(
+                map(tokenize, _lines(source_path)),
+                prefixes,
+                max_batch_size=max_batch_size,
+                batch_type=batch_type,
+                return_scores=with_scores,
+                **decoding,
+            ):
                 examples, tokens = examples + 1, tokens + len(result.hypotheses[0])
                 for n, hypothesis in enumerate(result.hypotheses):
                     out.write((f"{result.scores[n]:g} ||| " if with_scores else "") + detokenize(hypothesis) + "\n")
@@ -248,13 +333,20 @@ class Translator:
 
     def _result(self, source: list[str], hyps: list[api.Translation], args: dict) -> TranslationResult:
         # attention over the source's pieces, as CTranslate2 gives it: not over the EOS the model adds
-        return TranslationResult([self._hypothesis(source, hyp, args) for hyp in hyps],
-                                 [hyp.score for hyp in hyps] if args["return_scores"] else [],
-                                 [[row[: len(source)] for row in hyp.attention or []] for hyp in hyps]
-                                 if args["return_attention"] else [])
+        return TranslationResult(
+            [self._hypothesis(source, hyp, args) for hyp in hyps],
+            [hyp.score for hyp in hyps] if args["return_scores"] else [],
+            [[row[: len(source)] for row in hyp.attention or []] for hyp in hyps] if args["return_attention"] else [],
+        )
 
-    def _translate_stepwise(self, sources: list, prefixes: list | None, args: dict, options: dict,
-                            callback: Callable[[GenerationStepResult], bool]) -> list[TranslationResult]:
+    def _translate_stepwise(
+        self,
+        sources: list,
+        prefixes: list | None,
+        args: dict,
+        options: dict,
+        callback: Callable[[GenerationStepResult], bool],
+    ) -> list[TranslationResult]:
         """translate_batch with a callback: each source a token at a time (as CTranslate2 calls it,
         with beam_size 1), its hypothesis ended early when the callback returns True."""
         results = []
@@ -278,8 +370,9 @@ class Translator:
                     break
         return results
 
-    def _steps(self, source: list[str], prefix: list[str] | None, options: dict,
-               batch_id: int) -> Generator[GenerationStepResult, None, api.Translation]:
+    def _steps(
+        self, source: list[str], prefix: list[str] | None, options: dict, batch_id: int
+    ) -> Generator[GenerationStepResult, None, api.Translation]:
         """One source's chosen tokens as CTranslate2's step results, its prefix's left out, the EOS
         that ends it last (is_last), or its last token when the step limit cuts it; returns the
         hypothesis."""
@@ -291,19 +384,24 @@ class Translator:
                 final = end.value
                 break
             if token.step >= len(prefix or []):
-                yield GenerationStepResult(token.step, batch_id, token.token_id, 0, token.piece or "", token.log_prob,
-                                           None, token.is_last)
+                yield GenerationStepResult(
+                    token.step, batch_id, token.token_id, 0, token.piece or "", token.log_prob, None, token.is_last
+                )
         if final.ended and final.eos_score is not None:
             eos = self._model.eos_id
-            yield GenerationStepResult(len(final.tokens), batch_id, eos, 0, self._piece(eos), final.eos_score, None,
-                                       True)
+            yield GenerationStepResult(
+                len(final.tokens), batch_id, eos, 0, self._piece(eos), final.eos_score, None, True
+            )
         return final
 
     def _score(self, sources: list, targets: list, options: dict, offset: int) -> list[ScoringResult]:
         eos = self._piece(self._model.eos_id)
-        return [ScoringResult(([self._piece(t) for t in s.tokens] + [eos])[offset:],
-                              (s.token_scores + [s.eos_score])[offset:])
-                for s in self._api.score_batch(sources, targets, **options)]
+        return [
+            ScoringResult(
+                ([self._piece(t) for t in s.tokens] + [eos])[offset:], (s.token_scores + [s.eos_score])[offset:]
+            )
+            for s in self._api.score_batch(sources, targets, **options)
+        ]
 
     # CTranslate2's terms and ours
 
@@ -339,8 +437,9 @@ class Translator:
         return pieces
 
 
-def _windows(first: Iterable, second: Iterable | None, max_batch_size: int,
-             batch_type: str) -> Iterator[tuple[list, list | None]]:
+def _windows(
+    first: Iterable, second: Iterable | None, max_batch_size: int, batch_type: str
+) -> Iterator[tuple[list, list | None]]:
     """Windows of (first, second) items, as CTranslate2's iterables read them: a sort chunk at a time."""
     if max_batch_size < 1:
         raise ValueError("max_batch_size must be >= 1")

@@ -15,8 +15,16 @@ POSITIONS = ("sinusoidal", "sinusoidal_interleaved", "sinusoidal_fairseq", "lear
 # Bounds on what a model config may ask for, far above every published encoder-decoder (NLLB:
 # 256k pieces, d_model 2048, 24 layers, 1024 positions): a config beyond them is refused by name
 # before gigabytes are allocated for it (a position table of 300,000 x 4,096, 20,000 layers).
-LIMITS = {"src_vocab_size": 1 << 22, "tgt_vocab_size": 1 << 22, "d_model": 1 << 15, "heads": 1 << 10,
-          "encoder_layers": 1 << 8, "decoder_layers": 1 << 8, "ffn_dim": 1 << 17, "max_positions": 1 << 16}
+LIMITS = {
+    "src_vocab_size": 1 << 22,
+    "tgt_vocab_size": 1 << 22,
+    "d_model": 1 << 15,
+    "heads": 1 << 10,
+    "encoder_layers": 1 << 8,
+    "decoder_layers": 1 << 8,
+    "ffn_dim": 1 << 17,
+    "max_positions": 1 << 16,
+}
 
 
 @dataclass
@@ -62,27 +70,40 @@ class TransformerConfig:
         with its key, not later with a division by zero or an index out of range."""
         for f in fields(self):
             _check_type(f.name, getattr(self, f.name), f.type)
-        for key in ("src_vocab_size", "tgt_vocab_size", "d_model", "heads", "encoder_layers", "decoder_layers",
-                    "ffn_dim", "max_positions"):
+        for key in (
+            "src_vocab_size",
+            "tgt_vocab_size",
+            "d_model",
+            "heads",
+            "encoder_layers",
+            "decoder_layers",
+            "ffn_dim",
+            "max_positions",
+        ):
             if getattr(self, key) < 1:
                 raise ValueError(f"{key}: must be >= 1, got {getattr(self, key)}")
             if getattr(self, key) > LIMITS[key]:  # before anything of that size is allocated
-                raise ValueError(f"{key}: {getattr(self, key)} is more than any model this decoder runs asks for "
-                                 f"(at most {LIMITS[key]:,}); a mistyped or hostile config?")
+                raise ValueError(
+                    f"{key}: {getattr(self, key)} is more than any model this decoder runs asks for "
+                    f"(at most {LIMITS[key]:,}); a mistyped or hostile config?"
+                )
         if self.position_offset < 0:
             raise ValueError(f"position_offset: must be >= 0, got {self.position_offset}")
         if not (self.norm_eps > 0 and 0 <= self.dropout < 1):
             raise ValueError(f"norm_eps ({self.norm_eps}) must be > 0 and dropout ({self.dropout}) in [0, 1)")
         # the special tokens each side looks up: source padding and EOS; the target's start,
         # EOS, and the pad and unknown tokens that may be banned
-        for side, size, keys in (("source", self.src_vocab_size, ("pad_id", "eos_id")),
-                                 ("target", self.tgt_vocab_size, ("pad_id", "unk_id", "eos_id", "decoder_start_id"))):
+        for side, size, keys in (
+            ("source", self.src_vocab_size, ("pad_id", "eos_id")),
+            ("target", self.tgt_vocab_size, ("pad_id", "unk_id", "eos_id", "decoder_start_id")),
+        ):
             for key in keys:
                 if not 0 <= getattr(self, key) < size:
                     raise ValueError(f"{key}: {getattr(self, key)} is outside the {side} vocabulary ({size} tokens)")
         if not -self.decoder_layers <= self.alignment_layer < self.decoder_layers:
-            raise ValueError(f"alignment_layer: {self.alignment_layer} is not a layer of the "
-                             f"{self.decoder_layers}-layer decoder")
+            raise ValueError(
+                f"alignment_layer: {self.alignment_layer} is not a layer of the {self.decoder_layers}-layer decoder"
+            )
         if not 0 <= self.alignment_heads <= self.heads:
             raise ValueError(f"alignment_heads: must be in [0, heads={self.heads}], got {self.alignment_heads}")
         if self.d_model % self.heads:
@@ -112,8 +133,11 @@ class TransformerConfig:
 def _check_type(key: str, value: Any, kind: Any) -> None:
     """kind: a field's annotation ("int", "float", "bool", "str"); ints count as floats."""
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    valid = {"int": isinstance(value, int) and not isinstance(value, bool),
-             "float": number and math.isfinite(value), "bool": isinstance(value, bool),
-             "str": isinstance(value, str)}[kind]
+    valid = {
+        "int": isinstance(value, int) and not isinstance(value, bool),
+        "float": number and math.isfinite(value),
+        "bool": isinstance(value, bool),
+        "str": isinstance(value, str),
+    }[kind]
     if not valid:
         raise ValueError(f"{key}: expected {'a finite float' if kind == 'float' else kind}, got {shown(value)}")

@@ -38,8 +38,14 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(1, 2).reshape(b, t, h * hd)  # (B, T, d)
 
 
-def fused_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None = None,
-                    causal: bool = False, dropout: float = 0.0) -> torch.Tensor:
+def fused_attention(
+    q: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    causal: bool = False,
+    dropout: float = 0.0,
+) -> torch.Tensor:
     """scaled_dot_product_attention, on a GPU without cuDNN's kernel (WITHOUT_CUDNN)."""
     if not q.is_cuda:
         return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, is_causal=causal, dropout_p=dropout)
@@ -123,15 +129,22 @@ class CrossAttention(nn.Module):
         k, v = self.kv(memory).chunk(2, dim=-1)
         return split_heads(k, self.heads), split_heads(v, self.heads)
 
-    def forward(self, x: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-                mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None
+    ) -> torch.Tensor:
         """x (B, T, d) against one sentence's memory per row; keys, values (B, H, S, hd)."""
         q = split_heads(self.q(x), self.heads)
         p = self.dropout if self.training else 0.0
         return self.out(merge_heads(fused_attention(q, keys, values, mask, dropout=p)))
 
-    def step(self, x: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None,
-             probe: AttentionProbe | None = None) -> torch.Tensor:
+    def step(
+        self,
+        x: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        mask: torch.Tensor | None,
+        probe: AttentionProbe | None = None,
+    ) -> torch.Tensor:
         """One position for each of the k rows (beams) of every sentence, x (B*k, d).
 
         The k rows of a sentence attend over the same memory, so they are

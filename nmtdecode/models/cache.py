@@ -136,8 +136,9 @@ class AttentionRecord:
 
 
 class DecoderCache(AttentionRecord):
-    def __init__(self, cross_kv: torch.Tensor, memory_mask: torch.Tensor | None,
-                 alignment: tuple[int, int] = (-1, 1)) -> None:
+    def __init__(
+        self, cross_kv: torch.Tensor, memory_mask: torch.Tensor | None, alignment: tuple[int, int] = (-1, 1)
+    ) -> None:
         super().__init__(cross_kv.size(0), cross_kv.size(3), alignment)
         self.cross_kv = cross_kv  # (L, 2, B, H, S, hd), one entry per sentence
         self.memory_mask = memory_mask  # (B, 1, 1, S) bool, True = real source token; None: no padding

@@ -168,13 +168,16 @@ def check_dimensions(cfg: TransformerConfig, shapes: dict[str, tuple[int, ...]],
         actual = tuple(shapes[name])
         if actual != expected:
             wrong = [k for k, e, a in zip(keys, expected, actual) if e != a] if len(actual) == len(keys) else keys
-            raise ModelError(f"{source}: {', '.join(wrong)}: the config asks for {name} of shape {expected}, "
-                             f"the weights hold {actual}")
+            raise ModelError(
+                f"{source}: {', '.join(wrong)}: the config asks for {name} of shape {expected}, "
+                f"the weights hold {actual}"
+            )
     for stack in ("encoder_layers", "decoder_layers"):
         held = {int(m.group(1)) for n in shapes if (m := re.match(rf"{stack}\.(\d+)\.", n))}
         if len(held) != getattr(cfg, stack):
-            raise ModelError(f"{source}: {stack}: the config asks for {getattr(cfg, stack)} layers, "
-                             f"the weights hold {len(held)}")
+            raise ModelError(
+                f"{source}: {stack}: the config asks for {getattr(cfg, stack)} layers, the weights hold {len(held)}"
+            )
 
 
 def _sized_by(cfg: TransformerConfig) -> list[tuple[str, tuple[str, ...]]]:
@@ -185,22 +188,28 @@ def _sized_by(cfg: TransformerConfig) -> list[tuple[str, tuple[str, ...]]]:
         sized.append(("tgt_embed.tokens.weight", ("tgt_vocab_size", "d_model")))
     if cfg.positions == "learned":
         sized += [(f"{side}_embed.positions.weight", ("max_positions", "d_model")) for side in ("src", "tgt")]
-    return sized + [(f"{stack}.0.ffn.up.weight", ("ffn_dim", "d_model"))
-                    for stack in ("encoder_layers", "decoder_layers")]
+    return sized + [
+        (f"{stack}.0.ffn.up.weight", ("ffn_dim", "d_model")) for stack in ("encoder_layers", "decoder_layers")
+    ]
 
 
 def _demands(cfg: TransformerConfig) -> dict[str, int]:
     """The parameters each size of the config asks for (biases and norms aside), by what asks."""
     d, ffn = cfg.d_model, cfg.ffn_dim
     table = (cfg.max_positions + cfg.position_offset) * d * (2 if cfg.positions == "learned" else 0)
-    vocab = (cfg.src_vocab_size + (0 if cfg.share_embeddings else cfg.tgt_vocab_size)
-             + (0 if cfg.tie_output else cfg.tgt_vocab_size)) * d
-    return {f"src_vocab_size {cfg.src_vocab_size:,}, tgt_vocab_size {cfg.tgt_vocab_size:,} x d_model {d:,}": vocab,
-            f"max_positions {cfg.max_positions:,} x d_model {d:,}": table,
-            f"encoder_layers {cfg.encoder_layers:,} of d_model {d:,}, ffn_dim {ffn:,}":
-                cfg.encoder_layers * (4 * d * d + 2 * d * ffn),
-            f"decoder_layers {cfg.decoder_layers:,} of d_model {d:,}, ffn_dim {ffn:,}":
-                cfg.decoder_layers * (8 * d * d + 2 * d * ffn)}
+    vocab = (
+        cfg.src_vocab_size
+        + (0 if cfg.share_embeddings else cfg.tgt_vocab_size)
+        + (0 if cfg.tie_output else cfg.tgt_vocab_size)
+    ) * d
+    return {
+        f"src_vocab_size {cfg.src_vocab_size:,}, tgt_vocab_size {cfg.tgt_vocab_size:,} x d_model {d:,}": vocab,
+        f"max_positions {cfg.max_positions:,} x d_model {d:,}": table,
+        f"encoder_layers {cfg.encoder_layers:,} of d_model {d:,}, ffn_dim {ffn:,}": cfg.encoder_layers
+        * (4 * d * d + 2 * d * ffn),
+        f"decoder_layers {cfg.decoder_layers:,} of d_model {d:,}, ffn_dim {ffn:,}": cfg.decoder_layers
+        * (8 * d * d + 2 * d * ffn),
+    }
 
 
 def largest_demand(cfg: TransformerConfig) -> tuple[str, int]:

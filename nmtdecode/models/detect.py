@@ -25,14 +25,17 @@ def model_format(path: str | None) -> str:
     for name in ("config.yaml", "config.json"):  # opened below: a FIFO there would block the detection
         candidate = os.path.join(path, name)
         if os.path.lexists(candidate) and not os.path.isfile(candidate):
-            raise ConfigError(f"model: {candidate} is not a regular file (a FIFO, device or folder): a model's files "
-                              "must be files")
+            raise ConfigError(
+                f"model: {candidate} is not a regular file (a FIFO, device or folder): a model's files must be files"
+            )
     if os.path.isfile(os.path.join(path, "config.yaml")):
         return "native"
     if is_ctranslate2(path):
-        raise ConfigError(f"model: {path} is a CTranslate2 model (model.bin and its vocabulary, converted for "
-                          "CTranslate2); nmtdecode reads the checkpoint it was converted from (a Hugging Face "
-                          "directory, an OpenNMT-py .pt, an eole directory): give that")
+        raise ConfigError(
+            f"model: {path} is a CTranslate2 model (model.bin and its vocabulary, converted for "
+            "CTranslate2); nmtdecode reads the checkpoint it was converted from (a Hugging Face "
+            "directory, an OpenNMT-py .pt, an eole directory): give that"
+        )
     if os.path.isdir(path) and eole_model_section(path) is not None:
         return "eole"
     if os.path.isfile(os.path.join(path, "config.json")):
@@ -41,24 +44,33 @@ def model_format(path: str | None) -> str:
         return "marian"
     if os.path.isfile(path) and path.endswith(".pt"):
         return "opennmt-py"
-    raise ConfigError(f"model: {path} is not a model directory (no config.yaml for the native format, "
-                      "no config.json for Hugging Face, no decoder.yml for Marian) nor an OpenNMT-py .pt "
-                      "checkpoint or a Marian .npz")
+    raise ConfigError(
+        f"model: {path} is not a model directory (no config.yaml for the native format, "
+        "no config.json for Hugging Face, no decoder.yml for Marian) nor an OpenNMT-py .pt "
+        "checkpoint or a Marian .npz"
+    )
 
 
 # What a Hugging Face Hub id looks like (owner/name); nmtdecode never downloads, so it says how.
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
-HUB_HINT = ("; it looks like a Hugging Face Hub id, and nmtdecode reads local directories only (no network): "
-            "download it where there is internet (huggingface-cli download {0} --local-dir DIR) and give --model DIR")
+HUB_HINT = (
+    "; it looks like a Hugging Face Hub id, and nmtdecode reads local directories only (no network): "
+    "download it where there is internet (huggingface-cli download {0} --local-dir DIR) and give --model DIR"
+)
 # CTranslate2's converters write model.bin beside the vocabularies (ctranslate2/specs/model_spec.py).
-CTRANSLATE2_VOCABULARIES = ("shared_vocabulary.json", "source_vocabulary.json", "shared_vocabulary.txt",
-                            "source_vocabulary.txt")
+CTRANSLATE2_VOCABULARIES = (
+    "shared_vocabulary.json",
+    "source_vocabulary.json",
+    "shared_vocabulary.txt",
+    "source_vocabulary.txt",
+)
 
 
 def is_ctranslate2(path: str) -> bool:
     """A directory CTranslate2 converted a model into: model.bin and its vocabulary files."""
     return os.path.isfile(os.path.join(path, "model.bin")) and any(
-        os.path.isfile(os.path.join(path, name)) for name in CTRANSLATE2_VOCABULARIES)
+        os.path.isfile(os.path.join(path, name)) for name in CTRANSLATE2_VOCABULARIES
+    )
 
 
 def eole_model_section(path: str) -> dict | None:

@@ -96,8 +96,10 @@ class EnsembleTokenizer:
     def encode_pieces(self, pieces: list[str]) -> list[int]:
         if self.alike:
             return self.tokenizers[0].encode_pieces(pieces)
-        raise ConfigError("sources given as pieces: the ensemble's models split the source differently, "
-                          "each its own way; give the sources as text")
+        raise ConfigError(
+            "sources given as pieces: the ensemble's models split the source differently, "
+            "each its own way; give the sources as text"
+        )
 
 
 def sources_alike(tokenizers: list) -> bool:
@@ -156,8 +158,9 @@ class Ensemble(nn.Module):
         """The same, each model over its own (ids, mask) of the batch (MemberSources)."""
         return [(model.encode(ids, mask), mask) for model, (ids, mask) in zip(self.members, sources)]
 
-    def init_cache(self, memory: list[tuple[torch.Tensor, torch.Tensor]],
-                   src_mask: torch.Tensor | None = None) -> EnsembleCache:
+    def init_cache(
+        self, memory: list[tuple[torch.Tensor, torch.Tensor]], src_mask: torch.Tensor | None = None
+    ) -> EnsembleCache:
         return EnsembleCache([model.init_cache(m, mask) for model, (m, mask) in zip(self.members, memory)])
 
     def decode_step(self, tokens: torch.Tensor, cache: EnsembleCache) -> torch.Tensor:
@@ -211,13 +214,16 @@ def check_members(loaded: list[LoadedModel]) -> None:
         for key in ("decoder_start_id", "eos_id", "pad_id", "unk_id"):
             a, b = getattr(first.model.cfg, key), getattr(other.model.cfg, key)
             if a != b:
-                raise ModelError(f"ensemble: {names} differ in {key} ({b} and {a}); an ensemble's models share "
-                                 "the decoder's start, end and special tokens")
+                raise ModelError(
+                    f"ensemble: {names} differ in {key} ({b} and {a}); an ensemble's models share "
+                    "the decoder's start, end and special tokens"
+                )
         difference = first_difference(target_pieces(first), target_pieces(other))
         if difference is not None:
-            raise ModelError(f"ensemble: {names} have different target vocabularies ({difference}); an ensemble's "
-                             "models must share the target vocabulary, the same piece at every id")
-
+            raise ModelError(
+                f"ensemble: {names} have different target vocabularies ({difference}); an ensemble's "
+                "models must share the target vocabulary, the same piece at every id"
+            )
 
 
 def target_pieces(loaded: LoadedModel) -> list[str | None]:
@@ -241,10 +247,17 @@ def ensemble_of(loaded: list[LoadedModel], rule: str | None, weights: list[float
     rule = rule or default_rule([m.format for m in loaded])
     model = Ensemble([m.model for m in loaded], rule, weights)
     tokenizer = EnsembleTokenizer([m.tokenizer for m in loaded])
-    return EnsembleLoaded(model=model, tokenizer=tokenizer, format="ensemble",
-                          path=loaded[0].path, rules=loaded[0].rules, defaults=dict(loaded[0].defaults),
-                          files=tuple(dict.fromkeys(f for m in loaded for f in m.files)), members=loaded,
-                          gemm=loaded[0].gemm)
+    return EnsembleLoaded(
+        model=model,
+        tokenizer=tokenizer,
+        format="ensemble",
+        path=loaded[0].path,
+        rules=loaded[0].rules,
+        defaults=dict(loaded[0].defaults),
+        files=tuple(dict.fromkeys(f for m in loaded for f in m.files)),
+        members=loaded,
+        gemm=loaded[0].gemm,
+    )
 
 
 class EnsembleLoaded(LoadedModel):
@@ -262,9 +275,11 @@ class EnsembleLoaded(LoadedModel):
         for other, member in zip(rules[1:], self.members[1:]):
             for key in ("forced_bos_id", "forced_eos"):
                 if getattr(other, key) != getattr(rules[0], key):
-                    raise ModelError(f"ensemble: {member.path} and {self.members[0].path} differ in {key} "
-                                     f"({getattr(other, key)} and {getattr(rules[0], key)}); an ensemble's models "
-                                     "must start and end alike")
+                    raise ModelError(
+                        f"ensemble: {member.path} and {self.members[0].path} differ in {key} "
+                        f"({getattr(other, key)} and {getattr(rules[0], key)}); an ensemble's models "
+                        "must start and end alike"
+                    )
         self.tokenizer.alike = sources_alike(self.tokenizer.tokenizers)
         banned = tuple(sorted({i for r in rules for i in r.banned_ids}))
         return replace(rules[0], banned_ids=banned)
@@ -275,5 +290,7 @@ class EnsembleLoaded(LoadedModel):
             return
         asked = decoding.attention_readers
         if asked:
-            raise ConfigError(f"{asked[0]}: the ensemble's models split the source differently, so their "
-                              "attention has no common source positions to average or align to")
+            raise ConfigError(
+                f"{asked[0]}: the ensemble's models split the source differently, so their "
+                "attention has no common source positions to average or align to"
+            )

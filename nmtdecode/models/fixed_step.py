@@ -68,8 +68,12 @@ class StepBuffers:
         self.attention = torch.zeros((sentences * width, source), device=device, dtype=torch.float32)
 
     def fits(self, sentences: int, width: int, positions: int, source: int) -> bool:
-        return (sentences <= self.sentences and width == self.width and positions <= self.positions
-                and source <= self.source)
+        return (
+            sentences <= self.sentences
+            and width == self.width
+            and positions <= self.positions
+            and source <= self.source
+        )
 
 
 class FixedShapeCache(AttentionRecord):
@@ -130,8 +134,9 @@ class FixedShapeCache(AttentionRecord):
         """Buffer rows of the search's rows, for `sentences` sentences of `width` rows."""
         b = self.buffers
         device = b.tokens.device
-        return (torch.arange(sentences, device=device)[:, None] * b.width
-                + torch.arange(width, device=device)[None, :]).flatten()
+        return (
+            torch.arange(sentences, device=device)[:, None] * b.width + torch.arange(width, device=device)[None, :]
+        ).flatten()
 
     def follow(self, out: "StepOutput") -> None:
         """Compact the sentences out.keep to the front, then give each next row its parent's
@@ -170,8 +175,11 @@ class FixedShapeSteps:
         need = (bucket(sentences), width, bucket(positions, MIN_POSITIONS), bucket(source, MIN_SOURCE))
         if self.buffers is None or not self.buffers.fits(*need):
             old = self.buffers
-            grown = need if old is None else (max(need[0], old.sentences), width, max(need[2], old.positions),
-                                              max(need[3], old.source))
+            grown = (
+                need
+                if old is None
+                else (max(need[0], old.sentences), width, max(need[2], old.positions), max(need[3], old.source))
+            )
             # The graphs read the old buffers' memory: drop them, and their memory pool with them. A
             # pool handle whose graphs are all gone cannot take another capture (the caching allocator
             # asserts `use_count > 0`, seen on an H100), so the next capture starts a new one.
@@ -225,8 +233,10 @@ class FixedShapeSteps:
                     raise  # the engine decodes the batch in halves
                 self.graphs = False
                 if self.warn:
-                    self.warn(f"CUDA graphs are off for this run: capturing a decoding step failed ({error}); "
-                              "decoding without them (--cuda-graphs off silences this)")
+                    self.warn(
+                        f"CUDA graphs are off for this run: capturing a decoding step failed ({error}); "
+                        "decoding without them (--cuda-graphs off silences this)"
+                    )
                 return self._step(cache)
         graph, logits = self.captured[key]
         graph.replay()
@@ -249,4 +259,3 @@ class FixedShapeSteps:
         self.captures += 1
         cache.length = t  # the Python side of the step ran twice; the caller sets it once
         return graph, logits
-

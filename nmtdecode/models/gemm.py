@@ -65,14 +65,16 @@ class PackedLinear(nn.Module):
 
     packed_weight: torch.Tensor  # a buffer (register_buffer), with `pack`
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, activation: str | None = None,
-                 pack: bool = True) -> None:
+    def __init__(
+        self, weight: torch.Tensor, bias: torch.Tensor | None = None, activation: str | None = None, pack: bool = True
+    ) -> None:
         super().__init__()
         self.out_features, self.in_features = weight.shape
         self.packed = pack
         if pack:
-            self.register_buffer("packed_weight", torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None),
-                                 persistent=False)
+            self.register_buffer(
+                "packed_weight", torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None), persistent=False
+            )
         else:
             self.plain_weight = weight  # a Parameter of another module: not registered twice
         self.bias = None if bias is None else nn.Parameter(bias.detach(), requires_grad=False)
@@ -117,8 +119,9 @@ def linear_shapes(model: nn.Module) -> dict[tuple[int, int], int]:
     return shapes
 
 
-def _best_of_both(first: Callable[[], object], second: Callable[[], object],
-                  budget: float = 0.01) -> tuple[float, float]:
+def _best_of_both(
+    first: Callable[[], object], second: Callable[[], object], budget: float = 0.01
+) -> tuple[float, float]:
     """Best time of each of two calls, alternated (so both see the same machine load) for
     about `budget` seconds, at least 3 times each."""
     first(), second()  # warm-up: first-call allocations and kernel selection
@@ -156,7 +159,8 @@ def measure(shapes: dict[tuple[int, int], int], dtype: torch.dtype) -> dict[str,
                 x = torch.randn(rows, in_features, generator=generator).to(dtype)
                 plain, onednn = _best_of_both(
                     lambda: torch.nn.functional.linear(x, weight, bias),
-                    lambda: torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], ""))
+                    lambda: torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], ""),
+                )
                 totals["torch"] += count * plain
                 totals["onednn"] += count * onednn
     return totals
@@ -212,9 +216,16 @@ def _write_cache(path: str, data: dict) -> None:
 def auto_backend(model: nn.Module, dtype: torch.dtype) -> str:
     """The faster backend for this model's shapes on this machine, measured once and remembered."""
     shapes = linear_shapes(model)
-    key = "|".join([cpu_description(), f"torch {torch.__version__}", str(dtype), f"threads {torch.get_num_threads()}",
-                    "rows " + ",".join(map(str, PROBE_ROWS)),
-                    ",".join(f"{o}x{i}" for o, i in sorted(shapes))])
+    key = "|".join(
+        [
+            cpu_description(),
+            f"torch {torch.__version__}",
+            str(dtype),
+            f"threads {torch.get_num_threads()}",
+            "rows " + ",".join(map(str, PROBE_ROWS)),
+            ",".join(f"{o}x{i}" for o, i in sorted(shapes)),
+        ]
+    )
     path = os.path.join(cache_dir(), "gemm.json")
     cached = _read_cache(path)
     seconds = cached.get(key, {}).get("seconds") if isinstance(cached.get(key), dict) else None
@@ -230,8 +241,9 @@ def faster_backend(seconds: dict[str, float]) -> str:
 
 
 def _valid_seconds(seconds: object) -> bool:
-    return (isinstance(seconds, dict) and
-            all(isinstance(seconds.get(b), (int, float)) and seconds[b] > 0 for b in ("torch", "onednn")))
+    return isinstance(seconds, dict) and all(
+        isinstance(seconds.get(b), (int, float)) and seconds[b] > 0 for b in ("torch", "onednn")
+    )
 
 
 def choose_backend(model: nn.Module, requested: str, device: torch.device, dtype: torch.dtype) -> str:

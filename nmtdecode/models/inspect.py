@@ -50,8 +50,9 @@ def summary(path: str) -> Summary:
             pass
         else:
             parameters = sum(math.prod(shape) for shape in facts.shapes.values())
-            return Summary(facts.format, facts.cfg, facts.rules, facts.defaults, facts.tokenizer(), parameters,
-                           LOADED_DTYPES)
+            return Summary(
+                facts.format, facts.cfg, facts.rules, facts.defaults, facts.tokenizer(), parameters, LOADED_DTYPES
+            )
     return loaded_summary(path)
 
 
@@ -62,8 +63,15 @@ def loaded_summary(path: str) -> Summary:
     loaded = load_model(path)
     params = {id(p): p for p in loaded.model.parameters()}.values()  # tied weights once
     dtypes = sorted({str(p.dtype).replace("torch.", "") for p in params})
-    return Summary(loaded.format, loaded.model.cfg, loaded.rules, loaded.defaults, loaded.tokenizer,
-                   sum(p.numel() for p in params), dtypes)
+    return Summary(
+        loaded.format,
+        loaded.model.cfg,
+        loaded.rules,
+        loaded.defaults,
+        loaded.tokenizer,
+        sum(p.numel() for p in params),
+        dtypes,
+    )
 
 
 def _torch_dtypes(path: str) -> set[str]:

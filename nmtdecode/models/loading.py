@@ -22,8 +22,12 @@ __all__ = ["FORMATS", "LoadedModel", "ModelError", "load_model", "read_json"]
 FORMATS = {fmt.FORMAT: fmt for fmt in (native, eole, huggingface, marian, opennmt)}
 
 
-def load_model(path: str | list[str] | None, ensemble_rule: str | None = None,
-               ensemble_weights: list[float] | None = None, placement: Placement | None = None) -> LoadedModel:
+def load_model(
+    path: str | list[str] | None,
+    ensemble_rule: str | None = None,
+    ensemble_weights: list[float] | None = None,
+    placement: Placement | None = None,
+) -> LoadedModel:
     """The model at `path`, its weights read into the form `placement` gives them (models/placement.py:
     device, dtype, how the CPU multiplies; default float32 on the CPU), with the files its format
     read to build it (`LoadedModel.files`); a list of paths is an ensemble, decoded as one model

@@ -29,8 +29,18 @@ MAX_NPY_HEADER = 1 << 16  # numpy writes headers of a few hundred bytes
 LOCAL_HEADER = struct.Struct("<4s22xHH")  # zip local file header: signature ... name length, extra length
 # .npy dtype descriptions -> safetensors dtype codes (stored.DTYPE_NAMES); '|' marks one-byte types.
 # Marian stores its options (`special:model.yml`) as a string of int8 bytes.
-DESCR_CODES = {"<f8": "F64", "<f4": "F32", "<f2": "F16", "<i8": "I64", "<i4": "I32", "<i2": "I16",
-               "|i1": "I8", "|u1": "U8", "|S1": "U8", "|b1": "BOOL"}
+DESCR_CODES = {
+    "<f8": "F64",
+    "<f4": "F32",
+    "<f2": "F16",
+    "<i8": "I64",
+    "<i4": "I32",
+    "<i2": "I16",
+    "|i1": "I8",
+    "|u1": "U8",
+    "|S1": "U8",
+    "|b1": "BOOL",
+}
 ITEM_SIZES = {"F64": 8, "F32": 4, "F16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
 
 
@@ -57,8 +67,10 @@ def _array_name(info: zipfile.ZipInfo, path: str) -> str:
     if info.flag_bits & 1:
         raise ModelError(f"cannot read weights {path}: {info.filename} is encrypted")
     if info.compress_type != zipfile.ZIP_STORED:  # numpy.savez_compressed; Marian never compresses
-        raise ModelError(f"cannot read weights {path}: {info.filename} is compressed; only uncompressed "
-                         ".npz files are read (as Marian and numpy.savez write them)")
+        raise ModelError(
+            f"cannot read weights {path}: {info.filename} is compressed; only uncompressed "
+            ".npz files are read (as Marian and numpy.savez write them)"
+        )
     return info.filename.removesuffix(".npy")
 
 
@@ -77,12 +89,13 @@ def _entry(f: BinaryIO, info: zipfile.ZipInfo, name: str, path: str) -> tuple[in
     code = DESCR_CODES.get(descr)
     if code is None:
         what = "Python objects (numpy would unpickle them)" if "O" in descr else f"dtype {shown(descr)}"
-        raise ModelError(f"cannot read weights {path}: array {name} holds {what}; only little-endian numbers "
-                         "are read")
+        raise ModelError(f"cannot read weights {path}: array {name} holds {what}; only little-endian numbers are read")
     size = math.prod(shape) * ITEM_SIZES[code]
     if info.file_size != header_size + size:
-        raise ModelError(f"cannot read weights {path}: array {name} has {info.file_size - header_size:,} bytes, "
-                         f"its shape {shape} needs {size:,} (truncated?)")
+        raise ModelError(
+            f"cannot read weights {path}: array {name} has {info.file_size - header_size:,} bytes, "
+            f"its shape {shape} needs {size:,} (truncated?)"
+        )
     return start + header_size, {"dtype": code, "shape": list(shape), "data_offsets": [0, size]}
 
 
@@ -113,8 +126,9 @@ def _checked_header(header: object) -> tuple[str, tuple[int, ...]]:
     descr, fortran, shape = header["descr"], header["fortran_order"], header["shape"]
     if not isinstance(descr, str):
         raise ValueError(f"descr {shown(descr)} is not a plain dtype (a structured array?)")
-    if not isinstance(shape, tuple) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
-                                               for n in shape):
+    if not isinstance(shape, tuple) or not all(
+        isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape
+    ):
         raise ValueError(f"shape {shown(shape)} is not a tuple of sizes")
     if not isinstance(fortran, bool):
         raise ValueError(f"fortran_order {shown(fortran)} is not a bool")

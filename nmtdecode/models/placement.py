@@ -64,9 +64,11 @@ def fill(model: Transformer, sources: dict[str, Source], placement: Placement) -
             raise
         need = sum(t.numel() for t in model.state_dict().values()) * placement.dtype.itemsize
         what, _ = largest_demand(model.cfg)
-        raise ModelError(f"out of memory placing the model on {placement.device} in "
-                         f"{str(placement.dtype).removeprefix('torch.')}: its weights need "
-                         f"{memory.readable_size(need)}, most of them for {what}") from None
+        raise ModelError(
+            f"out of memory placing the model on {placement.device} in "
+            f"{str(placement.dtype).removeprefix('torch.')}: its weights need "
+            f"{memory.readable_size(need)}, most of them for {what}"
+        ) from None
     model.backend = placement.backend
     return placement
 
@@ -97,16 +99,20 @@ def load_weights(model: Transformer, sources: dict, source: str, placement: Plac
     models/weights.py, or plain tensors), strictly checked (names and shapes, before anything is
     read), each read once into the form `placement` gives it (default: float32 on the CPU).
     Returns the placement with its backend decided."""
-    sources = {name: in_memory({name: t}, source)[name] if isinstance(t, torch.Tensor) else t
-               for name, t in sources.items()}
+    sources = {
+        name: in_memory({name: t}, source)[name] if isinstance(t, torch.Tensor) else t for name, t in sources.items()
+    }
     check_weights(model, sources, source)
     return fill(model, sources, placement or Placement())
 
 
 def place_model(model: Transformer, placement: Placement) -> Transformer:
     """A model already in memory, its weights given the form `placement` says (in place)."""
-    tensors = {n: t.detach() for n, t in model.state_dict().items()
-               if n not in shared_names(model) and t.layout == torch.strided}
+    tensors = {
+        n: t.detach()
+        for n, t in model.state_dict().items()
+        if n not in shared_names(model) and t.layout == torch.strided
+    }
     sources: dict[str, Source] = dict(in_memory(tensors, "model"))
     check_weights(model, sources, "model")
     fill(model, sources, placement)
@@ -136,8 +142,9 @@ def _plain(source: Source, placement: Placement) -> nn.Parameter:
     return nn.Parameter(read(source, placement.dtype).to(placement.device), requires_grad=False)
 
 
-def _fill_layer(name: str, module: nn.Module, sources: dict[str, Source], placement: Placement,
-                parents: Parents) -> None:
+def _fill_layer(
+    name: str, module: nn.Module, sources: dict[str, Source], placement: Placement, parents: Parents
+) -> None:
     """One layer's weights, in the placement's form; a linear layer or token embedding may be
     replaced by its packed or int8 kind."""
     own = {key: sources.pop(f"{name}.{key}" if name else key) for key, p in module.named_parameters(recurse=False)}
@@ -161,8 +168,15 @@ def _fill_layer(name: str, module: nn.Module, sources: dict[str, Source], placem
             setattr(module, key, _plain(source, placement))
 
 
-def _fill_tied(model: Transformer, name: str, module: nn.Module, aliases: dict[str, str],
-               sources: dict[str, Source], placement: Placement, parents: Parents) -> None:
+def _fill_tied(
+    model: Transformer,
+    name: str,
+    module: nn.Module,
+    aliases: dict[str, str],
+    sources: dict[str, Source],
+    placement: Placement,
+    parents: Parents,
+) -> None:
     """A layer whose weight is another's (the output projection tied to the token embeddings):
     it reads that layer's weight, in whatever form it was given; its own bias is its own."""
     first = aliases[f"{name}.weight"]

@@ -49,8 +49,9 @@ def _scratch(name: str, shape: tuple[int, int], dtype: torch.dtype) -> torch.Ten
     return buffer[:size].view(shape)
 
 
-def quantized_rows(source: Source, rows_at_once: int = ROWS_AT_ONCE,
-                   kept: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+def quantized_rows(
+    source: Source, rows_at_once: int = ROWS_AT_ONCE, kept: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
     """A stored weight (models/weights.py: StoredTensor, InMemoryTensor, Joined) read and quantized a
     block of rows at a time: its int8 rows and their scales. Unless `kept`, the rows are this
     thread's scratch, valid until its next call (for a layer that copies them: `int8_linear`)."""
@@ -73,8 +74,9 @@ def int8_linear(values: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor |
         # built 1 x 1, then given its weight: built at its size, it would pack a zero weight first
         layer = DynamicInt8Linear(1, 1, bias_=bias is not None, dtype=torch.qint8)
         layer.in_features, layer.out_features = in_features, out_features
-        weight = torch._make_per_channel_quantized_tensor(values, scales.double(),
-                                                           torch.zeros(out_features, dtype=torch.long), 0)
+        weight = torch._make_per_channel_quantized_tensor(
+            values, scales.double(), torch.zeros(out_features, dtype=torch.long), 0
+        )
         layer.set_weight_bias(weight, bias)
     return layer
 

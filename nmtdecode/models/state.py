@@ -54,8 +54,9 @@ class LayerState(Protocol):
 
     def cross(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]: ...  # encoder keys, values
 
-    def append_self(self, layer: int, kv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        ...  # keys, values, ancestry mask so far
+    def append_self(
+        self, layer: int, kv: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]: ...  # keys, values, ancestry mask so far
 
     def attention_probe(self, layer: int) -> AttentionProbe | None: ...  # itself when this layer's weights are kept
 

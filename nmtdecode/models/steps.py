@@ -31,8 +31,9 @@ class StepRunner(Protocol):
 
     shares_buffers: bool  # every batch decodes in the runner's buffers: a paused batch may not use it
 
-    def init_cache(self, memory: torch.Tensor, src_mask: torch.Tensor, positions: int,
-                   width: int) -> DecoderState: ...  # positions: the batch's step limit; width: rows a sentence
+    def init_cache(
+        self, memory: torch.Tensor, src_mask: torch.Tensor, positions: int, width: int
+    ) -> DecoderState: ...  # positions: the batch's step limit; width: rows a sentence
 
     def decode_step(self, tokens: torch.Tensor, state: Any) -> torch.Tensor: ...  # (rows, V); state: its init_cache's
 
@@ -45,16 +46,23 @@ class EagerSteps:
     def __init__(self, model: Any) -> None:  # a Transformer, an Ensemble, any Seq2SeqModel (decoding.py)
         self.model = model
 
-    def init_cache(self, memory: torch.Tensor, src_mask: torch.Tensor, positions: int = 0,
-                   width: int = 1) -> DecoderState:
+    def init_cache(
+        self, memory: torch.Tensor, src_mask: torch.Tensor, positions: int = 0, width: int = 1
+    ) -> DecoderState:
         return self.model.init_cache(memory, src_mask)
 
     def decode_step(self, tokens: torch.Tensor, state: DecoderState) -> torch.Tensor:
         return self.model.decode_step(tokens, state)
 
 
-def step_runner_for(model: Any, device: torch.device, cuda_graphs: str = "auto", traced_step: str = "auto",
-                    quantize: str = "none", warn: Callable[[str], None] | None = None) -> StepRunner:
+def step_runner_for(
+    model: Any,
+    device: torch.device,
+    cuda_graphs: str = "auto",
+    traced_step: str = "auto",
+    quantize: str = "none",
+    warn: Callable[[str], None] | None = None,
+) -> StepRunner:
     """The runner for this model on this device: CUDA graphs on a GPU (--cuda-graphs auto), the
     traced step on a CPU (--traced-step auto, float weights: int8's quantized products step
     eagerly), for one Transformer (an ensemble steps eagerly); else the eager step. `warn` is

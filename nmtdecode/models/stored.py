@@ -22,8 +22,18 @@ from .npz import npz_entries
 if TYPE_CHECKING:  # named in annotations only: reading headers needs no torch
     import torch
 
-DTYPE_NAMES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
-               "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
+DTYPE_NAMES = {
+    "F64": "float64",
+    "F32": "float32",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "I64": "int64",
+    "I32": "int32",
+    "I16": "int16",
+    "I8": "int8",
+    "U8": "uint8",
+    "BOOL": "bool",
+}
 FLOAT_CODES = {"F64": "d", "F32": "f", "F16": "e"}  # struct's codes; BF16 is the top half of a float32
 MAX_HEADER = 100_000_000  # the safetensors library's own limit on a header
 

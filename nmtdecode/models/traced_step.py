@@ -43,8 +43,14 @@ class StepInputs(NamedTuple):
     pasts: list  # per layer, the cache's keys and values up to this position: (2, B, H, (t+1)*width, hd)
 
     def flat(self) -> list:
-        return [self.tokens, self.position, self.cross_kv, self.memory_mask,
-                *([] if self.self_mask is None else [self.self_mask]), *self.pasts]
+        return [
+            self.tokens,
+            self.position,
+            self.cross_kv,
+            self.memory_mask,
+            *([] if self.self_mask is None else [self.self_mask]),
+            *self.pasts,
+        ]
 
 
 class TraceInputs:
@@ -64,7 +70,7 @@ class TraceInputs:
         """kv (N, 2, H, hd) into the last `width` slots of the layer's view, which end at this
         step's position; returns the view's keys, values and the ancestry mask, as the cache does."""
         past = self.pasts[layer]
-        past[:, :, :, -self.width:] = by_slot(kv, self.width)
+        past[:, :, :, -self.width :] = by_slot(kv, self.width)
         return past[0], past[1], self.mask
 
     def advance(self) -> None:
@@ -77,8 +83,9 @@ class TracedSteps:
 
     shares_buffers = False
 
-    def __init__(self, model: Transformer, warn: Callable[[str], None] | None = None,
-                 eager_steps: int = EAGER_STEPS) -> None:
+    def __init__(
+        self, model: Transformer, warn: Callable[[str], None] | None = None, eager_steps: int = EAGER_STEPS
+    ) -> None:
         self.model, self.warn, self.eager_steps = model, warn, eager_steps
         self.traced: dict[tuple, Callable[..., torch.Tensor]] = {}  # (width, masked) -> the recorded step
         self.seen: dict[tuple, int] = {}  # (width, masked) -> steps run eagerly so far
@@ -86,8 +93,9 @@ class TracedSteps:
         self.lock = threading.Lock()  # --inter-threads: batches decoded at once share the traces
         self.packed = [m for m in model.modules() if isinstance(m, PackedLinear) and m.packed]
 
-    def init_cache(self, memory: torch.Tensor, src_mask: torch.Tensor, positions: int = 0,
-                   width: int = 1) -> DecoderCache:
+    def init_cache(
+        self, memory: torch.Tensor, src_mask: torch.Tensor, positions: int = 0, width: int = 1
+    ) -> DecoderCache:
         return self.model.init_cache(memory, src_mask)
 
     def decode_step(self, tokens: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
@@ -114,8 +122,14 @@ class TracedSteps:
         if memory_mask is None:  # no source padded: a mask of all True attends the same
             sentences, source = cache.cross_kv.size(SENTENCES), cache.cross_kv.size(-2)
             memory_mask = torch.ones((sentences, 1, 1, source), dtype=torch.bool)
-        return StepInputs(tokens, torch.tensor([cache.length]), cache.cross_kv, memory_mask, cache.self_mask(),
-                          [cache.past(layer) for layer in range(self.model.cfg.decoder_layers)])
+        return StepInputs(
+            tokens,
+            torch.tensor([cache.length]),
+            cache.cross_kv,
+            memory_mask,
+            cache.self_mask(),
+            [cache.past(layer) for layer in range(self.model.cfg.decoder_layers)],
+        )
 
     def _trace(self, key: tuple, example: StepInputs) -> Callable[..., torch.Tensor] | None:
         """The step of this key recorded on `example` (None, after one warning, if it cannot be)."""
@@ -128,6 +142,7 @@ class TracedSteps:
             mask, pasts = (rest[0], rest[1:]) if masked else (None, rest)
             inputs = StepInputs(tokens, position, cross_kv, memory_mask, mask, pasts)
             return model.decode_step(tokens, TraceInputs(inputs, width))
+
         with self.lock:
             if key in self.traced or self.failed:  # another thread traced it, or failed to, meanwhile
                 return self.traced.get(key)
@@ -138,9 +153,10 @@ class TracedSteps:
             except Exception as error:  # noqa: BLE001 - any failure: decode eagerly, as before
                 self.failed = True
                 if self.warn:
-                    self.warn(f"the traced decoding step is off for this run ({type(error).__name__}: "
-                              f"{str(error).splitlines()[0] if str(error) else ''}); decoding without it")
+                    self.warn(
+                        f"the traced decoding step is off for this run ({type(error).__name__}: "
+                        f"{str(error).splitlines()[0] if str(error) else ''}); decoding without it"
+                    )
                 return None
             self.traced[key] = lambda *args: traced(*args, *weights)
             return self.traced[key]
-

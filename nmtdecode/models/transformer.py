@@ -200,8 +200,9 @@ class DecoderLayer(nn.Module):
         self.self_attn, self.cross_attn, self.ffn = SelfAttention(*shape), CrossAttention(*shape), FeedForward(cfg)
         self.self_block, self.cross_block, self.ffn_block = Residual(cfg), Residual(cfg), Residual(cfg)
 
-    def forward(self, x: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-                memory_mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, memory_mask: torch.Tensor | None
+    ) -> torch.Tensor:
         """Teacher-forced pass over a whole target prefix (training, scoring)."""
         x = self.self_block(x, lambda h: self.self_attn(h, causal=True))
         x = self.cross_block(x, lambda h: self.cross_attn(h, keys, values, memory_mask))
@@ -231,10 +232,12 @@ class Transformer(nn.Module):
         self.src_embed = Embeddings(cfg, src_tokens)
         self.tgt_embed = Embeddings(cfg, tgt_tokens)
         # nn.ModuleLists, which a type checker sees yield plain Modules: cast to the layers they hold
-        self.encoder_layers = cast("Sequence[EncoderLayer]",
-                                   nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers)))
-        self.decoder_layers = cast("Sequence[DecoderLayer]",
-                                   nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers)))
+        self.encoder_layers = cast(
+            "Sequence[EncoderLayer]", nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
+        )
+        self.decoder_layers = cast(
+            "Sequence[DecoderLayer]", nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
+        )
         self.encoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps) if cfg.encoder_final_norm else None
         self.decoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps) if cfg.decoder_final_norm else None
         self.output = nn.Linear(cfg.d_model, cfg.tgt_vocab_size, bias=cfg.final_logits_bias)  # bias fused in the matmul

@@ -71,19 +71,24 @@ class StoredTensor:
             code, (begin, end) = entry["dtype"], entry["data_offsets"]
             self.shape = tuple(int(n) for n in entry["shape"])
         except (KeyError, TypeError, ValueError):
-            raise ModelError(f"cannot read weights {path}: the header's entry for tensor {name} is not a "
-                             "tensor's") from None
+            raise ModelError(
+                f"cannot read weights {path}: the header's entry for tensor {name} is not a tensor's"
+            ) from None
         self.dtype_name, self.dtype = DTYPE_NAMES.get(code, str(code)), FLOAT_DTYPES.get(code)
         self.start, self.size = offset + begin, end - begin
 
     def check(self) -> None:
         """A weight must hold floating-point numbers, as many bytes as its shape needs."""
         if self.dtype is None:
-            raise ModelError(f"cannot read weights {self.path}: tensor {self.name} holds {self.dtype_name}; "
-                             "weights must be float32, float16 or bfloat16")
+            raise ModelError(
+                f"cannot read weights {self.path}: tensor {self.name} holds {self.dtype_name}; "
+                "weights must be float32, float16 or bfloat16"
+            )
         if self.size != math.prod(self.shape) * self.dtype.itemsize:
-            raise ModelError(f"cannot read weights {self.path}: tensor {self.name} has {self.size:,} bytes, its "
-                             f"shape {self.shape} needs {math.prod(self.shape) * self.dtype.itemsize:,}")
+            raise ModelError(
+                f"cannot read weights {self.path}: tensor {self.name} has {self.size:,} bytes, its "
+                f"shape {self.shape} needs {math.prod(self.shape) * self.dtype.itemsize:,}"
+            )
 
     def reshaped(self, shape: tuple[int, ...]) -> "StoredTensor":
         """The same bytes seen with another shape of as many elements."""
@@ -112,8 +117,9 @@ class StoredTensor:
         while done < size:
             got = f.readinto(view[done:])
             if not got:
-                raise ModelError(f"cannot read weights {self.path}: the file ends inside tensor {self.name} "
-                                 "(truncated?)")
+                raise ModelError(
+                    f"cannot read weights {self.path}: the file ends inside tensor {self.name} (truncated?)"
+                )
             done += got
 
 
@@ -126,8 +132,10 @@ class InMemoryTensor:
 
     def check(self) -> None:
         if not self.tensor.is_floating_point():
-            raise ModelError(f"{self.where}: tensor {self.name} holds {str(self.dtype).removeprefix('torch.')}; "
-                             "weights must be float32, float16 or bfloat16")
+            raise ModelError(
+                f"{self.where}: tensor {self.name} holds {str(self.dtype).removeprefix('torch.')}; "
+                "weights must be float32, float16 or bfloat16"
+            )
 
     def reshaped(self, shape: tuple[int, ...]) -> "InMemoryTensor":
         return InMemoryTensor(self.tensor.reshape(shape), self.name, self.where)
@@ -194,16 +202,22 @@ def transposed(source: Source) -> Transposed:
 def check_finite(tensor: torch.Tensor, source: Source) -> None:
     if tensor.numel() and not bool(torch.isfinite(torch.stack(torch.aminmax(tensor))).all()):
         where = getattr(source, "path", None) or getattr(source, "where", "")
-        raise ModelError(f"{where}: tensor {source.name} holds NaN or infinite values; the checkpoint is damaged "
-                         "(or was saved after training diverged)")
+        raise ModelError(
+            f"{where}: tensor {source.name} holds NaN or infinite values; the checkpoint is damaged "
+            "(or was saved after training diverged)"
+        )
 
 
 def read(source: Source, dtype: torch.dtype | None = None) -> torch.Tensor:
     """The whole of `source` in a tensor of `dtype` (default: as stored): a new one, or, for a
     tensor already in memory as asked, that tensor itself."""
     source.check()
-    if isinstance(source, InMemoryTensor) and source.dtype == (dtype or source.dtype) and \
-            source.tensor.is_contiguous() and source.tensor.device.type == "cpu":
+    if (
+        isinstance(source, InMemoryTensor)
+        and source.dtype == (dtype or source.dtype)
+        and source.tensor.is_contiguous()
+        and source.tensor.device.type == "cpu"
+    ):
         check_finite(source.tensor, source)
         return source.tensor
     out = torch.empty(source.shape, dtype=dtype or source.dtype)
@@ -222,13 +236,15 @@ class StoredTensors:
         for path in files:
             if path.endswith(HEADED):
                 headers = StoredHeaders([path])
-                stored = {name: StoredTensor(file, start, entry, name) for name, (file, start, entry) in
-                          headers.where.items()}
+                stored = {
+                    name: StoredTensor(file, start, entry, name) for name, (file, start, entry) in headers.where.items()
+                }
                 check_length(path, stored.values())
                 self.tensors.update(stored)
             else:
-                self.tensors.update({name: InMemoryTensor(tensor, name, path)
-                                     for name, tensor in read_torch_weights(path).items()})
+                self.tensors.update(
+                    {name: InMemoryTensor(tensor, name, path) for name, tensor in read_torch_weights(path).items()}
+                )
         self.shapes = {name: tensor.shape for name, tensor in self.tensors.items()}
 
     def values(self, name: str) -> list[float]:
@@ -240,8 +256,9 @@ def check_length(path: str, tensors: Iterable[StoredTensor]) -> None:
     needed = max((t.start + t.size for t in tensors), default=0)
     size = os.path.getsize(path)
     if size < needed:
-        raise ModelError(f"cannot read weights {path}: the file has {size:,} bytes, its header describes "
-                         f"{needed:,} (truncated?)")
+        raise ModelError(
+            f"cannot read weights {path}: the file has {size:,} bytes, its header describes {needed:,} (truncated?)"
+        )
 
 
 def read_tensors(files: list[str]) -> StoredTensors:
@@ -288,12 +305,14 @@ def check_weights(model: Transformer, sources: dict[str, Source], source: str) -
     missing = sorted(set(expected) - set(sources))
     unexpected = sorted(set(sources) - set(expected) - set(aliases))
     if missing or unexpected:
-        raise ModelError(f"{source}: weights do not match the architecture; "
-                         f"missing: {missing[:5]}, unexpected: {unexpected[:5]}")
+        raise ModelError(
+            f"{source}: weights do not match the architecture; missing: {missing[:5]}, unexpected: {unexpected[:5]}"
+        )
     for name, tensor in expected.items():
         if tuple(sources[name].shape) != tuple(tensor.shape):
-            raise ModelError(f"{source}: {name} has shape {tuple(sources[name].shape)}, "
-                             f"the config implies {tuple(tensor.shape)}")
+            raise ModelError(
+                f"{source}: {name} has shape {tuple(sources[name].shape)}, the config implies {tuple(tensor.shape)}"
+            )
         sources[name].check()
 
 
@@ -307,5 +326,6 @@ def allocate(cfg: TransformerConfig, source: str) -> Transformer:
             raise
         what, size = largest_demand(cfg)
         whole, largest = (memory.readable_size(n * 4) for n in (parameter_count(cfg), size))
-        raise ModelError(f"{source}: out of memory allocating the model ({whole} in float32); "
-                         f"most of it for {what} ({largest})") from None
+        raise ModelError(
+            f"{source}: out of memory allocating the model ({whole} in float32); most of it for {what} ({largest})"
+        ) from None

@@ -171,8 +171,9 @@ def survivors(done: list[bool], shrink: bool = True) -> list[int]:
     return sorted(searching + finished[: size - len(searching)])
 
 
-def path_hypothesis(tokens: list[int], totals: list[float], along: dict[str, list], score: float,
-                    eos_id: int) -> Hypothesis:
+def path_hypothesis(
+    tokens: list[int], totals: list[float], along: dict[str, list], score: float, eos_id: int
+) -> Hypothesis:
     """A finished hypothesis from its path: every token chosen, the last one included, the running
     total after each, and what is attached to each ({name: list}). The final EOS is not one of
     its tokens, its log-prob is `eos_score` (so token_scores, alignment and attention have one
@@ -180,9 +181,15 @@ def path_hypothesis(tokens: list[int], totals: list[float], along: dict[str, lis
     token_scores = [b - a for a, b in zip([0.0] + totals[:-1], totals)]
     ended = tokens[-1] == eos_id
     kept = len(tokens) - ended
-    return Hypothesis(tokens[:kept], score, totals[-1], token_scores[:kept], ended,
-                      eos_score=token_scores[-1] if ended else None,
-                      **{name: values[:kept] for name, values in along.items()})
+    return Hypothesis(
+        tokens[:kept],
+        score,
+        totals[-1],
+        token_scores[:kept],
+        ended,
+        eos_score=token_scores[-1] if ended else None,
+        **{name: values[:kept] for name, values in along.items()},
+    )
 
 
 def unreachable(n: int) -> list[Hypothesis]:
@@ -255,5 +262,7 @@ def to_host(**tensors: torch.Tensor) -> dict[str, list[list]]:
     widths = [t.size(1) for t in tensors.values()]
     packed = torch.cat([t.double() for t in tensors.values()], dim=1).cpu()
     parts = packed.split(widths, dim=1)
-    return {name: (part.tolist() if t.is_floating_point() else part.long().tolist())
-            for (name, t), part in zip(tensors.items(), parts)}
+    return {
+        name: (part.tolist() if t.is_floating_point() else part.long().tolist())
+        for (name, t), part in zip(tensors.items(), parts)
+    }

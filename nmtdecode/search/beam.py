@@ -62,8 +62,16 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from .base import (NEG_INF, Hypothesis, RowFacts, SentenceRecords, StepOutput, attached_per_slot, path_hypothesis,
-                   to_host)
+from .base import (
+    NEG_INF,
+    Hypothesis,
+    RowFacts,
+    SentenceRecords,
+    StepOutput,
+    attached_per_slot,
+    path_hypothesis,
+    to_host,
+)
 from .penalties import LengthPenalty
 
 
@@ -80,8 +88,15 @@ class Finished:
 class Beam:
     """Search state of one source sentence."""
 
-    def __init__(self, size: int, max_steps: int, penalty: LengthPenalty, early_stopping: str = "false",
-                 n_best: int = 1, top_at_stop_step: bool = False) -> None:
+    def __init__(
+        self,
+        size: int,
+        max_steps: int,
+        penalty: LengthPenalty,
+        early_stopping: str = "false",
+        n_best: int = 1,
+        top_at_stop_step: bool = False,
+    ) -> None:
         self.size = size
         self.top_at_stop_step = top_at_stop_step  # `top` asks the top candidate of the last step to end
         self.max_steps = max_steps
@@ -102,9 +117,17 @@ class Beam:
     def is_last_step(self, step: int) -> bool:
         return step + 1 >= self.max_steps
 
-    def advance(self, step: int, tokens: list[int], prev: list[int], scores: list[float],
-                ended: list[tuple], top_ended: bool = False, attached: list[dict] | None = None,
-                best: float | None = None) -> None:
+    def advance(
+        self,
+        step: int,
+        tokens: list[int],
+        prev: list[int],
+        scores: list[float],
+        ended: list[tuple],
+        top_ended: bool = False,
+        attached: list[dict] | None = None,
+        best: float | None = None,
+    ) -> None:
         """Record step `step`: the alive slots (tokens, prev, scores, and what is attached to each
         slot's token), the hypotheses that ended at this step as (prev, token, total[, coverage
         penalty, attached, ranked]) (see `add_finished`), and whether the top-ranked one did.
@@ -117,8 +140,9 @@ class Beam:
         best = max(scores) if best is None else best
         self.done = self.is_last_step(step) or self.cannot_improve(step, best_alive=best)
 
-    def extend(self, tokens: list[int], prev: list[int], scores: list[float],
-               attached: list[dict] | None = None) -> None:
+    def extend(
+        self, tokens: list[int], prev: list[int], scores: list[float], attached: list[dict] | None = None
+    ) -> None:
         """attached: per slot, {name: value} (base.py:attached_per_slot), or None."""
         self.next_ys.append(tokens)
         self.prev_ks.append(prev)
@@ -126,8 +150,16 @@ class Beam:
         for name in attached[0] if attached else ():
             self.attached.setdefault(name, []).append([slot[name] for slot in attached])
 
-    def add_finished(self, step: int, prev: int, token: int, total: float, coverage_penalty: float = 0.0,
-                     attached: dict | None = None, ranked: float | None = None) -> None:
+    def add_finished(
+        self,
+        step: int,
+        prev: int,
+        token: int,
+        total: float,
+        coverage_penalty: float = 0.0,
+        attached: dict | None = None,
+        ranked: float | None = None,
+    ) -> None:
         """`ranked`: the total the search ranks by, when it is not the log-prob total (diverse
         beam search adds its diversity penalties); the length penalty turns it into the score."""
         ranked = total if ranked is None else ranked
@@ -261,15 +293,25 @@ class BeamSearch(SentenceRecords):
 
     kind, stop_rule = "beam", None
 
-    def __init__(self, *, batch_size: int, beam_size: int, max_steps: list[int], start_id: int, eos_id: int,
-                 penalty: LengthPenalty, early_stopping: str, device: torch.device | str, n_best: int = 1,
-                 opennmt: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        batch_size: int,
+        beam_size: int,
+        max_steps: list[int],
+        start_id: int,
+        eos_id: int,
+        penalty: LengthPenalty,
+        early_stopping: str,
+        device: torch.device | str,
+        n_best: int = 1,
+        opennmt: bool = False,
+    ) -> None:
         self.k = beam_size
         self.width = 1  # rows per sentence in the current step
         self.eos_id = eos_id
         self.refill = not opennmt  # an EOS candidate's slot goes to the next best one (else stays empty)
-        self.beams = [Beam(beam_size, m, penalty, early_stopping, n_best, top_at_stop_step=opennmt)
-                      for m in max_steps]
+        self.beams = [Beam(beam_size, m, penalty, early_stopping, n_best, top_at_stop_step=opennmt) for m in max_steps]
         self.active = list(range(batch_size))  # sentence index of each active sentence
         self.alive_scores = torch.zeros(batch_size, device=device)
         self.start_tokens = torch.full((batch_size,), start_id, dtype=torch.long, device=device)
@@ -300,24 +342,33 @@ class BeamSearch(SentenceRecords):
         """One device->host copy; each sentence's rows to its Beam."""
         k = self.k
         top_prev = candidates.prev[:, :k]
-        tensors = dict(top_scores=candidates.scores[:, :k], top_tokens=candidates.tokens[:, :k], top_prev=top_prev,
-                       scores=alive.scores, tokens=alive.tokens, prev=alive.prev)
+        tensors = dict(
+            top_scores=candidates.scores[:, :k],
+            top_tokens=candidates.tokens[:, :k],
+            top_prev=top_prev,
+            scores=alive.scores,
+            tokens=alive.tokens,
+            prev=alive.prev,
+        )
         if candidates.totals is not None:
             tensors.update(top_totals=candidates.totals[:, :k], totals=alive.totals)
         host = to_host(**tensors, **self._facts_of(facts, top_prev, alive.prev))
         for i, sentence in enumerate(self.active):
             if not self.beams[sentence].done:
-                self._record(self.beams[sentence], step, {name: rows[i] for name, rows in host.items()},
-                             facts is not None)
+                self._record(
+                    self.beams[sentence], step, {name: rows[i] for name, rows in host.items()}, facts is not None
+                )
 
     def _facts_of(self, facts: RowFacts | None, top_prev: torch.Tensor, alive_prev: torch.Tensor) -> dict:
         """For the host copy: the row facts of the top candidates (coverage penalty, attached) and
         of the alive ones (attached), read from the row each candidate extends, (n, k * width)."""
         if facts is None:
             return {}
+
         def of(fact: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:  # fact (rows,) or (rows, S); prev (n, c)
             rows = torch.arange(len(self.active), device=prev.device)[:, None] * self.width + prev
             return fact[rows].flatten(1)
+
         picked = {} if facts.penalty is None else {"top_penalty": of(facts.penalty, top_prev)}
         for name, fact in facts.attached().items():
             picked["top_" + name], picked[name] = of(fact, top_prev), of(fact, alive_prev)
@@ -338,8 +389,16 @@ class BeamSearch(SentenceRecords):
             columns.append(row["top_scores"])
         ended = [end for end in zip(*columns) if last or end[1] == self.eos_id]  # (prev, token, total, ...)
         top_ended = last or row["top_tokens"][0] == self.eos_id
-        beam.advance(step, row["tokens"], row["prev"], row.get("totals", row["scores"]), ended, top_ended, attached,
-                     best=self.stop_bound(row))
+        beam.advance(
+            step,
+            row["tokens"],
+            row["prev"],
+            row.get("totals", row["scores"]),
+            ended,
+            top_ended,
+            attached,
+            best=self.stop_bound(row),
+        )
 
     def stop_bound(self, row: dict) -> float:
         """The ranked total the stop rule bounds with: the best alive slot's."""

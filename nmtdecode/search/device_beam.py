@@ -41,11 +41,31 @@ class DeviceBeamSearch(DeviceRecords):
 
     kind = "beam"
 
-    def __init__(self, *, batch_size: int, beam_size: int, max_steps: list[int], start_id: int, eos_id: int,
-                 penalty: LengthPenalty, early_stopping: str, device: torch.device | str, n_best: int = 1,
-                 opennmt: bool = False, check_every: int = 1) -> None:
-        super().__init__(batch_size=batch_size, slots=beam_size, max_steps=max_steps, start_id=start_id,
-                         eos_id=eos_id, penalty=penalty, device=device, check_every=check_every)
+    def __init__(
+        self,
+        *,
+        batch_size: int,
+        beam_size: int,
+        max_steps: list[int],
+        start_id: int,
+        eos_id: int,
+        penalty: LengthPenalty,
+        early_stopping: str,
+        device: torch.device | str,
+        n_best: int = 1,
+        opennmt: bool = False,
+        check_every: int = 1,
+    ) -> None:
+        super().__init__(
+            batch_size=batch_size,
+            slots=beam_size,
+            max_steps=max_steps,
+            start_id=start_id,
+            eos_id=eos_id,
+            penalty=penalty,
+            device=device,
+            check_every=check_every,
+        )
         self.k, self.n_best = beam_size, n_best
         self.refill = self.top_sticks = not opennmt
         self.stop_rule = STOP_RULES[early_stopping]
@@ -73,20 +93,41 @@ class DeviceBeamSearch(DeviceRecords):
         valid = ends & (top_scores > NEG_INF) & ~self.finished[:, None]  # -inf: unreachable, not a hypothesis
         attached = {} if facts is None else facts.attached()
         penalty = None if facts is None or facts.penalty is None else self.of(facts.penalty, top_prev)
-        self.pool.add(Ended(self.scored(top_scores, penalty), top_scores, self.step.expand_as(top_prev), top_prev,
-                            top_tokens, valid, {name: self.of(fact, top_prev) for name, fact in attached.items()}))
+        self.pool.add(
+            Ended(
+                self.scored(top_scores, penalty),
+                top_scores,
+                self.step.expand_as(top_prev),
+                top_prev,
+                top_tokens,
+                valid,
+                {name: self.of(fact, top_prev) for name, fact in attached.items()},
+            )
+        )
         self.top_ended = last | (top_tokens[:, 0] == self.eos_id) | (self.top_ended & self.top_sticks)
         stop = self.stop_rule(self.pool_facts(alive))
-        self.commit(alive.tokens, alive.prev, alive.scores,
-                    {name: self.of(fact, alive.prev) for name, fact in attached.items()}, last | stop)
+        self.commit(
+            alive.tokens,
+            alive.prev,
+            alive.scores,
+            {name: self.of(fact, alive.prev) for name, fact in attached.items()},
+            last | stop,
+        )
 
     def pool_facts(self, alive: Candidates) -> PoolFacts:
         """What the stop rule reads, the step's ended hypotheses in the pools; the bound leaves
         the coverage penalty out (beam.py)."""
         count = self.pool.count()
-        return PoolFacts(count=count, full=count >= self.k, worst=self.pool.worst(),
-                         best=alive.scores.amax(dim=1).double(), divisor_now=self.divisors[self.length],
-                         divisor_limit=self.divisors[self.max_steps], top_ended=self.top_ended, n_best=self.n_best)
+        return PoolFacts(
+            count=count,
+            full=count >= self.k,
+            worst=self.pool.worst(),
+            best=alive.scores.amax(dim=1).double(),
+            divisor_now=self.divisors[self.length],
+            divisor_limit=self.divisors[self.max_steps],
+            top_ended=self.top_ended,
+            n_best=self.n_best,
+        )
 
     def of(self, fact: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
         """A fact of each row, (rows,) or (rows, S), read for candidates (n, c) from the row each extends."""

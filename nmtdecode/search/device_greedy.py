@@ -26,10 +26,27 @@ from .penalties import LengthPenalty
 class DeviceGreedySearch(DeviceRecords):
     kind = "greedy"
 
-    def __init__(self, *, batch_size: int, max_steps: list[int], start_id: int, eos_id: int, penalty: LengthPenalty,
-                 device: torch.device | str, check_every: int = 1) -> None:
-        super().__init__(batch_size=batch_size, slots=1, max_steps=max_steps, start_id=start_id, eos_id=eos_id,
-                         penalty=penalty, device=device, check_every=check_every)
+    def __init__(
+        self,
+        *,
+        batch_size: int,
+        max_steps: list[int],
+        start_id: int,
+        eos_id: int,
+        penalty: LengthPenalty,
+        device: torch.device | str,
+        check_every: int = 1,
+    ) -> None:
+        super().__init__(
+            batch_size=batch_size,
+            slots=1,
+            max_steps=max_steps,
+            start_id=start_id,
+            eos_id=eos_id,
+            penalty=penalty,
+            device=device,
+            check_every=check_every,
+        )
         self.alive_scores = torch.zeros(batch_size, device=device)
         self.slot = torch.zeros((batch_size, 1), dtype=torch.long, device=device)  # every row is slot 0
 
@@ -42,8 +59,17 @@ class DeviceGreedySearch(DeviceRecords):
         attached = {} if facts is None else {name: fact[:, None] for name, fact in facts.attached().items()}
         penalty = None if facts is None or facts.penalty is None else facts.penalty[:, None]
         slot = self.slot[: len(self.active)]
-        self.pool.first(Ended(self.scored(totals[:, None], penalty), totals[:, None], self.step.expand_as(slot), slot,
-                              tokens[:, None], valid[:, None], attached))
+        self.pool.first(
+            Ended(
+                self.scored(totals[:, None], penalty),
+                totals[:, None],
+                self.step.expand_as(slot),
+                slot,
+                tokens[:, None],
+                valid[:, None],
+                attached,
+            )
+        )
         self.commit(tokens[:, None], slot, totals[:, None], attached, ends)
         self.alive_scores = totals
         keep = self.leaving()

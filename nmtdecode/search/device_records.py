@@ -31,8 +31,18 @@ class DeviceRecords:
     leave (at a check), so that a step indexes nothing by sentence. `rows` (n,) numbers them as
     the batch first did, which the history and the results are kept by."""
 
-    def __init__(self, *, batch_size: int, slots: int, max_steps: list[int], start_id: int, eos_id: int,
-                 penalty: LengthPenalty, device: torch.device | str, check_every: int) -> None:
+    def __init__(
+        self,
+        *,
+        batch_size: int,
+        slots: int,
+        max_steps: list[int],
+        start_id: int,
+        eos_id: int,
+        penalty: LengthPenalty,
+        device: torch.device | str,
+        check_every: int,
+    ) -> None:
         self.eos_id = eos_id
         self.divisors = penalty.divisors(max(max_steps), device)  # float64, by length
         self.max_steps = torch.tensor(max_steps, device=device)  # (n,)
@@ -63,8 +73,14 @@ class DeviceRecords:
         score = totals.double() / self.divisors[self.length]
         return score if coverage_penalty is None else score - coverage_penalty.double()
 
-    def commit(self, tokens: torch.Tensor, prev: torch.Tensor, totals: torch.Tensor,
-               attached: dict[str, torch.Tensor], done: torch.Tensor) -> None:
+    def commit(
+        self,
+        tokens: torch.Tensor,
+        prev: torch.Tensor,
+        totals: torch.Tensor,
+        attached: dict[str, torch.Tensor],
+        done: torch.Tensor,
+    ) -> None:
         """The end of a step (its ended hypotheses in the pools): each slot's token, backpointer,
         total and attached facts (n, slots[, S]) into the history, and `done` (n,) into the flags
         (a sentence stays done)."""

@@ -26,14 +26,33 @@ from .sampling import Draws, Filters
 class DeviceSampling(DeviceRecords):
     kind = "sampling"
 
-    def __init__(self, *, batch_size: int, samples: int, max_steps: list[int], start_id: int, eos_id: int,
-                 penalty: LengthPenalty, device: torch.device | str, filters: Filters, seed: int,
-                 line_ids: list[int], check_every: int = 1) -> None:
-        super().__init__(batch_size=batch_size, slots=samples, max_steps=max_steps, start_id=start_id,
-                         eos_id=eos_id, penalty=penalty, device=device, check_every=check_every)
+    def __init__(
+        self,
+        *,
+        batch_size: int,
+        samples: int,
+        max_steps: list[int],
+        start_id: int,
+        eos_id: int,
+        penalty: LengthPenalty,
+        device: torch.device | str,
+        filters: Filters,
+        seed: int,
+        line_ids: list[int],
+        check_every: int = 1,
+    ) -> None:
+        super().__init__(
+            batch_size=batch_size,
+            slots=samples,
+            max_steps=max_steps,
+            start_id=start_id,
+            eos_id=eos_id,
+            penalty=penalty,
+            device=device,
+            check_every=check_every,
+        )
         self.n = samples
-        self.draws = Draws(samples=samples, filters=filters, seed=seed, line_ids=line_ids, eos_id=eos_id,
-                           device=device)
+        self.draws = Draws(samples=samples, filters=filters, seed=seed, line_ids=line_ids, eos_id=eos_id, device=device)
         self.slots = torch.arange(samples, device=device)  # sample j continues slot j
 
     def advance(self, logprobs: torch.Tensor, step: int, facts: RowFacts | None = None) -> StepOutput:
@@ -44,12 +63,14 @@ class DeviceSampling(DeviceRecords):
         tokens, totals = tokens.view(n, self.n), totals.view(n, self.n)
         ends = going & ((tokens == self.eos_id) | last[:, None])
         valid = ends & (totals > NEG_INF) & ~self.finished[:, None]
-        attached = {} if facts is None else {name: self.per_sample(fact, n, origin)
-                                             for name, fact in facts.attached().items()}
+        attached = (
+            {} if facts is None else {name: self.per_sample(fact, n, origin) for name, fact in facts.attached().items()}
+        )
         penalty = None if facts is None or facts.penalty is None else self.per_sample(facts.penalty, n, origin)
         prev = self.slots.expand(n, self.n)
-        self.pool.add(Ended(self.scored(totals, penalty), totals, self.step.expand_as(prev), prev, tokens, valid,
-                            attached))
+        self.pool.add(
+            Ended(self.scored(totals, penalty), totals, self.step.expand_as(prev), prev, tokens, valid, attached)
+        )
         done = last | ~(going & (tokens != self.eos_id)).any(dim=1)
         self.commit(tokens, prev, totals, attached, done)
         return self.next_rows(tokens.view(-1), origin)

@@ -50,14 +50,34 @@ from .penalties import LengthPenalty
 class DiverseBeamSearch(BeamSearch):
     kind = "diverse"
 
-    def __init__(self, *, batch_size: int, beam_size: int, groups: int, diversity_penalty: float,
-                 max_steps: list[int], start_id: int, eos_id: int, penalty: LengthPenalty, early_stopping: str,
-                 device: torch.device | str, n_best: int = 1, forced_steps: list[int] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        batch_size: int,
+        beam_size: int,
+        groups: int,
+        diversity_penalty: float,
+        max_steps: list[int],
+        start_id: int,
+        eos_id: int,
+        penalty: LengthPenalty,
+        early_stopping: str,
+        device: torch.device | str,
+        n_best: int = 1,
+        forced_steps: list[int] | None = None,
+    ) -> None:
         group_size = beam_size // groups
-        super().__init__(batch_size=batch_size * groups, beam_size=group_size,
-                         max_steps=[m for m in max_steps for _ in range(groups)], start_id=start_id, eos_id=eos_id,
-                         penalty=penalty, early_stopping=early_stopping, device=device,
-                         n_best=min(n_best, group_size))
+        super().__init__(
+            batch_size=batch_size * groups,
+            beam_size=group_size,
+            max_steps=[m for m in max_steps for _ in range(groups)],
+            start_id=start_id,
+            eos_id=eos_id,
+            penalty=penalty,
+            early_stopping=early_stopping,
+            device=device,
+            n_best=min(n_best, group_size),
+        )
         self.groups, self.diversity = groups, diversity_penalty
         # per sentence, its leading steps whose token is forced (the model's first token, a --prefix):
         # every group takes the same token there, and a penalty would only lower the later groups' scores
@@ -93,10 +113,13 @@ class DiverseBeamSearch(BeamSearch):
 
     def _widen(self, facts: RowFacts) -> RowFacts:
         """Step 0's facts, one row per sentence -> one per (sentence, group)."""
+
         def widen(fact: torch.Tensor | None) -> torch.Tensor | None:
             return None if fact is None else fact.repeat_interleave(self.groups, dim=0)
-        return RowFacts(penalty=widen(facts.penalty), alignment=widen(facts.alignment),
-                        attention=widen(facts.attention))
+
+        return RowFacts(
+            penalty=widen(facts.penalty), alignment=widen(facts.alignment), attention=widen(facts.attention)
+        )
 
     def select_in_groups(self, logprobs: torch.Tensor, penalise: bool | torch.Tensor) -> tuple[Candidates, Candidates]:
         """Candidates (2k/G) and alive slots (k/G) of every unit, the groups chosen in order, each
@@ -127,9 +150,11 @@ class DiverseBeamSearch(BeamSearch):
     @staticmethod
     def _interleave(parts: list[Candidates]) -> Candidates:
         """G Candidates (n, c) -> one (n*G, c), unit i*G+g from parts[g] row i."""
+
         def stack(field: str) -> torch.Tensor:
             values = [getattr(p, field) for p in parts]
             return torch.stack(values, dim=1).flatten(0, 1)
+
         return Candidates(stack("scores"), stack("tokens"), stack("prev"), stack("totals"))
 
     def survivors(self) -> list[int]:

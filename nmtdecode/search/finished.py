@@ -43,8 +43,10 @@ class Ended:
     @classmethod
     def of(cls, values: dict[str, torch.Tensor]) -> "Ended":
         own = {f.name for f in fields(cls)} - {"attached"}
-        return cls(**{name: values[name] for name in own},
-                   attached={name: value for name, value in values.items() if name not in own})
+        return cls(
+            **{name: values[name] for name in own},
+            attached={name: value for name, value in values.items() if name not in own},
+        )
 
 
 class FinishedPool:
@@ -57,18 +59,28 @@ class FinishedPool:
             return torch.zeros((sentences, size), dtype=dtype, device=device)
 
         self.size = size
-        self.entries = Ended(score=zeros(torch.float64).fill_(NEG_INF), total=zeros(torch.float32),
-                             step=zeros(torch.long), prev=zeros(torch.long), token=zeros(torch.long),
-                             valid=zeros(torch.bool))
+        self.entries = Ended(
+            score=zeros(torch.float64).fill_(NEG_INF),
+            total=zeros(torch.float32),
+            step=zeros(torch.long),
+            prev=zeros(torch.long),
+            token=zeros(torch.long),
+            valid=zeros(torch.bool),
+        )
         self.stored = Ended.of({name: value.clone() for name, value in self.entries.values().items()})
 
     def add(self, new: Ended) -> None:
         """Merge each sentence's candidates `new` (n, c) into its pool; those not `valid` are not
         hypotheses and change nothing."""
         pool = self.entries.values()
-        both = {name: torch.cat([pool[name], value], dim=1) if name in pool else torch.cat(
-            [value.new_zeros((value.size(0), self.size, *value.shape[2:])), value], dim=1)  # first attached
-            for name, value in new.values().items()}
+        both = {
+            name: torch.cat([pool[name], value], dim=1)
+            if name in pool
+            else torch.cat(
+                [value.new_zeros((value.size(0), self.size, *value.shape[2:])), value], dim=1
+            )  # first attached
+            for name, value in new.values().items()
+        }
         order = ranked(both["score"], both["valid"])[:, : self.size]
         self.entries = Ended.of({name: value.gather(1, spread(order, value)) for name, value in both.items()})
 
@@ -76,9 +88,16 @@ class FinishedPool:
         """For pools of one hypothesis that each sentence ends once (greedy search): the `valid`
         ones of `new` (n, 1) become their sentence's pool, without a merge."""
         pool = self.entries.values()
-        self.entries = Ended.of({name: torch.where(new.valid.view(-1, 1, *[1] * (value.dim() - 2)), value,
-                                                   pool[name] if name in pool else torch.zeros_like(value))
-                                 for name, value in new.values().items()})
+        self.entries = Ended.of(
+            {
+                name: torch.where(
+                    new.valid.view(-1, 1, *[1] * (value.dim() - 2)),
+                    value,
+                    pool[name] if name in pool else torch.zeros_like(value),
+                )
+                for name, value in new.values().items()
+            }
+        )
 
     def count(self) -> torch.Tensor:
         """(n,) how many hypotheses each pool holds."""

@@ -17,8 +17,16 @@ from .penalties import LengthPenalty
 class GreedySearch(SentenceRecords):
     kind = "greedy"
 
-    def __init__(self, *, batch_size: int, max_steps: list[int], start_id: int, eos_id: int, penalty: LengthPenalty,
-                 device: torch.device | str) -> None:
+    def __init__(
+        self,
+        *,
+        batch_size: int,
+        max_steps: list[int],
+        start_id: int,
+        eos_id: int,
+        penalty: LengthPenalty,
+        device: torch.device | str,
+    ) -> None:
         self.eos_id = eos_id
         self.beams = [Beam(1, m, penalty) for m in max_steps]
         self.active = list(range(batch_size))

@@ -30,8 +30,15 @@ class StepHistory:
         self.totals = torch.zeros(shape, dtype=torch.float32, device=device)
         self.attached: dict[str, torch.Tensor] = {}
 
-    def write(self, step: torch.Tensor, rows: torch.Tensor, tokens: torch.Tensor, prev: torch.Tensor,
-              totals: torch.Tensor, attached: dict[str, torch.Tensor]) -> None:
+    def write(
+        self,
+        step: torch.Tensor,
+        rows: torch.Tensor,
+        tokens: torch.Tensor,
+        prev: torch.Tensor,
+        totals: torch.Tensor,
+        attached: dict[str, torch.Tensor],
+    ) -> None:
         """Record step `step` (a one-element tensor) of sentences `rows` (n,): each (n, slots)."""
         steps, sentences, slots = self.tokens.shape
         flat = step * sentences + rows  # (n,): the rows of a (steps * sentences, slots) view
@@ -67,8 +74,9 @@ def along(buffer: torch.Tensor, slots: torch.Tensor, step: torch.Tensor, last: t
     return values.scatter(2, at, last.unsqueeze(2))
 
 
-def finished_hypotheses(pools: Ended, history: StepHistory, length: int, n_best: int,
-                        eos_id: int) -> list[list[Hypothesis]]:
+def finished_hypotheses(
+    pools: Ended, history: StepHistory, length: int, n_best: int, eos_id: int
+) -> list[list[Hypothesis]]:
     """The n best hypotheses of every sentence, best first, from its pool (pools: (sentences,
     size)) and the first `length` steps of the history (`SentenceRecords.results`, search/base.py):
     walked back on the device, then one copy to the host, which builds them as the host search does."""
@@ -82,7 +90,8 @@ def finished_hypotheses(pools: Ended, history: StepHistory, length: int, n_best:
         for j in range(sum(hypotheses)):  # the hypotheses come first in a pool
             end = step[b][j] + 1
             along = {name: host[name][b][j][:end] for name in best.attached}
-            made.append(path_hypothesis(host["tokens"][b][j][:end], host["totals"][b][j][:end], along, score[b][j],
-                                        eos_id))
+            made.append(
+                path_hypothesis(host["tokens"][b][j][:end], host["totals"][b][j][:end], along, score[b][j], eos_id)
+            )
         results.append(made + unreachable(n_best - len(made)))
     return results

@@ -59,8 +59,9 @@ class LengthPenalty:
     def divisors(self, longest: int, device: torch.device | str) -> torch.Tensor:
         """(longest + 1,) float64: the divisor of every length 1..longest (at 0, unused, 1), for
         scores computed on the device as total / divisors[length], the very division above."""
-        return torch.tensor([1.0] + [self.divisor(length) for length in range(1, longest + 1)], dtype=torch.float64,
-                            device=device)
+        return torch.tensor(
+            [1.0] + [self.divisor(length) for length in range(1, longest + 1)], dtype=torch.float64, device=device
+        )
 
     def best_possible(self, total: float, length: int, max_length: int) -> float:
         """Highest score a hypothesis at `total` after `length` tokens can still reach.

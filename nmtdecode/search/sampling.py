@@ -30,8 +30,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import (NEG_INF, RowFacts, SentenceRecords, StepOutput, attached_per_slot, facts_by_sentence,
-                   to_host)
+from .base import NEG_INF, RowFacts, SentenceRecords, StepOutput, attached_per_slot, facts_by_sentence, to_host
 from .beam import Beam
 from .penalties import LengthPenalty
 
@@ -99,8 +98,9 @@ class Filters:
             threshold = torch.maximum(threshold, self._top_p_threshold(scores, threshold, best, limit))
         return scores.masked_fill_(scores < threshold, NEG_INF)
 
-    def _top_p_threshold(self, scores: torch.Tensor, top_k_threshold: torch.Tensor | None,
-                         best: torch.Tensor | None, limit: int) -> torch.Tensor:
+    def _top_p_threshold(
+        self, scores: torch.Tensor, top_k_threshold: torch.Tensor | None, best: torch.Tensor | None, limit: int
+    ) -> torch.Tensor:
         """(n, 1) the score of the least probable token top-p keeps, with the probabilities
         renormalised over what top-k kept (ties at its boundary included).
 
@@ -155,8 +155,9 @@ class Draws:
     random stream, whether its sample is still going and its total. Shared by the host search
     (`SamplingSearch`) and the device one (device_sampling.py)."""
 
-    def __init__(self, *, samples: int, filters: Filters, seed: int, line_ids: list[int], eos_id: int,
-                 device: torch.device | str) -> None:
+    def __init__(
+        self, *, samples: int, filters: Filters, seed: int, line_ids: list[int], eos_id: int, device: torch.device | str
+    ) -> None:
         self.n, self.filters, self.eos_id = samples, filters, eos_id
         lines = torch.tensor(line_ids, dtype=torch.long, device=device).repeat_interleave(samples)
         sample_ids = torch.arange(samples, device=device).repeat(len(line_ids))
@@ -196,13 +197,23 @@ class SamplingSearch(SentenceRecords):
 
     kind = "sampling"
 
-    def __init__(self, *, batch_size: int, samples: int, max_steps: list[int], start_id: int, eos_id: int,
-                 penalty: LengthPenalty, device: torch.device | str, filters: Filters, seed: int,
-                 line_ids: list[int]) -> None:
+    def __init__(
+        self,
+        *,
+        batch_size: int,
+        samples: int,
+        max_steps: list[int],
+        start_id: int,
+        eos_id: int,
+        penalty: LengthPenalty,
+        device: torch.device | str,
+        filters: Filters,
+        seed: int,
+        line_ids: list[int],
+    ) -> None:
         self.n = samples
         self.eos_id = eos_id
-        self.draws = Draws(samples=samples, filters=filters, seed=seed, line_ids=line_ids, eos_id=eos_id,
-                           device=device)
+        self.draws = Draws(samples=samples, filters=filters, seed=seed, line_ids=line_ids, eos_id=eos_id, device=device)
         self.beams = [Beam(samples, m, penalty) for m in max_steps]
         self.active = list(range(batch_size))
         self.start_tokens = torch.full((batch_size,), start_id, dtype=torch.long, device=device)
@@ -213,8 +224,9 @@ class SamplingSearch(SentenceRecords):
         with each row's token (coverage penalty, alignment, attention), per row of logprobs."""
         n = len(self.active)
         tokens, totals, origin = self.draws(logprobs, step)
-        host = to_host(tokens=tokens.view(n, self.n), totals=totals.view(n, self.n),
-                       **facts_by_sentence(facts, n, origin))
+        host = to_host(
+            tokens=tokens.view(n, self.n), totals=totals.view(n, self.n), **facts_by_sentence(facts, n, origin)
+        )
         for i, sentence in enumerate(self.active):
             self._record(sentence, step, {name: rows[i] for name, rows in host.items()})
         return self._next_rows(tokens, origin)
@@ -227,8 +239,7 @@ class SamplingSearch(SentenceRecords):
         for j, (token, total) in enumerate(zip(row["tokens"], row["totals"])):
             if not ended[j] and (token == self.eos_id or last):
                 penalty = row["penalty"][j] if "penalty" in row else 0.0
-                beam.add_finished(step, 0 if step == 0 else j, token, total, penalty,
-                                  attached[j] if attached else None)
+                beam.add_finished(step, 0 if step == 0 else j, token, total, penalty, attached[j] if attached else None)
                 ended[j] = True
         beam.extend(row["tokens"], [0] * self.n if step == 0 else list(range(self.n)), row["totals"], attached)
         beam.done = all(ended)

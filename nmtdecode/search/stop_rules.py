@@ -52,4 +52,8 @@ def stop_never(facts: PoolFacts) -> torch.Tensor:
 
 
 STOP_RULES: dict[str, Callable[[PoolFacts], torch.Tensor]] = {
-    "top": stop_top, "true": stop_true, "false": stop_false, "never": stop_never}
+    "top": stop_top,
+    "true": stop_true,
+    "false": stop_false,
+    "never": stop_never,
+}

@@ -46,38 +46,52 @@ def _node_classes(node: Node) -> str:
 def _node_svg(node: Node) -> str:
     if node.kind == "ended":
         label = f"= {_num(node.score)}" + (f" #{min(node.ranks) + 1}" if node.ranks else "")
-        title = (f"step {node.step}: {node.piece} ({'ended' if node.ended else 'cut at the step limit'}), "
-                 f"score {_num(node.score, 4)}, log-prob {_num(node.log_prob, 4)}")
+        title = (
+            f"step {node.step}: {node.piece} ({'ended' if node.ended else 'cut at the step limit'}), "
+            f"score {_num(node.score, 4)}, log-prob {_num(node.log_prob, 4)}"
+        )
     else:
         label = _num(node.score)
-        title = "start" if node.kind == "start" else \
-            f"step {node.step}, slot {node.slot}: {node.piece} (id {node.token}), log-prob {_num(node.score, 4)}"
+        title = (
+            "start"
+            if node.kind == "start"
+            else f"step {node.step}, slot {node.slot}: {node.piece} (id {node.token}), log-prob {_num(node.score, 4)}"
+        )
     token = "" if node.token is None else f' data-token="{node.token}"'
     token += f' data-ranks="{" ".join(map(str, node.ranks))}"' if node.ranks else ""
-    return (f'<g class="{_node_classes(node)}" data-node="{node.id}" data-x="{node.x:g}" data-y="{node.y:g}"'
-            f'{token} transform="translate({node.x:g},{node.y:g})"><title>{escape(title)}</title>'
-            f'<rect x="{-BOX_W / 2:g}" y="{-BOX_H / 2:g}" width="{BOX_W}" height="{BOX_H}" rx="5"/>'
-            f'<text class="piece" y="-2">{escape(_short(node.piece))}</text>'
-            f'<text class="score" y="11">{escape(label)}</text></g>')
+    return (
+        f'<g class="{_node_classes(node)}" data-node="{node.id}" data-x="{node.x:g}" data-y="{node.y:g}"'
+        f'{token} transform="translate({node.x:g},{node.y:g})"><title>{escape(title)}</title>'
+        f'<rect x="{-BOX_W / 2:g}" y="{-BOX_H / 2:g}" width="{BOX_W}" height="{BOX_H}" rx="5"/>'
+        f'<text class="piece" y="-2">{escape(_short(node.piece))}</text>'
+        f'<text class="score" y="11">{escape(label)}</text></g>'
+    )
 
 
 def _edge_svg(tree: Tree, node: Node) -> str:
     parent = tree.node(node.parent)
     x1, y1, x2, y2 = parent.x + BOX_W / 2, parent.y, node.x - BOX_W / 2, node.y
     middle = (x1 + x2) / 2
-    classes = ["edge", "live" if node.live else "pruned"] + (["nbest"] if node.ranks else []) + \
-        (["best"] if 0 in node.ranks else [])
-    return (f'<path class="{" ".join(classes)}" data-child="{node.id}" '
-            f'd="M{x1:g},{y1:g} C{middle:g},{y1:g} {middle:g},{y2:g} {x2:g},{y2:g}"/>')
+    classes = (
+        ["edge", "live" if node.live else "pruned"]
+        + (["nbest"] if node.ranks else [])
+        + (["best"] if 0 in node.ranks else [])
+    )
+    return (
+        f'<path class="{" ".join(classes)}" data-child="{node.id}" '
+        f'd="M{x1:g},{y1:g} C{middle:g},{y1:g} {middle:g},{y2:g} {x2:g},{y2:g}"/>'
+    )
 
 
 def tree_svg(tree: Tree) -> str:
     # the n-best nodes and their edges last, the best one at the very end: drawn over the others
     nodes = sorted(tree.nodes, key=lambda n: (bool(n.ranks), 0 in n.ranks))
     edges = "".join(_edge_svg(tree, n) for n in nodes if n.parent)
-    return (f'<svg class="tree" xmlns="http://www.w3.org/2000/svg" width="{tree.width:g}" height="{tree.height:g}" '
-            f'viewBox="0 0 {tree.width:g} {tree.height:g}"><g class="edges">{edges}</g>'
-            f'<g class="nodes">{"".join(_node_svg(n) for n in nodes)}</g></svg>')
+    return (
+        f'<svg class="tree" xmlns="http://www.w3.org/2000/svg" width="{tree.width:g}" height="{tree.height:g}" '
+        f'viewBox="0 0 {tree.width:g} {tree.height:g}"><g class="edges">{edges}</g>'
+        f'<g class="nodes">{"".join(_node_svg(n) for n in nodes)}</g></svg>'
+    )
 
 
 def heatmap_svg(record: dict, entry: dict) -> str:
@@ -90,16 +104,19 @@ def heatmap_svg(record: dict, entry: dict) -> str:
     parts = [f'<svg class="heatmap" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}">']
     for j, piece in enumerate(sources):
         x = left + j * CELL + CELL / 2
-        parts.append(f'<text class="src" transform="translate({x:g},{top - 6}) rotate(-55)">{escape(_short(piece))}'
-                     f'</text>')
+        parts.append(
+            f'<text class="src" transform="translate({x:g},{top - 6}) rotate(-55)">{escape(_short(piece))}</text>'
+        )
     for i, (piece, row) in enumerate(zip(targets, rows)):
         y = top + i * CELL
         parts.append(f'<text class="tgt" x="{left - 6}" y="{y + CELL / 2 + 4:g}">{escape(_short(piece))}</text>')
         for j, weight in enumerate(row):
-            ring = ' aligned' if aligned[i] == j else ''
-            parts.append(f'<rect class="cell{ring}" x="{left + j * CELL}" y="{y}" width="{CELL}" height="{CELL}" '
-                         f'fill-opacity="{weight:.3f}"><title>{escape(piece)} → {escape(sources[j])}: '
-                         f'{weight:.3f}</title></rect>')
+            ring = " aligned" if aligned[i] == j else ""
+            parts.append(
+                f'<rect class="cell{ring}" x="{left + j * CELL}" y="{y}" width="{CELL}" height="{CELL}" '
+                f'fill-opacity="{weight:.3f}"><title>{escape(piece)} → {escape(sources[j])}: '
+                f"{weight:.3f}</title></rect>"
+            )
     parts.append("</svg>")
     return "".join(parts)
 
@@ -109,27 +126,35 @@ def _facts(record: dict) -> str:
         return "nothing to decode (an empty line)"
     penalty = record["length_penalty"]
     groups = f", {record['groups']} groups" if record["groups"] > 1 else ""
-    return (f"{record['search']} search, {record['beam_size']} slots{groups}, n-best {record['n_best']}, "
-            f"stop rule {record['stop_rule']}, length penalty {penalty['name']} (alpha {penalty['alpha']:g}"
-            f"{', offset %d' % penalty['offset'] if penalty['offset'] else ''}), at most {record['max_steps']} steps")
+    return (
+        f"{record['search']} search, {record['beam_size']} slots{groups}, n-best {record['n_best']}, "
+        f"stop rule {record['stop_rule']}, length penalty {penalty['name']} (alpha {penalty['alpha']:g}"
+        f"{', offset %d' % penalty['offset'] if penalty['offset'] else ''}), at most {record['max_steps']} steps"
+    )
 
 
 def section_html(record: dict, shown: bool) -> str:
     line = record["index"] + 1
     tree = layout(record)
-    nbest = "".join(f'<li class="{"best" if r == 0 else "nbest"}">{escape(e["text"])} '
-                    f'<span class="num">score {_num(e["score"], 4)}, log-prob {_num(e["log_prob"], 4)}'
-                    f'{"" if e["ended"] else ", cut at the step limit"}</span></li>'
-                    for r, e in enumerate(record["nbest"]))
+    nbest = "".join(
+        f'<li class="{"best" if r == 0 else "nbest"}">{escape(e["text"])} '
+        f'<span class="num">score {_num(e["score"], 4)}, log-prob {_num(e["log_prob"], 4)}'
+        f"{'' if e['ended'] else ', cut at the step limit'}</span></li>"
+        for r, e in enumerate(record["nbest"])
+    )
     collapsed = " hide-pruned" if len(tree.nodes) > COLLAPSE_ABOVE else ""
-    parts = [f'<section class="sentence{collapsed}" id="line-{line}" data-index="{record["index"]}"'
-             f'{"" if shown else " hidden"}>',
-             f'<h2>line {line}: {escape(record["source"])}</h2><p class="facts">{escape(_facts(record))}</p>',
-             f'<ol class="nbest">{nbest}</ol>']
+    parts = [
+        f'<section class="sentence{collapsed}" id="line-{line}" data-index="{record["index"]}"'
+        f"{'' if shown else ' hidden'}>",
+        f'<h2>line {line}: {escape(record["source"])}</h2><p class="facts">{escape(_facts(record))}</p>',
+        f'<ol class="nbest">{nbest}</ol>',
+    ]
     if record["beams"]:
         checked = " checked" if collapsed else ""
-        parts.append(f'<label class="switch"><input type="checkbox" class="hide-pruned"{checked}> hide pruned '
-                     f'branches</label><div class="scroll">{tree_svg(tree)}</div>')
+        parts.append(
+            f'<label class="switch"><input type="checkbox" class="hide-pruned"{checked}> hide pruned '
+            f'branches</label><div class="scroll">{tree_svg(tree)}</div>'
+        )
     best = record["nbest"][0] if record["nbest"] else None
     if best and best.get("attention") and record["source_pieces"]:
         parts.append(f'<h3>attention of the best hypothesis</h3><div class="scroll">{heatmap_svg(record, best)}</div>')
@@ -182,9 +207,14 @@ if(location.hash==='#layout'){const out={};const svg=sections[current].querySele
 
 
 def page_html(records: list[dict], title: str) -> str:
-    links = "".join(f'<li value="{r["index"] + 1}"><a href="#line-{r["index"] + 1}">'
-                    f'{escape(r["source"]) if r["source"].strip() else "(empty)"}</a></li>' for r in records)
+    links = "".join(
+        f'<li value="{r["index"] + 1}"><a href="#line-{r["index"] + 1}">'
+        f"{escape(r['source']) if r['source'].strip() else '(empty)'}</a></li>"
+        for r in records
+    )
     sections = "".join(section_html(r, shown=i == 0) for i, r in enumerate(records))
-    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
-            f'<style>{STYLE}</style></head><body><nav><h1>{escape(title)}</h1><ol>{links}</ol></nav>'
-            f'<main>{sections}</main><script>{SCRIPT}</script></body></html>\n')
+    return (
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
+        f"<style>{STYLE}</style></head><body><nav><h1>{escape(title)}</h1><ol>{links}</ol></nav>"
+        f"<main>{sections}</main><script>{SCRIPT}</script></body></html>\n"
+    )

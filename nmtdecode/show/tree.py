@@ -73,17 +73,44 @@ def _beam_nodes(record: dict, group: int, beam: dict, top: float) -> tuple[list[
     for t, (tokens, parents, scores) in enumerate(zip(steps, beam["beam_parent_ids"], beam["scores"])):
         for j, (token, score) in enumerate(zip(tokens, scores)):
             parent = "start" if t == 0 else slot_id(group, t - 1, parents[j])
-            nodes.append(Node(slot_id(group, t, j), group, t, j, token, piece_of(record, token), score, parent, "slot",
-                              x=LEFT + (t + 1) * COLUMN, y=top + j * ROW))
+            nodes.append(
+                Node(
+                    slot_id(group, t, j),
+                    group,
+                    t,
+                    j,
+                    token,
+                    piece_of(record, token),
+                    score,
+                    parent,
+                    "slot",
+                    x=LEFT + (t + 1) * COLUMN,
+                    y=top + j * ROW,
+                )
+            )
     stacked: dict[int, int] = {}  # step -> ended hypotheses placed in its column so far
     for i, f in enumerate(beam["finished"]):
         t = f["step"]
         below = stacked.get(t, 0)
         stacked[t] = below + 1
         parent = "start" if t == 0 else slot_id(group, t - 1, f["parent"])
-        nodes.append(Node(ended_id(group, i), group, t, i, f["token"], piece_of(record, f["token"]), f["score"], parent,
-                          "ended", x=LEFT + (t + 1) * COLUMN, y=top + (slots + below) * ROW + ROW / 2,
-                          ended=f["ended"], log_prob=f["log_prob"]))
+        nodes.append(
+            Node(
+                ended_id(group, i),
+                group,
+                t,
+                i,
+                f["token"],
+                piece_of(record, f["token"]),
+                f["score"],
+                parent,
+                "ended",
+                x=LEFT + (t + 1) * COLUMN,
+                y=top + (slots + below) * ROW + ROW / 2,
+                ended=f["ended"],
+                log_prob=f["log_prob"],
+            )
+        )
     rows = slots + max(stacked.values(), default=0)
     return nodes, rows * ROW + ROW
 

@@ -18,8 +18,9 @@ def encode_split(sp, scratch: Path, name: str, max_tokens: int, copies: list[int
     src = sp.encode(read_lines(scratch / f"{name}.en"))
     tgt = sp.encode(read_lines(scratch / f"{name}.de"))
     copies = copies or [1] * len(src)
-    return [(s + [EOS], t + [EOS], n) for s, t, n in zip(src, tgt, copies)
-            if len(s) < max_tokens and len(t) < max_tokens]
+    return [
+        (s + [EOS], t + [EOS], n) for s, t, n in zip(src, tgt, copies) if len(s) < max_tokens and len(t) < max_tokens
+    ]
 
 
 def expand(pairs) -> list[tuple[list[int], list[int]]]:

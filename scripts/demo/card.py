@@ -20,25 +20,47 @@ def dictionary_facts(dict_dir: str) -> dict:
     availability = re.search(r"Availability:\n(.*?)\n\n", header, re.S)
     licence = " ".join(availability.group(1).split()) if availability else ""
     licence = re.sub(r" <[^>]*>", "", licence)  # no e-mail addresses in the card
-    return {"edition": edition.group(1) if edition else "?", "date": date.group(1) if date else "?",
-            "licence": licence}
+    return {"edition": edition.group(1) if edition else "?", "date": date.group(1) if date else "?", "licence": licence}
 
 
 def final_phase_text(state: dict, args) -> str:
     if "polish" not in state:
         return "none (`--final-share 0`)."
-    return (f"from step {state['polish']['from_step']:,} (the last {args.final_share:.0%} of training), "
-            "batches come\n  from the everyday pairs with their copies plus half as many other pairs\n"
-            f"  drawn at random ({state['polish_examples']:,} examples per pass), so that bare everyday "
-            "words\n  are not outvoted by the compounds built on them.")
+    return (
+        f"from step {state['polish']['from_step']:,} (the last {args.final_share:.0%} of training), "
+        "batches come\n  from the everyday pairs with their copies plus half as many other pairs\n"
+        f"  drawn at random ({state['polish_examples']:,} examples per pass), so that bare everyday "
+        "words\n  are not outvoted by the compounds built on them."
+    )
 
 
-def card_text(*, args, command: str, facts: dict, sizes: dict, cfg, n_params: int, size: int, state: dict,
-              timings: dict, weights: str, metrics: dict, chosen: list, demo: list) -> str:
+def card_text(
+    *,
+    args,
+    command: str,
+    facts: dict,
+    sizes: dict,
+    cfg,
+    n_params: int,
+    size: int,
+    state: dict,
+    timings: dict,
+    weights: str,
+    metrics: dict,
+    chosen: list,
+    demo: list,
+) -> str:
     """card.md with every field filled in."""
     return TEMPLATE.read_text(encoding="utf-8").format(
-        args=args, command=command, facts=facts, sizes=sizes, cfg=cfg, n_params=n_params, state=state,
-        weights=weights, metrics=metrics,
+        args=args,
+        command=command,
+        facts=facts,
+        sizes=sizes,
+        cfg=cfg,
+        n_params=n_params,
+        state=state,
+        weights=weights,
+        metrics=metrics,
         minutes={name: seconds / 60 for name, seconds in timings.items()},
         megabytes=size / 1e6,
         final_phase=final_phase_text(state, args),

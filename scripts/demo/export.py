@@ -34,8 +34,14 @@ def export(model, scratch: Path, model_dir: Path):
     inference.load_state_dict(model.state_dict())
     inference.eval()
     model_dir.mkdir(parents=True, exist_ok=True)
-    native.save(str(model_dir), inference, spm_files={"source": "spm.model"}, decoding=DECODING,
-                banned_ids=[PAD, BOS], dtype=torch.float16)
+    native.save(
+        str(model_dir),
+        inference,
+        spm_files={"source": "spm.model"},
+        decoding=DECODING,
+        banned_ids=[PAD, BOS],
+        dtype=torch.float16,
+    )
     (model_dir / "spm.model").write_bytes(without_training_paths((scratch / "spm.model").read_bytes()))
     kept = ("model.safetensors", "config.yaml", "spm.model")
     size = sum(f.stat().st_size for f in model_dir.iterdir() if f.name in kept)
@@ -47,8 +53,22 @@ def translate(model_dir: Path, src: Path, beam_size: int, threads: int, *options
     """Run the project's decoder exactly as a user would (the `nmtdecode translate` CLI)."""
     import subprocess
 
-    command = [sys.executable, "-m", "nmtdecode", "translate", "--model", str(model_dir), "--src", str(src),
-               "--beam-size", str(beam_size), "--threads", str(threads), "--quiet", *options]
+    command = [
+        sys.executable,
+        "-m",
+        "nmtdecode",
+        "translate",
+        "--model",
+        str(model_dir),
+        "--src",
+        str(src),
+        "--beam-size",
+        str(beam_size),
+        "--threads",
+        str(threads),
+        "--quiet",
+        *options,
+    ]
     result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, encoding="utf-8")
     if result.returncode != 0:
         raise SystemExit(f"nmtdecode translate failed ({result.returncode}): {result.stderr.strip()}")

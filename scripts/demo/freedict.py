@@ -71,9 +71,29 @@ class Entry:
 
 EXAMPLE = re.compile(r'^"(.*)"\s+-\s+(.*)$')
 # Usage and region labels that do not make a sense specialised.
-PLAIN_LABELS = {"[Am.]", "[Br.]", "[ugs.]", "[coll.]", "[Ös.]", "[Schw.]", "[Dt.]", "[geh.]", "[formal]",
-                "[übtr.]", "[fig.]", "[Norddt.]", "[Süddt.]", "[Bayr.]", "[humor.]", "[pej.]", "[slang]",
-                "[zool.]", "[bot.]", "[cook.]", "[ornith.]"}
+PLAIN_LABELS = {
+    "[Am.]",
+    "[Br.]",
+    "[ugs.]",
+    "[coll.]",
+    "[Ös.]",
+    "[Schw.]",
+    "[Dt.]",
+    "[geh.]",
+    "[formal]",
+    "[übtr.]",
+    "[fig.]",
+    "[Norddt.]",
+    "[Süddt.]",
+    "[Bayr.]",
+    "[humor.]",
+    "[pej.]",
+    "[slang]",
+    "[zool.]",
+    "[bot.]",
+    "[cook.]",
+    "[ornith.]",
+}
 
 
 def parse_entry(text: str) -> Entry | None:

@@ -15,8 +15,16 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from .common import log, write_lines
-from .freedict import (SENTENCE_END, Entry, clean, headword_text, looks_like_sentence, parse_entry,
-                       read_entries, split_alternatives)
+from .freedict import (
+    SENTENCE_END,
+    Entry,
+    clean,
+    headword_text,
+    looks_like_sentence,
+    parse_entry,
+    read_entries,
+    split_alternatives,
+)
 
 DATA_VERSION = 2  # bump when the pair extraction changes, so that cached pairs are rebuilt
 
@@ -180,8 +188,14 @@ def add_variants(train):
 
 def data_key(args) -> dict:
     """The options the pairs and the split depend on: cached pairs with another key are rebuilt."""
-    return {"version": DATA_VERSION, "dict_dir": args.dict_dir, "max_words": args.max_words,
-            "seed": args.seed, "n_test": args.n_test, "n_valid": args.n_valid}
+    return {
+        "version": DATA_VERSION,
+        "dict_dir": args.dict_dir,
+        "max_words": args.max_words,
+        "seed": args.seed,
+        "n_test": args.n_test,
+        "n_valid": args.n_valid,
+    }
 
 
 def prepare_data(args, scratch: Path) -> dict:
@@ -197,7 +211,12 @@ def prepare_data(args, scratch: Path) -> dict:
     accepted = {en: sorted(candidates[en]) for en, _ in valid + test}
     with open(scratch / "accepted.json", "w", encoding="utf-8") as f:
         json.dump(accepted, f, ensure_ascii=False, indent=0)
-    sizes = {"sources": len(pairs), "train": len(train), "valid": len(valid), "test": len(test),
-             "train_variants": len(train) - (len(pairs) - len(valid) - len(test))}
+    sizes = {
+        "sources": len(pairs),
+        "train": len(train),
+        "valid": len(valid),
+        "test": len(test),
+        "train_variants": len(train) - (len(pairs) - len(valid) - len(test)),
+    }
     log(f"pairs: {sizes}")
     return sizes

@@ -22,10 +22,18 @@ def train_spm(args, scratch: Path):
     text = scratch / "spm_input.txt"
     write_lines(text, read_lines(scratch / "train.en") + read_lines(scratch / "train.de"))
     spm.SentencePieceTrainer.train(
-        input=str(text), model_prefix=str(scratch / "spm"), vocab_size=args.vocab_size, model_type="unigram",
-        character_coverage=0.9999, pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS,
+        input=str(text),
+        model_prefix=str(scratch / "spm"),
+        vocab_size=args.vocab_size,
+        model_type="unigram",
+        character_coverage=0.9999,
+        pad_id=PAD,
+        unk_id=UNK,
+        bos_id=BOS,
+        eos_id=EOS,
         input_sentence_size=0,  # use every line: no sampling, so the model is reproducible
-        num_threads=args.threads, minloglevel=2,
+        num_threads=args.threads,
+        minloglevel=2,
     )
     text.unlink()
 

@@ -40,11 +40,25 @@ def model_config(args, vocab_size: int):
     # in English are never targets and their rows collapse in short runs (every input
     # then gets the same output). The target embedding doubles as the output layer.
     return TransformerConfig(
-        src_vocab_size=vocab_size, tgt_vocab_size=vocab_size, d_model=args.d_model, heads=args.heads,
-        encoder_layers=args.encoder_layers, decoder_layers=args.decoder_layers, ffn_dim=args.ffn_dim,
-        positions="sinusoidal", max_positions=args.max_tokens, **ARCHITECTURES[args.architecture],
-        embed_scale=math.sqrt(args.d_model), share_embeddings=False, tie_output=True, dropout=args.dropout,
-        pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS, decoder_start_id=BOS,
+        src_vocab_size=vocab_size,
+        tgt_vocab_size=vocab_size,
+        d_model=args.d_model,
+        heads=args.heads,
+        encoder_layers=args.encoder_layers,
+        decoder_layers=args.decoder_layers,
+        ffn_dim=args.ffn_dim,
+        positions="sinusoidal",
+        max_positions=args.max_tokens,
+        **ARCHITECTURES[args.architecture],
+        embed_scale=math.sqrt(args.d_model),
+        share_embeddings=False,
+        tie_output=True,
+        dropout=args.dropout,
+        pad_id=PAD,
+        unk_id=UNK,
+        bos_id=BOS,
+        eos_id=EOS,
+        decoder_start_id=BOS,
     )
 
 
@@ -76,8 +90,9 @@ def valid_loss(model, examples, batch_tokens: int) -> float:
     for batch in epoch_batches(examples, 0, 0, batch_tokens):
         src, mask, tgt_in, gold = collate(examples, batch)
         logits = model(src, mask, tgt_in)
-        total += F.cross_entropy(logits.reshape(-1, logits.size(-1)), gold.reshape(-1),
-                                 ignore_index=PAD, reduction="sum").item()
+        total += F.cross_entropy(
+            logits.reshape(-1, logits.size(-1)), gold.reshape(-1), ignore_index=PAD, reduction="sum"
+        ).item()
         tokens += (gold != PAD).sum().item()
     model.train(was_training)
     return total / tokens
@@ -104,16 +119,41 @@ def probe(model, sp, texts=PROBES) -> str:
 # --------------------------------------------------------------------------- checkpoints
 
 # Options that must not change between a checkpoint and the run that resumes it.
-RESUME_KEYS = ("seed", "vocab_size", "d_model", "heads", "encoder_layers", "decoder_layers", "ffn_dim",
-               "max_tokens", "dropout", "label_smoothing", "lr", "warmup", "batch_tokens", "ema_decay", "precision",
-               "max_copies", "architecture")
+RESUME_KEYS = (
+    "seed",
+    "vocab_size",
+    "d_model",
+    "heads",
+    "encoder_layers",
+    "decoder_layers",
+    "ffn_dim",
+    "max_tokens",
+    "dropout",
+    "label_smoothing",
+    "lr",
+    "warmup",
+    "batch_tokens",
+    "ema_decay",
+    "precision",
+    "max_copies",
+    "architecture",
+)
 
 
 def save_checkpoint(path: Path, model, optimizer, ema, state: dict, args):
     """Atomic: a run killed while writing leaves the previous checkpoint intact."""
     tmp = path.with_suffix(".tmp")
-    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "ema": ema, "state": state,
-                "rng": torch.get_rng_state(), "args": {k: getattr(args, k) for k in RESUME_KEYS}}, tmp)
+    torch.save(
+        {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "ema": ema,
+            "state": state,
+            "rng": torch.get_rng_state(),
+            "args": {k: getattr(args, k) for k in RESUME_KEYS},
+        },
+        tmp,
+    )
     os.replace(tmp, path)
 
 
@@ -219,8 +259,12 @@ def train_step(run: Run, src, mask, tgt_in, gold, step: int):
     # here), weights, optimizer state and the loss stay float32.
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
         logits = run.model(src, mask, tgt_in)
-    loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), gold.reshape(-1), ignore_index=PAD,
-                           label_smoothing=args.label_smoothing)
+    loss = F.cross_entropy(
+        logits.float().reshape(-1, logits.size(-1)),
+        gold.reshape(-1),
+        ignore_index=PAD,
+        label_smoothing=args.label_smoothing,
+    )
     run.optimizer.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(run.params, 1.0)
@@ -248,9 +292,11 @@ def train_loop(run: Run, batches: Batches, sp, valid, checkpoint: Path, budget: 
         tokens = int((gold != PAD).sum())
         window = [window[0] + loss.item() * tokens, window[1] + tokens, window[2] + 1]
         if step % args.report_every == 0:
-            log(f"step {step} epoch {state['epoch']} lr {learning_rate(step, args.lr, args.warmup):.2e} "
+            log(
+                f"step {step} epoch {state['epoch']} lr {learning_rate(step, args.lr, args.warmup):.2e} "
                 f"loss {window[0] / window[1]:.3f} {window[1] / window[2]:.0f} tgt tokens/step "
-                f"trained {state['train_seconds'] / 60:.1f} min")
+                f"trained {state['train_seconds'] / 60:.1f} min"
+            )
             window = [0.0, 0, 0]
         if step % args.eval_every == 0:
             nll = valid_loss(run.model, valid, args.batch_tokens)
@@ -275,8 +321,10 @@ def train(args, scratch: Path, budget: float):
     valid = expand(encode_split(sp, scratch, "valid", args.max_tokens))
     log(f"{sum(c > 1 for c in copies):,} everyday pairs shown more than once per epoch")
     run = new_run(args, sp.get_piece_size())
-    log(f"model: {sum(p.numel() for p in run.params):,} parameters; {len(examples):,} training examples per epoch, "
-        f"{len(polish):,} in the final phase's")
+    log(
+        f"model: {sum(p.numel() for p in run.params):,} parameters; {len(examples):,} training examples per epoch, "
+        f"{len(polish):,} in the final phase's"
+    )
     checkpoint = scratch / "checkpoint.pt"
     resume(run, checkpoint)
 

@@ -38,11 +38,20 @@ def test_results_are_the_apis_under_ctranslate2s_defaults(translator, sources, s
     step limit alone (not the demo's 2|src|+10) and no EOS first; the hypotheses are the pieces of
     the API's tokens, and the scores its ranking scores."""
     api = nmtdecode.Translator.load(str(DEMO), device="cpu")
-    expected = api.translate_batch(sources, beam_size=beam, n_best=min(beam, 2), early_stopping="ctranslate2",
-                                   length_penalty="avg", alpha=1.0, max_len_b=None, min_length=1)
+    expected = api.translate_batch(
+        sources,
+        beam_size=beam,
+        n_best=min(beam, 2),
+        early_stopping="ctranslate2",
+        length_penalty="avg",
+        alpha=1.0,
+        max_len_b=None,
+        min_length=1,
+    )
     results = translator.translate_batch(sources, beam_size=beam, num_hypotheses=min(beam, 2), return_scores=True)
-    assert [r.hypotheses for r in results] == [[[sp.id_to_piece(t) for t in h.tokens] for h in hyps]
-                                               for hyps in expected]
+    assert [r.hypotheses for r in results] == [
+        [[sp.id_to_piece(t) for t in h.tokens] for h in hyps] for hyps in expected
+    ]
     assert [r.scores for r in results] == [[h.score for h in hyps] for hyps in expected]
     assert results[2].hypotheses == [[]] * min(beam, 2) and results[2].scores == [0.0] * min(beam, 2)
     plain = translator.translate_batch(sources, beam_size=beam)
@@ -53,8 +62,9 @@ def test_results_are_the_apis_under_ctranslate2s_defaults(translator, sources, s
 def test_unsupported_arguments_are_named_in_one_error_unless_at_their_defaults(translator, sources):
     with pytest.raises(UnsupportedArgument) as refused:
         translator.translate_batch(sources, patience=2, return_alternatives=True, prefix_bias_beta=0.5)
-    assert all(name in str(refused.value) for name in ("patience=2", "return_alternatives=True",
-                                                       "prefix_bias_beta=0.5"))
+    assert all(
+        name in str(refused.value) for name in ("patience=2", "return_alternatives=True", "prefix_bias_beta=0.5")
+    )
     assert translator.translate_batch(sources[:1], patience=1, return_alternatives=False, end_token="</s>")
     with pytest.raises(UnsupportedArgument, match="suppress_sequences"):
         translator.translate_batch(sources, suppress_sequences=[["\u2581Guten", "\u2581Morgen"]])
@@ -103,8 +113,9 @@ def test_a_callback_sees_each_token_and_ends_its_hypothesis(translator, sources)
 
     results = translator.translate_batch(sources, beam_size=1, return_scores=True, callback=stop_at_second)
     full = translator.translate_batch(sources, beam_size=1, return_scores=True)
-    assert [r.hypotheses for i, r in enumerate(results) if i != 3] == [r.hypotheses for i, r in enumerate(full)
-                                                                      if i != 3]
+    assert [r.hypotheses for i, r in enumerate(results) if i != 3] == [
+        r.hypotheses for i, r in enumerate(full) if i != 3
+    ]
     assert results[3].hypotheses == [full[3].hypotheses[0][:2]]
     told = [s for s in seen if s.batch_id == 3]
     assert [s.token for s in told] == full[3].hypotheses[0][:2]
@@ -138,11 +149,13 @@ def test_scores_are_each_pieces_log_prob_with_eos_last(translator, sources):
 
 def test_iterables_are_the_batches_in_input_order(translator, sources):
     many = sources * 20
-    assert list(translator.translate_iterable(iter(many), max_batch_size=8)) == \
-        translator.translate_batch(many, max_batch_size=8)
+    assert list(translator.translate_iterable(iter(many), max_batch_size=8)) == translator.translate_batch(
+        many, max_batch_size=8
+    )
     targets = [["\u2581Gut", "en"]] * len(many)
-    assert list(translator.score_iterable(iter(many), iter(targets))) == translator.score_batch(many, targets,
-                                                                                               max_batch_size=64)
+    assert list(translator.score_iterable(iter(many), iter(targets))) == translator.score_batch(
+        many, targets, max_batch_size=64
+    )
     with pytest.raises(ValueError, match="same length"):
         list(translator.score_iterable(many, targets[:-1]))
 
@@ -150,18 +163,23 @@ def test_iterables_are_the_batches_in_input_order(translator, sources):
 def test_translate_file_writes_each_hypothesis_a_line(translator, sources, sp, tmp_path):
     source = tmp_path / "in.tok"
     source.write_text("".join(" ".join(s) + "\n" for s in sources), encoding="utf-8")
-    stats = translator.translate_file(str(source), str(tmp_path / "out.tok"), beam_size=3, num_hypotheses=2,
-                                      with_scores=True)
+    stats = translator.translate_file(
+        str(source), str(tmp_path / "out.tok"), beam_size=3, num_hypotheses=2, with_scores=True
+    )
     results = translator.translate_batch(sources, beam_size=3, num_hypotheses=2, return_scores=True)
     expected = [f"{score:g} ||| {' '.join(h)}" for r in results for h, score in zip(r.hypotheses, r.scores)]
     assert (tmp_path / "out.tok").read_text(encoding="utf-8").splitlines() == expected
     assert (stats.num_examples, stats.num_tokens) == (len(sources), sum(len(r.hypotheses[0]) for r in results))
     text = tmp_path / "in.txt"
     text.write_text("".join(line + "\n" for line in LINES), encoding="utf-8")
-    translator.translate_file(str(text), str(tmp_path / "out.txt"),
-                              source_tokenize_fn=lambda line: sp.encode(line, out_type=str),
-                              target_detokenize_fn=sp.decode)
-    assert (tmp_path / "out.txt").read_text(encoding="utf-8").splitlines() == \
-        [sp.decode(r.hypotheses[0]) for r in translator.translate_batch(sources)]
+    translator.translate_file(
+        str(text),
+        str(tmp_path / "out.txt"),
+        source_tokenize_fn=lambda line: sp.encode(line, out_type=str),
+        target_detokenize_fn=sp.decode,
+    )
+    assert (tmp_path / "out.txt").read_text(encoding="utf-8").splitlines() == [
+        sp.decode(r.hypotheses[0]) for r in translator.translate_batch(sources)
+    ]
     with pytest.raises(ValueError, match="both be set"):
         translator.translate_file(str(text), str(tmp_path / "x"), source_tokenize_fn=str.split)

@@ -31,8 +31,11 @@ def converted(tmp_path_factory):
 
     loaded = load_model(str(DEMO))
     sp = loaded.tokenizer.target
-    path = to_ctranslate2(loaded.model, [sp.id_to_piece(i) for i in range(sp.get_piece_size())],
-                          str(tmp_path_factory.mktemp("ct2") / "demo"))
+    path = to_ctranslate2(
+        loaded.model,
+        [sp.id_to_piece(i) for i in range(sp.get_piece_size())],
+        str(tmp_path_factory.mktemp("ct2") / "demo"),
+    )
     config_file = os.path.join(path, "config.json")
     with open(config_file, encoding="utf-8") as f:
         config = json.load(f)
@@ -44,8 +47,10 @@ def converted(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def both(converted):
-    return (ctranslate2.Translator(converted, device="cpu", intra_threads=1),
-            compat.Translator(str(DEMO), device="cpu", intra_threads=1))
+    return (
+        ctranslate2.Translator(converted, device="cpu", intra_threads=1),
+        compat.Translator(str(DEMO), device="cpu", intra_threads=1),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -65,15 +70,22 @@ def agreement(theirs, ours) -> tuple[float, float]:
     return len(same) / len(theirs), worst
 
 
-@pytest.mark.parametrize("options", [
-    {}, {"return_scores": True}, {"beam_size": 4, "num_hypotheses": 3, "return_scores": True},
-    {"beam_size": 1, "return_scores": True}, {"beam_size": 5, "length_penalty": 0.6, "return_scores": True},
-    {"beam_size": 4, "length_penalty": 0, "return_scores": True},
-    {"max_decoding_length": 4, "min_decoding_length": 3, "return_scores": True},
-    {"repetition_penalty": 1.3, "return_scores": True}, {"no_repeat_ngram_size": 2, "beam_size": 4},
-    {"disable_unk": True, "max_batch_size": 7, "return_scores": True},
-    {"max_batch_size": 64, "batch_type": "tokens", "beam_size": 3},
-])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"return_scores": True},
+        {"beam_size": 4, "num_hypotheses": 3, "return_scores": True},
+        {"beam_size": 1, "return_scores": True},
+        {"beam_size": 5, "length_penalty": 0.6, "return_scores": True},
+        {"beam_size": 4, "length_penalty": 0, "return_scores": True},
+        {"max_decoding_length": 4, "min_decoding_length": 3, "return_scores": True},
+        {"repetition_penalty": 1.3, "return_scores": True},
+        {"no_repeat_ngram_size": 2, "beam_size": 4},
+        {"disable_unk": True, "max_batch_size": 7, "return_scores": True},
+        {"max_batch_size": 64, "batch_type": "tokens", "beam_size": 3},
+    ],
+)
 def test_translate_batch_gives_ctranslate2s_hypotheses_and_scores(both, sources, options):
     theirs, ours = (translator.translate_batch(sources, **options) for translator in both)
     same, worst = agreement(theirs, ours)
@@ -87,8 +99,9 @@ def test_prefixes_and_attention_are_ctranslate2s(both, sources):
     step before the batch is expanded to the beam): its first rows are compared one sentence at
     a time, the others in the batch."""
     prefixes = [source[:1] if i % 2 else None for i, source in enumerate(sources)]
-    theirs, ours = (t.translate_batch(sources, target_prefix=prefixes, return_scores=True, return_attention=True)
-                    for t in both)
+    theirs, ours = (
+        t.translate_batch(sources, target_prefix=prefixes, return_scores=True, return_attention=True) for t in both
+    )
     same, worst = agreement(theirs, ours)
     assert same >= 0.99 and worst <= SCORE_RELATIVE, (same, worst)
     rows = [(a.attention[0][1:], b.attention[0][1:]) for a, b in zip(theirs, ours) if a.hypotheses == b.hypotheses]
@@ -99,7 +112,8 @@ def test_prefixes_and_attention_are_ctranslate2s(both, sources):
         alone = [t.translate_batch([source], target_prefix=[prefix], return_attention=True)[0] for t in both]
         assert alone[0].hypotheses == alone[1].hypotheses
         assert [v for row in alone[0].attention[0] for v in row] == pytest.approx(
-            [v for row in alone[1].attention[0] for v in row], abs=1e-4)
+            [v for row in alone[1].attention[0] for v in row], abs=1e-4
+        )
 
 
 def test_score_batch_gives_ctranslate2s_tokens_and_log_probs(both, sources):
@@ -112,8 +126,9 @@ def test_score_batch_gives_ctranslate2s_tokens_and_log_probs(both, sources):
 def test_generate_tokens_gives_ctranslate2s_steps(both, sources):
     for source in sources[:10] + sources[-2:]:
         theirs, ours = (list(t.generate_tokens(source, return_log_prob=True, max_decoding_length=12)) for t in both)
-        assert [(s.step, s.token_id, s.token, s.is_last) for s in theirs] == \
-            [(s.step, s.token_id, s.token, s.is_last) for s in ours]
+        assert [(s.step, s.token_id, s.token, s.is_last) for s in theirs] == [
+            (s.step, s.token_id, s.token, s.is_last) for s in ours
+        ]
         assert [s.log_prob for s in theirs] == pytest.approx([s.log_prob for s in ours], abs=1e-4)
 
 
@@ -128,7 +143,7 @@ def test_translate_file_writes_ctranslate2s_file(both, sources, tmp_path):
 
 # Scripts of CTranslate2's documentation, as it gives them (docs/quickstart.md and docs/translation.md
 # in OpenNMT/CTranslate2, MIT license): they load "ende_ctranslate2/" and "sentencepiece.model".
-QUICKSTART = '''import ctranslate2
+QUICKSTART = """import ctranslate2
 import sentencepiece as spm
 
 translator = ctranslate2.Translator("ende_ctranslate2/", device="cpu")
@@ -143,19 +158,20 @@ output_tokens = results[0].hypotheses[0]
 output_text = sp.decode(output_tokens)
 
 print(output_text)
-'''
-TRANSLATION = '''import ctranslate2
+"""
+TRANSLATION = """import ctranslate2
 
 translator = ctranslate2.Translator("ende_ctranslate2/", device="cpu")
 results = translator.translate_batch([["\u2581H", "ello", "\u2581world", "!"]])
 
 print(results[0].hypotheses[0])
-'''
+"""
 
 
 @pytest.mark.parametrize("script", [QUICKSTART, TRANSLATION], ids=["quickstart", "translation"])
-def test_a_script_of_ctranslate2s_docs_runs_unchanged_and_prints_the_same(script, converted, tmp_path, monkeypatch,
-                                                                         capsys):
+def test_a_script_of_ctranslate2s_docs_runs_unchanged_and_prints_the_same(
+    script, converted, tmp_path, monkeypatch, capsys
+):
     """Once with CTranslate2 on the converted model, once with `ctranslate2` being this module and
     ende_ctranslate2/ the original checkpoint (data/demo): the same lines printed."""
     printed = []

@@ -51,8 +51,14 @@ def poison_free_scratches():
                     buffer.fill_(math.nan)
 
 
-@pytest.mark.parametrize("config", [dict(beam_size=4, n_best=4), dict(beam_size=1),
-                                    dict(beam_size=3, n_best=2, coverage_penalty="wu", beta=0.2, alignment=True)])
+@pytest.mark.parametrize(
+    "config",
+    [
+        dict(beam_size=4, n_best=4),
+        dict(beam_size=1),
+        dict(beam_size=3, n_best=2, coverage_penalty="wu", beta=0.2, alignment=True),
+    ],
+)
 def test_what_an_earlier_batch_left_in_the_scratch_is_never_read(config):
     """Sentences that end at different steps (compaction), a beam that widens after the first
     step and more than 16 steps (growth): each copy reads only what this batch wrote."""

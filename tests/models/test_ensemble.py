@@ -89,8 +89,15 @@ def test_an_ensemble_of_one_model_is_the_model(rule):
     assert [h.score for n in ours for h in n] == pytest.approx([h.score for n in plain for h in n], abs=1e-5)
 
 
-@pytest.mark.parametrize("options", [{}, {"coverage_penalty": "wu", "beta": 0.3, "alignment": True},
-                                     {"beam_groups": 3, "diversity_penalty": 0.5}, {"block_ngram_repeat": 2}])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"coverage_penalty": "wu", "beta": 0.3, "alignment": True},
+        {"beam_groups": 3, "diversity_penalty": 0.5},
+        {"block_ngram_repeat": 2},
+    ],
+)
 def test_two_copies_of_a_model_decode_as_the_model(options):
     """A mixture (or mean of logits) of two equal distributions is that distribution, and the
     mean of two equal attentions that attention (coverage penalty, alignment)."""
@@ -100,8 +107,9 @@ def test_two_copies_of_a_model_decode_as_the_model(options):
     plain = BatchDecoder(model, cfg, BAN_SPECIALS).translate_batch(sources)
     for rule in ("prob", "opennmt"):
         ours = BatchDecoder(Ensemble([model, model], rule, None), cfg, BAN_SPECIALS).translate_batch(sources)
-        assert [[(h.tokens, h.alignment) for h in n] for n in ours] == \
-            [[(h.tokens, h.alignment) for h in n] for n in plain]
+        assert [[(h.tokens, h.alignment) for h in n] for n in ours] == [
+            [(h.tokens, h.alignment) for h in n] for n in plain
+        ]
         assert [h.score for n in ours for h in n] == pytest.approx([h.score for n in plain for h in n], abs=1e-5)
 
 
@@ -119,8 +127,9 @@ def test_forced_score_is_the_log_of_the_mean_probability_of_each_token():
             logprobs = torch.log_softmax(model(src, torch.ones_like(src, dtype=torch.bool), tgt_in), -1)[0]
         return [logprobs[t, token].item() for t, token in enumerate([*target, EOS])]
 
-    expected = sum(math.log((math.exp(a) + math.exp(b)) / 2)
-                   for a, b in zip(token_logprobs(first), token_logprobs(second)))
+    expected = sum(
+        math.log((math.exp(a) + math.exp(b)) / 2) for a, b in zip(token_logprobs(first), token_logprobs(second))
+    )
     assert total == pytest.approx(expected, abs=1e-5)
 
 
@@ -135,8 +144,11 @@ def native_models(tmp_path_factory):
     """Two tiny native models sharing one SentencePiece vocabulary (seeds 0 and 1), and one with
     another vocabulary."""
     root = tmp_path_factory.mktemp("ensemble")
-    return (build_native_model(root / "a", seed=0), build_native_model(root / "b", seed=1),
-            build_native_model(root / "other", vocab_size=40, seed=0))
+    return (
+        build_native_model(root / "a", seed=0),
+        build_native_model(root / "b", seed=1),
+        build_native_model(root / "other", vocab_size=40, seed=0),
+    )
 
 
 def test_models_with_another_target_vocabulary_are_refused_before_decoding(native_models):
@@ -151,9 +163,15 @@ def test_a_loaded_ensemble_decodes_with_every_model(native_models, cli):
     first, second, _ = native_models
     lines = "the house is red\na dog and a cat\nwhere is the station ?\n"
     args = ("translate", "--max-length", "12", "-q", "--format", "jsonl")
-    outputs = {name: cli(*args, *models, stdin=lines, text=True) for name, models in {
-        "repeated": ("-m", first, "-m", second), "spread": ("--model", first, second),
-        "first": ("-m", first), "second": ("-m", second)}.items()}
+    outputs = {
+        name: cli(*args, *models, stdin=lines, text=True)
+        for name, models in {
+            "repeated": ("-m", first, "-m", second),
+            "spread": ("--model", first, second),
+            "first": ("-m", first),
+            "second": ("-m", second),
+        }.items()
+    }
     assert all(out.returncode == 0 for out in outputs.values()), [out.stderr for out in outputs.values()]
     assert outputs["repeated"].stdout == outputs["spread"].stdout
     assert outputs["repeated"].stdout not in (outputs["first"].stdout, outputs["second"].stdout)
@@ -164,19 +182,25 @@ def test_an_ensemble_in_yaml_and_in_the_api(native_models, tmp_path, cli):
 
     first, second, _ = native_models
     config = tmp_path / "ensemble.yaml"
-    config.write_text(f"model: [{first}, {second}]\nensemble_rule: logprob\nensemble_weights: [0.3, 0.7]\n"
-                      "max_length: 12\nquiet: true\n")
+    config.write_text(
+        f"model: [{first}, {second}]\nensemble_rule: logprob\nensemble_weights: [0.3, 0.7]\n"
+        "max_length: 12\nquiet: true\n"
+    )
     by_file = cli("translate", "-c", config, stdin="the house is red\n", text=True)
-    translator = Translator.load([str(first), str(second)], ensemble_rule="logprob", ensemble_weights=[0.3, 0.7],
-                                 max_length=12)
+    translator = Translator.load(
+        [str(first), str(second)], ensemble_rule="logprob", ensemble_weights=[0.3, 0.7], max_length=12
+    )
     assert by_file.returncode == 0, by_file.stderr
     assert by_file.stdout.splitlines() == translator.translate(["the house is red"])
 
 
-@pytest.mark.parametrize("args, message", [
-    (("--ensemble-weights", "0.5"), "ensemble_weights: weights are for an ensemble"),
-    (("--ensemble-rule", "prob"), "ensemble_rule: a rule is for an ensemble"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--ensemble-weights", "0.5"), "ensemble_weights: weights are for an ensemble"),
+        (("--ensemble-rule", "prob"), "ensemble_rule: a rule is for an ensemble"),
+    ],
+)
 def test_ensemble_options_without_an_ensemble_are_refused(cli, args, message):
     out = cli("translate", "-m", DEMO, *args, stdin="hello\n", text=True)
     assert out.returncode == 2 and message in out.stderr
@@ -199,8 +223,9 @@ def test_the_resume_signature_covers_every_model_the_rule_and_the_weights(native
     assert pair != signature(model=str(first))
     assert pair != signature(model=[str(second), str(first)])
     assert pair != signature(model=[str(first), str(second)], ensemble_rule="logprob")
-    assert signature(model=[str(first), str(second)], ensemble_weights=[1, 2]) != \
-        signature(model=[str(first), str(second)], ensemble_weights=[2, 1])
+    assert signature(model=[str(first), str(second)], ensemble_weights=[1, 2]) != signature(
+        model=[str(first), str(second)], ensemble_weights=[2, 1]
+    )
 
 
 def test_ensemble_options_are_checked_when_loaded():
@@ -290,8 +315,13 @@ def split_models(tmp_path_factory):
         shutil.copy(train_sentencepiece(directory, source_pieces), directory / "src.model")
         shutil.copy(target, directory / "tgt.model")
         model = tiny_transformer(seed, vocab=48, src_vocab_size=source_pieces, eos_bias=1.0, max_positions=128)
-        native.save(str(directory), model, {"source": "src.model", "target": "tgt.model"}, banned_ids=[PAD, BOS],
-                    dtype=torch.float32)
+        native.save(
+            str(directory),
+            model,
+            {"source": "src.model", "target": "tgt.model"},
+            banned_ids=[PAD, BOS],
+            dtype=torch.float32,
+        )
         paths.append(str(directory))
     return paths
 

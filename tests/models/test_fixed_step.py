@@ -17,8 +17,9 @@ STRATEGIES = {
     "beam_opennmt_rules": dict(beam_size=3, n_best=3, early_stopping="top"),
     "sampling": dict(sampling=True, n_best=4, temperature=0.8, top_k=10, top_p=0.9, seed=7),
     "diverse": dict(beam_size=4, n_best=4, beam_groups=2, diversity_penalty=0.5),
-    "coverage_alignment_attention": dict(beam_size=4, n_best=2, coverage_penalty="wu", beta=0.3, alignment=True,
-                                         attention=True),
+    "coverage_alignment_attention": dict(
+        beam_size=4, n_best=2, coverage_penalty="wu", beta=0.3, alignment=True, attention=True
+    ),
     "repetition_blocking_min_length": dict(beam_size=4, repetition_penalty=1.3, block_ngram_repeat=2, min_length=3),
 }
 
@@ -65,13 +66,30 @@ def test_buffers_serve_smaller_batches_and_grow_for_larger_ones():
     assert steps.buffers.width == 5  # another width: new buffers
 
 
-@pytest.mark.parametrize("family", [
-    dict(),  # pre-norm, sinusoidal
-    dict(pre_norm=False, encoder_final_norm=False, decoder_final_norm=False, positions="learned", position_offset=2,
-         layernorm_embedding=True, activation="gelu"),  # BART-like
-    dict(positions="sinusoidal_fairseq", position_offset=1, zero_pad_positions=True, embed_scale=32 ** 0.5,
-         activation="silu", alignment_layer=0, alignment_heads=0),  # M2M100-like, another alignment layer
-])
+@pytest.mark.parametrize(
+    "family",
+    [
+        dict(),  # pre-norm, sinusoidal
+        dict(
+            pre_norm=False,
+            encoder_final_norm=False,
+            decoder_final_norm=False,
+            positions="learned",
+            position_offset=2,
+            layernorm_embedding=True,
+            activation="gelu",
+        ),  # BART-like
+        dict(
+            positions="sinusoidal_fairseq",
+            position_offset=1,
+            zero_pad_positions=True,
+            embed_scale=32**0.5,
+            activation="silu",
+            alignment_layer=0,
+            alignment_heads=0,
+        ),  # M2M100-like, another alignment layer
+    ],
+)
 def test_fixed_shape_step_follows_each_model_family(family):
     model = tiny_transformer(3, vocab=20, eos_bias=1.0, **family)
     sources = random_sources(11, 20, seed=4)

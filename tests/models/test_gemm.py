@@ -97,8 +97,9 @@ def test_auto_measures_once_per_machine_and_remembers(tmp_path, monkeypatch):
 
 
 @needs_onednn
-@pytest.mark.parametrize("onednn_seconds, expected", [(0.89, "onednn"), (0.90, "onednn"), (0.95, "torch"),
-                                                       (1.2, "torch")])
+@pytest.mark.parametrize(
+    "onednn_seconds, expected", [(0.89, "onednn"), (0.90, "onednn"), (0.95, "torch"), (1.2, "torch")]
+)
 def test_auto_wants_onednn_clearly_faster(onednn_seconds, expected, tmp_path, monkeypatch):
     """oneDNN's kernel compilation per row count and its memory are not in the measurement:
     it is chosen only at 90% of torch's time or less."""

@@ -41,8 +41,10 @@ def test_inspect_reports_the_stored_dtype_of_the_demo(cli):
 
 
 def test_stored_dtypes_of_a_pytorch_bin(tmp_path):
-    torch.save({"a": torch.zeros(2, dtype=torch.bfloat16), "ids": torch.zeros(2, dtype=torch.long)},
-               tmp_path / "pytorch_model.bin")
+    torch.save(
+        {"a": torch.zeros(2, dtype=torch.bfloat16), "ids": torch.zeros(2, dtype=torch.long)},
+        tmp_path / "pytorch_model.bin",
+    )
     assert stored_dtypes(str(tmp_path)) == ["bfloat16"]
 
 
@@ -51,12 +53,15 @@ def _loaded(languages, forced=None, start=None):
     return SimpleNamespace(tokenizer=tokenizer, rules=ModelRules(forced_bos_id=forced))
 
 
-@pytest.mark.parametrize("loaded, expected", [
-    (_loaded({}), "none (not a multilingual model)"),
-    (_loaded({"de_DE": 7, "fr_XX": 8}, forced=8), "fr_XX (forced_bos_token_id; --tgt-lang changes it)"),
-    (_loaded({"de_DE": 7, "fr_XX": 8}, start=7), "de_DE (decoder_start_token_id; fixed)"),
-    (_loaded({"fra": 7, "deu": 8}), "none: give --tgt-lang"),
-])
+@pytest.mark.parametrize(
+    "loaded, expected",
+    [
+        (_loaded({}), "none (not a multilingual model)"),
+        (_loaded({"de_DE": 7, "fr_XX": 8}, forced=8), "fr_XX (forced_bos_token_id; --tgt-lang changes it)"),
+        (_loaded({"de_DE": 7, "fr_XX": 8}, start=7), "de_DE (decoder_start_token_id; fixed)"),
+        (_loaded({"fra": 7, "deu": 8}), "none: give --tgt-lang"),
+    ],
+)
 def test_default_target_language(loaded, expected):
     assert default_target_language(loaded) == expected
 
@@ -88,11 +93,13 @@ def test_inspect_of_a_native_model_matches_the_load(model_dir, monkeypatch, whic
 def test_inspect_of_the_demo_never_imports_torch(tmp_path):
     """The whole command in a fresh interpreter: nothing on the way (the package, the CLI, the
     format, the tokenizer) imports torch."""
-    script = ("import sys\nfrom nmtdecode import cli\n"
-              "cli.exit_now = sys.exit  # main ends the process at once: here it raises, so the check runs\n"
-              "try:\n    cli.main(['inspect', sys.argv[1]])\n"
-              "except SystemExit as e:\n    assert not e.code, e.code\n"
-              "assert 'torch' not in sys.modules, 'torch was imported'\nprint('checked')\n")
+    script = (
+        "import sys\nfrom nmtdecode import cli\n"
+        "cli.exit_now = sys.exit  # main ends the process at once: here it raises, so the check runs\n"
+        "try:\n    cli.main(['inspect', sys.argv[1]])\n"
+        "except SystemExit as e:\n    assert not e.code, e.code\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\nprint('checked')\n"
+    )
     run = subprocess.run([sys.executable, "-c", script, str(DEMO)], capture_output=True, text=True, cwd=REPO)
     assert run.returncode == 0, run.stderr
     assert "format:        native" in run.stdout and run.stdout.endswith("checked\n")

@@ -23,8 +23,13 @@ def test_a_load_names_every_file_it_read(model_dir):
 
 
 def test_each_format_is_loaded_by_its_name():
-    assert loading.FORMATS == {"native": native, "eole": eole, "huggingface": huggingface, "marian": marian,
-                               "opennmt-py": opennmt}
+    assert loading.FORMATS == {
+        "native": native,
+        "eole": eole,
+        "huggingface": huggingface,
+        "marian": marian,
+        "opennmt-py": opennmt,
+    }
 
 
 def test_load_model_dispatches_on_the_file_each_format_detects(tmp_path):
@@ -50,9 +55,11 @@ def test_load_model_error_texts(tmp_path):
     for path in (tmp_path, tmp_path / "file.txt"):
         with pytest.raises(ConfigError) as error:
             loading.load_model(str(path))
-        assert str(error.value) == (f"model: {path} is not a model directory (no config.yaml for the native format, "
-                                    "no config.json for Hugging Face, no decoder.yml for Marian) nor an OpenNMT-py "
-                                    ".pt checkpoint or a Marian .npz")
+        assert str(error.value) == (
+            f"model: {path} is not a model directory (no config.yaml for the native format, "
+            "no config.json for Hugging Face, no decoder.yml for Marian) nor an OpenNMT-py "
+            ".pt checkpoint or a Marian .npz"
+        )
 
 
 @pytest.mark.parametrize("vocabulary", ["shared_vocabulary.json", "source_vocabulary.txt"])
@@ -69,8 +76,11 @@ def test_a_ctranslate2_directory_says_so_in_one_line(tmp_path, vocabulary, cli):
 
 
 def test_a_hub_id_that_is_not_here_says_how_to_get_it(tmp_path):
-    with pytest.raises(ConfigError, match=r"Helsinki-NLP/opus-mt-en-de does not exist; it looks like a Hugging Face "
-                                          r"Hub id.*huggingface-cli download Helsinki-NLP/opus-mt-en-de"):
+    with pytest.raises(
+        ConfigError,
+        match=r"Helsinki-NLP/opus-mt-en-de does not exist; it looks like a Hugging Face "
+        r"Hub id.*huggingface-cli download Helsinki-NLP/opus-mt-en-de",
+    ):
         model_format("Helsinki-NLP/opus-mt-en-de")
     with pytest.raises(ConfigError) as plain:  # a path that is not an id gets no hint
         model_format(str(tmp_path / "missing" / "model"))

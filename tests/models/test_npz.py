@@ -71,10 +71,14 @@ REFUSED = {
     "big-endian": (lambda p: saved(p, w=np.ones(3, dtype=">f4")), "holds dtype '>f4'"),
     "fortran": (lambda p: saved(p, w=np.asfortranarray(np.ones((2, 3), dtype=np.float32))), "Fortran"),
     "structured": (lambda p: saved(p, w=np.zeros(2, dtype=[("a", "<f4")])), "not a plain dtype"),
-    "truncated": (lambda p: archive(p, {"w.npy": npy("{'descr': '<f4', 'fortran_order': False, 'shape': (4,), }",
-                                                    b"\0" * 12)}), "has 12 bytes, its shape (4,) needs 16"),
-    "code in the header": (lambda p: archive(p, {"w.npy": npy("__import__('os').system('false')")}),
-                           "not a dict literal"),
+    "truncated": (
+        lambda p: archive(p, {"w.npy": npy("{'descr': '<f4', 'fortran_order': False, 'shape': (4,), }", b"\0" * 12)}),
+        "has 12 bytes, its shape (4,) needs 16",
+    ),
+    "code in the header": (
+        lambda p: archive(p, {"w.npy": npy("__import__('os').system('false')")}),
+        "not a dict literal",
+    ),
     "no magic": (lambda p: archive(p, {"w.npy": b"PK not an array"}), "no \\x93NUMPY magic"),
     "version 9": (lambda p: archive(p, {"w.npy": npy("{}", version=9)}), "version 9 is unknown"),
     "not an array": (lambda p: archive(p, {"notes.txt": b"hello"}), "notes.txt is not an array"),

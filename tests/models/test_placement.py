@@ -165,4 +165,6 @@ def test_placing_a_model_in_memory_keeps_its_tensors_where_nothing_changes():
 
 def test_the_auto_probe_times_a_wide_product_on_a_block_of_it():
     assert gemm.probed_shapes({(256_000, 1024): 1, (1024, 1024): 4, (4096, 1024): 2}) == {
-        (4096, 1024): 2 + 256_000 / 4096, (1024, 1024): 4.0}
+        (4096, 1024): 2 + 256_000 / 4096,
+        (1024, 1024): 4.0,
+    }

@@ -30,11 +30,16 @@ def test_int8_quantizes_linears_embeddings_and_output_and_keeps_logits_close(tie
         reference = torch.log_softmax(model(src, mask, tgt), -1)
         placed(model, "int8")
         quantized = torch.log_softmax(model(src, mask, tgt), -1)
-    assert not any(type(m) in (torch.nn.Linear, torch.nn.Embedding) and name.endswith(("tokens", "output"))
-                   for name, m in model.named_modules())
+    assert not any(
+        type(m) in (torch.nn.Linear, torch.nn.Embedding) and name.endswith(("tokens", "output"))
+        for name, m in model.named_modules()
+    )
     assert isinstance(model.src_embed.tokens, Int8Embedding) and isinstance(model.tgt_embed.tokens, Int8Embedding)
-    layers = [m for name, m in model.named_modules() if name.startswith(("encoder_layers", "decoder_layers"))
-              and isinstance(m, (torch.nn.Linear, QuantizedLinear))]
+    layers = [
+        m
+        for name, m in model.named_modules()
+        if name.startswith(("encoder_layers", "decoder_layers")) and isinstance(m, (torch.nn.Linear, QuantizedLinear))
+    ]
     assert layers and all(isinstance(m, QuantizedLinear) for m in layers)
     if tied:  # one int8 table, read by the lookup and the projection
         assert isinstance(model.output, Int8TiedOutput) and model.output.embedding is model.tgt_embed.tokens
@@ -47,8 +52,9 @@ def test_int8_quantizes_linears_embeddings_and_output_and_keeps_logits_close(tie
 def test_int8_rows_are_the_rows_over_their_scale_rounded():
     rows = torch.tensor([[0.5, -1.0, 0.25], [0.0, 0.0, 0.0], [3.0, 1.5, -0.75]])
     values, scales = quantize_rows(rows)
-    torch.testing.assert_close(scales, torch.tensor([1.0, 0.0, 3.0]) / 127 + torch.tensor([0, 1, 0]) *
-                               torch.finfo(torch.float32).tiny / 127)
+    torch.testing.assert_close(
+        scales, torch.tensor([1.0, 0.0, 3.0]) / 127 + torch.tensor([0, 1, 0]) * torch.finfo(torch.float32).tiny / 127
+    )
     assert values.tolist() == [[64, -127, 32], [0, 0, 0], [127, 64, -32]]  # 63.5 and 31.75 round to even/nearest
 
 

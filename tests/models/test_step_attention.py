@@ -25,10 +25,14 @@ def step_inputs(sentences=3, heads=2, width=4, positions=5, hd=8, seed=0):
 @pytest.mark.parametrize("mask", ["ancestry", "padding", "none"])
 def test_the_fused_kernel_reads_the_step_masks_as_the_two_products(mask):
     q, keys, values, ancestry = step_inputs()
-    masks = {"ancestry": ancestry, "padding": torch.arange(20)[None, None, None, :] < torch.tensor([20, 13, 7])[
-        :, None, None, None], "none": None}
-    torch.testing.assert_close(fused_attention(q, keys, values, masks[mask]), attend(q, keys, values, masks[mask]),
-                               atol=1e-5, rtol=1e-5)
+    masks = {
+        "ancestry": ancestry,
+        "padding": torch.arange(20)[None, None, None, :] < torch.tensor([20, 13, 7])[:, None, None, None],
+        "none": None,
+    }
+    torch.testing.assert_close(
+        fused_attention(q, keys, values, masks[mask]), attend(q, keys, values, masks[mask]), atol=1e-5, rtol=1e-5
+    )
 
 
 @pytest.mark.filterwarnings("ignore:Warning. Profiler clears events")

@@ -24,8 +24,10 @@ def decode(model, cfg, sources, prefixes=None, traced_steps=None):
 
 def assert_identical(eager, traced):
     """The same hypotheses, scores, alignments and attention, exactly."""
+
     def facts(results):
         return [[(h.tokens, h.score, h.token_scores, h.alignment, h.attention) for h in n] for n in results]
+
     assert facts(traced) == facts(eager)
 
 
@@ -57,13 +59,28 @@ def test_one_trace_per_kind_of_step_serves_every_batch():
     assert sorted(steps.traced) == [(1, False), (3, True)]
 
 
-@pytest.mark.parametrize("family", [
-    dict(),  # pre-norm, sinusoidal
-    dict(pre_norm=False, encoder_final_norm=False, decoder_final_norm=False, positions="learned", position_offset=2,
-         layernorm_embedding=True, activation="gelu"),  # BART-like
-    dict(positions="sinusoidal_fairseq", position_offset=1, zero_pad_positions=True, embed_scale=32 ** 0.5,
-         activation="silu"),  # M2M100-like
-])
+@pytest.mark.parametrize(
+    "family",
+    [
+        dict(),  # pre-norm, sinusoidal
+        dict(
+            pre_norm=False,
+            encoder_final_norm=False,
+            decoder_final_norm=False,
+            positions="learned",
+            position_offset=2,
+            layernorm_embedding=True,
+            activation="gelu",
+        ),  # BART-like
+        dict(
+            positions="sinusoidal_fairseq",
+            position_offset=1,
+            zero_pad_positions=True,
+            embed_scale=32**0.5,
+            activation="silu",
+        ),  # M2M100-like
+    ],
+)
 @pytest.mark.parametrize("backend", ["onednn", "torch"])
 def test_traced_step_follows_each_model_family_and_backend(family, backend):
     model = tiny_transformer(3, vocab=20, eos_bias=1.0, **family)
@@ -78,6 +95,7 @@ def test_traced_step_follows_each_model_family_and_backend(family, backend):
 def test_a_step_that_cannot_be_traced_runs_eagerly_after_one_warning(monkeypatch):
     def refuse(*args, **kwargs):
         raise RuntimeError("not traceable\nsecond line")
+
     monkeypatch.setattr(torch.jit, "trace", refuse)
     model = placed(tiny_transformer(1, vocab=20, eos_bias=1.0), "onednn")
     warnings = []
@@ -86,8 +104,9 @@ def test_a_step_that_cannot_be_traced_runs_eagerly_after_one_warning(monkeypatch
     cfg = DecodingConfig(beam_size=2, n_best=2, max_length=20)
     for _ in range(2):
         assert_identical(decode(model, cfg, sources), decode(model, cfg, sources, traced_steps=steps))
-    assert warnings == ["the traced decoding step is off for this run (RuntimeError: not traceable); "
-                        "decoding without it"]
+    assert warnings == [
+        "the traced decoding step is off for this run (RuntimeError: not traceable); decoding without it"
+    ]
     assert steps.traced == {}
 
 
@@ -102,16 +121,40 @@ def test_the_engine_traces_on_the_cpu_unless_told_not_to(model_dir, tmp_path):
     src.write_text("a b\nthe cat\n\nx y z w\nb a\ncat the a\n", encoding="utf-8")
 
     def job(name, **options):
-        values = {"model": str(model_dir), "src": str(src), "output": str(tmp_path / name), "format": "jsonl",
-                  "token_scores": True, "n_best": 2, "beam_size": 3, "batch_size": 2, "quiet": True, **options}
+        values = {
+            "model": str(model_dir),
+            "src": str(src),
+            "output": str(tmp_path / name),
+            "format": "jsonl",
+            "token_scores": True,
+            "n_best": 2,
+            "beam_size": 3,
+            "batch_size": 2,
+            "quiet": True,
+            **options,
+        }
         engine = Engine.load(Config.from_values(values))
         translate_job(Config.from_values(values), engine)
         return engine, (tmp_path / name).read_text(encoding="utf-8")
+
     traced_engine, traced = job("traced.jsonl")
     traced_engine.steps.eager_steps = 0
-    translate_job(Config.from_values({"model": str(model_dir), "src": str(src), "output": str(tmp_path / "again.jsonl"),
-                                      "format": "jsonl", "token_scores": True, "n_best": 2, "beam_size": 3,
-                                      "batch_size": 2, "quiet": True}), traced_engine)
+    translate_job(
+        Config.from_values(
+            {
+                "model": str(model_dir),
+                "src": str(src),
+                "output": str(tmp_path / "again.jsonl"),
+                "format": "jsonl",
+                "token_scores": True,
+                "n_best": 2,
+                "beam_size": 3,
+                "batch_size": 2,
+                "quiet": True,
+            }
+        ),
+        traced_engine,
+    )
     assert sorted(traced_engine.steps.traced) == [(1, False), (3, True)]
     assert (tmp_path / "again.jsonl").read_text(encoding="utf-8") == traced
     eager_engine, eager = job("eager.jsonl", traced_step="off")
@@ -147,6 +190,7 @@ def test_replays_run_without_torchscripts_graph_optimizations():
     def spy(*args):
         optimized.append(torch._C._get_graph_executor_optimize())
         return replay(*args)
+
     steps.traced[(1, False)] = spy
     assert_identical(decode(model, cfg, sources), decode(model, cfg, sources, traced_steps=steps))
     assert optimized and not any(optimized)

@@ -15,8 +15,15 @@ from tests.helpers import tiny_config
 @pytest.mark.parametrize("positions", ["sinusoidal", "sinusoidal_interleaved", "sinusoidal_fairseq", "learned"])
 def test_cached_steps_equal_teacher_forced_pass(pre_norm, positions):
     torch.manual_seed(0)
-    cfg = tiny_config(50, pre_norm=pre_norm, positions=positions, position_offset=2,
-                      layernorm_embedding=not pre_norm, final_logits_bias=True, embed_scale=2.0)
+    cfg = tiny_config(
+        50,
+        pre_norm=pre_norm,
+        positions=positions,
+        position_offset=2,
+        layernorm_embedding=not pre_norm,
+        final_logits_bias=True,
+        embed_scale=2.0,
+    )
     model = Transformer(cfg).eval()
     src = torch.randint(4, 50, (3, 7))
     mask = torch.ones(3, 7, dtype=torch.bool)
@@ -102,8 +109,9 @@ def test_cache_paths_follow_many_reorders():
                 keep = torch.tensor([0, 2])
                 sentences = [sentences[0], sentences[2]]
             kept = keep.tolist() if keep is not None else list(range(len(sentences)))  # positions before the drop
-            origin = torch.tensor([p * width + int(torch.randint(0, width, (1,), generator=g))
-                                   for p in kept for _ in range(k)])
+            origin = torch.tensor(
+                [p * width + int(torch.randint(0, width, (1,), generator=g)) for p in kept for _ in range(k)]
+            )
             tokens = torch.randint(4, 30, (origin.numel(),), generator=g)
             histories = [histories[o] + [t] for o, t in zip(origin.tolist(), tokens.tolist())]
             cache.follow(StepOutput(tokens=tokens, origin=origin, keep=keep))
@@ -118,8 +126,9 @@ def test_an_uninitialised_model_is_the_same_model_once_filled(tied):
     torch.manual_seed(0)
     reference = Transformer(cfg).eval()
     empty = Transformer.uninitialised(cfg).eval()
-    assert [(n, p.shape) for n, p in empty.named_parameters()] == [(n, p.shape) for n, p in
-                                                                   reference.named_parameters()]
+    assert [(n, p.shape) for n, p in empty.named_parameters()] == [
+        (n, p.shape) for n, p in reference.named_parameters()
+    ]
     assert (empty.output.weight is empty.tgt_embed.tokens.weight) == tied
     assert torch.equal(empty.src_embed.sinusoids, reference.src_embed.sinusoids)
     empty.load_state_dict(reference.state_dict())
@@ -141,8 +150,9 @@ def test_load_weights_gives_the_model_the_tensors_themselves_and_keeps_ties():
     cfg = tiny_config(50, share_embeddings=True, tie_output=True, final_logits_bias=True)
     torch.manual_seed(1)
     source = Transformer(cfg).eval()
-    tensors = {n: t.clone() for n, t in source.state_dict().items() if n not in ("tgt_embed.tokens.weight",
-                                                                                  "output.weight")}
+    tensors = {
+        n: t.clone() for n, t in source.state_dict().items() if n not in ("tgt_embed.tokens.weight", "output.weight")
+    }
     tensors["output.bias"] = tensors["output.bias"].double()  # another dtype: converted
     model = Transformer.uninitialised(cfg).eval()
     load_weights(model, tensors, "test")

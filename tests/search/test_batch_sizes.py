@@ -21,8 +21,9 @@ def records(done: list[bool]) -> SentenceRecords:
     return search
 
 
-@pytest.mark.parametrize("searching, size", [(0, 0), (1, 1), (3, 3), (5, 6), (9, 12), (17, 24), (24, 24), (25, 32),
-                                             (600, 600)])
+@pytest.mark.parametrize(
+    "searching, size", [(0, 0), (1, 1), (3, 3), (5, 6), (9, 12), (17, 24), (24, 24), (25, 32), (600, 600)]
+)
 def test_the_kept_size_is_the_next_size_up(searching, size):
     assert kept_batch_size(searching) == size
 

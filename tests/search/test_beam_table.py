@@ -66,8 +66,10 @@ def test_wu_penalty_is_gnmt_formula():
 
 def test_two_sentences_in_one_batch_keep_their_own_results():
     both = run([TABLE_SHORT, TABLE_LENGTH], [[0, EOS], [1, EOS]], length_penalty="avg")
-    alone = [run([TABLE_SHORT], [[0, EOS]], length_penalty="avg")[0],
-             run([{}, TABLE_LENGTH], [[1, EOS]], length_penalty="avg")[0]]
+    alone = [
+        run([TABLE_SHORT], [[0, EOS]], length_penalty="avg")[0],
+        run([{}, TABLE_LENGTH], [[1, EOS]], length_penalty="avg")[0],
+    ]
     assert [[h.tokens for h in n] for n in both] == [[h.tokens for h in n] for n in alone]
 
 
@@ -79,13 +81,16 @@ def make_pool(mode):
     return beam
 
 
-@pytest.mark.parametrize("mode, best_alive, stops", [
-    ("true", -1.0, True),     # full pool is enough
-    ("false", -5.0, False),   # -5/4 = -1.25 beats the worst, -1.5
-    ("false", -7.0, True),    # -7/4 = -1.75 does not
-    ("never", -7.0, False),   # at the step limit -7/10 = -0.7 still could
-    ("never", -16.0, True),   # -16/10 = -1.6 cannot, at any length
-])
+@pytest.mark.parametrize(
+    "mode, best_alive, stops",
+    [
+        ("true", -1.0, True),  # full pool is enough
+        ("false", -5.0, False),  # -5/4 = -1.25 beats the worst, -1.5
+        ("false", -7.0, True),  # -7/4 = -1.75 does not
+        ("never", -7.0, False),  # at the step limit -7/10 = -0.7 still could
+        ("never", -16.0, True),  # -16/10 = -1.6 cannot, at any length
+    ],
+)
 def test_early_stopping_modes(mode, best_alive, stops):
     assert make_pool(mode).cannot_improve(step=3, best_alive=best_alive) is stops
 

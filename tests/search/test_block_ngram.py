@@ -74,9 +74,13 @@ def test_without_exclusions_blocks_what_no_repeat_ngram_bans(n):
 
 def decode(table, beam, **options):
     cfg = DecodingConfig(beam_size=beam, n_best=1, max_length=10, length_penalty="none", **options)
-    translator = BatchDecoder(TableModel(8, [table]), cfg, ModelRules(banned_ids=(0, 1, 2)),
-                              banned_ids=piece_ids("banned_tokens", cfg.banned_tokens, PIECES.get),
-                              excluded_ids=piece_ids("ignore_when_blocking", cfg.ignore_when_blocking, PIECES.get))
+    translator = BatchDecoder(
+        TableModel(8, [table]),
+        cfg,
+        ModelRules(banned_ids=(0, 1, 2)),
+        banned_ids=piece_ids("banned_tokens", cfg.banned_tokens, PIECES.get),
+        excluded_ids=piece_ids("ignore_when_blocking", cfg.ignore_when_blocking, PIECES.get),
+    )
     [[hyp]] = translator.translate_batch([[0, EOS]])
     return hyp
 
@@ -105,8 +109,13 @@ def test_no_repeat_ngram_size_bans_instead(beam):
 #   ()      -> a .7, b .3
 #   (a)     -> b .9, eos .1      (a b)   -> a .9, eos .1
 #   (a b a) -> b .9, eos .1      (b)     -> eos 1
-SOME_REPEAT = {(): {A: 0.7, B: 0.3}, (A,): {B: 0.9, EOS: 0.1}, (A, B): {A: 0.9, EOS: 0.1},
-               (A, B, A): {B: 0.9, EOS: 0.1}, (B,): {EOS: 1.0}}
+SOME_REPEAT = {
+    (): {A: 0.7, B: 0.3},
+    (A,): {B: 0.9, EOS: 0.1},
+    (A, B): {A: 0.9, EOS: 0.1},
+    (A, B, A): {B: 0.9, EOS: 0.1},
+    (B,): {EOS: 1.0},
+}
 
 
 @pytest.mark.parametrize("beam, tokens, probability", [(1, [A, B, A], 0.7 * 0.9 * 0.9 * 0.1), (4, [B], 0.3)])
@@ -163,8 +172,9 @@ def test_banned_piece_leaves_the_demo_output(cli, lines_file, tmp_path):
     pieces = spm.SentencePieceProcessor(model_file=f"{DEMO}/spm.model")
 
     def outputs(*options):
-        run = cli("translate", "-m", DEMO, "--src", src, "--format", "jsonl", "--token-scores", "-q", *options,
-                  text=True)
+        run = cli(
+            "translate", "-m", DEMO, "--src", src, "--format", "jsonl", "--token-scores", "-q", *options, text=True
+        )
         assert run.returncode == 0, run.stderr
         return [json.loads(line)["hypotheses"][0] for line in run.stdout.splitlines()]
 
@@ -181,7 +191,8 @@ def test_banned_piece_leaves_the_demo_output(cli, lines_file, tmp_path):
 
 
 def test_unknown_banned_piece_exits_2_naming_it(cli, lines_file):
-    run = cli("translate", "-m", DEMO, "--src", lines_file(["good morning"]), "--banned-tokens", "\u2581Hauss",
-              text=True)
+    run = cli(
+        "translate", "-m", DEMO, "--src", lines_file(["good morning"]), "--banned-tokens", "\u2581Hauss", text=True
+    )
     assert run.returncode == 2
     assert "banned_tokens: '\u2581Hauss' is not a piece of the target vocabulary" in run.stderr

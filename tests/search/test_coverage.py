@@ -40,8 +40,9 @@ def test_penalty_functions_by_hand():
     assert coverage_summary(coverage, 2.0).tolist() == pytest.approx([0.8, 0.0])
 
 
-@pytest.mark.parametrize("name, beta, table", [("wu", 1.0, WU), ("wu", 0.3, WU), ("summary", 2.0, SUMMARY),
-                                               ("summary", 0.5, SUMMARY)])
+@pytest.mark.parametrize(
+    "name, beta, table", [("wu", 1.0, WU), ("wu", 0.3, WU), ("summary", 2.0, SUMMARY), ("summary", 0.5, SUMMARY)]
+)
 def test_finished_scores_are_logprob_minus_coverage_penalty(name, beta, table):
     [hyps] = decode(coverage_penalty=name, beta=beta)
     expected = {t: LOGPROB[t] - beta * table[t] for t in (A, B)}
@@ -74,10 +75,20 @@ def test_padded_source_positions_add_no_penalty():
     short_table = {(): {A: 1.0}, (A,): {EOS: 1.0}}
     short_attention = {(): [0.3, 0.7], (A,): [0.5, 0.5]}  # coverage [.8, 1.2]: wu -ln .8, summary .2
     for name, expected in (("wu", -math.log(0.8)), ("summary", 0.2)):
-        both = decode(tables=(TABLE, short_table), attention=(ATTENTION, short_attention),
-                      sources=(SOURCE, [1, EOS]), coverage_penalty=name, beta=1.0)
-        [alone] = decode(tables=({}, short_table), attention=({}, short_attention), sources=([1, EOS],),
-                         coverage_penalty=name, beta=1.0)
+        both = decode(
+            tables=(TABLE, short_table),
+            attention=(ATTENTION, short_attention),
+            sources=(SOURCE, [1, EOS]),
+            coverage_penalty=name,
+            beta=1.0,
+        )
+        [alone] = decode(
+            tables=({}, short_table),
+            attention=({}, short_attention),
+            sources=([1, EOS],),
+            coverage_penalty=name,
+            beta=1.0,
+        )
         assert both[1][0].tokens == alone[0].tokens == [A]
         assert both[1][0].score == pytest.approx(alone[0].score) == pytest.approx(-expected)
 
@@ -101,8 +112,13 @@ def test_coverage_follows_the_beam_reorder():
     coverage: "a" [.3, .4, 1.3], "b b" [1.1, 1.2, .7], "a a" [.4, .5, 2.1]; had "b b" kept the
     coverage of the slot it landed in, it would be [.4, 1.2, 1.4]."""
     table = {(): {A: 0.6, B: 0.4}, (A,): {EOS: 0.7, A: 0.3}, (B,): {B: 0.9, EOS: 0.1}}
-    attention = {(): [0.2, 0.3, 0.5], (A,): [0.1, 0.1, 0.8], (B,): [0.8, 0.1, 0.1], (A, A): [0.1, 0.1, 0.8],
-                 (B, B): [0.1, 0.8, 0.1]}
+    attention = {
+        (): [0.2, 0.3, 0.5],
+        (A,): [0.1, 0.1, 0.8],
+        (B,): [0.8, 0.1, 0.1],
+        (A, A): [0.1, 0.1, 0.8],
+        (B, B): [0.1, 0.8, 0.1],
+    }
     [hyps] = decode(tables=(table,), attention=(attention,), coverage_penalty="wu", beta=1.0)
     a = math.log(0.42) + math.log(0.3) + math.log(0.4)
     bb = math.log(0.36) + math.log(0.7)
@@ -117,8 +133,9 @@ def test_coverage_and_alignment_do_not_depend_on_the_batch(beam):
 
     model = tiny_transformer(5, vocab=20, eos_bias=1.0)
     sources = random_sources(6, 20, seed=8)
-    cfg = DecodingConfig(beam_size=beam, n_best=beam, max_length=12, coverage_penalty="summary", beta=0.4,
-                         alignment=True)
+    cfg = DecodingConfig(
+        beam_size=beam, n_best=beam, max_length=12, coverage_penalty="summary", beta=0.4, alignment=True
+    )
     together = BatchDecoder(model, cfg).translate_batch(sources)
     for source, hyps in zip(sources, together):
         [alone] = BatchDecoder(model, cfg).translate_batch([source])

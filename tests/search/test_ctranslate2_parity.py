@@ -42,15 +42,25 @@ def test_top_rule_agrees_with_ctranslate2(converted, beam, n_best):
     with open(os.path.join(DEMO, "test.en"), encoding="utf-8") as f:
         lines = [line.rstrip("\n") for line in f][:200]
     sources = [loaded.tokenizer.encode(line) for line in lines]
-    config = Config.from_values({"beam_size": beam, "n_best": n_best, "early_stopping": "top",
-                                 "length_penalty": "none", "max_length": 48})
+    config = Config.from_values(
+        {"beam_size": beam, "n_best": n_best, "early_stopping": "top", "length_penalty": "none", "max_length": 48}
+    )
     translator = BatchDecoder(loaded.model, config.decoding, loaded.rules)
-    ours = [[h.tokens for h in n] for start in range(0, len(sources), 25)
-            for n in translator.translate_batch(sources[start : start + 25])]
+    ours = [
+        [h.tokens for h in n]
+        for start in range(0, len(sources), 25)
+        for n in translator.translate_batch(sources[start : start + 25])
+    ]
     banned = [[tokens[t]] for t in loaded.rules.banned_ids]
-    results = ct2.translate_batch([[tokens[i] for i in s] for s in sources], beam_size=beam, length_penalty=0.0,
-                                  max_decoding_length=48, suppress_sequences=banned, max_batch_size=25,
-                                  num_hypotheses=n_best)
+    results = ct2.translate_batch(
+        [[tokens[i] for i in s] for s in sources],
+        beam_size=beam,
+        length_penalty=0.0,
+        max_decoding_length=48,
+        suppress_sequences=banned,
+        max_batch_size=25,
+        num_hypotheses=n_best,
+    )
     index = {t: i for i, t in enumerate(tokens)}
     theirs = [[[index[t] for t in h] for h in r.hypotheses] for r in results]
     same = sum(a == b for a, b in zip(ours, theirs)) / len(ours)
@@ -70,14 +80,28 @@ def test_ctranslate2_rule_gives_ctranslate2s_nbest_at_its_defaults(converted, be
     with open(os.path.join(DEMO, "test.en"), encoding="utf-8") as f:
         lines = [line.rstrip("\n") for line in f][:200]
     sources = [loaded.tokenizer.encode(line) for line in lines]
-    config = Config.from_values({"beam_size": beam, "n_best": n_best, "early_stopping": "ctranslate2",
-                                 "length_penalty": "avg", "alpha": alpha, "max_length": 48,
-                                 "min_length": 1})  # CTranslate2's default min_decoding_length
+    config = Config.from_values(
+        {
+            "beam_size": beam,
+            "n_best": n_best,
+            "early_stopping": "ctranslate2",
+            "length_penalty": "avg",
+            "alpha": alpha,
+            "max_length": 48,
+            "min_length": 1,
+        }
+    )  # CTranslate2's default min_decoding_length
     translator = BatchDecoder(loaded.model, config.decoding, loaded.rules)
     ours = [n for start in range(0, len(sources), 25) for n in translator.translate_batch(sources[start : start + 25])]
-    results = ct2.translate_batch([[tokens[i] for i in s] for s in sources], beam_size=beam, length_penalty=alpha,
-                                  max_decoding_length=48, max_batch_size=25, num_hypotheses=n_best,
-                                  return_scores=True)
+    results = ct2.translate_batch(
+        [[tokens[i] for i in s] for s in sources],
+        beam_size=beam,
+        length_penalty=alpha,
+        max_decoding_length=48,
+        max_batch_size=25,
+        num_hypotheses=n_best,
+        return_scores=True,
+    )
     index = {t: i for i, t in enumerate(tokens)}
     same = 0
     for hyps, result in zip(ours, results):

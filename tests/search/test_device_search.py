@@ -34,8 +34,10 @@ def model():
 
 
 def everything(results):
-    return [[(h.tokens, h.score, h.total, h.token_scores, h.ended, h.eos_score, h.alignment, h.attention) for h in n]
-            for n in results]
+    return [
+        [(h.tokens, h.score, h.total, h.token_scores, h.ended, h.eos_score, h.alignment, h.attention) for h in n]
+        for n in results
+    ]
 
 
 def both(model, cfg, prefixes=None, rules=None, check_every=None, **options):
@@ -58,8 +60,9 @@ def test_every_stop_rule_and_length_penalty(model, rule, penalty):
 OPTIONS = {
     "greedy": dict(beam_size=1),
     "beam_nbest_all": dict(beam_size=3, n_best=3, early_stopping="never"),
-    "coverage_alignment_attention": dict(beam_size=4, n_best=2, coverage_penalty="wu", beta=0.3, alignment=True,
-                                         attention=True),
+    "coverage_alignment_attention": dict(
+        beam_size=4, n_best=2, coverage_penalty="wu", beta=0.3, alignment=True, attention=True
+    ),
     "summary_coverage": dict(beam_size=4, n_best=4, coverage_penalty="summary", beta=0.5, early_stopping="false"),
     "greedy_coverage_alignment": dict(beam_size=1, coverage_penalty="wu", beta=0.2, alignment=True, attention=True),
     "repetition_blocking_min_length": dict(beam_size=4, repetition_penalty=1.3, block_ngram_repeat=2, min_length=3),
@@ -68,11 +71,15 @@ OPTIONS = {
     "banned": dict(beam_size=5, n_best=5, ban_unk=True, early_stopping="true"),
     "sampling": dict(sampling=True, n_best=4, temperature=0.8, top_k=10, seed=7),
     "sampling_top_p": dict(sampling=True, n_best=4, temperature=0.8, top_k=10, top_p=0.9, seed=7),
-    "sampling_coverage_alignment": dict(sampling=True, n_best=3, seed=3, coverage_penalty="wu", beta=0.3,
-                                        alignment=True, attention=True, min_length=2),
+    "sampling_coverage_alignment": dict(
+        sampling=True, n_best=3, seed=3, coverage_penalty="wu", beta=0.3, alignment=True, attention=True, min_length=2
+    ),
 }
-RULES = {"plain": None, "opennmt": ModelRules(opennmt_beam=True, length_offset=1),
-         "forced_first_and_last": ModelRules(forced_bos_id=7, forced_eos=True)}
+RULES = {
+    "plain": None,
+    "opennmt": ModelRules(opennmt_beam=True, length_offset=1),
+    "forced_first_and_last": ModelRules(forced_bos_id=7, forced_eos=True),
+}
 
 
 @pytest.mark.parametrize("options", OPTIONS)
@@ -158,9 +165,16 @@ def test_the_pools_hold_what_beam_add_finished_keeps():
         scores = [[rng.choice([-1.0, -1.5, -2.0, float("-inf")]) for _ in range(3)] for _ in rows]
         valid = [[rng.random() < 0.7 for _ in range(3)] for _ in rows]
         n = len(rows)
-        pool.add(Ended(torch.tensor(scores, dtype=torch.float64), torch.tensor(scores), torch.full((n, 3), step),
-                       torch.tensor([[0, 1, 2]] * n), torch.tensor([[step * 10 + j for j in range(3)]] * n),
-                       torch.tensor(valid)))
+        pool.add(
+            Ended(
+                torch.tensor(scores, dtype=torch.float64),
+                torch.tensor(scores),
+                torch.full((n, 3), step),
+                torch.tensor([[0, 1, 2]] * n),
+                torch.tensor([[step * 10 + j for j in range(3)]] * n),
+                torch.tensor(valid),
+            )
+        )
         for i, row in enumerate(rows):
             for j in range(3):
                 if valid[i][j] and scores[i][j] > float("-inf"):
@@ -183,14 +197,25 @@ def test_paths_walk_the_backpointers_as_get_hyp_does():
         tokens = [[rng.randrange(100) for _ in range(slots)] for _ in range(sentences)]
         prev = [[rng.randrange(slots) for _ in range(slots)] for _ in range(sentences)]
         totals = [[-float(rng.randrange(1, 50)) for _ in range(slots)] for _ in range(sentences)]
-        history.write(torch.tensor([t]), torch.arange(sentences), torch.tensor(tokens), torch.tensor(prev),
-                      torch.tensor(totals), {})
+        history.write(
+            torch.tensor([t]),
+            torch.arange(sentences),
+            torch.tensor(tokens),
+            torch.tensor(prev),
+            torch.tensor(totals),
+            {},
+        )
         for b, beam in enumerate(beams):
             beam.extend(tokens[b], prev[b], totals[b])
     ends = [[(3, 2), (6, 0)], [(1, 1), (0, 2)]]  # per sentence: (step, prev) of two hypotheses
-    ended = Ended(torch.zeros(2, 2, dtype=torch.float64), torch.tensor([[-60.0, -61.0]] * 2),
-                  torch.tensor([[s for s, _ in e] for e in ends]), torch.tensor([[p for _, p in e] for e in ends]),
-                  torch.tensor([[7, 8]] * 2), torch.ones(2, 2, dtype=torch.bool))
+    ended = Ended(
+        torch.zeros(2, 2, dtype=torch.float64),
+        torch.tensor([[-60.0, -61.0]] * 2),
+        torch.tensor([[s for s, _ in e] for e in ends]),
+        torch.tensor([[p for _, p in e] for e in ends]),
+        torch.tensor([[7, 8]] * 2),
+        torch.ones(2, 2, dtype=torch.bool),
+    )
     paths = history.paths(ended, steps)
     for b, beam in enumerate(beams):
         for j, (step, prev) in enumerate(ends[b]):
@@ -215,12 +240,16 @@ def test_the_stop_rules_decide_as_cannot_improve(rule, penalty):
                 beam.top_ended = top_ended
                 cases.append((beam, best, top_ended, beam.cannot_improve(2, best)))
     divisors = length_penalty.divisors(9, "cpu")
-    facts = PoolFacts(count=torch.tensor([len(b.finished) for b, *_ in cases]),
-                      full=torch.tensor([len(b.finished) == 2 for b, *_ in cases]),
-                      worst=torch.tensor([b.finished[-1].score for b, *_ in cases], dtype=torch.float64),
-                      best=torch.tensor([best for _, best, *_ in cases], dtype=torch.float64),
-                      divisor_now=divisors[3].expand(len(cases)), divisor_limit=divisors[9].expand(len(cases)),
-                      top_ended=torch.tensor([t for _, _, t, _ in cases]), n_best=1)
+    facts = PoolFacts(
+        count=torch.tensor([len(b.finished) for b, *_ in cases]),
+        full=torch.tensor([len(b.finished) == 2 for b, *_ in cases]),
+        worst=torch.tensor([b.finished[-1].score for b, *_ in cases], dtype=torch.float64),
+        best=torch.tensor([best for _, best, *_ in cases], dtype=torch.float64),
+        divisor_now=divisors[3].expand(len(cases)),
+        divisor_limit=divisors[9].expand(len(cases)),
+        top_ended=torch.tensor([t for _, _, t, _ in cases]),
+        n_best=1,
+    )
     assert STOP_RULES[rule](facts).tolist() == [expected for *_, expected in cases]
     assert len(set(STOP_RULES[rule](facts).tolist())) == 2  # the cases tell the rule's two answers apart
 
@@ -246,8 +275,22 @@ LINES = ["the house is red .", "", "a dog and a cat sleep in the garden .", "goo
 
 def test_the_command_line_searches_on_the_device_when_asked(model_dir, lines_file, cli):
     src = lines_file(LINES)
-    common = ("translate", "--model", model_dir, "--src", src, "--max-length", 8, "-k", 4, "--n-best", 2,
-              "--format", "jsonl", "--token-scores")
+    common = (
+        "translate",
+        "--model",
+        model_dir,
+        "--src",
+        src,
+        "--max-length",
+        8,
+        "-k",
+        4,
+        "--n-best",
+        2,
+        "--format",
+        "jsonl",
+        "--token-scores",
+    )
     host = cli(*common, "--search-on", "host", text=True)
     device = cli(*common, "--search-on", "device", text=True)
     assert host.returncode == device.returncode == 0, device.stderr
@@ -256,8 +299,21 @@ def test_the_command_line_searches_on_the_device_when_asked(model_dir, lines_fil
 
 def test_the_command_line_warns_once_when_the_device_search_cannot_hold_an_option(model_dir, lines_file, cli):
     src = lines_file(LINES)
-    common = ("translate", "--model", model_dir, "--src", src, "--max-length", 8, "-k", 4, "--beam-groups", 2,
-              "--diversity-penalty", 0.5)
+    common = (
+        "translate",
+        "--model",
+        model_dir,
+        "--src",
+        src,
+        "--max-length",
+        8,
+        "-k",
+        4,
+        "--beam-groups",
+        2,
+        "--diversity-penalty",
+        0.5,
+    )
     device = cli(*common, "--search-on", "device", text=True)
     auto = cli(*common, text=True)  # on a CPU the host search is the default: nothing to say
     assert device.returncode == auto.returncode == 0, device.stderr

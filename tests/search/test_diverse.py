@@ -71,8 +71,17 @@ def reference(table, k, groups, diversity, max_steps, penalty, early_stopping, n
             pools[g] = sorted(pools[g], key=lambda f: -f[0])[:size]
             chosen.update(tokens[-1] for tokens, _, _ in alive[g])
             top_ended[g] = top_ended[g] or last or candidates[0][1][-1] == EOS
-            done[g] = last or stops(pools[g], size, candidates[0][0], step, penalty, early_stopping, max_steps,
-                                    top_ended[g], min(n_best, size))
+            done[g] = last or stops(
+                pools[g],
+                size,
+                candidates[0][0],
+                step,
+                penalty,
+                early_stopping,
+                max_steps,
+                top_ended[g],
+                min(n_best, size),
+            )
         if all(done):
             break
     merged = sorted((f for pool in pools for f in pool), key=lambda f: -f[0])[:n_best]
@@ -92,8 +101,14 @@ def stops(pool, size, best, step, penalty, mode, max_steps, top_ended, n_best):
 
 
 def decode(tables, k, groups, diversity, max_steps=5, n_best=None, **options):
-    cfg = DecodingConfig(beam_size=k, n_best=n_best or k, max_length=max_steps, beam_groups=groups,
-                         diversity_penalty=diversity, **options)
+    cfg = DecodingConfig(
+        beam_size=k,
+        n_best=n_best or k,
+        max_length=max_steps,
+        beam_groups=groups,
+        diversity_penalty=diversity,
+        **options,
+    )
     sources = [[s, EOS] for s in range(len(tables))]
     return BatchDecoder(TableModel(VOCAB, tables), cfg, ModelRules(banned_ids=BANNED)).translate_batch(sources)
 
@@ -116,8 +131,9 @@ def test_groups_differ_from_plain_beam_search():
     """The test above can fail: on these tables diversity changes the n-best."""
     tables = [random_table(seed) for seed in range(4)]
     diverse = decode(tables, 4, 2, 0.7)
-    plain = BatchDecoder(TableModel(VOCAB, tables), DecodingConfig(beam_size=4, n_best=4, max_length=5),
-                       ModelRules(banned_ids=BANNED)).translate_batch([[s, EOS] for s in range(4)])
+    plain = BatchDecoder(
+        TableModel(VOCAB, tables), DecodingConfig(beam_size=4, n_best=4, max_length=5), ModelRules(banned_ids=BANNED)
+    ).translate_batch([[s, EOS] for s in range(4)])
     assert [[h.tokens for h in n] for n in diverse] != [[h.tokens for h in n] for n in plain]
 
 
@@ -130,8 +146,7 @@ def test_hand_computed_first_step():
     table = {(): {a: 0.4, b: 0.3, c: 0.2, EOS: 0.1}}
     [hyps] = decode([table], 4, 2, 0.5, max_steps=3, length_penalty="none", early_stopping="never")
     assert [h.tokens for h in hyps] == [[a], [b], [a], [c]]
-    assert [h.score for h in hyps] == pytest.approx([math.log(0.4), math.log(0.3), math.log(0.4) - 0.5,
-                                                     math.log(0.2)])
+    assert [h.score for h in hyps] == pytest.approx([math.log(0.4), math.log(0.3), math.log(0.4) - 0.5, math.log(0.2)])
     assert [h.total for h in hyps] == pytest.approx([math.log(0.4), math.log(0.3), math.log(0.4), math.log(0.2)])
 
 
@@ -141,10 +156,19 @@ class Grouped(BatchDecoder):
     groups, diversity = 1, 0.0
 
     def make_search(self, batch_size, max_steps, line_ids=None, prefixes=None):
-        return DiverseBeamSearch(batch_size=batch_size, beam_size=self.cfg.beam_size, groups=self.groups,
-                                 diversity_penalty=self.diversity, max_steps=max_steps, start_id=self.start_id,
-                                 eos_id=self.eos_id, penalty=self.penalty, early_stopping=self.cfg.early_stopping,
-                                 device=self.device, n_best=self.cfg.n_best)
+        return DiverseBeamSearch(
+            batch_size=batch_size,
+            beam_size=self.cfg.beam_size,
+            groups=self.groups,
+            diversity_penalty=self.diversity,
+            max_steps=max_steps,
+            start_id=self.start_id,
+            eos_id=self.eos_id,
+            penalty=self.penalty,
+            early_stopping=self.cfg.early_stopping,
+            device=self.device,
+            n_best=self.cfg.n_best,
+        )
 
 
 @pytest.mark.parametrize("early_stopping", ["top", "true", "false", "never"])
@@ -166,12 +190,14 @@ def test_zero_penalty_groups_each_run_beam_search_of_k_over_g(early_stopping):
     sources = random_sources(6, 20, seed=2)
     Grouped.groups, Grouped.diversity = 2, 0.0
     try:
-        grouped = Grouped(model, DecodingConfig(beam_size=4, n_best=4, max_length=12,
-                                                early_stopping=early_stopping)).translate_batch(sources)
+        grouped = Grouped(
+            model, DecodingConfig(beam_size=4, n_best=4, max_length=12, early_stopping=early_stopping)
+        ).translate_batch(sources)
     finally:
         Grouped.groups = 1
-    plain = BatchDecoder(model, DecodingConfig(beam_size=2, n_best=2, max_length=12,
-                                             early_stopping=early_stopping)).translate_batch(sources)
+    plain = BatchDecoder(
+        model, DecodingConfig(beam_size=2, n_best=2, max_length=12, early_stopping=early_stopping)
+    ).translate_batch(sources)
     for g, p in zip(grouped, plain):
         assert [h.tokens for h in g] == [h.tokens for h in p for _ in range(2)]
 
@@ -210,8 +236,15 @@ def test_forced_first_token_is_not_penalised():
     pays for the forced token: every group's scores are as without the step-0 penalty."""
     a, b = CONTENT[:2]
     table = {(): {a: 0.9, b: 0.1}, (a,): {a: 0.6, b: 0.4}}
-    cfg = DecodingConfig(beam_size=4, n_best=4, max_length=3, beam_groups=2, diversity_penalty=1.0,
-                         length_penalty="none", early_stopping="never")
+    cfg = DecodingConfig(
+        beam_size=4,
+        n_best=4,
+        max_length=3,
+        beam_groups=2,
+        diversity_penalty=1.0,
+        length_penalty="none",
+        early_stopping="never",
+    )
     rules = ModelRules(banned_ids=BANNED, forced_bos_id=a)
     [hyps] = BatchDecoder(TableModel(VOCAB, [table]), cfg, rules).translate_batch([[0, EOS]])
     # forced a (0), then group 0 keeps a, b; group 1 sees both penalised by 1
@@ -226,11 +259,19 @@ def test_prefix_steps_are_not_penalised_per_sentence():
     a, b = CONTENT[:2]
     forced = {(): {a: 0.9, b: 0.1}, (a,): {a: 0.5, b: 0.5}, (a, b): {a: 0.6, b: 0.4}}
     free = {(): {a: 0.6, b: 0.4}}
-    cfg = DecodingConfig(beam_size=4, n_best=4, max_length=3, beam_groups=2, diversity_penalty=1.0,
-                         length_penalty="none", early_stopping="never")
+    cfg = DecodingConfig(
+        beam_size=4,
+        n_best=4,
+        max_length=3,
+        beam_groups=2,
+        diversity_penalty=1.0,
+        length_penalty="none",
+        early_stopping="never",
+    )
     model = TableModel(VOCAB, [forced, free])
     with_prefix, without = BatchDecoder(model, cfg, ModelRules(banned_ids=BANNED)).translate_batch(
-        [[0, EOS], [1, EOS]], prefixes=[[a, b], []])
+        [[0, EOS], [1, EOS]], prefixes=[[a, b], []]
+    )
     assert all(h.tokens[:2] == [a, b] for h in with_prefix)
     # the prefix scores 0; then group 0 keeps a, b and group 1 sees both penalised by 1
     expected = sorted([math.log(0.6), math.log(0.4), math.log(0.6) - 1, math.log(0.4) - 1])
@@ -239,11 +280,14 @@ def test_prefix_steps_are_not_penalised_per_sentence():
     assert sorted(h.score for h in without) == pytest.approx(expected)
 
 
-@pytest.mark.parametrize("values, message", [
-    (dict(beam_size=5, beam_groups=2, diversity_penalty=1.0), "beam_groups: beam_size (5) is not divisible"),
-    (dict(beam_size=4, beam_groups=2), "diversity_penalty: must be > 0"),
-    (dict(beam_groups=0), "beam_groups: must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        (dict(beam_size=5, beam_groups=2, diversity_penalty=1.0), "beam_groups: beam_size (5) is not divisible"),
+        (dict(beam_size=4, beam_groups=2), "diversity_penalty: must be > 0"),
+        (dict(beam_groups=0), "beam_groups: must be >= 1"),
+    ],
+)
 def test_config_refuses(values, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         DecodingConfig(**values).validate()
@@ -268,9 +312,19 @@ def test_step_candidates_follow_hamming_definition():
     """One step of the batched search, group by group, against the definition on the same tensors."""
     torch.manual_seed(4)
     n, k, groups, vocab, d = 3, 6, 3, 10, 0.9
-    search = DiverseBeamSearch(batch_size=n, beam_size=k, groups=groups, diversity_penalty=d, max_steps=[9] * n,
-                               start_id=2, eos_id=EOS, penalty=LengthPenalty("none"), early_stopping="never",
-                               device=torch.device("cpu"), n_best=k)
+    search = DiverseBeamSearch(
+        batch_size=n,
+        beam_size=k,
+        groups=groups,
+        diversity_penalty=d,
+        max_steps=[9] * n,
+        start_id=2,
+        eos_id=EOS,
+        penalty=LengthPenalty("none"),
+        early_stopping="never",
+        device=torch.device("cpu"),
+        n_best=k,
+    )
     search.advance(torch.log_softmax(torch.randn(n, vocab), -1), 0)  # widen to k rows
     running = search.alive_scores.clone()
     logprobs = torch.log_softmax(torch.randn(n * k, vocab), -1)
@@ -304,10 +358,10 @@ def test_alignment_and_coverage_follow_the_groups():
 
     model = tiny_transformer(2, vocab=20, eos_bias=1.0)
     sources = random_sources(4, 20, seed=4)
-    cfg = DecodingConfig(beam_size=4, n_best=4, max_length=12, beam_groups=2, diversity_penalty=0.5,
-                         alignment=True)
-    plain = BatchDecoder(model, DecodingConfig(beam_size=4, n_best=4, max_length=12, beam_groups=2,
-                                             diversity_penalty=0.5)).translate_batch(sources)
+    cfg = DecodingConfig(beam_size=4, n_best=4, max_length=12, beam_groups=2, diversity_penalty=0.5, alignment=True)
+    plain = BatchDecoder(
+        model, DecodingConfig(beam_size=4, n_best=4, max_length=12, beam_groups=2, diversity_penalty=0.5)
+    ).translate_batch(sources)
     aligned = BatchDecoder(model, cfg).translate_batch(sources)
     for source, hyps, plain_hyps in zip(sources, aligned, plain):
         assert [(h.tokens, h.score) for h in hyps] == [(h.tokens, h.score) for h in plain_hyps]
@@ -319,5 +373,6 @@ def test_alignment_and_coverage_follow_the_groups():
 def test_ctranslate2s_rule_is_refused_with_groups():
     """CTranslate2's beam search has no groups: its stop rule with them would be a rule of nobody's."""
     with pytest.raises(ConfigError, match="early_stopping: ctranslate2 is CTranslate2's rule for its beam search"):
-        Config.from_values({"beam_size": 4, "beam_groups": 2, "diversity_penalty": 0.5,
-                            "early_stopping": "ctranslate2"})
+        Config.from_values(
+            {"beam_size": 4, "beam_groups": 2, "diversity_penalty": 0.5, "early_stopping": "ctranslate2"}
+        )

@@ -47,8 +47,9 @@ def test_top_rule_with_n_best_2(at_stop_step, done):
     """The top candidate ended at step 0 with a pool of 1; at step 1 a second hypothesis ends but
     the top candidate goes on: ours stops (the top has ended), OpenNMT-py's waits for a step
     whose top candidate ends."""
-    beam = Beam(2, max_steps=10, penalty=LengthPenalty("none"), early_stopping="top", n_best=2,
-                top_at_stop_step=at_stop_step)
+    beam = Beam(
+        2, max_steps=10, penalty=LengthPenalty("none"), early_stopping="top", n_best=2, top_at_stop_step=at_stop_step
+    )
     beam.advance(0, [A, B], [0, 0], [-1.0, -2.0], ended=[(0, EOS, -0.5)], top_ended=True)
     assert not beam.done
     beam.advance(1, [A, B], [0, 1], [-1.5, -2.5], ended=[(0, EOS, -1.2)], top_ended=False)

@@ -17,8 +17,11 @@ from nmtdecode.search.penalties import LengthPenalty
 from tests.helpers import DEMO, EOS, TableModel, random_sources, tiny_transformer
 
 A, B, TAG = 4, 5, 6
-STRATEGIES = {"greedy": dict(beam_size=1), "beam": dict(beam_size=4, n_best=2),
-              "sampling": dict(sampling=True, n_best=3, seed=7)}
+STRATEGIES = {
+    "greedy": dict(beam_size=1),
+    "beam": dict(beam_size=4, n_best=2),
+    "sampling": dict(sampling=True, n_best=3, seed=7),
+}
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +39,9 @@ def prefixes_for(n, seed=0):
 def test_outputs_start_with_their_prefix(model, strategy, forced_tag):
     sources, prefixes = random_sources(12, 24, seed=3), prefixes_for(12)
     assert any(not p for p in prefixes) and len({len(p) for p in prefixes}) > 2  # mixed, some empty
-    translator = BatchDecoder(model, DecodingConfig(max_length=20, **STRATEGIES[strategy]),
-                            ModelRules(forced_bos_id=forced_tag))
+    translator = BatchDecoder(
+        model, DecodingConfig(max_length=20, **STRATEGIES[strategy]), ModelRules(forced_bos_id=forced_tag)
+    )
     batch = translator.translate_batch(sources, list(range(12)), prefixes)
     head = [] if forced_tag is None else [forced_tag]
     for prefix, hyps in zip(prefixes, batch):
@@ -62,10 +66,11 @@ def test_total_is_the_forced_decoding_log_prob_after_the_prefix(strategy):
                 continue
             [(tokens, forced, eos)] = translator.score_tokens([source], [h.tokens])
             assert tokens == h.tokens
-            assert h.total == pytest.approx(sum(forced[len(prefix):]) + eos, abs=1e-4)
+            assert h.total == pytest.approx(sum(forced[len(prefix) :]) + eos, abs=1e-4)
             assert translator.score([source], [h.tokens])[0] == pytest.approx(
-                h.total + sum(forced[: len(prefix)]), abs=1e-4)
-            assert h.token_scores[len(prefix):] == pytest.approx(forced[len(prefix):], abs=1e-4)
+                h.total + sum(forced[: len(prefix)]), abs=1e-4
+            )
+            assert h.token_scores[len(prefix) :] == pytest.approx(forced[len(prefix) :], abs=1e-4)
             assert h.eos_score == pytest.approx(eos, abs=1e-4)
             checked += 1
     assert checked >= 4
@@ -118,8 +123,7 @@ def test_continuation_is_the_brute_force_best(length_penalty, tag, seed):
     table = random_table(seed, depth=5, head=head)
     prefix = [A, B] if seed % 2 else [B]
     # a beam of 16 keeps every a/b continuation alive (at most 2^4 after the prefix): exact
-    cfg = DecodingConfig(beam_size=16, n_best=1, max_length=12, length_penalty=length_penalty,
-                         early_stopping="never")
+    cfg = DecodingConfig(beam_size=16, n_best=1, max_length=12, length_penalty=length_penalty, early_stopping="never")
     translator = BatchDecoder(TableModel(7, [table]), cfg, ModelRules(banned_ids=(0, 1, 2), forced_bos_id=tag))
     [[h]] = translator.translate_batch([[0, EOS]], None, [prefix])
     body, score = best_continuation(table, list(head) + prefix, LengthPenalty(length_penalty, 1.0))
@@ -148,16 +152,37 @@ def test_cli_outputs_start_with_the_prefix(cli, lines_file):
 def test_cli_jsonl_prefix_scores_zero(cli, lines_file):
     src = lines_file(["good morning"])
     prefix = lines_file(["Das"], name="prefix.txt")
-    out = cli("translate", "-m", DEMO, "--src", src, "--prefix", prefix, "--format", "jsonl", "--token-scores",
-              "-q", text=True)
+    out = cli(
+        "translate",
+        "-m",
+        DEMO,
+        "--src",
+        src,
+        "--prefix",
+        prefix,
+        "--format",
+        "jsonl",
+        "--token-scores",
+        "-q",
+        text=True,
+    )
     [hyp] = json.loads(out.stdout)["hypotheses"]
-    scored = cli("score", "-m", DEMO, "--src", src, "--tgt", lines_file([hyp["text"]], name="tgt.txt"),
-                 "--format", "jsonl", text=True)
+    scored = cli(
+        "score",
+        "-m",
+        DEMO,
+        "--src",
+        src,
+        "--tgt",
+        lines_file([hyp["text"]], name="tgt.txt"),
+        "--format",
+        "jsonl",
+        text=True,
+    )
     forced = json.loads(scored.stdout)
     assert forced["tokens"] == hyp["tokens"]
     n = next(i for i, s in enumerate(hyp["token_scores"]) if s != 0.0)  # the prefix's tokens
-    assert n >= 1 and hyp["log_prob"] == pytest.approx(sum(forced["token_scores"][n:]) + forced["eos_score"],
-                                                       abs=1e-4)
+    assert n >= 1 and hyp["log_prob"] == pytest.approx(sum(forced["token_scores"][n:]) + forced["eos_score"], abs=1e-4)
 
 
 def test_cli_refuses_a_prefix_file_of_another_length(cli, lines_file):
@@ -182,12 +207,24 @@ def test_cli_reads_prefixes_from_a_fifo_once_and_refuses_to_resume_with_one(cli,
     os.mkfifo(fifo)
     writer = threading.Thread(target=lambda: fifo.write_bytes(regular.read_bytes()), daemon=True)
     writer.start()
-    out = cli("translate", "-m", DEMO, "--src", src, "--prefix", fifo, "-q", "--output", tmp_path / "out.txt",
-              text=True)
+    out = cli(
+        "translate", "-m", DEMO, "--src", src, "--prefix", fifo, "-q", "--output", tmp_path / "out.txt", text=True
+    )
     writer.join(timeout=30)
     assert out.returncode == 0 and (tmp_path / "out.txt").read_text() == expected.stdout, out.stderr
-    out = cli("translate", "-m", "no-such-model", "--src", src, "--prefix", fifo, "--output", tmp_path / "out.txt",
-              "--resume", text=True)
+    out = cli(
+        "translate",
+        "-m",
+        "no-such-model",
+        "--src",
+        src,
+        "--prefix",
+        fifo,
+        "--output",
+        tmp_path / "out.txt",
+        "--resume",
+        text=True,
+    )
     assert out.returncode == 2 and f"the prefixes come from {fifo}, a pipe or device" in out.stderr
 
 
@@ -202,12 +239,15 @@ def test_cli_prefix_shorter_than_stdin_fails_naming_the_line(cli, lines_file):
 def test_cli_prefix_goes_with_one_input(cli, lines_file, tmp_path):
     a, b = lines_file(["good morning"], name="a.en"), lines_file(["thank you"], name="b.en")
     pa, _ = lines_file(["Das"], name="a.prefix"), lines_file(["Ich"], name="b.prefix")  # b.prefix: for jobs.yaml
-    out = cli("translate", "-m", DEMO, "--src", a, b, "--output-dir", tmp_path, "--suffix", ".de", "--prefix", pa,
-              text=True)
+    out = cli(
+        "translate", "-m", DEMO, "--src", a, b, "--output-dir", tmp_path, "--suffix", ".de", "--prefix", pa, text=True
+    )
     assert out.returncode == 2 and "prefix: a prefix file goes with one input" in out.stderr
     config = tmp_path / "jobs.yaml"
-    config.write_text(f"model: {DEMO}\nquiet: true\njobs:\n  - {{src: a.en, output: a.de, prefix: a.prefix}}\n"
-                      f"  - {{src: b.en, output: b.de, prefix: b.prefix}}\n")
+    config.write_text(
+        f"model: {DEMO}\nquiet: true\njobs:\n  - {{src: a.en, output: a.de, prefix: a.prefix}}\n"
+        f"  - {{src: b.en, output: b.de, prefix: b.prefix}}\n"
+    )
     out = cli("translate", "-c", config, text=True)
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "a.de").read_text().startswith("Das") and (tmp_path / "b.de").read_text().startswith("Ich")
@@ -247,8 +287,22 @@ def test_the_prefix_file_content_is_part_of_the_resume_signature(lines_file):
 
 def test_cli_empty_line_with_a_prefix_has_one_entry_per_token(cli, lines_file):
     src, prefix = lines_file(["", "good morning"]), lines_file(["Hallo Welt", "Das"], name="prefix.txt")
-    out = cli("translate", "-m", DEMO, "--src", src, "--prefix", prefix, "--format", "jsonl", "--token-scores",
-              "--alignment", "--attention", "-q", text=True)
+    out = cli(
+        "translate",
+        "-m",
+        DEMO,
+        "--src",
+        src,
+        "--prefix",
+        prefix,
+        "--format",
+        "jsonl",
+        "--token-scores",
+        "--alignment",
+        "--attention",
+        "-q",
+        text=True,
+    )
     assert out.returncode == 0, out.stderr
     for line in out.stdout.splitlines():
         [hyp] = json.loads(line)["hypotheses"]

@@ -124,8 +124,9 @@ def test_a_stateful_logits_processor_follows_the_search(beam):
     class Biased(BatchDecoder):
         def make_processors(self, search, max_steps, prefixes=None):
             processors = super().make_processors(search, max_steps, prefixes)
-            return Processors([SentenceBias(self.favourites), *processors.processors], search.start_tokens,
-                              processors.rows.last_step)
+            return Processors(
+                [SentenceBias(self.favourites), *processors.processors], search.start_tokens, processors.rows.last_step
+            )
 
     model = tiny_transformer(1, vocab=12, eos_bias=1.0)
     sources = random_sources(len(favourites), 12, seed=5)

@@ -41,16 +41,16 @@ def test_repetition_penalty_matches_transformers(penalty, seed):
 def test_repetition_penalty_by_hand():
     """Tokens 0 and 1 were generated: 2 -> 2/2, -2 -> -2*2; the others and the start token's
     own id (BOS = 2, not generated) keep their logits."""
-    got = RepetitionPenalty(2.0)(torch.tensor([[2.0, -2.0, 1.0, 0.5]]), step=2,
-                                 rows=history_of(torch.tensor([[0, 1]])))
+    got = RepetitionPenalty(2.0)(torch.tensor([[2.0, -2.0, 1.0, 0.5]]), step=2, rows=history_of(torch.tensor([[0, 1]])))
     assert got.tolist() == [[1.0, -4.0, 1.0, 0.5]]
 
 
 def test_penalty_one_changes_nothing_and_first_step_is_untouched():
     logits = torch.randn(3, 8)
     assert torch.equal(RepetitionPenalty(1.0)(logits.clone(), 3, history_of(torch.randint(0, 8, (3, 3)))), logits)
-    assert torch.equal(RepetitionPenalty(3.0)(logits.clone(), 0, history_of(torch.zeros(3, 0, dtype=torch.long))),
-                       logits)
+    assert torch.equal(
+        RepetitionPenalty(3.0)(logits.clone(), 0, history_of(torch.zeros(3, 0, dtype=torch.long))), logits
+    )
 
 
 @pytest.mark.parametrize("value", [0.0, -1.0])
@@ -68,6 +68,7 @@ def test_repetition_penalty_in_decoding(beam):
     """Penalty 2 on log-prob logits: after `a`, a's logit ln .6 becomes 2 ln .6 = ln .36, so the
     step's distribution is a .36/.76, b .4/.76 and `a b` wins over `a a`; the scores reported are
     those of the penalised distribution."""
+
     def decode(**options):
         cfg = DecodingConfig(beam_size=beam, n_best=1, max_length=5, **options)
         decoder = BatchDecoder(TableModel(6, [TABLE]), cfg, ModelRules(banned_ids=(0, 1, 2)))

@@ -188,8 +188,12 @@ def test_temperature_reshapes_the_frequencies():
     first = {t: p**0.5 for t, p in TABLE[()].items()}
     second = {t: p**0.5 for t, p in TABLE[(A,)].items()}
     z1, z2 = sum(first.values()), sum(second.values())
-    expected = {(A, A): first[A] / z1 * second[A] / z2, (A,): first[A] / z1 * second[EOS] / z2,
-                (B,): first[B] / z1, (): first[EOS] / z1}
+    expected = {
+        (A, A): first[A] / z1 * second[A] / z2,
+        (A,): first[A] / z1 * second[EOS] / z2,
+        (B,): first[B] / z1,
+        (): first[EOS] / z1,
+    }
     nbests = sample_table(temperature=2.0)
     assert chi_square(nbests, expected) < 16.27
     assert chi_square(nbests, OUTCOMES) > 30  # and it is not the untempered distribution
@@ -253,11 +257,11 @@ def test_samples_do_not_depend_on_batch_size_or_order(setup):
     shuffled = decode(translator, [sources[i] for i in order], order, 16)
     for results in (decode(translator, sources, lines, 32), [shuffled[order.index(i)] for i in lines]):
         assert [[h.tokens for h in n] for n in results] == [[h.tokens for h in n] for n in reference]
-        assert [h.total for n in results for h in n] == pytest.approx([h.total for n in reference for h in n],
-                                                                      abs=1e-5)
+        assert [h.total for n in results for h in n] == pytest.approx([h.total for n in reference for h in n], abs=1e-5)
     other_seed = BatchDecoder(model, DecodingConfig(sampling=True, n_best=3, max_length=20, top_p=0.9, seed=43))
-    assert [[h.tokens for h in n] for n in decode(other_seed, sources, lines, 32)] != \
-        [[h.tokens for h in n] for n in reference]
+    assert [[h.tokens for h in n] for n in decode(other_seed, sources, lines, 32)] != [
+        [h.tokens for h in n] for n in reference
+    ]
 
 
 def test_dropping_finished_sentences_changes_no_sample(setup):
@@ -271,8 +275,12 @@ def test_dropping_finished_sentences_changes_no_sample(setup):
 def test_sample_scores_equal_forced_decoding(setup):
     model, sources = setup
     translator = BatchDecoder(model, DecodingConfig(sampling=True, n_best=2, max_length=20, temperature=1.5))
-    ended = [(source, h) for source, hyps in zip(sources[:8], translator.translate_batch(sources[:8]))
-             for h in hyps if h.ended]
+    ended = [
+        (source, h)
+        for source, hyps in zip(sources[:8], translator.translate_batch(sources[:8]))
+        for h in hyps
+        if h.ended
+    ]
     assert len(ended) >= 4
     for source, h in ended:
         assert translator.score([source], [h.tokens])[0] == pytest.approx(h.total, abs=1e-4)
@@ -291,11 +299,16 @@ def test_sampling_refuses_an_explicit_beam_size():
         Config.from_values({"sampling": True, "beam_groups": 2, "diversity_penalty": 0.5})
 
 
-@pytest.mark.parametrize("values,message", [({"temperature": 0}, "temperature: must be > 0"),
-                                            ({"top_k": -1}, "top_k: must be >= 0"),
-                                            ({"top_p": 0}, r"top_p: must be in \(0, 1\]"),
-                                            ({"top_p": 1.5}, r"top_p: must be in \(0, 1\]"),
-                                            ({"seed": -1}, r"seed: must be in \[0, 2\^64\)")])
+@pytest.mark.parametrize(
+    "values,message",
+    [
+        ({"temperature": 0}, "temperature: must be > 0"),
+        ({"top_k": -1}, "top_k: must be >= 0"),
+        ({"top_p": 0}, r"top_p: must be in \(0, 1\]"),
+        ({"top_p": 1.5}, r"top_p: must be in \(0, 1\]"),
+        ({"seed": -1}, r"seed: must be in \[0, 2\^64\)"),
+    ],
+)
 def test_invalid_sampling_options_name_the_key(values, message):
     with pytest.raises(ConfigError, match=message):
         Config.from_values({"sampling": True, **values})
@@ -307,10 +320,27 @@ def test_invalid_sampling_options_name_the_key(values, message):
 def test_cli_samples_do_not_depend_on_batching(cli, lines_file):
     with open(f"{DEMO}/test.en", encoding="utf-8") as f:
         src = lines_file(f.read().splitlines()[:20])
-    common = ["translate", "-m", DEMO, "--src", src, "--sampling", "--n-best", "3", "--top-k", "20",
-              "--seed", "9", "--format", "nbest", "-q"]
-    outputs = [cli(*common, "--batch-size", size, *extra, text=True)
-               for size, extra in (("1", []), ("8", []), ("200", ["--batch-type", "tokens"]))]
+    common = [
+        "translate",
+        "-m",
+        DEMO,
+        "--src",
+        src,
+        "--sampling",
+        "--n-best",
+        "3",
+        "--top-k",
+        "20",
+        "--seed",
+        "9",
+        "--format",
+        "nbest",
+        "-q",
+    ]
+    outputs = [
+        cli(*common, "--batch-size", size, *extra, text=True)
+        for size, extra in (("1", []), ("8", []), ("200", ["--batch-type", "tokens"]))
+    ]
     assert all(out.returncode == 0 for out in outputs), outputs[0].stderr
     entries = [[line.split(" ||| ") for line in out.stdout.splitlines()] for out in outputs]
     assert len(entries[0]) == 60
@@ -322,13 +352,13 @@ def test_cli_samples_do_not_depend_on_batching(cli, lines_file):
 
 
 def test_cli_warns_of_sampling_options_without_sampling(cli):
-    out = cli("translate", "-m", DEMO, "--top-k", "5", "--temperature", "0.5", "-q", stdin="good morning\n",
-              text=True)
+    out = cli("translate", "-m", DEMO, "--top-k", "5", "--temperature", "0.5", "-q", stdin="good morning\n", text=True)
     assert out.returncode == 0
     assert "top_k: has no effect without --sampling" in out.stderr
     assert "temperature: has no effect without --sampling" in out.stderr
-    out = cli("translate", "-m", DEMO, "--sampling", "--early-stopping", "never", "-q", stdin="good morning\n",
-              text=True)
+    out = cli(
+        "translate", "-m", DEMO, "--sampling", "--early-stopping", "never", "-q", stdin="good morning\n", text=True
+    )
     assert out.returncode == 0 and "early_stopping: has no effect with --sampling" in out.stderr
 
 
@@ -366,8 +396,10 @@ def test_top_p_looks_further_on_flat_rows_as_transformers():
     logprobs = torch.log_softmax(spread * torch.randn(20, 3000, generator=g), dim=-1)
     for p in (0.5, 0.9, 0.999):
         assert_same_filter(Filters(top_p=p)(logprobs), TopPLogitsWarper(p)(None, logprobs.clone()))
-        assert_same_filter(Filters(top_k=500, top_p=p)(logprobs),
-                           TopPLogitsWarper(p)(None, TopKLogitsWarper(500)(None, logprobs.clone())))
+        assert_same_filter(
+            Filters(top_k=500, top_p=p)(logprobs),
+            TopPLogitsWarper(p)(None, TopKLogitsWarper(500)(None, logprobs.clone())),
+        )
 
 
 def test_samples_carry_alignment_and_attention_per_token(setup):
@@ -375,8 +407,9 @@ def test_samples_carry_alignment_and_attention_per_token(setup):
     and its alignment is the argmax of its attention rows."""
     model, sources = setup
     plain = BatchDecoder(model, DecodingConfig(sampling=True, n_best=3, max_length=20, seed=2))
-    facts = BatchDecoder(model, DecodingConfig(sampling=True, n_best=3, max_length=20, seed=2, alignment=True,
-                                             attention=True))
+    facts = BatchDecoder(
+        model, DecodingConfig(sampling=True, n_best=3, max_length=20, seed=2, alignment=True, attention=True)
+    )
     with_facts = facts.translate_batch(sources[:10])
     without = plain.translate_batch(sources[:10])
     assert [[h.tokens for h in n] for n in with_facts] == [[h.tokens for h in n] for n in without]

@@ -18,9 +18,16 @@ class BeamOfOne(BatchDecoder):
     """Runs the 2k-candidate beam search even for k=1 (the CLI uses greedy search there)."""
 
     def make_search(self, batch_size, max_steps, line_ids=None, prefixes=None):
-        return BeamSearch(batch_size=batch_size, beam_size=1, max_steps=max_steps, start_id=self.start_id,
-                          eos_id=self.eos_id, penalty=self.penalty, early_stopping=self.cfg.early_stopping,
-                          device=self.device)
+        return BeamSearch(
+            batch_size=batch_size,
+            beam_size=1,
+            max_steps=max_steps,
+            start_id=self.start_id,
+            eos_id=self.eos_id,
+            penalty=self.penalty,
+            early_stopping=self.cfg.early_stopping,
+            device=self.device,
+        )
 
 
 @pytest.mark.parametrize("penalty, alpha", [("none", 1.0), ("avg", 1.0), ("wu", 0.6)])
@@ -29,8 +36,9 @@ def test_large_beam_equals_brute_force(seed, penalty, alpha):
     """Tokens {eos, a, b}, 4 steps: 31 possible hypotheses, beam 32 keeps them all."""
     model = tiny_transformer(seed, vocab=6)
     source = random_sources(1, 6, seed=seed)[0]
-    cfg = DecodingConfig(beam_size=32, n_best=1, max_length=4, length_penalty=penalty, alpha=alpha,
-                         early_stopping="never")
+    cfg = DecodingConfig(
+        beam_size=32, n_best=1, max_length=4, length_penalty=penalty, alpha=alpha, early_stopping="never"
+    )
     [[hyp]] = BatchDecoder(model, cfg, BAN_SPECIALS).translate_batch([source])
     best_tokens, best_score = brute_force(model, source, [EOS, 4, 5], 4, LengthPenalty(penalty, alpha))
     assert hyp.tokens == best_tokens

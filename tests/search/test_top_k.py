@@ -6,8 +6,9 @@ import torch
 from nmtdecode.search.beam import BLOCK, top_k
 
 
-@pytest.mark.parametrize("rows, columns, k", [(32, 30000, 10), (3, 6000, 8), (7, 12345, 10), (5, 4 * 2 * BLOCK, 2),
-                                              (2, 40, 4)])
+@pytest.mark.parametrize(
+    "rows, columns, k", [(32, 30000, 10), (3, 6000, 8), (7, 12345, 10), (5, 4 * 2 * BLOCK, 2), (2, 40, 4)]
+)
 def test_it_is_torch_topk(rows, columns, k):
     values = torch.randn(rows, columns, generator=torch.Generator().manual_seed(columns))
     expected = values.topk(k, dim=1)

@@ -17,6 +17,5 @@ __all__ = ["FORMAT", "load"]
 def load(path: str, placement: Placement | None = None) -> LoadedModel:
     facts = describe(path, read_tensors)
     model = allocate(facts.cfg, path)
-    placed = load_weights(model, convert_weights(model, facts.stored.tensors, *weight_map(facts.cfg)), path,
-                          placement)
+    placed = load_weights(model, convert_weights(model, facts.stored.tensors, *weight_map(facts.cfg)), path, placement)
     return facts.loaded(model, path, placed.backend)

@@ -26,8 +26,15 @@ from typing import Any, Callable, Container
 from ...bounded import shown
 from ..architecture import TransformerConfig
 from ..checkpoint import ModelError, ModelFacts, check_dimensions, read_json
-from .opennmt_shared import (OPENNMT_RULES, POSITION_TYPES, VocabTokenizer, attention_projections, mapped_shapes,
-                             special_ids, subword_models)
+from .opennmt_shared import (
+    OPENNMT_RULES,
+    POSITION_TYPES,
+    VocabTokenizer,
+    attention_projections,
+    mapped_shapes,
+    special_ids,
+    subword_models,
+)
 
 FORMAT = "eole"
 ROLES = {"unk": "unk_token", "pad": "pad_token", "bos": "bos_token", "eos": "eos_token"}
@@ -54,13 +61,27 @@ FIXED_OPTIONS: Options = {
     "encoder_layer_style": ("standard", {"standard"}),
     "num_mtp_heads": (0, {0}),
 }
-EMBEDDING_OPTIONS: Options = {"normalize": (False, {False, None}), "embedding_layer_norm": (False, {False}),
-                              "position_shift": (0, {0, None}), "embedding_type": ("standard", {"standard"})}
-MODEL_OPTIONS: Options = {"architecture": ("transformer", {"transformer"}),
-                          "generator_function": ("softmax", {"softmax"}), "add_estimator": (False, {False})}
+EMBEDDING_OPTIONS: Options = {
+    "normalize": (False, {False, None}),
+    "embedding_layer_norm": (False, {False}),
+    "position_shift": (0, {0, None}),
+    "embedding_type": ("standard", {"standard"}),
+}
+MODEL_OPTIONS: Options = {
+    "architecture": ("transformer", {"transformer"}),
+    "generator_function": ("softmax", {"softmax"}),
+    "add_estimator": (False, {False}),
+}
 # `eole predict`'s defaults (eole/config/inference.py): as onmt_translate's, but max_length_ratio 2.
-DECODING_DEFAULTS = {"beam_size": 5, "length_penalty": "avg", "alpha": 1.0, "early_stopping": "top",
-                     "max_length": 250, "max_len_a": 2.0, "max_len_b": 5}
+DECODING_DEFAULTS = {
+    "beam_size": 5,
+    "length_penalty": "avg",
+    "alpha": 1.0,
+    "early_stopping": "top",
+    "max_length": 250,
+    "max_len_a": 2.0,
+    "max_len_b": 5,
+}
 
 
 def option(model: dict, side: str, key: str, default: Any) -> Any:  # a config value: any JSON value
@@ -87,19 +108,21 @@ def check_options(model: dict, path: str) -> None:
         _refuse_unless(option(model, side, "heads_kv", None), {None, heads}, f"{side}.heads_kv", path)
         _refuse_unless(option(model, side, "head_dim", None), {None, hidden // max(heads, 1)}, f"{side}.head_dim", path)
         _refuse_unless(_positions(model, side), POSITION_TYPES, f"{side}.position_encoding_type", path)
-        _refuse_unless(option(model, side, "mlp_activation_fn", "relu"), ACTIVATIONS, f"{side}.mlp_activation_fn",
-                       path)
+        _refuse_unless(option(model, side, "mlp_activation_fn", "relu"), ACTIVATIONS, f"{side}.mlp_activation_fn", path)
     for key in ("hidden_size", "heads", "transformer_ff", "mlp_activation_fn", "norm_eps", "layer_norm"):
         values = {str(option(model, side, key, None)) for side in ("encoder", "decoder")}
         if len(values) > 1:
-            raise ModelError(f"{path}: eole option {key} differs between the encoder and the decoder "
-                             f"({' / '.join(sorted(values))}); one Transformer has one")
+            raise ModelError(
+                f"{path}: eole option {key} differs between the encoder and the decoder "
+                f"({' / '.join(sorted(values))}); one Transformer has one"
+            )
 
 
 def _positions(model: dict, side: str) -> Any:  # a config value: one of POSITION_TYPES once checked
     embeddings = model.get("embeddings") or {}
-    return option(model, side, "position_encoding_type",
-                  embeddings.get("position_encoding_type", "SinusoidalInterleaved"))
+    return option(
+        model, side, "position_encoding_type", embeddings.get("position_encoding_type", "SinusoidalInterleaved")
+    )
 
 
 def special_tokens(vocab: dict) -> dict[str, str]:
@@ -117,29 +140,45 @@ def model_config(model: dict, vocab: dict, weights: dict[str, tuple[int, ...]], 
     if start not in vocab["tgt"]:
         raise ModelError(f"{path}/vocab.json: the decoder start token {shown(start)} is not in the target vocabulary")
     if src["pad"] != tgt["pad"]:
-        raise ModelError(f"{path}: the pad token has id {src['pad']} in the source vocabulary, "
-                         f"{tgt['pad']} in the target")
+        raise ModelError(
+            f"{path}: the pad token has id {src['pad']} in the source vocabulary, {tgt['pad']} in the target"
+        )
     hidden = option(model, "encoder", "hidden_size", 512)
     table = weights.get("src_emb.pe.pe")
     try:
         return TransformerConfig(
-            src_vocab_size=len(vocab["src"]), tgt_vocab_size=len(vocab["tgt"]), d_model=hidden,
-            heads=option(model, "encoder", "heads", 8), encoder_layers=option(model, "encoder", "layers", 2),
+            src_vocab_size=len(vocab["src"]),
+            tgt_vocab_size=len(vocab["tgt"]),
+            d_model=hidden,
+            heads=option(model, "encoder", "heads", 8),
+            encoder_layers=option(model, "encoder", "layers", 2),
             decoder_layers=option(model, "decoder", "layers", 2),
             ffn_dim=option(model, "encoder", "transformer_ff", 2048),
             activation=ACTIVATIONS[option(model, "encoder", "mlp_activation_fn", "relu")],
-            pre_norm=True, encoder_final_norm=bool(option(model, "encoder", "final_encoder_layer_norm", True)),
-            decoder_final_norm=True, positions=POSITION_TYPES[_positions(model, "encoder")],
-            max_positions=table[0] if table is not None else 5000, embed_scale=float(hidden) ** 0.5,
+            pre_norm=True,
+            encoder_final_norm=bool(option(model, "encoder", "final_encoder_layer_norm", True)),
+            decoder_final_norm=True,
+            positions=POSITION_TYPES[_positions(model, "encoder")],
+            max_positions=table[0] if table is not None else 5000,
+            embed_scale=float(hidden) ** 0.5,
             share_embeddings=bool(model.get("share_embeddings", False)),
             tie_output=bool(model.get("share_decoder_embeddings", False)),
             final_logits_bias="generator.bias" in weights,
             # one switch for every linear layer: the biases the weights lack are loaded as zeros
-            bias=any(name.endswith(".bias") and "layernorm" not in name and "layer_norm" not in name
-                     and not name.startswith("generator.") for name in weights),
+            bias=any(
+                name.endswith(".bias")
+                and "layernorm" not in name
+                and "layer_norm" not in name
+                and not name.startswith("generator.")
+                for name in weights
+            ),
             norm_eps=float(option(model, "encoder", "norm_eps", 1e-5)),
-            pad_id=tgt["pad"], unk_id=tgt["unk"], bos_id=tgt["bos"], eos_id=tgt["eos"],
-            decoder_start_id=vocab["tgt"].index(start))
+            pad_id=tgt["pad"],
+            unk_id=tgt["unk"],
+            bos_id=tgt["bos"],
+            eos_id=tgt["eos"],
+            decoder_start_id=vocab["tgt"].index(start),
+        )
     except (TypeError, ValueError) as e:
         raise ModelError(f"{path}/config.json: the model section does not describe a Transformer: {e}") from None
 
@@ -147,14 +186,30 @@ def model_config(model: dict, vocab: dict, weights: dict[str, tuple[int, ...]], 
 def weight_map(cfg: TransformerConfig) -> tuple[dict[str, list[str]], dict[str, str]]:
     """Our linear layers -> eole's (concatenated), and our norms and embeddings -> eole's."""
     linear: dict[str, list[str]] = {}
-    direct = {"src_embed.tokens.weight": "src_emb.embeddings.weight",
-              "tgt_embed.tokens.weight": "tgt_emb.embeddings.weight",
-              "output.weight": "generator.weight", "output.bias": "generator.bias"}
-    stacks = [("encoder", "encoder_layers", cfg.encoder_layers,
-               {"attn_block": "input_layernorm", "ffn_block": "post_attention_layernorm"}),
-              ("decoder", "decoder_layers", cfg.decoder_layers,
-               {"self_block": "input_layernorm", "cross_block": "precontext_layernorm",
-                "ffn_block": "post_attention_layernorm"})]
+    direct = {
+        "src_embed.tokens.weight": "src_emb.embeddings.weight",
+        "tgt_embed.tokens.weight": "tgt_emb.embeddings.weight",
+        "output.weight": "generator.weight",
+        "output.bias": "generator.bias",
+    }
+    stacks = [
+        (
+            "encoder",
+            "encoder_layers",
+            cfg.encoder_layers,
+            {"attn_block": "input_layernorm", "ffn_block": "post_attention_layernorm"},
+        ),
+        (
+            "decoder",
+            "decoder_layers",
+            cfg.decoder_layers,
+            {
+                "self_block": "input_layernorm",
+                "cross_block": "precontext_layernorm",
+                "ffn_block": "post_attention_layernorm",
+            },
+        ),
+    ]
     for theirs_stack, ours_stack, layers, norms in stacks:
         for part in ("weight", "bias"):
             direct[f"{theirs_stack}_norm.{part}"] = f"{theirs_stack}.layer_norm.{part}"
@@ -182,8 +237,10 @@ def tokenizer_files(config: dict, path: str) -> tuple[str | None, str | None]:
     """The SentencePiece models of the recorded `sentencepiece` transform; eole writes their
     paths as ${MODEL_PATH}/NAME (the model directory)."""
     settings = (config.get("transforms_configs") or {}).get("sentencepiece") or {}
-    recorded = {side: (settings.get(f"{side}_subword_model") or "").replace("${MODEL_PATH}", path) or None
-                for side in ("src", "tgt")}
+    recorded = {
+        side: (settings.get(f"{side}_subword_model") or "").replace("${MODEL_PATH}", path) or None
+        for side in ("src", "tgt")
+    }
     return subword_models(config.get("transforms"), recorded, path, path)
 
 
@@ -202,8 +259,15 @@ def describe(path: str, read: Callable) -> ModelFacts:
     shapes = mapped_shapes(cfg, stored.shapes, *weight_map(cfg))
     check_dimensions(cfg, shapes, path)
     # eole predict decodes with OpenNMT-py's beam (eole/predict/beam_search.py)
-    return ModelFacts(FORMAT, cfg, stored, shapes, OPENNMT_RULES, dict(DECODING_DEFAULTS),
-                      functools.partial(_tokenizer, path, config, vocab))
+    return ModelFacts(
+        FORMAT,
+        cfg,
+        stored,
+        shapes,
+        OPENNMT_RULES,
+        dict(DECODING_DEFAULTS),
+        functools.partial(_tokenizer, path, config, vocab),
+    )
 
 
 def _tokenizer(path: str, config: dict, vocab: dict) -> VocabTokenizer:

@@ -43,20 +43,41 @@ FAMILIES: dict[str, Family] = {
     "mbart": dict(pre_norm=True, positions="learned", position_offset=2, layernorm_embedding=True),
     "m2m_100": dict(pre_norm=True, positions="sinusoidal_fairseq", position_offset=None, layernorm_embedding=False),
 }
-ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
-               "swish": "silu", "silu": "silu"}
+ACTIVATIONS = {
+    "relu": "relu",
+    "gelu": "gelu",
+    "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "swish": "silu",
+    "silu": "silu",
+}
 # Fields that must agree because our layers use one value for encoder and decoder.
 SAME_FOR_BOTH = [("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")]
 
 
 # Sizes every config.json must give, each a positive integer.
-REQUIRED_SIZES = ("vocab_size", "d_model", "encoder_attention_heads", "decoder_attention_heads", "encoder_layers",
-                  "decoder_layers", "encoder_ffn_dim", "decoder_ffn_dim")
+REQUIRED_SIZES = (
+    "vocab_size",
+    "d_model",
+    "encoder_attention_heads",
+    "decoder_attention_heads",
+    "encoder_layers",
+    "decoder_layers",
+    "encoder_ffn_dim",
+    "decoder_ffn_dim",
+)
 
 
 # Token ids a config.json or generation_config.json may give: each an integer, or null.
-TOKEN_IDS = ("pad_token_id", "bos_token_id", "eos_token_id", "unk_token_id", "decoder_start_token_id",
-             "forced_bos_token_id", "forced_eos_token_id")
+TOKEN_IDS = (
+    "pad_token_id",
+    "bos_token_id",
+    "eos_token_id",
+    "unk_token_id",
+    "decoder_start_token_id",
+    "forced_bos_token_id",
+    "forced_eos_token_id",
+)
 
 
 def check_token_ids(values: dict, where: str) -> None:
@@ -80,8 +101,10 @@ def check_sizes(hf: dict, path: str) -> None:
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ModelError(f"{where}: {key}: expected a positive integer, got {shown(value)}")
     if hf["d_model"] % hf["encoder_attention_heads"]:
-        raise ModelError(f"{where}: d_model ({hf['d_model']}) is not divisible by "
-                         f"encoder_attention_heads ({hf['encoder_attention_heads']})")
+        raise ModelError(
+            f"{where}: d_model ({hf['d_model']}) is not divisible by "
+            f"encoder_attention_heads ({hf['encoder_attention_heads']})"
+        )
 
 
 def model_config(hf: dict, path: str) -> TransformerConfig:
@@ -148,8 +171,11 @@ def weight_files(path: str) -> list[str]:
 
 def _attention(ours: str, theirs: str, fused: dict[str, list[str]]) -> dict[str, list[str]]:
     """Our fused projections <- concatenation of theirs: e.g. qkv <- q_proj, k_proj, v_proj."""
-    return {f"{ours}.{name}.{p}": [f"{theirs}.{part}_proj.{p}" for part in parts]
-            for name, parts in fused.items() for p in ("weight", "bias")}
+    return {
+        f"{ours}.{name}.{p}": [f"{theirs}.{part}_proj.{p}" for part in parts]
+        for name, parts in fused.items()
+        for p in ("weight", "bias")
+    }
 
 
 def weight_map(cfg: TransformerConfig) -> dict[str, list[str]]:
@@ -169,16 +195,26 @@ def weight_map(cfg: TransformerConfig) -> dict[str, list[str]]:
     for i in range(cfg.encoder_layers):
         ours, theirs = f"encoder_layers.{i}", f"model.encoder.layers.{i}"
         names.update(_attention(f"{ours}.self_attn", f"{theirs}.self_attn", self_attention))
-        names.update(_feed_forward(ours, theirs, {"attn_block": "self_attn_layer_norm",
-                                                  "ffn_block": "final_layer_norm"}))
+        names.update(
+            _feed_forward(ours, theirs, {"attn_block": "self_attn_layer_norm", "ffn_block": "final_layer_norm"})
+        )
     for i in range(cfg.decoder_layers):
         ours, theirs = f"decoder_layers.{i}", f"model.decoder.layers.{i}"
         names.update(_attention(f"{ours}.self_attn", f"{theirs}.self_attn", self_attention))
-        names.update(_attention(f"{ours}.cross_attn", f"{theirs}.encoder_attn",
-                                {"q": ["q"], "kv": ["k", "v"], "out": ["out"]}))
-        names.update(_feed_forward(ours, theirs, {"self_block": "self_attn_layer_norm",
-                                                  "cross_block": "encoder_attn_layer_norm",
-                                                  "ffn_block": "final_layer_norm"}))
+        names.update(
+            _attention(f"{ours}.cross_attn", f"{theirs}.encoder_attn", {"q": ["q"], "kv": ["k", "v"], "out": ["out"]})
+        )
+        names.update(
+            _feed_forward(
+                ours,
+                theirs,
+                {
+                    "self_block": "self_attn_layer_norm",
+                    "cross_block": "encoder_attn_layer_norm",
+                    "ffn_block": "final_layer_norm",
+                },
+            )
+        )
     if not cfg.tie_output:
         names["output.weight"] = ["lm_head.weight"]
     if cfg.final_logits_bias:
@@ -187,10 +223,18 @@ def weight_map(cfg: TransformerConfig) -> dict[str, list[str]]:
 
 
 def _feed_forward(ours: str, theirs: str, norms: dict[str, str]) -> dict[str, list[str]]:
-    names = {f"{ours}.ffn.{a}.{p}": [f"{theirs}.{b}.{p}"] for a, b in (("up", "fc1"), ("down", "fc2"))
-             for p in ("weight", "bias")}
-    names.update({f"{ours}.{block}.norm.{p}": [f"{theirs}.{norm}.{p}"] for block, norm in norms.items()
-                  for p in ("weight", "bias")})
+    names = {
+        f"{ours}.ffn.{a}.{p}": [f"{theirs}.{b}.{p}"]
+        for a, b in (("up", "fc1"), ("down", "fc2"))
+        for p in ("weight", "bias")
+    }
+    names.update(
+        {
+            f"{ours}.{block}.norm.{p}": [f"{theirs}.{norm}.{p}"]
+            for block, norm in norms.items()
+            for p in ("weight", "bias")
+        }
+    )
     return names
 
 
@@ -236,8 +280,12 @@ def sampling_settings(gen: dict) -> dict:
     if not gen.get("do_sample") or (gen.get("num_beams") or 1) > 1 or (gen.get("num_beam_groups") or 1) > 1:
         return {}
     values = {k: default if gen.get(k) is None else gen[k] for k, default in HF_SAMPLING_DEFAULTS.items()}
-    return {"sampling": True, "temperature": float(values["temperature"]), "top_k": int(values["top_k"]),
-            "top_p": float(values["top_p"])}
+    return {
+        "sampling": True,
+        "temperature": float(values["temperature"]),
+        "top_k": int(values["top_k"]),
+        "top_p": float(values["top_p"]),
+    }
 
 
 def generation_settings(gen: dict, cfg: TransformerConfig) -> tuple[dict, ModelRules]:
@@ -293,8 +341,15 @@ def describe(path: str, read: Callable, hf: dict | None = None) -> ModelFacts:
     shapes = joined_shapes(weight_sources(cfg, stored.shapes, path), stored.shapes)
     check_dimensions(cfg, shapes, path)
     defaults, rules = generation_settings(generation, cfg)
-    return ModelFacts(f"{FORMAT}/{hf['model_type']}", cfg, stored, shapes, rules, defaults,
-                      functools.partial(_tokenizer, path, hf, cfg))
+    return ModelFacts(
+        f"{FORMAT}/{hf['model_type']}",
+        cfg,
+        stored,
+        shapes,
+        rules,
+        defaults,
+        functools.partial(_tokenizer, path, hf, cfg),
+    )
 
 
 def _tokenizer(path: str, hf: dict, cfg: TransformerConfig) -> HFTokenizer:

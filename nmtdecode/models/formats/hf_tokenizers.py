@@ -20,6 +20,7 @@ SentencePiece with fairseq ids, as the models were trained; transformers' rebuil
 keep trailing spaces, cut special-token strings out of the text and, for NLLB, put `<mask>`
 before the language codes.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -65,12 +66,25 @@ NLLB_CODES = """ace_Arab ace_Latn acm_Arab acq_Arab aeb_Arab afr_Latn ajp_Arab a
     war_Latn wol_Latn xho_Latn ydd_Hebr yor_Latn yue_Hant zho_Hans zho_Hant zul_Latn""".split()
 MBART_CODES = """ar_AR cs_CZ de_DE en_XX es_XX et_EE fi_FI fr_XX gu_IN hi_IN it_IT ja_XX kk_KZ ko_KR lt_LT lv_LV my_MM
     ne_NP nl_XX ro_RO ru_RU si_LK tr_TR vi_VN zh_CN""".split()
-MBART50_CODES = MBART_CODES + """af_ZA az_AZ bn_IN fa_IR he_IL hr_HR id_ID ka_GE km_KH mk_MK ml_IN mn_MN mr_IN pl_PL
+MBART50_CODES = (
+    MBART_CODES
+    + """af_ZA az_AZ bn_IN fa_IR he_IL hr_HR id_ID ka_GE km_KH mk_MK ml_IN mn_MN mr_IN pl_PL
     ps_AF pt_XX sv_SE sw_KE ta_IN te_IN th_TH tl_XX uk_UA ur_PK xh_ZA gl_ES sl_SI""".split()
+)
 CODES = {"nllb": NLLB_CODES, "mbart50": MBART50_CODES, "mbart": MBART_CODES}
 SPECIALS = {"bos": "<s>", "pad": "<pad>", "eos": "</s>", "unk": "<unk>", "mask": "<mask>"}  # role -> default text
-CLEAN_UP = [(" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"), (" 'm", "'m"),
-            (" 's", "'s"), (" 've", "'ve"), (" 're", "'re")]  # transformers' clean_up_tokenization
+CLEAN_UP = [
+    (" .", "."),
+    (" ?", "?"),
+    (" !", "!"),
+    (" ,", ","),
+    (" ' ", "'"),
+    (" n't", "n't"),
+    (" 'm", "'m"),
+    (" 's", "'s"),
+    (" 've", "'ve"),
+    (" 're", "'re"),
+]  # transformers' clean_up_tokenization
 
 
 def _load_spm(path: str) -> spm.SentencePieceProcessor:
@@ -114,8 +128,15 @@ class _Pieces:
     ids; every other stretch is encoded on its own, and a piece missing from the vocabulary is <unk>.
     Marian also takes a leading `>>xx<<` of a stretch as one token."""
 
-    def __init__(self, model: str, vocab: dict[str, int], unk_id: int, added: dict[str, int], marian: bool = False,
-                 detok: spm.SentencePieceProcessor | None = None) -> None:
+    def __init__(
+        self,
+        model: str,
+        vocab: dict[str, int],
+        unk_id: int,
+        added: dict[str, int],
+        marian: bool = False,
+        detok: spm.SentencePieceProcessor | None = None,
+    ) -> None:
         self.sp = _load_spm(model)
         self.detok = detok or self.sp  # Marian decodes with source.spm when the vocabulary is shared
         self.vocab, self.unk_id, self.added, self.marian = vocab, unk_id, added, marian
@@ -143,8 +164,13 @@ class _Pieces:
         return self.pieces.get(i, self.added_pieces.get(i))
 
     def identity(self) -> tuple:
-        return (spm_identity(self.sp), tuple(sorted(self.vocab.items())), tuple(sorted(self.added.items())),
-                self.unk_id, self.marian)
+        return (
+            spm_identity(self.sp),
+            tuple(sorted(self.vocab.items())),
+            tuple(sorted(self.added.items())),
+            self.unk_id,
+            self.marian,
+        )
 
     def split_pieces(self, text: str) -> list[str]:
         """One per id of `ids`, as the text spells it (a piece the vocabulary lacks too)."""
@@ -261,10 +287,21 @@ class HFTokenizer:
     """The tokenizer protocol over a backend (`ids(text)`, `text(ids)`). `languages` maps codes to
     tag ids; the source tag goes first, or last where `tag_at_end` (mBART cc25, legacy NLLB)."""
 
-    def __init__(self, source: _Backend, *, unk_id: int, eos_id: int, special_ids: Iterable[int] = (),
-                 target: _Backend | None = None, languages: Mapping[str, int] | None = None,
-                 src_lang: str | None = None, tag_at_end: bool = False, bos_id: int | None = None,
-                 cleanup: bool = False, tag_piece: str = "{}") -> None:
+    def __init__(
+        self,
+        source: _Backend,
+        *,
+        unk_id: int,
+        eos_id: int,
+        special_ids: Iterable[int] = (),
+        target: _Backend | None = None,
+        languages: Mapping[str, int] | None = None,
+        src_lang: str | None = None,
+        tag_at_end: bool = False,
+        bos_id: int | None = None,
+        cleanup: bool = False,
+        tag_piece: str = "{}",
+    ) -> None:
         self.source, self.target = source, target or source
         self.unk_id, self.eos_id, self.bos = unk_id, eos_id, [] if bos_id is None else [bos_id]
         self.languages = dict(languages or {})
@@ -314,8 +351,18 @@ class HFTokenizer:
     def source_identity(self) -> tuple:
         """Equal for two tokenizers exactly when they give every source line the same ids, for
         the same src_lang (an ensemble's models must: models/ensemble.py)."""
-        return (type(self).__name__, self.source.identity(), tuple(sorted(self.languages.items())), self.unk_id,
-                self.eos_id, tuple(self.bos), self.tag_at_end, self.default_tag, tuple(self.before), tuple(self.after))
+        return (
+            type(self).__name__,
+            self.source.identity(),
+            tuple(sorted(self.languages.items())),
+            self.unk_id,
+            self.eos_id,
+            tuple(self.bos),
+            self.tag_at_end,
+            self.default_tag,
+            tuple(self.before),
+            tuple(self.after),
+        )
 
     def target_piece(self, token_id: int) -> str | None:
         """The target vocabulary's entry for an id, as transformers' convert_ids_to_tokens spells it
@@ -343,8 +390,11 @@ class HFTokenizer:
     def source_pieces(self, text: str | list[str]) -> list[str]:
         """One piece per id of `encode` (of `encode_pieces` for a list of pieces), tags included."""
         pieces = text if isinstance(text, list) else self.source.split_pieces(text)
-        return ([self.source_piece(i) or "" for i in self.before] + pieces
-                + [self.source_piece(i) or "" for i in self.after])
+        return (
+            [self.source_piece(i) or "" for i in self.before]
+            + pieces
+            + [self.source_piece(i) or "" for i in self.after]
+        )
 
     def piece_id(self, piece: str) -> int | None:
         """The id of a target vocabulary entry (a piece or a language tag), or None."""
@@ -358,8 +408,10 @@ class HFTokenizer:
             known = list(self.languages)
             close = difflib.get_close_matches(code, known, n=3)
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
-            raise ConfigError(f"{option}: {shown(code)} is not a language of this model{hint}; it knows {len(known)}: "
-                              f"{', '.join(known[:12])}{', ...' if len(known) > 12 else ''}")
+            raise ConfigError(
+                f"{option}: {shown(code)} is not a language of this model{hint}; it knows {len(known)}: "
+                f"{', '.join(known[:12])}{', ...' if len(known) > 12 else ''}"
+            )
         return self.languages[code]
 
 
@@ -383,8 +435,10 @@ class _MBartTokenizer(HFTokenizer):
 
     def set_languages(self, src_lang: str | None, tgt_lang: str | None) -> int | None:
         if tgt_lang and self._tag("tgt_lang", tgt_lang) != self.decoder_start_id:
-            raise ConfigError(f"tgt_lang: this mBART checkpoint starts decoding with token {self.decoder_start_id} "
-                              f"(decoder_start_token_id), not with {tgt_lang}; it cannot switch target languages")
+            raise ConfigError(
+                f"tgt_lang: this mBART checkpoint starts decoding with token {self.decoder_start_id} "
+                f"(decoder_start_token_id), not with {tgt_lang}; it cannot switch target languages"
+            )
         return super().set_languages(src_lang, None)
 
 
@@ -422,12 +476,20 @@ def _marian(path: str, config: dict) -> HFTokenizer:
         if names["unk"] not in table or names["eos"] not in table:
             raise ModelError(f"{os.path.join(path, name)}: no {names['unk']} or {names['eos']} entry")
     added = _added_tokens(config, vocab, [names[r] for r in ("eos", "unk", "pad")])
-    return marian_tokenizer(path, vocab, target_vocab, names, added,
-                            cleanup=bool(config.get("clean_up_tokenization_spaces")))
+    return marian_tokenizer(
+        path, vocab, target_vocab, names, added, cleanup=bool(config.get("clean_up_tokenization_spaces"))
+    )
 
 
-def marian_tokenizer(path: str, vocab: dict, target_vocab: dict, names: dict[str, str], added: dict[str, int],
-                     cleanup: bool = False, special_ids: Iterable[int] = ()) -> HFTokenizer:
+def marian_tokenizer(
+    path: str,
+    vocab: dict,
+    target_vocab: dict,
+    names: dict[str, str],
+    added: dict[str, int],
+    cleanup: bool = False,
+    special_ids: Iterable[int] = (),
+) -> HFTokenizer:
     """OPUS-MT's tokenizer: source.spm and target.spm in `path` cut text into pieces, the
     vocabularies (piece -> id; `target_vocab` is `vocab` when they are shared) number them;
     `names`: role -> special token text, `added`: strings cut out of the text first. Shared by
@@ -435,13 +497,25 @@ def marian_tokenizer(path: str, vocab: dict, target_vocab: dict, names: dict[str
     separate = target_vocab is not vocab
     unk = names["unk"]
     source = _Pieces(os.path.join(path, "source.spm"), vocab, vocab[unk], added, marian=True)
-    target = _Pieces(os.path.join(path, "target.spm"), target_vocab, target_vocab[unk], added, marian=True,
-                     detok=None if separate else source.sp)
+    target = _Pieces(
+        os.path.join(path, "target.spm"),
+        target_vocab,
+        target_vocab[unk],
+        added,
+        marian=True,
+        detok=None if separate else source.sp,
+    )
     is_tag = re.compile(r">>.+<<").fullmatch
     specials = {i for t, i in target_vocab.items() if is_tag(t) or t == names["pad"]} | set(added.values())
-    return _MarianTokenizer(source, target=target, unk_id=vocab[unk], eos_id=vocab[names["eos"]],
-                            special_ids=specials | set(special_ids),
-                            languages={t[2:-2]: i for t, i in vocab.items() if is_tag(t)}, cleanup=cleanup)
+    return _MarianTokenizer(
+        source,
+        target=target,
+        unk_id=vocab[unk],
+        eos_id=vocab[names["eos"]],
+        special_ids=specials | set(special_ids),
+        languages={t[2:-2]: i for t, i in vocab.items() if is_tag(t)},
+        cleanup=cleanup,
+    )
 
 
 def _m2m100(path: str, config: dict) -> HFTokenizer:
@@ -456,10 +530,16 @@ def _m2m100(path: str, config: dict) -> HFTokenizer:
     unk, eos = vocab[names[3]], vocab[names[2]]
     added = _added_tokens(config, vocab, names)
     pieces = _Pieces(os.path.join(path, "sentencepiece.bpe.model"), vocab, unk, added)
-    return HFTokenizer(pieces, unk_id=unk, eos_id=eos, special_ids={vocab[t] for t in names} | set(added.values()),
-                       languages={c: len(vocab) + i for i, c in enumerate(codes)},
-                       src_lang=config.get("src_lang") or "en", tag_piece="__{}__",
-                       cleanup=bool(config.get("clean_up_tokenization_spaces")))
+    return HFTokenizer(
+        pieces,
+        unk_id=unk,
+        eos_id=eos,
+        special_ids={vocab[t] for t in names} | set(added.values()),
+        languages={c: len(vocab) + i for i, c in enumerate(codes)},
+        src_lang=config.get("src_lang") or "en",
+        tag_piece="__{}__",
+        cleanup=bool(config.get("clean_up_tokenization_spaces")),
+    )
 
 
 def _fairseq_family(path: str, config: dict, cfg: TransformerConfig, family: str | None) -> HFTokenizer:
@@ -482,9 +562,13 @@ def _fairseq_family(path: str, config: dict, cfg: TransformerConfig, family: str
     else:
         raise ModelError(f"{path}: no tokenizer.json or sentencepiece.bpe.model")
     kw: dict[str, Any] = dict(  # HFTokenizer's keyword arguments, of several types
-        unk_id=ids["unk"], eos_id=ids["eos"], special_ids={i for i in ids.values() if i is not None},
-        languages=languages, src_lang=config.get("src_lang") or ("eng_Latn" if family == "nllb" else "en_XX"),
-        cleanup=bool(config.get("clean_up_tokenization_spaces")) and not bpe)  # as transformers 5
+        unk_id=ids["unk"],
+        eos_id=ids["eos"],
+        special_ids={i for i in ids.values() if i is not None},
+        languages=languages,
+        src_lang=config.get("src_lang") or ("eng_Latn" if family == "nllb" else "en_XX"),
+        cleanup=bool(config.get("clean_up_tokenization_spaces")) and not bpe,
+    )  # as transformers 5
     if family == "mbart":
         return _MBartTokenizer(backend, cfg.decoder_start_id, tag_at_end=True, **kw)
     return HFTokenizer(backend, tag_at_end=family == "nllb" and bool(config.get("legacy_behaviour")), **kw)
@@ -504,12 +588,18 @@ def _bart(path: str, config: dict) -> HFTokenizer:
     ids = {role: backend.id(text) for role, text in names.items()}
     if missing := [names[r] for r in ("bos", "eos", "unk") if ids[r] is None]:
         raise ModelError(f"{path}: the tokenizer has no {', '.join(missing)} token")
-    return HFTokenizer(backend, unk_id=ids["unk"], eos_id=ids["eos"], bos_id=ids["bos"],
-                       special_ids={i for i in ids.values() if i is not None})
+    return HFTokenizer(
+        backend,
+        unk_id=ids["unk"],
+        eos_id=ids["eos"],
+        bos_id=ids["bos"],
+        special_ids={i for i in ids.values() if i is not None},
+    )
 
 
-def _byte_level_bpe(vocab_file: str, merges_file: str, specials: Iterable[str],
-                    add_prefix_space: bool) -> _TokenizerJson:
+def _byte_level_bpe(
+    vocab_file: str, merges_file: str, specials: Iterable[str], add_prefix_space: bool
+) -> _TokenizerJson:
     tokenizers = _tokenizers_library()
     try:
         tok = tokenizers.Tokenizer(tokenizers.models.BPE.from_file(note_read(vocab_file), note_read(merges_file)))

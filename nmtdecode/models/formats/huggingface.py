@@ -33,8 +33,9 @@ def load_network(path: str, hf: dict, placement: Placement | None = None) -> tup
     return model, facts.defaults, facts.rules
 
 
-def _network(path: str, hf: dict | None = None,
-             placement: Placement | None = None) -> tuple[Transformer, ModelFacts, Placement]:
+def _network(
+    path: str, hf: dict | None = None, placement: Placement | None = None
+) -> tuple[Transformer, ModelFacts, Placement]:
     facts = describe(path, read_tensors, hf)
     model = allocate(facts.cfg, path)
     tensors = facts.stored.tensors

@@ -19,8 +19,9 @@ from .marian_weights import Piece
 __all__ = ["FORMAT", "convert_weights", "load"]
 
 
-def convert_weights(recipes: dict[str, tuple[Piece, ...]], tensors: Mapping[str, StoredSource],
-                    where: str) -> dict[str, Source]:
+def convert_weights(
+    recipes: dict[str, tuple[Piece, ...]], tensors: Mapping[str, StoredSource], where: str
+) -> dict[str, Source]:
     """Our parameters from the stored arrays (marian_weights.mapping: which, in what form, and the
     constant rows after them), to be read as the model is filled."""
     ours: dict[str, Source] = {}
@@ -28,8 +29,14 @@ def convert_weights(recipes: dict[str, tuple[Piece, ...]], tensors: Mapping[str,
         arrays = [_formed(p, tensors[p.array]) for p in pieces if p.array is not None]
         width = tuple(arrays[0].shape[1:]) if arrays else ()
         parts = iter(arrays)
-        ours[name] = join([next(parts) if p.array is not None else
-                           InMemoryTensor(torch.full((p.rows, *width), p.value), name, where) for p in pieces])
+        ours[name] = join(
+            [
+                next(parts)
+                if p.array is not None
+                else InMemoryTensor(torch.full((p.rows, *width), p.value), name, where)
+                for p in pieces
+            ]
+        )
     return ours
 
 

@@ -37,18 +37,34 @@ FORMAT = "marian"
 MAX_POSITIONS = 1024  # sinusoids have no end; Marian's decoder crops its input at 1000 tokens (max-length)
 NORM_EPS = 1e-6  # Marian's layer norm in its transformer (generic.h layerNorm)
 # Marian's own defaults (src/common/config_parser.cpp) for options an older model.yml leaves out.
-MODEL_DEFAULTS = {"type": "amun", "dim-emb": 512, "enc-depth": 1, "dec-depth": 1, "transformer-heads": 8,
-                  "transformer-dim-ffn": 2048, "transformer-decoder-dim-ffn": 0, "transformer-ffn-activation": "swish",
-                  "transformer-preprocess": "", "transformer-postprocess": "dan", "transformer-postprocess-emb": "d",
-                  "transformer-postprocess-top": "", "transformer-guided-alignment-layer": "last",
-                  "tied-embeddings": False, "tied-embeddings-src": False, "tied-embeddings-all": False,
-                  "output-omit-bias": False}
+MODEL_DEFAULTS = {
+    "type": "amun",
+    "dim-emb": 512,
+    "enc-depth": 1,
+    "dec-depth": 1,
+    "transformer-heads": 8,
+    "transformer-dim-ffn": 2048,
+    "transformer-decoder-dim-ffn": 0,
+    "transformer-ffn-activation": "swish",
+    "transformer-preprocess": "",
+    "transformer-postprocess": "dan",
+    "transformer-postprocess-emb": "d",
+    "transformer-postprocess-top": "",
+    "transformer-guided-alignment-layer": "last",
+    "tied-embeddings": False,
+    "tied-embeddings-src": False,
+    "tied-embeddings-all": False,
+    "output-omit-bias": False,
+}
 ACTIVATIONS = {"swish": "silu", "relu": "relu"}  # Marian's gelu is x * sigmoid(1.702 x): not ours
 # Options whose other values change the network: option -> (Marian's default, the values we compute,
 # what another value means).
 FIXED = {
-    "transformer-decoder-autoreg": ("self-attention", ("self-attention",),
-                                    "an average-attention (AAN) or RNN (SSRU) decoder"),
+    "transformer-decoder-autoreg": (
+        "self-attention",
+        ("self-attention",),
+        "an average-attention (AAN) or RNN (SSRU) decoder",
+    ),
     "transformer-ffn-depth": (2, (2,), "feed-forward blocks of other than two layers"),
     "transformer-decoder-ffn-depth": (0, (0, 2), "feed-forward blocks of other than two layers"),
     "transformer-no-projection": (False, (False,), "attention without its output projection"),
@@ -77,11 +93,14 @@ def model_files(path: str) -> tuple[str, str, dict]:
     """The .npz, the decoder.yml that goes with it and what it says (its paths are relative to its
     directory, as OPUS-MT writes them: `relative-paths: true`)."""
     if not os.path.isdir(path):
-        found = [p for p in (f"{path}.decoder.yml", os.path.join(os.path.dirname(path), "decoder.yml"))
-                 if os.path.isfile(p)]
+        found = [
+            p for p in (f"{path}.decoder.yml", os.path.join(os.path.dirname(path), "decoder.yml")) if os.path.isfile(p)
+        ]
         if not found:
-            raise ModelError(f"{path}: no decoder.yml beside it (nor {os.path.basename(path)}.decoder.yml): it "
-                             "names the model's vocabularies")
+            raise ModelError(
+                f"{path}: no decoder.yml beside it (nor {os.path.basename(path)}.decoder.yml): it "
+                "names the model's vocabularies"
+            )
         return path, found[0], read_options(found[0])
     decoder_yml = os.path.join(path, "decoder.yml")
     decoder = read_options(decoder_yml)
@@ -90,11 +109,15 @@ def model_files(path: str) -> tuple[str, str, dict]:
     if not isinstance(models, list) or not models or not all(isinstance(m, str) for m in models):
         raise ModelError(f"{decoder_yml}: models: expected the model's .npz file, got {shown(models)}")
     if len(models) > 1:
-        raise ModelError(f"{decoder_yml}: models: {len(models)} models (a Marian ensemble): give each .npz to "
-                         "--model (nmtdecode decodes models given together as an ensemble)")
+        raise ModelError(
+            f"{decoder_yml}: models: {len(models)} models (a Marian ensemble): give each .npz to "
+            "--model (nmtdecode decodes models given together as an ensemble)"
+        )
     if not models[0].endswith(".npz"):
-        raise ModelError(f"{decoder_yml}: models: {models[0]}: only Marian's .npz models are read (not the binary "
-                         "format of marian-conv)")
+        raise ModelError(
+            f"{decoder_yml}: models: {models[0]}: only Marian's .npz models are read (not the binary "
+            "format of marian-conv)"
+        )
     return os.path.join(path, models[0]), decoder_yml, decoder
 
 
@@ -130,20 +153,23 @@ def check_options(options: dict, where: str) -> None:
     kind = options["type"]
     if kind != "transformer":
         what = " (an RNN encoder-decoder)" if kind in RNN_TYPES else ""
-        raise ModelError(f"{where}: Marian model type {shown(kind)}{what} is not supported; only type: "
-                         "transformer")
+        raise ModelError(f"{where}: Marian model type {shown(kind)}{what} is not supported; only type: transformer")
     for name, (default, allowed, meaning) in FIXED.items():
         value = options.get(name, default)
         if value not in allowed:
             raise ModelError(f"{where}: Marian option {name}: {shown(value)} ({meaning}) is not supported")
     if options["transformer-ffn-activation"] not in ACTIVATIONS:
-        raise ModelError(f"{where}: Marian option transformer-ffn-activation: "
-                         f"{shown(options['transformer-ffn-activation'])} is not supported "
-                         f"({', '.join(ACTIVATIONS)})")
+        raise ModelError(
+            f"{where}: Marian option transformer-ffn-activation: "
+            f"{shown(options['transformer-ffn-activation'])} is not supported "
+            f"({', '.join(ACTIVATIONS)})"
+        )
     decoder_ffn, ffn = options["transformer-decoder-dim-ffn"], options["transformer-dim-ffn"]
     if decoder_ffn not in (0, ffn):
-        raise ModelError(f"{where}: Marian option transformer-decoder-dim-ffn: {decoder_ffn} differs from "
-                         f"transformer-dim-ffn ({ffn}), which is not supported")
+        raise ModelError(
+            f"{where}: Marian option transformer-decoder-dim-ffn: {decoder_ffn} differs from "
+            f"transformer-dim-ffn ({ffn}), which is not supported"
+        )
 
 
 def _ops(options: dict, name: str) -> str:
@@ -157,58 +183,91 @@ def norm_placement(options: dict, where: str) -> tuple[bool, bool, bool]:
     orders = {("", "an"): False, ("n", "a"): True}
     pre, post = _ops(options, "transformer-preprocess"), _ops(options, "transformer-postprocess")
     if (pre, post) not in orders:
-        raise ModelError(f"{where}: Marian options transformer-preprocess "
-                         f"{shown(options.get('transformer-preprocess'))} with transformer-postprocess "
-                         f"{shown(options.get('transformer-postprocess'))} are not supported (nmtdecode computes "
-                         "'dan' (post-norm), or 'n' then 'da' (pre-norm))")
+        raise ModelError(
+            f"{where}: Marian options transformer-preprocess "
+            f"{shown(options.get('transformer-preprocess'))} with transformer-postprocess "
+            f"{shown(options.get('transformer-postprocess'))} are not supported (nmtdecode computes "
+            "'dan' (post-norm), or 'n' then 'da' (pre-norm))"
+        )
     for name in ("transformer-postprocess-emb", "transformer-postprocess-top"):
         if _ops(options, name) not in ("", "n"):
-            raise ModelError(f"{where}: Marian option {name}: {shown(options.get(name))} is not supported "
-                             "(nmtdecode computes '', 'd', 'n' or 'dn')")
-    return orders[(pre, post)], "n" in _ops(options, "transformer-postprocess-emb"), \
-        "n" in _ops(options, "transformer-postprocess-top")
+            raise ModelError(
+                f"{where}: Marian option {name}: {shown(options.get(name))} is not supported "
+                "(nmtdecode computes '', 'd', 'n' or 'dn')"
+            )
+    return (
+        orders[(pre, post)],
+        "n" in _ops(options, "transformer-postprocess-emb"),
+        "n" in _ops(options, "transformer-postprocess-top"),
+    )
 
 
 def layout(options: dict, entries: dict, where: str) -> Layout:
     """The arrays the options describe: sizes, which embeddings are shared or tied, where the norms are."""
     sizes = options.get("dim-vocabs")
     if not isinstance(sizes, list) or len(sizes) != 2 or not all(isinstance(n, int) and n > 0 for n in sizes):
-        raise ModelError(f"{where}: Marian option dim-vocabs: expected two vocabulary sizes, got "
-                         f"{shown(sizes)}")
+        raise ModelError(f"{where}: Marian option dim-vocabs: expected two vocabulary sizes, got {shown(sizes)}")
     for name in ("dim-emb", "transformer-dim-ffn", "enc-depth", "dec-depth", "transformer-heads"):
         if not isinstance(options[name], int) or isinstance(options[name], bool) or options[name] < 1:
-            raise ModelError(f"{where}: Marian option {name}: expected a positive integer, got "
-                             f"{shown(options[name])}")
+            raise ModelError(f"{where}: Marian option {name}: expected a positive integer, got {shown(options[name])}")
     pre_norm, embedding_norm, top_norm = norm_placement(options, where)
     shared = bool(options["tied-embeddings-all"] or options["tied-embeddings-src"])
     if shared and sizes[0] != sizes[1]:
         raise ModelError(f"{where}: tied source and target embeddings of different sizes ({sizes})")
     tied_output = bool(options["tied-embeddings"] or options["tied-embeddings-all"])
     legacy_output = "decoder_ff_logit_out_W" in entries  # older models store it untransposed
-    return Layout(d=options["dim-emb"], ffn=options["transformer-dim-ffn"], src_rows=sizes[0], tgt_rows=sizes[1],
-                  encoder_layers=options["enc-depth"], decoder_layers=options["dec-depth"],
-                  shared_embeddings=shared, tied_output=tied_output,
-                  output_weight="decoder_ff_logit_out_W" if legacy_output else "decoder_ff_logit_out_Wt",
-                  output_bias=not options["output-omit-bias"], norm_suffix="_pre" if pre_norm else "",
-                  embedding_norm=embedding_norm, top_norm=top_norm)
+    return Layout(
+        d=options["dim-emb"],
+        ffn=options["transformer-dim-ffn"],
+        src_rows=sizes[0],
+        tgt_rows=sizes[1],
+        encoder_layers=options["enc-depth"],
+        decoder_layers=options["dec-depth"],
+        shared_embeddings=shared,
+        tied_output=tied_output,
+        output_weight="decoder_ff_logit_out_W" if legacy_output else "decoder_ff_logit_out_Wt",
+        output_bias=not options["output-omit-bias"],
+        norm_suffix="_pre" if pre_norm else "",
+        embedding_norm=embedding_norm,
+        top_norm=top_norm,
+    )
 
 
-def model_config(options: dict, shape: Layout, src_rows: int, eos_id: int, unk_id: int,
-                 where: str) -> TransformerConfig:
+def model_config(
+    options: dict, shape: Layout, src_rows: int, eos_id: int, unk_id: int, where: str
+) -> TransformerConfig:
     """Our Transformer for the options; the decoder's start row (and padding) is the row after
     Marian's target vocabulary (marian_weights.py)."""
     start = shape.tgt_rows
     try:
         return TransformerConfig(
-            src_vocab_size=src_rows, tgt_vocab_size=start + 1, d_model=shape.d, heads=options["transformer-heads"],
-            encoder_layers=shape.encoder_layers, decoder_layers=shape.decoder_layers, ffn_dim=shape.ffn,
-            activation=ACTIVATIONS[options["transformer-ffn-activation"]], pre_norm=shape.norm_suffix == "_pre",
-            encoder_final_norm=shape.top_norm, decoder_final_norm=shape.top_norm, positions="sinusoidal_fairseq",
-            max_positions=MAX_POSITIONS, embed_scale=float(shape.d) ** 0.5, layernorm_embedding=shape.embedding_norm,
-            share_embeddings=shape.shared_embeddings, tie_output=shape.tied_output, final_logits_bias=True,
-            norm_eps=NORM_EPS, pad_id=start, unk_id=unk_id, bos_id=start, eos_id=eos_id, decoder_start_id=start,
+            src_vocab_size=src_rows,
+            tgt_vocab_size=start + 1,
+            d_model=shape.d,
+            heads=options["transformer-heads"],
+            encoder_layers=shape.encoder_layers,
+            decoder_layers=shape.decoder_layers,
+            ffn_dim=shape.ffn,
+            activation=ACTIVATIONS[options["transformer-ffn-activation"]],
+            pre_norm=shape.norm_suffix == "_pre",
+            encoder_final_norm=shape.top_norm,
+            decoder_final_norm=shape.top_norm,
+            positions="sinusoidal_fairseq",
+            max_positions=MAX_POSITIONS,
+            embed_scale=float(shape.d) ** 0.5,
+            layernorm_embedding=shape.embedding_norm,
+            share_embeddings=shape.shared_embeddings,
+            tie_output=shape.tied_output,
+            final_logits_bias=True,
+            norm_eps=NORM_EPS,
+            pad_id=start,
+            unk_id=unk_id,
+            bos_id=start,
+            eos_id=eos_id,
+            decoder_start_id=start,
             alignment_layer=alignment_layer(options, shape.decoder_layers, where),
-            alignment_heads=1)  # Marian's alignments are the first head's (transformer.h collectOneHead)
+            alignment_heads=1,
+        )  # Marian's alignments are the first head's (transformer.h collectOneHead)
     except ValueError as e:
         raise ModelError(f"{where}: {e}") from None
 
@@ -221,8 +280,10 @@ def alignment_layer(options: dict, layers: int, where: str) -> int:
     if value == "last":
         return -1
     if not isinstance(value, str) or not value.isdigit() or not 1 <= int(value) <= layers:
-        raise ModelError(f"{where}: Marian option transformer-guided-alignment-layer: {shown(value)} is not a "
-                         f"layer of the {layers}-layer decoder")
+        raise ModelError(
+            f"{where}: Marian option transformer-guided-alignment-layer: {shown(value)} is not a "
+            f"layer of the {layers}-layer decoder"
+        )
     return int(value) - 1
 
 
@@ -230,8 +291,7 @@ def vocabularies(decoder: dict, decoder_yml: str, shape: Layout) -> tuple[Vocabu
     """The source and target vocabularies decoder.yml names (one object when they are one file)."""
     names = decoder.get("vocabs")
     if not isinstance(names, list) or len(names) != 2 or not all(isinstance(n, str) for n in names):
-        raise ModelError(f"{decoder_yml}: vocabs: expected the source and target vocabularies, got "
-                         f"{shown(names)}")
+        raise ModelError(f"{decoder_yml}: vocabs: expected the source and target vocabularies, got {shown(names)}")
     paths = [os.path.join(os.path.dirname(decoder_yml), name) for name in names]
     for path in paths:
         if not os.path.lexists(path):  # a FIFO or folder in its place is not missing: note_read refuses it
@@ -240,8 +300,9 @@ def vocabularies(decoder: dict, decoder_yml: str, shape: Layout) -> tuple[Vocabu
     same = os.path.realpath(paths[0]) == os.path.realpath(paths[1])
     target = source if same else Vocabulary(paths[1], shape.tgt_rows, "target")
     if source.eos_id != target.eos_id:
-        raise ModelError(f"{decoder_yml}: </s> has id {source.eos_id} in the source vocabulary, "
-                         f"{target.eos_id} in the target one")
+        raise ModelError(
+            f"{decoder_yml}: </s> has id {source.eos_id} in the source vocabulary, {target.eos_id} in the target one"
+        )
     return source, target
 
 
@@ -254,8 +315,7 @@ def _number(decoder: dict, key: str, default: float, where: str, kind: type[floa
     return kind(value)
 
 
-def decoding_settings(decoder: dict, where: str, cfg: TransformerConfig,
-                      target: Vocabulary) -> tuple[dict, ModelRules]:
+def decoding_settings(decoder: dict, where: str, cfg: TransformerConfig, target: Vocabulary) -> tuple[dict, ModelRules]:
     """Marian's defaults for decoding from decoder.yml: its beam, `normalize` (score / length^n,
     EOS counted: our avg), its step limit max-length-factor x |source| (EOS counted), and the
     tokens it never writes (<unk> without allow-unk, byte-fallback control pieces without
@@ -264,10 +324,15 @@ def decoding_settings(decoder: dict, where: str, cfg: TransformerConfig,
         raise ModelError(f"{where}: word-penalty is not supported (nmtdecode has no word penalty); set it to 0")
     if decoder.get("output-sampling") not in (None, False, [], "false"):
         raise ModelError(f"{where}: output-sampling is not read from decoder.yml: remove it (and use --sampling)")
-    defaults = {"beam_size": max(1, _number(decoder, "beam-size", 12, where, int)), "length_penalty": "avg",
-                "alpha": _number(decoder, "normalize", 0, where), "early_stopping": "true",
-                "max_len_a": _number(decoder, "max-length-factor", 3, where), "max_len_b": 0,
-                "max_length": cfg.max_positions}
+    defaults = {
+        "beam_size": max(1, _number(decoder, "beam-size", 12, where, int)),
+        "length_penalty": "avg",
+        "alpha": _number(decoder, "normalize", 0, where),
+        "early_stopping": "true",
+        "max_len_a": _number(decoder, "max-length-factor", 3, where),
+        "max_len_b": 0,
+        "max_length": cfg.max_positions,
+    }
     banned = [cfg.decoder_start_id]
     banned += [] if decoder.get("allow-unk") else [target.unk_id]
     banned += [] if decoder.get("allow-special") else target.control_ids()
@@ -283,8 +348,10 @@ def describe(path: str, read: Callable) -> MarianFacts:
     check_options(options, npz)
     shape = layout(options, entries, npz)
     recipes, expected = mapping(shape)
-    sizes = (f"dim-emb {shape.d}, transformer-dim-ffn {shape.ffn}, dim-vocabs [{shape.src_rows}, {shape.tgt_rows}], "
-             f"enc-depth {shape.encoder_layers}, dec-depth {shape.decoder_layers}")
+    sizes = (
+        f"dim-emb {shape.d}, transformer-dim-ffn {shape.ffn}, dim-vocabs [{shape.src_rows}, {shape.tgt_rows}], "
+        f"enc-depth {shape.encoder_layers}, dec-depth {shape.decoder_layers}"
+    )
     check_arrays(entries, expected, sizes, npz)
     source, target = vocabularies(decoder, decoder_yml, shape)
     stored = read([npz])

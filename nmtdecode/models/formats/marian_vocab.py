@@ -57,14 +57,17 @@ class Vocabulary:
             self.sp, self.pieces = None, read_vocabulary(path)
             self.ids, size = self.pieces, max(self.pieces.values(), default=-1) + 1
         else:
-            raise ModelError(f"{path}: a Marian vocabulary is a .yml (or .json) or a .spm file; "
-                             f"{kind or 'a file without extension'} is not read")
+            raise ModelError(
+                f"{path}: a Marian vocabulary is a .yml (or .json) or a .spm file; "
+                f"{kind or 'a file without extension'} is not read"
+            )
         missing = [p for p in (EOS, UNK) if p not in self.ids]
         if missing:
             raise ModelError(f"{path}: no {missing[0]} entry (Marian's vocabularies have {EOS} and {UNK})")
         if size > rows:
-            raise ModelError(f"{path}: the {side} vocabulary has {size:,} entries, the model's embeddings "
-                             f"{rows:,} rows")
+            raise ModelError(
+                f"{path}: the {side} vocabulary has {size:,} entries, the model's embeddings {rows:,} rows"
+            )
 
     @property
     def eos_id(self) -> int:
@@ -114,20 +117,24 @@ def read_vocabulary(path: str) -> dict[str, int]:
     return vocabulary
 
 
-def make_tokenizer(directory: str, source: Vocabulary, target: Vocabulary,
-                   start_id: int) -> SentencePieceTokenizer | HFTokenizer:
+def make_tokenizer(
+    directory: str, source: Vocabulary, target: Vocabulary, start_id: int
+) -> SentencePieceTokenizer | HFTokenizer:
     """The tokenizer of a Marian model: OPUS-MT's pieces over YAML vocabularies, or the .spm
     vocabularies themselves; `target` is `source` when they are one file; `start_id` is the
     decoder's start row, never text."""
     if (source.sp is None) != (target.sp is None):
         raise ModelError(f"{source.path}, {target.path}: one .spm and one YAML vocabulary are not supported")
     if source.sp is not None:
-        return SentencePieceTokenizer(source.path, target.path, eos_id=source.eos_id,
-                                      special_ids={start_id, *target.control_ids()})
+        return SentencePieceTokenizer(
+            source.path, target.path, eos_id=source.eos_id, special_ids={start_id, *target.control_ids()}
+        )
     missing = [name for name in ("source.spm", "target.spm") if not os.path.isfile(os.path.join(directory, name))]
     if missing:
-        raise ModelError(f"{directory}: {missing[0]} is missing: with a YAML vocabulary the text is cut into "
-                         "pieces by OPUS-MT's source.spm and target.spm, beside decoder.yml")
+        raise ModelError(
+            f"{directory}: {missing[0]} is missing: with a YAML vocabulary the text is cut into "
+            "pieces by OPUS-MT's source.spm and target.spm, beside decoder.yml"
+        )
     names = {**SPECIALS, "eos": EOS, "unk": UNK}
     added = {t: source.pieces[t] for t in (EOS, UNK)}  # cut out of the text whole, as transformers does
     return marian_tokenizer(directory, source.pieces, target.pieces, names, added, special_ids={start_id})

@@ -75,14 +75,22 @@ def mapping(layout: Layout) -> tuple[Recipes, Shapes]:
     recipes: Recipes = {}
     expected: Shapes = {}
     d = layout.d
-    for side, stack, count in (("encoder", "encoder_layers", layout.encoder_layers),
-                               ("decoder", "decoder_layers", layout.decoder_layers)):
+    for side, stack, count in (
+        ("encoder", "encoder_layers", layout.encoder_layers),
+        ("decoder", "decoder_layers", layout.decoder_layers),
+    ):
         for i in range(count):
             ours, theirs = f"{stack}.{i}", f"{side}_l{i + 1}"
             _linear(recipes, expected, f"{ours}.self_attn.qkv", f"{theirs}_self", "qkv", d, d)
             _linear(recipes, expected, f"{ours}.self_attn.out", f"{theirs}_self", "o", d, d)
-            _norm(recipes, expected, f"{ours}.{'attn_block' if side == 'encoder' else 'self_block'}.norm",
-                  f"{theirs}_self_Wo", layout.norm_suffix, d)
+            _norm(
+                recipes,
+                expected,
+                f"{ours}.{'attn_block' if side == 'encoder' else 'self_block'}.norm",
+                f"{theirs}_self_Wo",
+                layout.norm_suffix,
+                d,
+            )
             if side == "decoder":
                 for ours_part, letters in (("q", "q"), ("kv", "kv"), ("out", "o")):
                     _linear(recipes, expected, f"{ours}.cross_attn.{ours_part}", f"{theirs}_context", letters, d, d)
@@ -100,8 +108,9 @@ def mapping(layout: Layout) -> tuple[Recipes, Shapes]:
     return recipes, expected
 
 
-def _linear(recipes: Recipes, expected: Shapes, ours: str, theirs: str, letters: str, size_in: int,
-            size_out: int) -> None:
+def _linear(
+    recipes: Recipes, expected: Shapes, ours: str, theirs: str, letters: str, size_in: int, size_out: int
+) -> None:
     """Our (fused) projection from Marian's, one per letter: W{letter} (in, out) and b{letter} (1, out)."""
     recipes[f"{ours}.weight"] = tuple(Piece(f"{theirs}_W{x}", "transposed") for x in letters)
     recipes[f"{ours}.bias"] = tuple(Piece(f"{theirs}_b{x}", "vector") for x in letters)
@@ -155,13 +164,19 @@ def recipe_shape(pieces: tuple[Piece, ...], shapes: dict[str, tuple[int, ...]]) 
 
 
 # Arrays that say which Marian feature made them, for a refusal that names it.
-FEATURES = {"Wpos": "trained position embeddings", "_context_enc": "a second encoder (multi-source)",
-            "_aan_": "average attention", "_rnn_": "an RNN decoder layer", "factor": "factored embeddings",
-            "lemma": "factored outputs"}
+FEATURES = {
+    "Wpos": "trained position embeddings",
+    "_context_enc": "a second encoder (multi-source)",
+    "_aan_": "average attention",
+    "_rnn_": "an RNN decoder layer",
+    "factor": "factored embeddings",
+    "lemma": "factored outputs",
+}
 
 
-def check_arrays(entries: dict[str, tuple[int, dict]], expected: dict[str, tuple[int, ...]], options: str,
-                 where: str) -> None:
+def check_arrays(
+    entries: dict[str, tuple[int, dict]], expected: dict[str, tuple[int, ...]], options: str, where: str
+) -> None:
     """Every array the options ask for is there, with their shape and a floating-point dtype, and
     there is no other (Marian's `special:` entries aside); `options` names the sizes in messages."""
     names = {name for name in entries if not name.startswith("special:")}
@@ -169,14 +184,18 @@ def check_arrays(entries: dict[str, tuple[int, dict]], expected: dict[str, tuple
     if unknown:
         feature = next((what for key, what in FEATURES.items() if key in unknown[0]), None)
         because = f" ({feature}, not supported)" if feature else ""
-        raise ModelError(f"{where}: array {unknown[0]}{because} is not one of the Transformer its options "
-                         "describe; nmtdecode maps Marian's transformer arrays only")
+        raise ModelError(
+            f"{where}: array {unknown[0]}{because} is not one of the Transformer its options "
+            "describe; nmtdecode maps Marian's transformer arrays only"
+        )
     for name, shape in expected.items():
         if name not in entries:
             raise ModelError(f"{where}: array {name} is missing (the model's options: {options})")
         entry = entries[name][1]
         if tuple(entry["shape"]) != shape:
-            raise ModelError(f"{where}: array {name} has shape {tuple(entry['shape'])}, the model's options "
-                             f"({options}) ask for {shape}")
+            raise ModelError(
+                f"{where}: array {name} has shape {tuple(entry['shape'])}, the model's options "
+                f"({options}) ask for {shape}"
+            )
         if entry["dtype"] not in FLOAT_CODES:
             raise ModelError(f"{where}: array {name} holds {entry['dtype']}; weights must be floating-point")

@@ -27,13 +27,22 @@ def load(path: str, placement: Placement | None = None) -> LoadedModel:
     return facts.loaded(model, path, placed.backend)
 
 
-def save(path: str, model: Transformer, spm_files: dict[str, str], decoding: dict | None = None,
-         banned_ids: Iterable[int] | None = None, dtype: torch.dtype = torch.float16) -> None:
+def save(
+    path: str,
+    model: Transformer,
+    spm_files: dict[str, str],
+    decoding: dict | None = None,
+    banned_ids: Iterable[int] | None = None,
+    dtype: torch.dtype = torch.float16,
+) -> None:
     """Write `model` as a native model directory; spm_files maps role (source/target) -> file in `path`."""
     os.makedirs(path, exist_ok=True)
     aliases = shared_names(model)
-    tensors = {n: t.detach().to(dtype).contiguous() for n, t in model.state_dict().items()
-               if n not in aliases and t.is_floating_point()}
+    tensors = {
+        n: t.detach().to(dtype).contiguous()
+        for n, t in model.state_dict().items()
+        if n not in aliases and t.is_floating_point()
+    }
     save_file(tensors, os.path.join(path, WEIGHTS))
     config = {"format": FORMAT, "model": model.cfg.to_dict(), "tokenizer": spm_files}
     if decoding:

@@ -61,10 +61,19 @@ def describe(path: str, read: Callable) -> ModelFacts:
     banned = data.get("banned_ids", [cfg.pad_id])
     outside = [i for i in banned if not 0 <= i < cfg.tgt_vocab_size]
     if outside:
-        raise ModelError(f"{path}/config.yaml: banned_ids: {outside[0]} is outside the target vocabulary "
-                         f"({cfg.tgt_vocab_size} tokens)")
-    return ModelFacts(FORMAT, cfg, stored, dict(stored.shapes), ModelRules(banned_ids=tuple(banned)),
-                      dict(data.get("decoding") or {}), functools.partial(_tokenizer, path, data, cfg))
+        raise ModelError(
+            f"{path}/config.yaml: banned_ids: {outside[0]} is outside the target vocabulary "
+            f"({cfg.tgt_vocab_size} tokens)"
+        )
+    return ModelFacts(
+        FORMAT,
+        cfg,
+        stored,
+        dict(stored.shapes),
+        ModelRules(banned_ids=tuple(banned)),
+        dict(data.get("decoding") or {}),
+        functools.partial(_tokenizer, path, data, cfg),
+    )
 
 
 def _tokenizer(path: str, data: dict, cfg: TransformerConfig) -> SentencePieceTokenizer:
@@ -75,9 +84,12 @@ def _tokenizer(path: str, data: dict, cfg: TransformerConfig) -> SentencePieceTo
         if not os.path.lexists(spm_file):
             raise ModelError(f"{path}: SentencePiece model {os.path.basename(spm_file)} is missing")
         note_read(spm_file)  # a regular file
-    tokenizer = SentencePieceTokenizer(source, target, eos_id=cfg.eos_id,
-                                       special_ids={cfg.pad_id, cfg.bos_id, cfg.decoder_start_id})
+    tokenizer = SentencePieceTokenizer(
+        source, target, eos_id=cfg.eos_id, special_ids={cfg.pad_id, cfg.bos_id, cfg.decoder_start_id}
+    )
     if tokenizer.target.get_piece_size() != cfg.tgt_vocab_size:
-        raise ModelError(f"{path}: the target SentencePiece model has {tokenizer.target.get_piece_size()} pieces, "
-                         f"the model {cfg.tgt_vocab_size}")
+        raise ModelError(
+            f"{path}: the target SentencePiece model has {tokenizer.target.get_piece_size()} pieces, "
+            f"the model {cfg.tgt_vocab_size}"
+        )
     return tokenizer

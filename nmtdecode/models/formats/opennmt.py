@@ -29,8 +29,16 @@ from ..checkpoint import LoadedModel, ModelError, check_dimensions, first_line, 
 from ..placement import Placement, load_weights
 from ..transformer import Transformer
 from ..weights import InMemoryTensor, Source, StoredSource, allocate, in_memory, join
-from .opennmt_shared import (OPENNMT_RULES, POSITION_TYPES, VocabTokenizer, attention_projections, mapped_shapes,
-                             special_ids, subword_models, untied)
+from .opennmt_shared import (
+    OPENNMT_RULES,
+    POSITION_TYPES,
+    VocabTokenizer,
+    attention_projections,
+    mapped_shapes,
+    special_ids,
+    subword_models,
+    untied,
+)
 
 FORMAT = "opennmt-py"
 # The only non-tensor class an OpenNMT-py checkpoint pickles: its options.
@@ -56,8 +64,15 @@ FIXED_OPTIONS: dict[str, tuple[object, set[object] | None]] = {
 RELATIVE_POSITIONS = {-1: "rotary position embeddings", -2: "ALiBi"}
 # The onmt_translate defaults (onmt/opts.py translate_opts): beam 5, average length penalty
 # with alpha 1, a step limit of min(max_length, |src| * max_length_ratio + 5).
-DECODING_DEFAULTS = {"beam_size": 5, "length_penalty": "avg", "alpha": 1.0, "early_stopping": "top",
-                     "max_length": 250, "max_len_a": 1.25, "max_len_b": 5}
+DECODING_DEFAULTS = {
+    "beam_size": 5,
+    "length_penalty": "avg",
+    "alpha": 1.0,
+    "early_stopping": "top",
+    "max_length": 250,
+    "max_len_a": 1.25,
+    "max_len_b": 5,
+}
 
 
 def read_checkpoint(path: str) -> dict:
@@ -68,13 +83,16 @@ def read_checkpoint(path: str) -> dict:
     except pickle.UnpicklingError as e:
         raise ModelError(f"{path}: refused: {unpickling_reason(str(e))}") from None
     except Exception as e:  # the unpickler raises many types (EOFError, KeyError, RuntimeError...)
-        raise ModelError(f"{path}: not a readable PyTorch checkpoint (truncated or corrupt?): "
-                         f"{type(e).__name__}: {first_line(str(e))}") from None
+        raise ModelError(
+            f"{path}: not a readable PyTorch checkpoint (truncated or corrupt?): "
+            f"{type(e).__name__}: {first_line(str(e))}"
+        ) from None
     expected = ("model", "generator", "vocab", "opt")
     if not isinstance(data, dict) or not all(key in data for key in expected):
         found = sorted(map(str, data)) if isinstance(data, dict) else type(data).__name__
-        raise ModelError(f"{path}: not an OpenNMT-py checkpoint: expected a dict with "
-                         f"{', '.join(expected)}; found {found}")
+        raise ModelError(
+            f"{path}: not an OpenNMT-py checkpoint: expected a dict with {', '.join(expected)}; found {found}"
+        )
     if not isinstance(data["opt"], argparse.Namespace) or not isinstance(data["vocab"], dict):
         raise ModelError(f"{path}: not an OpenNMT-py v3 checkpoint: `opt` must be options and `vocab` a dict")
     return data
@@ -89,8 +107,7 @@ def check_options(opt: argparse.Namespace, path: str) -> None:
     relative = getattr(opt, "max_relative_positions", 0)
     if relative:
         meaning = RELATIVE_POSITIONS.get(relative, "relative position representations")
-        raise ModelError(f"{path}: OpenNMT-py option max_relative_positions = {relative} ({meaning}) "
-                         "is not supported")
+        raise ModelError(f"{path}: OpenNMT-py option max_relative_positions = {relative} ({meaning}) is not supported")
     if not getattr(opt, "position_encoding", True):
         raise ModelError(f"{path}: OpenNMT-py option position_encoding = False (no positions) is not supported")
     num_kv = getattr(opt, "num_kv", 0)
@@ -99,8 +116,9 @@ def check_options(opt: argparse.Namespace, path: str) -> None:
     for name, table in (("pos_ffn_activation_fn", ACTIVATIONS), ("position_encoding_type", POSITION_TYPES)):
         value = getattr(opt, name, next(iter(table)))
         if value not in table:
-            raise ModelError(f"{path}: OpenNMT-py option {name} = {shown(value)} is not supported "
-                             f"(supported: {', '.join(table)})")
+            raise ModelError(
+                f"{path}: OpenNMT-py option {name} = {shown(value)} is not supported (supported: {', '.join(table)})"
+            )
 
 
 def model_config(opt: argparse.Namespace, vocab: dict, weights: dict, path: str) -> TransformerConfig:
@@ -113,18 +131,32 @@ def model_config(opt: argparse.Namespace, vocab: dict, weights: dict, path: str)
     table = weights.get("encoder.embeddings.make_embedding.pe.pe")
     try:
         return TransformerConfig(
-            src_vocab_size=len(vocab["src"]), tgt_vocab_size=len(vocab["tgt"]),
-            d_model=opt.hidden_size, heads=opt.heads, encoder_layers=opt.enc_layers, decoder_layers=opt.dec_layers,
-            ffn_dim=opt.transformer_ff, activation=ACTIVATIONS[getattr(opt, "pos_ffn_activation_fn", "relu")],
-            pre_norm=True, encoder_final_norm=True, decoder_final_norm=True,
+            src_vocab_size=len(vocab["src"]),
+            tgt_vocab_size=len(vocab["tgt"]),
+            d_model=opt.hidden_size,
+            heads=opt.heads,
+            encoder_layers=opt.enc_layers,
+            decoder_layers=opt.dec_layers,
+            ffn_dim=opt.transformer_ff,
+            activation=ACTIVATIONS[getattr(opt, "pos_ffn_activation_fn", "relu")],
+            pre_norm=True,
+            encoder_final_norm=True,
+            decoder_final_norm=True,
             positions=POSITION_TYPES[getattr(opt, "position_encoding_type", "SinusoidalInterleaved")],
-            max_positions=table.size(0) if table is not None else 5000, embed_scale=float(opt.hidden_size) ** 0.5,
-            share_embeddings=bool(opt.share_embeddings), tie_output=bool(opt.share_decoder_embeddings),
+            max_positions=table.size(0) if table is not None else 5000,
+            embed_scale=float(opt.hidden_size) ** 0.5,
+            share_embeddings=bool(opt.share_embeddings),
+            tie_output=bool(opt.share_decoder_embeddings),
             final_logits_bias="generator.bias" in weights,
             # one switch for every linear layer: the biases a checkpoint lacks are loaded as zeros
             bias=bool(getattr(opt, "add_qkvbias", False) or getattr(opt, "add_ffnbias", False)),
             norm_eps=float(getattr(opt, "norm_eps", 1e-6)),
-            pad_id=tgt["pad"], unk_id=tgt["unk"], bos_id=tgt["bos"], eos_id=tgt["eos"], decoder_start_id=tgt["bos"])
+            pad_id=tgt["pad"],
+            unk_id=tgt["unk"],
+            bos_id=tgt["bos"],
+            eos_id=tgt["eos"],
+            decoder_start_id=tgt["bos"],
+        )
     except (AttributeError, TypeError, ValueError) as e:
         raise ModelError(f"{path}: options do not describe a Transformer: {e}") from None
 
@@ -136,7 +168,8 @@ def weight_map(cfg: TransformerConfig) -> tuple[dict[str, list[str]], dict[str, 
     direct = {
         "src_embed.tokens.weight": "encoder.embeddings.make_embedding.emb_luts.0.weight",
         "tgt_embed.tokens.weight": "decoder.embeddings.make_embedding.emb_luts.0.weight",
-        "output.weight": "generator.weight", "output.bias": "generator.bias",
+        "output.weight": "generator.weight",
+        "output.bias": "generator.bias",
     }
     for norm in ("weight", "bias"):
         direct[f"encoder_norm.{norm}"] = f"encoder.layer_norm.{norm}"
@@ -155,8 +188,9 @@ def weight_map(cfg: TransformerConfig) -> tuple[dict[str, list[str]], dict[str, 
     return linear, direct
 
 
-def _feed_forward(ours: str, theirs: str, norms: dict[str, str], linear: dict[str, list[str]],
-                  direct: dict[str, str]) -> None:
+def _feed_forward(
+    ours: str, theirs: str, norms: dict[str, str], linear: dict[str, list[str]], direct: dict[str, str]
+) -> None:
     linear[f"{ours}.ffn.up"] = [f"{theirs}.feed_forward.w_1"]
     linear[f"{ours}.ffn.down"] = [f"{theirs}.feed_forward.w_2"]
     for block, norm in norms.items():
@@ -164,8 +198,9 @@ def _feed_forward(ours: str, theirs: str, norms: dict[str, str], linear: dict[st
             direct[f"{ours}.{block}.norm.{part}"] = f"{theirs}.{norm}.{part}"
 
 
-def convert_weights(model: Transformer, theirs: Mapping[str, StoredSource], linear: dict[str, list[str]],
-                    direct: dict[str, str]) -> dict[str, Source]:
+def convert_weights(
+    model: Transformer, theirs: Mapping[str, StoredSource], linear: dict[str, list[str]], direct: dict[str, str]
+) -> dict[str, Source]:
     """Their tensors (models/weights.py's stored ones) under our names (`weight_map`), to be read as
     the model is filled; a bias the checkpoint lacks (add_qkvbias off while add_ffnbias is on,
     say) becomes zeros, which is the same layer without one. A float16 checkpoint stays float16
@@ -177,8 +212,9 @@ def convert_weights(model: Transformer, theirs: Mapping[str, StoredSource], line
             continue  # reported by load_weights as missing
         ours[f"{name}.weight"] = join([theirs[f"{p}.weight"] for p in parts])
         if f"{name}.bias" in expected:
-            ours[f"{name}.bias"] = join([theirs.get(f"{p}.bias") or _zeros(theirs[f"{p}.weight"].shape[0], p)
-                                         for p in parts])
+            ours[f"{name}.bias"] = join(
+                [theirs.get(f"{p}.bias") or _zeros(theirs[f"{p}.weight"].shape[0], p) for p in parts]
+            )
     return untied(model.cfg, ours)
 
 
@@ -204,5 +240,6 @@ def load(path: str, placement: Placement | None = None) -> LoadedModel:
     beside = os.path.dirname(os.path.abspath(path))
     src_spm, tgt_spm = subword_models(getattr(opt, "transforms", None), recorded, path, beside)
     tokenizer = VocabTokenizer(vocab["src"], vocab["tgt"], src_spm, tgt_spm)
-    return LoadedModel(model.eval(), tokenizer, FORMAT, path, OPENNMT_RULES, dict(DECODING_DEFAULTS),
-                       gemm=placed.backend)
+    return LoadedModel(
+        model.eval(), tokenizer, FORMAT, path, OPENNMT_RULES, dict(DECODING_DEFAULTS), gemm=placed.backend
+    )

@@ -49,8 +49,9 @@ def attention_projections(ours: str, theirs: str, fused: dict) -> dict:
     return fused
 
 
-def mapped_shapes(cfg: TransformerConfig, theirs: dict[str, tuple[int, ...]], linear: dict[str, list[str]],
-                  direct: dict[str, str]) -> dict[str, tuple[int, ...]]:
+def mapped_shapes(
+    cfg: TransformerConfig, theirs: dict[str, tuple[int, ...]], linear: dict[str, list[str]], direct: dict[str, str]
+) -> dict[str, tuple[int, ...]]:
     """The shapes that `convert_weights` gives our parameters (theirs: name -> shape), without
     converting: for checkpoint.check_dimensions before the model is allocated, and for inspect."""
     shapes = {name: tuple(theirs[source]) for name, source in direct.items() if source in theirs}
@@ -80,8 +81,14 @@ class VocabTokenizer:
     ids in the checkpoint's own vocabularies; unknown pieces become <unk>. The source gets
     no EOS, as OpenNMT-py feeds its encoder (onmt/inputters/text_utils.py numericalize)."""
 
-    def __init__(self, src_vocab: list, tgt_vocab: list, src_spm: str | None, tgt_spm: str | None,
-                 specials: dict[str, str] = SPECIALS) -> None:
+    def __init__(
+        self,
+        src_vocab: list,
+        tgt_vocab: list,
+        src_spm: str | None,
+        tgt_spm: str | None,
+        specials: dict[str, str] = SPECIALS,
+    ) -> None:
         self.src_ids, self.tgt_ids = token_ids(src_vocab), token_ids(tgt_vocab)
         self.src_tokens, self.tgt_tokens = list(src_vocab), list(tgt_vocab)
         self.src_spm = spm.SentencePieceProcessor(model_file=note_read(src_spm)) if src_spm else None
@@ -145,8 +152,9 @@ class VocabTokenizer:
         return []
 
 
-def subword_models(transforms: list, recorded: dict[str, str | None], path: str,
-                   beside: str) -> tuple[str | None, str | None]:
+def subword_models(
+    transforms: list, recorded: dict[str, str | None], path: str, beside: str
+) -> tuple[str | None, str | None]:
     """The SentencePiece models of the `sentencepiece` transform recorded with the model
     (recorded: side -> path): the recorded path, else the file of that name in the directory
     `beside`. Without the transform the input is taken as pre-tokenized (split on whitespace)."""
@@ -162,7 +170,8 @@ def subword_models(transforms: list, recorded: dict[str, str | None], path: str,
             raise ModelError(f"{path}: the sentencepiece transform names no {side}_subword_model")
         chosen = next((p for p in (name, os.path.join(beside, os.path.basename(name))) if os.path.isfile(p)), None)
         if chosen is None:
-            raise ModelError(f"{path}: {side}_subword_model {name} is missing "
-                             f"(put {os.path.basename(name)} next to the checkpoint)")
+            raise ModelError(
+                f"{path}: {side}_subword_model {name} is missing (put {os.path.basename(name)} next to the checkpoint)"
+            )
         found.append(chosen)
     return found[0], found[1]

@@ -17,28 +17,57 @@ import numpy as np
 import sentencepiece as spm
 import yaml
 
-WORDS = ("the a house cat dog runs quickly green blue red tree river mountain small large walks sees eats "
-         "fish bread water hello world over under big little").split()
+WORDS = (
+    "the a house cat dog runs quickly green blue red tree river mountain small large walks sees eats "
+    "fish bread water hello world over under big little"
+).split()
 OPTIONS = {  # what Marian stores for an OPUS-MT transformer, but the sizes
-    "type": "transformer", "enc-depth": 2, "dec-depth": 2, "dim-emb": 32, "transformer-heads": 4,
-    "transformer-dim-ffn": 64, "transformer-decoder-dim-ffn": 0, "transformer-ffn-depth": 2,
-    "transformer-decoder-ffn-depth": 0, "transformer-ffn-activation": "swish", "transformer-preprocess": "",
-    "transformer-postprocess": "dan", "transformer-postprocess-emb": "d", "transformer-postprocess-top": "",
-    "transformer-decoder-autoreg": "self-attention", "transformer-guided-alignment-layer": "last",
-    "transformer-no-projection": False, "transformer-tied-layers": [], "transformer-train-position-embeddings": False,
-    "tied-embeddings": False, "tied-embeddings-src": False, "tied-embeddings-all": True, "output-omit-bias": False,
-    "ulr": False, "lemma-dim-emb": 0, "factors-combine": "sum", "right-left": False, "version": "v1.10.0",
+    "type": "transformer",
+    "enc-depth": 2,
+    "dec-depth": 2,
+    "dim-emb": 32,
+    "transformer-heads": 4,
+    "transformer-dim-ffn": 64,
+    "transformer-decoder-dim-ffn": 0,
+    "transformer-ffn-depth": 2,
+    "transformer-decoder-ffn-depth": 0,
+    "transformer-ffn-activation": "swish",
+    "transformer-preprocess": "",
+    "transformer-postprocess": "dan",
+    "transformer-postprocess-emb": "d",
+    "transformer-postprocess-top": "",
+    "transformer-decoder-autoreg": "self-attention",
+    "transformer-guided-alignment-layer": "last",
+    "transformer-no-projection": False,
+    "transformer-tied-layers": [],
+    "transformer-train-position-embeddings": False,
+    "tied-embeddings": False,
+    "tied-embeddings-src": False,
+    "tied-embeddings-all": True,
+    "output-omit-bias": False,
+    "ulr": False,
+    "lemma-dim-emb": 0,
+    "factors-combine": "sum",
+    "right-left": False,
+    "version": "v1.10.0",
 }
 
 
 def train_spm(path, seed: int, size: int = 90) -> spm.SentencePieceProcessor:
     """A tiny SentencePiece model (<unk> <s> </s> at 0-2), saved at `path`."""
     r = random.Random(seed)
-    lines = [" ".join(r.choice(WORDS) for _ in range(r.randint(3, 9))).capitalize() + r.choice(".!?,")
-             for _ in range(300)]
+    lines = [
+        " ".join(r.choice(WORDS) for _ in range(r.randint(3, 9))).capitalize() + r.choice(".!?,") for _ in range(300)
+    ]
     model = io.BytesIO()
-    spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=model, vocab_size=size,
-                                   model_type="unigram", character_coverage=1.0, minloglevel=2)
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines),
+        model_writer=model,
+        vocab_size=size,
+        model_type="unigram",
+        character_coverage=1.0,
+        minloglevel=2,
+    )
     path.write_bytes(model.getvalue())
     return spm.SentencePieceProcessor(model_proto=model.getvalue())
 
@@ -52,8 +81,9 @@ def vocabulary(*models: spm.SentencePieceProcessor, tags=()) -> list[str]:
 
 
 def write_vocabulary(path, tokens: list[str]):
-    path.write_text(yaml.safe_dump({t: i for i, t in enumerate(tokens)}, allow_unicode=True, sort_keys=False),
-                    encoding="utf-8")
+    path.write_text(
+        yaml.safe_dump({t: i for i, t in enumerate(tokens)}, allow_unicode=True, sort_keys=False), encoding="utf-8"
+    )
 
 
 def hf_names(layer: str, side: str, n: int) -> dict[str, str]:
@@ -64,8 +94,16 @@ def hf_names(layer: str, side: str, n: int) -> dict[str, str]:
     return blocks
 
 
-def to_marian(state: dict, vocab: int, layers: tuple[int, int], *, shared=True, tied_output=True,
-              legacy_output=False, pre_norm=False) -> dict[str, np.ndarray]:
+def to_marian(
+    state: dict,
+    vocab: int,
+    layers: tuple[int, int],
+    *,
+    shared=True,
+    tied_output=True,
+    legacy_output=False,
+    pre_norm=False,
+) -> dict[str, np.ndarray]:
     """Marian's arrays from a Hugging Face Marian state dict (numpy arrays or tensors) whose
     vocabularies have `vocab` pieces and then <pad>."""
     state = {k: np.asarray(v, dtype=np.float32) for k, v in state.items()}
@@ -93,8 +131,9 @@ def to_marian(state: dict, vocab: int, layers: tuple[int, int], *, shared=True, 
         arrays["decoder_Wemb"] = state["model.decoder.embed_tokens.weight"][:vocab]
     if not tied_output:
         output = state["lm_head.weight"][:vocab]
-        arrays["decoder_ff_logit_out_W" if legacy_output else "decoder_ff_logit_out_Wt"] = \
+        arrays["decoder_ff_logit_out_W" if legacy_output else "decoder_ff_logit_out_Wt"] = (
             output.T if legacy_output else output
+        )
     arrays["decoder_ff_logit_out_b"] = state["final_logits_bias"][:, :vocab]
     return {name: np.ascontiguousarray(a) for name, a in arrays.items()}
 
@@ -102,20 +141,29 @@ def to_marian(state: dict, vocab: int, layers: tuple[int, int], *, shared=True, 
 def random_hf_state(seed: int, vocab: int, d: int = 32, ffn: int = 64, layers=(2, 2), shared=True) -> dict:
     """A Hugging Face Marian state dict of random numbers (no transformers needed), `vocab` + 1 rows."""
     rng = np.random.default_rng(seed)
-    state = {"final_logits_bias": rng.normal(0, 0.5, (1, vocab + 1)),
-             "lm_head.weight": rng.normal(0, 0.4, (vocab + 1, d))}
-    for key in ["model.shared.weight"] if shared else ["model.encoder.embed_tokens.weight",
-                                                        "model.decoder.embed_tokens.weight"]:
+    state = {
+        "final_logits_bias": rng.normal(0, 0.5, (1, vocab + 1)),
+        "lm_head.weight": rng.normal(0, 0.4, (vocab + 1, d)),
+    }
+    for key in (
+        ["model.shared.weight"]
+        if shared
+        else ["model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight"]
+    ):
         state[key] = rng.normal(0, 0.4, (vocab + 1, d))
     for side, count in zip(("encoder", "decoder"), layers):
         for i in range(count):
             layer = f"model.{side}.layers.{i}"
             for hf in hf_names(layer, side, i + 1).values():
                 for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
-                    state[f"{hf}.{proj}.weight"], state[f"{hf}.{proj}.bias"] = rng.normal(0, 0.4, (d, d)), \
-                        rng.normal(0, 0.4, d)
-                state[f"{hf}_layer_norm.weight"], state[f"{hf}_layer_norm.bias"] = rng.normal(1, 0.1, d), \
-                    rng.normal(0, 0.1, d)
+                    state[f"{hf}.{proj}.weight"], state[f"{hf}.{proj}.bias"] = (
+                        rng.normal(0, 0.4, (d, d)),
+                        rng.normal(0, 0.4, d),
+                    )
+                state[f"{hf}_layer_norm.weight"], state[f"{hf}_layer_norm.bias"] = (
+                    rng.normal(1, 0.1, d),
+                    rng.normal(0, 0.1, d),
+                )
             for fc, shape in (("fc1", (ffn, d)), ("fc2", (d, ffn))):
                 state[f"{layer}.{fc}.weight"] = rng.normal(0, 0.4, shape)
                 state[f"{layer}.{fc}.bias"] = rng.normal(0, 0.4, shape[0])
@@ -130,8 +178,15 @@ def write_npz(path, arrays: dict[str, np.ndarray], options: dict):
     np.savez(path, **arrays, **{"special:model.yml": np.frombuffer(text, dtype=np.int8)})
 
 
-def write_model(directory, arrays: dict[str, np.ndarray], options: dict, tokens: list[str],
-                target_tokens: list[str] | None = None, npz: str = "model.npz", **decoder):
+def write_model(
+    directory,
+    arrays: dict[str, np.ndarray],
+    options: dict,
+    tokens: list[str],
+    target_tokens: list[str] | None = None,
+    npz: str = "model.npz",
+    **decoder,
+):
     """A Marian model directory as OPUS-MT ships one (source.spm and target.spm written by the caller)."""
     directory.mkdir(parents=True, exist_ok=True)
     sizes = [len(tokens), len(target_tokens or tokens)]
@@ -139,7 +194,17 @@ def write_model(directory, arrays: dict[str, np.ndarray], options: dict, tokens:
     vocabs = ["vocab.yml"] * 2 if target_tokens is None else ["source.vocab.yml", "target.vocab.yml"]
     for name, table in zip(vocabs, (tokens, target_tokens or tokens)):
         write_vocabulary(directory / name, table)
-    settings = {"relative-paths": True, "models": [npz], "vocabs": vocabs, "beam-size": 4, "normalize": 1.0,
-                "word-penalty": 0, "mini-batch": 16, "maxi-batch": 100, "maxi-batch-sort": "src", **decoder}
+    settings = {
+        "relative-paths": True,
+        "models": [npz],
+        "vocabs": vocabs,
+        "beam-size": 4,
+        "normalize": 1.0,
+        "word-penalty": 0,
+        "mini-batch": 16,
+        "maxi-batch": 100,
+        "maxi-batch-sort": "src",
+        **decoder,
+    }
     (directory / "decoder.yml").write_text(yaml.safe_dump(settings), encoding="utf-8")
     return directory

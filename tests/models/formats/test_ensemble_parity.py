@@ -55,8 +55,11 @@ class MixInSecondModel(LogitsProcessor):
     def __call__(self, input_ids, scores):
         rows = input_ids.size(0)
         with torch.no_grad():
-            logits = self.second(input_ids=self.src.expand(rows, -1), attention_mask=self.mask.expand(rows, -1),
-                                 decoder_input_ids=input_ids).logits[:, -1]
+            logits = self.second(
+                input_ids=self.src.expand(rows, -1),
+                attention_mask=self.mask.expand(rows, -1),
+                decoder_input_ids=input_ids,
+            ).logits[:, -1]
         both = torch.stack([torch.log_softmax(scores.float(), -1), torch.log_softmax(logits.float(), -1)])
         return torch.logsumexp(both, dim=0) - math.log(2)
 
@@ -74,8 +77,7 @@ def test_prob_rule_matches_a_transformers_reference(tmp_path, beams):
     for row, src, src_mask in zip(rows, ids, mask):
         src, src_mask = src[None, : len(row)], src_mask[None, : len(row)]
         mix = LogitsProcessorList([MixInSecondModel(hf_b, src, src_mask.long())])
-        expected, expected_scores = hf_generate(hf_a, src, src_mask, num_return_sequences=beams,
-                                                logits_processor=mix)
+        expected, expected_scores = hf_generate(hf_a, src, src_mask, num_return_sequences=beams, logits_processor=mix)
         got = ensemble.translate_batch([row])[0]
         assert [h.tokens for h in got] == expected
         if beams > 1:

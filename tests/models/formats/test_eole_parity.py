@@ -33,13 +33,21 @@ pytestmark = pytest.mark.parity  # against a peer library: in make test, not in 
 # directory again, uninitialised (its default follows add_qkvbias in one place and not the other).
 VARIANTS = {
     "defaults": {},
-    "shared_embeddings_biases_gelu": {"share_embeddings": True, "share_decoder_embeddings": True,
-                                      "add_qkvbias": True, "add_final_linear_bias": True, "add_ffnbias": True,
-                                      "mlp_activation_fn": "gelu"},
+    "shared_embeddings_biases_gelu": {
+        "share_embeddings": True,
+        "share_decoder_embeddings": True,
+        "add_qkvbias": True,
+        "add_final_linear_bias": True,
+        "add_ffnbias": True,
+        "mlp_activation_fn": "gelu",
+    },
     "concat_positions_silu_no_final_encoder_norm": {
         "embeddings": {"word_vec_size": 32, "position_encoding_type": "SinusoidalConcat"},
-        "mlp_activation_fn": "silu", "add_ffnbias": True, "norm_eps": 1e-6,
-        "encoder": {"final_encoder_layer_norm": False}},
+        "mlp_activation_fn": "silu",
+        "add_ffnbias": True,
+        "norm_eps": 1e-6,
+        "encoder": {"final_encoder_layer_norm": False},
+    },
 }
 
 
@@ -95,16 +103,20 @@ def test_rotary_positions_are_refused_by_name(built):
     for name in ("vocab.json", "model.00.safetensors"):
         (path.parent / "rotary" / name).write_bytes((path / name).read_bytes())
     (path.parent / "rotary" / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ModelError, match=re.escape("eole option encoder.position_encoding_type = 'Rotary' "
-                                                   "is not supported")):
+    with pytest.raises(
+        ModelError, match=re.escape("eole option encoder.position_encoding_type = 'Rotary' is not supported")
+    ):
         eole.load(str(path.parent / "rotary"))
 
 
-@pytest.mark.parametrize("options, named", [
-    ({"layer_norm": "rms"}, "encoder.layer_norm = 'rms'"),
-    ({"mlp_activation_fn": "gated-silu"}, "encoder.mlp_activation_fn = 'gated-silu'"),
-    ({"heads_kv": 2}, "encoder.heads_kv = 2"),
-])
+@pytest.mark.parametrize(
+    "options, named",
+    [
+        ({"layer_norm": "rms"}, "encoder.layer_norm = 'rms'"),
+        ({"mlp_activation_fn": "gated-silu"}, "encoder.mlp_activation_fn = 'gated-silu'"),
+        ({"heads_kv": 2}, "encoder.heads_kv = 2"),
+    ],
+)
 def test_options_the_transformer_cannot_compute_are_refused_by_name(tmp_path, options, named):
     _, path = peer.build(tmp_path / "model", **options)
     with pytest.raises(ModelError, match=re.escape(f"eole option {named} is not supported")):
@@ -130,8 +142,10 @@ def test_inspect_describes_an_eole_directory(built, cli):
     assert "max_len_a=2.0" in result.stdout
 
 
-@pytest.mark.parametrize("missing, message", [("vocab.json", "vocab.json is missing"),
-                                              ("model.00.safetensors", "no model.*.safetensors weights")])
+@pytest.mark.parametrize(
+    "missing, message",
+    [("vocab.json", "vocab.json is missing"), ("model.00.safetensors", "no model.*.safetensors weights")],
+)
 def test_a_directory_missing_a_file_names_it(built, cli, tmp_path, missing, message):
     _, path = built
     copy = tmp_path / "copy"
@@ -158,8 +172,12 @@ def test_the_sentencepiece_transform_is_found_in_the_directory(tmp_path):
     (copy / "spm.model").write_bytes(Path(train_sentencepiece(tmp_path, vocab_size=40)).read_bytes())
     config = json.loads((path / "config.json").read_text())
     config["transforms"] = ["sentencepiece"]
-    config["transforms_configs"] = {"sentencepiece": {"src_subword_model": "${MODEL_PATH}/spm.model",
-                                                      "tgt_subword_model": "${MODEL_PATH}/spm.model"}}
+    config["transforms_configs"] = {
+        "sentencepiece": {
+            "src_subword_model": "${MODEL_PATH}/spm.model",
+            "tgt_subword_model": "${MODEL_PATH}/spm.model",
+        }
+    }
     (copy / "config.json").write_text(json.dumps(config))
     tokenizer = eole.load(str(copy)).tokenizer
     pieces = spm.SentencePieceProcessor(model_file=str(copy / "spm.model")).encode("the fox", out_type=str)

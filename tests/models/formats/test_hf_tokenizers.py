@@ -34,30 +34,53 @@ from nmtdecode.models.checkpoint import ModelError
 from nmtdecode.models.formats.hf_tokenizers import load_tokenizer
 from nmtdecode.models.transformer import TransformerConfig
 
-WORDS = ("the a house cat dog runs quickly über straße café naïve Zürich green blue red tree river mountain "
-         "small large walks sees eats fish bread water 42 1999 hello world").split()
+WORDS = (
+    "the a house cat dog runs quickly über straße café naïve Zürich green blue red tree river mountain "
+    "small large walks sees eats fish bread water 42 1999 hello world"
+).split()
 SENTENCES = [
-    "Hello world.", "The small cat walks over the green river!", "Zürich café naïve straße",
-    "unknown ☃ and ö and 漢字", "42 1999, the dog's fish?", "ﬁne ＡＢＣ", "a\ttab and\nnewline", "",
-    "  leading and  double  spaces", "trailing ", " ", "x </s> y <unk> z", ">>fra<< the cat", "eng_Latn en_XX dog",
+    "Hello world.",
+    "The small cat walks over the green river!",
+    "Zürich café naïve straße",
+    "unknown ☃ and ö and 漢字",
+    "42 1999, the dog's fish?",
+    "ﬁne ＡＢＣ",
+    "a\ttab and\nnewline",
+    "",
+    "  leading and  double  spaces",
+    "trailing ",
+    " ",
+    "x </s> y <unk> z",
+    ">>fra<< the cat",
+    "eng_Latn en_XX dog",
     "Is it red ? Yes , it's blue .",
 ]
 # What SentencePiece (the fairseq side) and transformers 5's rebuilt pipelines agree on: no trailing or
 # repeated whitespace, no special-token strings in the text (see the module docstring of hf_tokenizers).
-PLAIN = [s for s in SENTENCES if " ".join(s.split()) == s.replace("\t", " ").replace("\n", " ") and "<" not in s
-         and "_" not in s]
+PLAIN = [
+    s
+    for s in SENTENCES
+    if " ".join(s.split()) == s.replace("\t", " ").replace("\n", " ") and "<" not in s and "_" not in s
+]
 
 
 def _sentences(seed: int) -> list[str]:
     r = random.Random(seed)
-    return [" ".join(r.choice(WORDS) for _ in range(r.randint(3, 10))).capitalize() + r.choice(".!?,")
-            for _ in range(300)]
+    return [
+        " ".join(r.choice(WORDS) for _ in range(r.randint(3, 10))).capitalize() + r.choice(".!?,") for _ in range(300)
+    ]
 
 
 def _train(path, model_type: str, seed: int = 0) -> spm.SentencePieceProcessor:
     model = io.BytesIO()
-    spm.SentencePieceTrainer.train(sentence_iterator=iter(_sentences(seed)), model_writer=model, vocab_size=120,
-                                   model_type=model_type, character_coverage=1.0, minloglevel=2)
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(_sentences(seed)),
+        model_writer=model,
+        vocab_size=120,
+        model_type=model_type,
+        character_coverage=1.0,
+        minloglevel=2,
+    )
     with open(path, "wb") as f:
         f.write(model.getvalue())
     return spm.SentencePieceProcessor(model_file=str(path))
@@ -65,12 +88,14 @@ def _train(path, model_type: str, seed: int = 0) -> spm.SentencePieceProcessor:
 
 def _proto_fields(buf: bytes):
     """(field number, value) pairs of a protobuf message: just enough to read a SentencePiece model."""
+
     def varint(i):
         value = shift = 0
         while True:
             value, shift, i = value | (buf[i] & 0x7F) << shift, shift + 7, i + 1
             if buf[i - 1] < 0x80:
                 return value, i
+
     i = 0
     while i < len(buf):
         key, i = varint(i)
@@ -93,8 +118,9 @@ def _charsmap(model_path) -> bytes | None:
 
 
 def _ours(path, model_type: str, decoder_start: int = 2, vocab_size: int = 1000):
-    cfg = TransformerConfig(src_vocab_size=vocab_size, tgt_vocab_size=vocab_size, d_model=8, heads=1,
-                            decoder_start_id=decoder_start)
+    cfg = TransformerConfig(
+        src_vocab_size=vocab_size, tgt_vocab_size=vocab_size, d_model=8, heads=1, decoder_start_id=decoder_start
+    )
     return load_tokenizer(str(path), {"model_type": model_type}, cfg)
 
 
@@ -128,8 +154,11 @@ def _compare(ours, hf, sentences, tags: dict[str, int], frame=(1, 1), tgt: str |
         pieces = ours.source_pieces(s)
         assert len(pieces) == len(source_ids), repr(s)
         assert ours.source_pieces(ours.source.split_pieces(s)) == pieces, repr(s)  # the API's token input
-        assert all(ours.source.id(piece) == i or ours.source_piece(i) == piece
-                   for piece, i in zip(pieces, source_ids) if i != hf.unk_token_id), repr(s)  # the source vocabulary's
+        assert all(
+            ours.source.id(piece) == i or ours.source_piece(i) == piece
+            for piece, i in zip(pieces, source_ids)
+            if i != hf.unk_token_id
+        ), repr(s)  # the source vocabulary's
 
 
 def _save(hf, path) -> str:
@@ -138,6 +167,7 @@ def _save(hf, path) -> str:
 
 
 # Marian ---------------------------------------------------------------------------------------------
+
 
 def _marian_dir(root, separate: bool):
     """source.spm/target.spm and vocab.json as OPUS-MT ships them: </s> 0, <unk> 1, the pieces of both
@@ -150,13 +180,22 @@ def _marian_dir(root, separate: bool):
             tokens += [p for p in map(sp.id_to_piece, range(3, sp.get_piece_size())) if p not in tokens]
         return {t: i for i, t in enumerate(tokens + [f">>{t}<<" for t in tags] + ["<pad>"])}
 
-    tables = {"vocab": vocab(src, tags=("fra", "deu")), "target_vocab": vocab(tgt)} if separate else \
-        {"vocab": vocab(src, tgt, tags=("fra", "deu"))}
+    tables = (
+        {"vocab": vocab(src, tags=("fra", "deu")), "target_vocab": vocab(tgt)}
+        if separate
+        else {"vocab": vocab(src, tgt, tags=("fra", "deu"))}
+    )
     for name, table in tables.items():
         (root / f"{name}.json").write_text(json.dumps(table))
-    hf = _quiet(lambda: transformers.MarianTokenizer(
-        str(root / "source.spm"), str(root / "target.spm"), str(root / "vocab.json"), separate_vocabs=separate,
-        target_vocab_file=str(root / "target_vocab.json") if separate else None))
+    hf = _quiet(
+        lambda: transformers.MarianTokenizer(
+            str(root / "source.spm"),
+            str(root / "target.spm"),
+            str(root / "vocab.json"),
+            separate_vocabs=separate,
+            target_vocab_file=str(root / "target_vocab.json") if separate else None,
+        )
+    )
     saved = _save(hf, root / "saved")
     return saved, _quiet(lambda: transformers.MarianTokenizer.from_pretrained(saved))
 
@@ -184,14 +223,20 @@ def test_marian_matches_transformers(tmp_path, separate):
 
 # M2M100 ---------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("codes, clean_up", [("m2m100", False), ("wmt21", True)])
 def test_m2m100_matches_transformers(tmp_path, codes, clean_up):
     sp = _train(tmp_path / "sentencepiece.bpe.model", "bpe")
     pieces = sorted(sp.id_to_piece(i) for i in range(3, sp.get_piece_size()))  # not SentencePiece's order
     vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, **{p: 4 + i for i, p in enumerate(pieces)}}
     (tmp_path / "vocab.json").write_text(json.dumps(vocab))
-    made = transformers.M2M100Tokenizer(str(tmp_path / "vocab.json"), str(tmp_path / "sentencepiece.bpe.model"),
-                                        src_lang="de", language_codes=codes, clean_up_tokenization_spaces=clean_up)
+    made = transformers.M2M100Tokenizer(
+        str(tmp_path / "vocab.json"),
+        str(tmp_path / "sentencepiece.bpe.model"),
+        src_lang="de",
+        language_codes=codes,
+        clean_up_tokenization_spaces=clean_up,
+    )
     hf = transformers.M2M100Tokenizer.from_pretrained(_save(made, tmp_path / "saved"))
     ours = _ours(tmp_path / "saved", "m2m_100")
     tags = {c: hf.get_lang_id(c) for c in hf.lang_code_to_id}
@@ -207,9 +252,13 @@ def test_m2m100_matches_transformers(tmp_path, codes, clean_up):
 
 # NLLB, mBART-50, mBART: tokenizer.json, or a SentencePiece model with fairseq ids ----------------------
 
+
 def _spm_inputs(sp, model_path):
-    return ([(sp.id_to_piece(i), sp.get_score(i)) for i in range(sp.get_piece_size())],
-            {sp.id_to_piece(i): i for i in range(sp.get_piece_size())}, _charsmap(model_path))
+    return (
+        [(sp.id_to_piece(i), sp.get_score(i)) for i in range(sp.get_piece_size())],
+        {sp.id_to_piece(i): i for i in range(sp.get_piece_size())},
+        _charsmap(model_path),
+    )
 
 
 def _without_tokenizer_json(saved, root) -> str:
@@ -227,9 +276,13 @@ def _tags(hf, codes) -> dict[str, int]:
 def test_nllb_tokenizer_json(tmp_path, legacy):
     model = tmp_path / "sentencepiece.bpe.model"
     _, pieces, charsmap = _spm_inputs(_train(model, "bpe"), model)
-    made = transformers.NllbTokenizer(**NllbConverter.convert_from_spm(vocab=pieces, merges=generate_merges(pieces)),
-                                      _spm_precompiled_charsmap=charsmap, src_lang="fra_Latn",
-                                      legacy_behaviour=legacy, clean_up_tokenization_spaces=legacy)  # BPE: ignored
+    made = transformers.NllbTokenizer(
+        **NllbConverter.convert_from_spm(vocab=pieces, merges=generate_merges(pieces)),
+        _spm_precompiled_charsmap=charsmap,
+        src_lang="fra_Latn",
+        legacy_behaviour=legacy,
+        clean_up_tokenization_spaces=legacy,
+    )  # BPE: ignored
     saved = _save(made, tmp_path / "saved")
     hf, ours = transformers.AutoTokenizer.from_pretrained(saved), _ours(saved, "m2m_100")
     tags = _tags(hf, NLLB_CODES)
@@ -250,8 +303,15 @@ def test_nllb_sentencepiece_fairseq_ids(tmp_path):
     sp = _train(model, "bpe")
     _, pieces, charsmap = _spm_inputs(sp, model)
     n = sp.get_piece_size()
-    fairseq = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, **{sp.id_to_piece(i): i + 1 for i in range(3, n)},
-               **{c: n + 1 + i for i, c in enumerate(NLLB_CODES)}, "<mask>": n + 1 + len(NLLB_CODES)}
+    fairseq = {
+        "<s>": 0,
+        "<pad>": 1,
+        "</s>": 2,
+        "<unk>": 3,
+        **{sp.id_to_piece(i): i + 1 for i in range(3, n)},
+        **{c: n + 1 + i for i, c in enumerate(NLLB_CODES)},
+        "<mask>": n + 1 + len(NLLB_CODES),
+    }
     hf = transformers.NllbTokenizer(vocab=fairseq, merges=generate_merges(pieces), _spm_precompiled_charsmap=charsmap)
     path = _without_tokenizer_json(_save(hf, tmp_path / "saved"), tmp_path / "spm")
     shutil.copy(model, path)
@@ -269,8 +329,12 @@ def _mbart(tmp_path, fifty: bool):
     model = tmp_path / "sentencepiece.bpe.model"
     scores, _, charsmap = _spm_inputs(_train(model, "unigram"), model)
     if fifty:
-        made = transformers.MBart50Tokenizer(**MBart50Converter.convert_from_spm(vocab=scores), src_lang="ro_RO",
-                                             _spm_precompiled_charsmap=charsmap, clean_up_tokenization_spaces=True)
+        made = transformers.MBart50Tokenizer(
+            **MBart50Converter.convert_from_spm(vocab=scores),
+            src_lang="ro_RO",
+            _spm_precompiled_charsmap=charsmap,
+            clean_up_tokenization_spaces=True,
+        )
     else:
         made = transformers.MBartTokenizer(**MBartConverter.convert_from_spm(vocab=scores), src_lang="ro_RO")
     saved = _save(made, tmp_path / "saved")
@@ -319,21 +383,28 @@ def test_mbart_variant_without_tokenizer_class(tmp_path, fifty):
         config = json.loads((tmp_path / path / "tokenizer_config.json").read_text())
         del config["tokenizer_class"]
         (tmp_path / path / "tokenizer_config.json").write_text(json.dumps(config))
-        ours = _ours(path, "mbart", vocab_size=spm.SentencePieceProcessor(
-            model_file=str(tmp_path / "sentencepiece.bpe.model")).get_piece_size() + len(codes) + 2)
+        ours = _ours(
+            path,
+            "mbart",
+            vocab_size=spm.SentencePieceProcessor(model_file=str(tmp_path / "sentencepiece.bpe.model")).get_piece_size()
+            + len(codes)
+            + 2,
+        )
         assert ours.language_codes() == codes
         assert ours.encode("the cat") == hf("the cat").input_ids
 
 
 # BART -----------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("route", ["tokenizer.json", "vocab.json + merges.txt"])
 def test_bart(tmp_path, route):
     from tokenizers import ByteLevelBPETokenizer
 
     bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator(_sentences(0), vocab_size=300, special_tokens=["<s>", "<pad>", "</s>", "<unk>"],
-                            show_progress=False)
+    bpe.train_from_iterator(
+        _sentences(0), vocab_size=300, special_tokens=["<s>", "<pad>", "</s>", "<unk>"], show_progress=False
+    )
     bpe.add_special_tokens(["<mask>"])
     bpe.save_model(str(tmp_path))
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "BartTokenizer"}))
@@ -350,6 +421,7 @@ def test_bart(tmp_path, route):
 
 
 # Failures -------------------------------------------------------------------------------------------
+
 
 def test_missing_or_broken_files_name_the_file(tmp_path, monkeypatch):
     with pytest.raises(ModelError, match="tokenizer.json.*merges.txt"):

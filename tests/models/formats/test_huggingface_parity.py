@@ -23,23 +23,52 @@ from nmtdecode.models.formats.huggingface import load_network
 pytestmark = pytest.mark.parity  # against a peer library: in make test, not in make test-fast
 
 VOCAB, EOS, PAD = 64, 2, 1
-COMMON = dict(vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-              decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=128,
-              bos_token_id=0, pad_token_id=PAD, eos_token_id=EOS, dropout=0.0, attention_dropout=0.0,
-              activation_dropout=0.0)
+COMMON = dict(
+    vocab_size=VOCAB,
+    d_model=32,
+    encoder_layers=2,
+    decoder_layers=2,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    encoder_ffn_dim=64,
+    decoder_ffn_dim=64,
+    max_position_embeddings=128,
+    bos_token_id=0,
+    pad_token_id=PAD,
+    eos_token_id=EOS,
+    dropout=0.0,
+    attention_dropout=0.0,
+    activation_dropout=0.0,
+)
 # transformers' classes by name: looked up when a model is built (importing every family's modules
 # costs seconds, which the modules importing `build` would pay at collection).
 FAMILIES = {
-    "marian": ("MarianConfig", "MarianMTModel",
-               dict(pad_token_id=PAD, decoder_start_token_id=PAD, scale_embedding=True, activation_function="swish",
-                    forced_eos_token_id=None)),
-    "bart": ("BartConfig", "BartForConditionalGeneration",
-             dict(decoder_start_token_id=EOS, activation_function="gelu", forced_eos_token_id=None)),
-    "mbart": ("MBartConfig", "MBartForConditionalGeneration",
-              dict(decoder_start_token_id=EOS, scale_embedding=True, activation_function="gelu",
-                   forced_eos_token_id=None)),
-    "m2m_100": ("M2M100Config", "M2M100ForConditionalGeneration",
-                dict(decoder_start_token_id=EOS, scale_embedding=True, activation_function="relu")),
+    "marian": (
+        "MarianConfig",
+        "MarianMTModel",
+        dict(
+            pad_token_id=PAD,
+            decoder_start_token_id=PAD,
+            scale_embedding=True,
+            activation_function="swish",
+            forced_eos_token_id=None,
+        ),
+    ),
+    "bart": (
+        "BartConfig",
+        "BartForConditionalGeneration",
+        dict(decoder_start_token_id=EOS, activation_function="gelu", forced_eos_token_id=None),
+    ),
+    "mbart": (
+        "MBartConfig",
+        "MBartForConditionalGeneration",
+        dict(decoder_start_token_id=EOS, scale_embedding=True, activation_function="gelu", forced_eos_token_id=None),
+    ),
+    "m2m_100": (
+        "M2M100Config",
+        "M2M100ForConditionalGeneration",
+        dict(decoder_start_token_id=EOS, scale_embedding=True, activation_function="relu"),
+    ),
 }
 # Random models fall into repeating one token; these EOS biases (found by a sweep) make greedy
 # outputs end at different steps for the batch below. M2M100 has no final_logits_bias: its
@@ -63,8 +92,13 @@ def build(family, tmp_path, seed=0, **generation):
             hf.model.shared.weight[EOS] *= EOS_BIAS[family]
         else:
             hf.final_logits_bias[0, EOS] = EOS_BIAS[family]
-    hf.generation_config = GenerationConfig(decoder_start_token_id=hf.config.decoder_start_token_id,
-                                            bos_token_id=0, eos_token_id=EOS, pad_token_id=PAD, **generation)
+    hf.generation_config = GenerationConfig(
+        decoder_start_token_id=hf.config.decoder_start_token_id,
+        bos_token_id=0,
+        eos_token_id=EOS,
+        pad_token_id=PAD,
+        **generation,
+    )
     hf.save_pretrained(tmp_path)
     model, defaults, rules = load_network(str(tmp_path), read_json(str(tmp_path / "config.json")))
     return hf, model, defaults, rules
@@ -97,8 +131,9 @@ def test_encoder_and_every_step_logit_match(family, tmp_path):
 
 
 def hf_generate(hf, ids, mask, **kwargs):
-    out = hf.generate(input_ids=ids, attention_mask=mask.long(), return_dict_in_generate=True, output_scores=True,
-                      **kwargs)
+    out = hf.generate(
+        input_ids=ids, attention_mask=mask.long(), return_dict_in_generate=True, output_scores=True, **kwargs
+    )
     sequences = []
     for row in out.sequences[:, 1:].tolist():  # drop the decoder start token
         sequences.append(row[: row.index(EOS)] if EOS in row else row)
@@ -121,12 +156,21 @@ def test_greedy_matches(family, tmp_path):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("beams, early_stopping, length_penalty", [
-    (4, False, 1.0), (5, True, 1.0), (4, "never", 1.0), (5, False, 0.0), (4, "never", 2.0), (5, False, -0.5),
-])
+@pytest.mark.parametrize(
+    "beams, early_stopping, length_penalty",
+    [
+        (4, False, 1.0),
+        (5, True, 1.0),
+        (4, "never", 1.0),
+        (5, False, 0.0),
+        (4, "never", 2.0),
+        (5, False, -0.5),
+    ],
+)
 def test_beam_nbest_matches(family, beams, early_stopping, length_penalty, tmp_path):
-    hf, ours, defaults, rules = build(family, tmp_path, num_beams=beams, max_length=16,
-                                      early_stopping=early_stopping, length_penalty=length_penalty)
+    hf, ours, defaults, rules = build(
+        family, tmp_path, num_beams=beams, max_length=16, early_stopping=early_stopping, length_penalty=length_penalty
+    )
     rows, ids, mask = batch(2)
     expected, expected_scores = hf_generate(hf, ids, mask, num_return_sequences=beams)
     got = ours_generate(ours, defaults, rules, rows, n_best=beams)
@@ -139,9 +183,18 @@ def test_beam_nbest_matches(family, beams, early_stopping, length_penalty, tmp_p
 def test_summarization_settings_match(tmp_path):
     """BART as configured for summarization: min length, no repeated trigrams, length penalty 2,
     early stopping, forced BOS and EOS."""
-    hf, ours, defaults, rules = build("bart", tmp_path, num_beams=4, max_length=18, min_length=6,
-                                      no_repeat_ngram_size=3, length_penalty=2.0, early_stopping=True,
-                                      forced_bos_token_id=0, forced_eos_token_id=EOS)
+    hf, ours, defaults, rules = build(
+        "bart",
+        tmp_path,
+        num_beams=4,
+        max_length=18,
+        min_length=6,
+        no_repeat_ngram_size=3,
+        length_penalty=2.0,
+        early_stopping=True,
+        forced_bos_token_id=0,
+        forced_eos_token_id=EOS,
+    )
     assert defaults["min_length"] == 5 and defaults["max_length"] == 17  # theirs count the start token
     rows, ids, mask = batch(3)
     expected, expected_scores = hf_generate(hf, ids, mask, num_return_sequences=2)
@@ -211,8 +264,10 @@ def test_pickled_code_in_pytorch_bin_is_never_run(tmp_path, monkeypatch):
         load_network(str(tmp_path / "model"), read_json(str(tmp_path / "model" / "config.json")))
     assert not (tmp_path / "PWNED").exists()
     # one line naming what it would have run, not torch's advice to load with weights_only=False
-    assert str(refused.value) == (f"cannot read weights {tmp_path / 'model' / 'pytorch_model.bin'}: refused: it holds "
-                                  "pickled code, not only weights (it would load exec)")
+    assert str(refused.value) == (
+        f"cannot read weights {tmp_path / 'model' / 'pytorch_model.bin'}: refused: it holds "
+        "pickled code, not only weights (it would load exec)"
+    )
 
 
 @pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")
@@ -223,29 +278,48 @@ def test_marian_directory_end_to_end_matches_transformers(tmp_path, cli):
     from tests.helpers import WORDS
 
     lines = [" ".join(WORDS[i : i + 5]) for i in range(0, len(WORDS) - 5, 3)]
-    spm.SentencePieceTrainer.train(sentence_iterator=iter(lines * 20), model_prefix=str(tmp_path / "sp"),
-                                   vocab_size=40, minloglevel=2, num_threads=1)
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines * 20),
+        model_prefix=str(tmp_path / "sp"),
+        vocab_size=40,
+        minloglevel=2,
+        num_threads=1,
+    )
     sp = spm.SentencePieceProcessor(model_file=str(tmp_path / "sp.model"))
-    pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())
-              if sp.id_to_piece(i) not in ("<s>", "</s>", "<unk>")]
+    pieces = [
+        sp.id_to_piece(i) for i in range(sp.get_piece_size()) if sp.id_to_piece(i) not in ("<s>", "</s>", "<unk>")
+    ]
     vocab = {"</s>": 0, "<unk>": 1, **{p: i + 2 for i, p in enumerate(pieces)}}
     vocab["<pad>"] = len(vocab)
     (tmp_path / "vocab.json").write_text(json.dumps(vocab))
-    tokenizer = transformers.MarianTokenizer(str(tmp_path / "sp.model"), str(tmp_path / "sp.model"),
-                                             str(tmp_path / "vocab.json"))
+    tokenizer = transformers.MarianTokenizer(
+        str(tmp_path / "sp.model"), str(tmp_path / "sp.model"), str(tmp_path / "vocab.json")
+    )
     model_dir = tmp_path / "marian"
     torch.manual_seed(0)  # seed and scale chosen so that the outputs differ between inputs
-    config = transformers.MarianConfig(**{**COMMON, "vocab_size": len(vocab), "pad_token_id": len(vocab) - 1,
-                                          "eos_token_id": 0, "decoder_start_token_id": len(vocab) - 1,
-                                          "forced_eos_token_id": None})
+    config = transformers.MarianConfig(
+        **{
+            **COMMON,
+            "vocab_size": len(vocab),
+            "pad_token_id": len(vocab) - 1,
+            "eos_token_id": 0,
+            "decoder_start_token_id": len(vocab) - 1,
+            "forced_eos_token_id": None,
+        }
+    )
     hf = transformers.MarianMTModel(config).eval()
     with torch.no_grad():
         for name, p in hf.named_parameters():
             if "embed_positions" not in name:
                 p.normal_(0.0, 1.0)
-    hf.generation_config = GenerationConfig(decoder_start_token_id=len(vocab) - 1, eos_token_id=0,
-                                            pad_token_id=len(vocab) - 1, num_beams=3, max_length=12,
-                                            bad_words_ids=[[len(vocab) - 1]])
+    hf.generation_config = GenerationConfig(
+        decoder_start_token_id=len(vocab) - 1,
+        eos_token_id=0,
+        pad_token_id=len(vocab) - 1,
+        num_beams=3,
+        max_length=12,
+        bad_words_ids=[[len(vocab) - 1]],
+    )
     hf.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
     batch = tokenizer(lines[:6], return_tensors="pt", padding=True)

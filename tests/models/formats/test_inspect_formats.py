@@ -38,12 +38,14 @@ def restored(path, dtype, zero_bias: bool):
     tensors = load_file(path / "model.safetensors")
     if zero_bias:
         tensors["final_logits_bias"] = torch.zeros_like(tensors["final_logits_bias"])
-    save_file({name: tensor.to(dtype).contiguous() for name, tensor in tensors.items()}, path / "model.safetensors",
-              metadata={"format": "pt"})
+    save_file(
+        {name: tensor.to(dtype).contiguous() for name, tensor in tensors.items()},
+        path / "model.safetensors",
+        metadata={"format": "pt"},
+    )
 
 
-@pytest.mark.parametrize("dtype, zero_bias", [(torch.float32, False), (torch.bfloat16, False),
-                                              (torch.float16, True)])
+@pytest.mark.parametrize("dtype, zero_bias", [(torch.float32, False), (torch.bfloat16, False), (torch.float16, True)])
 def test_inspect_of_a_marian_directory_matches_the_load(tmp_path, monkeypatch, dtype, zero_bias):
     path = with_tokenizer("marian", tmp_path / "model")
     restored(path, dtype, zero_bias)

@@ -20,8 +20,15 @@ from nmtdecode.models.detect import model_format
 from nmtdecode.models.formats.marian_vocab import PLAIN_ENTRY, read_vocabulary
 from nmtdecode.models.loading import load_model
 
-from tests.models.formats.marian_files import (OPTIONS, random_hf_state, to_marian, train_spm, vocabulary, write_model,
-                                               write_npz)
+from tests.models.formats.marian_files import (
+    OPTIONS,
+    random_hf_state,
+    to_marian,
+    train_spm,
+    vocabulary,
+    write_model,
+    write_npz,
+)
 from tests.models.test_inspect import assert_inspect_matches_the_loaded_model
 from tests.test_hostile_files import alias_bomb
 
@@ -35,8 +42,7 @@ def pieces(tmp_path_factory):
     return path, vocabulary(train_spm(path, seed=0), tags=("fra", "deu"))
 
 
-def build(root, pieces, *, options=None, edit=None, tokens=None, target_tokens=None, spm=True, layout=None,
-          **decoder):
+def build(root, pieces, *, options=None, edit=None, tokens=None, target_tokens=None, spm=True, layout=None, **decoder):
     """A random Marian model directory; `layout`: to_marian's switches; `edit(arrays)` changes the
     arrays before they are written."""
     spm_path, vocab = pieces
@@ -47,8 +53,13 @@ def build(root, pieces, *, options=None, edit=None, tokens=None, target_tokens=N
     if edit:
         edit(arrays)
     shared, tied = layout["shared"], layout["tied_output"]
-    settings = {**OPTIONS, "tied-embeddings-all": shared and tied, "tied-embeddings-src": shared and not tied,
-                "tied-embeddings": tied, **(options or {})}
+    settings = {
+        **OPTIONS,
+        "tied-embeddings-all": shared and tied,
+        "tied-embeddings-src": shared and not tied,
+        "tied-embeddings": tied,
+        **(options or {}),
+    }
     write_model(root, arrays, settings, tokens, target_tokens, **decoder)
     if spm:
         for name in ("source.spm", "target.spm"):
@@ -81,8 +92,9 @@ def test_marian_arrays_land_where_marian_computes_with_them(tmp_path, pieces):
     with np.load(root / "model.npz") as stored:
         a = {name: torch.from_numpy(stored[name]) for name in stored.files if not name.startswith("special:")}
     layer = model.decoder_layers[1]
-    assert torch.equal(model.encoder_layers[0].self_attn.qkv.weight,
-                       torch.cat([a[f"encoder_l1_self_W{x}"].T for x in "qkv"]))
+    assert torch.equal(
+        model.encoder_layers[0].self_attn.qkv.weight, torch.cat([a[f"encoder_l1_self_W{x}"].T for x in "qkv"])
+    )
     assert torch.equal(layer.cross_attn.kv.bias, torch.cat([a[f"decoder_l2_context_b{x}"][0] for x in "kv"]))
     assert torch.equal(layer.cross_attn.out.weight, a["decoder_l2_context_Wo"].T)
     assert torch.equal(layer.ffn.up.weight, a["decoder_l2_ffn_W1"].T)
@@ -134,8 +146,15 @@ def test_each_marian_layout_loads_and_decodes(tmp_path, pieces, name):
 def test_decoder_yml_gives_marian_s_decoding_defaults(tmp_path, pieces):
     root = build(tmp_path / "m", pieces, **{"beam-size": 6, "normalize": 0.6, "max-length-factor": 2.5})
     loaded = load_model(str(root))
-    assert loaded.defaults == {"beam_size": 6, "length_penalty": "avg", "alpha": 0.6, "early_stopping": "true",
-                               "max_len_a": 2.5, "max_len_b": 0, "max_length": 1024}
+    assert loaded.defaults == {
+        "beam_size": 6,
+        "length_penalty": "avg",
+        "alpha": 0.6,
+        "early_stopping": "true",
+        "max_len_a": 2.5,
+        "max_len_b": 0,
+        "max_length": 1024,
+    }
     config = Config.from_values({}).with_model_defaults(loaded.defaults)
     assert BatchDecoder(loaded.model, config.decoding, loaded.rules).max_steps([4, 9]) == [10, 22]  # 2.5 x |src|
     bare = tmp_path / "bare"
@@ -174,6 +193,7 @@ def test_a_sentencepiece_vocabulary_numbers_the_pieces_itself(tmp_path, pieces):
     root.mkdir()
     shutil.copy(spm_path, root / "vocab.spm")
     import sentencepiece
+
     sp = sentencepiece.SentencePieceProcessor(model_file=str(spm_path))
     build(root, pieces, tokens=[sp.id_to_piece(i) for i in range(sp.get_piece_size())], spm=False)
     settings = yaml.safe_load((root / "decoder.yml").read_text())
@@ -187,8 +207,18 @@ def test_yaml_vocabulary_keys_are_read_as_the_text_they_spell(tmp_path):
     """yaml-cpp reads Marian's keys as strings; so must we: `yes`, `~`, `1` are pieces, not values."""
     path = tmp_path / "vocab.yml"
     path.write_text('</s>: 0\n<unk>: 1\nyes: 2\n~: 3\n1: 4\nnull: 5\n"\\"": 6\n\'\'\'\': 7\n"a: b": 8\n? "- x"\n: 9\n')
-    assert read_vocabulary(str(path)) == {"</s>": 0, "<unk>": 1, "yes": 2, "~": 3, "1": 4, "null": 5, '"': 6,
-                                          "'": 7, "a: b": 8, "- x": 9}
+    assert read_vocabulary(str(path)) == {
+        "</s>": 0,
+        "<unk>": 1,
+        "yes": 2,
+        "~": 3,
+        "1": 4,
+        "null": 5,
+        '"': 6,
+        "'": 7,
+        "a: b": 8,
+        "- x": 9,
+    }
 
 
 def test_a_line_read_without_yaml_is_read_as_yaml_reads_it():
@@ -207,8 +237,9 @@ def test_a_line_read_without_yaml_is_read_as_yaml_reads_it():
 @pytest.mark.parametrize("which", ["directory", "npz"])
 def test_inspect_reads_a_marian_model_as_the_load_does(tmp_path, pieces, monkeypatch, which):
     root = build(tmp_path / "m", pieces, layout={"shared": False, "tied_output": False})
-    summary = assert_inspect_matches_the_loaded_model(str(root if which == "directory" else root / "model.npz"),
-                                                      monkeypatch)
+    summary = assert_inspect_matches_the_loaded_model(
+        str(root if which == "directory" else root / "model.npz"), monkeypatch
+    )
     assert summary.format == "marian" and summary.defaults["beam_size"] == 4
 
 
@@ -230,6 +261,7 @@ def edit_yaml(name):
     def change(root, **values):
         settings = yaml.safe_load((root / name).read_text())
         (root / name).write_text(yaml.safe_dump({**settings, **values}))
+
     return change
 
 
@@ -238,52 +270,93 @@ def write(name, text):
 
 
 REFUSED = {  # case -> (build's keywords, a change of the written directory, what the one line says)
-    "RNN model": (dict(options={"type": "s2s"}), None, "Marian model type 's2s' (an RNN encoder-decoder) is not "
-                                                     "supported; only type: transformer"),
-    "SSRU decoder": (dict(options={"transformer-decoder-autoreg": "rnn"}), None,
-                     "Marian option transformer-decoder-autoreg: 'rnn' (an average-attention (AAN) or RNN (SSRU) "
-                     "decoder) is not supported"),
-    "average attention": (dict(options={"transformer-decoder-autoreg": "average-attention"}), None,
-                          "transformer-decoder-autoreg: 'average-attention'"),
-    "gelu": (dict(options={"transformer-ffn-activation": "gelu"}), None,
-             "transformer-ffn-activation: 'gelu' is not supported (swish, relu)"),
+    "RNN model": (
+        dict(options={"type": "s2s"}),
+        None,
+        "Marian model type 's2s' (an RNN encoder-decoder) is not supported; only type: transformer",
+    ),
+    "SSRU decoder": (
+        dict(options={"transformer-decoder-autoreg": "rnn"}),
+        None,
+        "Marian option transformer-decoder-autoreg: 'rnn' (an average-attention (AAN) or RNN (SSRU) "
+        "decoder) is not supported",
+    ),
+    "average attention": (
+        dict(options={"transformer-decoder-autoreg": "average-attention"}),
+        None,
+        "transformer-decoder-autoreg: 'average-attention'",
+    ),
+    "gelu": (
+        dict(options={"transformer-ffn-activation": "gelu"}),
+        None,
+        "transformer-ffn-activation: 'gelu' is not supported (swish, relu)",
+    ),
     "deep filters": (dict(options={"transformer-ffn-depth": 3}), None, "transformer-ffn-depth: 3"),
     "tied layers": (dict(options={"transformer-tied-layers": [1, 1]}), None, "transformer-tied-layers: [1, 1]"),
-    "highway": (dict(options={"transformer-postprocess": "dhn"}), None,
-                "transformer-preprocess '' with transformer-postprocess 'dhn' are not supported"),
-    "two norms": (dict(options={"transformer-preprocess": "n"}), None, "transformer-preprocess 'n' with "
-                                                                       "transformer-postprocess 'dan'"),
+    "highway": (
+        dict(options={"transformer-postprocess": "dhn"}),
+        None,
+        "transformer-preprocess '' with transformer-postprocess 'dhn' are not supported",
+    ),
+    "two norms": (
+        dict(options={"transformer-preprocess": "n"}),
+        None,
+        "transformer-preprocess 'n' with transformer-postprocess 'dan'",
+    ),
     "skip on top": (dict(options={"transformer-postprocess-top": "a"}), None, "transformer-postprocess-top: 'a'"),
     "factored outputs": (dict(options={"lemma-dim-emb": 16}), None, "lemma-dim-emb: 16 (factored outputs)"),
     "factored embeddings": (dict(options={"factors-combine": "concat"}), None, "factors-combine: 'concat'"),
     "right to left": (dict(options={"right-left": True}), None, "right-left: True (a right-to-left model)"),
-    "decoder ffn": (dict(options={"transformer-decoder-dim-ffn": 128}), None,
-                    "transformer-decoder-dim-ffn: 128 differs from transformer-dim-ffn (64)"),
-    "alignment layer": (dict(options={"transformer-guided-alignment-layer": "7"}), None,
-                        "transformer-guided-alignment-layer: '7' is not a layer of the 2-layer decoder"),
-    "trained positions": (dict(edit=lambda a: a.update(Wpos=np.zeros((8, D), np.float32))), None,
-                          "array Wpos (trained position embeddings, not supported) is not one of the Transformer"),
-    "multi-source": (dict(edit=lambda a: a.update(decoder_l1_context_enc2_Wq=np.zeros((D, D), np.float32))), None,
-                     "decoder_l1_context_enc2_Wq (a second encoder (multi-source), not supported)"),
+    "decoder ffn": (
+        dict(options={"transformer-decoder-dim-ffn": 128}),
+        None,
+        "transformer-decoder-dim-ffn: 128 differs from transformer-dim-ffn (64)",
+    ),
+    "alignment layer": (
+        dict(options={"transformer-guided-alignment-layer": "7"}),
+        None,
+        "transformer-guided-alignment-layer: '7' is not a layer of the 2-layer decoder",
+    ),
+    "trained positions": (
+        dict(edit=lambda a: a.update(Wpos=np.zeros((8, D), np.float32))),
+        None,
+        "array Wpos (trained position embeddings, not supported) is not one of the Transformer",
+    ),
+    "multi-source": (
+        dict(edit=lambda a: a.update(decoder_l1_context_enc2_Wq=np.zeros((D, D), np.float32))),
+        None,
+        "decoder_l1_context_enc2_Wq (a second encoder (multi-source), not supported)",
+    ),
     "missing array": (dict(edit=lambda a: a.pop("decoder_l2_ffn_W2")), None, "array decoder_l2_ffn_W2 is missing"),
     "more layers": (dict(options={"enc-depth": 3}), None, "array encoder_l3_self_Wq is missing"),
     "fewer layers": (dict(options={"dec-depth": 1}), None, "array decoder_l2_context_Wk is not one of"),
-    "wrong shape": (dict(edit=lambda a: a.update(encoder_l1_ffn_W1=np.zeros((D, 65), np.float32))), None,
-                    "array encoder_l1_ffn_W1 has shape (32, 65), the model's options (dim-emb 32, "
-                    "transformer-dim-ffn 64"),
-    "integer weights": (dict(edit=lambda a: a.update(Wemb=a["Wemb"].astype(np.int32))), None,
-                        "array Wemb holds I32; weights must be floating-point"),
+    "wrong shape": (
+        dict(edit=lambda a: a.update(encoder_l1_ffn_W1=np.zeros((D, 65), np.float32))),
+        None,
+        "array encoder_l1_ffn_W1 has shape (32, 65), the model's options (dim-emb 32, transformer-dim-ffn 64",
+    ),
+    "integer weights": (
+        dict(edit=lambda a: a.update(Wemb=a["Wemb"].astype(np.int32))),
+        None,
+        "array Wemb holds I32; weights must be floating-point",
+    ),
     "word penalty": ({"word-penalty": 0.5}, None, "word-penalty is not supported (nmtdecode has no word penalty)"),
     "sampling": ({"output-sampling": True}, None, "output-sampling is not read from decoder.yml"),
     "ensemble": ({"models": ["model.npz", "other.npz"]}, None, "models: 2 models (a Marian ensemble)"),
     "binary model": ({"models": ["model.bin"]}, None, "only Marian's .npz models are read"),
     "three vocabularies": ({"vocabs": ["vocab.yml"] * 3}, None, "vocabs: expected the source and target"),
     "missing vocabulary": ({"vocabs": ["vocab.yml", "gone.yml"]}, None, "gone.yml is missing"),
-    "factored vocabulary": ({"vocabs": ["vocab.fsv", "vocab.fsv"]}, write("vocab.fsv", "x"),
-                            "factored vocabularies (.fsv) are not supported"),
+    "factored vocabulary": (
+        {"vocabs": ["vocab.fsv", "vocab.fsv"]},
+        write("vocab.fsv", "x"),
+        "factored vocabularies (.fsv) are not supported",
+    ),
     "vocabulary too large": (dict(options={"dim-vocabs": [40, 40]}), None, "array Wemb has shape"),
-    "vocabulary beyond the rows": ({}, write("vocab.yml", "</s>: 0\n<unk>: 1\nx: 500\n"),
-                                   "the source vocabulary has 501 entries, the model's embeddings"),
+    "vocabulary beyond the rows": (
+        {},
+        write("vocab.yml", "</s>: 0\n<unk>: 1\nx: 500\n"),
+        "the source vocabulary has 501 entries, the model's embeddings",
+    ),
     "no eos": ({}, write("vocab.yml", "<unk>: 1\nx: 2\n"), "no </s> entry"),
     "id not a number": ({}, write("vocab.yml", "</s>: 0\n<unk>: one\n"), "'<unk>': expected an id"),
     "no options": ({}, "no-options", "no special:model.yml"),
@@ -330,14 +403,22 @@ def bomb_in_model_options(root):
 
 
 HOSTILE = {  # case -> (a change of the written directory, what the one line says)
-    "alias bomb in decoder.yml": (bomb_in_decoder_yml, "decoder.yml cannot be read: it expands to more than "
-                                                       "1,000,000 values"),
-    "alias bomb in the model's options": (bomb_in_model_options, "special:model.yml cannot be read: it expands "
-                                                                 "to more than 1,000,000 values"),
-    "a FIFO for the vocabulary": (lambda root: (root / "vocab.yml").unlink() or os.mkfifo(root / "vocab.yml"),
-                                  "vocab.yml is not a regular file (a FIFO, device or folder)"),
-    "a vocabulary nested deep": (write("vocab.yml", "</s>: 0\n<unk>: 1\nx: " + "[" * 20000 + "]" * 20000 + "\n"),
-                                 "vocab.yml"),
+    "alias bomb in decoder.yml": (
+        bomb_in_decoder_yml,
+        "decoder.yml cannot be read: it expands to more than 1,000,000 values",
+    ),
+    "alias bomb in the model's options": (
+        bomb_in_model_options,
+        "special:model.yml cannot be read: it expands to more than 1,000,000 values",
+    ),
+    "a FIFO for the vocabulary": (
+        lambda root: (root / "vocab.yml").unlink() or os.mkfifo(root / "vocab.yml"),
+        "vocab.yml is not a regular file (a FIFO, device or folder)",
+    ),
+    "a vocabulary nested deep": (
+        write("vocab.yml", "</s>: 0\n<unk>: 1\nx: " + "[" * 20000 + "]" * 20000 + "\n"),
+        "vocab.yml",
+    ),
 }
 
 
@@ -360,8 +441,21 @@ def test_a_refused_model_is_one_line_and_exit_1(tmp_path, pieces, lines_file, cl
 
 def test_translate_a_marian_directory_with_marian_s_nbest_output(tmp_path, pieces, lines_file, cli):
     root = build(tmp_path / "m", pieces)
-    out = cli("translate", "--model", root, "--src", lines_file(["the cat", "", "a dog walks"]), "--n-best", "2",
-              "--format", "nbest-marian", "--max-length", "6", "--quiet", text=True)
+    out = cli(
+        "translate",
+        "--model",
+        root,
+        "--src",
+        lines_file(["the cat", "", "a dog walks"]),
+        "--n-best",
+        "2",
+        "--format",
+        "nbest-marian",
+        "--max-length",
+        "6",
+        "--quiet",
+        text=True,
+    )
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert [line.split(" ||| ")[0] for line in lines] == ["0", "0", "1", "1", "2", "2"]

@@ -73,12 +73,28 @@ def hf_marian(vocab: int, shared: bool, tied: bool, eos_bias: float):
     """A seeded Hugging Face Marian with `vocab` pieces and <pad> last, set up as Marian computes."""
     pad = vocab
     config = transformers.MarianConfig(
-        vocab_size=vocab + 1, decoder_vocab_size=vocab + 1, share_encoder_decoder_embeddings=shared,
-        tie_word_embeddings=tied, d_model=D, encoder_layers=LAYERS[0], decoder_layers=LAYERS[1],
-        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
-        max_position_embeddings=POSITIONS, pad_token_id=pad, eos_token_id=EOS, decoder_start_token_id=pad,
-        forced_eos_token_id=None, scale_embedding=True, activation_function="swish", dropout=0.0,
-        attention_dropout=0.0, activation_dropout=0.0)
+        vocab_size=vocab + 1,
+        decoder_vocab_size=vocab + 1,
+        share_encoder_decoder_embeddings=shared,
+        tie_word_embeddings=tied,
+        d_model=D,
+        encoder_layers=LAYERS[0],
+        decoder_layers=LAYERS[1],
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=POSITIONS,
+        pad_token_id=pad,
+        eos_token_id=EOS,
+        decoder_start_token_id=pad,
+        forced_eos_token_id=None,
+        scale_embedding=True,
+        activation_function="swish",
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+    )
     torch.manual_seed(0)
     hf = transformers.MarianMTModel(config).eval()
     with torch.no_grad():
@@ -103,8 +119,11 @@ def convert(npz: Path, vocabs: list[Path], out: Path):
         options = stored["special:model.yml"]
     copy = out.parent / "for-ctranslate2.npz"
     np.savez(copy, **arrays, Wpos=marian_positions(POSITIONS, D), **{"special:model.yml": options})
-    run = subprocess.run([str(CONVERTER), "--model_path", str(copy), "--vocab_paths", *map(str, vocabs),
-                          "--output_dir", str(out)], capture_output=True, text=True)
+    run = subprocess.run(
+        [str(CONVERTER), "--model_path", str(copy), "--vocab_paths", *map(str, vocabs), "--output_dir", str(out)],
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 0, run.stderr
     return ctranslate2.Translator(str(out), device="cpu", intra_threads=1)
 
@@ -120,8 +139,13 @@ def models(request, tmp_path_factory):
     hf = hf_marian(len(source), shared, tied, eos_bias)
     state = {k: v.detach().numpy() for k, v in hf.state_dict().items()}
     options = {**OPTIONS, "tied-embeddings-all": shared, "tied-embeddings": tied}
-    write_model(root, to_marian(state, len(source), LAYERS, shared=shared, tied_output=tied, legacy_output=legacy),
-                options, source, None if shared else target)
+    write_model(
+        root,
+        to_marian(state, len(source), LAYERS, shared=shared, tied_output=tied, legacy_output=legacy),
+        options,
+        source,
+        None if shared else target,
+    )
     vocabs = [root / "vocab.yml"] * 2 if shared else [root / "source.vocab.yml", root / "target.vocab.yml"]
     return hf, load_model(str(root)), convert(root / "model.npz", vocabs, root / "ct2"), source, target
 
@@ -139,9 +163,16 @@ def ours(loaded, rows, beam: int, n_best: int):
 
 
 def theirs_ctranslate2(ct2, rows, source, target, beam: int, n_best: int):
-    results = ct2.translate_batch([[source[i] for i in row[:-1]] for row in rows], beam_size=beam,
-                                  num_hypotheses=n_best, length_penalty=1.0, max_decoding_length=STEPS,
-                                  min_decoding_length=0, suppress_sequences=[["<unk>"]], return_scores=True)
+    results = ct2.translate_batch(
+        [[source[i] for i in row[:-1]] for row in rows],
+        beam_size=beam,
+        num_hypotheses=n_best,
+        length_penalty=1.0,
+        max_decoding_length=STEPS,
+        min_decoding_length=0,
+        suppress_sequences=[["<unk>"]],
+        return_scores=True,
+    )
     index = {t: i for i, t in enumerate(target)}
     return [[[index[t] for t in h] for h in r.hypotheses] for r in results], [r.scores for r in results]
 
@@ -151,9 +182,19 @@ def theirs_transformers(hf, rows, beam: int, n_best: int):
     ids = torch.full((len(rows), max(map(len, rows))), pad)
     for i, row in enumerate(rows):
         ids[i, : len(row)] = torch.tensor(row)
-    out = hf.generate(input_ids=ids, attention_mask=(ids != pad).long(), num_beams=beam, num_return_sequences=n_best,
-                      do_sample=False, early_stopping=True, length_penalty=1.0, max_length=STEPS + 1,
-                      bad_words_ids=[[pad], [UNK]], return_dict_in_generate=True, output_scores=True)
+    out = hf.generate(
+        input_ids=ids,
+        attention_mask=(ids != pad).long(),
+        num_beams=beam,
+        num_return_sequences=n_best,
+        do_sample=False,
+        early_stopping=True,
+        length_penalty=1.0,
+        max_length=STEPS + 1,
+        bad_words_ids=[[pad], [UNK]],
+        return_dict_in_generate=True,
+        output_scores=True,
+    )
     tokens = [row[: row.index(EOS)] if EOS in row else row for row in out.sequences[:, 1:].tolist()]
     scores = out.sequences_scores.tolist() if beam > 1 else None
     return [tokens[i * n_best : (i + 1) * n_best] for i in range(len(rows))], scores
@@ -188,13 +229,21 @@ def test_prenorm_marian_with_embedding_and_top_norms_matches_ctranslate2(tmp_pat
         suffix = "_pre" if name.endswith("emb") else ""
         arrays[f"{name}_ln_scale{suffix}"] = rng.normal(1, 0.1, (1, D)).astype(np.float32)
         arrays[f"{name}_ln_bias{suffix}"] = rng.normal(0, 0.1, (1, D)).astype(np.float32)
-    options = {**OPTIONS, "transformer-preprocess": "n", "transformer-postprocess": "da",
-               "transformer-postprocess-top": "n", "transformer-postprocess-emb": "nd",
-               "transformer-ffn-activation": "relu"}
+    options = {
+        **OPTIONS,
+        "transformer-preprocess": "n",
+        "transformer-postprocess": "da",
+        "transformer-postprocess-top": "n",
+        "transformer-postprocess-emb": "nd",
+        "transformer-ffn-activation": "relu",
+    }
     write_model(tmp_path, arrays, options, tokens)
     loaded = load_model(str(tmp_path))
-    assert (loaded.model.cfg.pre_norm, loaded.model.cfg.layernorm_embedding, loaded.model.cfg.encoder_final_norm) == \
-        (True, True, True)
+    assert (loaded.model.cfg.pre_norm, loaded.model.cfg.layernorm_embedding, loaded.model.cfg.encoder_final_norm) == (
+        True,
+        True,
+        True,
+    )
     ct2 = convert(tmp_path / "model.npz", [tmp_path / "vocab.yml"] * 2, tmp_path / "ct2")
     rows = sources(len(tokens), seed=5)
     for beam, n_best in ((1, 1), (4, 2)):
@@ -215,8 +264,14 @@ def test_translating_text_with_decoder_yml_defaults_matches_ctranslate2(models, 
     for line in lines:
         ids = loaded.tokenizer.encode(line)
         pieces = [source[i] for i in ids[:-1]]
-        result = ct2.translate_batch([pieces], beam_size=4, length_penalty=1.0, min_decoding_length=0,
-                                     max_decoding_length=3 * len(ids), suppress_sequences=[["<unk>"]])
+        result = ct2.translate_batch(
+            [pieces],
+            beam_size=4,
+            length_penalty=1.0,
+            min_decoding_length=0,
+            max_decoding_length=3 * len(ids),
+            suppress_sequences=[["<unk>"]],
+        )
         index = {t: i for i, t in enumerate(target)}
         expected.append(loaded.tokenizer.decode([index[t] for t in result[0].hypotheses[0]]))
     assert out.stdout.splitlines() == expected

@@ -32,10 +32,23 @@ class RunsCode:
 def tiny_checkpoint(path, vocab=VOCAB, **options):
     """A real (random) 1+1-layer OpenNMT-py checkpoint dict, as model_saver writes it;
     `options` are set in its `opt`."""
-    opt = argparse.Namespace(**{
-        "hidden_size": 8, "heads": 2, "enc_layers": 1, "dec_layers": 1, "transformer_ff": 16,
-        "share_embeddings": False, "share_decoder_embeddings": False, "position_encoding": True,
-        "max_relative_positions": 0, "add_qkvbias": False, "add_ffnbias": True, "transforms": [], **options})
+    opt = argparse.Namespace(
+        **{
+            "hidden_size": 8,
+            "heads": 2,
+            "enc_layers": 1,
+            "dec_layers": 1,
+            "transformer_ff": 16,
+            "share_embeddings": False,
+            "share_decoder_embeddings": False,
+            "position_encoding": True,
+            "max_relative_positions": 0,
+            "add_qkvbias": False,
+            "add_ffnbias": True,
+            "transforms": [],
+            **options,
+        }
+    )
     ours = opennmt.model_config(opt, {"src": vocab, "tgt": vocab}, {"generator.bias": None}, str(path))
     linear, direct = opennmt.weight_map(ours)
     shapes = Transformer(ours).state_dict()
@@ -49,8 +62,12 @@ def tiny_checkpoint(path, vocab=VOCAB, **options):
     for name, theirs in direct.items():
         target = generator if theirs.startswith("generator.") else model
         target[theirs.removeprefix("generator.")] = torch.randn(shapes[name].shape)
-    checkpoint = {"model": model, "generator": generator, "opt": opt,
-                  "vocab": {"src": vocab, "tgt": vocab, "data_task": "seq2seq", "decoder_start_token": "<s>"}}
+    checkpoint = {
+        "model": model,
+        "generator": generator,
+        "opt": opt,
+        "vocab": {"src": vocab, "tgt": vocab, "data_task": "seq2seq", "decoder_start_token": "<s>"},
+    }
     torch.save(checkpoint, path)
     return path
 
@@ -77,8 +94,10 @@ def test_a_foreign_pickle_is_one_line_exit_1(tmp_path, cli, lines_file):
     torch.save({"state_dict": {"w": torch.zeros(2)}, "epoch": 3}, path)
     result = cli("translate", "--model", path, "--src", lines_file(["a"]), text=True)
     assert result.returncode == 1
-    assert result.stderr == (f"nmtdecode: error: {path}: not an OpenNMT-py checkpoint: expected a dict with "
-                             "model, generator, vocab, opt; found ['epoch', 'state_dict']\n")
+    assert result.stderr == (
+        f"nmtdecode: error: {path}: not an OpenNMT-py checkpoint: expected a dict with "
+        "model, generator, vocab, opt; found ['epoch', 'state_dict']\n"
+    )
 
 
 def test_a_pickle_that_runs_code_is_refused_and_never_runs(tmp_path, cli, lines_file):
@@ -106,23 +125,33 @@ def test_a_yaml_written_for_onmt_translate_runs_after_renaming_gpu(tmp_path, cli
     """onmt_translate's -config keys that nmtdecode shares keep their meaning; gpu is renamed."""
     tiny_checkpoint(tmp_path / "model.pt")
     lines_file(["a b", "b a"], name="src.txt")
-    onmt_yaml = ("model: model.pt\nsrc: src.txt\noutput: out.txt\nbeam_size: 3\nn_best: 1\nmin_length: 1\n"
-                 "max_length: 20\nlength_penalty: avg\nalpha: 1.0\nbatch_size: 30\nbatch_type: sents\n")
+    onmt_yaml = (
+        "model: model.pt\nsrc: src.txt\noutput: out.txt\nbeam_size: 3\nn_best: 1\nmin_length: 1\n"
+        "max_length: 20\nlength_penalty: avg\nalpha: 1.0\nbatch_size: 30\nbatch_type: sents\n"
+    )
     (tmp_path / "onmt.yaml").write_text(onmt_yaml + "gpu: -1\n")
     result = cli("translate", "-c", tmp_path / "onmt.yaml", text=True)
     assert result.returncode == 2
-    assert ("unknown option 'gpu' (an OpenNMT-py/eole name): nmtdecode's is device (gpu: 0 is device: cuda:0, "
-            "gpu: -1 is device: cpu)") in result.stderr
+    assert (
+        "unknown option 'gpu' (an OpenNMT-py/eole name): nmtdecode's is device (gpu: 0 is device: cuda:0, "
+        "gpu: -1 is device: cpu)"
+    ) in result.stderr
     (tmp_path / "onmt.yaml").write_text(onmt_yaml + "device: cpu\n")
     result = cli("translate", "-c", tmp_path / "onmt.yaml", "--quiet", text=True)
     assert result.returncode == 0, result.stderr
     assert len((tmp_path / "out.txt").read_text().splitlines()) == 2
 
 
-@pytest.mark.parametrize("theirs, ours", [
-    ("max_length_ratio", "max_len_a with max_len_b: 5"), ("random_sampling_topk", "top_k"),
-    ("random_sampling_topp", "top_p"), ("random_sampling_temp", "temperature"), ("ban_unk_token", "ban_unk"),
-])
+@pytest.mark.parametrize(
+    "theirs, ours",
+    [
+        ("max_length_ratio", "max_len_a with max_len_b: 5"),
+        ("random_sampling_topk", "top_k"),
+        ("random_sampling_topp", "top_p"),
+        ("random_sampling_temp", "temperature"),
+        ("ban_unk_token", "ban_unk"),
+    ],
+)
 def test_an_opennmt_option_name_names_its_nmtdecode_equivalent(tmp_path, cli, theirs, ours):
     (tmp_path / "c.yaml").write_text(f"{theirs}: 1\n")
     result = cli("translate", "-c", tmp_path / "c.yaml", "--model", tmp_path, text=True)
@@ -139,24 +168,35 @@ def test_the_recorded_sentencepiece_model_is_found_next_to_the_checkpoint(tmp_pa
     pieces = spm.SentencePieceProcessor(model_file=spm_file)
     vocab = VOCAB[:4] + [pieces.id_to_piece(i) for i in range(3, 30)]  # onmt's vocab: pieces, not ids
     recorded = "/home/someone/run/spm.model"
-    path = tiny_checkpoint(tmp_path / "model.pt", vocab=vocab, transforms=["sentencepiece", "filtertoolong"],
-                           src_subword_model=recorded, tgt_subword_model=recorded)
+    path = tiny_checkpoint(
+        tmp_path / "model.pt",
+        vocab=vocab,
+        transforms=["sentencepiece", "filtertoolong"],
+        src_subword_model=recorded,
+        tgt_subword_model=recorded,
+    )
     tokenizer = opennmt.load(str(path)).tokenizer
     text = "the quick brown fox"
     expected = [vocab.index(p) if p in vocab else 0 for p in pieces.encode(text, out_type=str)]
     assert tokenizer.encode(text) == expected  # no </s>: onmt_translate feeds none
-    assert tokenizer.decode(expected + [vocab.index("</s>")]) == pieces.decode_pieces(
-        [vocab[i] for i in expected])
+    assert tokenizer.decode(expected + [vocab.index("</s>")]) == pieces.decode_pieces([vocab[i] for i in expected])
     result = cli("translate", "--model", path, "--src", lines_file([text]), "--quiet", text=True)
     assert result.returncode == 0, result.stderr
     assert "▁" not in result.stdout  # detokenized
 
 
 def test_a_missing_sentencepiece_model_is_named(tmp_path):
-    path = tiny_checkpoint(tmp_path / "model.pt", transforms=["sentencepiece"],
-                           src_subword_model="/elsewhere/src.model", tgt_subword_model="/elsewhere/tgt.model")
-    with pytest.raises(ModelError, match=r"src_subword_model /elsewhere/src.model is missing "
-                                         r"\(put src.model next to the checkpoint\)"):
+    path = tiny_checkpoint(
+        tmp_path / "model.pt",
+        transforms=["sentencepiece"],
+        src_subword_model="/elsewhere/src.model",
+        tgt_subword_model="/elsewhere/tgt.model",
+    )
+    with pytest.raises(
+        ModelError,
+        match=r"src_subword_model /elsewhere/src.model is missing "
+        r"\(put src.model next to the checkpoint\)",
+    ):
         opennmt.load(str(path))
 
 
@@ -172,8 +212,9 @@ def test_an_empty_or_text_file_is_one_line_exit_1(tmp_path, cli, lines_file, con
     path.write_bytes(content)
     result = cli("translate", "--model", path, "--src", lines_file(["a"]), text=True)
     assert result.returncode == 1
-    assert result.stderr.startswith(f"nmtdecode: error: {path}: not a readable PyTorch checkpoint "
-                                    f"(truncated or corrupt?): {reason}")
+    assert result.stderr.startswith(
+        f"nmtdecode: error: {path}: not a readable PyTorch checkpoint (truncated or corrupt?): {reason}"
+    )
     assert result.stderr.count("\n") == 1
 
 
@@ -196,9 +237,24 @@ def test_a_float16_checkpoint_loads_as_float32(tmp_path, cli):
 
 # onmt_translate's options that nmtdecode spells the same way, with the same meaning (docs/formats.md,
 # "Coming from OpenNMT-py or eole" lists them).
-PEER_SAME_NAMES = ("model", "src", "output", "beam_size", "n_best", "min_length", "max_length", "length_penalty",
-                   "alpha", "coverage_penalty", "beta", "block_ngram_repeat", "ignore_when_blocking", "seed",
-                   "batch_size", "batch_type")
+PEER_SAME_NAMES = (
+    "model",
+    "src",
+    "output",
+    "beam_size",
+    "n_best",
+    "min_length",
+    "max_length",
+    "length_penalty",
+    "alpha",
+    "coverage_penalty",
+    "beta",
+    "block_ngram_repeat",
+    "ignore_when_blocking",
+    "seed",
+    "batch_size",
+    "batch_type",
+)
 
 
 def test_opennmt_names_nmtdecode_spells_alike_are_options():

@@ -27,11 +27,19 @@ pytestmark = pytest.mark.parity  # against a peer library: in make test, not in 
 # Architecture options our loader maps (onmt_train flags), each built and compared.
 VARIANTS = {
     "defaults": {},
-    "shared_embeddings_biases_gelu": {"share_vocab": True, "share_embeddings": True,
-                                      "share_decoder_embeddings": True, "add_qkvbias": True, "add_ffnbias": True,
-                                      "pos_ffn_activation_fn": "gelu"},
-    "ffn_bias_only_concat_positions": {"add_ffnbias": True, "position_encoding_type": "SinusoidalConcat",
-                                       "norm_eps": 1e-5},
+    "shared_embeddings_biases_gelu": {
+        "share_vocab": True,
+        "share_embeddings": True,
+        "share_decoder_embeddings": True,
+        "add_qkvbias": True,
+        "add_ffnbias": True,
+        "pos_ffn_activation_fn": "gelu",
+    },
+    "ffn_bias_only_concat_positions": {
+        "add_ffnbias": True,
+        "position_encoding_type": "SinusoidalConcat",
+        "norm_eps": 1e-5,
+    },
 }
 
 
@@ -98,27 +106,38 @@ def test_n_best_matches_onmt_translate(plain_model, seed):
             assert_same_nbest(peer.translate(theirs, tokens), nbest_of(ours, tokens, n_best=n_best))
 
 
-@pytest.mark.parametrize("options, named", [
-    ({"max_relative_positions": 16, "position_encoding": False},
-     "max_relative_positions = 16 (relative position representations)"),
-    ({"max_relative_positions": -1, "position_encoding": False},
-     "max_relative_positions = -1 (rotary position embeddings)"),
-    ({"layer_norm": "rms"}, "layer_norm = 'rms'"),
-    ({"pos_ffn_activation_fn": "silu"}, "pos_ffn_activation_fn = 'silu'"),  # gated in OpenNMT-py 3.5
-])
+@pytest.mark.parametrize(
+    "options, named",
+    [
+        (
+            {"max_relative_positions": 16, "position_encoding": False},
+            "max_relative_positions = 16 (relative position representations)",
+        ),
+        (
+            {"max_relative_positions": -1, "position_encoding": False},
+            "max_relative_positions = -1 (rotary position embeddings)",
+        ),
+        ({"layer_norm": "rms"}, "layer_norm = 'rms'"),
+        ({"pos_ffn_activation_fn": "silu"}, "pos_ffn_activation_fn = 'silu'"),  # gated in OpenNMT-py 3.5
+    ],
+)
 def test_options_the_transformer_cannot_compute_are_refused_by_name(tmp_path, options, named):
     _, _, _, checkpoint = peer.build(tmp_path / "model", **options)
     with pytest.raises(ModelError, match=re.escape(f"OpenNMT-py option {named} is not supported")):
         opennmt.load(checkpoint)
 
 
-@pytest.mark.parametrize("theirs, ours", [
-    ({"min_length": 4}, {"min_length": 4}),
-    ({"max_length": 3}, {"max_length": 3}),
-    ({"max_length_ratio": 0.5}, {"max_len_a": 0.5}),
-    ({"length_penalty": "wu", "alpha": 0.6}, {"length_penalty": "wu", "alpha": 0.6}),
-    ({"length_penalty": "none"}, {"length_penalty": "none"}),
-], ids=["min_length", "max_length", "max_length_ratio", "wu", "no_penalty"])
+@pytest.mark.parametrize(
+    "theirs, ours",
+    [
+        ({"min_length": 4}, {"min_length": 4}),
+        ({"max_length": 3}, {"max_length": 3}),
+        ({"max_length_ratio": 0.5}, {"max_len_a": 0.5}),
+        ({"length_penalty": "wu", "alpha": 0.6}, {"length_penalty": "wu", "alpha": 0.6}),
+        ({"length_penalty": "none"}, {"length_penalty": "none"}),
+    ],
+    ids=["min_length", "max_length", "max_length_ratio", "wu", "no_penalty"],
+)
 def test_onmt_translate_options_keep_their_meaning(plain_model, theirs, ours):
     model, opt, vocab, checkpoint = plain_model(1)
     onmt_translator, translator = peer.translator(model, opt, vocab, **theirs), Translator.load(checkpoint)
@@ -179,8 +198,12 @@ def test_coverage_penalty_keeps_its_meaning(seed1, penalty, beta, length_penalty
     head, onmt/decoders/transformer.py), ours the model's alignment_layer/alignment_heads, by
     default the same; the penalty reorders the finished hypotheses (beam_search.py `advance`)."""
     options = {"length_penalty": length_penalty, "n_best": 3}
-    assert_options_keep_their_meaning(seed1, {**options, "coverage_penalty": penalty, "beta": beta},
-                                      {**options, "coverage_penalty": penalty, "beta": beta}, options)
+    assert_options_keep_their_meaning(
+        seed1,
+        {**options, "coverage_penalty": penalty, "beta": beta},
+        {**options, "coverage_penalty": penalty, "beta": beta},
+        options,
+    )
 
 
 def test_coverage_penalty_with_beam_size_1_lowers_scores_only(seed1):
@@ -217,8 +240,9 @@ def test_pieces_are_looked_up_in_the_checkpoint_vocabulary(seed1):
 def test_ban_unk_token_keeps_its_meaning(seed1):
     for beam_size in (1, 5):
         options = {"beam_size": beam_size, "n_best": min(beam_size, 2)}
-        assert_options_keep_their_meaning(seed1, {**options, "ban_unk_token": True}, {**options, "ban_unk": True},
-                                          options)
+        assert_options_keep_their_meaning(
+            seed1, {**options, "ban_unk_token": True}, {**options, "ban_unk": True}, options
+        )
 
 
 @pytest.mark.parametrize("ours", [{"beam_size": 1}, {"sampling": True, "top_k": 1}], ids=["greedy", "top_k_1"])
@@ -236,8 +260,9 @@ def test_random_sampling_temp_scores_are_tempered_in_opennmt(seed1, topk):
     CTranslate2's): ours = theirs * T."""
     model, opt, vocab, _, translator = seed1
     temperature = 0.01
-    onmt_translator = peer.translator(model, opt, vocab, beam_size=1, random_sampling_topk=topk,
-                                      random_sampling_temp=temperature, seed=1)
+    onmt_translator = peer.translator(
+        model, opt, vocab, beam_size=1, random_sampling_topk=topk, random_sampling_temp=temperature, seed=1
+    )
     changed = False
     for tokens in sources(4):
         ours = ours_nbest(translator, tokens, sampling=True, temperature=temperature)
@@ -299,12 +324,17 @@ def test_replace_unk_matches_onmt_translate(seed1, beam_size):
     replaced = 0
     for tokens in sources(4):
         ids = torch.tensor([[peer.VOCAB.index(t) for t in tokens]])
-        batch = {"src": ids[:, :, None], "srclen": torch.tensor([len(tokens)]), "indices": torch.tensor([0]),
-                 "ind_in_bucket": [0]}
+        batch = {
+            "src": ids[:, :, None],
+            "srclen": torch.tensor([len(tokens)]),
+            "indices": torch.tensor([0]),
+            "ind_in_bucket": [0],
+        }
         with torch.no_grad():
             [theirs] = builder.from_batch(onmt_translator.translate_batch(batch, attn_debug=False))
-        ours = translator.translate([" ".join(tokens)], scores=True, beam_size=beam_size, n_best=n_best,
-                                    replace_unk=True)[0]
+        ours = translator.translate(
+            [" ".join(tokens)], scores=True, beam_size=beam_size, n_best=n_best, replace_unk=True
+        )[0]
         plain = translator.translate([" ".join(tokens)], scores=True, beam_size=beam_size, n_best=n_best)[0]
         assert [h.text for h in ours] == [" ".join(sent) for sent in theirs.pred_sents]
         replaced += sum(h.text.split().count("<unk>") for h in plain) - sum(h.text.split().count("<unk>") for h in ours)
