@@ -102,5 +102,6 @@ def write_results(path, machine, rows, jobs, memory, notes):
     lines += [f"\n{note}" for note in notes]
     table = "\n".join(lines) + "\n"
     print(table)
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
         f.write("# Benchmark results\n\n" + table)
