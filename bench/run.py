@@ -337,70 +337,17 @@ def whole_job_rows(args, n: int):
         f.write("\n".join(lines) + "\n")
     out = os.path.join(OUT, "job-output.txt")
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS=str(args.threads))
+    cli = [sys.executable, "-m", "nmtdecode", "translate", "--model", args.demo, "--src", src, "--output", out]
+    peer = [sys.executable, os.path.join(HERE, "peer_job.py")]
+    ct2 = peer + ["ctranslate2", os.path.join(OUT, "demo-ct2"), args.demo, src, out]
     jobs = {
-        "nmtdecode translate (CLI)": [
-            sys.executable,
-            "-m",
-            "nmtdecode",
-            "translate",
-            "--model",
-            args.demo,
-            "--src",
-            src,
-            "--output",
-            out,
-            "--threads",
-            str(args.threads),
-            "--quiet",
-        ],
-        f"nmtdecode translate (CLI) --inter-threads {args.threads} --threads 1": [
-            sys.executable,
-            "-m",
-            "nmtdecode",
-            "translate",
-            "--model",
-            args.demo,
-            "--src",
-            src,
-            "--output",
-            out,
-            "--inter-threads",
-            str(args.threads),
-            "--threads",
-            "1",
-            "--quiet",
-        ],
-        "ctranslate2 (Python job)": [
-            sys.executable,
-            os.path.join(HERE, "peer_job.py"),
-            "ctranslate2",
-            os.path.join(OUT, "demo-ct2"),
-            args.demo,
-            src,
-            out,
-            str(args.threads),
-        ],
-        f"ctranslate2 (Python job) inter_threads {args.threads}, intra_threads 1": [
-            sys.executable,
-            os.path.join(HERE, "peer_job.py"),
-            "ctranslate2",
-            os.path.join(OUT, "demo-ct2"),
-            args.demo,
-            src,
-            out,
-            "1",
-            str(args.threads),
-        ],
-        "transformers (Python job)": [
-            sys.executable,
-            os.path.join(HERE, "peer_job.py"),
-            "transformers",
-            os.path.join(OUT, "demo-hf"),
-            args.demo,
-            src,
-            out,
-            str(args.threads),
-        ],
+        "nmtdecode translate (CLI)": cli + ["--threads", str(args.threads), "--quiet"],
+        f"nmtdecode translate (CLI) --inter-threads {args.threads} --threads 1": cli
+        + ["--inter-threads", str(args.threads), "--threads", "1", "--quiet"],
+        "ctranslate2 (Python job)": ct2 + [str(args.threads)],
+        f"ctranslate2 (Python job) inter_threads {args.threads}, intra_threads 1": ct2 + ["1", str(args.threads)],
+        "transformers (Python job)": peer
+        + ["transformers", os.path.join(OUT, "demo-hf"), args.demo, src, out, str(args.threads)],
     }
     best = {}
     for repeat in range(args.repeat):

@@ -24,6 +24,7 @@ nothing of files or jobs: the engine (engine.py) builds one per job and feeds it
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Protocol, Sequence, TypeVar, cast
 
 import torch
@@ -59,6 +60,20 @@ from .search.sampling import Filters, SamplingSearch
 
 S = TypeVar("S", bound=Strategy)
 DeviceSearch = DeviceBeamSearch | DeviceGreedySearch | DeviceSampling
+
+
+@dataclass(frozen=True)
+class Strategies:
+    """The search classes of one place the search runs: the host's bookkeeping or the device's
+    tensors (search/device_*.py). Diverse beams run on the host only."""
+
+    sampling: type
+    greedy: type
+    beam: type
+
+
+ON_HOST = Strategies(sampling=SamplingSearch, greedy=GreedySearch, beam=BeamSearch)
+ON_DEVICE = Strategies(sampling=DeviceSampling, greedy=DeviceGreedySearch, beam=DeviceBeamSearch)
 
 
 class Seq2SeqModel(Protocol):
@@ -159,44 +174,10 @@ class BatchDecoder:
         line_ids: list[int] | None = None,
         prefixes: list[list[int]] | None = None,
     ) -> Search:
-        """The strategy: sampling (its random streams keyed by each sentence's input line,
-        `line_ids`, default 0..B-1), greedy for beam size 1, else beam search."""
-        cfg = self.cfg
-        common: dict[str, Any] = dict(
-            batch_size=batch_size,
-            max_steps=max_steps,
-            start_id=self.start_id,
-            eos_id=self.eos_id,
-            penalty=self.penalty,
-            device=self.device,
-        )
-        search: SamplingSearch | GreedySearch | DiverseBeamSearch | BeamSearch
-        if cfg.sampling:
-            search = SamplingSearch(
-                samples=cfg.n_best,
-                filters=Filters(cfg.temperature, cfg.top_k, cfg.top_p),
-                seed=cfg.seed,
-                line_ids=line_ids or list(range(batch_size)),
-                **common,
-            )
-        elif cfg.beam_size == 1:
-            search = GreedySearch(**common)
-        elif cfg.beam_groups > 1:
-            search = DiverseBeamSearch(
-                beam_size=cfg.beam_size,
-                groups=cfg.beam_groups,
-                diversity_penalty=cfg.diversity_penalty,
-                early_stopping=cfg.early_stopping,
-                n_best=cfg.n_best,
-                forced_steps=self.forced_steps(batch_size, prefixes),
-                **common,
-            )
-        else:
-            rule, opennmt = self.stop_rule()
-            search = BeamSearch(
-                beam_size=cfg.beam_size, early_stopping=rule, n_best=cfg.n_best, opennmt=opennmt, **common
-            )
-        search.shrink = self.shrink
+        """The strategy, searched on the host: sampling (its random streams keyed by each sentence's
+        input line, `line_ids`, default 0..B-1), greedy for beam size 1, diverse beams for beam
+        groups, else beam search."""
+        search = self._strategy(ON_HOST, self._search_options(batch_size, max_steps), line_ids, prefixes)
         if self.trace:
             search.trace()
         return search
@@ -210,19 +191,31 @@ class BatchDecoder:
     ) -> DeviceSearch:
         """The strategy as tensor operations on the device (search/device_beam.py, device_greedy.py,
         device_sampling.py), for what `device_search_refusal` accepts."""
-        cfg = self.cfg
-        common: dict[str, Any] = dict(
+        options = dict(self._search_options(batch_size, max_steps), check_every=self.check_every)
+        return self._strategy(ON_DEVICE, options, line_ids, prefixes)
+
+    def _search_options(self, batch_size: int, max_steps: list[int]) -> dict[str, Any]:
+        """What every strategy is built with."""
+        return dict(
             batch_size=batch_size,
             max_steps=max_steps,
             start_id=self.start_id,
             eos_id=self.eos_id,
             penalty=self.penalty,
             device=self.device,
-            check_every=self.check_every,
         )
-        search: DeviceSearch
+
+    def _strategy(
+        self,
+        kinds: "Strategies",
+        common: dict[str, Any],
+        line_ids: list[int] | None,
+        prefixes: list[list[int]] | None,
+    ) -> Any:
+        """The strategy the options ask for, of the host's or the device's kinds."""
+        cfg, batch_size = self.cfg, common["batch_size"]
         if cfg.sampling:
-            search = DeviceSampling(
+            search = kinds.sampling(
                 samples=cfg.n_best,
                 filters=Filters(cfg.temperature, cfg.top_k, cfg.top_p),
                 seed=cfg.seed,
@@ -230,10 +223,20 @@ class BatchDecoder:
                 **common,
             )
         elif cfg.beam_size == 1:
-            search = DeviceGreedySearch(**common)
+            search = kinds.greedy(**common)
+        elif cfg.beam_groups > 1:  # the device's kinds have none: device_search_refusal sends it to the host
+            search = DiverseBeamSearch(
+                beam_size=cfg.beam_size,
+                groups=cfg.beam_groups,
+                diversity_penalty=cfg.diversity_penalty,
+                early_stopping=cfg.early_stopping,
+                n_best=cfg.n_best,
+                forced_steps=self.forced_steps(batch_size, prefixes),
+                **common,
+            )
         else:
             rule, opennmt = self.stop_rule()
-            search = DeviceBeamSearch(
+            search = kinds.beam(
                 beam_size=cfg.beam_size, early_stopping=rule, n_best=cfg.n_best, opennmt=opennmt, **common
             )
         search.shrink = self.shrink

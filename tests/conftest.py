@@ -6,8 +6,10 @@ Tests that need a real process (signals, kill -9, pipes, line-by-line streaming,
 one `python -m nmtdecode` smoke test) are marked `subprocess`.
 """
 
+import atexit
 import io
 import os
+import shutil
 import sys
 import tempfile
 import traceback
@@ -22,7 +24,9 @@ from nmtdecode.cli import run
 # more than the work itself. Subprocesses (the CLI tests) inherit the variable.
 os.environ["OMP_NUM_THREADS"] = "1"
 # Per-machine measurements (models/gemm.py) go to a fresh folder, not the user's cache.
+# Removed when this process ends (each xdist worker has its own).
 os.environ["NMTDECODE_CACHE"] = tempfile.mkdtemp(prefix="nmtdecode-test-cache-")
+atexit.register(shutil.rmtree, os.environ["NMTDECODE_CACHE"], ignore_errors=True)
 torch.set_num_threads(1)
 
 
