@@ -131,7 +131,7 @@ def tune_allocator() -> bool:
     libc = _glibc()
     if libc is None:
         return False
-    libc.malloc_trim(0)
+    give_back_freed()
     return bool(libc.mallopt(M_MMAP_THRESHOLD, REUSED_BLOCK)) and bool(libc.mallopt(M_TRIM_THRESHOLD, 2 * REUSED_BLOCK))
 
 

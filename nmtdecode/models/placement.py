@@ -26,7 +26,7 @@ from . import gemm
 from .checkpoint import ModelError, largest_demand
 from .quantize import Int8Embedding, Int8TiedOutput, int8_linear, quantized_rows
 from .transformer import Transformer
-from .weights import Source, check_weights, in_memory, read, shared_names
+from .weights import InMemoryTensor, Source, check_weights, in_memory, read, shared_names
 
 BACKENDS = ("torch", "onednn", "int8")
 # A tied output projection up to this size gets a packed copy beside the embeddings' plain matrix:
@@ -100,7 +100,7 @@ def load_weights(model: Transformer, sources: dict, source: str, placement: Plac
     read), each read once into the form `placement` gives it (default: float32 on the CPU).
     Returns the placement with its backend decided."""
     sources = {
-        name: in_memory({name: t}, source)[name] if isinstance(t, torch.Tensor) else t for name, t in sources.items()
+        name: InMemoryTensor(t, name, source) if isinstance(t, torch.Tensor) else t for name, t in sources.items()
     }
     check_weights(model, sources, source)
     return fill(model, sources, placement or Placement())

@@ -194,11 +194,6 @@ def join(parts: Sequence[Source]) -> Source:
     return parts[0] if len(parts) == 1 else Joined(parts)
 
 
-def transposed(source: Source) -> Transposed:
-    """`source`, a matrix, read as its transpose (no copy until it is read)."""
-    return Transposed(source)
-
-
 def check_finite(tensor: torch.Tensor, source: Source) -> None:
     if tensor.numel() and not bool(torch.isfinite(torch.stack(torch.aminmax(tensor))).all()):
         where = getattr(source, "path", None) or getattr(source, "where", "")
@@ -242,9 +237,7 @@ class StoredTensors:
                 check_length(path, stored.values())
                 self.tensors.update(stored)
             else:
-                self.tensors.update(
-                    {name: InMemoryTensor(tensor, name, path) for name, tensor in read_torch_weights(path).items()}
-                )
+                self.tensors.update(in_memory(read_torch_weights(path), path))
         self.shapes = {name: tensor.shape for name, tensor in self.tensors.items()}
 
     def values(self, name: str) -> list[float]:

@@ -15,7 +15,7 @@ from nmtdecode.models.checkpoint import ModelError
 from nmtdecode.models.placement import Placement, load_weights, place_model
 from nmtdecode.models.quantize import Int8Embedding, Int8TiedOutput
 from nmtdecode.models.transformer import Transformer
-from nmtdecode.models.weights import InMemoryTensor, StoredTensors, join, read, transposed
+from nmtdecode.models.weights import InMemoryTensor, StoredTensors, Transposed, join, read
 
 from tests.helpers import random_sources, tiny_transformer
 
@@ -51,7 +51,7 @@ def test_a_transposed_tensor_reads_any_block_of_its_rows(tmp_path, monkeypatch, 
     monkeypatch.setattr("nmtdecode.models.weights.CHUNK_BYTES", 24)  # three stored rows per block
     torch.manual_seed(0)
     a = torch.randn(7, 5).to(stored_dtype)
-    seen = transposed(saved(tmp_path, {"a": a}).tensors["a"])
+    seen = Transposed(saved(tmp_path, {"a": a}).tensors["a"])
     assert seen.shape == (5, 7) and torch.equal(read(seen, torch.float32), a.T.float())
     rows = torch.empty(2, 7, dtype=torch.float32)
     seen.read_rows(3, rows)

@@ -12,7 +12,7 @@ import torch
 
 from ..checkpoint import LoadedModel
 from ..placement import Placement, load_weights
-from ..weights import InMemoryTensor, Source, StoredSource, allocate, join, read_tensors, transposed
+from ..weights import InMemoryTensor, Source, StoredSource, Transposed, allocate, join, read_tensors
 from .marian_config import FORMAT, describe
 from .marian_weights import Piece
 
@@ -42,7 +42,7 @@ def convert_weights(
 
 def _formed(piece: Piece, stored: StoredSource) -> Source:
     if piece.form == "transposed":
-        return transposed(stored)
+        return Transposed(stored)
     if piece.form == "vector":
         return stored.reshaped((math.prod(stored.shape),))
     return stored
