@@ -17,7 +17,7 @@ penalty (nmtdecode and OpenNMT-py: 0 means `none`; CTranslate2: 0 switches it to
 rule, OpenNMT's `top`). --fixed-length N sets the minimum and maximum length to N (OpenNMT-py:
 -min_length N -max_length N -max_length_ratio 0, which yields exactly N tokens, EOS banned
 until then). --inter-threads N decodes N batches at once, each operation with --threads
-threads (nmtdecode: engine.in_order, as its --inter-threads; CTranslate2: inter_threads N and
+threads (nmtdecode: batch_threads.in_order, as its --inter-threads; CTranslate2: inter_threads N and
 intra_threads --threads). --max-length N replaces the task's output limit: with 1, a run is the
 encoder and one step, so the time above that of a full run is the decoding steps'.
 """
@@ -43,8 +43,8 @@ def peak_rss_mb() -> float:
 
 def decode_in_batches(translate, sources, batch_size, at_once=1):
     """Warm up on a few sentences, then time `translate` over the batches, `at_once` of them at the
-    same time (nmtdecode's --inter-threads: engine.in_order); returns (seconds, outputs)."""
-    from nmtdecode.engine import in_order
+    same time (nmtdecode's --inter-threads: batch_threads.in_order); returns (seconds, outputs)."""
+    from nmtdecode.batch_threads import in_order
 
     translate(sources[: min(4, len(sources))])
     start = time.perf_counter()

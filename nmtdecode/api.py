@@ -257,7 +257,7 @@ class Translator:
         job = resolve(self._call_config(options, base=base), self.engine, api_method=method, call_options=options)
         for note in job.notes:
             warnings.warn(note, IneffectiveOptionWarning, stacklevel=3)  # at the caller of the public method
-        decoder = self.engine.decoder(job.config.decoding, job.rules, job.banned_ids, job.excluded_ids)
+        decoder = job.decoder(self.engine)
         return job, decoder
 
     def _results(

@@ -301,9 +301,10 @@ def show(dump: str, output: str | None, sentence: int | None, debug: bool) -> No
     (n-best paths highlighted, pruned branches faded) and, when recorded, its attention."""
     from .show import page_path, write_page
 
-    write_page(dump, output or page_path(dump), sentence)
+    path = output or page_path(dump)
+    write_page(dump, path, sentence)
     if output is None:
-        print(f"nmtdecode: wrote {page_path(dump)}", file=sys.stderr)
+        say(f"nmtdecode: wrote {path}")
 
 
 def run(argv: list[str]) -> int:

@@ -16,7 +16,6 @@ from typing import Any, Sequence
 import torch
 
 from . import beam_dump, memory
-from .batch_threads import in_order  # noqa: F401  (bench/worker.py times batches at once through it)
 from .batching import Example, PairScore, Result
 from .config import Config, ConfigError, DecodingConfig, RuntimeConfig
 from .decoding import BatchDecoder

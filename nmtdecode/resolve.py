@@ -21,6 +21,7 @@ from .models.checkpoint import ModelRules
 from .signature import job_signature
 
 if TYPE_CHECKING:
+    from .decoding import BatchDecoder
     from .engine import Engine
 
 
@@ -46,6 +47,10 @@ class ResolvedJob:
         """--inter-threads on CPU; one batch at a time on CUDA (its steps replay one captured graph)
         and when answering line by line (each line is answered before the next is read)."""
         return batches_at_once(self.config, self.device_type)
+
+    def decoder(self, engine: Engine, trace: bool = False) -> BatchDecoder:
+        """The engine's decoder for this job's options; `trace`: for --dump-beam."""
+        return engine.decoder(self.config.decoding, self.rules, self.banned_ids, self.excluded_ids, trace=trace)
 
 
 def resolve(

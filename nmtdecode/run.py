@@ -262,9 +262,7 @@ def decode_job(job: ResolvedJob, engine: Engine, output: OutputFile, share: Shar
     """Decode `share` (WholeJob or RankJob) of one job into `output` through the pipeline, its
     output checkpointed after each chunk; returns its summary and the input's line count."""
     config = job.config
-    decoder = engine.decoder(
-        config.decoding, job.rules, job.banned_ids, job.excluded_ids, trace=config.io.dump_beam is not None
-    )
+    decoder = job.decoder(engine, trace=config.io.dump_beam is not None)
     signals.job_started()  # from here a signal unwinds the job, keeping its output resumable
     done = output.open(config.io.resume, job.signature)  # input lines done before
     source = LineSource(

@@ -44,9 +44,9 @@ class ScoreSummary:
 
     def add(self, batch: list[Example], scores: list[PairScore]) -> None:
         """Count a scored batch: its pairs, their target tokens (EOS included) and log-probabilities."""
-        for example, score in zip(batch, scores):
+        for score in scores:
             self.log_prob += score.total
-            self.tokens += len(example.target) + 1
+            self.tokens += score.length
         self.pairs += len(batch)
         self.truncated += [e.index + 1 for e in batch if e.truncated]
 
@@ -80,9 +80,7 @@ def score_job(config: Config, tgt: str, normalize: bool = False) -> ScoreSummary
         signals.job_started()
         out.open(False, signature="")  # no checkpoints: a complete file or none
         try:
-            summary = _score_into(
-                out, job.config, engine, engine.decoder(job.config.decoding, job.rules), tgt, normalize
-            )
+            summary = _score_into(out, job.config, engine, job.decoder(engine), tgt, normalize)
         except BaseException:
             out.abandon()  # with no journal, FILE.tmp is removed
             raise
@@ -220,7 +218,7 @@ def score_pairs(
     """Each pair's PairScore in their order (the Python API), batched as `score` batches; a
     target is text or pieces (`Engine.target_ids`)."""
     job = resolve(config, engine, scoring=True)
-    decoder = engine.decoder(job.config.decoding, job.rules)
+    decoder = job.decoder(engine)
     examples = pair_examples(
         engine,
         decoder,

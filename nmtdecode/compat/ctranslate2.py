@@ -173,16 +173,15 @@ class Translator:
     """CTranslate2's Translator over the model at `model_path`, a checkpoint nmtdecode reads."""
 
     def __init__(self, model_path: str, device: str = "cpu", **options: Any) -> None:
-        self._api = api.Translator.load(
-            model_path, **load_options(device, filled("Translator", options, LOAD_DEFAULTS))
-        )
+        args = filled("Translator", options, LOAD_DEFAULTS)
+        self._api = api.Translator.load(model_path, **load_options(device, args))
         loaded = self._api.engine.loaded
         self._tokenizer, self._model = loaded.tokenizer, loaded.model.cfg
         self._work = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nmtdecode-ctranslate2")
         self.model_path, self.device = model_path, device
-        self.device_index = options.get("device_index", 0)
-        self.compute_type = options.get("compute_type", "default")
-        self.num_translators = options.get("inter_threads", 1)
+        self.device_index = args["device_index"]
+        self.compute_type = args["compute_type"]
+        self.num_translators = args["inter_threads"]
         self.model_is_loaded = True
 
     def translate_batch(
@@ -414,7 +413,7 @@ class Translator:
         return args
 
     def _options(self, method: str, args: dict) -> dict:
-        options = decoding_options(method, {**DECODING_DEFAULTS, **args}, self._model.max_positions)
+        options = decoding_options(method, args, self._model.max_positions)
         return {**options, "seed": _random_seed} if options.get("sampling") else options
 
     def _source(self, pieces: list[str]) -> list[str]:
