@@ -152,7 +152,12 @@ class DecodingConfig(Section):
         """The options asked for that read the cross-attention (empty: none is recorded): the
         alignment and what is made of it, the attention itself, a coverage penalty that acts."""
         asked = [key for key in ("alignment", "attention", "replace_unk", "report_align") if getattr(self, key)]
-        return asked + (["coverage_penalty"] if self.coverage_penalty != "none" and self.beta > 0 else [])
+        return asked + (["coverage_penalty"] if self.coverage_acts else [])
+
+    @property
+    def coverage_acts(self) -> bool:
+        """Whether a coverage penalty is asked for and changes scores (beta is never negative)."""
+        return self.coverage_penalty != "none" and self.beta > 0
 
     def check(self) -> None:
         if self.n_best > self.beam_size and not self.sampling:

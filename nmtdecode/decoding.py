@@ -252,9 +252,7 @@ class BatchDecoder:
     def penalised(self) -> bool:
         """Whether a length or coverage penalty changes scores (CTranslate2's early exit needs neither)."""
         cfg = self.cfg
-        return (self.penalty.name != "none" and self.penalty.alpha != 0) or (
-            cfg.coverage_penalty != "none" and cfg.beta != 0
-        )
+        return (self.penalty.name != "none" and self.penalty.alpha != 0) or cfg.coverage_acts
 
     def make_processors(
         self, search: Strategy, max_steps: list[int], prefixes: list[list[int]] | None = None

@@ -177,7 +177,7 @@ def path_hypothesis(
     """A finished hypothesis from its path: every token chosen, the last one included, the running
     total after each, and what is attached to each ({name: list}). The final EOS is not one of
     its tokens, its log-prob is `eos_score` (so token_scores, alignment and attention have one
-    entry per token). Both searches build their hypotheses here (beam.py, device_results.py)."""
+    entry per token). Both searches build their hypotheses here (beam.py; history.py for the device's)."""
     token_scores = [b - a for a, b in zip([0.0] + totals[:-1], totals)]
     ended = tokens[-1] == eos_id
     kept = len(tokens) - ended

@@ -124,7 +124,7 @@ class DeviceBeamSearch(DeviceRecords):
             worst=self.pool.worst(),
             best=alive.scores.amax(dim=1).double(),
             divisor_now=self.divisors[self.length],
-            divisor_limit=self.divisors[self.max_steps],
+            divisor_limit=self.divisor_limit,
             top_ended=self.top_ended,
             n_best=self.n_best,
         )

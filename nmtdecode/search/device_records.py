@@ -46,6 +46,7 @@ class DeviceRecords:
         self.eos_id = eos_id
         self.divisors = penalty.divisors(max(max_steps), device)  # float64, by length
         self.max_steps = torch.tensor(max_steps, device=device)  # (n,)
+        self.divisor_limit = self.divisors[self.max_steps]  # (n,) each sentence's divisor at its step limit
         self.pool = FinishedPool(batch_size, slots, device)
         self.history = StepHistory(max(max_steps), batch_size, slots, device)
         self.finished = torch.zeros(batch_size, dtype=torch.bool, device=device)  # (n,) done, on the device
@@ -111,6 +112,7 @@ class DeviceRecords:
         """Only the sentences at positions `keep` stay in the batch (a strategy adds its own state)."""
         self.pool.keep(self.rows, keep)
         self.rows, self.max_steps, self.finished = self.rows[keep], self.max_steps[keep], self.finished[keep]
+        self.divisor_limit = self.divisor_limit[keep]
 
     def results(self, n_best: int) -> list[list[Hypothesis]]:
         return finished_hypotheses(self.pool.store(self.rows), self.history, self.steps, n_best, self.eos_id)

@@ -71,7 +71,7 @@ class DeviceSampling(DeviceRecords):
         self.pool.add(
             Ended(self.scored(totals, penalty), totals, self.step.expand_as(prev), prev, tokens, valid, attached)
         )
-        done = last | ~(going & (tokens != self.eos_id)).any(dim=1)
+        done = last | ~self.draws.alive.view(n, self.n).any(dim=1)  # the draw has just ended its EOS rows
         self.commit(tokens, prev, totals, attached, done)
         return self.next_rows(tokens.view(-1), origin)
 
