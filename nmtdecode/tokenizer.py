@@ -58,12 +58,22 @@ def protobuf_fields(data: bytes) -> Iterator[tuple[int, int, bytes]]:
         yield key >> 3, wire, data[start:i]
 
 
+def _processor(model: str | spm.SentencePieceProcessor) -> spm.SentencePieceProcessor:
+    return model if isinstance(model, spm.SentencePieceProcessor) else spm.SentencePieceProcessor(model_file=str(model))
+
+
 class SentencePieceTokenizer:
     def __init__(
-        self, source_model: str, target_model: str | None = None, *, eos_id: int, special_ids: Iterable[int] = ()
+        self,
+        source_model: str | spm.SentencePieceProcessor,
+        target_model: str | spm.SentencePieceProcessor | None = None,
+        *,
+        eos_id: int,
+        special_ids: Iterable[int] = (),
     ) -> None:
-        self.source = spm.SentencePieceProcessor(model_file=str(source_model))
-        self.target = spm.SentencePieceProcessor(model_file=str(target_model)) if target_model else self.source
+        """Each side's SentencePiece model: a file, or one already loaded; no target: the source's."""
+        self.source = _processor(source_model)
+        self.target = _processor(target_model) if target_model is not None else self.source
         self.eos_id = eos_id
         self.special_ids = frozenset(special_ids) | {eos_id}
 

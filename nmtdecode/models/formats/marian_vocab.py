@@ -126,8 +126,11 @@ def make_tokenizer(
     if (source.sp is None) != (target.sp is None):
         raise ModelError(f"{source.path}, {target.path}: one .spm and one YAML vocabulary are not supported")
     if source.sp is not None:
-        return SentencePieceTokenizer(
-            source.path, target.path, eos_id=source.eos_id, special_ids={start_id, *target.control_ids()}
+        return SentencePieceTokenizer(  # the processors Vocabulary loaded, not the files again
+            source.sp,
+            None if target is source else target.sp,
+            eos_id=source.eos_id,
+            special_ids={start_id, *target.control_ids()},
         )
     missing = [name for name in ("source.spm", "target.spm") if not os.path.isfile(os.path.join(directory, name))]
     if missing:
