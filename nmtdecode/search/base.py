@@ -205,6 +205,7 @@ class SentenceRecords:
     beams: list
     active: list[int]
     eos_id: int
+    start_tokens: torch.Tensor  # (batch,) on the search's device
     kind: str  # the strategy's name in --dump-beam: greedy, sampling, beam, diverse
     stop_rule: str | None = "eos"  # a sentence ends at its first EOS; None: by its Beams' early_stopping
     shrink: bool = True  # finished sentences leave the batch (off only to test that it changes nothing)
@@ -220,6 +221,17 @@ class SentenceRecords:
         of row counts, not one per finished sentence: every new row count costs oneDNN a kernel
         compilation per matrix shape (docs/speed.md) and every shrink a copy of the cache."""
         return survivors([self.beams[s].done for s in self.active], self.shrink)
+
+    def leaving(self) -> torch.Tensor | None:
+        """After this step: the positions (kept,) in the batch of the sentences that stay
+        (`survivors`), `active` following them; None when the batch stays as it is. The device
+        search's records answer the same (device_records.py), so a strategy's next rows are one
+        function for both."""
+        still = self.survivors()
+        if len(still) == len(self.active):
+            return None
+        self.active = [self.active[i] for i in still]
+        return torch.tensor(still, dtype=torch.long, device=self.start_tokens.device)
 
     @property
     def sentences(self) -> int:

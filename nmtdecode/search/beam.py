@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -284,6 +285,40 @@ def top_k(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     return best, columns.gather(1, at)
 
 
+def best_continuations(logprobs: torch.Tensor, alive_scores: torch.Tensor, n: int, k: int, eos_id: int) -> Candidates:
+    """The 2k best continuations of each of n sentences over all its rows: each row's running
+    score added to its log-probs (in place), then the topk of (n, width*V)."""
+    totals = logprobs.add_(alive_scores[:, None]).view(n, -1)
+    return top_candidates(totals, 2 * k, logprobs.size(1), eos_id)
+
+
+def extended_rows(prev: torch.Tensor, width: int) -> torch.Tensor:
+    """The row each candidate extends: slots prev (n, c) of sentences of `width` rows -> rows (n, c)."""
+    return torch.arange(prev.size(0), device=prev.device)[:, None] * width + prev
+
+
+class BeamRows(Protocol):
+    """What `next_beam_rows` reads and sets of a beam search, the host's or the device's."""
+
+    k: int
+    width: int
+    alive_scores: torch.Tensor
+
+    def leaving(self) -> torch.Tensor | None: ...
+
+
+def next_beam_rows(search: BeamRows, alive: Candidates) -> tuple[StepOutput, Candidates]:
+    """Rows of the next step: k per sentence that stays (`search.leaving()`), each continuing the
+    row it extends; also the alive slots of the sentences kept."""
+    origin = extended_rows(alive.prev, search.width)  # (n, k)
+    keep = search.leaving()
+    if keep is not None:
+        origin, alive = origin[keep], alive.rows(keep)
+    search.width = search.k
+    search.alive_scores = alive.scores.reshape(-1)
+    return StepOutput(tokens=alive.tokens.reshape(-1), origin=origin.reshape(-1), keep=keep), alive
+
+
 class BeamSearch(SentenceRecords):
     """Beam search over a batch of sentences: one row per sentence at step 0, then k.
 
@@ -322,9 +357,7 @@ class BeamSearch(SentenceRecords):
 
     def select_candidates(self, logprobs: torch.Tensor) -> Candidates:
         """The 2k best continuations of every sentence over all its rows: the topk of (n, width*V)."""
-        n, vocab = len(self.active), logprobs.size(1)
-        totals = logprobs.add_(self.alive_scores[:, None]).view(n, -1)
-        return top_candidates(totals, 2 * self.k, vocab, self.eos_id)
+        return best_continuations(logprobs, self.alive_scores, len(self.active), self.k, self.eos_id)
 
     def commit(self, candidates: Candidates, step: int, facts: RowFacts | None = None) -> StepOutput:
         """Keep k alive, hand finished ones to the Beams, drop sentences that are done."""
@@ -366,8 +399,7 @@ class BeamSearch(SentenceRecords):
             return {}
 
         def of(fact: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:  # fact (rows,) or (rows, S); prev (n, c)
-            rows = torch.arange(len(self.active), device=prev.device)[:, None] * self.width + prev
-            return fact[rows].flatten(1)
+            return fact[extended_rows(prev, self.width)].flatten(1)
 
         picked = {} if facts.penalty is None else {"top_penalty": of(facts.penalty, top_prev)}
         for name, fact in facts.attached().items():
@@ -406,15 +438,6 @@ class BeamSearch(SentenceRecords):
 
     def _next_rows(self, alive: Candidates) -> StepOutput:
         """Rows of the next step: k per sentence still searched, each continuing the row it extends."""
-        n = len(self.active)
-        origin = torch.arange(n, device=alive.prev.device)[:, None] * self.width + alive.prev  # (n, k)
-        still = self.survivors()
-        keep = None
-        if len(still) < n:
-            keep = torch.tensor(still, dtype=torch.long, device=origin.device)
-            origin, alive = origin[keep], alive.rows(keep)
-            self.active = [self.active[i] for i in still]
-        self.width = self.k
-        self.alive_scores = alive.scores.reshape(-1)
-        self.alive_totals = None if alive.totals is None else alive.totals.reshape(-1)
-        return StepOutput(tokens=alive.tokens.reshape(-1), origin=origin.reshape(-1), keep=keep)
+        out, kept = next_beam_rows(self, alive)
+        self.alive_totals = None if kept.totals is None else kept.totals.reshape(-1)
+        return out

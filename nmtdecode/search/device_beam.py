@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 
 from .base import NEG_INF, RowFacts, StepOutput
-from .beam import Candidates, keep_alive, top_candidates
+from .beam import Candidates, best_continuations, extended_rows, keep_alive, next_beam_rows
 from .device_records import DeviceRecords
 from .finished import Ended
 from .penalties import LengthPenalty
@@ -76,12 +76,10 @@ class DeviceBeamSearch(DeviceRecords):
     def advance(self, logprobs: torch.Tensor, step: int, facts: RowFacts | None = None) -> StepOutput:
         """logprobs (n*width, V) of this step, consumed (turned into totals in place); the step
         number is the device's own."""
-        n, vocab = len(self.active), logprobs.size(1)
-        totals = logprobs.add_(self.alive_scores[:, None]).view(n, -1)
-        candidates = top_candidates(totals, 2 * self.k, vocab, self.eos_id)
+        candidates = best_continuations(logprobs, self.alive_scores, len(self.active), self.k, self.eos_id)
         alive = keep_alive(candidates, self.k, self.eos_id, self.refill)
         self.record(candidates, alive, facts)
-        return self.next_rows(alive)
+        return next_beam_rows(self, alive)[0]  # at a check of the done flags, finished sentences leave
 
     def record(self, candidates: Candidates, alive: Candidates, facts: RowFacts | None) -> None:
         """`Beam.advance` for every sentence in the batch: those of the top k candidates that end
@@ -131,18 +129,7 @@ class DeviceBeamSearch(DeviceRecords):
 
     def of(self, fact: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
         """A fact of each row, (rows,) or (rows, S), read for candidates (n, c) from the row each extends."""
-        return fact[torch.arange(prev.size(0), device=prev.device)[:, None] * self.width + prev]
-
-    def next_rows(self, alive: Candidates) -> StepOutput:
-        """k rows per sentence, each continuing the row it extends; at a check of the done flags,
-        the finished sentences leave the batch."""
-        origin = torch.arange(len(self.active), device=alive.prev.device)[:, None] * self.width + alive.prev
-        keep = self.leaving()
-        if keep is not None:
-            origin, alive = origin[keep], alive.rows(keep)
-        self.width = self.k
-        self.alive_scores = alive.scores.reshape(-1)
-        return StepOutput(tokens=alive.tokens.reshape(-1), origin=origin.reshape(-1), keep=keep)
+        return fact[extended_rows(prev, self.width)]
 
     def compact(self, keep: torch.Tensor) -> None:
         super().compact(keep)

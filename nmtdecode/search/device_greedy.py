@@ -20,6 +20,7 @@ import torch
 from .base import NEG_INF, RowFacts, StepOutput
 from .device_records import DeviceRecords
 from .finished import Ended
+from .greedy import next_greedy_rows
 from .penalties import LengthPenalty
 
 
@@ -71,9 +72,4 @@ class DeviceGreedySearch(DeviceRecords):
             )
         )
         self.commit(tokens[:, None], slot, totals[:, None], attached, ends)
-        self.alive_scores = totals
-        keep = self.leaving()
-        if keep is None:
-            return StepOutput(tokens=tokens)
-        self.alive_scores = totals[keep]
-        return StepOutput(tokens=tokens[keep], origin=keep, keep=keep)
+        return next_greedy_rows(self, tokens, totals)

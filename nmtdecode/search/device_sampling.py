@@ -20,7 +20,7 @@ from .base import NEG_INF, RowFacts, StepOutput
 from .device_records import DeviceRecords
 from .finished import Ended
 from .penalties import LengthPenalty
-from .sampling import Draws, Filters
+from .sampling import Draws, Filters, next_sample_rows
 
 
 class DeviceSampling(DeviceRecords):
@@ -73,18 +73,9 @@ class DeviceSampling(DeviceRecords):
         )
         done = last | ~self.draws.alive.view(n, self.n).any(dim=1)  # the draw has just ended its EOS rows
         self.commit(tokens, prev, totals, attached, done)
-        return self.next_rows(tokens.view(-1), origin)
+        return next_sample_rows(self, tokens.view(-1), origin)  # at a check of the done flags, finished ones leave
 
     def per_sample(self, fact: torch.Tensor, n: int, origin: torch.Tensor | None) -> torch.Tensor:
         """A fact of each row (rows,) or (rows, S) -> of each sample, (n, N) or (n, N, S)."""
         fact = fact if origin is None else fact[origin]
         return fact.view(n, self.n, *fact.shape[1:])
-
-    def next_rows(self, tokens: torch.Tensor, origin: torch.Tensor | None) -> StepOutput:
-        """Each sample continues itself; at a check of the done flags the finished sentences leave."""
-        keep = self.leaving()
-        if keep is None:
-            return StepOutput(tokens=tokens, origin=origin)
-        rows = (keep[:, None] * self.n + self.slots).reshape(-1)  # the kept sentences' samples
-        self.draws.keep(rows)
-        return StepOutput(tokens=tokens[rows], origin=rows if origin is None else origin[rows], keep=keep)

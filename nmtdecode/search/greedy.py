@@ -7,6 +7,8 @@ sentence ends at its first EOS or at its step limit.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import torch
 
 from .base import RowFacts, SentenceRecords, StepOutput, attached_per_slot, facts_by_sentence, to_host
@@ -51,14 +53,22 @@ class GreedySearch(SentenceRecords):
                 beam.done = True
             else:
                 beam.extend([token], [0], [total], attached)
-        return self._next_rows(tokens, totals)
+        return next_greedy_rows(self, tokens, totals)
 
-    def _next_rows(self, tokens: torch.Tensor, totals: torch.Tensor) -> StepOutput:
-        still = self.survivors()
-        if len(still) == len(self.active):
-            self.alive_scores = totals
-            return StepOutput(tokens=tokens)
-        keep = torch.tensor(still, dtype=torch.long, device=tokens.device)
-        self.alive_scores = totals[keep]
-        self.active = [self.active[i] for i in still]
-        return StepOutput(tokens=tokens[keep], origin=keep, keep=keep)
+
+class GreedyRows(Protocol):
+    """What `next_greedy_rows` reads and sets of a greedy search, the host's or the device's."""
+
+    alive_scores: torch.Tensor
+
+    def leaving(self) -> torch.Tensor | None: ...
+
+
+def next_greedy_rows(search: GreedyRows, tokens: torch.Tensor, totals: torch.Tensor) -> StepOutput:
+    """Rows of the next step: each sentence that stays (`search.leaving()`) continues its one row."""
+    keep = search.leaving()
+    if keep is None:
+        search.alive_scores = totals
+        return StepOutput(tokens=tokens)
+    search.alive_scores = totals[keep]
+    return StepOutput(tokens=tokens[keep], origin=keep, keep=keep)

@@ -28,6 +28,8 @@ All of it is batched tensor arithmetic (int64 integer hashing, cumsum, searchsor
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import torch
 
 from .base import NEG_INF, RowFacts, SentenceRecords, StepOutput, attached_per_slot, facts_by_sentence, to_host
@@ -229,7 +231,7 @@ class SamplingSearch(SentenceRecords):
         )
         for i, sentence in enumerate(self.active):
             self._record(sentence, step, {name: rows[i] for name, rows in host.items()})
-        return self._next_rows(tokens, origin)
+        return next_sample_rows(self, tokens, origin)
 
     def _record(self, sentence: int, step: int, row: dict) -> None:
         """One sentence's N samples at this step (its share of the host copy) -> its Beam."""
@@ -244,13 +246,21 @@ class SamplingSearch(SentenceRecords):
         beam.extend(row["tokens"], [0] * self.n if step == 0 else list(range(self.n)), row["totals"], attached)
         beam.done = all(ended)
 
-    def _next_rows(self, tokens: torch.Tensor, origin: torch.Tensor | None) -> StepOutput:
-        still = self.survivors()
-        if len(still) == len(self.active):
-            return StepOutput(tokens=tokens, origin=origin)
-        keep = torch.tensor(still, dtype=torch.long, device=tokens.device)
-        rows = (keep[:, None] * self.n + torch.arange(self.n, device=keep.device)).reshape(-1)  # kept sentences' rows
-        self.draws.keep(rows)
-        self.active = [self.active[i] for i in still]
-        origin = rows if origin is None else origin[rows]
-        return StepOutput(tokens=tokens[rows], origin=origin, keep=keep)
+
+class SampleRows(Protocol):
+    """What `next_sample_rows` reads of a sampling search, the host's or the device's."""
+
+    n: int  # samples per sentence
+    draws: Draws
+
+    def leaving(self) -> torch.Tensor | None: ...
+
+
+def next_sample_rows(search: SampleRows, tokens: torch.Tensor, origin: torch.Tensor | None) -> StepOutput:
+    """Rows of the next step: each sample of a sentence that stays (`search.leaving()`) continues itself."""
+    keep = search.leaving()
+    if keep is None:
+        return StepOutput(tokens=tokens, origin=origin)
+    rows = (keep[:, None] * search.n + torch.arange(search.n, device=keep.device)).reshape(-1)  # their samples
+    search.draws.keep(rows)
+    return StepOutput(tokens=tokens[rows], origin=rows if origin is None else origin[rows], keep=keep)
