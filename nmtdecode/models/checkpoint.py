@@ -21,7 +21,6 @@ from typing import Any, Callable, Iterator
 
 import yaml
 
-from ..bounded import TooLarge, check_size
 from .architecture import TransformerConfig
 
 
@@ -116,14 +115,8 @@ def read_json(path: str, required: bool = True) -> dict:
 
 
 def read_yaml(path: str, required: bool = True) -> dict:
-    """A YAML mapping from a model directory (safe_load: plain values only); a missing optional file is {}.
-    Its size is checked as loaded (bounded.py: a YAML alias bomb is one line)."""
-    data = _read_mapping(path, required, yaml.safe_load, yaml.YAMLError, "a YAML mapping")
-    try:
-        check_size(data)
-    except TooLarge as e:
-        raise ModelError(f"{path} cannot be read: {e}") from None
-    return data
+    """A YAML mapping from a model directory (safe_load: plain values only); a missing optional file is {}."""
+    return _read_mapping(path, required, yaml.safe_load, yaml.YAMLError, "a YAML mapping")
 
 
 def _read_mapping(path: str, required: bool, parse: Callable, error: type[Exception], what: str) -> dict:

@@ -101,9 +101,9 @@ def model_files(path: str) -> tuple[str, str, dict]:
                 f"{path}: no decoder.yml beside it (nor {os.path.basename(path)}.decoder.yml): it "
                 "names the model's vocabularies"
             )
-        return path, found[0], read_yaml(found[0])
+        return path, found[0], read_options(found[0])
     decoder_yml = os.path.join(path, "decoder.yml")
-    decoder = read_yaml(decoder_yml)
+    decoder = read_options(decoder_yml)
     models = decoder.get("models")
     models = [models] if isinstance(models, str) else models
     if not isinstance(models, list) or not models or not all(isinstance(m, str) for m in models):
@@ -119,6 +119,11 @@ def model_files(path: str) -> tuple[str, str, dict]:
             "format of marian-conv)"
         )
     return os.path.join(path, models[0]), decoder_yml, decoder
+
+
+def read_options(path: str) -> dict:
+    """decoder.yml, its size checked as loaded (bounded.py: a YAML alias bomb is one line)."""
+    return bounded(read_yaml(path), path)
 
 
 def bounded(options: dict, where: str) -> dict:
