@@ -25,8 +25,8 @@ ONE_PASS = r"""
 import hashlib, json, os, sys, time
 import torch
 torch.set_num_threads(int(sys.argv[2]))
-from nmtdecode.config import Config
-from nmtdecode.decoding import BatchDecoder
+from nmtdecode.options.config import Config
+from nmtdecode.engine.decoding import BatchDecoder
 from nmtdecode.models.loading import load_model
 from nmtdecode.models.placement import Placement
 demo = sys.argv[3]

@@ -142,8 +142,8 @@ def make_decoder(task: Task, model, beam: int, fixed_steps=None, on_device: bool
     for the model's own step (`--cuda-graphs off`); on_device: the search on the device
     (`--search-on device`, measured here on a GPU before it becomes `auto`'s choice there) rather
     than the host."""
-    from nmtdecode.config import Config
-    from nmtdecode.decoding import BatchDecoder
+    from nmtdecode.options.config import Config
+    from nmtdecode.engine.decoding import BatchDecoder
 
     values = {
         "beam_size": beam,

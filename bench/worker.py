@@ -44,7 +44,7 @@ def peak_rss_mb() -> float:
 def decode_in_batches(translate, sources, batch_size, at_once=1):
     """Warm up on a few sentences, then time `translate` over the batches, `at_once` of them at the
     same time (nmtdecode's --inter-threads: batch_threads.in_order); returns (seconds, outputs)."""
-    from nmtdecode.batch_threads import in_order
+    from nmtdecode.jobs.batch_threads import in_order
 
     translate(sources[: min(4, len(sources))])
     start = time.perf_counter()
@@ -58,13 +58,13 @@ def decode_in_batches(translate, sources, batch_size, at_once=1):
 def run_nmtdecode(args, task):
     import torch
 
-    from nmtdecode.config import Config
+    from nmtdecode.options.config import Config
     from nmtdecode.models.checkpoint import read_json
     from nmtdecode.models.formats.huggingface import load_network
-    from nmtdecode import memory
+    from nmtdecode.models import memory
     from nmtdecode.models.loading import load_model
     from nmtdecode.models.placement import Placement
-    from nmtdecode.decoding import BatchDecoder
+    from nmtdecode.engine.decoding import BatchDecoder
     from nmtdecode.models.steps import step_runner_for
 
     start = time.perf_counter()
@@ -211,8 +211,8 @@ def run_file_job(args):
     grow with the number of input lines."""
     import tempfile
 
-    from nmtdecode.config import Config
-    from nmtdecode.run import translate_job
+    from nmtdecode.options.config import Config
+    from nmtdecode.jobs.run import translate_job
 
     with tempfile.TemporaryDirectory() as tmp:
         config = Config.from_values(

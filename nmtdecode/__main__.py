@@ -1,6 +1,6 @@
 """`python -m nmtdecode` (also what `torchrun -m nmtdecode` runs)."""
 
-from . import signals
+from .jobs import signals
 
 signals.install()  # before the imports below: a signal during them ends the program cleanly too
 

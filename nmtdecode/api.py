@@ -28,16 +28,16 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import TYPE_CHECKING, Any, Generator, Iterable, Iterator, NoReturn
 
-from .batching import chunk_size, chunks
-from .config import Config
-from .pipeline import ListSink, ListSource, run
-from .resolve import ResolvedJob, check_call_keys, check_call_options, check_load_options, resolve
+from .engine.batching import chunk_size, chunks
+from .options.config import Config
+from .jobs.pipeline import ListSink, ListSource, run
+from .engine.resolve import ResolvedJob, check_call_keys, check_call_options, check_load_options, resolve
 
 if TYPE_CHECKING:
-    from .batching import Example, Result
-    from .engine import Engine
-    from .summary import Summary
-    from .decoding import BatchDecoder
+    from .engine.batching import Example, Result
+    from .engine.engine import Engine
+    from .jobs.summary import Summary
+    from .engine.decoding import BatchDecoder
     from .search.base import Hypothesis
 
 _END = object()  # what next() gives for an exhausted iterator, where None is a value
@@ -111,7 +111,7 @@ class Translator:
         """Load the model at `path` (a native, Hugging Face or eole directory, or an OpenNMT-py
         `.pt` checkpoint; a list of them: an ensemble, with `ensemble_rule` and `ensemble_weights`)
         with `options`, the config file's keys; `quiet` defaults to True (no summary on stderr)."""
-        from .engine import Engine  # torch is imported here, not by `import nmtdecode`
+        from .engine.engine import Engine  # torch is imported here, not by `import nmtdecode`
 
         check_load_options(options)
         return cls(Engine.load(Config.from_layers([{"quiet": True}, {**options, "model": path}])))
@@ -187,7 +187,7 @@ class Translator:
         """Translate the file `src` into `output` as `nmtdecode translate` does: locked,
         written through OUTPUT.tmp, resumable with `resume=True` (and skipped when complete).
         Returns the job's `summary.Summary` (sentences, target tokens, seconds)."""
-        from .run import translate_job
+        from .jobs.run import translate_job
 
         job = self._call_config(options, {"src": src, "output": output, "resume": resume})
         return translate_job(job, engine=self.engine)
@@ -195,7 +195,7 @@ class Translator:
     def score(self, sources: list, targets: list, **options) -> list[float]:
         """The total log-probability of each target (EOS included) given its source, as
         `nmtdecode score` prints it; a target is a string or a list of target pieces."""
-        from .scoring import score_pairs
+        from .jobs.scoring import score_pairs
 
         sources, targets = self._pairs(sources, targets, "score()")
         return [score.total for score in score_pairs(self.engine, self._call_config(options), sources, targets)]
@@ -204,7 +204,7 @@ class Translator:
         """Each target's log-probability given its source, per token and in all (`Scored`), as
         `nmtdecode score --format jsonl` gives them; batched as `score` batches. A target is a
         string or a list of target pieces (as CTranslate2 takes them; an unknown one is <unk>)."""
-        from .scoring import score_pairs
+        from .jobs.scoring import score_pairs
 
         sources, targets = self._pairs(sources, targets, "score_batch()")
         scores = score_pairs(self.engine, self._call_config(options), sources, targets, by_token=True)

@@ -23,8 +23,8 @@ from dataclasses import replace
 
 import click
 
-from . import signals
-from .config import (
+from .jobs import signals
+from .options.config import (
     KEY_SECTION,
     OPTIONS,
     PLAN_KEYS,
@@ -38,11 +38,11 @@ from .config import (
     checked_layer,
     default_of,
 )
-from .config_file import dump, load_yaml
-from .jobs import make_output_dir, plan_jobs
-from .opennmt_options import spelling_message
-from .signals import STOPPED_NOTE, Terminated
-from .summary import say
+from .options.yaml_file import dump, load_yaml
+from .jobs.plan import make_output_dir, plan_jobs
+from .options.peers import spelling_message
+from .jobs.signals import STOPPED_NOTE, Terminated
+from .engine.messages import say
 
 
 def _click_type(key: str, declared: Option) -> click.ParamType | type:
@@ -199,6 +199,16 @@ def cli() -> None:
     """Fast, exact decoding for encoder-decoder translation and summarization models."""
 
 
+def _model_defaults(config: Config) -> dict | None:
+    """The decoding defaults of the job's model, which --dump-config shows under the options (the
+    model is loaded for them); None without a model."""
+    if config.io.model is None:
+        return None
+    from .models.loading import load_model
+
+    return load_model(config.io.model, config.io.ensemble_rule, config.io.ensemble_weights).defaults
+
+
 @cli.command(cls=OneValueCommand)
 @CONFIG_FILE
 @_apply([cli_option(key) for key in TRANSLATE_KEYS])
@@ -218,10 +228,10 @@ def translate(config_file: str | None, dump_config: bool, debug: bool, **flags: 
     if dump_config:
         if len(jobs) > 1:
             raise ConfigError(f"--dump-config shows one job's configuration; this run has {len(jobs)} (give one --src)")
-        click.echo(dump(jobs[0]), nl=False)
+        click.echo(dump(jobs[0], _model_defaults(jobs[0])), nl=False)
         return
     make_output_dir(file_values, given)
-    from .run import translate_job
+    from .jobs.run import translate_job
 
     translate_job(jobs)
 
@@ -248,13 +258,13 @@ def score(
     Pairs are sorted and batched as translate batches; the summary gives the perplexity."""
     config = score_config(load_yaml(config_file) if config_file else {}, _given(flags))
     if dump_config:
-        click.echo(dump(config), nl=False)
+        click.echo(dump(config, _model_defaults(config)), nl=False)
         return
     if config.io.model is None:
         raise UsageError("score: give the model as --model DIR (or `model:` in the -c file)")
     if flags["src"] is None or tgt is None:
         raise UsageError(f"score: give {'--src' if flags['src'] is None else '--tgt'} FILE")
-    from .scoring import score_job
+    from .jobs.scoring import score_job
 
     score_job(config, tgt, normalize)
 

@@ -144,10 +144,10 @@ def our_side(directory: str) -> int:
     import torch
 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from nmtdecode.config import Config
+    from nmtdecode.options.config import Config
     from nmtdecode.models.checkpoint import read_json
     from nmtdecode.models.formats.huggingface import load_network
-    from nmtdecode.decoding import BatchDecoder
+    from nmtdecode.engine.decoding import BatchDecoder
     from tests.test_diverse import hamming_definition
 
     with open(os.path.join(directory, "hf.json")) as f:

@@ -8,8 +8,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's nmtdecode
 
-from nmtdecode import signals  # noqa: E402
-from nmtdecode.output_file import OutputFile  # noqa: E402
+from nmtdecode.jobs import signals  # noqa: E402
+from nmtdecode.jobs.output_file import OutputFile  # noqa: E402
 
 
 def kill_during_merge(after: int):

@@ -10,8 +10,8 @@ import warnings
 import pytest
 
 import nmtdecode
-from nmtdecode.batching import chunk_size
-from nmtdecode.config import ConfigError
+from nmtdecode.engine.batching import chunk_size
+from nmtdecode.options.config import ConfigError
 
 from tests.helpers import REPO
 from tests.test_cli import LINES

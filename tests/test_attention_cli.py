@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from nmtdecode.config import DecodingConfig
-from nmtdecode.decoding import BatchDecoder
+from nmtdecode.options.config import DecodingConfig
+from nmtdecode.engine.decoding import BatchDecoder
 from nmtdecode.models.loading import load_model
 
 LINES = ["the house is red .", "a dog and a cat sleep in the garden . where is the station ?"]

@@ -231,7 +231,7 @@ def test_closed_stdin_is_said_clearly(model_dir, monkeypatch, capsysbinary):
 
 def test_closed_stdout_is_said_clearly_before_the_model_loads(model_dir, lines_file, monkeypatch, capsysbinary):
     """`nmtdecode translate >&-`: Python starts with sys.stdout None; the job is refused at once."""
-    from nmtdecode.engine import Engine
+    from nmtdecode.engine.engine import Engine
 
     monkeypatch.setattr(Engine, "load", lambda *a: pytest.fail("the model was loaded"))
     monkeypatch.setattr(sys, "stdout", None)

@@ -1,6 +1,6 @@
 """Batching: chunks sorted longest first, every line in one batch, token budgets counting padding."""
 
-from nmtdecode.batching import Example, cut
+from nmtdecode.engine.batching import Example, cut
 
 
 def examples(lengths):

@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from nmtdecode.config import Config, ConfigError, DecodingConfig
-from nmtdecode.decoding import BatchDecoder
+from nmtdecode.options.config import Config, ConfigError, DecodingConfig
+from nmtdecode.engine.decoding import BatchDecoder
 from nmtdecode.models.loading import load_model
-from nmtdecode.resolve import check_torchrun
+from nmtdecode.engine.resolve import check_torchrun
 from nmtdecode.show.tree import layout, path_tokens
 
 # unsorted lengths (batches are sorted longest first) and lines with nothing to decode
@@ -233,7 +233,7 @@ def test_the_dump_names_the_pieces_of_every_tokenizer():
     """OpenNMT-py/eole vocabularies (and Hugging Face ones, through target_piece/source_piece,
     checked against transformers in test_hf_tokenizers) give their entries; an id beyond the
     vocabulary is written <id>."""
-    from nmtdecode.beam_dump import source_pieces, target_pieces
+    from nmtdecode.engine.beam_dump import source_pieces, target_pieces
     from nmtdecode.models.formats.opennmt import VocabTokenizer
 
     src = ["<unk>", "<blank>", "<s>", "</s>", "Haus", "rot"]

@@ -7,8 +7,8 @@ import sys
 import pytest
 import yaml
 
-from nmtdecode.config import DecodingConfig
-from nmtdecode.decoding import BatchDecoder
+from nmtdecode.options.config import DecodingConfig
+from nmtdecode.engine.decoding import BatchDecoder
 from nmtdecode.models.loading import load_model
 
 LINES = [

@@ -10,7 +10,7 @@ import click
 import pytest
 
 from nmtdecode import cli
-from nmtdecode.config import (
+from nmtdecode.options.config import (
     COVERAGE_PENALTIES,
     FORMATS,
     GEMM_BACKENDS,
@@ -25,8 +25,8 @@ from nmtdecode.config import (
     ConfigError,
     default_of,
 )
-from nmtdecode.jobs import plan_jobs
-from nmtdecode.option import in_range
+from nmtdecode.jobs.plan import plan_jobs
+from nmtdecode.options.option import in_range
 
 
 def params(command: str) -> dict[str, click.Parameter]:
@@ -61,11 +61,11 @@ def test_score_shares_translates_options_and_narrows_only_its_own():
 
 
 def test_choice_lists_are_what_their_modules_implement():
-    from nmtdecode.batching import Result
+    from nmtdecode.engine.batching import Result
     from nmtdecode.models.gemm import faster_backend
     from nmtdecode.search import penalties
     from nmtdecode.search.base import Hypothesis
-    from nmtdecode.writing import format_result
+    from nmtdecode.jobs.writing import format_result
 
     assert set(LENGTH_PENALTIES) == set(penalties.LENGTH_PENALTIES)
     assert set(COVERAGE_PENALTIES) == set(penalties.COVERAGE_PENALTIES)

@@ -4,10 +4,10 @@ Marked `cuda`: skipped (and reported as skipped) without a GPU."""
 import pytest
 import torch
 
-from nmtdecode.batching import Example
-from nmtdecode.config import DecodingConfig
-from nmtdecode.decoding import BatchDecoder
-from nmtdecode.memory import in_halves_when_out_of_memory
+from nmtdecode.engine.batching import Example
+from nmtdecode.options.config import DecodingConfig
+from nmtdecode.engine.decoding import BatchDecoder
+from nmtdecode.engine.engine import in_halves_when_out_of_memory
 from nmtdecode.models.fixed_step import FixedShapeSteps
 
 from tests.helpers import forced_total, random_sources, tiny_transformer
@@ -232,7 +232,7 @@ def test_the_device_search_gives_the_host_search_tokens_on_cuda(strategy, graphs
 
 
 def test_the_done_flags_reach_the_host_one_check_late_on_cuda():
-    from nmtdecode.search.done_flags import DoneFlags
+    from nmtdecode.search.device.done_flags import DoneFlags
 
     done = torch.tensor([False, True, False], device="cuda")
     flags = DoneFlags(3, every=2, device="cuda")

@@ -4,8 +4,8 @@ import random
 
 import pytest
 
-from nmtdecode.config import DecodingConfig
-from nmtdecode.decoding import BatchDecoder
+from nmtdecode.options.config import DecodingConfig
+from nmtdecode.engine.decoding import BatchDecoder
 
 from tests.helpers import random_sources, tiny_transformer
 
@@ -65,7 +65,7 @@ def test_log_softmax_in_place_gives_the_bits_of_torchs_own(shape):
     torch.log_softmax's new tensor, bit for bit (a kernel that wrote before reading would not)."""
     import torch
 
-    from nmtdecode.decoding import log_softmax
+    from nmtdecode.engine.decoding import log_softmax
 
     torch.manual_seed(0)
     logits = torch.randn(shape) * 4

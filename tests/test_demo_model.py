@@ -8,9 +8,9 @@ import re
 import pytest
 import sacrebleu
 
-from nmtdecode.config import Config
-from nmtdecode.engine import Engine
-from nmtdecode.resolve import resolve
+from nmtdecode.options.config import Config
+from nmtdecode.engine.engine import Engine
+from nmtdecode.engine.resolve import resolve
 
 from tests.helpers import DEMO
 

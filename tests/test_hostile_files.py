@@ -13,7 +13,7 @@ import torch
 import yaml
 from safetensors.torch import load_file, save_file
 
-from nmtdecode.bounded import SHOWN, TooLarge, check_size, shown
+from nmtdecode.options.bounded import SHOWN, TooLarge, check_size, shown
 
 from tests.helpers import REPO
 
@@ -217,7 +217,7 @@ def test_a_line_for_the_user_is_one_write_even_on_an_unbuffered_stderr(monkeypat
     "terminated" lines said at once became one line. `say` writes each line whole, once."""
     import io
 
-    from nmtdecode import summary
+    from nmtdecode.engine import messages
 
     class Unbuffered(io.StringIO):
         def __init__(self):
@@ -230,8 +230,8 @@ def test_a_line_for_the_user_is_one_write_even_on_an_unbuffered_stderr(monkeypat
 
     stderr = Unbuffered()
     monkeypatch.setattr(sys, "stderr", stderr)
-    summary.say("nmtdecode: terminated; partial output kept, rerun with --resume to continue")
-    summary.print_warning("x")
+    messages.say("nmtdecode: terminated; partial output kept, rerun with --resume to continue")
+    messages.print_warning("x")
     assert stderr.writes == [
         "nmtdecode: terminated; partial output kept, rerun with --resume to continue\n",
         "nmtdecode: warning: x\n",

@@ -1,8 +1,8 @@
 """The package's import graph, read from its source (no interpreter is started): every import
 counts, at the top of a module, inside a function, or under TYPE_CHECKING.
 
-No cycle anywhere; the engine imports nothing from the job layer; ranks.py nothing above it;
-reading a checkpoint (the loading layer) nothing above models/."""
+The package's folders are its layers, bottom to top (LAYERS): a module imports only modules
+of its own folder and of the folders below it. No cycle anywhere."""
 
 import ast
 from pathlib import Path
@@ -10,23 +10,9 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "nmtdecode"
-JOB_LAYER = {
-    "nmtdecode.run",
-    "nmtdecode.ranks",
-    "nmtdecode.scoring",
-    "nmtdecode.jobs",
-    "nmtdecode.api",
-    "nmtdecode.cli",
-    "nmtdecode.output_file",
-    "nmtdecode.reading",
-    "nmtdecode.writing",
-    "nmtdecode.signature",
-    "nmtdecode.config_file",
-    "nmtdecode.signals",
-    "nmtdecode.pipeline",
-    "nmtdecode.resolve",
-    "nmtdecode.progress",
-}
+
+# Bottom to top; the front doors (api, show, compat, cli, __main__) each on its own.
+LAYERS = ["version", "options", "search", "models", "engine", "jobs", "api", "show", "compat", "cli", "__main__"]
 
 
 def module_names(root: Path = PACKAGE) -> dict[str, Path]:
@@ -119,61 +105,63 @@ def test_the_cycle_finder_finds_a_cycle_through_a_function_level_import(tmp_path
     assert find_cycle(graph) == ["nmtdecode.api", "nmtdecode.run", "nmtdecode.api"]
 
 
-def test_the_engine_imports_nothing_from_the_job_layer():
-    assert not reachable(GRAPH, "nmtdecode.engine") & JOB_LAYER
+def layer_of(module: str) -> str:
+    """A module's layer: its folder under the package (or, at the top, the module itself)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
 
 
-def test_score_and_the_api_run_jobs_through_the_pipeline_not_the_translate_command():
-    """One pipeline (pipeline.py) for every job: score reaches neither run.py nor the API."""
-    assert not reachable(GRAPH, "nmtdecode.scoring") & {"nmtdecode.run", "nmtdecode.api", "nmtdecode.cli"}
-    assert "nmtdecode.pipeline" in GRAPH["nmtdecode.scoring"] and "nmtdecode.pipeline" in GRAPH["nmtdecode.api"]
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of a module from its own layer or one above it, in other folders."""
+    rank = {name: i for i, name in enumerate(LAYERS)}
+    found = []
+    for module, imported in sorted(graph.items()):
+        here = layer_of(module)
+        if here == "__init__":  # the package's face (nmtdecode.Translator) may import anything
+            continue
+        for other in sorted(imported):
+            there = layer_of(other)
+            if there != here and (there == "__init__" or rank[there] >= rank[here]):
+                found.append(f"{module} -> {other}")
+    return found
 
 
-def test_ranks_imports_nothing_that_runs_a_job():
-    assert not reachable(GRAPH, "nmtdecode.ranks") & {
-        "nmtdecode.run",
-        "nmtdecode.engine",
-        "nmtdecode.api",
-        "nmtdecode.scoring",
-        "nmtdecode.cli",
-        "nmtdecode.decoding",
-    }
+def test_every_module_is_in_a_known_layer():
+    assert {layer_of(m) for m in GRAPH} <= set(LAYERS) | {"__init__"}
 
 
-@pytest.mark.parametrize(
-    "module",
-    [
-        "nmtdecode.models.loading",
-        "nmtdecode.models.checkpoint",
-        "nmtdecode.models.formats.native",
-        "nmtdecode.models.formats.huggingface",
-        "nmtdecode.models.formats.hf_tokenizers",
-        "nmtdecode.models.formats.opennmt",
-        "nmtdecode.models.formats.eole",
-        "nmtdecode.models.inspect",
-        "nmtdecode.models.formats.native_config",
-        "nmtdecode.models.formats.hf_config",
-        "nmtdecode.models.formats.eole_config",
-        "nmtdecode.models.formats.opennmt_shared",
-        "nmtdecode.models.formats.marian",
-        "nmtdecode.models.formats.marian_config",
-    ],
-)
-def test_reading_a_checkpoint_imports_nothing_above_the_models(module):
-    """The loading layer: checkpoint.py <- formats/* <- loading.py; it may use the options' errors
-    (config.py, a leaf), the tokenizer and the step contract (search/base.py), never a search
-    strategy, the decoding loop or the job layer."""
-    above = {m for m in GRAPH if m.startswith(("nmtdecode.search", "nmtdecode.decoding", "nmtdecode.engine"))}
-    above.discard("nmtdecode.search.base")  # the step contract, which the decoder cache follows
-    assert not reachable(GRAPH, module) & (above | JOB_LAYER)
+def test_a_folder_imports_only_the_folders_below_it():
+    assert layer_violations(GRAPH) == []
+
+
+def test_the_layer_check_sees_an_import_from_above_inside_a_function(tmp_path):
+    package = tmp_path / "nmtdecode"
+    for folder in ("models", "engine"):
+        (package / folder).mkdir(parents=True)
+        (package / folder / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "engine" / "loop.py").write_text("from ..models.cache import Cache\n")
+    (package / "models" / "cache.py").write_text("def reorder():\n    from ..engine import loop\n")
+    assert layer_violations(import_graph(package)) == ["nmtdecode.models.cache -> nmtdecode.engine.loop"]
+
+
+def test_the_models_use_the_search_only_through_its_step_contract():
+    """The decoder cache follows the search's step output (search/base.py); no model module knows
+    a strategy, its records or its rules."""
+    used = {other for m in GRAPH if layer_of(m) == "models" for other in GRAPH[m] if layer_of(other) == "search"}
+    assert used <= {"nmtdecode.search.base"}
 
 
 def test_the_options_import_nothing_but_their_peers_names():
-    """config.py is read by every layer and before torch: it imports only what an option is
-    (option.py) and the peers' option names (opennmt_options.py), which import nothing but how a
-    message shows a value (bounded.py)."""
-    assert GRAPH["nmtdecode.config"] == {"nmtdecode.option", "nmtdecode.opennmt_options", "nmtdecode.bounded"}
-    assert GRAPH["nmtdecode.option"] == GRAPH["nmtdecode.opennmt_options"] == {"nmtdecode.bounded"}
+    """options/config.py is read by every layer and before torch: it imports only what an option
+    is (option.py) and the peers' option names (peers.py), which import nothing but how a message
+    shows a value (bounded.py)."""
+    assert GRAPH["nmtdecode.options.config"] == {
+        "nmtdecode.options.option",
+        "nmtdecode.options.peers",
+        "nmtdecode.options.bounded",
+    }
+    assert GRAPH["nmtdecode.options.option"] == GRAPH["nmtdecode.options.peers"] == {"nmtdecode.options.bounded"}
 
 
 # The halves of the formats that read a model's files without torch, and the modules they read with.
@@ -182,9 +170,9 @@ WITHOUT_TORCH = {
     "nmtdecode.models.checkpoint",
     "nmtdecode.models.stored",
     "nmtdecode.models.npz",
-    "nmtdecode.tokenizer",
-    "nmtdecode.config",
-    "nmtdecode.bounded",
+    "nmtdecode.models.tokenizer",
+    "nmtdecode.options.config",
+    "nmtdecode.options.bounded",
     "nmtdecode.models.formats.hf_tokenizers",
     "nmtdecode.models.formats.opennmt_shared",
     "nmtdecode.models.formats.native_config",
@@ -224,15 +212,15 @@ def test_formats_depend_only_on_the_checkpoint_the_transformer_and_the_tokenizer
     assert GRAPH[f"nmtdecode.models.formats.{name}"] <= allowed
 
 
-@pytest.mark.parametrize("name", sorted(WITHOUT_TORCH - {"nmtdecode.config"}))
+@pytest.mark.parametrize("name", sorted(WITHOUT_TORCH - {"nmtdecode.options.config"}))
 def test_what_reads_a_model_without_torch_imports_only_modules_without_torch(name):
     """What `nmtdecode inspect` reads a model with (tests/models/test_inspect.py checks that
     torch is not imported); config.py's own imports are pinned above."""
-    assert reachable(GRAPH, name) <= WITHOUT_TORCH | {"nmtdecode.option", "nmtdecode.opennmt_options"}
+    assert reachable(GRAPH, name) <= WITHOUT_TORCH | {"nmtdecode.options.option", "nmtdecode.options.peers"}
 
 
 def test_what_a_message_may_show_is_a_leaf_every_layer_can_use():
-    assert GRAPH["nmtdecode.bounded"] == set()
+    assert GRAPH["nmtdecode.options.bounded"] == set()
 
 
 def test_checkpoint_is_a_leaf_of_the_loading_layer():

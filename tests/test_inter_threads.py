@@ -5,12 +5,12 @@ import threading
 
 import pytest
 
-from nmtdecode.config import Config
-from nmtdecode.decoding import BatchDecoder
-from nmtdecode.engine import Engine
-from nmtdecode.ranks import Ranks, threads_for
-from nmtdecode.resolve import ineffective
-from nmtdecode.run import translate_job
+from nmtdecode.options.config import Config
+from nmtdecode.engine.decoding import BatchDecoder
+from nmtdecode.engine.engine import Engine
+from nmtdecode.jobs.ranks import Ranks, threads_for
+from nmtdecode.engine.resolve import ineffective
+from nmtdecode.jobs.run import translate_job
 
 LINES = ["a b", "the cat", "", "x y z w", "b a", "cat the a", "z", "y x", "w w w", "a"]
 

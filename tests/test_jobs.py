@@ -17,15 +17,15 @@ from tests.test_reliability import NORMAL
 @pytest.fixture()
 def loads(monkeypatch):
     """The number of model loads so far, as a one-element list."""
-    import nmtdecode.engine
+    import nmtdecode.engine.engine
 
-    count, original = [0], nmtdecode.engine.load_model
+    count, original = [0], nmtdecode.engine.engine.load_model
 
     def counting(*args):
         count[0] += 1
         return original(*args)
 
-    monkeypatch.setattr(nmtdecode.engine, "load_model", counting)
+    monkeypatch.setattr(nmtdecode.engine.engine, "load_model", counting)
     return count
 
 

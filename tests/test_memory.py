@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
-from nmtdecode import memory
-from nmtdecode.config import Config
-from nmtdecode.decoding import BatchDecoder
-from nmtdecode.run import translate_job
+from nmtdecode.models import memory
+from nmtdecode.options.config import Config
+from nmtdecode.engine.decoding import BatchDecoder
+from nmtdecode.jobs.run import translate_job
 
 from tests.helpers import REPO
 
@@ -165,7 +165,7 @@ def test_a_failed_attempts_tensors_are_freed_before_its_halves_are_tried():
 
     import torch
 
-    from nmtdecode.memory import in_halves_when_out_of_memory
+    from nmtdecode.engine.engine import in_halves_when_out_of_memory
 
     attempts: list = []
 

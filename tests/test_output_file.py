@@ -67,7 +67,7 @@ def short(model_dir, tmp_path_factory):
 @contextlib.contextmanager
 def interrupted_after(calls: int):
     """Ctrl-C instead of the decoding call after `calls` of them (32 calls per chunk of a file here)."""
-    from nmtdecode.decoding import BatchDecoder
+    from nmtdecode.engine.decoding import BatchDecoder
 
     original, count = BatchDecoder.translate_batch, 0
 
@@ -86,12 +86,12 @@ def interrupted_after(calls: int):
 @pytest.fixture()
 def no_model_load(monkeypatch):
     """Fails the test if a model is loaded: the error must come before."""
-    import nmtdecode.engine
+    import nmtdecode.engine.engine
 
     def refuse(path):
         raise AssertionError("the model was loaded")
 
-    monkeypatch.setattr(nmtdecode.engine, "load_model", refuse)
+    monkeypatch.setattr(nmtdecode.engine.engine, "load_model", refuse)
 
 
 def journal_of(out):
@@ -150,8 +150,8 @@ def test_two_real_jobs_on_one_output(model_dir, tmp_path, lines_file, cli):
 def lock_removed_after(calls: int, out, second_job: bool):
     """At decoding call `calls`, another process removes FILE.lock; with `second_job`, a second
     job then takes FILE (its own lock) and leaves a partial FILE.tmp of its own."""
-    from nmtdecode.decoding import BatchDecoder
-    from nmtdecode.output_file import OutputFile
+    from nmtdecode.engine.decoding import BatchDecoder
+    from nmtdecode.jobs.output_file import OutputFile
 
     original, count, taken = BatchDecoder.translate_batch, 0, []
 
@@ -229,8 +229,8 @@ def test_a_stop_around_the_final_rename_is_not_a_job_to_redo(job, src, tmp_path,
     """The journal says the output is complete before FILE.tmp is renamed: stopped after the
     rename, --resume finds FILE complete (no model load); stopped before it, --resume renames
     without decoding a line again. Either way FILE is the job's output."""
-    import nmtdecode.engine
-    import nmtdecode.output_file as output_file
+    import nmtdecode.engine.engine
+    import nmtdecode.jobs.output_file as output_file
 
     out, tmp = tmp_path / "out.txt", str(tmp_path / "out.txt.tmp")
     replace, remove, renamed = output_file._replace, output_file.remove, []
@@ -254,9 +254,9 @@ def test_a_stop_around_the_final_rename_is_not_a_job_to_redo(job, src, tmp_path,
     decoded = []
     with pytest.MonkeyPatch.context() as patch:
         if stop == "after the rename":
-            patch.setattr(nmtdecode.engine, "load_model", lambda path: pytest.fail("the model was loaded"))
+            patch.setattr(nmtdecode.engine.engine, "load_model", lambda path: pytest.fail("the model was loaded"))
         else:
-            from nmtdecode.decoding import BatchDecoder
+            from nmtdecode.engine.decoding import BatchDecoder
 
             original_batch = BatchDecoder.translate_batch
             patch.setattr(BatchDecoder, "translate_batch", lambda *a, **k: decoded.append(1) or original_batch(*a, **k))
@@ -499,10 +499,10 @@ def test_resume_of_a_completed_job_does_nothing(job, short, tmp_path, cli, model
     src, reference = short
     out = tmp_path / "out.txt"
     assert job(src, out).returncode == 0  # a completed job
-    import nmtdecode.engine
+    import nmtdecode.engine.engine
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(nmtdecode.engine, "load_model", lambda path: pytest.fail("the model was loaded"))
+        patch.setattr(nmtdecode.engine.engine, "load_model", lambda path: pytest.fail("the model was loaded"))
         run = cli("translate", "--model", model_dir, "--src", src, "--output", out, "--resume")
     assert run.returncode == 0, run.stderr
     assert b"is complete" in run.stderr and out.read_bytes() == reference
@@ -558,7 +558,7 @@ def test_the_journal_is_checked_against_itself_and_the_temporary_file(
 ):
     """A resumed job continues only from a record whose checksum holds, whose FILE.tmp holds the
     bytes it describes (their hash), and whose input lines are the input's."""
-    from nmtdecode.output_file import _checksum
+    from nmtdecode.jobs.output_file import _checksum
 
     out, tmp = tmp_path / "out.txt", tmp_path / "out.txt.tmp"
     with interrupted_after(40):
@@ -583,7 +583,7 @@ def test_the_journal_is_checked_against_itself_and_the_temporary_file(
 def test_a_journal_that_cannot_be_made_mid_run_is_a_runtime_failure(job, src, tmp_path, reference):
     """Exit 1 (the run failed), not 2 (the request was wrong): the same command with --resume
     continues once the journal can be written."""
-    import nmtdecode.output_file as output_file
+    import nmtdecode.jobs.output_file as output_file
 
     out, create, made = tmp_path / "out.txt", output_file._create, []
 

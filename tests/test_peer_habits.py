@@ -108,7 +108,7 @@ def test_every_foreign_key_of_a_yaml_file_is_named_in_one_error(tmp_path, cli):
 
 def test_every_unknown_option_of_an_api_call_is_named(model_dir):
     from nmtdecode import Translator
-    from nmtdecode.config import ConfigError
+    from nmtdecode.options.config import ConfigError
 
     with pytest.raises(ConfigError, match="'max_new_tokens'.*; unknown option 'num_beams'"):
         Translator.load(str(model_dir), num_beams=4, max_new_tokens=9)

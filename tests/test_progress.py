@@ -6,10 +6,10 @@ import re
 
 import pytest
 
-from nmtdecode import pipeline as npipeline
-from nmtdecode import progress as nprogress
-from nmtdecode import reading as nio
-from nmtdecode import run as nrun
+from nmtdecode.jobs import pipeline as npipeline
+from nmtdecode.jobs import progress as nprogress
+from nmtdecode.jobs import reading as nio
+from nmtdecode.jobs import run as nrun
 
 from tests.helpers import REPO
 
@@ -208,7 +208,7 @@ def test_several_files_name_each_bar_and_summary_and_end_with_a_total(model_dir,
 
 
 def test_time_left_is_by_source_bytes_not_lines():
-    from nmtdecode.summary import seconds_left
+    from nmtdecode.jobs.summary import seconds_left
 
     assert seconds_left(10.0, 25, 100) == 30.0  # a quarter of the bytes took 10 s: 30 s for the rest
     assert seconds_left(10.0, 0, 100) is None and seconds_left(1.0, 5, None) is None

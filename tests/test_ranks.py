@@ -15,10 +15,20 @@ import threading
 
 import pytest
 
-from nmtdecode import signals
-from nmtdecode.config import Config, ConfigError
-from nmtdecode.output_file import OutputFile, OutputRefused
-from nmtdecode.ranks import KEPT, Group, PeerLost, Ranks, check_layout, merge, owner, rendezvous_timeout, threads_for
+from nmtdecode.jobs import signals
+from nmtdecode.options.config import Config, ConfigError
+from nmtdecode.jobs.output_file import OutputFile, OutputRefused
+from nmtdecode.jobs.ranks import (
+    KEPT,
+    Group,
+    PeerLost,
+    Ranks,
+    check_layout,
+    merge,
+    owner,
+    rendezvous_timeout,
+    threads_for,
+)
 
 from tests.helpers import wait_for_checkpoint
 
@@ -315,12 +325,12 @@ def test_resume_under_torchrun_never_takes_an_older_output_for_a_file_no_rank_st
     """Older a.de and b.de; a new two-file run under torchrun stops at its first batch (injected),
     before any rank began b: b's part is kept as a mark, so that --resume does not find the older
     b.de complete (it did: no part of b existed)."""
-    from nmtdecode.engine import Engine
+    from nmtdecode.engine.engine import Engine
 
     def interrupted(*args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("nmtdecode.run.Group", AloneGroup)
+    monkeypatch.setattr("nmtdecode.jobs.run.Group", AloneGroup)
     monkeypatch.setattr(Engine, "decode_batch", interrupted)  # Ctrl-C at the first batch
     sources = [lines_file(NORMAL, "a.en"), lines_file(NORMAL[:3], "b.en")]
     outputs = [tmp_path / "a.de", tmp_path / "b.de"]

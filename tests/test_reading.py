@@ -2,7 +2,7 @@
 
 import pytest
 
-from nmtdecode.reading import InputError, read_lines
+from nmtdecode.jobs.reading import InputError, read_lines
 
 
 def test_read_lines_handles_crlf_bom_and_missing_final_newline(tmp_path):

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from nmtdecode import signals
+from nmtdecode.jobs import signals
 
 from tests.helpers import DEMO, build_native_model, wait_for_checkpoint
 
@@ -334,9 +334,9 @@ def test_broken_pipe_is_quiet(model_dir):
 
 
 def test_out_of_memory_on_one_sentence_names_the_line(model_dir, tmp_path, lines_file, monkeypatch):
-    from nmtdecode.config import Config
-    from nmtdecode.decoding import BatchDecoder
-    from nmtdecode.run import translate_job
+    from nmtdecode.options.config import Config
+    from nmtdecode.engine.decoding import BatchDecoder
+    from nmtdecode.jobs.run import translate_job
 
     src = lines_file(NORMAL[:3])
     config = Config.from_values(
@@ -397,7 +397,7 @@ def test_a_stop_while_the_model_loads_leaves_no_older_output_looking_complete(
     """A job stopped during the load (tens of seconds for a large model), then rerun with --resume
     (a requeued Slurm job passes it every time): the output of an earlier, complete job must not
     be taken for this one's. The job marks its output unfinished before the model loads."""
-    from nmtdecode import run
+    from nmtdecode.jobs import run
 
     out = tmp_path / "out.txt"
     assert (
@@ -435,7 +435,7 @@ def test_a_stop_while_the_model_loads_leaves_no_older_output_looking_complete(
 )
 def test_a_stopped_job_says_what_it_left(cli, model_dir, lines_file, tmp_path, monkeypatch, command, note):
     """Ctrl-C during decoding: "rerun with --resume" only where there is something to resume."""
-    from nmtdecode.decoding import BatchDecoder
+    from nmtdecode.engine.decoding import BatchDecoder
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt

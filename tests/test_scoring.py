@@ -13,8 +13,8 @@ import json
 import pytest
 import torch
 
-from nmtdecode.config import DecodingConfig
-from nmtdecode.decoding import BatchDecoder
+from nmtdecode.options.config import DecodingConfig
+from nmtdecode.engine.decoding import BatchDecoder
 from nmtdecode.models.loading import load_model
 
 from tests.models.formats.test_huggingface_parity import EOS, batch, build, ours_generate

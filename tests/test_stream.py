@@ -16,10 +16,10 @@ import time
 
 import pytest
 
-from nmtdecode.batching import chunks
+from nmtdecode.engine.batching import chunks
 from nmtdecode.cli import run
-from nmtdecode.engine import Engine
-from nmtdecode.reading import ArrivingLines, LineReader
+from nmtdecode.engine.engine import Engine
+from nmtdecode.jobs.reading import ArrivingLines, LineReader
 
 from tests.test_reliability import NORMAL, command
 

@@ -8,11 +8,11 @@ import json
 import pytest
 import sentencepiece as spm
 
-from nmtdecode.batching import Result
+from nmtdecode.engine.batching import Result
 from nmtdecode.models.loading import load_model
-from nmtdecode.word_alignment import pharaoh, unknown_replacements, word_indexes
+from nmtdecode.engine.alignment import pharaoh, unknown_replacements, word_indexes
 from nmtdecode.search.base import Hypothesis
-from nmtdecode.writing import format_result
+from nmtdecode.jobs.writing import format_result
 
 from tests.helpers import UNK, build_native_model
 from tests.test_alignment import attention_by_teacher_forcing

@@ -5,12 +5,12 @@ import json
 
 import pytest
 
-from nmtdecode.batching import Result
-from nmtdecode.config import Config
-from nmtdecode.engine import Engine
-from nmtdecode.run import translate_job
+from nmtdecode.engine.batching import Result
+from nmtdecode.options.config import Config
+from nmtdecode.engine.engine import Engine
+from nmtdecode.jobs.run import translate_job
 from nmtdecode.search.base import Hypothesis
-from nmtdecode.writing import ResultWriter, breaks_lines, format_result
+from nmtdecode.jobs.writing import ResultWriter, breaks_lines, format_result
 
 
 def test_ordered_writer_emits_in_input_order():

@@ -26,8 +26,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/, for common
 from common import DEMO, OUT, timed  # noqa: E402
 
-from nmtdecode.config import Config  # noqa: E402
-from nmtdecode.decoding import BatchDecoder  # noqa: E402
+from nmtdecode.options.config import Config  # noqa: E402
+from nmtdecode.engine.decoding import BatchDecoder  # noqa: E402
 from nmtdecode.models.gemm import cpu_description  # noqa: E402
 from nmtdecode.models.steps import step_runner_for  # noqa: E402
 
@@ -63,7 +63,7 @@ def advance_only(batch: int, beam: int, vocab: int, steps: int = 40, repeat: int
     """The two searches' `advance` alone on the same random log-probs (nothing of the model), each
     `repeat` times in turn over `steps` steps of one batch: their bookkeeping per step."""
     from nmtdecode.search.beam import BeamSearch
-    from nmtdecode.search.device_beam import DeviceBeamSearch
+    from nmtdecode.search.device.beam import DeviceBeamSearch
     from nmtdecode.search.penalties import LengthPenalty
 
     g = torch.Generator().manual_seed(0)

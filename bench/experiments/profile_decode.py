@@ -46,12 +46,12 @@ def main():
 
     from run import prepare_marian
 
-    from nmtdecode.config import Config
+    from nmtdecode.options.config import Config
     from nmtdecode.models.checkpoint import read_json
     from nmtdecode.models.formats.huggingface import load_network
     from nmtdecode.models.gemm import cpu_description
     from nmtdecode.models.placement import Placement, place_model
-    from nmtdecode.decoding import BatchDecoder
+    from nmtdecode.engine.decoding import BatchDecoder
 
     if args.model == "demo":
         model, rules, sources, forced = demo_batch()

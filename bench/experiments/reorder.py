@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 from common import DEMO, timed  # noqa: E402
 
 from nmtdecode.models.placement import Placement, place_model  # noqa: E402
-from nmtdecode.decoding import BatchDecoder  # noqa: E402
+from nmtdecode.engine.decoding import BatchDecoder  # noqa: E402
 
 INITIAL_CAPACITY = 16
 
@@ -106,7 +106,7 @@ def decode(translator, sources) -> tuple[float, list]:
 def cases():
     from run import prepare_marian
 
-    from nmtdecode.config import Config
+    from nmtdecode.options.config import Config
     from nmtdecode.models.checkpoint import read_json
     from nmtdecode.models.formats.huggingface import load_network
     from nmtdecode.models.loading import load_model

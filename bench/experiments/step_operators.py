@@ -30,8 +30,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 import common  # noqa: E402, F401  (the repository on sys.path)
 from operators import MODEL, SEARCH, labelled_parts, part_counts  # noqa: E402
 
-from nmtdecode.config import DecodingConfig  # noqa: E402
-from nmtdecode.decoding import BatchDecoder  # noqa: E402
+from nmtdecode.options.config import DecodingConfig  # noqa: E402
+from nmtdecode.engine.decoding import BatchDecoder  # noqa: E402
 from nmtdecode.models import attention  # noqa: E402
 from nmtdecode.models.architecture import TransformerConfig  # noqa: E402
 from nmtdecode.models.fixed_step import FixedShapeSteps  # noqa: E402

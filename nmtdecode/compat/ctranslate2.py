@@ -27,8 +27,8 @@ from itertools import zip_longest
 from typing import Any, Callable, Generator, Iterable, Iterator
 
 from .. import api
-from ..batching import chunk_size, chunks
-from ..output_file import written_whole
+from ..engine.batching import chunk_size, chunks
+from ..jobs.output_file import written_whole
 from .ctranslate2_options import (
     DECODING_DEFAULTS,
     LOAD_DEFAULTS,

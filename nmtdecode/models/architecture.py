@@ -8,7 +8,7 @@ import math
 from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any
 
-from ..bounded import shown
+from ..options.bounded import shown
 
 ACTIVATION_NAMES = ("relu", "gelu", "gelu_tanh", "silu")  # transformer.ACTIVATIONS: the function of each
 POSITIONS = ("sinusoidal", "sinusoidal_interleaved", "sinusoidal_fairseq", "learned")

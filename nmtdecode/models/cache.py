@@ -44,7 +44,7 @@ import torch
 
 from .state import ancestry_mask, own_slots
 
-from .. import memory
+from . import memory
 
 if TYPE_CHECKING:  # the model does not depend on the search, only on this shape of its output
     from ..search.base import StepOutput

@@ -13,7 +13,7 @@ import json
 import os
 import re
 
-from ..config import ConfigError
+from ..options.config import ConfigError
 
 
 def model_format(path: str | None) -> str:

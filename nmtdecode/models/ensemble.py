@@ -34,9 +34,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from ..bounded import shown
-from ..config import ENSEMBLE_RULES as RULES
-from ..config import ConfigError, DecodingConfig
+from ..options.bounded import shown
+from ..options.config import ENSEMBLE_RULES as RULES
+from ..options.config import ConfigError, DecodingConfig
 from .checkpoint import LoadedModel, ModelError, ModelRules
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ import struct
 import zipfile
 from typing import BinaryIO
 
-from ..bounded import shown
+from ..options.bounded import shown
 from .checkpoint import ModelError, note_read
 
 NPY_MAGIC = b"\x93NUMPY"

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch import nn
 
-from .. import memory
+from . import memory
 from . import gemm
 from .checkpoint import ModelError, largest_demand
 from .quantize import Int8Embedding, Int8TiedOutput, int8_linear, quantized_rows

@@ -25,7 +25,7 @@ from typing import Iterable, Protocol, Sequence
 
 import torch
 
-from .. import memory
+from . import memory
 from .architecture import TransformerConfig
 from .checkpoint import ModelError, first_line, largest_demand, note_read, parameter_count, unpickling_reason
 from .stored import DTYPE_NAMES, HEADED, StoredHeaders

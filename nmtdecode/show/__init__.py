@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import os
 
-from ..config import ConfigError
-from ..output_file import written_whole
+from ..options.config import ConfigError
+from ..jobs.output_file import written_whole
 from .page import page_html
 
 REQUIRED = ("index", "source", "source_pieces", "search", "pieces", "beams", "nbest")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nmtdecode.tokenizer import protobuf_fields, read_varint
+from nmtdecode.models.tokenizer import protobuf_fields, read_varint
 
 from .common import BOS, EOS, PAD, UNK, read_lines, write_lines
 

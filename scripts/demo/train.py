@@ -104,9 +104,9 @@ PROBES = ["dog", "cat", "house", "water", "good morning", "thank you", "the chil
 @torch.no_grad()
 def probe(model, sp, texts=PROBES) -> str:
     """Greedy translations with the project's own Translator: a quick sign of life."""
-    from nmtdecode.config import DecodingConfig
+    from nmtdecode.options.config import DecodingConfig
     from nmtdecode.models.checkpoint import ModelRules
-    from nmtdecode.decoding import BatchDecoder
+    from nmtdecode.engine.decoding import BatchDecoder
 
     was_training = model.training
     model.eval()

@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from nmtdecode.config import DecodingConfig
-from nmtdecode.decoding import BatchDecoder
+from nmtdecode.options.config import DecodingConfig
+from nmtdecode.engine.decoding import BatchDecoder
 from nmtdecode.models.cache import Scratch
 
 from tests.helpers import random_sources, tiny_transformer
@@ -79,7 +79,7 @@ def test_a_copy_too_large_to_keep_gets_memory_of_its_own(monkeypatch):
     """Above KEPT_BYTES the scratch keeps nothing (a second copy of a real-size model's cache would
     be hundreds of MB) and decoding gives the same results: growth, widening and compaction all
     copy into new memory, and the copies replaced go back to the system (memory.give_back_freed)."""
-    from nmtdecode import memory
+    from nmtdecode.models import memory
 
     model = tiny_transformer(3, vocab=16, eos_bias=-0.5)
     decoder = BatchDecoder(model, DecodingConfig(max_length=40, beam_size=4, n_best=4))
@@ -100,7 +100,7 @@ def test_a_copy_too_large_to_keep_gets_memory_of_its_own(monkeypatch):
 def test_the_allocator_is_tuned_where_the_c_library_is_glibc():
     import platform
 
-    from nmtdecode import memory
+    from nmtdecode.models import memory
 
     expected = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
     assert memory.tune_allocator() is expected

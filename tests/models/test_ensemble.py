@@ -7,12 +7,12 @@ import math
 import pytest
 import torch
 
-from nmtdecode.config import Config, ConfigError, DecodingConfig
-from nmtdecode.decoding import BatchDecoder
+from nmtdecode.options.config import Config, ConfigError, DecodingConfig
+from nmtdecode.engine.decoding import BatchDecoder
 from nmtdecode.models.checkpoint import ModelError, ModelRules
 from nmtdecode.models.ensemble import Ensemble, default_rule
 from nmtdecode.models.loading import load_model
-from nmtdecode.signature import job_signature
+from nmtdecode.jobs.signature import job_signature
 
 from tests.helpers import DEMO, EOS, TableModel, build_native_model, random_sources, tiny_transformer
 

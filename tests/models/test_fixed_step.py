@@ -5,8 +5,8 @@ Eager here, as on CPU; tests/test_cuda.py replays it as CUDA graphs."""
 
 import pytest
 
-from nmtdecode.config import DecodingConfig
-from nmtdecode.decoding import BatchDecoder
+from nmtdecode.options.config import DecodingConfig
+from nmtdecode.engine.decoding import BatchDecoder
 from nmtdecode.models.fixed_step import FixedShapeSteps, bucket
 
 from tests.helpers import placed, random_sources, tiny_transformer

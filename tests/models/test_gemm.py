@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch import nn
 
-from nmtdecode.config import DecodingConfig
-from nmtdecode.decoding import BatchDecoder
+from nmtdecode.options.config import DecodingConfig
+from nmtdecode.engine.decoding import BatchDecoder
 from nmtdecode.models import gemm
 
 from tests.helpers import placed, random_sources, tiny_transformer

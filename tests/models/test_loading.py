@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from nmtdecode.config import ConfigError
+from nmtdecode.options.config import ConfigError
 from nmtdecode.models import loading
 from nmtdecode.models.checkpoint import ModelError
 from nmtdecode.models.detect import model_format

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.ao.nn.quantized.dynamic import Linear as QuantizedLinear
 
-from nmtdecode.config import Config, ConfigError
+from nmtdecode.options.config import Config, ConfigError
 from nmtdecode.models.quantize import Int8Embedding, Int8TiedOutput, quantize_rows, quantized_rows
 from nmtdecode.models.weights import InMemoryTensor
 

@@ -4,8 +4,8 @@ two products on a CPU. The fused kernel reads the step's masks as the two produc
 import pytest
 import torch
 
-from nmtdecode.config import DecodingConfig
-from nmtdecode.decoding import BatchDecoder
+from nmtdecode.options.config import DecodingConfig
+from nmtdecode.engine.decoding import BatchDecoder
 from nmtdecode.models.attention import attend, fused_attention
 from nmtdecode.models.fixed_step import FixedShapeSteps
 from nmtdecode.models.state import ancestry_mask

@@ -6,8 +6,8 @@ one trace per kind of step serves batches of every size; a failed trace falls ba
 import pytest
 import torch
 
-from nmtdecode.config import DecodingConfig
-from nmtdecode.decoding import BatchDecoder
+from nmtdecode.options.config import DecodingConfig
+from nmtdecode.engine.decoding import BatchDecoder
 from nmtdecode.models.steps import EagerSteps
 from nmtdecode.models.traced_step import TracedSteps
 
@@ -113,9 +113,9 @@ def test_a_step_that_cannot_be_traced_runs_eagerly_after_one_warning(monkeypatch
 def test_the_engine_traces_on_the_cpu_unless_told_not_to(model_dir, tmp_path):
     """A whole job: the same bytes (scores included) with `traced_step: off`, and with every step
     traced from the first; int8 models, whose products are torch's quantized ones, run eagerly."""
-    from nmtdecode.config import Config
-    from nmtdecode.engine import Engine
-    from nmtdecode.run import translate_job
+    from nmtdecode.options.config import Config
+    from nmtdecode.engine.engine import Engine
+    from nmtdecode.jobs.run import translate_job
 
     src = tmp_path / "in.txt"
     src.write_text("a b\nthe cat\n\nx y z w\nb a\ncat the a\n", encoding="utf-8")

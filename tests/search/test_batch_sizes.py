@@ -3,8 +3,8 @@ sentences leave when the searching ones fit a smaller size, topped up with finis
 
 import pytest
 
-from nmtdecode.config import Config
-from nmtdecode.decoding import BatchDecoder
+from nmtdecode.options.config import Config
+from nmtdecode.engine.decoding import BatchDecoder
 from nmtdecode.search.base import BATCH_SIZES, SentenceRecords, kept_batch_size
 from tests.helpers import random_sources, tiny_transformer
 

@@ -13,10 +13,10 @@ import pytest
 import torch
 from transformers.generation.logits_process import NoRepeatNGramLogitsProcessor
 
-from nmtdecode.config import ConfigError, DecodingConfig
-from nmtdecode.decoding import BatchDecoder
+from nmtdecode.options.config import ConfigError, DecodingConfig
+from nmtdecode.engine.decoding import BatchDecoder
 from nmtdecode.models.checkpoint import ModelRules
-from nmtdecode.resolve import piece_ids
+from nmtdecode.engine.resolve import piece_ids
 from nmtdecode.search.processors import BlockNgramRepeat, RowHistory
 
 from tests.helpers import DEMO, EOS, TableModel
@@ -152,13 +152,13 @@ def test_banned_piece_is_never_generated(beam):
 
 @pytest.mark.parametrize("value, pieces", [("\u2581Haus ,", ["\u2581Haus", ","]), (["a", "b"], ["a", "b"])])
 def test_piece_lists_from_yaml_or_one_string(value, pieces):
-    from nmtdecode.config import Config
+    from nmtdecode.options.config import Config
 
     assert Config.from_values({"banned_tokens": value}).decoding.banned_tokens == pieces
 
 
 def test_piece_list_refuses_other_values():
-    from nmtdecode.config import Config
+    from nmtdecode.options.config import Config
 
     with pytest.raises(ConfigError, match="banned_tokens: expected target pieces"):
         Config.from_values({"banned_tokens": [1, 2]})

@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from nmtdecode.config import DecodingConfig
-from nmtdecode.decoding import BatchDecoder
+from nmtdecode.options.config import DecodingConfig
+from nmtdecode.engine.decoding import BatchDecoder
 from nmtdecode.models.checkpoint import ModelRules
 from nmtdecode.search.penalties import coverage_summary, coverage_wu
 

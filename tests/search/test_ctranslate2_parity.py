@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from nmtdecode.config import Config
-from nmtdecode.decoding import BatchDecoder
+from nmtdecode.options.config import Config
+from nmtdecode.engine.decoding import BatchDecoder
 from nmtdecode.models.loading import load_model
 
 from tests.helpers import REPO

@@ -11,12 +11,12 @@ import random
 import pytest
 import torch
 
-from nmtdecode.config import DecodingConfig
-from nmtdecode.decoding import BatchDecoder
+from nmtdecode.options.config import DecodingConfig
+from nmtdecode.engine.decoding import BatchDecoder
 from nmtdecode.models.checkpoint import ModelRules
 from nmtdecode.models.fixed_step import FixedShapeSteps
 from nmtdecode.search.beam import Beam
-from nmtdecode.search.done_flags import DoneFlags
+from nmtdecode.search.device.done_flags import DoneFlags
 from nmtdecode.search.finished import Ended, FinishedPool
 from nmtdecode.search.history import StepHistory
 from nmtdecode.search.penalties import LengthPenalty

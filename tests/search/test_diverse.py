@@ -13,8 +13,8 @@ from collections import Counter
 import pytest
 import torch
 
-from nmtdecode.config import Config, ConfigError, DecodingConfig
-from nmtdecode.decoding import BatchDecoder
+from nmtdecode.options.config import Config, ConfigError, DecodingConfig
+from nmtdecode.engine.decoding import BatchDecoder
 from nmtdecode.models.checkpoint import ModelRules
 from nmtdecode.search.diverse import DiverseBeamSearch
 from nmtdecode.search.penalties import LengthPenalty

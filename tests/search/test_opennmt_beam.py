@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from nmtdecode.config import DecodingConfig
-from nmtdecode.decoding import BatchDecoder
+from nmtdecode.options.config import DecodingConfig
+from nmtdecode.engine.decoding import BatchDecoder
 from nmtdecode.models.checkpoint import ModelRules
 from nmtdecode.search.beam import Beam
 from nmtdecode.search.penalties import LengthPenalty

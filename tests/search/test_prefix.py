@@ -9,8 +9,8 @@ import random
 
 import pytest
 
-from nmtdecode.config import DecodingConfig
-from nmtdecode.decoding import BatchDecoder
+from nmtdecode.options.config import DecodingConfig
+from nmtdecode.engine.decoding import BatchDecoder
 from nmtdecode.models.checkpoint import ModelRules
 from nmtdecode.search.penalties import LengthPenalty
 
@@ -274,8 +274,8 @@ def test_api_translate_file_takes_a_prefix_file(lines_file, tmp_path):
 
 
 def test_the_prefix_file_content_is_part_of_the_resume_signature(lines_file):
-    from nmtdecode.config import Config
-    from nmtdecode.signature import job_signature
+    from nmtdecode.options.config import Config
+    from nmtdecode.jobs.signature import job_signature
 
     src, prefix = lines_file(["good morning"]), lines_file(["Das"], name="prefix.txt")
     config = Config.from_values({"model": DEMO, "src": str(src), "output": "out.txt", "prefix": str(prefix)})

@@ -69,8 +69,8 @@ def test_force_eos_only_on_rows_at_their_limit():
 @pytest.mark.parametrize("beam", [1, 4])
 def test_no_repeat_ngram_in_decoding(beam):
     """End to end: no output of a repetitive model repeats a bigram."""
-    from nmtdecode.config import DecodingConfig
-    from nmtdecode.decoding import BatchDecoder
+    from nmtdecode.options.config import DecodingConfig
+    from nmtdecode.engine.decoding import BatchDecoder
 
     from tests.helpers import BOS, random_sources, tiny_transformer
 
@@ -112,8 +112,8 @@ class SentenceBias:
 def test_a_stateful_logits_processor_follows_the_search(beam):
     """Each sentence decoded in a batch (rows reordered, widened after step 0, finished sentences
     dropped) gets what it gets alone, with its own favourite token in its output."""
-    from nmtdecode.config import DecodingConfig
-    from nmtdecode.decoding import BatchDecoder
+    from nmtdecode.options.config import DecodingConfig
+    from nmtdecode.engine.decoding import BatchDecoder
     from nmtdecode.search.processors import Processor, Processors
 
     from tests.helpers import random_sources, tiny_transformer

@@ -6,8 +6,8 @@ import pytest
 import torch
 from transformers.generation.logits_process import RepetitionPenaltyLogitsProcessor
 
-from nmtdecode.config import ConfigError, DecodingConfig
-from nmtdecode.decoding import BatchDecoder
+from nmtdecode.options.config import ConfigError, DecodingConfig
+from nmtdecode.engine.decoding import BatchDecoder
 from nmtdecode.models.checkpoint import ModelRules
 from nmtdecode.search.processors import RepetitionPenalty, RowHistory
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
-from nmtdecode.config import Config, ConfigError, DecodingConfig
-from nmtdecode.decoding import BatchDecoder
+from nmtdecode.options.config import Config, ConfigError, DecodingConfig
+from nmtdecode.engine.decoding import BatchDecoder
 from nmtdecode.models.checkpoint import ModelRules
 from nmtdecode.search.sampling import Filters, _fmix32, _mul32, draw, hash32, uniforms
 

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from nmtdecode.config import DecodingConfig
-from nmtdecode.decoding import BatchDecoder
+from nmtdecode.options.config import DecodingConfig
+from nmtdecode.engine.decoding import BatchDecoder
 from nmtdecode.models.checkpoint import ModelRules
 from nmtdecode.search.beam import BeamSearch
 from nmtdecode.search.penalties import LengthPenalty

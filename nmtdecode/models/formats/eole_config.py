@@ -23,7 +23,7 @@ import glob
 import os
 from typing import Any, Callable, Container
 
-from ...bounded import shown
+from ...options.bounded import shown
 from ..architecture import TransformerConfig
 from ..checkpoint import ModelError, ModelFacts, check_dimensions, read_json
 from .opennmt_shared import (

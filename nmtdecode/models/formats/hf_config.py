@@ -19,7 +19,7 @@ import math
 import os
 from typing import Callable, TypedDict
 
-from ...bounded import shown
+from ...options.bounded import shown
 from ..architecture import TransformerConfig
 from ..checkpoint import ModelError, ModelFacts, ModelRules, check_dimensions, read_json
 from .hf_tokenizers import HFTokenizer, load_tokenizer

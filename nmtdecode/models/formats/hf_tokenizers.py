@@ -1,6 +1,6 @@
 """Tokenizers of Hugging Face translation checkpoints, read without importing `transformers`.
 
-`load_tokenizer` returns the protocol of `nmtdecode.tokenizer.SentencePieceTokenizer`, following
+`load_tokenizer` returns the protocol of `nmtdecode.models.tokenizer.SentencePieceTokenizer`, following
 transformers 5 (`models/{marian,m2m_100,nllb,mbart,mbart50,roberta}/tokenization_*.py`):
 
   family    files                                      source ids         set_languages returns
@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Protocol
 
 import sentencepiece as spm
 
-from ...bounded import shown
-from ...config import ConfigError
-from ...tokenizer import spm_identity
+from ...options.bounded import shown
+from ...options.config import ConfigError
+from ..tokenizer import spm_identity
 from ..architecture import TransformerConfig
 from ..checkpoint import ModelError, note_read, read_json
 

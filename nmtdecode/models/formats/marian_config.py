@@ -26,7 +26,7 @@ from typing import Callable
 
 import yaml
 
-from ...bounded import TooLarge, check_size, shown
+from ...options.bounded import TooLarge, check_size, shown
 from ..architecture import TransformerConfig
 from ..checkpoint import ModelError, ModelFacts, ModelRules, check_dimensions, one_line, read_yaml
 from ..npz import array_bytes, npz_entries

@@ -22,8 +22,8 @@ import re
 import sentencepiece as spm
 import yaml
 
-from ...bounded import shown
-from ...tokenizer import SentencePieceTokenizer
+from ...options.bounded import shown
+from ..tokenizer import SentencePieceTokenizer
 from ..checkpoint import ModelError, note_read, one_line
 from .hf_tokenizers import SPECIALS, HFTokenizer, marian_tokenizer
 

@@ -16,8 +16,8 @@ from typing import Callable
 
 import yaml
 
-from ...bounded import TooLarge, check_size, shown
-from ...tokenizer import SentencePieceTokenizer
+from ...options.bounded import TooLarge, check_size, shown
+from ..tokenizer import SentencePieceTokenizer
 from ..architecture import TransformerConfig
 from ..checkpoint import ModelError, ModelFacts, ModelRules, check_dimensions, note_read
 

@@ -23,7 +23,7 @@ from typing import Callable, Mapping
 
 import torch
 
-from ...bounded import shown
+from ...options.bounded import shown
 from ..architecture import TransformerConfig
 from ..checkpoint import LoadedModel, ModelError, check_dimensions, first_line, note_read, unpickling_reason
 from ..placement import Placement, load_weights

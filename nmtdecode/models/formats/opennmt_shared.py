@@ -11,8 +11,8 @@ from typing import TypeVar
 
 import sentencepiece as spm
 
-from ...config import ConfigError
-from ...tokenizer import spm_identity
+from ...options.config import ConfigError
+from ..tokenizer import spm_identity
 from ..architecture import TransformerConfig
 from ..checkpoint import ModelError, ModelRules, note_read
 

@@ -10,8 +10,8 @@ import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from nmtdecode.api import Translator
-from nmtdecode.config import Config
-from nmtdecode.decoding import BatchDecoder
+from nmtdecode.options.config import Config
+from nmtdecode.engine.decoding import BatchDecoder
 from nmtdecode.models.ensemble import Ensemble
 
 from tests import peer_opennmt as peer

@@ -29,7 +29,7 @@ from transformers.convert_slow_tokenizer import MBart50Converter, MBartConverter
 from transformers.models.nllb.tokenization_nllb import FAIRSEQ_LANGUAGE_CODES as NLLB_CODES
 from transformers.tokenization_utils_base import generate_merges
 
-from nmtdecode.config import ConfigError
+from nmtdecode.options.config import ConfigError
 from nmtdecode.models.checkpoint import ModelError
 from nmtdecode.models.formats.hf_tokenizers import load_tokenizer
 from nmtdecode.models.transformer import TransformerConfig

@@ -15,8 +15,8 @@ import torch
 import transformers
 from transformers import GenerationConfig
 
-from nmtdecode.config import Config
-from nmtdecode.decoding import BatchDecoder
+from nmtdecode.options.config import Config
+from nmtdecode.engine.decoding import BatchDecoder
 from nmtdecode.models.checkpoint import read_json
 from nmtdecode.models.formats.huggingface import load_network
 

@@ -13,8 +13,8 @@ import pytest
 import torch
 import yaml
 
-from nmtdecode.config import Config
-from nmtdecode.decoding import BatchDecoder
+from nmtdecode.options.config import Config
+from nmtdecode.engine.decoding import BatchDecoder
 from nmtdecode.models.checkpoint import ModelError
 from nmtdecode.models.detect import model_format
 from nmtdecode.models.formats.marian_vocab import PLAIN_ENTRY, read_vocabulary

@@ -30,8 +30,8 @@ import numpy as np
 import pytest
 import torch
 
-from nmtdecode.config import Config
-from nmtdecode.decoding import BatchDecoder
+from nmtdecode.options.config import Config
+from nmtdecode.engine.decoding import BatchDecoder
 from nmtdecode.models.loading import load_model
 from tests.models.formats.marian_files import OPTIONS, random_hf_state, to_marian, train_spm, vocabulary, write_model
 

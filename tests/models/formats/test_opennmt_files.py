@@ -8,11 +8,11 @@ import os
 import pytest
 import torch
 
-from nmtdecode.config import KEY_SECTION, Config
+from nmtdecode.options.config import KEY_SECTION, Config
 from nmtdecode.models.checkpoint import ModelError
 from nmtdecode.models.formats import opennmt
 from nmtdecode.models.transformer import Transformer
-from nmtdecode.opennmt_options import PEER_RENAMES, PEER_WITHOUT_EQUIVALENT
+from nmtdecode.options.peers import PEER_RENAMES, PEER_WITHOUT_EQUIVALENT
 
 from tests.helpers import train_sentencepiece
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from nmtdecode.api import Translator  # noqa: E402
-from nmtdecode.config import ConfigError  # noqa: E402
+from nmtdecode.options.config import ConfigError  # noqa: E402
 from nmtdecode.models.checkpoint import ModelError  # noqa: E402
 from nmtdecode.models.formats import opennmt  # noqa: E402
 

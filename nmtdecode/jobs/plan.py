@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 
-from .bounded import shown
-from .config import KEY_SECTION, PER_JOB_KEYS, PLAN_KEYS, Config, ConfigError, option_names
+from ..options.bounded import shown
+from ..options.config import KEY_SECTION, PER_JOB_KEYS, PLAN_KEYS, Config, ConfigError, option_names
 from .output_file import side_files
 
 

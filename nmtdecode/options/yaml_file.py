@@ -135,16 +135,13 @@ def _resolve_paths(values: dict, base: str) -> None:
             values[key] = [resolve(v) for v in value] if isinstance(value, list) else resolve(value)
 
 
-def dump(config: Config) -> str:
-    """The effective configuration as YAML, usable as a `-c` file. A model's own defaults
-    (native `decoding:`, Hugging Face `generation_config.json`) are known only by loading it,
-    so the model is loaded when one is given; without one, the built-in defaults show."""
+def dump(config: Config, model_defaults: dict | None) -> str:
+    """The effective configuration as YAML, usable as a `-c` file: `config` over the model's own
+    decoding defaults (native `decoding:`, Hugging Face `generation_config.json`), which only
+    loading it tells; None when no model is given, and then the built-in defaults show."""
     header = "# nmtdecode: effective options (command line, then -c file, then the model's defaults)\n"
-    if config.io.model is not None:
-        from .models.loading import load_model
-
-        loaded = load_model(config.io.model, config.io.ensemble_rule, config.io.ensemble_weights)
-        config = config.with_model_defaults(loaded.defaults)
-    else:
+    if model_defaults is None:
         header += "# no model given: its defaults (if any) are not included\n"
+    else:
+        config = config.with_model_defaults(model_defaults)
     return header + yaml.safe_dump(flat_values(config), sort_keys=False, allow_unicode=True)

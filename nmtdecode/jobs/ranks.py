@@ -47,10 +47,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping
 
-from .bounded import shown
-from .batching import Result
-from .config import Config, ConfigError
-from .models.checkpoint import first_line
+from ..options.bounded import shown
+from ..engine.batching import Result
+from ..options.config import Config, ConfigError
+from ..models.checkpoint import first_line
 from .output_file import OutputFile, OutputRefused, remove
 from .reading import check_prefix, check_readable
 from .writing import format_result

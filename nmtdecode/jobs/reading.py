@@ -22,7 +22,7 @@ import sys
 import time
 from typing import BinaryIO, Iterable, Iterator
 
-from .config import ConfigError
+from ..options.config import ConfigError
 
 
 class InputError(RuntimeError):

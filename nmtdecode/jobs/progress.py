@@ -15,8 +15,8 @@ import time
 
 from tqdm import tqdm
 
-from .batching import Example, Result
-from .config import Config
+from ..engine.batching import Example, Result
+from ..options.config import Config
 from .reading import count_lines
 from .summary import Summary, seconds_left
 from .writing import breaks_lines

@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import torch
 
-from .base import NEG_INF, RowFacts, StepOutput
-from .beam import Candidates, best_continuations, extended_rows, keep_alive, next_beam_rows
-from .device_records import DeviceRecords
-from .finished import Ended
-from .penalties import LengthPenalty
-from .stop_rules import STOP_RULES, PoolFacts
+from ..base import NEG_INF, RowFacts, StepOutput
+from ..beam import Candidates, best_continuations, extended_rows, keep_alive, next_beam_rows
+from .records import DeviceRecords
+from ..finished import Ended
+from ..penalties import LengthPenalty
+from ..stop_rules import STOP_RULES, PoolFacts
 
 
 class DeviceBeamSearch(DeviceRecords):

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import torch
 
-from .base import NEG_INF, RowFacts, StepOutput
-from .device_records import DeviceRecords
-from .finished import Ended
-from .greedy import next_greedy_rows
-from .penalties import LengthPenalty
+from ..base import NEG_INF, RowFacts, StepOutput
+from .records import DeviceRecords
+from ..finished import Ended
+from ..greedy import next_greedy_rows
+from ..penalties import LengthPenalty
 
 
 class DeviceGreedySearch(DeviceRecords):

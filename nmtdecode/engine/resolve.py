@@ -12,13 +12,11 @@ engine, the pipeline and the sinks take a `ResolvedJob` as it is.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import TYPE_CHECKING, Callable
 
-from .bounded import shown
-from .config import KEY_SECTION, PER_JOB_KEYS, SCORE_FORMATS, Config, ConfigError
-from .models.checkpoint import ModelRules
-from .signature import job_signature
+from ..options.bounded import shown
+from ..options.config import KEY_SECTION, PER_JOB_KEYS, SCORE_FORMATS, Config, ConfigError
+from ..models.checkpoint import ModelRules
 
 if TYPE_CHECKING:
     from .decoding import BatchDecoder
@@ -34,13 +32,8 @@ class ResolvedJob:
     banned_ids: list[int] = field(default_factory=list)  # --banned-tokens as ids
     excluded_ids: list[int] = field(default_factory=list)  # --ignore-when-blocking as ids
     notes: list[str] = field(default_factory=list)  # options that change nothing, in the caller's terms
-    model_files: tuple[str, ...] = ()  # what the loader read: part of the resume signature
+    model_files: tuple[str, ...] = ()  # what the loader read: part of the resume signature (jobs/signature.py)
     device_type: str = "cpu"
-
-    @cached_property
-    def signature(self) -> str:
-        """What the job's output depends on (signature.py): --resume continues only this job."""
-        return job_signature(self.config, self.model_files)
 
     @property
     def batches_at_once(self) -> int:
@@ -108,7 +101,7 @@ def piece_ids(key: str, pieces: list[str], piece_id: Callable[[str], int | None]
 def check_fits(config: Config, engine: Engine) -> None:
     """On CPU, refuse before decoding a beam that not even one sentence could be decoded with
     (memory.py: an allocation that large may end in the kernel's OOM killer, not an error)."""
-    from . import memory  # with torch: imported once the model is loaded
+    from ..models import memory  # with torch: imported once the model is loaded
 
     decoding, total = config.decoding, memory.total_bytes()
     width = decoding.rows_per_sentence

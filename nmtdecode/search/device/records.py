@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import torch
 
-from .base import Hypothesis, survivors
+from ..base import Hypothesis, survivors
 from .done_flags import DoneFlags
-from .finished import FinishedPool
-from .history import StepHistory, finished_hypotheses
-from .penalties import LengthPenalty
+from ..finished import FinishedPool
+from ..history import StepHistory, finished_hypotheses
+from ..penalties import LengthPenalty
 
 
 class DeviceRecords:

@@ -18,20 +18,20 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable, Iterator
 
 from . import signals
-from .batching import Example, PairScore, chunk_size, chunks
-from .config import Config, ConfigError
+from ..engine.batching import Example, PairScore, chunk_size, chunks
+from ..options.config import Config, ConfigError
 from .output_file import NOT_RESUMABLE, OutputFile
 from .pipeline import ListSink, load_engine, run
 from .progress import progress_bar
 from .ranks import Ranks
 from .reading import InputError, LineReader, check_readable, count_lines
-from .resolve import check_score, resolve
-from .summary import count, print_warning, say
+from ..engine.resolve import check_score, resolve
+from ..engine.messages import count, print_warning, say
 from .writing import OrderedWriter, TextStream
 
 if TYPE_CHECKING:
-    from .decoding import BatchDecoder
-    from .engine import Engine
+    from ..engine.decoding import BatchDecoder
+    from ..engine.engine import Engine
 
 
 @dataclass

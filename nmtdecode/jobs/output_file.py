@@ -49,7 +49,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
-from .config import ConfigError
+from ..options.config import ConfigError
 
 
 def side_files(path: str) -> tuple[str, str, str, str]:

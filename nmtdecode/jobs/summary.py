@@ -1,35 +1,14 @@
-"""What a job tells the user on stderr: warnings, and the summary line of what it decoded.
-
-Imports nothing heavy (no torch): the job layer uses it before the model loads.
-"""
+"""The summary line of what a job decoded, and the counts behind it (no torch)."""
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..engine.messages import count, print_warning
+
 if TYPE_CHECKING:
-    from .batching import Example
-
-
-def say(line: str) -> None:
-    """One line on stderr, written whole by one call: with an unbuffered stderr (PYTHONUNBUFFERED,
-    `python -u`) `print` writes the text and then its newline, and under torchrun two ranks'
-    lines said at once became one line with two newlines after it."""
-    if sys.stderr is not None:
-        sys.stderr.write(line + "\n")
-        sys.stderr.flush()
-
-
-def print_warning(message: str) -> None:
-    """One warning line on stderr, for the person running the command."""
-    say(f"nmtdecode: warning: {message}")
-
-
-def count(n: int, noun: str) -> str:
-    """`1 sentence`, `2 sentences`."""
-    return f"{n} {noun}{'' if n == 1 else 's'}"
+    from ..engine.batching import Example
 
 
 @dataclass

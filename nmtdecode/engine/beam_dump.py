@@ -43,8 +43,8 @@ from .batching import finite_or_null
 if TYPE_CHECKING:  # tokenizers are duck-typed (tokenizer.py, models/formats/hf_tokenizers.py)
     from .batching import Example, Result
     from .decoding import BatchDecoder
-    from .search.base import Hypothesis
-    from .search.beam import Beam
+    from ..search.base import Hypothesis
+    from ..search.beam import Beam
 
 
 def _scores(steps: list[list[float]]) -> list[list[float | None]]:

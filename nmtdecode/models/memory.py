@@ -17,24 +17,15 @@ import ctypes
 import functools
 import os
 import sys
-from typing import Callable, Protocol, TypeVar
 
 import torch
 
-from .summary import print_warning
 
 try:
     import resource
 except ImportError:  # not on Windows
     resource = None
 
-
-class Indexed(Protocol):
-    index: int  # the input line (named when even one alone does not fit)
-
-
-Item = TypeVar("Item", bound=Indexed)
-Out = TypeVar("Out")
 
 CPU_MESSAGES = ("out of memory", "can't allocate memory", "cannot allocate memory", "not enough memory", "bad_alloc")
 
@@ -138,36 +129,3 @@ def tune_allocator() -> bool:
 def readable_size(n: int) -> str:
     """A byte count for a message: GiB, or MiB below a tenth of one."""
     return f"{n / 2**30:.1f} GiB" if n >= 2**30 / 10 else f"{n / 2**20:.1f} MiB"
-
-
-def in_halves_when_out_of_memory(
-    batch: list[Item],
-    work: Callable[[list[Item]], list[Out]],
-    too_big: Callable[[list[Item]], str | None] = lambda part: None,
-) -> list[Out]:
-    """work(batch), a list with one entry per item. When the device runs out of memory (or on CPU,
-    `too_big` says it certainly would) the batch is split in halves and retried, down to single
-    items (which then fail, naming the line)."""
-    results, split = None, too_big(batch)
-    if split is None:
-        try:
-            results = work(batch)
-        except (RuntimeError, MemoryError) as error:  # torch.OutOfMemoryError is a RuntimeError
-            if not is_out_of_memory(error):
-                raise
-            split = f"out of memory on a batch of {len(batch)} sentences; retrying it in halves"
-        # retried only out here: inside `except`, the traceback keeps the failed attempt's tensors alive
-    if results is not None:
-        return results
-    if len(batch) == 1:
-        raise RuntimeError(
-            f"out of memory on input line {batch[0].index + 1}, even alone; "
-            "try a smaller --beam-size, --max-src-length or --max-length"
-        )
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-    print_warning(split)
-    half = len(batch) // 2
-    return in_halves_when_out_of_memory(batch[:half], work, too_big) + in_halves_when_out_of_memory(
-        batch[half:], work, too_big
-    )

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Protocol
 
 from . import signals
-from .config import Config
-from .jobs import check_written_files
+from ..options.config import Config
+from .plan import check_written_files
 from .output_file import NOT_RESUMABLE, OutputFile
 from .pipeline import LineSource, load_engine, run
 from .progress import JobProgress, progress_bar, stdin_is_terminal
@@ -37,13 +37,15 @@ from .ranks import (
     threads_for,
 )
 from .reading import check_prefix, check_readable
-from .resolve import ResolvedJob, check_torchrun, check_translate, resolve, stream_typed_input
-from .summary import Summary, count, print_warning, say, timing
+from ..engine.resolve import ResolvedJob, check_torchrun, check_translate, resolve, stream_typed_input
+from ..engine.messages import count, print_warning, say
+from .signature import job_signature
+from .summary import Summary, timing
 from .writing import BothWriters, ResultWriter, SearchWriter
 
 if TYPE_CHECKING:
-    from .batching import Example, Result
-    from .engine import Engine
+    from ..engine.batching import Example, Result
+    from ..engine.engine import Engine
 
 
 def translate_job(jobs: Config | list[Config], engine: Engine | None = None) -> Summary:
@@ -264,7 +266,7 @@ def decode_job(job: ResolvedJob, engine: Engine, output: OutputFile, share: Shar
     config = job.config
     decoder = job.decoder(engine, trace=config.io.dump_beam is not None)
     signals.job_started()  # from here a signal unwinds the job, keeping its output resumable
-    done = output.open(config.io.resume, job.signature)  # input lines done before
+    done = output.open(config.io.resume, job_signature(config, job.model_files))  # input lines done before
     source = LineSource(
         config,
         engine.make_example,

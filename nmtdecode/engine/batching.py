@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 if TYPE_CHECKING:  # only named: the job layer reads and batches lines before torch is imported
-    from .search.base import Hypothesis
+    from ..search.base import Hypothesis
 
 SORT_CHUNK_BATCHES = 32  # batches' worth of lines sorted together
 

@@ -9,8 +9,8 @@ import os
 from dataclasses import asdict
 from typing import Iterable
 
-from .version import __version__
-from .config import Config
+from ..version import __version__
+from ..options.config import Config
 
 
 HASHED_WHOLE = 64 << 20  # model files up to this size are identified by their whole content

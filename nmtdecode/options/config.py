@@ -27,7 +27,7 @@ from typing import Any
 from dataclasses import MISSING, dataclass, field, fields, replace
 
 from .bounded import shown
-from .opennmt_options import peer_option_message
+from .peers import peer_option_message
 from .option import ConfigError, Option, check_option, coerce, option
 
 LENGTH_PENALTIES = ("none", "avg", "wu")  # search/penalties.py defines each

@@ -18,10 +18,10 @@ import json
 import re
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .batching import Result, finite_or_null
+from ..engine.batching import Result, finite_or_null
 
 if TYPE_CHECKING:
-    from .search.base import Hypothesis
+    from ..search.base import Hypothesis
 
 
 class TextStream(Protocol):

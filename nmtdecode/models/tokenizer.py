@@ -12,7 +12,7 @@ from typing import Iterable, Iterator
 
 import sentencepiece as spm
 
-from .config import ConfigError
+from ..options.config import ConfigError
 
 
 def spm_identity(processor: spm.SentencePieceProcessor) -> bytes:

@@ -29,22 +29,22 @@ from typing import Any, Callable, Iterator, Protocol, Sequence, TypeVar, cast
 
 import torch
 
-from .config import DecodingConfig
-from .models.architecture import TransformerConfig
-from .models.checkpoint import ModelRules
-from .models.ensemble import Ensemble, MemberSources
-from .models.state import DecoderState
-from .models.steps import EagerSteps, StepRunner
-from .search.base import Hypothesis, RowFacts, Search, StepOutput, Strategy
-from .search.beam import BeamSearch
-from .search.device_beam import DeviceBeamSearch
-from .search.device_greedy import DeviceGreedySearch
-from .search.device_sampling import DeviceSampling
-from .search.diverse import DiverseBeamSearch
-from .search.done_flags import check_interval
-from .search.greedy import GreedySearch
-from .search.penalties import Coverage, LengthPenalty
-from .search.processors import (
+from ..options.config import DecodingConfig
+from ..models.architecture import TransformerConfig
+from ..models.checkpoint import ModelRules
+from ..models.ensemble import Ensemble, MemberSources
+from ..models.state import DecoderState
+from ..models.steps import EagerSteps, StepRunner
+from ..search.base import Hypothesis, RowFacts, Search, StepOutput, Strategy
+from ..search.beam import BeamSearch
+from ..search.device.beam import DeviceBeamSearch
+from ..search.device.greedy import DeviceGreedySearch
+from ..search.device.sampling import DeviceSampling
+from ..search.diverse import DiverseBeamSearch
+from ..search.device.done_flags import check_interval
+from ..search.greedy import GreedySearch
+from ..search.penalties import Coverage, LengthPenalty
+from ..search.processors import (
     BanTokens,
     BlockNgramRepeat,
     ForceEosAtLimit,
@@ -56,7 +56,7 @@ from .search.processors import (
     Processors,
     RepetitionPenalty,
 )
-from .search.sampling import Filters, SamplingSearch
+from ..search.sampling import Filters, SamplingSearch
 
 S = TypeVar("S", bound=Strategy)
 DeviceSearch = DeviceBeamSearch | DeviceGreedySearch | DeviceSampling

@@ -11,22 +11,31 @@ knows about files, locks or ranks: this module imports nothing from the job laye
 from __future__ import annotations
 
 import gc
-from typing import Any, Sequence
+from typing import Any, Callable, Protocol, Sequence, TypeVar
 
 import torch
 
-from . import beam_dump, memory
+from . import beam_dump
+from ..models import memory
 from .batching import Example, PairScore, Result
-from .config import Config, ConfigError, DecodingConfig, RuntimeConfig
+from ..options.config import Config, ConfigError, DecodingConfig, RuntimeConfig
 from .decoding import BatchDecoder
-from .models.checkpoint import LoadedModel, ModelRules
-from .models.ensemble import MemberSources
-from .models.loading import load_model
-from .models.placement import Placement
-from .models.steps import StepRunner, step_runner_for
-from .word_alignment import aligned_result
-from .search.base import Hypothesis
-from .summary import print_warning
+from ..models.checkpoint import LoadedModel, ModelRules
+from ..models.ensemble import MemberSources
+from ..models.loading import load_model
+from ..models.placement import Placement
+from ..models.steps import StepRunner, step_runner_for
+from .alignment import aligned_result
+from ..search.base import Hypothesis
+from .messages import print_warning
+
+
+class Indexed(Protocol):
+    index: int  # the input line (named when even one alone does not fit)
+
+
+Item = TypeVar("Item", bound=Indexed)
+Out = TypeVar("Out")
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -159,7 +168,7 @@ class Engine:
                     result.search = beam_dump.sentence_record(e, result, search, i, decoder, tokenizer)
             return results
 
-        return memory.in_halves_when_out_of_memory(batch, decode, lambda part: self.too_big(part, decoder))
+        return in_halves_when_out_of_memory(batch, decode, lambda part: self.too_big(part, decoder))
 
     def score_batch(self, batch: list[Example], decoder: BatchDecoder, by_token: bool = False) -> list[PairScore]:
         """Forced decoding of a batch of pairs (make_pair): each target's total log-probability, and
@@ -177,7 +186,7 @@ class Engine:
                 for e, (tokens, token_scores, eos) in zip(part, decoder.score_tokens(sources, targets))
             ]
 
-        return memory.in_halves_when_out_of_memory(batch, score)
+        return in_halves_when_out_of_memory(batch, score)
 
     def result(self, example: Example, hyps: list[Hypothesis], cfg: DecodingConfig) -> Result:
         """A line's result: each hypothesis's text, and with --replace-unk or --report-align what its
@@ -240,3 +249,36 @@ class Engine:
         )
         hyps = [Hypothesis(list(tokens), 0.0, 0.0, [0.0] * len(tokens), **arrays) for _ in range(cfg.n_best)]
         return self.result(example, hyps, cfg)
+
+
+def in_halves_when_out_of_memory(
+    batch: list[Item],
+    work: Callable[[list[Item]], list[Out]],
+    too_big: Callable[[list[Item]], str | None] = lambda part: None,
+) -> list[Out]:
+    """work(batch), a list with one entry per item. When the device runs out of memory (or on CPU,
+    `too_big` says it certainly would) the batch is split in halves and retried, down to single
+    items (which then fail, naming the line)."""
+    results, split = None, too_big(batch)
+    if split is None:
+        try:
+            results = work(batch)
+        except (RuntimeError, MemoryError) as error:  # torch.OutOfMemoryError is a RuntimeError
+            if not memory.is_out_of_memory(error):
+                raise
+            split = f"out of memory on a batch of {len(batch)} sentences; retrying it in halves"
+        # retried only out here: inside `except`, the traceback keeps the failed attempt's tensors alive
+    if results is not None:
+        return results
+    if len(batch) == 1:
+        raise RuntimeError(
+            f"out of memory on input line {batch[0].index + 1}, even alone; "
+            "try a smaller --beam-size, --max-src-length or --max-length"
+        )
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    print_warning(split)
+    half = len(batch) // 2
+    return in_halves_when_out_of_memory(batch[:half], work, too_big) + in_halves_when_out_of_memory(
+        batch[half:], work, too_big
+    )

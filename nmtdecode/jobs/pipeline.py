@@ -19,13 +19,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol
 
 from .batch_threads import in_order
-from .batching import Example, chunk_size, chunks, cut
-from .config import BatchingConfig, Config
-from .models.detect import model_format
+from ..engine.batching import Example, chunk_size, chunks, cut
+from ..options.config import BatchingConfig, Config
+from ..models.detect import model_format
 from .reading import LineReader, PrefixLines
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from ..engine.engine import Engine
 
 
 class Source(Protocol):
@@ -55,7 +55,7 @@ def load_engine(config: Config) -> Engine:
     input or a locked output fails in a fraction of a second."""
     for path in config.io.models:
         model_format(path)
-    from .engine import Engine
+    from ..engine.engine import Engine
 
     return Engine.load(config)
 

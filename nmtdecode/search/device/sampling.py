@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import torch
 
-from .base import NEG_INF, RowFacts, StepOutput
-from .device_records import DeviceRecords
-from .finished import Ended
-from .penalties import LengthPenalty
-from .sampling import Draws, Filters, next_sample_rows
+from ..base import NEG_INF, RowFacts, StepOutput
+from .records import DeviceRecords
+from ..finished import Ended
+from ..penalties import LengthPenalty
+from ..sampling import Draws, Filters, next_sample_rows
 
 
 class DeviceSampling(DeviceRecords):
