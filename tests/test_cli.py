@@ -77,7 +77,7 @@ def test_config_file_with_override_and_formats_agree(model_dir, src_file, tmp_pa
 def test_cli_matches_library(model_dir, src_file, cli):
     loaded = load_model(str(model_dir))
     cfg = DecodingConfig(beam_size=3)
-    expected = BatchDecoder(loaded.model, cfg, loaded.rules).translate_batch([loaded.tokenizer.encode(LINES[0])])
+    expected = BatchDecoder(loaded.model, cfg, loaded.rules).decode([loaded.tokenizer.encode(LINES[0])]).nbests
     run = cli(
         "translate",
         "--model",

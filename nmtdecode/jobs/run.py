@@ -264,7 +264,6 @@ def decode_job(job: ResolvedJob, engine: Engine, output: OutputFile, share: Shar
     """Decode `share` (WholeJob or RankJob) of one job into `output` through the pipeline, its
     output checkpointed after each chunk; returns its summary and the input's line count."""
     config = job.config
-    decoder = job.decoder(engine, trace=config.io.dump_beam is not None)
     signals.job_started()  # from here a signal unwinds the job, keeping its output resumable
     done = output.open(config.io.resume, job_signature(config, job.model_files))  # input lines done before
     source = LineSource(
@@ -288,7 +287,7 @@ def decode_job(job: ResolvedJob, engine: Engine, output: OutputFile, share: Shar
 
             lines = run(
                 source,
-                lambda batch: engine.decode_batch(batch, decoder),
+                lambda batch: engine.decode_batch(batch, job.decoder),
                 sink,
                 job.batches_at_once,
                 share.mine,

@@ -80,7 +80,7 @@ def score_job(config: Config, tgt: str, normalize: bool = False) -> ScoreSummary
         signals.job_started()
         out.open(False, signature="")  # no checkpoints: a complete file or none
         try:
-            summary = _score_into(out, job.config, engine, job.decoder(engine), tgt, normalize)
+            summary = _score_into(out, job.config, engine, job.decoder, tgt, normalize)
         except BaseException:
             out.abandon()  # with no journal, FILE.tmp is removed
             raise
@@ -218,7 +218,7 @@ def score_pairs(
     """Each pair's PairScore in their order (the Python API), batched as `score` batches; a
     target is text or pieces (`Engine.target_ids`)."""
     job = resolve(config, engine, scoring=True)
-    decoder = job.decoder(engine)
+    decoder = job.decoder
     examples = pair_examples(
         engine,
         decoder,

@@ -139,7 +139,7 @@ def test_each_marian_layout_loads_and_decodes(tmp_path, pieces, name):
     if "untied" in name:
         assert not loaded.model.output.weight[vocab].any()
     config = Config.from_values({"beam_size": 3, "max_length": 8}).with_model_defaults(loaded.defaults)
-    found = BatchDecoder(loaded.model, config.decoding, loaded.rules).translate_batch([[5, 9, 0], [7, 0]])
+    found = BatchDecoder(loaded.model, config.decoding, loaded.rules).decode([[5, 9, 0], [7, 0]]).nbests
     assert all(1 <= len(n[0].tokens) <= 8 and max(n[0].tokens, default=0) < vocab for n in found)
 
 
