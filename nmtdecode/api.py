@@ -266,7 +266,7 @@ class Translator:
         run(
             ListSource(examples, batching),
             lambda batch: engine.decode_batch(batch, job.decoder),
-            sink,
+            sink.put,
             job.batches_at_once,
         )
         return sink.results
