@@ -174,6 +174,7 @@ def test_nothing_more_is_kept_without_the_option(model_dir):
         decoder = BatchDecoder(loaded.model, DecodingConfig(beam_size=3, max_length=6), loaded.rules, trace=trace)
         *_, search = decoder.stepwise([loaded.tokenizer.encode("the house")])
         assert (search.beams[0].ended is None) == (not trace)
+        assert (decoder.decode([loaded.tokenizer.encode("the house")]).search is None) == (not trace)
         if trace:  # every ended hypothesis, the pool's best among them
             assert len(search.beams[0].ended) >= len(search.beams[0].finished) > 0
 

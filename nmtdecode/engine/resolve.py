@@ -70,6 +70,7 @@ def resolve(
     # generate_tokens() pauses between tokens while other calls may decode: it reads the host
     # search's records, with its own step state where the engine's step shares buffers (CUDA graphs)
     streams = api_method == "generate_tokens()"
+    command_line = api_method is None and not scoring  # its notes are told together, after resolving
     decoder = BatchDecoder(
         loaded.model,
         decoding,
@@ -77,9 +78,9 @@ def resolve(
         banned_ids=banned_ids,
         excluded_ids=excluded_ids,
         steps=None if streams and engine.steps.shares_buffers else engine.steps,  # None: eager, its own
-        trace=config.io.dump_beam is not None and api_method is None and not scoring,
+        trace=command_line and config.io.dump_beam is not None,
         on_device=engine.search_on_device and not streams,
-        warn=print_warning,
+        warn=notes.append if command_line else print_warning,  # --search-on device: what it does not hold
     )
     return ResolvedJob(config, decoder, notes, tuple(loaded.files), engine.device.type)
 
