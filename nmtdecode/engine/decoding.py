@@ -398,8 +398,8 @@ class BatchDecoder:
         """Forced decoding: total log-prob of each target (EOS appended) given its source.
 
         Targets are the tokens after any forced first token (as `encode_target` gives them). The
-        decoder input is what `translate_batch` feeds: the forced prefix, the target, then EOS is
-        predicted. The forced token counts 0, as in `translate_batch` (it is forced, not chosen),
+        decoder input is what `decode` feeds: the forced prefix, the target, then EOS is
+        predicted. The forced token counts 0, as in `decode` (it is forced, not chosen),
         so the score of a translation's own ended 1-best equals its `total`."""
         token_logprobs, gold_mask = self._forced(sources, targets)
         return token_logprobs.masked_fill(~gold_mask, 0.0).sum(dim=1).tolist()
@@ -408,7 +408,7 @@ class BatchDecoder:
     def score_tokens(
         self, sources: list[list[int]], targets: list[list[int]]
     ) -> list[tuple[list[int], list[float], float]]:
-        """Per token, as `translate_batch`'s hypotheses give them: (tokens, token_scores, eos_score)
+        """Per token, as `decode`'s hypotheses give them: (tokens, token_scores, eos_score)
         of each target; tokens with the forced first token and without EOS, token_scores one per
         token (the forced token's 0 first), eos_score the log-prob of the final EOS."""
         token_logprobs, _ = self._forced(sources, targets)
