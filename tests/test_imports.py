@@ -180,6 +180,7 @@ WITHOUT_TORCH = {
     "nmtdecode.models.formats.eole_config",
     "nmtdecode.models.formats.marian_config",
     "nmtdecode.models.formats.marian_vocab",
+    "nmtdecode.models.formats.marian_yaml",
     "nmtdecode.models.formats.marian_weights",
 }
 
@@ -199,6 +200,7 @@ WITHOUT_TORCH = {
         "marian",
         "marian_config",
         "marian_vocab",
+        "marian_yaml",
         "marian_weights",
     ],
 )
