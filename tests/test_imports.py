@@ -182,6 +182,10 @@ WITHOUT_TORCH = {
     "nmtdecode.models.formats.marian_vocab",
     "nmtdecode.models.formats.marian_yaml",
     "nmtdecode.models.formats.marian_weights",
+    "nmtdecode.models.formats.ct2_binary",
+    "nmtdecode.models.formats.ct2_spec",
+    "nmtdecode.models.formats.ct2_vocab",
+    "nmtdecode.models.formats.ct2_config",
 }
 
 
@@ -202,6 +206,11 @@ WITHOUT_TORCH = {
         "marian_vocab",
         "marian_yaml",
         "marian_weights",
+        "ct2",
+        "ct2_binary",
+        "ct2_spec",
+        "ct2_vocab",
+        "ct2_config",
     ],
 )
 def test_formats_depend_only_on_the_checkpoint_the_transformer_and_the_tokenizers(name):
