@@ -186,20 +186,18 @@ class Ct2Tokenizer(HFTokenizer):
         super().__init__(source, target=target, **kw)
 
     def set_languages(self, src_lang: str | None, tgt_lang: str | None) -> int | None:
-        family, frame = self.frame.family, self.frame
-        if family == "marian":
+        """The family's frame around text (see the module), the config's flags at least; returns
+        the target tag to force first (M2M100, NLLB, mBART-50)."""
+        family = self.frame.family
+        if family == "marian":  # a multi-target model reads >>tgt<< before the source
             if src_lang:
                 raise ConfigError("src_lang: Marian models have no source-language tag (tgt_lang picks >>xx<<)")
             self.before, self.after = [self._tag("tgt_lang", tgt_lang)] if tgt_lang else [], [self.eos_id]
             return None
-        if family == "transformer" or (frame.bos or frame.eos):
-            if src_lang or tgt_lang:
-                self._tag("src_lang" if src_lang else "tgt_lang", src_lang or tgt_lang or "")
-            self.before, self.after = [self.bos_id] if frame.bos else [], [self.eos_id] if frame.eos else []
-            return None
         forced = self._tag("tgt_lang", tgt_lang) if tgt_lang else None
         tag = [self._tag("src_lang", src_lang)] if src_lang else []
-        self.before, self.after = ([self.bos_id] if family == "bart" else []) + tag, [self.eos_id]
+        bos, eos = self.frame.bos or family == "bart", self.frame.eos or family in ("bart", "fairseq")
+        self.before, self.after = ([self.bos_id] if bos else []) + tag, [self.eos_id] if eos else []
         return forced
 
     def _given(self) -> tuple[list[int], list[int]]:
