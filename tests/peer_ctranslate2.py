@@ -13,22 +13,12 @@ import ctranslate2
 import torch
 import transformers
 
-VOCAB, D = 64, 32
+from tests.models.formats.test_huggingface_parity import COMMON as PARITY_MODELS
+
+VOCAB = PARITY_MODELS["vocab_size"]
 SPECIAL = {0: "<s>", 1: "<pad>", 2: "</s>", 3: "<unk>"}
-COMMON = dict(
-    d_model=D,
-    encoder_layers=2,
-    decoder_layers=2,
-    encoder_attention_heads=4,
-    decoder_attention_heads=4,
-    encoder_ffn_dim=64,
-    decoder_ffn_dim=64,
-    max_position_embeddings=128,
-    dropout=0.0,
-    attention_dropout=0.0,
-    activation_dropout=0.0,
-    forced_eos_token_id=None,
-)
+# The sizes of the parity tests' models (d_model 32, 2 + 2 layers, 4 heads), no dropout.
+COMMON = {**PARITY_MODELS, "forced_eos_token_id": None}
 MBART50_CODES = ["de_DE", "en_XX", "fr_XX"]
 M2M100_CODES = ["__de__", "__en__", "__fr__"]
 # family -> (config class, model class, config values, the EOS logit bias that ends outputs at

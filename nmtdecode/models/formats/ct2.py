@@ -6,9 +6,11 @@ float32, float16 and bfloat16 variables are read as safetensors tensors are (the
 known place). int8 weights are CTranslate2's rows with a scale each, value = row / scale (scale =
 127 / max |row|; ctranslate2/specs/model_spec.py): on a CPU in float32 they are kept as they are,
 the int8 layers of models/quantize.py holding those very rows (their scale is the reciprocal,
-max |row| / 127), with no dequantizing and quantizing again; anywhere else, or where the placement
-names float products (--gemm torch/onednn, --dtype float16/bfloat16, a GPU), they are dequantized
-as read. int16 weights (one scale each) are dequantized: nothing here multiplies int16.
+max |row| / 127), with no dequantizing and quantizing again (placement.py makes their products
+quantize each row of activations alone, as CTranslate2's do); where the placement names float
+products (--gemm torch/onednn, --dtype float16/bfloat16, a GPU) they are dequantized as read.
+int16 weights (one scale each) become int8 as CTranslate2 makes them on a CPU without int16
+products; nothing here multiplies int16.
 """
 
 from __future__ import annotations

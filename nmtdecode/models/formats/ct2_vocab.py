@@ -165,8 +165,8 @@ class _SpacedPieces:
 
 @dataclass(frozen=True)
 class SourceFrame:
-    """What goes around a source's pieces: `given` for pieces (the config's flags, as CTranslate2
-    takes them), `family` for text (see the module's docstring)."""
+    """What goes around a source: pieces get the config's flags (`bos`, `eos`), as CTranslate2
+    takes them; text gets its family's frame too (see the module's docstring)."""
 
     family: str  # marian, bart, fairseq, transformer
     bos: bool  # the config's add_source_bos
@@ -192,6 +192,9 @@ class Ct2Tokenizer(HFTokenizer):
         if family == "marian":  # a multi-target model reads >>tgt<< before the source
             if src_lang:
                 raise ConfigError("src_lang: Marian models have no source-language tag (tgt_lang picks >>xx<<)")
+            tgt_lang = (
+                tgt_lang[2:-2] if tgt_lang and tgt_lang.startswith(">>") and tgt_lang.endswith("<<") else tgt_lang
+            )
             self.before, self.after = [self._tag("tgt_lang", tgt_lang)] if tgt_lang else [], [self.eos_id]
             return None
         forced = self._tag("tgt_lang", tgt_lang) if tgt_lang else None
