@@ -287,3 +287,20 @@ def test_inspect_reads_a_folder_as_the_load_does(tmp_path, monkeypatch, int8):
     path = write_folder(tmp_path / "ct2", tiny_transformer(vocab=VOCAB, eos_bias=1.0), TOKENS, int8=int8)
     summary = assert_inspect_matches_the_loaded_model(str(path), monkeypatch)
     assert summary.format == "ctranslate2/transformer" and summary.defaults["early_stopping"] == "ctranslate2"
+
+
+@pytest.mark.parametrize(
+    "family, tags, found",
+    [
+        ("fairseq", ["__en__", "__de__"], ({"en": 6, "de": 7}, "__{}__")),  # M2M100
+        ("fairseq", ["eng_Latn", "deu_Latn"], ({"eng_Latn": 6, "deu_Latn": 7}, "{}")),  # NLLB
+        ("fairseq", ["en_XX", "de_DE"], ({"en_XX": 6, "de_DE": 7}, "{}")),  # mBART-50
+        ("marian", [">>fra<<", ">>deu<<"], ({"fra": 6, "deu": 7}, ">>{}<<")),
+        ("transformer", ["__en__", "eng_Latn"], ({}, "{}")),
+    ],
+)
+def test_the_language_tags_of_each_family(family, tags, found):
+    from nmtdecode.models.formats.ct2_vocab import Vocabulary, languages
+
+    vocabulary = Vocabulary(["<s>", "<pad>", "</s>", "<unk>", "\u2581a", "b_c", *tags], "<unk>")
+    assert languages(family, vocabulary) == found
