@@ -70,7 +70,8 @@ class Engine:
             raise ConfigError("quantize: int8 is for CPU decoding; on CUDA use --dtype float16 or bfloat16")
         # every weight read once, straight into its form on its device (models/placement.py)
         placement = Placement(device, DTYPES[runtime.dtype], "int8" if runtime.quantize == "int8" else runtime.gemm)
-        loaded = load_model(config.io.model, config.io.ensemble_rule, config.io.ensemble_weights, placement)
+        io = config.io
+        loaded = load_model(io.model, io.ensemble_rule, io.ensemble_weights, placement, io.tokenizer)
         memory.tune_allocator()
         # What is loaded now lives as long as the process: exempt it from the cyclic garbage
         # collector, whose full passes over the model's objects otherwise interrupt decoding. No
