@@ -61,6 +61,7 @@ def resolve(
     config = config.with_model_defaults(loaded.defaults)
     decoding = config.decoding
     rules = loaded.rules_for(decoding.src_lang, decoding.tgt_lang)
+    engine.source_prefix = decoding.source_prefix  # what every source line of the job gets before it
     piece_id = getattr(loaded.tokenizer, "piece_id", None)
     job = ResolvedJob(
         config,

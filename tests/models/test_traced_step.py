@@ -79,6 +79,18 @@ def test_one_trace_per_kind_of_step_serves_every_batch():
             embed_scale=32**0.5,
             activation="silu",
         ),  # M2M100-like
+        dict(
+            norm="rmsnorm",
+            gated_ffn=True,
+            activation="gelu_tanh",
+            head_dim=6,
+            positions="relative",
+            relative_buckets=8,
+            relative_max_distance=12,
+            scale_queries=False,
+            bias=False,
+            decoder_layers=3,
+        ),  # T5-like: heads 6 wide, relative positions in every self-attention
     ],
 )
 @pytest.mark.parametrize("backend", ["onednn", "torch"])

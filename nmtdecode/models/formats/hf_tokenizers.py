@@ -123,21 +123,22 @@ class _Backend(Protocol):
 
 
 class _Pieces:
-    """SentencePiece pieces mapped through vocab.json (Marian, M2M100), as transformers' Python
+    """SentencePiece pieces mapped through vocab.json (Marian, M2M100; T5 and Pegasus through their
+    own numbering, hf_spiece.py), as transformers' Python
     tokenizers do: added-token strings (`</s>`, ...) are cut out of the text first and become their
     ids; every other stretch is encoded on its own, and a piece missing from the vocabulary is <unk>.
     Marian also takes a leading `>>xx<<` of a stretch as one token."""
 
     def __init__(
         self,
-        model: str,
+        model: str | spm.SentencePieceProcessor,
         vocab: dict[str, int],
         unk_id: int,
         added: dict[str, int],
         marian: bool = False,
         detok: spm.SentencePieceProcessor | None = None,
     ) -> None:
-        self.sp = _load_spm(model)
+        self.sp = model if isinstance(model, spm.SentencePieceProcessor) else _load_spm(model)
         self.detok = detok or self.sp  # Marian decodes with source.spm when the vocabulary is shared
         self.vocab, self.unk_id, self.added, self.marian = vocab, unk_id, added, marian
         self.pieces = {i: p for p, i in vocab.items()}

@@ -1,4 +1,4 @@
-"""Hugging Face seq2seq directories (Marian, BART, mBART, M2M100/NLLB) loaded onto our Transformer.
+"""Hugging Face seq2seq directories (Marian, BART, mBART, M2M100/NLLB, Pegasus, T5) loaded onto our Transformer.
 
 The torch half: hf_config.py reads the directory (architecture, decoding
 defaults, which stored tensors make each of our parameters); here the tensors
@@ -8,6 +8,8 @@ are read (`model.safetensors`, also sharded, or `pytorch_model.bin` with
 
 from __future__ import annotations
 
+from ...options.config import ConfigError
+from ..architecture import precision_refusal
 from ..checkpoint import LoadedModel, ModelFacts, ModelRules
 from ..placement import Placement, load_weights
 from ..transformer import Transformer
@@ -37,9 +39,13 @@ def _network(
     path: str, hf: dict | None = None, placement: Placement | None = None
 ) -> tuple[Transformer, ModelFacts, Placement]:
     facts = describe(path, read_tensors, hf)
+    refusal = precision_refusal(facts.cfg, str(placement.dtype).removeprefix("torch.")) if placement else None
+    if refusal:
+        raise ConfigError(refusal)
     model = allocate(facts.cfg, path)
     tensors = facts.stored.tensors
-    placed = load_weights(model, convert_weights(weight_sources(facts.cfg, tensors, path), tensors), path, placement)
+    sources = weight_sources(facts.cfg, tensors, path, facts.format.partition("/")[2])
+    placed = load_weights(model, convert_weights(sources, tensors), path, placement)
     return model.eval(), facts, placed
 
 
