@@ -9,7 +9,8 @@ What makes a T5 a T5 (Raffel et al. 2020), each one of TransformerConfig's switc
   scores q.k, not q.k / sqrt(d_kv)          scale_queries False
   d_kv (heads * d_kv may differ from d)     head_dim
   feed_forward_proj relu | gated-gelu       activation, gated_ffn (gated-gelu: GELU's tanh form)
-  tied lm_head: output * d_model^-0.5       output_scale (scale_decoder_outputs, else tie_word_embeddings)
+  tied lm_head: output * d_model^-0.5       output_scale (scale_decoder_outputs, else tie_word_embeddings;
+                                            never in mT5)
   num_decoder_layers (ByT5: fewer)          decoder_layers
   decoder_start_token_id (MADLAD: not pad)  decoder_start_id
 
@@ -51,7 +52,10 @@ def feed_forward(hf: dict, where: str) -> tuple[str, bool]:
 
 
 def scales_outputs(hf: dict) -> bool:
-    """Whether the decoder output is scaled by d_model^-0.5 before the output projection."""
+    """Whether the decoder output is scaled by d_model^-0.5 before the output projection: never in
+    mT5 (v1.1's layout; transformers' MT5 has no such scale, whatever tie_word_embeddings says)."""
+    if hf.get("model_type") == "mt5":
+        return False
     saved = hf.get("scale_decoder_outputs")
     return saved if isinstance(saved, bool) else hf.get("tie_word_embeddings") is not False
 
