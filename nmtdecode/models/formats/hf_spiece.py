@@ -43,18 +43,25 @@ BYTE_OFFSET = 3  # ByT5: <pad> </s> <unk>, then the 256 byte values
 
 class _Bytes:
     """ByT5's: every UTF-8 byte of the text + 3; `added` (special tokens and <extra_id_N>) cut
-    out of the text first. Invalid UTF-8 in decoded bytes is left out, as transformers does."""
+    out of the text first, the spaces before those of `lstrip` and after those of `rstrip` with them
+    (ByT5's <pad> </s> <unk>). Invalid UTF-8 in decoded bytes is left out, as transformers does."""
 
     marks_words = False  # no piece starts a word (hf_tokenizers.HFTokenizer.word_marker)
 
-    def __init__(self, added: dict[str, int]) -> None:
-        self.added = added
+    def __init__(self, added: dict[str, int], lstrip: frozenset[str], rstrip: frozenset[str]) -> None:
+        self.added, self.lstrip, self.rstrip = added, lstrip, rstrip
         self.added_pieces = {i: t for t, i in added.items()}
         alternatives = "|".join(re.escape(t) for t in sorted(added, key=len, reverse=True))
         self.splitter = re.compile(f"({alternatives})") if added else None
 
     def _pieces_and_ids(self, text: str) -> Iterator[tuple[str, int]]:
-        for part in self.splitter.split(text) if self.splitter else [text]:
+        parts = self.splitter.split(text) if self.splitter else [text]  # text, token, text, ...
+        for k in range(1, len(parts), 2):
+            if parts[k] in self.lstrip:
+                parts[k - 1] = parts[k - 1].rstrip()
+            if parts[k] in self.rstrip:
+                parts[k + 1] = parts[k + 1].lstrip()
+        for part in parts:
             if part in self.added:
                 yield part, self.added[part]
             else:
@@ -115,7 +122,7 @@ def load_tokenizer(path: str, hf: dict, cfg: TransformerConfig) -> HFTokenizer:
     tok_file, spm_file = os.path.join(path, "tokenizer.json"), os.path.join(path, "spiece.model")
     backend: _Backend
     if kind == "ByT5Tokenizer":
-        backend = _Bytes(_byt5_added(config))
+        backend = _Bytes(*_byt5_added(config))
     elif os.path.isfile(tok_file):
         backend = _read_tokenizer_json(tok_file)
     elif os.path.isfile(spm_file):
@@ -153,7 +160,8 @@ def _tags(backend: _Backend) -> dict[str, int]:
         pieces = backend.vocab.items()
     else:
         return {}
-    return {m.group(1): i for piece, i in pieces if (m := TAG.fullmatch(piece))}
+    tags = {m.group(1): i for piece, i in pieces if (m := TAG.fullmatch(piece))}
+    return dict(sorted(tags.items(), key=lambda tag: tag[1]))  # in the vocabulary's order
 
 
 def _t5_pieces(model: str, config: dict, cfg: TransformerConfig) -> _Pieces:
@@ -170,7 +178,7 @@ def _t5_pieces(model: str, config: dict, cfg: TransformerConfig) -> _Pieces:
     defaults = {p: i for p, i in sentinels.items() if i < cfg.src_vocab_size}
     added = _added_tokens(config, vocab, ["<pad>", "</s>", "<unk>"]) if config.get("added_tokens_decoder") else {}
     added = added or {**{t: vocab[t] for t in ("<pad>", "</s>", "<unk>") if t in vocab}, **defaults}
-    return _Pieces(sp, vocab, sp.unk_id(), added)
+    return _Pieces(sp, vocab, sp.unk_id(), added, strip=False)
 
 
 def _pegasus_pieces(model: str, config: dict) -> _Pieces:
@@ -182,11 +190,16 @@ def _pegasus_pieces(model: str, config: dict) -> _Pieces:
     vocab = {sp.id_to_piece(i): i + offset for i in range(2, sp.get_piece_size())}
     reserved = ["<pad>", "</s>", "<mask_1>", "<mask_2>", *(f"<unk_{i}>" for i in range(2, offset))]
     added = {token: i for i, token in enumerate(reserved)}
-    return _Pieces(sp, vocab, sp.unk_id() + offset, added)
+    return _Pieces(sp, vocab, sp.unk_id() + offset, added, strip=False)
 
 
-def _byt5_added(config: dict) -> dict[str, int]:
-    """ByT5's special tokens: <pad> </s> <unk> at 0 1 2, its 125 sentinels after the bytes."""
-    if config.get("added_tokens_decoder"):  # as transformers saved them
-        return _added_tokens(config, {}, [])
-    return {"<pad>": 0, "</s>": 1, "<unk>": 2, **{f"<extra_id_{n}>": 256 + BYTE_OFFSET + n for n in range(125)}}
+def _byt5_added(config: dict) -> tuple[dict[str, int], frozenset[str], frozenset[str]]:
+    """ByT5's special tokens, and those that take the spaces before and after them: <pad> </s> <unk>
+    at 0 1 2, taking both, and its 125 sentinels after the bytes; or as transformers saved them."""
+    saved = [t for t in (config.get("added_tokens_decoder") or {}).values() if isinstance(t, dict)]
+    if saved:
+        lstrip, rstrip = ({str(t.get("content")) for t in saved if t.get(side)} for side in ("lstrip", "rstrip"))
+        return _added_tokens(config, {}, []), frozenset(lstrip), frozenset(rstrip)
+    specials = frozenset(("<pad>", "</s>", "<unk>"))
+    sentinels = {f"<extra_id_{n}>": 256 + BYTE_OFFSET + n for n in range(125)}
+    return {"<pad>": 0, "</s>": 1, "<unk>": 2, **sentinels}, specials, specials
