@@ -67,11 +67,12 @@ def config_of(variant: str) -> dict:
     return {**SIZES, **VARIANTS[variant][2]}
 
 
-def build(variant, path, seed=0, eos_row=None, **generation):
-    """A random model of `variant` saved to `path` with generation_config.json of `generation`;
-    returns (the transformers model, our Transformer, decoding defaults, rules)."""
+def build(variant, path, seed=0, eos_row=None, config=None, **generation):
+    """A random model of `variant` (its config values updated with `config`) saved to `path` with
+    generation_config.json of `generation`; returns (the transformers model, our Transformer,
+    decoding defaults, rules)."""
     config_name, model_name, _ = VARIANTS[variant]
-    values, std = config_of(variant), STD.get(variant, 0.25)
+    values, std = {**config_of(variant), **(config or {})}, STD.get(variant, 0.25)
     torch.manual_seed(seed)
     hf = getattr(transformers, model_name)(getattr(transformers, config_name)(**values)).eval()
     with torch.no_grad():
