@@ -117,10 +117,13 @@ def attention_weights(
     return torch.softmax(scores, dim=-1)
 
 
-class SelfAttention(nn.Module):
-    """Multi-head self-attention with the q, k and v projections fused in one matmul. Each of its
-    heads is `head_size` wide (d_model / heads unless given); scale: what the scores q.k are
+class Attention(nn.Module):
+    """What both attentions are built from: heads `head_size` wide (d_model / heads unless given),
+    the projections of the input into them (INPUTS: each one's name and how many heads-wide
+    blocks it fuses in one product), `out` back to d_model; scale: what the scores q.k are
     multiplied by (None: 1/sqrt(head_size); T5: 1)."""
+
+    INPUTS: dict[str, int] = {}
 
     def __init__(
         self,
@@ -134,8 +137,16 @@ class SelfAttention(nn.Module):
         super().__init__()
         self.heads, self.dropout, self.scale = heads, dropout, scale
         inner = heads * (head_size or d_model // heads)
-        self.qkv = nn.Linear(d_model, 3 * inner, bias=bias)
+        for name, blocks in self.INPUTS.items():
+            setattr(self, name, nn.Linear(d_model, blocks * inner, bias=bias))
         self.out = nn.Linear(inner, d_model, bias=bias)
+
+
+class SelfAttention(Attention):
+    """Multi-head self-attention with the q, k and v projections fused in one matmul."""
+
+    INPUTS = {"qkv": 3}
+    qkv: nn.Linear
 
     def forward(
         self,
@@ -180,25 +191,12 @@ class SelfAttention(nn.Module):
         return self.out(y.reshape(n, -1))
 
 
-class CrossAttention(nn.Module):
-    """Decoder-to-encoder attention; keys/values of the memory are projected once per batch. Heads
-    and scale as in SelfAttention."""
+class CrossAttention(Attention):
+    """Decoder-to-encoder attention; keys/values of the memory are projected once per batch."""
 
-    def __init__(
-        self,
-        d_model: int,
-        heads: int,
-        dropout: float = 0.0,
-        bias: bool = True,
-        head_size: int | None = None,
-        scale: float | None = None,
-    ) -> None:
-        super().__init__()
-        self.heads, self.dropout, self.scale = heads, dropout, scale
-        inner = heads * (head_size or d_model // heads)
-        self.q = nn.Linear(d_model, inner, bias=bias)
-        self.kv = nn.Linear(d_model, 2 * inner, bias=bias)
-        self.out = nn.Linear(inner, d_model, bias=bias)
+    INPUTS = {"q": 1, "kv": 2}
+    q: nn.Linear
+    kv: nn.Linear
 
     def project_memory(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """memory (B, S, d) -> keys, values (B, H, S, hd)."""

@@ -11,7 +11,7 @@ from nmtdecode.engine.decoding import BatchDecoder
 from nmtdecode.models.steps import EagerSteps
 from nmtdecode.models.traced_step import TracedSteps
 
-from tests.helpers import placed, random_sources, tiny_transformer
+from tests.helpers import T5_LIKE, placed, random_sources, tiny_transformer
 from tests.models.test_fixed_step import STRATEGIES
 
 pytestmark = pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")  # sizes read as the trace means to
@@ -79,18 +79,7 @@ def test_one_trace_per_kind_of_step_serves_every_batch():
             embed_scale=32**0.5,
             activation="silu",
         ),  # M2M100-like
-        dict(
-            norm="rmsnorm",
-            gated_ffn=True,
-            activation="gelu_tanh",
-            head_dim=6,
-            positions="relative",
-            relative_buckets=8,
-            relative_max_distance=12,
-            scale_queries=False,
-            bias=False,
-            decoder_layers=3,
-        ),  # T5-like: heads 6 wide, relative positions in every self-attention
+        T5_LIKE,
     ],
 )
 @pytest.mark.parametrize("backend", ["onednn", "torch"])
