@@ -110,9 +110,10 @@ class Engine:
         return self.loaded.model.decoding_bytes(sentences, width, positions, DTYPES[self.config.runtime.dtype])
 
     def encode_source(self, text: str | list[str], max_src_length: int | None) -> tuple[list[int], bool]:
-        """A source line's ids, cut to the model's positions (or max_src_length) with its EOS kept,
-        and whether it was cut: the one rule translate and score share. A list is the line's
-        pieces, already tokenized (the Python API's token input)."""
+        """A source line's ids, the job's --source-prefix before its text, cut to the model's
+        positions (or max_src_length) with its EOS kept, and whether it was cut: the one rule
+        translate, score and the Python API share. A list is the line's pieces, already tokenized
+        (the Python API's token input), taken as they are."""
         tokenizer = self.loaded.tokenizer
         if isinstance(text, list) and self.source_prefix:
             raise ConfigError(

@@ -2,10 +2,12 @@
 
 Vaswani et al. 2017, "Attention Is All You Need", with the switches that the
 published checkpoint families differ in: pre- or post-norm layers (Marian and
-BART are post-norm, mBART and M2M100 pre-norm), sinusoidal or learned
-positions with an index offset (BART's learned table starts at 2), embedding
-scale, a layer norm after the embeddings, biases, activation, shared and tied
-embeddings and a bias on the output logits.
+BART are post-norm, mBART, M2M100, Pegasus and T5 pre-norm), LayerNorm or T5's
+RMS norm, sinusoidal or learned positions with an index offset (BART's learned
+table starts at 2) or T5's relative position bias (relative.py), embedding
+scale, a layer norm after the embeddings, biases, activation, a gated
+feed-forward (T5 v1.1), the heads' width and whether scores are scaled by it,
+shared and tied embeddings, a scale and a bias on the output logits.
 
 Incremental decoding: `init_cache` projects the encoder output to the
 cross-attention keys/values once per batch; `decode_step` feeds one token per

@@ -136,13 +136,13 @@ def test_encoder_and_every_step_logit_match(family, tmp_path):
     torch.testing.assert_close(steps, hf_logits, rtol=0, atol=1e-4)
 
 
-def hf_generate(hf, ids, mask, **kwargs):
+def hf_generate(hf, ids, mask, eos=EOS, **kwargs):
     out = hf.generate(
         input_ids=ids, attention_mask=mask.long(), return_dict_in_generate=True, output_scores=True, **kwargs
     )
     sequences = []
     for row in out.sequences[:, 1:].tolist():  # drop the decoder start token
-        sequences.append(row[: row.index(EOS)] if EOS in row else row)
+        sequences.append(row[: row.index(eos)] if eos in row else row)
     return sequences, out.get("sequences_scores")
 
 

@@ -9,24 +9,12 @@ import pytest
 import torch
 
 from nmtdecode.engine.decoding import BatchDecoder
-from nmtdecode.options.config import Config, DecodingConfig
+from nmtdecode.options.config import DecodingConfig
 
 from tests.models.formats.t5_models import GREEDY_BATCH, VARIANTS, batch, build, config_of
+from tests.models.formats.test_huggingface_parity import hf_generate, ours_generate
 
 pytestmark = pytest.mark.parity  # against a peer library: in make test, not in make test-fast
-
-
-def hf_generate(hf, ids, mask, eos, **kwargs):
-    out = hf.generate(
-        input_ids=ids, attention_mask=mask.long(), return_dict_in_generate=True, output_scores=True, **kwargs
-    )
-    sequences = [row[: row.index(eos)] if eos in row else row for row in out.sequences[:, 1:].tolist()]
-    return sequences, out.get("sequences_scores")
-
-
-def ours_generate(ours, defaults, rules, rows, **overrides):
-    config = Config.from_values(overrides).with_model_defaults(defaults)
-    return BatchDecoder(ours, config.decoding, rules).translate_batch(rows)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
