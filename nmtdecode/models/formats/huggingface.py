@@ -8,8 +8,6 @@ are read (`model.safetensors`, also sharded, or `pytorch_model.bin` with
 
 from __future__ import annotations
 
-from ...options.config import ConfigError
-from ..architecture import precision_refusal
 from ..checkpoint import LoadedModel, ModelFacts, ModelRules
 from ..placement import Placement, load_weights
 from ..transformer import Transformer
@@ -39,9 +37,6 @@ def _network(
     path: str, hf: dict | None = None, placement: Placement | None = None
 ) -> tuple[Transformer, ModelFacts, Placement]:
     facts = describe(path, read_tensors, hf)
-    refusal = precision_refusal(facts.cfg, str(placement.dtype).removeprefix("torch.")) if placement else None
-    if refusal:
-        raise ConfigError(refusal)
     model = allocate(facts.cfg, path)
     tensors = facts.stored.tensors
     sources = weight_sources(facts.cfg, tensors, path, facts.format.partition("/")[2])
