@@ -100,7 +100,9 @@ class _T5Tokenizer(HFTokenizer):
     def set_languages(self, src_lang: str | None, tgt_lang: str | None) -> None:
         if src_lang:
             raise ConfigError("src_lang: T5 models have no source-language tag (MADLAD-400: --tgt-lang)")
-        self.tag_text = f"<2{tgt_lang}> " if tgt_lang and self._tag("tgt_lang", tgt_lang) is not None else ""
+        if tgt_lang:
+            self._tag("tgt_lang", tgt_lang)  # one of the vocabulary's <2xx>, or an error naming them
+        self.tag_text = f"<2{tgt_lang}> " if tgt_lang else ""
         self.before, self.after = self.source.ids(self.tag_text), [self.eos_id]  # before: for given pieces
         return None
 
