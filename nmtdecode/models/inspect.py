@@ -130,8 +130,9 @@ def describe(path: str) -> str:
         f"path:          {path}",
         f"format:        {model.format}",
         f"architecture:  Transformer {cfg.encoder_layers}+{cfg.decoder_layers} layers, d_model {cfg.d_model}, "
-        f"{cfg.heads} heads, ffn {cfg.ffn_dim}, {cfg.activation}, {'pre' if cfg.pre_norm else 'post'}-norm, "
-        f"{cfg.positions} positions",
+        f"{cfg.heads} heads{f' of {cfg.head_dim}' if cfg.head_dim else ''}, ffn {cfg.ffn_dim}, "
+        f"{'gated ' if cfg.gated_ffn else ''}{cfg.activation}, {'pre' if cfg.pre_norm else 'post'}-norm"
+        f"{' (RMS)' if cfg.norm == 'rmsnorm' else ''}, {cfg.positions} positions",
         f"vocabulary:    source {cfg.src_vocab_size}, target {cfg.tgt_vocab_size}"
         f"{' (shared embeddings)' if cfg.share_embeddings else ''}",
         f"parameters:    {model.parameters:,}",

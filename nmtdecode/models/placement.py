@@ -23,6 +23,8 @@ from torch import nn
 
 from . import memory
 from . import gemm
+from ..options.config import ConfigError
+from .architecture import precision_refusal
 from .checkpoint import ModelError, largest_demand
 from .quantize import Int8Embedding, Int8TiedOutput, int8_linear, quantized_rows
 from .transformer import Transformer
@@ -99,7 +101,11 @@ def load_weights(model: Transformer, sources: dict, source: str, placement: Plac
     """Give `model` its weights from `sources` (our parameter names -> stored tensors of
     models/weights.py, or plain tensors), strictly checked (names and shapes, before anything is
     read), each read once into the form `placement` gives it (default: float32 on the CPU).
-    Returns the placement with its backend decided."""
+    Returns the placement with its backend decided. A dtype the model cannot compute in is refused
+    first, in one line (architecture.precision_refusal: T5 in float16)."""
+    refusal = precision_refusal(model.cfg, str((placement or Placement()).dtype).removeprefix("torch."))
+    if refusal:
+        raise ConfigError(refusal)
     sources = {
         name: InMemoryTensor(t, name, source) if isinstance(t, torch.Tensor) else t for name, t in sources.items()
     }

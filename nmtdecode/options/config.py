@@ -80,6 +80,11 @@ class DecodingConfig(Section):
     ban_unk: bool = option(False, "Never generate the unknown token.")
     src_lang: str | None = option(None, "Source language code (mBART, M2M100, NLLB).")
     tgt_lang: str | None = option(None, "Target language code for multilingual models.")
+    source_prefix: str = option(
+        "",
+        "Text put before every source line as it is: T5's task, e.g. 'translate English to German: ' "
+        "(its last space included).",
+    )
     repetition_penalty: float = option(
         1.0,
         "CTRL penalty on the logits of tokens already generated (> 1 discourages repeats; 1: off).",
@@ -379,6 +384,7 @@ SCORE_KEYS = (
     "quiet",
     "src_lang",
     "tgt_lang",
+    "source_prefix",
 )
 # Keys a config file may hold besides the options: they plan a run of many files (jobs.py).
 PLAN_OPTIONS = {

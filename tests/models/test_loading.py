@@ -41,9 +41,9 @@ def test_load_model_dispatches_on_the_file_each_format_detects(tmp_path):
     assert loading.load_model(str(model_dir)).format == "native"  # config.yaml wins over config.json
     hf_dir = tmp_path / "hf"
     hf_dir.mkdir()
-    (hf_dir / "config.json").write_text(json.dumps({"model_type": "t5", "d_model": 8}))
+    (hf_dir / "config.json").write_text(json.dumps({"model_type": "umt5", "d_model": 8}))
     assert model_format(str(hf_dir)) == "huggingface"
-    with pytest.raises(ModelError, match="model_type 't5' is not supported"):  # only the HF format says this
+    with pytest.raises(ModelError, match="model_type 'umt5' is not supported"):  # only the HF format says this
         loading.load_model(str(hf_dir))
 
 
