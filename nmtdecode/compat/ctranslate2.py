@@ -281,13 +281,13 @@ class Translator:
         self, sources: list, prefixes: list | None, args: dict, batching: dict
     ) -> list[TranslationResult]:
         """return_alternatives: each source's alternatives after its prefix, in their order."""
+        given = [(p or []) for p in prefixes] if prefixes else [[] for _ in sources]
         options_for = partial(self._call_options, batching)
-        results = []
-        for i, source in enumerate(sources):
-            prefix = (prefixes[i] if prefixes else None) or []
-            found = alternatives(self._slot.api, source, prefix, args, options_for, self._piece)
-            results.append(self._result(source, [a.hypothesis for a in found], args, [a.score for a in found]))
-        return results
+        found = alternatives(self._slot.api, sources, given, args, options_for, self._piece)
+        return [
+            self._result(source, [a.hypothesis for a in alts], args, [a.score for a in alts])
+            for source, alts in zip(sources, found)
+        ]
 
     def _result(
         self, source: list[str], hyps: list[api.Translation], args: dict, scores: list[float] | None = None

@@ -247,6 +247,7 @@ def prefixes_of(translator, sources: list) -> list:
         {"num_hypotheses": 3, "beam_size": 3, "length_penalty": 0},
         {"num_hypotheses": 6, "min_alternative_expansion_prob": 0.05},
         {"num_hypotheses": 3, "max_decoding_length": 5, "min_decoding_length": 4},
+        {"num_hypotheses": 3, "max_decoding_length": 2},  # each prefix length ends its hypotheses differently
         {"num_hypotheses": 2, "disable_unk": True, "max_batch_size": 4},
     ],
 )
@@ -265,8 +266,11 @@ def test_alternatives_are_ctranslate2s(both, sources, options):
         kept = [i for i, r in enumerate(first) if math.exp(r.scores[0]) >= 0.06]
         chosen, prefixes = [chosen[i] for i in kept], [prefixes[i] for i in kept]
     found = [t.translate_batch(chosen, prefixes, return_alternatives=True, return_scores=True, **options) for t in both]
-    same, worst = agreement(*found)
-    assert same >= 0.95 and worst <= SCORE_RELATIVE, (same, worst)
+    same = [(a.scores, b.scores) for a, b in zip(*found) if a.hypotheses == b.hypotheses]
+    assert len(same) >= 0.95 * len(chosen)
+    theirs_scores, ours_scores = ([x for pair in same for x in pair[side]] for side in (0, 1))
+    # float32 rounding: a log-probability near 0 (the token is near-certain) has an error near 1e-6
+    assert ours_scores == pytest.approx(theirs_scores, rel=SCORE_RELATIVE, abs=1e-5)
     if options.get("return_attention"):
         for source, result in zip(chosen, found[1]):
             expected = [forced_attention(theirs, source, hypothesis) for hypothesis in result.hypotheses]
