@@ -299,8 +299,9 @@ class BatchDecoder:
         return AttentionFacts(coverage, cfg.aligned, cfg.attention)
 
     def pad(self, sources: list[list[int]], pad_id: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """The padded ids (B, S) and their mask, True = real token. One tensor from padded lists: a
-        fifth of the time of filling a tensor row by row (docs/speed.md)."""
+        """The padded ids (B, S) and their mask, True = real token. One tensor from padded lists:
+        much faster than filling a tensor row by row
+        (docs/speed.md#measurements-behind-design-choices)."""
         longest, device = max(len(s) for s in sources), self.device
         pad_id = self.pad_id if pad_id is None else pad_id
         ids = torch.tensor([list(s) + [pad_id] * (longest - len(s)) for s in sources], dtype=torch.long, device=device)

@@ -74,7 +74,8 @@ class Engine:
         memory.tune_allocator()
         # What is loaded now lives as long as the process: exempt it from the cyclic garbage
         # collector, whose full passes over the model's objects otherwise interrupt decoding. No
-        # collection first: it found ~20 unreachable objects among ~170,000 and took 80-100 ms.
+        # collection first: a freshly loaded model holds next to no garbage, and a full pass over its
+        # objects would delay every load (docs/speed.md#measurements-behind-design-choices).
         gc.freeze()
         steps = step_runner_for(
             loaded.model, device, runtime.cuda_graphs, runtime.traced_step, runtime.quantize, print_warning

@@ -86,8 +86,8 @@ def run(
 
 
 # --stream: the batches' worth of waiting lines sorted by length together. Batches in input order
-# decoded the demo's held-out lines about 20% slower than sorted ones (padding, and each batch
-# runs to its longest source's step limit); four batches sorted together, within 10% (speed.md).
+# are slower (more padding, and each batch runs to its longest source's step limit); four batches
+# sorted together come close to a whole chunk sorted (docs/speed.md#pipes-and---stream).
 STREAM_BATCHES = 4
 
 

@@ -19,8 +19,8 @@ from .state import AttentionProbe, LayerState
 
 # Every fused attention kernel but cuDNN's. torch picks cuDNN's for float16 on recent GPUs, and
 # cuDNN builds a plan for every new shape, which nearly every batch brings (a new source length):
-# a large share of a first pass over a file (docs/speed.md#gpus has the figures). The
-# memory-efficient kernel takes the same masks without a plan, flash attention the unmasked case.
+# a large share of a first pass over a file (docs/speed.md#measurements-behind-design-choices).
+# The memory-efficient kernel takes the same masks without a plan, flash attention the unmasked case.
 WITHOUT_CUDNN = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 # sdpa_kernel sets process-wide flags and restores them on leaving: two threads inside it at once
 # (API callers decoding on a GPU from several threads) could restore each other's. The CLI encodes

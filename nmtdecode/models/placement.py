@@ -30,8 +30,9 @@ from .weights import InMemoryTensor, Source, check_weights, in_memory, read, sha
 
 BACKENDS = ("torch", "onednn", "int8")
 # A tied output projection up to this size gets a packed copy beside the embeddings' plain matrix:
-# a product by the plain one costs 12-38% more on Transformer-base shapes (docs/speed.md), and a
-# second copy of 32k x 512 is 64 MB. Above it (NLLB's, mBART's 256k x 1024: 1 GB) the two share one.
+# a product by the plain one costs more on Transformer-base shapes, and a second copy of
+# 32k x 512 is 64 MB (docs/speed.md#real-size-models-on-the-cpu). Above it (NLLB's, mBART's
+# 256k x 1024: 1 GB) the two share one.
 PACKED_TIED_COPY_BYTES = 256 << 20
 MAX_READERS = 4  # threads filling layers at once (reading from the page cache gains little beyond that)
 

@@ -76,7 +76,8 @@ RANDOM_INIT = ("kaiming_uniform_", "uniform_", "normal_", "ones_", "zeros_")
 def skipping_random_init() -> Iterator[None]:
     """While a model whose every parameter a checkpoint will overwrite is built, torch.nn.init's
     initialisers leave tensors as allocated (the approach of transformers' `no_init_weights`;
-    building on the meta device instead would import torch._dynamo, which is slow: docs/speed.md).
+    building on the meta device instead would import torch._dynamo, which is slow:
+    docs/speed.md#measurements-behind-design-choices).
     Restored on exit."""
     saved = {name: getattr(nn.init, name) for name in RANDOM_INIT}
     try:
@@ -249,7 +250,8 @@ class Transformer(nn.Module):
     @classmethod
     def uninitialised(cls, cfg: TransformerConfig) -> "Transformer":
         """A model for a checkpoint to fill (the loaders): its parameters allocated but not randomly
-        initialised, which would cost a large part of the load for nothing (docs/speed.md)."""
+        initialised, which would cost a large part of the load for nothing
+        (docs/speed.md#measurements-behind-design-choices)."""
         with skipping_random_init():
             return cls(cfg)
 

@@ -232,7 +232,8 @@ class SentenceRecords:
         still searching, topped up with finished ones to the next of BATCH_SIZES. The batch
         shrinks only when it falls to a smaller size of that list, so a batch meets a handful
         of row counts, not one per finished sentence: every new row count costs oneDNN a kernel
-        compilation per matrix shape (docs/speed.md) and every shrink a copy of the cache."""
+        compilation per matrix shape and every shrink a copy of the cache
+        (docs/speed.md#measurements-behind-design-choices)."""
         return survivors([self.beams[s].done for s in self.active], self.shrink)
 
     def leaving(self) -> torch.Tensor | None:

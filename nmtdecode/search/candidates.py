@@ -86,9 +86,10 @@ def top_k(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """values.topk(k, dim=1) (values and column indices, best first) for long rows, in two small
     topks instead of one long one. Each row is cut into blocks of BLOCK columns; the k blocks
     with the largest maxima hold the row's k largest values (each block ranked above them has a
-    value at least as large), so the topk of those k * BLOCK candidates is the row's. On CPU,
-    ~2x faster at 160 rows of 6,000 (one beam-5 step of a batch of 32). Ties between equal
-    values may come out in another order than one topk's; the values are the same."""
+    value at least as large), so the topk of those k * BLOCK candidates is the row's. On CPU that
+    is faster than one topk over a long row (docs/speed.md#measurements-behind-design-choices).
+    Ties between equal values may come out in another order than one topk's; the values are the
+    same."""
     n, m = values.shape
     whole = m // BLOCK * BLOCK
     if whole < 4 * k * BLOCK or values.device.type != "cpu" or values.stride(1) != 1:

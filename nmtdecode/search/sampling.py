@@ -108,8 +108,8 @@ class Filters:
         renormalised over what top-k kept (ties at its boundary included).
 
         Only the most probable tokens up to the mass P matter. Sorting the whole vocabulary is
-        slow on CPU (docs/speed.md), so there each row looks at its best 64
-        tokens first, and the rows whose look has not reached P at 4 times more, and so on
+        slow on CPU (docs/speed.md#measurements-behind-design-choices), so there each row looks at its
+        best 64 tokens first, and the rows whose look has not reached P at 4 times more, and so on
         (translation distributions are peaked: most rows stop at once); elsewhere one sort."""
         total = scores.masked_fill(scores < top_k_threshold, NEG_INF).logsumexp(dim=1, keepdim=True)
         if best is not None or scores.device.type != "cpu":

@@ -32,7 +32,7 @@ EOS, UNK = "</s>", "<unk>"
 # Pieces of a SentencePiece byte fallback that Marian never writes unless --allow-special: the
 # control characters <0x00> .. <0x1F> (DefaultVocab::addSpecialWords).
 CONTROL_PIECES = tuple(f"<0x{i:02X}>" for i in range(32))
-BASE_LOADER = getattr(yaml, "CBaseLoader", yaml.BaseLoader)  # libyaml's when pyyaml has it: 10x faster
+BASE_LOADER = getattr(yaml, "CBaseLoader", yaml.BaseLoader)  # libyaml's C parser when pyyaml has it: far faster
 # `piece: id` where YAML reads the piece as the text it spells: no indicator first (- ? : , [ ] { } # & * ! |
 # > ' " % @ `), no space, colon, comma, bracket or hash after (a line that is not is left to YAML).
 PLAIN_ENTRY = re.compile(r"([^\s\-?:,\[\]{}#&*!|>'\"%@`][^\s:,\[\]{}#]*): (\d+)")
