@@ -82,6 +82,24 @@ class Beam:
         if self.ended is not None:
             self.ended += [f for f in new if f is not None]
 
+    def finish(
+        self,
+        step: int,
+        valid: list[bool],
+        score: list[float],
+        totals: list[float],
+        prev: list[int],
+        tokens: list[int],
+        attached: list[dict] | None,
+        order: list[int],
+    ) -> None:
+        """The sentence's row of a step's end (endings.py: `Merged`): those of its candidates that
+        became finished hypotheses (`valid`: their score, log-prob total, backpointer, token and
+        attached facts), ranked into its pool by `order`."""
+        along = attached or [{} for _ in valid]
+        columns = zip(valid, score, totals, prev, tokens, along)
+        self.rank(order, [Finished(s, t, step, p, y, a) if v else None for v, s, t, p, y, a in columns])
+
     def first(self, f: Finished) -> None:
         """The one hypothesis of a pool of one that the sentence fills once (greedy search)."""
         self.finished = [f]
@@ -106,26 +124,6 @@ class Beam:
             tokens, totals, along = self.get_hyp(f.step - 1, f.prev, attached=True)
         along = {name: along[name] + [value] for name, value in f.attached.items()}
         return path_hypothesis(tokens + [f.token], totals + [f.total], along, f.score, eos_id)
-
-
-def rank_finished(
-    beam: Beam,
-    step: int,
-    valid: list[bool],
-    score: list[float],
-    totals: list[float],
-    prev: list[int],
-    tokens: list[int],
-    attached: list[dict] | None,
-    order: list[int],
-) -> None:
-    """A sentence's row of a step's end (endings.py: `Merged`) -> its Beam: the candidates that
-    became finished hypotheses (`valid`; their score, log-prob total, backpointer, token and
-    attached facts), ranked into its pool by `order`."""
-    if True in valid:
-        along = attached or [{} for _ in valid]
-        columns = zip(valid, score, totals, prev, tokens, along)
-        beam.rank(order, [Finished(s, t, step, p, y, a) if v else None for v, s, t, p, y, a in columns])
 
 
 HOST = "cpu"  # where the host search keeps the end of its steps (endings.py): after its copy
@@ -228,7 +226,8 @@ class BeamSearch(SentenceRecords):
             beam = self.beams[sentence]
             if not beam.done:
                 beam.extend(*slots)
-                rank_finished(beam, step, *ends)
+                if True in ends[0]:  # some candidate became a finished hypothesis
+                    beam.finish(step, *ends)
                 beam.done = done
 
     def _facts_of(self, facts: RowFacts | None, top_prev: torch.Tensor, alive_prev: torch.Tensor) -> dict:

@@ -33,7 +33,7 @@ from typing import Protocol
 import torch
 
 from .base import NEG_INF, RowFacts, SentenceRecords, StepOutput, attached_by_sentence, facts_by_sentence, to_host
-from .beam import HOST, Beam, rank_finished
+from .beam import HOST, Beam
 from .endings import Endings
 from .penalties import LengthPenalty
 
@@ -248,7 +248,8 @@ class SamplingSearch(SentenceRecords):
             self.active, rows["tokens"], rows["totals"], along, ended, self.ends.done.tolist()
         ):
             beam = self.beams[sentence]
-            rank_finished(beam, step, valid, score, running, prev, sampled, attached, order)
+            if True in valid:
+                beam.finish(step, valid, score, running, prev, sampled, attached, order)
             beam.extend(sampled, prev, running, attached)
             beam.done = done
         return next_sample_rows(self, tokens, origin)
