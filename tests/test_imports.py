@@ -180,7 +180,12 @@ WITHOUT_TORCH = {
     "nmtdecode.models.formats.eole_config",
     "nmtdecode.models.formats.marian_config",
     "nmtdecode.models.formats.marian_vocab",
+    "nmtdecode.models.formats.marian_yaml",
     "nmtdecode.models.formats.marian_weights",
+    "nmtdecode.models.formats.ct2_binary",
+    "nmtdecode.models.formats.ct2_spec",
+    "nmtdecode.models.formats.ct2_vocab",
+    "nmtdecode.models.formats.ct2_config",
 }
 
 
@@ -199,7 +204,13 @@ WITHOUT_TORCH = {
         "marian",
         "marian_config",
         "marian_vocab",
+        "marian_yaml",
         "marian_weights",
+        "ct2",
+        "ct2_binary",
+        "ct2_spec",
+        "ct2_vocab",
+        "ct2_config",
     ],
 )
 def test_formats_depend_only_on_the_checkpoint_the_transformer_and_the_tokenizers(name):

@@ -85,9 +85,9 @@ def count(
         attention.step_attend = lambda q, k, v, mask: attention.fused_attention(q, k, v, mask)
     try:
         with torch.inference_mode():
-            decoder.translate_batch(sources)  # warm-up
+            decoder.decode(sources)  # warm-up
             with labelled_parts(decoder), torch.profiler.profile() as prof:
-                decoder.translate_batch(sources)
+                decoder.decode(sources)
     finally:
         attention.step_attend = attend
     return {part: (calls / steps, computing / steps) for part, (calls, computing) in part_counts(prof).items()}

@@ -262,11 +262,18 @@ class RuntimeConfig(Section):
 class IOConfig(Section):
     model: str | list[str] | None = option(
         None,
-        "Model directory (native, Hugging Face, eole, Marian) or OpenNMT-py .pt checkpoint or Marian .npz. "
+        "Model directory (native, Hugging Face, eole, Marian, CTranslate2) or OpenNMT-py .pt checkpoint "
+        "or Marian .npz. "
         "Several: --model A B, an ensemble decoded as one model.",
         short="-m",
         many=True,
         metavar="PATH...",
+    )
+    tokenizer: str | None = option(
+        None,
+        "A CTranslate2 folder's SentencePiece model (a file, or a folder holding one), which cuts "
+        "text into its pieces; default: one in the model's folder or beside it.",
+        metavar="PATH",
     )
     ensemble_rule: str | None = option(
         None,
@@ -355,6 +362,7 @@ PER_JOB_KEYS = frozenset(
 # The options `score` shares with translate; from a config file it takes these (and the model) only.
 SCORE_KEYS = (
     "model",
+    "tokenizer",
     "ensemble_rule",
     "ensemble_weights",
     "batch_size",

@@ -25,7 +25,7 @@ STRATEGIES = {
 
 
 def decode(model, cfg, sources, prefixes=None, fixed_steps=None):
-    return BatchDecoder(model, cfg, steps=fixed_steps).translate_batch(sources, prefixes=prefixes)
+    return BatchDecoder(model, cfg, steps=fixed_steps).decode(sources, prefixes=prefixes).nbests
 
 
 def assert_same(eager, fixed):

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")  # si
 
 def decode(model, cfg, sources, prefixes=None, traced_steps=None):
     with torch.inference_mode():
-        return BatchDecoder(model, cfg, steps=traced_steps).translate_batch(sources, prefixes=prefixes)
+        return BatchDecoder(model, cfg, steps=traced_steps).decode(sources, prefixes=prefixes).nbests
 
 
 def assert_identical(eager, traced):

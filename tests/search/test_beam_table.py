@@ -32,7 +32,7 @@ TABLE_LENGTH = {(): {EOS: 0.45, A: 0.55}, (A,): {EOS: 0.1, A: 0.9}, (A, A): {EOS
 def run(tables, sources, beam_size=2, n_best=2, **decoding):
     model = TableModel(6, tables)
     cfg = DecodingConfig(beam_size=beam_size, n_best=n_best, max_length=10, **decoding)
-    return BatchDecoder(model, cfg, BAN_SPECIALS).translate_batch(sources)
+    return BatchDecoder(model, cfg, BAN_SPECIALS).decode(sources).nbests
 
 
 @pytest.mark.parametrize("penalty", ["none", "avg"])
@@ -128,7 +128,7 @@ def test_step_limit_returns_cut_hypotheses():
     model = TableModel(6, [table])
     for beam in (1, 2):
         cfg = DecodingConfig(beam_size=beam, n_best=1, max_length=3)
-        [[hyp]] = BatchDecoder(model, cfg, BAN_SPECIALS).translate_batch([[0, EOS]])
+        [[hyp]] = BatchDecoder(model, cfg, BAN_SPECIALS).decode([[0, EOS]]).nbests
         assert hyp.tokens == [A, A, A] and not hyp.ended
 
 
@@ -137,7 +137,7 @@ def test_min_length_prevents_early_eos(beam):
     table = {(): {EOS: 0.9, A: 0.1}, (A,): {EOS: 0.9, A: 0.1}, (A, A): {EOS: 0.9, A: 0.1}}
     model = TableModel(6, [table])
     cfg = DecodingConfig(beam_size=beam, n_best=1, max_length=10, min_length=2)
-    [[hyp]] = BatchDecoder(model, cfg, BAN_SPECIALS).translate_batch([[0, EOS]])
+    [[hyp]] = BatchDecoder(model, cfg, BAN_SPECIALS).decode([[0, EOS]]).nbests
     assert hyp.tokens == [A, A]
     assert hyp.total == pytest.approx(math.log(0.1 * 0.1 * 0.9))
 

@@ -44,12 +44,12 @@ def everything(results):
 
 
 def both(model, cfg, prefixes=None, rules=None, check_every=None, **options):
-    host = BatchDecoder(model, cfg, rules, **options).translate_batch(SOURCES, prefixes=prefixes)
+    host = BatchDecoder(model, cfg, rules, **options).decode(SOURCES, prefixes=prefixes).nbests
     device = BatchDecoder(model, cfg, rules, on_device=True, **options)
     assert device.on_device
     if check_every:
         device.check_every = check_every
-    return everything(host), everything(device.translate_batch(SOURCES, prefixes=prefixes))
+    return everything(host), everything(device.decode(SOURCES, prefixes=prefixes).nbests)
 
 
 @pytest.mark.parametrize("rule", ["top", "true", "false", "never", "ctranslate2"])
@@ -134,7 +134,7 @@ def test_a_step_reads_nothing_on_the_host_between_checks(model, monkeypatch, opt
     decoder = BatchDecoder(model, DecodingConfig(max_length=15, **OPTIONS[options]), on_device=True)
     decoder.check_every = 100  # never within the 15 steps
     steps = []
-    for _ in decoder.decode(decoder.make_device_search, SOURCES):
+    for _ in decoder.stepwise(SOURCES):
         steps.append(len(reads))
     assert len(steps) == 15 and steps[-1] == steps[0]  # the first step's reads are the loop's (encoding, masks)
 

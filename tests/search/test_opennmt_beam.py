@@ -27,7 +27,7 @@ TABLE = {(): {A: 0.5, EOS: 0.3, B: 0.2}, (A,): {A: 0.36, C: 0.34, EOS: 0.30}, (B
 def nbest(opennmt: bool):
     rules = ModelRules(banned_ids=(0, 1, 2), opennmt_beam=opennmt)
     cfg = DecodingConfig(beam_size=2, n_best=2, max_length=10, length_penalty="none")
-    [hyps] = BatchDecoder(TableModel(7, [TABLE]), cfg, rules).translate_batch([[0, EOS]])
+    [hyps] = BatchDecoder(TableModel(7, [TABLE]), cfg, rules).decode([[0, EOS]]).nbests
     return [(h.tokens, h.score) for h in hyps]
 
 

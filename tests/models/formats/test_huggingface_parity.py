@@ -142,7 +142,7 @@ def hf_generate(hf, ids, mask, **kwargs):
 
 def ours_generate(ours, defaults, rules, rows, **overrides):
     config = Config.from_values(overrides).with_model_defaults(defaults)
-    return BatchDecoder(ours, config.decoding, rules).translate_batch(rows)
+    return BatchDecoder(ours, config.decoding, rules).decode(rows).nbests
 
 
 @pytest.mark.parametrize("family", FAMILIES)
