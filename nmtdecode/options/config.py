@@ -32,7 +32,7 @@ from .option import ConfigError, Option, check_option, coerce, option
 
 LENGTH_PENALTIES = ("none", "avg", "wu")  # search/penalties.py defines each
 COVERAGE_PENALTIES = ("none", "wu", "summary")
-EARLY_STOPPING = ("top", "true", "false", "never", "ctranslate2")  # search/beam.py defines each
+EARLY_STOPPING = ("top", "true", "false", "never", "ctranslate2")  # search/stop_rules.py defines each
 GEMM_BACKENDS = ("auto", "onednn", "torch")  # models/gemm.py
 ENSEMBLE_RULES = ("prob", "logprob", "opennmt")  # models/ensemble.py defines each
 FORMATS = ("text", "nbest", "nbest-marian", "jsonl")  # writing.py
