@@ -207,7 +207,8 @@ def _model_defaults(config: Config) -> dict | None:
         return None
     from .models.loading import load_model
 
-    return load_model(config.io.model, config.io.ensemble_rule, config.io.ensemble_weights).defaults
+    io = config.io
+    return load_model(io.model, io.ensemble_rule, io.ensemble_weights, tokenizer=io.tokenizer).defaults
 
 
 @cli.command(cls=OneValueCommand)

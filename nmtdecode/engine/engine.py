@@ -18,7 +18,7 @@ import torch
 from . import beam_dump
 from ..models import memory
 from .batching import Example, PairScore, Result
-from ..options.config import Config, DecodingConfig
+from ..options.config import Config, ConfigError, DecodingConfig
 from .decoding import BatchDecoder
 from ..models.checkpoint import LoadedModel
 from ..models.ensemble import MemberSources
@@ -50,6 +50,7 @@ class Engine:
         # `auto` is the host search everywhere until the device search has run and been measured on a GPU,
         # where the host's copy every step costs most (docs/speed.md#the-search-on-the-device)
         self.search_on_device = config.runtime.search_on == "device"
+        self.source_prefix = ""  # the job's --source-prefix, set with its languages (resolve.py)
 
     @classmethod
     def load(cls, config: Config) -> "Engine":
@@ -61,7 +62,8 @@ class Engine:
         device = device_for(runtime)  # system.py: there, and computing in the options' precision
         # every weight read once, straight into its form on its device (models/placement.py)
         placement = Placement(device, DTYPES[runtime.dtype], "int8" if runtime.quantize == "int8" else runtime.gemm)
-        loaded = load_model(config.io.model, config.io.ensemble_rule, config.io.ensemble_weights, placement)
+        io = config.io
+        loaded = load_model(io.model, io.ensemble_rule, io.ensemble_weights, placement, io.tokenizer)
         memory.tune_allocator()
         # What is loaded now lives as long as the process: exempt it from the cyclic garbage
         # collector, whose full passes over the model's objects otherwise interrupt decoding. No
@@ -78,11 +80,16 @@ class Engine:
         return self.loaded.model.decoding_bytes(sentences, width, positions, DTYPES[self.config.runtime.dtype])
 
     def encode_source(self, text: str | list[str], max_src_length: int | None) -> tuple[list[int], bool]:
-        """A source line's ids, cut to the model's positions (or max_src_length) with its EOS kept,
-        and whether it was cut: the one rule translate and score share. A list is the line's
-        pieces, already tokenized (the Python API's token input)."""
+        """A source line's ids, the job's --source-prefix before its text, cut to the model's
+        positions (or max_src_length) with its EOS kept, and whether it was cut: the one rule
+        translate, score and the Python API share. A list is the line's pieces, already tokenized
+        (the Python API's token input), taken as they are."""
         tokenizer = self.loaded.tokenizer
-        ids = tokenizer.encode_pieces(text) if isinstance(text, list) else tokenizer.encode(text)
+        if isinstance(text, list) and self.source_prefix:
+            raise ConfigError(
+                "source_prefix: a source given as pieces is taken as it is; put the prefix's pieces in it"
+            )
+        ids = tokenizer.encode_pieces(text) if isinstance(text, list) else tokenizer.encode(self.source_prefix + text)
         cfg = self.loaded.model.cfg
         limit = min(max_src_length or cfg.max_positions, cfg.max_positions)
         if isinstance(ids, MemberSources):  # an ensemble's models, each with its own split
@@ -162,7 +169,8 @@ class Engine:
         mc = self.loaded.model.cfg
         special = {mc.eos_id, mc.bos_id, mc.pad_id, mc.decoder_start_id, *getattr(tokenizer, "languages", {}).values()}
         source_ids = example.ids or []
-        source_pieces = tokenizer.source_pieces(example.text) if source_ids else []
+        text = example.text if isinstance(example.text, list) else self.source_prefix + example.text
+        source_pieces = tokenizer.source_pieces(text) if source_ids else []
         if example.truncated:  # cut as encode_source cuts the ids, its EOS kept
             source_pieces = source_pieces[: len(source_ids) - 1] + [tokenizer.source_piece(mc.eos_id) or ""]
         if len(source_pieces) != len(source_ids):

@@ -60,6 +60,7 @@ def resolve(
     config = config.with_model_defaults(loaded.defaults)
     decoding, notes = config.decoding, []
     rules = loaded.rules_for(decoding.src_lang, decoding.tgt_lang)
+    engine.source_prefix = decoding.source_prefix  # what every source line of the job gets before it
     piece_id = getattr(loaded.tokenizer, "piece_id", None)
     banned_ids = piece_ids("banned_tokens", decoding.banned_tokens, piece_id)
     excluded_ids = piece_ids("ignore_when_blocking", decoding.ignore_when_blocking, piece_id)

@@ -9,7 +9,7 @@ from nmtdecode.options.config import DecodingConfig
 from nmtdecode.engine.decoding import BatchDecoder
 from nmtdecode.models.fixed_step import FixedShapeSteps, bucket
 
-from tests.helpers import placed, random_sources, tiny_transformer
+from tests.helpers import T5_LIKE, placed, random_sources, tiny_transformer
 
 STRATEGIES = {
     "greedy": dict(beam_size=1),
@@ -88,6 +88,7 @@ def test_buffers_serve_smaller_batches_and_grow_for_larger_ones():
             alignment_layer=0,
             alignment_heads=0,
         ),  # M2M100-like, another alignment layer
+        T5_LIKE,
     ],
 )
 def test_fixed_shape_step_follows_each_model_family(family):

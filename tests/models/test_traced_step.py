@@ -11,7 +11,7 @@ from nmtdecode.engine.decoding import BatchDecoder
 from nmtdecode.models.steps import EagerSteps
 from nmtdecode.models.traced_step import TracedSteps
 
-from tests.helpers import placed, random_sources, tiny_transformer
+from tests.helpers import T5_LIKE, placed, random_sources, tiny_transformer
 from tests.models.test_fixed_step import STRATEGIES
 
 pytestmark = pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")  # sizes read as the trace means to
@@ -79,6 +79,7 @@ def test_one_trace_per_kind_of_step_serves_every_batch():
             embed_scale=32**0.5,
             activation="silu",
         ),  # M2M100-like
+        T5_LIKE,
     ],
 )
 @pytest.mark.parametrize("backend", ["onednn", "torch"])
