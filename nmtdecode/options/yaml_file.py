@@ -19,7 +19,7 @@ from .option import ConfigError
 from .table import KEY_SECTION, PLAN_KEYS
 
 # Options naming files: in a config file, a relative path is relative to that file's directory.
-PATH_KEYS = ("model", "src", "output", "output_dir", "prefix", "dump_beam")
+PATH_KEYS = ("model", "src", "output", "output_dir", "prefix", "dump_beam", "tokenizer")
 
 
 class _KeyTwice(Exception):
