@@ -1,4 +1,4 @@
-"""Is the device search (search/device_beam.py: the bookkeeping as tensor operations, the host
+"""Is the device search (search/device/beam.py: the bookkeeping as tensor operations, the host
 reading a done flag) faster than the host search (search/beam.py: one host copy a step and a
 `Beam` object per sentence) on the CPU too?
 

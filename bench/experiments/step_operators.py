@@ -12,7 +12,7 @@ metadata changes launch no kernel) apart. Variants:
     attention   `attend` (two products: the CPU's step) or the fused kernel (the GPU's step,
                 models/attention.py `step_attend`), forced here on the CPU
     runner      the model's own step (eager) or the fixed-shape step of CUDA graphs, run eagerly
-    search      the host search (search/beam.py) or the device search (search/device_beam.py)
+    search      the host search (search/beam.py) or the device search (search/device/beam.py)
 
 The counts, not the times, are the point: on a GPU each computing operator is at least one
 kernel (docs/speed.md has the table).

@@ -59,6 +59,7 @@ from ..search.processors import (
     RepetitionPenalty,
 )
 from ..search.sampling import Filters, SamplingSearch
+from ..search.stop_rules import beam_rule
 
 DeviceSearch = DeviceBeamSearch | DeviceGreedySearch | DeviceSampling
 
@@ -252,11 +253,8 @@ class BatchDecoder:
         return search
 
     def stop_rule(self) -> tuple[str, bool]:
-        """Beam search's stop rule and whether it is OpenNMT-py's beam (search/beam.py)."""
-        rule, opennmt = self.cfg.early_stopping, self.rules.opennmt_beam
-        if rule == "ctranslate2":  # it refills ended slots, and exits at the top beam only unpenalised
-            rule, opennmt = ("true" if self.penalised() else "top"), False
-        return rule, opennmt
+        """Beam search's stop rule and whether it is OpenNMT-py's beam (search/stop_rules.py)."""
+        return beam_rule(self.cfg.early_stopping, self.rules.opennmt_beam, self.penalised())
 
     def penalised(self) -> bool:
         """Whether a length or coverage penalty changes scores (CTranslate2's early exit needs neither)."""
