@@ -8,7 +8,6 @@ and scales used as stored, each row of activations quantized alone as CTranslate
 outputs but for a few near-ties, as many as the docs publish (docs/formats.md)."""
 
 import json
-import random
 import sys
 
 import pytest
@@ -17,11 +16,12 @@ from nmtdecode.compat import ctranslate2 as compat
 
 from tests import peer_ctranslate2, peer_opennmt
 from tests.helpers import REPO
+from tests.peer_ctranslate2 import same_share, sources
 
 pytestmark = pytest.mark.parity  # against a peer library: in make test, not in make test-fast
 ctranslate2 = pytest.importorskip("ctranslate2")  # in the test extra: never skipped by `make test`
 
-SOURCES, STEPS = 60, 20
+STEPS = 20
 SEARCHES = [{"beam_size": 1}, {"beam_size": 4, "num_hypotheses": 2, "return_scores": True}]
 INT8_SAME = 0.95  # the share of identical n-best lists required in int8 (measured on 300: 0.99 to 1.0)
 
@@ -46,16 +46,6 @@ def folders(tmp_path_factory):
         out = root / "onmt" / f"ct2-{quantization}"
         found["opennmt-py", quantization] = (peer_ctranslate2.convert_opennmt(checkpoint, out, quantization), words, [])
     return found
-
-
-def sources(words: list[str], end: list[str], seed: int = 0) -> list[list[str]]:
-    """Sources of mixed lengths, with the end the converted family's tokenizer gives them."""
-    rng = random.Random(seed)
-    return [[rng.choice(words) for _ in range(rng.randint(1, 10))] + end for _ in range(SOURCES)]
-
-
-def same_share(theirs: list, ours: list) -> float:
-    return sum(a.hypotheses == b.hypotheses for a, b in zip(theirs, ours)) / len(theirs)
 
 
 CASES = [(f, q) for f in (*peer_ctranslate2.FAMILIES, "opennmt-py") for q in (None, "int8")]
@@ -189,3 +179,66 @@ def test_int8_on_the_trained_demo_agrees_with_ctranslate2s_int8(tmp_path):
     assert same_share(outputs["theirs", None], outputs["ours", None]) == 1.0
     ours_int8 = same_share(outputs["theirs", "int8"], outputs["ours", "int8"])
     assert ours_int8 >= 0.98 and ours_int8 >= same_share(outputs["theirs", None], outputs["theirs", "int8"])
+
+
+@pytest.fixture(scope="module")
+def bart_with_tokenizer_json(tmp_path_factory):
+    """A CTranslate2 BART folder whose vocabulary is a byte-level BPE's (trained here, saved as
+    tokenizer.json), and that BPE: what ct2-transformers-converter writes from a BART model."""
+    import random
+
+    from tokenizers import ByteLevelBPETokenizer
+
+    from tests.helpers import WORDS
+
+    root = tmp_path_factory.mktemp("bart-bpe")
+    rng = random.Random(0)
+    lines = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 10))) for _ in range(300)]
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(
+        lines, vocab_size=300, special_tokens=["<s>", "<pad>", "</s>", "<unk>"], show_progress=False
+    )
+    bpe.save(str(root / "tokenizer.json"))
+    vocabulary = [bpe.id_to_token(i) for i in range(bpe.get_vocab_size())]
+    return peer_ctranslate2.convert_hf("bart", root / "bart", vocabulary=vocabulary), root / "tokenizer.json"
+
+
+def test_bart_text_through_a_tokenizer_json(bart_with_tokenizer_json, lines_file, cli, tmp_path):
+    """--tokenizer tokenizer.json (or a folder holding it, or the file in the model's folder, as
+    --copy_files puts it there): each line's byte-level pieces between <s> and </s> in (as BART's
+    tokenizer gives them), the hypothesis's pieces joined by it out; CTranslate2 fed those pieces
+    gives those outputs."""
+    import shutil
+
+    from tokenizers import Tokenizer
+
+    path, tokenizer_json = bart_with_tokenizer_json
+    bpe = Tokenizer.from_file(str(tokenizer_json))
+    lines = ["the house is red .", "good morning , my friend", "where is the station ?", "Zürich ☃"]
+    results = ctranslate2.Translator(str(path)).translate_batch(
+        [["<s>", *bpe.encode(line, add_special_tokens=False).tokens, "</s>"] for line in lines],
+        max_decoding_length=STEPS,
+    )
+    expected = [bpe.decode([bpe.token_to_id(p) for p in r.hypotheses[0]], skip_special_tokens=True) for r in results]
+    assert len(set(expected)) == len(lines)
+    copied = shutil.copytree(path, tmp_path / "with-tokenizer")
+    shutil.copy(tokenizer_json, copied)
+    for model, given in ((path, tokenizer_json), (path, tokenizer_json.parent), (copied, None)):
+        flags = ["--tokenizer", given] if given else []
+        out = cli(
+            "translate", "--model", model, *flags, "--src", lines_file(lines), "--max-length", STEPS, "--quiet",
+            text=True,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split("\n")[:-1] == expected, given
+
+
+def test_a_tokenizer_json_without_the_tokenizers_library_is_one_line(
+    bart_with_tokenizer_json, monkeypatch, lines_file, cli
+):
+    path, tokenizer_json = bart_with_tokenizer_json
+    monkeypatch.setitem(sys.modules, "tokenizers", None)  # as if not installed (an optional extra)
+    out = cli("translate", "--model", path, "--tokenizer", tokenizer_json, "--src", lines_file(["a"]), text=True)
+    assert out.returncode == 1 and out.stdout == ""
+    assert out.stderr.strip().endswith("tokenizer.json needs the `tokenizers` library: pip install tokenizers")
+    assert len(out.stderr.strip().splitlines()) == 1

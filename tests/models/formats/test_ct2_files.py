@@ -327,17 +327,21 @@ def test_tokenizer_names_the_sentencepiece_model(argos, tmp_path):
     expected = load_model(str(root / "model")).tokenizer.encode("good morning")
     for given in (root / "sentencepiece.model", root):
         assert load_model(str(bare), tokenizer=str(given)).tokenizer.encode("good morning") == expected
-    with pytest.raises(ConfigError, match="tokenizer: .* is not a SentencePiece model or tokenizer.json, nor a folder holding one"):
+    with pytest.raises(
+        ConfigError, match="tokenizer: .* is not a SentencePiece model or tokenizer.json, nor a folder holding one"
+    ):
         load_model(str(bare), tokenizer=str(tmp_path / "nothing"))
     with pytest.raises(ConfigError, match="a native model, which brings its own tokenizer"):
         load_model(str(DEMO), tokenizer=str(root / "sentencepiece.model"))
 
 
-@pytest.mark.parametrize("int8", [False, True])
-def test_inspect_reads_a_folder_as_the_load_does(tmp_path, monkeypatch, int8):
-    path = write_folder(tmp_path / "ct2", tiny_transformer(vocab=VOCAB, eos_bias=1.0), TOKENS, int8=int8)
+@pytest.mark.parametrize("int8, overrides", [(False, {}), (True, {}), (False, T5), (True, T5)])
+def test_inspect_reads_a_folder_as_the_load_does(tmp_path, monkeypatch, int8, overrides):
+    model = tiny_transformer(vocab=VOCAB, eos_bias=1.0, **overrides)
+    path = write_folder(tmp_path / "ct2", model, TOKENS, int8=int8)
     summary = assert_inspect_matches_the_loaded_model(str(path), monkeypatch)
-    assert summary.format == "ctranslate2/transformer" and summary.defaults["early_stopping"] == "ctranslate2"
+    assert summary.format == f"ctranslate2/{'t5' if overrides else 'transformer'}"
+    assert summary.defaults["early_stopping"] == "ctranslate2"
 
 
 @pytest.mark.parametrize(
