@@ -154,13 +154,18 @@ def hf_model(family: str, path: Path, seed: int = 0, **config_values):
 
 
 def convert_hf(
-    family: str, root: Path, quantization: str | None = None, seed: int = 0, vocabulary: list[str] | None = None
+    family: str,
+    root: Path,
+    quantization: str | None = None,
+    seed: int = 0,
+    vocabulary: list[str] | None = None,
+    **config_values,
 ) -> Path:
-    """A CTranslate2 folder of a seeded `family` model (its transformers copy in root/hf), of the
-    family's pieces or `vocabulary` (a real tokenizer's)."""
+    """A CTranslate2 folder of a seeded `family` model (its transformers copy in root/hf, its config
+    values updated with `config_values`), of the family's pieces or `vocabulary` (a real tokenizer's)."""
     hf = root / "hf"
     if not (hf / "config.json").exists():
-        hf_model(family, hf, seed, **({"vocab_size": len(vocabulary)} if vocabulary else {}))
+        hf_model(family, hf, seed, **config_values, **({"vocab_size": len(vocabulary)} if vocabulary else {}))
     out = root / f"ct2-{quantization or 'float32'}"
     tokenizer = _Tokenizer(vocabulary or pieces(family), None if family == "marian" else "<s>")
     _Converter(str(hf), tokenizer).convert(str(out), quantization=quantization, force=True)

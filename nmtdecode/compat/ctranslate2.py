@@ -37,6 +37,7 @@ from .ctranslate2_options import (
     decoding_options,
     filled,
     load_options,
+    start_groups,
 )
 
 __all__ = [
@@ -327,8 +328,19 @@ class Translator:
         return [wrapper(future, i) for i in range(count)] if asynchronous else future.result()
 
     def _translate(self, sources: list, prefixes: list | None, args: dict, options: dict) -> list[TranslationResult]:
-        nbests = self._api.translate_batch(sources, prefixes, **options)
+        nbests = self._by_start(self._api.translate_batch, sources, prefixes, options)
         return [self._result(source, hyps, args) for source, hyps in zip(sources, nbests)]
+
+    def _by_start(self, call: Callable[..., list], sources: list, firsts: list | None, options: dict) -> list:
+        """call(sources, prefixes or targets, **options) per group of start_groups (one group
+        unless the folder leaves its decoder start to each prefix's first token), the results in
+        the sources' order."""
+        results: list = [None] * len(sources)
+        for code, indices, rests in start_groups(self._tokenizer, firsts, len(sources)):
+            found = call([sources[i] for i in indices], rests, **options, **({"tgt_lang": code} if code else {}))
+            for i, result in zip(indices, found):
+                results[i] = result
+        return results
 
     def _result(self, source: list[str], hyps: list[api.Translation], args: dict) -> TranslationResult:
         # attention over the source's pieces, as CTranslate2 gives it: not over the EOS the model adds
@@ -363,7 +375,7 @@ class Translator:
                 told = step if args["return_scores"] else dataclasses.replace(step, log_prob=None)
                 if callback(told) and not step.is_last:  # cut here: CTranslate2's score of what was chosen
                     steps.close()
-                    pieces = (prefix or []) + chosen
+                    pieces = (start_groups(self._tokenizer, [prefix], 1)[0][2][0] or []) + chosen
                     scores = [total / len(pieces) ** args["length_penalty"]] if args["return_scores"] else []
                     results.append(TranslationResult([pieces], scores, []))
                     break
@@ -375,7 +387,8 @@ class Translator:
         """One source's chosen tokens as CTranslate2's step results, its prefix's left out, the EOS
         that ends it last (is_last), or its last token when the step limit cuts it; returns the
         hypothesis."""
-        tokens = self._api.generate_tokens(source, prefix, **options)
+        code, _, (prefix,) = start_groups(self._tokenizer, [prefix], 1)[0]
+        tokens = self._api.generate_tokens(source, prefix, **options, **({"tgt_lang": code} if code else {}))
         while True:
             try:
                 token = next(tokens)
@@ -399,7 +412,7 @@ class Translator:
             ScoringResult(
                 ([self._piece(t) for t in s.tokens] + [eos])[offset:], (s.token_scores + [s.eos_score])[offset:]
             )
-            for s in self._api.score_batch(sources, targets, **options)
+            for s in self._by_start(self._api.score_batch, sources, targets, options)
         ]
 
     # CTranslate2's terms and ours

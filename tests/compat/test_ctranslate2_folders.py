@@ -242,3 +242,64 @@ def test_a_tokenizer_json_without_the_tokenizers_library_is_one_line(
     assert out.returncode == 1 and out.stdout == ""
     assert out.stderr.strip().endswith("tokenizer.json needs the `tokenizers` library: pip install tokenizers")
     assert len(out.stderr.strip().splitlines()) == 1
+
+
+@pytest.fixture(scope="module")
+def mbart25(tmp_path_factory):
+    """An mBART-25 folder: transformers' mBART whose tokenizer_class is MBartTokenizer, for which
+    CTranslate2's converter writes decoder_start_token null (the target language's tag starts)."""
+    path = peer_ctranslate2.convert_hf("mbart", tmp_path_factory.mktemp("mbart25"), tokenizer_class="MBartTokenizer")
+    assert json.loads((path / "config.json").read_text())["decoder_start_token"] is None
+    words = [p for p in peer_ctranslate2.pieces("mbart") if p.startswith("w")]
+    return path, words
+
+
+def test_mbart25_starts_with_each_target_prefix_s_first_token(mbart25):
+    """CTranslate2 starts the decoder with each target prefix's first token (neither returned nor
+    scored); nmtdecode starts it with that language's tag, the sources of each language a call."""
+    path, words = mbart25
+    theirs, ours = ctranslate2.Translator(str(path)), compat.Translator(str(path))
+    batch = sources(words, ["</s>", "en_XX"], seed=5)
+    starts = [[("de_DE", "fr_XX")[i % 2]] for i in range(len(batch))]
+    # a prefix after the start, in a greedy search: CTranslate2's beams drop an </s> on the first
+    # step after a prefix (its issue #277), which nmtdecode's do not
+    searches = [(starts, {"beam_size": 3}), ([[*s, "w9"] for s in starts], {"beam_size": 1})]
+    for prefixes, search in searches:
+        expected, found = (
+            t.translate_batch(batch, target_prefix=prefixes, max_decoding_length=STEPS, return_scores=True, **search)
+            for t in (theirs, ours)
+        )
+        assert same_share(expected, found) == 1.0
+        for a, b in zip(expected, found):
+            assert b.scores == pytest.approx(a.scores, rel=1e-4, abs=1e-5)
+    targets = [[p[0], *reversed(s[:-2])] for p, s in zip(starts, batch)]
+    for a, b in zip(theirs.score_batch(batch, targets), ours.score_batch(batch, targets)):
+        assert b.tokens == a.tokens and b.log_probs == pytest.approx(a.log_probs, abs=1e-4)
+    for translator in (theirs, ours):  # without a start, as CTranslate2 says it
+        with pytest.raises(ValueError, match="One input has no decoder start token"):
+            translator.translate_batch(batch[:1])
+    with pytest.raises(compat.UnsupportedArgument, match="'w9' as the decoder start"):
+        ours.translate_batch(batch[:1], target_prefix=[["w9"]])
+
+
+def test_mbart25_text_starts_with_tgt_lang(mbart25, lines_file, cli):
+    """Text: mBART-25's frame, `X </s> en_XX` (--src-lang), the decoder started by --tgt-lang's tag;
+    without --tgt-lang, one line (exit 2) saying to give it."""
+    path, words = mbart25
+    batch = sources(words, [], seed=6, count=6)
+    src = lines_file([" ".join(s) for s in batch])
+    out = cli(
+        "translate", "--model", path, "--src", src, "--src-lang", "en_XX", "--tgt-lang", "fr_XX",
+        "--max-length", STEPS, "--quiet", text=True,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    results = ctranslate2.Translator(str(path)).translate_batch(
+        [[*s, "</s>", "en_XX"] for s in batch], target_prefix=[["fr_XX"]] * len(batch), max_decoding_length=STEPS
+    )
+    tags = {"de_DE", "en_XX", "fr_XX"}  # left out of text, as for every multilingual model
+    assert out.stdout.splitlines() == [" ".join(p for p in r.hypotheses[0] if p not in tags) for r in results]
+    refused = cli("translate", "--model", path, "--src", src, "--quiet", text=True)
+    assert refused.returncode == 2 and "tgt_lang: this model starts decoding with the target language's tag" in (
+        refused.stderr
+    )
+    assert len(refused.stderr.strip().splitlines()) == 1

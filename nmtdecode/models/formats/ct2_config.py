@@ -28,16 +28,16 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from ...options.bounded import shown
 from ..architecture import LIMITS, TransformerConfig
-from ..checkpoint import ModelError, ModelFacts, ModelRules, check_dimensions, read_json
+from ..checkpoint import LoadedModel, ModelError, ModelFacts, ModelRules, check_dimensions, read_json
 from . import ct2_t5
 from .ct2_binary import ModelBin, Variable, read_model_bin
 from .ct2_spec import HEADS_OF_SPEC, Attributes, check_every_variable_read, held_weights, layer_count, spec_of
-from .ct2_vocab import PADDING, SourceFrame, Vocabulary, make_tokenizer, vocabularies
+from .ct2_vocab import PADDING, SourceFrame, Vocabulary, languages, make_tokenizer, vocabularies
 from .marian_weights import NEVER, Piece, recipe_shape
 
 FORMAT = "ctranslate2"  # ModelFacts.format adds the family: "ctranslate2/marian", ...
@@ -57,6 +57,19 @@ CTRANSLATE2_DEFAULTS = {
 class Ct2Facts(ModelFacts):
     recipes: dict[str, tuple[Piece, ...]]  # our parameter -> the variables (and constant rows) it is made of
     int8: bool  # the weights are stored in int8 or int16 (decoded in int8 on a CPU: ct2.py)
+
+    def loaded(self, model: Any, path: str, gemm: str = "torch") -> LoadedModel:
+        return Ct2Loaded(model.eval(), self.tokenizer(), self.format, path, self.rules, self.defaults, gemm)
+
+
+class Ct2Loaded(LoadedModel):
+    """A loaded folder: where config.json leaves the decoder start to the user (null), the job's
+    target language gives it (ct2_vocab.Ct2Tokenizer.decoder_start_for)."""
+
+    def rules_for(self, src_lang: str | None, tgt_lang: str | None) -> ModelRules:
+        rules = super().rules_for(src_lang, tgt_lang)
+        start = self.tokenizer.decoder_start_for(tgt_lang)
+        return rules if start is None else replace(rules, decoder_start_id=start)
 
 
 @dataclass(frozen=True)
@@ -111,12 +124,13 @@ def family(model_bin: ModelBin, tokens: Specials, pre_norm: bool, layernorm_embe
     """The family the converter wrote (for how text becomes a source, ct2_vocab.SourceFrame):
     marian (a decoder starting from a zero embedding), t5 (a relative attention bias), bart
     (post-norm, embedding norms, starting from </s>), fairseq (mBART, M2M100, NLLB: starting from
-    </s>), else transformer (OpenNMT-py ...)."""
+    </s>, or from the target's tag where config.json leaves the start to the user), else
+    transformer (OpenNMT-py ...)."""
     if model_bin.scalar("decoder/start_from_zero_embedding", 0):
         return "marian"
     if t5:
         return "t5"
-    if tokens.decoder_start == tokens.eos:
+    if tokens.decoder_start in (tokens.eos, None):  # None: a language tag starts (mBART-25, fairseq's)
         return "bart" if layernorm_embedding and not pre_norm else "fairseq"
     return "transformer"
 
@@ -131,7 +145,13 @@ def describe(path: str, read: Callable | None = None, tokenizer: str | None = No
     cfg, recipes, kind = model_config(path, model_bin, tokens, source, target)
     shapes = {name: recipe_shape(pieces, model_bin.shapes) for name, pieces in recipes.items()}
     check_dimensions(cfg, shapes, model_bin.path)
-    frame = SourceFrame(kind, tokens.add_source_bos, tokens.add_source_eos)
+    user_start = tokens.decoder_start is None and kind != "marian"
+    frame = SourceFrame(kind, tokens.add_source_bos, tokens.add_source_eos, user_start)
+    if user_start and not languages(kind, target)[0]:
+        raise ModelError(
+            f"{path}/config.json: decoder_start_token null (each target prefix's first token starts the "
+            "decoder) and no language tags to start from: not supported"
+        )
     ids = {"bos": cfg.bos_id, "eos": cfg.eos_id, "unk": cfg.unk_id, "start": cfg.decoder_start_id}
     ours = {cfg.decoder_start_id} if kind == "marian" else set()  # the zero start row: never text
     make = functools.partial(make_tokenizer, path, tokenizer, source, target, frame, ids, tokens.unk, ours)
@@ -161,11 +181,12 @@ def model_config(
     scale = attributes.embed_scale("encoder", d_model)
     if scale != attributes.embed_scale("decoder", d_model):
         raise ModelError(f"{where}: the encoder's and decoder's embedding scales differ, which is not supported")
-    if tokens.decoder_start is None and kind != "marian":
-        raise ModelError(
-            f"{path}/config.json: decoder_start_token null (mBART-25's: the user's start) is not supported"
-        )
-    start = len(target) if kind == "marian" else target.id(tokens.decoder_start, "decoder_start_token", where)
+    if kind == "marian":
+        start = len(target)  # our zero start row
+    elif tokens.decoder_start is None:  # the job's target tag starts (Ct2Loaded); until then, </s>
+        start = target.id(tokens.eos, "eos_token", where)
+    else:
+        start = target.id(tokens.decoder_start, "decoder_start_token", where)
     try:
         cfg = TransformerConfig(
             src_vocab_size=recipe_shape(recipes["src_embed.tokens.weight"], model_bin.shapes)[0],

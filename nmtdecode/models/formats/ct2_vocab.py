@@ -216,6 +216,7 @@ class SourceFrame:
     family: str  # marian, bart, fairseq, t5, transformer
     bos: bool  # the config's add_source_bos
     eos: bool  # the config's add_source_eos
+    user_start: bool = False  # config.json's decoder_start_token is null: the target's tag starts
 
 
 class Ct2Tokenizer(HFTokenizer):
@@ -229,6 +230,12 @@ class Ct2Tokenizer(HFTokenizer):
     ) -> None:
         self.frame, self.bos_id, self.source_unk = frame, bos_id, source_unk
         super().__init__(source, target=target, **kw)
+
+    @property
+    def user_start(self) -> bool:
+        """Whether the target language's tag starts the decoder (config.json's decoder_start_token
+        null): nmtdecode.compat.ctranslate2 takes it from each target prefix's first token."""
+        return self.frame.user_start
 
     def set_languages(self, src_lang: str | None, tgt_lang: str | None) -> int | None:
         """The family's frame around text (see the module), the config's flags at least; returns
@@ -247,11 +254,26 @@ class Ct2Tokenizer(HFTokenizer):
                 raise ConfigError("src_lang: T5 models have no source-language tag (MADLAD-400: --tgt-lang)")
             self.before, self.after = [self._tag("tgt_lang", tgt_lang)] if tgt_lang else [], [self.eos_id]
             return None
-        forced = self._tag("tgt_lang", tgt_lang) if tgt_lang else None
+        forced = self._tag("tgt_lang", tgt_lang) if tgt_lang and not self.frame.user_start else None
         tag = [self._tag("src_lang", src_lang)] if src_lang else []
         bos, eos = self.frame.bos or family == "bart", self.frame.eos or family in ("bart", "fairseq")
-        self.before, self.after = ([self.bos_id] if bos else []) + tag, [self.eos_id] if eos else []
+        self.before = ([self.bos_id] if bos else []) + ([] if self.tag_at_end else tag)
+        self.after = ([self.eos_id] if eos else []) + (tag if self.tag_at_end else [])
         return forced
+
+    def decoder_start_for(self, tgt_lang: str | None) -> int | None:
+        """The decoder start the target language gives where config.json leaves it to the user
+        (null: mBART-25's, as CTranslate2 takes each target prefix's first token), else None."""
+        if not self.frame.user_start:
+            return None
+        if not tgt_lang:
+            codes = list(self.languages)
+            raise ConfigError(
+                "tgt_lang: this model starts decoding with the target language's tag (config.json's "
+                f"decoder_start_token is null, as mBART-25's): give one of {', '.join(codes[:12])}"
+                f"{', ...' if len(codes) > 12 else ''}"
+            )
+        return self._tag("tgt_lang", tgt_lang)
 
     def _given(self) -> tuple[list[int], list[int]]:
         return [self.bos_id] if self.frame.bos else [], [self.eos_id] if self.frame.eos else []
@@ -313,6 +335,8 @@ def make_tokenizer(
         source_side = _Pieces(files[0], source.ids, source_unk, {}, marian=marian)
         target_side = _Pieces(files[1], target.ids, specials["unk"], {}, marian=marian)
     tags, spelling = languages(frame.family, target)
+    # mBART-25's source tag follows the source (its tokenizer's `X </s> en_XX`)
+    tag_at_end = frame.user_start and bool(tags) and all(MBART_TAG.fullmatch(code) for code in tags)
     padding = {target.ids[p] for p in PADDING if p in target.ids}
     if frame.family == "t5":  # its sentinels, left out of text as transformers' decode leaves them
         padding |= {i for t, i in target.ids.items() if SENTINEL.fullmatch(t)}
@@ -327,6 +351,7 @@ def make_tokenizer(
         special_ids={*specials.values(), *padding, *ours},
         languages=tags,
         tag_piece=spelling,
+        tag_at_end=tag_at_end,
     )
     kind = "tokenizer.json" if isinstance(source_side, _JsonPieces) else "SentencePiece"
     tokenizer.cuts_text = (

@@ -220,7 +220,10 @@ REFUSED = {  # case -> (a change of a good folder, what the one line says)
         lambda p: write_model_bin(p / "model.bin", {}, revision=2),
         "TransformerSpec revision 2 is not read (revisions 3 to 7)",
     ),
-    "mBART-25's start": (with_config(decoder_start_token=None), "decoder_start_token null"),
+    "a start left to the user, without language tags": (
+        with_config(decoder_start_token=None),
+        "decoder_start_token null (each target prefix's first token starts the decoder) and no language tags",
+    ),
     "a start token not in the vocabulary": (
         with_config(decoder_start_token="<lang>"),
         "decoder_start_token '<lang>' is not in the vocabulary",
