@@ -12,6 +12,7 @@ import random
 from pathlib import Path
 
 import ctranslate2
+import pytest
 import torch
 import transformers
 
@@ -210,3 +211,24 @@ def sources(words: list[str], end: list[str], seed: int = 0, count: int = 60) ->
 def same_share(theirs: list, ours: list) -> float:
     """The share of results (TranslationResults) whose hypotheses are the same."""
     return sum(a.hypotheses == b.hypotheses for a, b in zip(theirs, ours)) / len(theirs)
+
+
+SEARCHES = [{"beam_size": 1}, {"beam_size": 4, "num_hypotheses": 2, "return_scores": True}]
+INT8_SAME = 0.95  # the share of identical n-best lists required in int8 (measured: docs/formats.md)
+
+
+def assert_same_outputs(theirs, ours, batch: list[list[str]], int8: bool, steps: int = 20) -> None:
+    """CTranslate2's Translator and ours on `batch`, greedy and beam 4 with 2 hypotheses: the same
+    n-best lists with scores within 1e-4 (float32), or at least INT8_SAME of them (int8); and
+    outputs of several lengths (EOS handled)."""
+    lengths = set()
+    for search in SEARCHES:
+        expected, found = (t.translate_batch(batch, max_decoding_length=steps, **search) for t in (theirs, ours))
+        lengths |= {len(h) for r in expected for h in r.hypotheses}
+        if int8:
+            assert same_share(expected, found) >= INT8_SAME
+            continue
+        assert same_share(expected, found) == 1.0
+        for a, b in zip(expected, found):
+            assert b.scores == pytest.approx(a.scores, rel=1e-4, abs=1e-5)
+    assert len(lengths) > 3

@@ -16,14 +16,12 @@ from nmtdecode.compat import ctranslate2 as compat
 
 from tests import peer_ctranslate2, peer_opennmt
 from tests.helpers import REPO
-from tests.peer_ctranslate2 import same_share, sources
+from tests.peer_ctranslate2 import INT8_SAME, same_share, sources
 
 pytestmark = pytest.mark.parity  # against a peer library: in make test, not in make test-fast
 ctranslate2 = pytest.importorskip("ctranslate2")  # in the test extra: never skipped by `make test`
 
 STEPS = 20
-SEARCHES = [{"beam_size": 1}, {"beam_size": 4, "num_hypotheses": 2, "return_scores": True}]
-INT8_SAME = 0.95  # the share of identical n-best lists required in int8 (measured on 300: 0.99 to 1.0)
 
 
 @pytest.fixture(scope="module")
@@ -57,17 +55,7 @@ def test_a_script_gets_ctranslate2s_outputs_on_its_own_folder(folders, family, q
     theirs = ctranslate2.Translator(str(path), device="cpu", intra_threads=1)
     ours = compat.Translator(str(path), device="cpu", intra_threads=1)
     assert ours._api.engine.loaded.gemm == ("int8" if quantization else ours._api.engine.loaded.gemm)
-    batch, lengths = sources(words, end), set()
-    for search in SEARCHES:
-        expected, found = (t.translate_batch(batch, max_decoding_length=STEPS, **search) for t in (theirs, ours))
-        lengths |= {len(h) for r in expected for h in r.hypotheses}
-        if quantization:
-            assert same_share(expected, found) >= INT8_SAME
-            continue
-        assert same_share(expected, found) == 1.0
-        for a, b in zip(expected, found):
-            assert b.scores == pytest.approx(a.scores, rel=1e-4, abs=1e-5)
-    assert len(lengths) > 3  # outputs of different lengths: EOS handled
+    peer_ctranslate2.assert_same_outputs(theirs, ours, sources(words, end), bool(quantization), STEPS)
 
 
 @pytest.mark.parametrize("family", ["marian", "m2m_100", "opennmt-py"])

@@ -22,14 +22,12 @@ from tests import peer_ctranslate2
 from tests.helpers import WORDS
 from tests.models.formats import t5_models
 from tests.models.formats.test_huggingface_parity import hf_generate, ours_generate
-from tests.peer_ctranslate2 import T5_VARIANTS, same_share, sources, t5_pieces
+from tests.peer_ctranslate2 import T5_VARIANTS, sources, t5_pieces
 
 pytestmark = pytest.mark.parity  # against a peer library: in make test, not in make test-fast
 ctranslate2 = pytest.importorskip("ctranslate2")  # in the test extra: never skipped by `make test`
 
 STEPS = 20
-SEARCHES = [{"beam_size": 1}, {"beam_size": 4, "num_hypotheses": 2, "return_scores": True}]
-INT8_SAME = 0.95  # the share of identical n-best lists required in int8 (measured on 300: 0.96 to 1.0)
 CASES = [(v, q) for v in T5_VARIANTS for q in (None, "int8")]
 # transformers' search, as the parity models' generation_config.json gives it
 HF_SEARCH = dict(num_beams=4, max_length=16, early_stopping=False, length_penalty=1.0)
@@ -55,17 +53,8 @@ def test_a_script_gets_ctranslate2s_outputs_on_a_t5_folder(folders, variant, qua
     theirs = ctranslate2.Translator(path, device="cpu", intra_threads=1)
     ours = compat.Translator(path, device="cpu", intra_threads=1)
     assert ours._api.engine.loaded.format == "ctranslate2/t5"
-    batch, lengths = sources(words(variant), ["</s>"], count=100), set()
-    for search in SEARCHES:
-        expected, found = (t.translate_batch(batch, max_decoding_length=STEPS, **search) for t in (theirs, ours))
-        lengths |= {len(h) for r in expected for h in r.hypotheses}
-        if quantization:
-            assert same_share(expected, found) >= INT8_SAME
-            continue
-        assert same_share(expected, found) == 1.0
-        for a, b in zip(expected, found):
-            assert b.scores == pytest.approx(a.scores, rel=1e-4, abs=1e-5)
-    assert len(lengths) > 3  # outputs of different lengths: EOS handled
+    batch = sources(words(variant), ["</s>"], count=100)
+    peer_ctranslate2.assert_same_outputs(theirs, ours, batch, bool(quantization), STEPS)
 
 
 @pytest.mark.parametrize("variant", ["t5", "mt5"])
