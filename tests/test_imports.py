@@ -190,6 +190,7 @@ WITHOUT_TORCH = {
     "nmtdecode.models.formats.marian_weights",
     "nmtdecode.models.formats.ct2_binary",
     "nmtdecode.models.formats.ct2_spec",
+    "nmtdecode.models.formats.ct2_t5",
     "nmtdecode.models.formats.ct2_vocab",
     "nmtdecode.models.formats.ct2_config",
 }
@@ -218,6 +219,7 @@ WITHOUT_TORCH = {
         "ct2",
         "ct2_binary",
         "ct2_spec",
+        "ct2_t5",
         "ct2_vocab",
         "ct2_config",
     ],

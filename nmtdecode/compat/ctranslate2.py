@@ -40,6 +40,7 @@ from .ctranslate2_options import (
     refuse_unsupported,
     get_supported_compute_types,
     windows,
+    start_groups,
 )
 from .ctranslate2_results import (
     AsyncScoringResult,
@@ -274,8 +275,19 @@ class Translator:
         return [wrapper(future, i) for i in range(count)] if asynchronous else future.result()
 
     def _translate(self, sources: list, prefixes: list | None, args: dict, options: dict) -> list[TranslationResult]:
-        nbests = self._slot.api.translate_batch(sources, prefixes, **options)
+        nbests = self._by_start(self._slot.api.translate_batch, sources, prefixes, options)
         return [self._result(source, hyps, args) for source, hyps in zip(sources, nbests)]
+
+    def _by_start(self, call: Callable[..., list], sources: list, firsts: list | None, options: dict) -> list:
+        """call(sources, prefixes or targets, **options) per group of start_groups (one group
+        unless the folder leaves its decoder start to each prefix's first token), the results in
+        the sources' order."""
+        results: list = [None] * len(sources)
+        for code, indices, rests in start_groups(self._tokenizer, firsts, len(sources)):
+            found = call([sources[i] for i in indices], rests, **options, **({"tgt_lang": code} if code else {}))
+            for i, result in zip(indices, found):
+                results[i] = result
+        return results
 
     def _alternatives(
         self, sources: list, prefixes: list | None, args: dict, batching: dict
@@ -327,7 +339,7 @@ class Translator:
                 told = step if args["return_scores"] else dataclasses.replace(step, log_prob=None)
                 if callback(told) and not step.is_last:  # cut here: CTranslate2's score of what was chosen
                     steps.close()
-                    pieces = (prefix or []) + chosen
+                    pieces = (start_groups(self._tokenizer, [prefix], 1)[0][2][0] or []) + chosen
                     scores = [total / len(pieces) ** args["length_penalty"]] if args["return_scores"] else []
                     results.append(TranslationResult([pieces], scores, []))
                     break
@@ -339,7 +351,8 @@ class Translator:
         """One source's chosen tokens as CTranslate2's step results, its prefix's left out, the EOS
         that ends it last (is_last), or its last token when the step limit cuts it; returns the
         hypothesis."""
-        tokens = self._slot.api.generate_tokens(source, prefix, **options)
+        code, _, (prefix,) = start_groups(self._tokenizer, [prefix], 1)[0]
+        tokens = self._slot.api.generate_tokens(source, prefix, **options, **({"tgt_lang": code} if code else {}))
         while True:
             try:
                 token = next(tokens)
@@ -363,7 +376,7 @@ class Translator:
             ScoringResult(
                 ([self._piece(t) for t in s.tokens] + [eos])[offset:], (s.token_scores + [s.eos_score])[offset:]
             )
-            for s in self._slot.api.score_batch(sources, targets, **options)
+            for s in self._by_start(self._slot.api.score_batch, sources, targets, options)
         ]
 
     # CTranslate2's terms and ours

@@ -265,6 +265,31 @@ def banned_pieces(method: str, sequences: list[list[str]] | None) -> list[str]:
     return [s[0] for s in sequences or []]
 
 
+def start_groups(tokenizer: Any, firsts: list | None, count: int) -> list[tuple[str | None, list[int], list | None]]:
+    """Where a CTranslate2 folder leaves the decoder start to the user (config.json's
+    decoder_start_token null, mBART-25's: CTranslate2 starts the decoder with the first token of
+    each target prefix, or of each target it scores), the `count` items grouped by that token:
+    (its language code, the items' indices, their prefixes or targets without it) per group. The
+    token must be one of the model's language tags (nmtdecode starts such a model from --tgt-lang's
+    tag). Any other model: one group, (None, every index, `firsts` as given)."""
+    if not getattr(tokenizer, "user_start", False):
+        return [(None, list(range(count)), firsts)]
+    codes = {tokenizer.tag_piece.format(code): code for code in tokenizer.languages}
+    groups: dict[str, tuple[list[int], list]] = {}
+    for i, first in enumerate(firsts or [None] * count):
+        if not first:
+            raise ValueError("One input has no decoder start token")  # CTranslate2's words
+        if first[0] not in codes:
+            raise UnsupportedArgument(
+                f"target_prefix: {first[0]!r} as the decoder start: nmtdecode starts this model with a "
+                f"language tag ({', '.join(list(codes)[:12])}{', ...' if len(codes) > 12 else ''})"
+            )
+        indices, rests = groups.setdefault(codes[first[0]], ([], []))
+        indices.append(i)
+        rests.append(list(first[1:]))
+    return [(code, indices, rests) for code, (indices, rests) in groups.items()]
+
+
 def batching_options(max_batch_size: int, batch_type: str, examples: int) -> dict[str, Any]:
     """max_batch_size (0: the whole call in one batch) and batch_type as nmtdecode's batching."""
     if batch_type not in ("examples", "tokens"):
