@@ -284,15 +284,27 @@ def score_config(file_values: dict, flags: dict) -> Config:
 @cli.command()
 @click.argument("paths", nargs=-1, metavar="PATH...")
 @click.option("--model", "-m", "models", multiple=True, help="Model directory (or give it as PATH); several: each.")
+@click.option(
+    "--device",
+    type=click.Choice(["cpu"]),
+    default=None,
+    help="cpu: the precisions this CPU runs natively and their kernels (or why one is refused); with a "
+    "model, the kernels chosen for it.",
+)
 @DEBUG
-def inspect(paths: tuple[str, ...], models: tuple[str, ...], debug: bool) -> None:
+def inspect(paths: tuple[str, ...], models: tuple[str, ...], device: str | None, debug: bool) -> None:
     """Show a model's format, architecture, vocabulary, stored dtype, target language and decoding
-    defaults; of several (an ensemble's), each in turn."""
-    if bool(paths) == bool(models):
+    defaults; of several (an ensemble's), each in turn. With --device cpu (a model optional): what
+    this CPU runs natively."""
+    if paths and models or not (paths or models or device):
         raise UsageError("inspect: give the model once, as --model PATH or as PATH (several: each in turn)")
-    from .models.inspect import describe
+    from .models.inspect import cpu_report, describe
 
-    click.echo("\n".join(describe(path) for path in paths or models))
+    given = paths or models
+    reports = [describe(path) for path in given]
+    if device == "cpu":
+        reports += [cpu_report(path) for path in given] or [cpu_report()]
+    click.echo("\n".join(reports))
 
 
 @cli.command()

@@ -16,7 +16,7 @@ from typing import Any, Callable, Protocol, Sequence, TypeVar
 import torch
 
 from . import beam_dump
-from ..models import memory
+from ..models import cpu, memory
 from .batching import Example, PairScore, Result
 from ..options.config import Config, ConfigError, DecodingConfig, RuntimeConfig
 from .decoding import BatchDecoder
@@ -68,6 +68,9 @@ class Engine:
         device = resolve_device(runtime)
         if runtime.quantize == "int8" and device.type != "cpu":
             raise ConfigError("quantize: int8 is for CPU decoding; on CUDA use --dtype float16 or bfloat16")
+        refused = cpu.refusal(runtime.dtype, runtime.quantize) if device.type == "cpu" else None
+        if refused:  # a precision without native kernels here: said before a weight is read
+            raise ConfigError(refused)
         # every weight read once, straight into its form on its device (models/placement.py)
         placement = Placement(device, DTYPES[runtime.dtype], "int8" if runtime.quantize == "int8" else runtime.gemm)
         loaded = load_model(config.io.model, config.io.ensemble_rule, config.io.ensemble_weights, placement)

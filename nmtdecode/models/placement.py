@@ -7,10 +7,12 @@ straight into that form, layer by layer: a packed or quantized layer replaces
 the plain one as soon as it is made, so no weight is ever held twice, and the
 peak of a load is the model's final size plus one layer.
 
-Tied weights stay one tensor: an output projection tied to the token embeddings
-multiplies by the embeddings' own matrix (plain, or int8 with its scales),
-because the lookup needs its rows as they are. Layers are filled by a few
-threads at once: reading a file and packing a layer run outside Python's lock.
+Tied weights stay one tensor where it counts: an output projection tied to the
+token embeddings multiplies by the embeddings' own matrix (plain, or int8 with its
+scales: the lookup needs its rows as they are) when a packed copy would be large
+(PACKED_TIED_COPY_BYTES, INT8_TIED_COPY_BYTES), and by a packed copy below. Layers
+are filled by a few threads at once: reading a file and packing a layer run outside
+Python's lock.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from torch import nn
 from . import memory
 from . import gemm
 from .checkpoint import ModelError, largest_demand
-from .quantize import Int8Embedding, Int8TiedOutput, int8_linear, quantized_rows
+from .quantize import Int8Embedding, int8_linear, quantized_rows, tied_output
 from .transformer import Transformer
 from .weights import InMemoryTensor, Source, check_weights, in_memory, read, shared_names
 
@@ -33,6 +35,9 @@ BACKENDS = ("torch", "onednn", "int8")
 # a product by the plain one costs 12-38% more on Transformer-base shapes (docs/speed.md), and a
 # second copy of 32k x 512 is 64 MB. Above it (NLLB's, mBART's 256k x 1024: 1 GB) the two share one.
 PACKED_TIED_COPY_BYTES = 256 << 20
+# The same for an int8 table (fbgemm's packed copy; 32k x 512 is 16 MB, NLLB's 250 MB), unless the
+# CPU has no fast product by the shared table (no VNNI: models/quantize.py, `tied_output`).
+INT8_TIED_COPY_BYTES = 64 << 20
 MAX_READERS = 4  # threads filling layers at once (reading from the page cache gains little beyond that)
 
 
@@ -183,7 +188,8 @@ def _fill_tied(
     owner = model.get_submodule(first.rpartition(".")[0])
     bias = sources.pop(f"{name}.bias", None)
     if isinstance(owner, Int8Embedding):
-        _replace(module, Int8TiedOutput(owner, None if bias is None else read(bias, torch.float32)), parents)
+        bias_values = None if bias is None else read(bias, torch.float32)
+        _replace(module, tied_output(owner, bias_values, INT8_TIED_COPY_BYTES), parents)
         return
     module.weight = owner.weight
     if bias is not None:

@@ -4,10 +4,13 @@ embeddings and the output projection.
 Weights are int8 with one scale per output row (symmetric: scale = max |row| / 127).
 Linear layers run PyTorch's dynamic-quantization kernels (fbgemm), which quantize
 each batch's activations on the fly. The token embeddings are an int8 table with
-its row scales (`Int8Embedding`); when the output projection is tied to them it
-multiplies by that same table (`Int8TiedOutput`, `torch._int_mm` with each row of
-activations quantized alone), so the largest matrix of a big-vocabulary model is
-held once, in int8. Layer norms, positions and the attention arithmetic stay float32.
+its row scales (`Int8Embedding`). An output projection tied to them (`tied_output`)
+multiplies by a packed fbgemm copy of that table, the fastest product on every CPU
+measured, unless the table is large and the CPU has int8 dot products (AVX512-VNNI,
+models/cpu.py): then `Int8TiedOutput` multiplies by the embeddings' own table with
+`torch._int_mm`, so the largest matrix of a big-vocabulary model is held once. Without
+VNNI `torch._int_mm` is a reference loop (50x slower than float32), never used. Layer
+norms, positions and the attention arithmetic stay float32.
 
 Weights are quantized a block of rows at a time as they are read
 (`quantized_rows`), so a 256k x 1024 embedding never exists in float32 in memory.
@@ -22,6 +25,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
+
+from . import cpu
 
 if TYPE_CHECKING:
     from .weights import Source
@@ -126,3 +131,11 @@ class Int8TiedOutput(nn.Module):
         if self.bias is not None:
             logits.add_(self.bias)
         return logits.view(*x.shape[:-1], -1)
+
+
+def tied_output(embedding: Int8Embedding, bias: torch.Tensor | None, copy_bytes: int) -> nn.Module:
+    """The output projection tied to `embedding`: fbgemm on a packed copy of its table, or, for a
+    table above `copy_bytes` on a CPU with int8 dot products, `Int8TiedOutput` on the table itself."""
+    if cpu.current().int8_dot and embedding.values.numel() > copy_bytes:
+        return Int8TiedOutput(embedding, bias)
+    return int8_linear(embedding.values, embedding.scales, bias)
