@@ -1,4 +1,4 @@
-"""Command line: `nmtdecode translate | score | inspect | show`.
+"""Command line: `nmtdecode translate | score | inspect | show | convert`.
 
 Thin by design: parse flags (each built from its option's declaration in config.py),
 layer them over the YAML file into a `Config`, call the library. OpenNMT-py's
@@ -25,6 +25,7 @@ import click
 
 from .jobs import signals
 from .options.config import (
+    DTYPE_ALIASES,
     KEY_SECTION,
     OPTIONS,
     PLAN_KEYS,
@@ -305,6 +306,40 @@ def inspect(paths: tuple[str, ...], models: tuple[str, ...], device: str | None,
     if device == "cpu":
         reports += [cpu_report(path) for path in given] or [cpu_report()]
     click.echo("\n".join(reports))
+
+
+# `convert --quantize`'s precisions, with the spellings --dtype accepts (fp16, bf16, fp32)
+CONVERT_PRECISIONS = {"int8": "int8", "bfloat16": "bfloat16", "float16": "float16", "float32": "float32"}
+CONVERT_PRECISIONS |= {alias: name for alias, name in DTYPE_ALIASES.items() if name in CONVERT_PRECISIONS}
+
+
+@cli.command()
+@click.argument("model", metavar="MODEL")
+@click.option(
+    "--quantize",
+    "precision",
+    required=True,
+    type=click.Choice(list(CONVERT_PRECISIONS)),
+    help="The stored weights: int8 (one scale per row: the linear layers, the token embeddings and an "
+    "output projection of its own; the rest float32), bfloat16 (bf16), float16 (fp16) or float32.",
+)
+@click.option("--output", "-o", required=True, metavar="DIR", help="The new native model directory (must not exist).")
+@DEBUG
+def convert(model: str, precision: str, output: str, debug: bool) -> None:
+    """Write MODEL (any format nmtdecode reads) as a native model directory with its weights in one
+    precision, as CTranslate2's converters do. An int8 model loads by memory map without quantizing
+    again, and decodes in the stored precision unless --dtype or --quantize says otherwise.
+
+    \b
+    Example:
+      nmtdecode convert opus-mt-en-de --quantize int8 --output opus-mt-en-de-int8
+    """
+    if os.path.lexists(output):
+        raise UsageError(f"convert: {output} exists; give --output a new directory")
+    from .models.convert import convert as convert_model
+
+    convert_model(model, output, CONVERT_PRECISIONS[precision])
+    say(f"nmtdecode: wrote {output} ({CONVERT_PRECISIONS[precision]})")
 
 
 @cli.command()

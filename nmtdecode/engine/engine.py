@@ -11,6 +11,7 @@ knows about files, locks or ranks: this module imports nothing from the job laye
 from __future__ import annotations
 
 import gc
+from dataclasses import replace
 from typing import Any, Callable, Protocol, Sequence, TypeVar
 
 import torch
@@ -22,7 +23,7 @@ from ..options.config import Config, ConfigError, DecodingConfig, RuntimeConfig
 from .decoding import BatchDecoder
 from ..models.checkpoint import LoadedModel, ModelRules
 from ..models.ensemble import MemberSources
-from ..models.loading import load_model
+from ..models.loading import load_model, stored_precision
 from ..models.placement import Placement
 from ..models.steps import StepRunner, step_runner_for
 from .alignment import aligned_result
@@ -48,6 +49,27 @@ def resolve_device(runtime: RuntimeConfig) -> torch.device:
     return torch.device(runtime.device)
 
 
+def with_stored_precision(config: Config, device: torch.device) -> Config:
+    """A model `nmtdecode convert` stored in int8, bfloat16 or float16 decodes in that precision
+    unless the user chose one (--dtype, --quantize), where `device` runs it natively; elsewhere in
+    float32, with a warning saying why (as CTranslate2 falls back from a model's compute type)."""
+    stored = stored_precision(config.io.model)
+    if stored == "float32" or config.user_keys & {"dtype", "quantize"}:
+        return config
+    if device.type == "cpu" and not cpu.verdict(stored).native:
+        print_warning(
+            f"the model is stored in {stored}, which this CPU does not run natively (nmtdecode inspect "
+            "--device cpu says why): it decodes in float32"
+        )
+        return config
+    if device.type != "cpu" and stored == "int8":
+        print_warning(f"the model is stored in int8, which is for CPU decoding: it decodes in float32 on {device}")
+        return config
+    if stored == "int8":
+        return replace(config, runtime=replace(config.runtime, quantize="int8"))
+    return replace(config, runtime=replace(config.runtime, dtype=stored))
+
+
 class Engine:
     """A loaded model on its device, with the options it was loaded with."""
 
@@ -66,6 +88,8 @@ class Engine:
         if threads:
             torch.set_num_threads(threads)
         device = resolve_device(runtime)
+        config = with_stored_precision(config, device)
+        runtime = config.runtime
         if runtime.quantize == "int8" and device.type != "cpu":
             raise ConfigError("quantize: int8 is for CPU decoding; on CUDA use --dtype float16 or bfloat16")
         refused = cpu.refusal(runtime.dtype, runtime.quantize) if device.type == "cpu" else None

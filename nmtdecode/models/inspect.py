@@ -102,8 +102,16 @@ def stored_dtypes(path: str) -> list[str]:
             found |= {DTYPE_NAMES.get(v["dtype"], v["dtype"].lower()) for _, v in file_entries(name).values()}
         elif name.endswith((".bin", ".pt")):
             found |= _torch_dtypes(name)
-    floating = sorted(d for d in found if d.startswith(("float", "bfloat")))
+    floating = sorted(d for d in found if d.startswith(("float", "bfloat")) or d == "int8")  # int8: rows with scales
     return floating or sorted(found)
+
+
+def loaded_as(path: str, model: Summary) -> str:
+    """The precision a load gives the model unless told: float32, or what `convert` stored it in."""
+    stored = native_config.stored_precision(path) if model_format(path) == native_config.FORMAT else "float32"
+    if stored != "float32":
+        return f"decodes in {stored}, as converted (--dtype and --quantize choose another)"
+    return f"loaded as {', '.join(model.loaded_dtypes)} (--dtype chooses the compute precision)"
 
 
 def default_target_language(loaded: Any) -> str:
@@ -133,8 +141,7 @@ def describe(path: str) -> str:
         f"vocabulary:    source {cfg.src_vocab_size}, target {cfg.tgt_vocab_size}"
         f"{' (shared embeddings)' if cfg.share_embeddings else ''}",
         f"parameters:    {model.parameters:,}",
-        f"dtype:         stored {', '.join(stored_dtypes(path)) or 'unknown'}; "
-        f"loaded as {', '.join(model.loaded_dtypes)} (--dtype chooses the compute precision)",
+        f"dtype:         stored {', '.join(stored_dtypes(path)) or 'unknown'}; {loaded_as(path, model)}",
         f"special ids:   pad {cfg.pad_id}, unk {cfg.unk_id}, bos {cfg.bos_id}, eos {cfg.eos_id}, "
         f"decoder start {cfg.decoder_start_id}",
     ]

@@ -13,10 +13,10 @@ from __future__ import annotations
 from .checkpoint import LoadedModel, ModelError, read_json, recording_reads
 from .detect import model_format
 from .ensemble import ensemble_of
-from .formats import eole, huggingface, marian, native, opennmt
+from .formats import eole, huggingface, marian, native, native_config, opennmt
 from .placement import Placement
 
-__all__ = ["FORMATS", "LoadedModel", "ModelError", "load_model", "read_json"]
+__all__ = ["FORMATS", "LoadedModel", "ModelError", "load_model", "read_json", "stored_precision"]
 
 # Each format by its name; which one a path is, detect.py tells from its files.
 FORMATS = {fmt.FORMAT: fmt for fmt in (native, eole, huggingface, marian, opennmt)}
@@ -39,3 +39,11 @@ def load_model(
         loaded = fmt.load(path, placement)
     loaded.files = tuple(dict.fromkeys(files))
     return loaded
+
+
+def stored_precision(path: str | list[str] | None) -> str:
+    """The precision a model's weights were stored in by `nmtdecode convert` (a native model's
+    config.yaml says), float32 for every other model and for an ensemble."""
+    if isinstance(path, str) and model_format(path) == native.FORMAT:
+        return native_config.stored_precision(path)
+    return "float32"

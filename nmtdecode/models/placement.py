@@ -153,7 +153,8 @@ def _fill_layer(
     """One layer's weights, in the placement's form; a linear layer or token embedding may be
     replaced by its packed or int8 kind."""
     own = {key: sources.pop(f"{name}.{key}" if name else key) for key, p in module.named_parameters(recurse=False)}
-    if type(module) is nn.Linear and placement.backend == "int8":
+    int8 = placement.backend == "int8" and quantized_in_int8(name, module)
+    if int8 and type(module) is nn.Linear:
         values, scales = quantized_rows(own["weight"], kept=False)  # int8_linear packs a copy
         bias = read(own["bias"], torch.float32) if "bias" in own else None
         _replace(module, int8_linear(values, scales, bias), parents)
@@ -166,11 +167,17 @@ def _fill_layer(
         _replace(module, gemm.PackedLinear(weight, bias, activation if fused else None), parents)
         if fused:
             parent.activation = None  # applied inside the product
-    elif type(module) is nn.Embedding and name.endswith("tokens") and placement.backend == "int8":
+    elif int8:  # the token embeddings
         _replace(module, Int8Embedding(*quantized_rows(own["weight"])), parents)
     else:
         for key, source in own.items():
             setattr(module, key, _plain(source, placement))
+
+
+def quantized_in_int8(name: str, module: nn.Module) -> bool:
+    """Whether int8 keeps this layer's weight as int8 rows: every linear layer and the token
+    embeddings (as CTranslate2 does); the rest stays float32."""
+    return type(module) is nn.Linear or type(module) is nn.Embedding and name.endswith("tokens")
 
 
 def _fill_tied(

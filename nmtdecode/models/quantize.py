@@ -14,22 +14,22 @@ norms, positions and the attention arithmetic stay float32.
 
 Weights are quantized a block of rows at a time as they are read
 (`quantized_rows`), so a 256k x 1024 embedding never exists in float32 in memory.
+A model stored in int8 (`nmtdecode convert --quantize int8`: each weight's int8
+rows, NAME, and their scales, NAME_scale) is not quantized again: its rows are
+memory-mapped from the file as they are (models/weights.py, `QuantizedSource`).
 """
 
 from __future__ import annotations
 
 import threading
 import warnings
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
 
 from . import cpu
-
-if TYPE_CHECKING:
-    from .weights import Source
+from .weights import QuantizedSource, Source
 
 ROWS_AT_ONCE = 4096  # rows quantized per block: a few MB of float32 at a time
 
@@ -60,6 +60,8 @@ def quantized_rows(
     """A stored weight (models/weights.py: StoredTensor, InMemoryTensor, Joined) read and quantized a
     block of rows at a time: its int8 rows and their scales. Unless `kept`, the rows are this
     thread's scratch, valid until its next call (for a layer that copies them: `int8_linear`)."""
+    if isinstance(source, QuantizedSource):
+        return source.int8_rows()  # stored in int8: as stored
     n, d = source.shape
     values = torch.empty(n, d, dtype=torch.int8) if kept else _scratch("values", (n, d), torch.int8)
     scales = torch.empty(n)

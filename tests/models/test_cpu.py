@@ -133,11 +133,12 @@ def test_inspect_device_cpu_lists_each_precision_native_or_refused(as_cpu, cli):
 
 @pytest.mark.parametrize("cpu_class, products", [("avx2", "fbgemm on a packed copy"), ("avx512-vnni", "torch._int_mm")])
 def test_inspect_device_cpu_names_the_kernels_chosen_for_a_model(
-    cpu_class, products, as_cpu, cli, model_dir, monkeypatch
+    cpu_class, products, as_cpu, cli, model_dir, monkeypatch, tmp_path
 ):
     """float32's backend is --gemm auto's measurement; the int8 projection follows the CPU and the
     table's size (every table "large" here: nothing is multiplied in int8)."""
     as_cpu(cpu_class)
+    monkeypatch.setenv("NMTDECODE_CACHE", str(tmp_path))  # measured here, not remembered from another test
     monkeypatch.setattr("nmtdecode.models.placement.INT8_TIED_COPY_BYTES", 0)
     monkeypatch.setattr(gemm, "measure", lambda shapes, dtype: {"torch": 2.0, "onednn": 1.0})
     run = cli("inspect", "--device", "cpu", model_dir, text=True)

@@ -308,6 +308,7 @@ class HFTokenizer:
         self.skip = frozenset(special_ids) | {unk_id, eos_id} | set(self.languages.values())
         self.tag_at_end, self.cleanup = tag_at_end, cleanup
         self.tag_piece = tag_piece  # how a language code is spelt as a piece: M2M100's __en__, else the code
+        self.recipe: dict[str, Any] = {}  # how it was built, for `nmtdecode convert` (native_tokenizer.py)
         try:
             self.default_tag = self._tag("src_lang", src_lang) if src_lang else None
         except ConfigError as e:
@@ -447,17 +448,23 @@ def load_tokenizer(path: str, hf: dict, cfg: TransformerConfig) -> HFTokenizer:
     config = read_json(os.path.join(path, "tokenizer_config.json"), required=False)
     kind = str(config.get("tokenizer_class") or hf.get("tokenizer_class") or "").removesuffix("Fast")
     family = hf.get("model_type")
+    tokenizer: HFTokenizer
     if family == "marian":
-        return _marian(path, config)
-    if family == "bart":
-        return _bart(path, config)
-    if family == "m2m_100":  # M2M100 ships vocab.json, NLLB does not
+        tokenizer = _marian(path, config)
+    elif family == "bart":
+        tokenizer = _bart(path, config)
+    elif family == "m2m_100":  # M2M100 ships vocab.json, NLLB does not
         if kind == "M2M100Tokenizer" or kind != "NllbTokenizer" and os.path.isfile(os.path.join(path, "vocab.json")):
-            return _m2m100(path, config)
-        return _fairseq_family(path, config, cfg, "nllb")
-    if family == "mbart":
-        return _fairseq_family(path, config, cfg, {"MBart50Tokenizer": "mbart50", "MBartTokenizer": "mbart"}.get(kind))
-    raise ModelError(f"{path}: no tokenizer for model_type {shown(family)}")
+            tokenizer = _m2m100(path, config)
+        else:
+            tokenizer = _fairseq_family(path, config, cfg, "nllb")
+    elif family == "mbart":
+        kinds = {"MBart50Tokenizer": "mbart50", "MBartTokenizer": "mbart"}
+        tokenizer = _fairseq_family(path, config, cfg, kinds.get(kind))
+    else:
+        raise ModelError(f"{path}: no tokenizer for model_type {shown(family)}")
+    tokenizer.recipe = {"kind": "huggingface", "directory": path}
+    return tokenizer
 
 
 def _added_tokens(config: dict, vocab: dict[str, int], defaults: Iterable[str]) -> dict[str, int]:
@@ -507,7 +514,7 @@ def marian_tokenizer(
     )
     is_tag = re.compile(r">>.+<<").fullmatch
     specials = {i for t, i in target_vocab.items() if is_tag(t) or t == names["pad"]} | set(added.values())
-    return _MarianTokenizer(
+    tokenizer = _MarianTokenizer(
         source,
         target=target,
         unk_id=vocab[unk],
@@ -516,6 +523,17 @@ def marian_tokenizer(
         languages={t[2:-2]: i for t, i in vocab.items() if is_tag(t)},
         cleanup=cleanup,
     )
+    tokenizer.recipe = {
+        "kind": "marian",
+        "directory": path,
+        "vocab": vocab,
+        "target_vocab": target_vocab if separate else None,
+        "names": dict(names),
+        "added": dict(added),
+        "cleanup": cleanup,
+        "special_ids": sorted(special_ids),
+    }
+    return tokenizer
 
 
 def _m2m100(path: str, config: dict) -> HFTokenizer:

@@ -1,5 +1,7 @@
 """The native format loaded onto our Transformer, and written: native_config.py reads the
-directory without torch; here the weights are read and given to the model.
+directory without torch; here the weights are read and given to the model. A model stored in
+int8 (models/convert.py) keeps each quantized weight's int8 rows and their scales, which an
+int8 load maps from the file as they are (models/weights.py, `stored_int8`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from safetensors.torch import save_file
 from ..checkpoint import LoadedModel
 from ..placement import Placement, load_weights
 from ..transformer import Transformer
-from ..weights import allocate, read_tensors, shared_names
+from ..weights import allocate, read_tensors, shared_names, stored_int8
 from .native_config import FORMAT, WEIGHTS, describe
 
 __all__ = ["FORMAT", "load", "save"]
@@ -23,7 +25,7 @@ __all__ = ["FORMAT", "load", "save"]
 def load(path: str, placement: Placement | None = None) -> LoadedModel:
     facts = describe(path, read_tensors)
     model = allocate(facts.cfg, path)
-    placed = load_weights(model, facts.stored.tensors, path, placement)
+    placed = load_weights(model, stored_int8(facts.stored.tensors), path, placement)
     return facts.loaded(model, path, placed.backend)
 
 
