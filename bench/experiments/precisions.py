@@ -23,8 +23,8 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the repository
-
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/, for common
+import common  # noqa: E402, F401  (puts the repository on sys.path)
 import torch  # noqa: E402
 
 from nmtdecode.models import cpu  # noqa: E402
