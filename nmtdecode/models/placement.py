@@ -17,7 +17,8 @@ Python's lock.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Callable
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -87,16 +88,32 @@ def _fill(model: Transformer, sources: dict[str, Source], placement: Placement) 
         names = [f"{name}.{p}" if name else p for p, t in module.named_parameters(recurse=False)]
         if names:
             (tied if any(n in aliases for n in names) else own).append((name, module))
+    # a tied layer -> the layer whose weight it reads; those go first, each followed by the layers
+    # that read it, so that a long job (fbgemm packing a copy of a 256k-token table) overlaps the rest
+    owners = {name: aliases[f"{name}.weight"].rpartition(".")[0] for name, _ in tied}
+    own.sort(key=lambda job: job[0] not in owners.values())
     readers = max(1, min(MAX_READERS, torch.get_num_threads()))
     with ThreadPoolExecutor(readers) as pool:
-        for _ in pool.map(lambda job: _fill_layer(job[0], job[1], sources, placement, parents), own):
-            pass  # each job's error comes out here
-    for name, module in tied:  # after the layers whose weights they share
-        _fill_tied(model, name, module, aliases, sources, placement, parents)
+        jobs = []
+        for name, module in own:
+            filled = pool.submit(_fill_layer, name, module, sources, placement, parents)
+            jobs.append(filled)
+            for reader, tied_module in tied:
+                if owners[reader] == name:  # started after its owner (the queue is first in, first out)
+                    args = (model, reader, tied_module, aliases, sources, placement, parents)
+                    jobs.append(pool.submit(_after, filled, _fill_tied, *args))
+        for job in jobs:
+            job.result()  # each job's error comes out here
     for module in model.modules():  # buffers the model computed itself (sinusoids)
         for key, buffer in module._buffers.items():
             if buffer is not None and buffer.is_floating_point() and buffer.layout == torch.strided:
                 module._buffers[key] = buffer.to(placement.device, placement.dtype)
+
+
+def _after(first: Future, then: Callable[..., None], *args: object) -> None:
+    """`then(*args)` once `first` is done (its error, if any, comes out of `first` itself)."""
+    if first.exception() is None:
+        then(*args)
 
 
 def load_weights(model: Transformer, sources: dict, source: str, placement: Placement | None = None) -> Placement:

@@ -29,7 +29,7 @@ from torch import nn
 from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
 
 from . import cpu
-from .weights import QuantizedSource, Source
+from .weights import QuantizedSource, Source, release_pages
 
 ROWS_AT_ONCE = 4096  # rows quantized per block: a few MB of float32 at a time
 
@@ -140,4 +140,6 @@ def tied_output(embedding: Int8Embedding, bias: torch.Tensor | None, copy_bytes:
     table above `copy_bytes` on a CPU with int8 dot products, `Int8TiedOutput` on the table itself."""
     if cpu.current().int8_dot and embedding.values.numel() > copy_bytes:
         return Int8TiedOutput(embedding, bias)
-    return int8_linear(embedding.values, embedding.scales, bias)
+    copy = int8_linear(embedding.values, embedding.scales, bias)
+    release_pages(embedding.values)  # a table mapped from a converted model: read whole once, now a few rows a step
+    return copy

@@ -22,6 +22,7 @@ import math
 import mmap
 import os
 import pickle
+import weakref
 from typing import Iterable, Protocol, Sequence
 
 import torch
@@ -123,8 +124,12 @@ class StoredTensor:
         start = self.start - self.start % mmap.ALLOCATIONGRANULARITY
         with open(note_read(self.path), "rb") as f:
             mapping = mmap.mmap(f.fileno(), self.start + self.size - start, access=mmap.ACCESS_COPY, offset=start)
-        values = torch.frombuffer(mapping, dtype=torch.int8, count=self.size, offset=self.start - start)
-        return values.view(self.shape)
+        values = torch.frombuffer(mapping, dtype=torch.int8, count=self.size, offset=self.start - start).view(
+            self.shape
+        )
+        key = id(values)
+        _mapped[key] = weakref.ref(values, lambda _: _mapped.pop(key, None))
+        return values
 
     def _read_into(self, f: io.RawIOBase, position: int, tensor: torch.Tensor) -> None:
         size = tensor.numel() * tensor.element_size()
@@ -138,6 +143,21 @@ class StoredTensor:
                     f"cannot read weights {self.path}: the file ends inside tensor {self.name} (truncated?)"
                 )
             done += got
+
+
+_mapped: dict[int, weakref.ref] = {}  # the tensors StoredTensor.mapped made, by id, while they live
+
+
+def release_pages(tensor: torch.Tensor) -> None:
+    """Let the kernel drop a memory-mapped tensor's pages from this process (MADV_DONTNEED; they
+    come back from the file when next read): for a table read whole once (an int8 embedding table
+    packed into a copy) and then only a few rows at a time. Nothing for a tensor not mapped."""
+    known = _mapped.get(id(tensor))
+    if known is None or known() is not tensor or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    first = tensor.data_ptr() - tensor.data_ptr() % mmap.PAGESIZE  # in the same mapping (page-aligned)
+    size = tensor.data_ptr() + tensor.numel() * tensor.element_size() - first
+    ctypes.CDLL(None).madvise(ctypes.c_void_p(first), ctypes.c_size_t(size), mmap.MADV_DONTNEED)
 
 
 class InMemoryTensor:

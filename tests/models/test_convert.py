@@ -221,3 +221,19 @@ def test_an_interrupted_conversion_leaves_nothing(model_dir, tmp_path, cli, monk
     run = cli("convert", model_dir, "--quantize", "int8", "-o", tmp_path / "out", text=True)
     assert run.returncode == 130 and os.listdir(tmp_path) == []
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_a_mapped_table_s_pages_are_let_go_and_read_again_and_a_heap_tensor_is_left_alone(model_dir, tmp_path, cli):
+    """After fbgemm packs a copy of a mapped int8 table, its pages may leave the process
+    (weights.release_pages): they come back from the file as they were. A tensor that is not
+    mapped is never advised (MADV_DONTNEED would zero it)."""
+    from nmtdecode.models.weights import read_tensors, release_pages
+
+    int8 = converted(cli, model_dir, tmp_path / "int8", "int8")
+    table = read_tensors([str(int8 / "model.safetensors")]).tensors["src_embed.tokens.weight"].mapped()
+    before = table.clone()
+    release_pages(table)
+    assert torch.equal(table, before)
+    heap = torch.arange(1 << 16, dtype=torch.int32)
+    release_pages(heap)
+    assert torch.equal(heap, torch.arange(1 << 16, dtype=torch.int32))
