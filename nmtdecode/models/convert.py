@@ -40,6 +40,8 @@ def convert(source: str, output: str, precision: str) -> None:
     if os.path.lexists(output):
         raise ModelError(f"convert: {output} exists; give a new directory for the converted model")
     loaded = load_model(source)
+    if loaded.format.startswith("ctranslate2"):
+        raise ModelError(f"convert: {source} is a CTranslate2 model, converted already: it loads as it is")
     output = os.path.normpath(output)
     parent = os.path.dirname(os.path.abspath(output))
     os.makedirs(parent, exist_ok=True)

@@ -24,17 +24,19 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch import nn
 
-from . import memory
-from . import gemm
+from . import cpu, gemm, memory
+from ..options.config import ConfigError
+from .architecture import precision_refusal
 from .checkpoint import ModelError, largest_demand
-from .quantize import Int8Embedding, int8_linear, quantized_rows, tied_output
+from .quantize import Int8Embedding, Int8TiedOutput, int8_linear, quantized_rows, tied_output
 from .transformer import Transformer
 from .weights import InMemoryTensor, Source, check_weights, in_memory, read, shared_names
 
 BACKENDS = ("torch", "onednn", "int8")
 # A tied output projection up to this size gets a packed copy beside the embeddings' plain matrix:
-# a product by the plain one costs 12-38% more on Transformer-base shapes (docs/speed.md), and a
-# second copy of 32k x 512 is 64 MB. Above it (NLLB's, mBART's 256k x 1024: 1 GB) the two share one.
+# a product by the plain one costs more on Transformer-base shapes, and a second copy of
+# 32k x 512 is 64 MB (docs/speed.md#real-size-models-on-the-cpu). Above it (NLLB's, mBART's
+# 256k x 1024: 1 GB) the two share one.
 PACKED_TIED_COPY_BYTES = 256 << 20
 # The same for an int8 table (fbgemm's packed copy; 32k x 512 is 16 MB, NLLB's 250 MB), unless the
 # CPU has no fast product by the shared table (no VNNI: models/quantize.py, `tied_output`).
@@ -56,6 +58,20 @@ class Placement:
                 raise ValueError("quantize: int8 is for CPU decoding; on CUDA use --dtype float16 or bfloat16")
             return self
         return replace(self, backend=gemm.choose_backend(model, self.backend, self.device, self.dtype))
+
+
+KEPT_INT8_BACKENDS = ("auto", "int8")  # a placement leaving the CPU's products to be chosen, or asking for int8
+
+
+def as_stored_int8(placement: Placement | None) -> Placement | None:
+    """The placement of a model stored in int8 (a CTranslate2 model's rows, `nmtdecode convert`'s):
+    int8 on a CPU in float32 that runs int8 natively (models/cpu.py), unless the placement names
+    float products (--gemm torch/onednn); its rows dequantized as read otherwise. None (a bare
+    load: tests, inspect) stays float32, as every format's."""
+    if placement is None:
+        return None
+    keep = placement.device.type == "cpu" and placement.dtype == torch.float32 and cpu.verdict("int8").native
+    return replace(placement, backend="int8") if keep and placement.backend in KEPT_INT8_BACKENDS else placement
 
 
 def fill(model: Transformer, sources: dict[str, Source], placement: Placement) -> Placement:
@@ -120,7 +136,11 @@ def load_weights(model: Transformer, sources: dict, source: str, placement: Plac
     """Give `model` its weights from `sources` (our parameter names -> stored tensors of
     models/weights.py, or plain tensors), strictly checked (names and shapes, before anything is
     read), each read once into the form `placement` gives it (default: float32 on the CPU).
-    Returns the placement with its backend decided."""
+    Returns the placement with its backend decided. A dtype the model cannot compute in is refused
+    first, in one line (architecture.precision_refusal: T5 in float16)."""
+    refusal = precision_refusal(model.cfg, str((placement or Placement()).dtype).removeprefix("torch."))
+    if refusal:
+        raise ConfigError(refusal)
     sources = {
         name: InMemoryTensor(t, name, source) if isinstance(t, torch.Tensor) else t for name, t in sources.items()
     }
@@ -172,9 +192,8 @@ def _fill_layer(
     own = {key: sources.pop(f"{name}.{key}" if name else key) for key, p in module.named_parameters(recurse=False)}
     int8 = placement.backend == "int8" and quantized_in_int8(name, module)
     if int8 and type(module) is nn.Linear:
-        values, scales = quantized_rows(own["weight"], kept=False)  # int8_linear packs a copy
         bias = read(own["bias"], torch.float32) if "bias" in own else None
-        _replace(module, int8_linear(values, scales, bias), parents)
+        _replace(module, _int8_linear(own["weight"], bias), parents)
     elif type(module) is nn.Linear and placement.backend == "onednn":
         weight = read(own["weight"], placement.dtype)
         bias = read(own["bias"], placement.dtype) if "bias" in own else None
@@ -185,7 +204,8 @@ def _fill_layer(
         if fused:
             parent.activation = None  # applied inside the product
     elif int8:  # the token embeddings
-        _replace(module, Int8Embedding(*quantized_rows(own["weight"])), parents)
+        per_row = getattr(own["weight"], "activations_per_row", False)
+        _replace(module, Int8Embedding(*int8_rows(own["weight"]), activations_per_row=per_row), parents)
     else:
         for key, source in own.items():
             setattr(module, key, _plain(source, placement))
@@ -195,6 +215,28 @@ def quantized_in_int8(name: str, module: nn.Module) -> bool:
     """Whether int8 keeps this layer's weight as int8 rows: every linear layer and the token
     embeddings (as CTranslate2 does); the rest stays float32."""
     return type(module) is nn.Linear or type(module) is nn.Embedding and name.endswith("tokens")
+
+
+def int8_rows(source: Source) -> tuple[torch.Tensor, torch.Tensor]:
+    """A weight's int8 rows and their scales: as the checkpoint stores them where it holds int8 (a
+    CTranslate2 model's, formats/ct2.py; `nmtdecode convert`'s, weights.QuantizedSource: used as
+    they are), else quantized as read."""
+    stored = getattr(source, "int8_rows", None)
+    return stored() if stored is not None else quantized_rows(source)
+
+
+def _int8_linear(weight: Source, bias: torch.Tensor | None) -> nn.Module:
+    """An int8 linear layer: fbgemm's dynamic layer, on rows quantized as read or stored so. Rows
+    stored by CTranslate2 (`activations_per_row`) multiply as its products do, each row of
+    activations quantized alone (Int8TiedOutput over the layer's own rows: 99-100% of CTranslate2's
+    int8 outputs on random models, against 55-71% for fbgemm's one scale a batch, docs/formats.md),
+    where the CPU has int8 dot products: without VNNI torch._int_mm is a reference loop
+    (models/cpu.py), and fbgemm's layer multiplies them."""
+    stored = getattr(weight, "int8_rows", None) is not None
+    values, scales = int8_rows(weight) if stored else quantized_rows(weight, kept=False)  # packed: a copy
+    if getattr(weight, "activations_per_row", False) and cpu.current().int8_dot:
+        return Int8TiedOutput(Int8Embedding(values, scales), bias)
+    return int8_linear(values, scales, bias)
 
 
 def _fill_tied(

@@ -29,7 +29,7 @@ from torch import nn
 from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
 
 from . import cpu
-from .weights import QuantizedSource, Source, release_pages
+from .weights import Source, release_pages
 
 ROWS_AT_ONCE = 4096  # rows quantized per block: a few MB of float32 at a time
 
@@ -60,8 +60,6 @@ def quantized_rows(
     """A stored weight (models/weights.py: StoredTensor, InMemoryTensor, Joined) read and quantized a
     block of rows at a time: its int8 rows and their scales. Unless `kept`, the rows are this
     thread's scratch, valid until its next call (for a layer that copies them: `int8_linear`)."""
-    if isinstance(source, QuantizedSource):
-        return source.int8_rows()  # stored in int8: as stored
     n, d = source.shape
     values = torch.empty(n, d, dtype=torch.int8) if kept else _scratch("values", (n, d), torch.int8)
     scales = torch.empty(n)
@@ -94,10 +92,12 @@ class Int8Embedding(nn.Module):
     values: torch.Tensor  # buffers (register_buffer)
     scales: torch.Tensor
 
-    def __init__(self, values: torch.Tensor, scales: torch.Tensor) -> None:
+    def __init__(self, values: torch.Tensor, scales: torch.Tensor, activations_per_row: bool = False) -> None:
         super().__init__()
         self.register_buffer("values", values)  # (V, d) int8
         self.register_buffer("scales", scales)  # (V,) float32
+        # CTranslate2's rows: a projection by them quantizes each row of activations alone, as its products do
+        self.activations_per_row = activations_per_row
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         flat = ids.reshape(-1)
@@ -136,9 +136,11 @@ class Int8TiedOutput(nn.Module):
 
 
 def tied_output(embedding: Int8Embedding, bias: torch.Tensor | None, copy_bytes: int) -> nn.Module:
-    """The output projection tied to `embedding`: fbgemm on a packed copy of its table, or, for a
-    table above `copy_bytes` on a CPU with int8 dot products, `Int8TiedOutput` on the table itself."""
-    if cpu.current().int8_dot and embedding.values.numel() > copy_bytes:
+    """The output projection tied to `embedding`: fbgemm on a packed copy of its table, or, on a CPU
+    with int8 dot products, `Int8TiedOutput` on the table itself for a table above `copy_bytes` or
+    CTranslate2's rows (its products quantize each row of activations alone)."""
+    large = embedding.values.numel() > copy_bytes
+    if cpu.current().int8_dot and (large or embedding.activations_per_row):
         return Int8TiedOutput(embedding, bias)
     copy = int8_linear(embedding.values, embedding.scales, bias)
     release_pages(embedding.values)  # a table mapped from a converted model: read whole once, now a few rows a step

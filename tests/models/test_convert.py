@@ -49,7 +49,7 @@ def test_converted_int8_decodes_as_quantizing_at_load_without_quantizing(
     int8 = converted(cli, model_dir, tmp_path / "int8", "int8")
     on_the_fly = decoded(cli, model_dir, lines_file, "--quantize", "int8")
     monkeypatch.setattr(quantize, "quantize_rows", lambda rows: pytest.fail("a stored int8 model was quantized"))
-    assert decoded(cli, int8, lines_file) == on_the_fly  # int8 unless told: the stored precision
+    assert decoded(cli, int8, lines_file) == on_the_fly  # int8 unless told, as a CTranslate2 int8 folder
     assert decoded(cli, int8, lines_file, "--quantize", "int8") == on_the_fly
 
 
@@ -86,29 +86,39 @@ def test_an_int8_load_maps_the_stored_table_instead_of_reading_it(model_dir, tmp
 
 @pytest.mark.parametrize("precision", ["float32", "bfloat16"])
 def test_a_float_conversion_decodes_as_the_original(precision, model_dir, tmp_path, cli, lines_file):
-    """float32: the same numbers; bfloat16: the weights rounded to it, decoded in bfloat16 where
-    the CPU has its arithmetic, in float32 from them (with a warning) where it has not."""
+    """float32: the same numbers; bfloat16: the weights rounded to it, computed in --dtype (float32
+    unless told, as a CTranslate2 bfloat16 folder on a CPU), in bfloat16 where the CPU has its arithmetic."""
     out = converted(cli, model_dir, tmp_path / precision, precision)
     with safe_open(str(out / "model.safetensors"), "pt") as stored:
         assert {stored.get_tensor(name).dtype for name in stored.keys()} == {getattr(torch, precision)}
     if precision == "float32":
         assert decoded(cli, out, lines_file) == decoded(cli, model_dir, lines_file)
-    elif cpu.current().bf16_arithmetic:
-        assert decoded(cli, out, lines_file) == decoded(cli, out, lines_file, "--dtype", "bf16")
-    else:
-        run = cli("translate", "-m", out, "--src", lines_file(LINES), "-q", text=True)
-        assert (
-            run.returncode == 0
-            and "the model is stored in bfloat16, which this CPU does not run natively" in run.stderr
-        )
+        return
+    assert load_model(str(out)).model.src_embed.tokens.weight.dtype == torch.float32
+    if cpu.current().bf16_arithmetic:
+        assert decoded(cli, out, lines_file, "--dtype", "bf16") != decoded(cli, out, lines_file)
 
 
-def test_a_stored_precision_the_cpu_lacks_decodes_in_float32_saying_so(model_dir, tmp_path, cli, lines_file, as_cpu):
-    out = converted(cli, model_dir, tmp_path / "bf16", "bf16")
-    as_cpu("avx2")
-    run = cli("translate", "-m", out, "--src", lines_file(["good morning"]), text=True)
-    assert run.returncode == 0
-    assert "nmtdecode: warning: the model is stored in bfloat16, which this CPU does not run natively" in run.stderr
+@pytest.mark.parametrize(
+    "cpu_class, args, int8", [("avx2", [], True), ("avx2", ["--gemm", "torch"], False), ("no-x86", [], False)]
+)
+def test_an_int8_model_decodes_in_int8_where_the_cpu_runs_it(
+    cpu_class, args, int8, model_dir, tmp_path, cli, as_cpu, monkeypatch
+):
+    """As a CTranslate2 int8 folder: int8 on a CPU that runs it, unless the options name float
+    products; its rows multiplied back by their scales otherwise (a CPU without fbgemm)."""
+    from nmtdecode.engine import engine
+
+    out = converted(cli, model_dir, tmp_path / "int8", "int8")
+    as_cpu(cpu_class)
+    backends = []
+    original = engine.load_model
+    monkeypatch.setattr(
+        engine, "load_model", lambda *a, **k: backends.append((loaded := original(*a, **k)).gemm) or loaded
+    )
+    run = cli("translate", "-m", out, *args, stdin="good morning\n", text=True)
+    assert run.returncode == 0, run.stderr
+    assert (backends == ["int8"]) == int8
 
 
 def marian_yaml(root):

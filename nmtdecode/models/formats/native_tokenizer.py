@@ -35,6 +35,7 @@ HF_TOKENIZER_FILES = (
     "special_tokens_map.json",
     "tokenizer.json",
     "sentencepiece.bpe.model",
+    "spiece.model",
     "source.spm",
     "target.spm",
     "vocab.json",
