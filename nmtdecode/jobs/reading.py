@@ -22,8 +22,6 @@ import sys
 import time
 from typing import BinaryIO, Iterable, Iterator
 
-from ..options.config import ConfigError
-
 
 class InputError(RuntimeError):
     """The input cannot be read (runtime error, exit code 1)."""
@@ -161,7 +159,7 @@ def check_readable(path: str) -> None:
 class PrefixLines:
     """The --prefix file, read in step with the source: `line(i)` for increasing line indices i
     (lines a resumed job skips are read past). It must have exactly one line per source line:
-    checked before decoding when both are regular files (`check_prefix`), else as they are read."""
+    checked before decoding when both are regular files (files.check_prefix), else as they are read."""
 
     def __init__(self, path: str, on_invalid: str = "error") -> None:
         self.path, self.lines, self.read = path, iter(LineReader(path, on_invalid)), 0
@@ -184,23 +182,6 @@ class PrefixLines:
                 f"--prefix {self.path} has more lines than the source ({self.read}); "
                 "give one prefix line per source line"
             )
-
-
-def check_prefix(src: str, prefix: str, resume: bool = False) -> None:
-    """Before the model loads: the prefix file is readable and, when the source is a regular
-    file too, has as many lines. A pipe or FIFO is read once, as the job goes (it cannot be
-    counted, nor hashed for the resume signature, so it cannot be resumed)."""
-    check_readable(prefix)
-    if resume and not os.path.isfile(prefix):
-        raise ConfigError(
-            f"--resume: the prefixes come from {prefix}, a pipe or device, which cannot be read again "
-            "to check that they are the ones the partial output was made with; give a file"
-        )
-    counts = count_lines(src), count_lines(prefix)
-    if None not in counts and counts[0] != counts[1]:
-        raise ConfigError(
-            f"prefix: {prefix} has {counts[1]} lines but {src} has {counts[0]}; give one prefix line per source line"
-        )
 
 
 def count_lines(path: str) -> int | None:

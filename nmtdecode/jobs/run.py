@@ -12,7 +12,7 @@ every batch, written in input order into the output file. Under torchrun it is a
 (`RankJob`): its batches into its part file; then the ranks wait for each other and rank 0
 merges the parts (ranks.py). Either way the sink checkpoints its file after each chunk, so an
 interrupted job resumes at a chunk boundary (output_file.py). The CLI builds the jobs'
-`Config`s (plan.py) and calls `translate_job`; nothing here parses flags.
+`Config`s (options/plan.py) and calls `translate_job`; nothing here parses flags.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Iterable, Protocol
 
 from . import signals
 from ..options.config import Config
-from .plan import check_written_files
+from .files import check_inputs, check_torchrun_files, check_written_files
 from .output_file import NOT_RESUMABLE, OutputFile
 from .pipeline import LineSource, load_engine, run
 from .progress import JobProgress, progress_bar, stdin_is_terminal
@@ -32,7 +32,6 @@ from .ranks import (
     Group,
     PartWriter,
     Ranks,
-    check_job,
     check_layout,
     device_for,
     layouts,
@@ -40,8 +39,7 @@ from .ranks import (
     merge,
     threads_for,
 )
-from .reading import check_prefix, check_readable
-from ..engine.resolve import ResolvedJob, check_torchrun, check_translate, resolve, stream_typed_input
+from ..engine.resolve import ResolvedJob, resolve
 from ..engine.messages import count, print_warning, say
 from .signature import job_signature
 from .summary import Summary, timing
@@ -63,20 +61,28 @@ def translate_job(jobs: Config | list[Config], engine: Engine | None = None) -> 
     typed = stdin_is_terminal()
     jobs = [stream_typed_input(job, typed) for job in ([jobs] if isinstance(jobs, Config) else jobs)]
     for job in jobs:
-        check_translate(job)
+        job.validate("translate")
     check_written_files(jobs)
     ranks = Ranks.from_env()
     if ranks is None:
         several = len(jobs) > 1  # then each file's bar and summary line name it, and a total follows
         return decode_shares([WholeJob(job, jobs, several) for job in jobs], engine, several)
     for job in jobs:
-        check_torchrun(job)
-        check_job(job)
+        job.validate("torchrun")
+        check_torchrun_files(job)
     group = Group(ranks)
     try:
         return decode_shares([RankJob(job, ranks, group) for job in jobs], engine)
     finally:
         leave_group()
+
+
+def stream_typed_input(config: Config, stdin_is_terminal: bool) -> Config:
+    """The job, answering line by line (as --stream) when its input is typed at a terminal."""
+    io_cfg = config.io
+    if io_cfg.src == "-" and not io_cfg.stream and not io_cfg.resume and stdin_is_terminal:
+        return config.over({"stream": True})
+    return config
 
 
 def decode_shares(shares: list[Share], engine: Engine | None, several: bool = False) -> Summary:
@@ -180,9 +186,7 @@ class WholeJob:
         """Check the job's input and lock its output (and its --dump-beam file); None when --resume
         finds the output complete."""
         io_cfg = self.config.io
-        check_readable(io_cfg.src)
-        if io_cfg.prefix is not None:
-            check_prefix(io_cfg.src, io_cfg.prefix, io_cfg.resume)
+        check_inputs(self.config)
         output = OutputFile(io_cfg.output)
         for other in self.jobs:
             output.refuse_source(other.io.src)

@@ -24,8 +24,9 @@ from .output_file import NOT_RESUMABLE, OutputFile
 from .pipeline import ListSink, load_engine, run
 from .progress import progress_bar
 from .ranks import Ranks
-from .reading import InputError, LineReader, check_readable, count_lines
-from ..engine.resolve import check_score, resolve
+from .files import check_score_files
+from .reading import InputError, LineReader
+from ..engine.resolve import resolve
 from ..engine.messages import count, print_warning, say
 from .writing import OrderedWriter, TextStream
 
@@ -63,13 +64,11 @@ def score_job(config: Config, tgt: str, normalize: bool = False) -> ScoreSummary
     """Score the pairs of lines of config.io.src and `tgt` into config.io.output in config.io.format,
     each line's total log-probability or, with `normalize`, its mean per scored token. Input and
     output are checked, and the output locked, before the model loads."""
-    check_score(config, torchrun=Ranks.from_env() is not None)
+    if Ranks.from_env() is not None:  # every rank would print every score
+        raise ConfigError("score runs in one process: start it without torchrun")
+    config.validate("score")
     io_cfg = config.io
-    for path in (io_cfg.src, tgt):
-        check_readable(path)
-    counts = count_lines(io_cfg.src), count_lines(tgt)
-    if None not in counts and counts[0] != counts[1]:
-        raise ConfigError(f"--src has {counts[0]} lines but --tgt has {counts[1]}")
+    check_score_files(io_cfg.src, tgt)
     out = OutputFile(io_cfg.output)
     for path in (io_cfg.src, tgt):
         out.refuse_source(path)

@@ -50,8 +50,11 @@ class LoadedModel:
     gemm: str = "torch"  # how the CPU multiplies by its weights: torch, onednn or int8 (models/placement.py)
     files: tuple[str, ...] = ()  # every file the load read (real paths), for the resume signature
 
-    def check_decoding(self, decoding: Any) -> None:  # config.DecodingConfig (the options import nothing here)
-        """Refuse decoding options this model cannot serve (an ensemble's: models/ensemble.py)."""
+    @property
+    def shares_source_positions(self) -> bool:
+        """Whether every model reads the source at the same positions, so that their attention can
+        be averaged and aligned (an ensemble's models may split it differently: models/ensemble.py)."""
+        return True
 
     def rules_for(self, src_lang: str | None, tgt_lang: str | None) -> ModelRules:
         """Set the languages on the tokenizer; the model's rules, with the target-language
