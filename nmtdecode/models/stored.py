@@ -36,6 +36,7 @@ DTYPE_NAMES = {
 }
 FLOAT_CODES = {"F64": "d", "F32": "f", "F16": "e"}  # struct's codes; BF16 is the top half of a float32
 MAX_HEADER = 100_000_000  # the safetensors library's own limit on a header
+SCALE_SUFFIX = "_scale"  # a weight stored in int8 as NAME has its row scales in NAME_scale (models/quantize.py)
 
 
 class NeedsTorch(Exception):
