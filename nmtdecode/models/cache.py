@@ -166,19 +166,19 @@ class DecoderCache(AttentionRecord):
         """Store this step's keys and values, kv (N, 2, H, hd), for `layer` (one copy). Returns the
         keys and values of every position so far, (B, H, (t+1)*width, hd), each sentence's slots
         side by side, and the mask of what each row may attend to (None when width is 1)."""
-        self.make_room()
-        self.self_kv[layer, :, :, :, self.length] = by_slot(kv, self.width)
+        self.make_room()[layer, :, :, :, self.length] = by_slot(kv, self.width)
         past = self.past(layer)
         return past[0], past[1], self.self_mask()
 
-    def make_room(self) -> None:
-        """Room for position `length` in the self-attention cache."""
+    def make_room(self) -> torch.Tensor:
+        """The self-attention cache, with room for position `length` (allocated or grown here)."""
         if self.self_kv is None or self.length == self.self_kv.size(POSITIONS):
-            self._grow()
+            return self._grow()
+        return self.self_kv
 
     def past(self, layer: int) -> torch.Tensor:
         """Keys and values of every position up to `length`: (2, B, H, (length+1)*width, hd), a view."""
-        return self.self_kv[layer, :, :, :, : self.length + 1].flatten(3, 4)
+        return self.make_room()[layer, :, :, :, : self.length + 1].flatten(3, 4)
 
     def self_mask(self) -> torch.Tensor | None:
         """Which (position, slot) each row attends to: its ancestors', and its own at this step."""
@@ -186,7 +186,7 @@ class DecoderCache(AttentionRecord):
             return None
         if self._mask is None or self._mask.size(-1) != (self.length + 1) * self.width:
             if self.length == self.ancestry.size(1):
-                self.ancestry = self._moved_ancestry(None, 2 * self.length, self.width)
+                self.ancestry = self._longer_ancestry(self.ancestry[:, : self.length], 2 * self.length)
             n = self.ancestry.size(0)
             self.ancestry[:, self.length : self.length + 1] = own_slots(n, self.width, self.ancestry.device)
             self._mask = ancestry_mask(self.ancestry, self.length + 1)
@@ -196,15 +196,16 @@ class DecoderCache(AttentionRecord):
         """Called by the model once all layers have appended the current step."""
         self.length += 1
 
-    def _grow(self) -> None:
-        """Allocate the cache, or double its capacity. Its sentences, heads, head size, dtype and
-        device are the encoder keys' (cross_kv)."""
+    def _grow(self) -> torch.Tensor:
+        """Allocate the cache, or double its capacity, and return it. Its sentences, heads, head
+        size, dtype and device are the encoder keys' (cross_kv)."""
         layers, _, sentences, heads, _, hd = self.cross_kv.shape
         capacity = max(INITIAL_CAPACITY, 2 * self.length)
         grown = self.scratch.next("self", self.cross_kv, (layers, 2, sentences, heads, capacity, self.width, hd))
         if self.self_kv is not None:
             grown[:, :, :, :, : self.length] = self.self_kv[:, :, :, :, : self.length]
-        self._install("self_kv", grown)
+        self._install(grown)
+        return grown
 
     def follow(self, out: "StepOutput") -> None:
         """Track one search step: keep the sentences out.keep, and give row r the path of row
@@ -212,11 +213,11 @@ class DecoderCache(AttentionRecord):
         step just decoded."""
         if out.keep is not None:
             kept = self._resized("cross", self.cross_kv, SENTENCES, out.keep.numel())
-            self._install("cross_kv", torch.index_select(self.cross_kv, SENTENCES, out.keep, out=kept))
+            self._install(torch.index_select(self.cross_kv, SENTENCES, out.keep, out=kept), cross=True)
             if self.memory_mask is not None:
                 self.memory_mask = self.memory_mask.index_select(0, out.keep)
             if self.self_kv is not None:
-                self._keep_sentences(out.keep)
+                self._keep_sentences(self.self_kv, out.keep)
         self._mask = None
         if out.origin is None or self.self_kv is None:  # every row continues itself: its own slot is marked
             return
@@ -225,30 +226,37 @@ class DecoderCache(AttentionRecord):
             return  # one row per sentence: every row attends to its own slot only
         self.ancestry = self._moved_ancestry(out.origin, self.self_kv.size(POSITIONS), width)
         if width != self.width:
-            self._widen(width)
+            self._widen(self.self_kv, width)
 
-    def _moved_ancestry(self, origin: torch.Tensor | None, capacity: int, width: int) -> torch.Tensor:
-        """The ancestry of the next step's rows (row r: the ancestry of row origin[r] of this step;
-        every row its own when origin is None) over the `length` positions decoded, in a tensor of
-        `capacity` positions and `width` slots. Without an ancestry yet, every row so far was slot 0."""
-        t, device = self.length, self.cross_kv.device
-        rows = self.ancestry.size(0) if origin is None else origin.numel()
-        moved = torch.zeros((rows, max(capacity, t + 1), width), dtype=torch.bool, device=device)
+    def _moved_ancestry(self, origin: torch.Tensor, capacity: int, width: int) -> torch.Tensor:
+        """The ancestry of the next step's rows (row r: the ancestry of row origin[r] of this step)
+        over the `length` positions decoded, in a tensor of `capacity` positions and `width` slots.
+        Without an ancestry yet, every row so far was slot 0."""
         if self.ancestry is None:
-            moved[:, :t, 0] = True
-        else:
-            past = self.ancestry[:, :t] if origin is None else self.ancestry[:, :t].index_select(0, origin)
-            moved[:, :t, : past.size(2)] = past
+            moved = self._empty_ancestry(origin.numel(), capacity, width)
+            moved[:, : self.length, 0] = True
+            return moved
+        return self._longer_ancestry(self.ancestry[:, : self.length].index_select(0, origin), capacity, width)
+
+    def _longer_ancestry(self, past: torch.Tensor, capacity: int, width: int | None = None) -> torch.Tensor:
+        """The ancestry `past` of the `length` positions decoded, in a tensor of `capacity`
+        positions and `width` slots (its own width when None)."""
+        moved = self._empty_ancestry(past.size(0), capacity, width or past.size(2))
+        moved[:, : self.length, : past.size(2)] = past
         return moved
 
-    def _keep_sentences(self, keep: torch.Tensor) -> None:
-        """Copy the filled positions of the sentences `keep` into a buffer of the same capacity."""
-        kept = self._resized("self", self.self_kv, SENTENCES, keep.numel())
-        t = self.length
-        torch.index_select(self.self_kv[:, :, :, :, :t], SENTENCES, keep, out=kept[:, :, :, :, :t])
-        self._install("self_kv", kept)
+    def _empty_ancestry(self, rows: int, capacity: int, width: int) -> torch.Tensor:
+        shape = (rows, max(capacity, self.length + 1), width)
+        return torch.zeros(shape, dtype=torch.bool, device=self.cross_kv.device)
 
-    def _widen(self, width: int) -> None:
+    def _keep_sentences(self, self_kv: torch.Tensor, keep: torch.Tensor) -> None:
+        """Copy the filled positions of the sentences `keep` into a buffer of the same capacity."""
+        kept = self._resized("self", self_kv, SENTENCES, keep.numel())
+        t = self.length
+        torch.index_select(self_kv[:, :, :, :, :t], SENTENCES, keep, out=kept[:, :, :, :, :t])
+        self._install(kept)
+
+    def _widen(self, self_kv: torch.Tensor, width: int) -> None:
         """More rows per sentence (after the first step): same positions, more slots. The new
         slots of the positions already decoded start at zero, not uninitialised: masked-out keys
         must still be finite. Later positions are written whole before they are read, so the rest
@@ -256,18 +264,22 @@ class DecoderCache(AttentionRecord):
         docs/speed.md#measurements-behind-design-choices)."""
         if width < self.width:
             raise ValueError(f"rows per sentence went down from {self.width} to {width}")
-        wider = self._resized("self", self.self_kv, SLOTS, width)
+        wider = self._resized("self", self_kv, SLOTS, width)
         wider[:, :, :, :, : self.length, self.width :] = 0
-        wider[:, :, :, :, : self.length, : self.width] = self.self_kv[:, :, :, :, : self.length]
-        self._install("self_kv", wider)
+        wider[:, :, :, :, : self.length, : self.width] = self_kv[:, :, :, :, : self.length]
+        self._install(wider)
         self.width = width
 
-    def _install(self, name: str, tensor: torch.Tensor) -> None:
-        """`tensor` replaces the copy it was made from. One too large for Scratch to keep goes back
-        to the system at once (memory.give_back_freed): in the heap it would stay resident, a hole
-        as large as a real-size model's cache."""
-        old = getattr(self, name)
-        setattr(self, name, tensor)
+    def _install(self, tensor: torch.Tensor, cross: bool = False) -> None:
+        """`tensor` replaces the copy it was made from: the self-attention cache, or with `cross` the
+        encoder keys and values. One too large for Scratch to keep goes back to the system at once
+        (memory.give_back_freed): in the heap it would stay resident, a hole as large as a
+        real-size model's cache."""
+        old: torch.Tensor | None
+        if cross:
+            old, self.cross_kv = self.cross_kv, tensor
+        else:
+            old, self.self_kv = self.self_kv, tensor
         if old is not None and old.device.type == "cpu" and old.numel() * old.element_size() > Scratch.KEPT_BYTES:
             del old
             memory.give_back_freed()

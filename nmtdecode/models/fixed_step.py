@@ -197,7 +197,7 @@ class FixedShapeSteps:
     def decode_step(self, tokens: torch.Tensor, cache: FixedShapeCache) -> torch.Tensor:
         """tokens (rows,) -> logits (rows, V), as Transformer.decode_step; cache.attention (rows,
         source) when recorded."""
-        b, t = self.buffers, cache.length
+        b, t = cache.buffers, cache.length  # the buffers the cache was made in
         sentences, width = cache.sentences, tokens.numel() // cache.sentences
         full = width == b.width  # the search's rows are the buffers' first rows, in order
         if full:
@@ -221,7 +221,8 @@ class FixedShapeSteps:
 
     def _step(self, cache: FixedShapeCache) -> torch.Tensor:
         cache.mark_own_slots()
-        rows = self.buffers.tokens[: cache.sentence_bucket * self.buffers.width]
+        b = cache.buffers
+        rows = b.tokens[: cache.sentence_bucket * b.width]
         return self.model.decode_step(rows, cache)
 
     def _replay(self, key: tuple, cache: FixedShapeCache) -> torch.Tensor:
