@@ -28,6 +28,18 @@ class Example:
     prefix: list[int] | None = None  # target ids the output must start with (--prefix)
     target: list[int] | None = None  # target ids to score (`score`)
 
+    def ids_to_decode(self) -> list[int]:
+        """`ids`, of a line in a batch to decode (`cut` keeps the lines without any apart)."""
+        if self.ids is None:
+            raise ValueError(f"input line {self.index + 1} has nothing to decode")
+        return self.ids
+
+    def target_to_score(self) -> list[int]:
+        """`target`, of a pair to score (jobs/scoring.py:pair_examples sets it)."""
+        if self.target is None:
+            raise ValueError(f"input line {self.index + 1} has no target to score")
+        return self.target
+
 
 @dataclass
 class Result:
@@ -83,10 +95,10 @@ def cut(chunk: list[Example], batch_size: int, batch_type: str) -> Iterator[list
     empty = [e for e in chunk if e.ids is None]
     if empty:
         yield empty  # a batch of lines with nothing to decode
-    chunk = sorted((e for e in chunk if e.ids is not None), key=lambda e: len(e.ids), reverse=True)
+    chunk = sorted((e for e in chunk if e.ids is not None), key=lambda e: len(e.ids_to_decode()), reverse=True)
     batch: list[Example] = []  # sorted is stable: equal lengths keep their input order
     for example in chunk:
-        longest = len(batch[0].ids) if batch else len(example.ids)  # sorted: the first is the longest
+        longest = len((batch[0] if batch else example).ids_to_decode())  # sorted: the first is the longest
         size = len(batch) + 1 if batch_type == "sents" else (len(batch) + 1) * longest
         if batch and size > batch_size:
             yield batch

@@ -121,8 +121,9 @@ class Engine:
         """Tokenize one line (or take its pieces); whitespace-only lines (no pieces) get nothing to
         decode; long ones are cut (EOS kept). A target prefix (text or pieces) becomes target ids
         without EOS (`target_ids`)."""
-        given = prefix if isinstance(prefix, list) else prefix and prefix.strip()
-        prefix_ids = self.target_ids(prefix) if given else None
+        prefix_ids = None
+        if prefix is not None and (prefix if isinstance(prefix, list) else prefix.strip()):
+            prefix_ids = self.target_ids(prefix)
         if not (text if isinstance(text, list) else text.strip()):
             return Example(index, text, prefix=prefix_ids)
         ids, truncated = self.encode_source(text, max_src_length)
@@ -140,7 +141,7 @@ class Engine:
 
         def decode(part: list[Example]) -> list[Result]:
             prefixes = [e.prefix or [] for e in part] if any(e.prefix for e in part) else None
-            decoded = decoder.decode([e.ids for e in part], [e.index for e in part], prefixes)
+            decoded = decoder.decode([e.ids_to_decode() for e in part], [e.index for e in part], prefixes)
             results = [self.result(e, hyps, decoder.cfg) for e, hyps in zip(part, decoded.nbests)]
             if decoded.search is not None:  # --dump-beam
                 for i, (e, result) in enumerate(zip(part, results)):
@@ -154,15 +155,15 @@ class Engine:
         with `by_token` its tokens and per-token log-probabilities (BatchDecoder.score_tokens)."""
 
         def score(part: list[Example]) -> list[PairScore]:
-            sources, targets = [e.ids for e in part], [e.target for e in part]
+            sources, targets = [e.ids_to_decode() for e in part], [e.target_to_score() for e in part]
             if not by_token:
                 return [
-                    PairScore(e.index, total, len(e.target) + 1)
-                    for e, total in zip(part, decoder.score(sources, targets))
+                    PairScore(e.index, total, len(target) + 1)
+                    for e, target, total in zip(part, targets, decoder.score(sources, targets))
                 ]
             return [
-                PairScore(e.index, sum(token_scores) + eos, len(e.target) + 1, tokens, token_scores, eos)
-                for e, (tokens, token_scores, eos) in zip(part, decoder.score_tokens(sources, targets))
+                PairScore(e.index, sum(token_scores) + eos, len(target) + 1, tokens, token_scores, eos)
+                for e, target, (tokens, token_scores, eos) in zip(part, targets, decoder.score_tokens(sources, targets))
             ]
 
         return in_halves_when_out_of_memory(batch, score)
@@ -207,7 +208,7 @@ class Engine:
         available = memory.available_bytes()
         if self.device.type != "cpu" or available is None or len(batch) == 1:
             return None
-        positions = max(decoder.max_steps([len(e.ids) for e in batch]))
+        positions = max(decoder.max_steps([len(e.ids_to_decode()) for e in batch]))
         model = self.loaded.model
         need = model.decoding_bytes(
             len(batch), decoder.cfg.rows_per_sentence, positions, next(model.parameters()).dtype
@@ -239,17 +240,15 @@ def in_halves_when_out_of_memory(
     """work(batch), a list with one entry per item. When the device runs out of memory (or on CPU,
     `too_big` says it certainly would) the batch is split in halves and retried, down to single
     items (which then fail, naming the line)."""
-    results, split = None, too_big(batch)
+    split = too_big(batch)
     if split is None:
         try:
-            results = work(batch)
+            return work(batch)
         except (RuntimeError, MemoryError) as error:  # torch.OutOfMemoryError is a RuntimeError
             if not memory.is_out_of_memory(error):
                 raise
             split = f"out of memory on a batch of {len(batch)} sentences; retrying it in halves"
-        # retried only out here: inside `except`, the traceback keeps the failed attempt's tensors alive
-    if results is not None:
-        return results
+    # retried only out here: inside `except`, the traceback keeps the failed attempt's tensors alive
     if len(batch) == 1:
         raise RuntimeError(
             f"out of memory on input line {batch[0].index + 1}, even alone; "
