@@ -70,8 +70,9 @@ class Beam:
         self.next_ys.append(tokens)
         self.prev_ks.append(prev)
         self.scores.append(scores)
-        for name in attached[0] if attached else ():
-            self.attached.setdefault(name, []).append([slot[name] for slot in attached])
+        if attached:
+            for name in attached[0]:
+                self.attached.setdefault(name, []).append([slot[name] for slot in attached])
 
     def rank(self, order: list[int], new: list[Finished | None]) -> None:
         """A step's finished hypotheses (`new`: one per candidate, None where it is none) into the
@@ -202,7 +203,7 @@ class BeamSearch(SentenceRecords):
             tokens=alive.tokens,
             prev=alive.prev,
         )
-        if top.totals is not None:
+        if top.totals is not None and alive.totals is not None:  # both or neither: alive is taken from candidates
             tensors.update(top_totals=top.totals, totals=alive.totals)
         host = to_host(**tensors, **self._facts_of(facts, top.prev, alive.prev))
         merged = self.ends.step(
@@ -250,6 +251,4 @@ class BeamSearch(SentenceRecords):
 
     def _next_rows(self, alive: Candidates) -> StepOutput:
         """Rows of the next step: k per sentence still searched, each continuing the row it extends."""
-        out, kept = next_beam_rows(self, alive)
-        self.alive_totals = None if kept.totals is None else kept.totals.reshape(-1)
-        return out
+        return next_beam_rows(self, alive)[0]

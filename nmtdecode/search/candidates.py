@@ -18,7 +18,7 @@ ended one as an empty slot for the next step (k-1 go on, not refilled from the 2
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Callable, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -37,18 +37,20 @@ class Candidates:
 
     def take(self, index: torch.Tensor) -> "Candidates":
         """Columns `index` (n, c') of each row."""
-        return Candidates(*(None if t is None else t.gather(1, index) for t in self._fields()))
+        return self._map(lambda t: t.gather(1, index))
 
     def first(self, k: int) -> "Candidates":
         """The k best of each row."""
-        return Candidates(*(None if t is None else t[:, :k] for t in self._fields()))
+        return self._map(lambda t: t[:, :k])
 
     def rows(self, index: torch.Tensor) -> "Candidates":
         """Rows (sentences) `index`."""
-        return Candidates(*(None if t is None else t[index] for t in self._fields()))
+        return self._map(lambda t: t[index])
 
-    def _fields(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        return self.scores, self.tokens, self.prev, self.totals
+    def _map(self, pick: Callable[[torch.Tensor], torch.Tensor]) -> "Candidates":
+        """The same part of every field."""
+        totals = None if self.totals is None else pick(self.totals)
+        return Candidates(pick(self.scores), pick(self.tokens), pick(self.prev), totals)
 
 
 def top_candidates(totals: torch.Tensor, wanted: int, vocab: int, eos_id: int) -> Candidates:

@@ -44,7 +44,7 @@ import torch
 
 from .base import NEG_INF, RowFacts, StepOutput
 from .beam import BeamSearch
-from .candidates import Candidates, top_candidates
+from .candidates import Candidates, next_beam_rows, top_candidates
 from .penalties import LengthPenalty
 
 
@@ -100,8 +100,18 @@ class DiverseBeamSearch(BeamSearch):
         if not first and out.keep is None:
             return out
         keep = None if out.keep is None else out.keep[:: self.groups] // self.groups
-        origin = out.origin // self.groups if first else out.origin  # units of step 0 -> their sentence's row
+        origin = out.origin  # the beam search's next rows always name their origin
+        if first and origin is not None:
+            origin = origin // self.groups  # units of step 0 -> their sentence's row
         return StepOutput(tokens=out.tokens, origin=origin, keep=keep)
+
+    def _next_rows(self, alive: Candidates) -> StepOutput:
+        """As the beam search's; the rows also keep their model totals (select_in_groups sets them)."""
+        out, kept = next_beam_rows(self, alive)
+        if kept.totals is None:
+            raise ValueError("diverse beam search: candidates without their model totals")
+        self.alive_totals = kept.totals.reshape(-1)
+        return out
 
     def _free_to_choose(self, step: int) -> bool | torch.Tensor:
         """Whether each active sentence chooses its token at this step (True: all of them), else
@@ -140,8 +150,8 @@ class DiverseBeamSearch(BeamSearch):
             penalised = group if g == 0 or penalise is False else group - penalty * penalise
             candidates = top_candidates((penalised + ranked[:, g]).view(n, -1), 2 * self.k, vocab, self.eos_id)
             flat = candidates.prev * vocab + candidates.tokens
-            candidates.totals = (group + totals[:, g]).view(n, -1).gather(1, flat)
-            candidates.totals.masked_fill_(candidates.scores == NEG_INF, NEG_INF)  # padding, empty slots
+            model_totals = (group + totals[:, g]).view(n, -1).gather(1, flat)
+            candidates.totals = model_totals.masked_fill_(candidates.scores == NEG_INF, NEG_INF)  # padding, empty slots
             alive = self.keep_alive(candidates)
             chosen.scatter_add_(1, alive.tokens, (alive.scores > NEG_INF).to(chosen.dtype))
             candidates_of.append(candidates)
@@ -152,11 +162,16 @@ class DiverseBeamSearch(BeamSearch):
     def _interleave(parts: list[Candidates]) -> Candidates:
         """G Candidates (n, c) -> one (n*G, c), unit i*G+g from parts[g] row i."""
 
-        def stack(field: str) -> torch.Tensor:
-            values = [getattr(p, field) for p in parts]
+        def stack(values: list[torch.Tensor]) -> torch.Tensor:
             return torch.stack(values, dim=1).flatten(0, 1)
 
-        return Candidates(stack("scores"), stack("tokens"), stack("prev"), stack("totals"))
+        totals = [p.totals for p in parts if p.totals is not None]
+        return Candidates(
+            stack([p.scores for p in parts]),
+            stack([p.tokens for p in parts]),
+            stack([p.prev for p in parts]),
+            stack(totals) if len(totals) == len(parts) else None,
+        )
 
     def survivors(self) -> list[int]:
         """Units stay as long as any group of their sentence is searching."""

@@ -47,16 +47,27 @@ class RowHistory:
     """
 
     def __init__(self, start_tokens: torch.Tensor, last_step: torch.Tensor, keep_history: bool) -> None:
-        self.history = start_tokens[:, None] if keep_history else None
+        self._history = start_tokens[:, None] if keep_history else None
         self.last_step = last_step
+
+    @property
+    def history(self) -> torch.Tensor:
+        """The tokens so far, for a processor that declares `needs_history` (else none are kept)."""
+        if self._history is None:
+            raise RuntimeError("a processor reads the token history without declaring needs_history")
+        return self._history
+
+    @history.setter
+    def history(self, tokens: torch.Tensor) -> None:
+        self._history = tokens
 
     def follow(self, out: StepOutput) -> None:
         """Row r of the next step continues row out.origin[r] and adds out.tokens[r]."""
         if out.origin is not None:
             self.last_step = self.last_step.index_select(0, out.origin)
-        if self.history is not None:
-            past = self.history if out.origin is None else self.history.index_select(0, out.origin)
-            self.history = torch.cat([past, out.tokens[:, None]], dim=1)
+        if self._history is not None:
+            past = self._history if out.origin is None else self._history.index_select(0, out.origin)
+            self._history = torch.cat([past, out.tokens[:, None]], dim=1)
 
 
 class MinLength:
@@ -243,6 +254,8 @@ class Processors:
     them follow the search."""
 
     def __init__(self, processors: list[Processor], start_tokens: torch.Tensor, last_step: torch.Tensor) -> None:
+        # stage, needs_history and follow are optional in the protocol: a processor of one's own
+        # (a subclass's make_processors) may leave them out
         self.on_logits_chain = [p for p in processors if getattr(p, "stage", "logprobs") == "logits"]
         self.processors = [p for p in processors if getattr(p, "stage", "logprobs") != "logits"]
         self.following = [p for p in processors if hasattr(p, "follow")]

@@ -59,14 +59,13 @@ def _fmix32(x: torch.Tensor) -> torch.Tensor:
     return x ^ (x >> 16)
 
 
-def hash32(*words) -> torch.Tensor:
+def hash32(*words: torch.Tensor | int) -> torch.Tensor:
     """A 32-bit hash of a sequence of words (int64 tensors, broadcast, or ints), each word taken
-    mod 2^32: h <- fmix32((h + golden) ^ word) per word, from h = 0."""
-    h = None
-    for word in words:
-        word = torch.as_tensor(word, dtype=torch.long) if not isinstance(word, torch.Tensor) else word
-        base = torch.zeros_like(word) if h is None else h
-        h = _fmix32(((base + GOLDEN32) & MASK32) ^ (word & MASK32))
+    mod 2^32: h <- fmix32((h + golden) ^ word) per word, from h = 0 (shaped as the first word)."""
+    tensors = [word if isinstance(word, torch.Tensor) else torch.as_tensor(word, dtype=torch.long) for word in words]
+    h = torch.zeros_like(tensors[0])
+    for word in tensors:
+        h = _fmix32(((h + GOLDEN32) & MASK32) ^ (word & MASK32))
     return h
 
 
@@ -102,7 +101,7 @@ class Filters:
         return scores.masked_fill_(scores < threshold, NEG_INF)
 
     def _top_p_threshold(
-        self, scores: torch.Tensor, top_k_threshold: torch.Tensor | None, best: torch.Tensor | None, limit: int
+        self, scores: torch.Tensor, top_k_threshold: torch.Tensor, best: torch.Tensor | None, limit: int
     ) -> torch.Tensor:
         """(n, 1) the score of the least probable token top-p keeps, with the probabilities
         renormalised over what top-k kept (ties at its boundary included).

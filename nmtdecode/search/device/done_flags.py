@@ -30,8 +30,8 @@ class DoneFlags:
     def __init__(self, sentences: int, every: int, device: torch.device | str) -> None:
         self.every = every
         self.asynchronous = torch.device(device).type == "cuda"
-        self.pinned: torch.Tensor | None = None  # (sentences,), the first n posted
-        self.posted: torch.cuda.Event | None = None
+        # (sentences,) pinned, the first n posted; the event of the last copy into it: both made at the first post
+        self.copy: tuple[torch.Tensor, torch.cuda.Event] | None = None
         self.sentences = sentences
 
     def check(self, steps: int, done: torch.Tensor) -> list[bool] | None:
@@ -41,18 +41,19 @@ class DoneFlags:
             return None
         if not self.asynchronous:
             return done.tolist()
-        if self.posted is None:
+        if self.copy is None:
             return [False] * done.numel()
-        self.posted.synchronize()  # posted `every` steps ago: arrived
-        return self.pinned[: done.numel()].tolist()
+        pinned, posted = self.copy
+        posted.synchronize()  # posted `every` steps ago: arrived
+        return pinned[: done.numel()].tolist()
 
     def post(self, done: torch.Tensor) -> None:
         """After a check (and the batch's change it led to): start copying the flags to the host,
         to be read at the next check (on a GPU; on a CPU the check reads them)."""
         if not self.asynchronous:
             return
-        if self.pinned is None:
-            self.pinned = torch.empty(self.sentences, dtype=torch.bool, pin_memory=True)
-            self.posted = torch.cuda.Event()
-        self.pinned[: done.numel()].copy_(done, non_blocking=True)
-        self.posted.record()
+        if self.copy is None:
+            self.copy = (torch.empty(self.sentences, dtype=torch.bool, pin_memory=True), torch.cuda.Event())
+        pinned, posted = self.copy
+        pinned[: done.numel()].copy_(done, non_blocking=True)
+        posted.record()
