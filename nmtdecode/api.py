@@ -26,7 +26,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import TYPE_CHECKING, Any, Generator, Iterable, Iterator, NoReturn, cast
+from typing import TYPE_CHECKING, Any, Generator, Iterable, Iterator, NoReturn, cast, overload
 
 from .engine.batching import chunk_size, chunks
 from .options.config import Config
@@ -206,7 +206,7 @@ class Translator:
 
         sources, targets = self._pairs(sources, targets, "score_batch()")
         scores = score_pairs(self.engine, self._call_config(options, "score_batch()"), sources, targets, by_token=True)
-        return [Scored(s.tokens, s.token_scores, s.eos_score, s.total, s.total / s.length) for s in scores]
+        return [Scored(*s.by_token(), s.total, s.total / s.length) for s in scores]
 
     def _pairs(self, sources: Iterable, targets: Iterable, method: str) -> tuple[list, list]:
         sources, _ = self._checked(sources, None, method)
@@ -218,6 +218,10 @@ class Translator:
             raise ValueError(f"{method} got {len(sources)} sources but {len(targets)} targets")
         return sources, targets
 
+    @overload
+    def _checked(self, sources: Iterable, prefixes: Iterable, method: str) -> tuple[list, list]: ...
+    @overload
+    def _checked(self, sources: Iterable, prefixes: Iterable | None, method: str) -> tuple[list, list | None]: ...
     def _checked(self, sources: Iterable, prefixes: Iterable | None, method: str) -> tuple[list, list | None]:
         """The sources and prefixes of a call as lists, their lengths and types checked."""
         if isinstance(sources, str):

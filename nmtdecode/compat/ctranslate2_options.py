@@ -14,7 +14,7 @@ natively (`get_supported_compute_types`); the iterables are read a window at a t
 from __future__ import annotations
 
 from itertools import zip_longest
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Sequence, overload
 
 from ..engine.batching import chunk_size, chunks
 
@@ -265,7 +265,18 @@ def banned_pieces(method: str, sequences: list[list[str]] | None) -> list[str]:
     return [s[0] for s in sequences or []]
 
 
-def start_groups(tokenizer: Any, firsts: list | None, count: int) -> list[tuple[str | None, list[int], list | None]]:
+StartGroup = tuple[str | None, list[int], list]  # (language code, indices, prefixes or targets)
+
+
+@overload
+def start_groups(tokenizer: Any, firsts: list, count: int) -> Sequence[StartGroup]: ...
+@overload
+def start_groups(
+    tokenizer: Any, firsts: list | None, count: int
+) -> Sequence[tuple[str | None, list[int], list | None]]: ...
+def start_groups(
+    tokenizer: Any, firsts: list | None, count: int
+) -> Sequence[tuple[str | None, list[int], list | None]]:
     """Where a CTranslate2 folder leaves the decoder start to the user (config.json's
     decoder_start_token null, mBART-25's: CTranslate2 starts the decoder with the first token of
     each target prefix, or of each target it scores), the `count` items grouped by that token:
@@ -299,6 +310,12 @@ def batching_options(max_batch_size: int, batch_type: str, examples: int) -> dic
     return {"batch_size": max_batch_size, "batch_type": "sents" if batch_type == "examples" else "tokens"}
 
 
+@overload
+def windows(first: Iterable, second: Iterable, max_batch_size: int, batch_type: str) -> Iterator[tuple[list, list]]: ...
+@overload
+def windows(
+    first: Iterable, second: Iterable | None, max_batch_size: int, batch_type: str
+) -> Iterator[tuple[list, list | None]]: ...
 def windows(
     first: Iterable, second: Iterable | None, max_batch_size: int, batch_type: str
 ) -> Iterator[tuple[list, list | None]]:

@@ -65,6 +65,12 @@ class PairScore:
     token_scores: list[float] | None = None  # one per token (a forced token: 0)
     eos_score: float | None = None
 
+    def by_token(self) -> tuple[list[int], list[float], float]:
+        """tokens, token_scores and eos_score, of a pair scored token by token."""
+        if self.tokens is None or self.token_scores is None or self.eos_score is None:
+            raise ValueError(f"pair {self.index + 1} was not scored token by token")
+        return self.tokens, self.token_scores, self.eos_score
+
 
 def finite_or_null(x: float) -> float | None:
     """JSON has no infinity: an impossible score (a hypothesis with no possible continuation, an
