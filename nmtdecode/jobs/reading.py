@@ -168,7 +168,7 @@ class PrefixLines:
         self.path, self.lines, self.read = path, iter(LineReader(path, on_invalid)), 0
 
     def line(self, index: int) -> str:
-        for _ in range(index - self.read + 1):
+        while True:  # lines before `index` are skipped
             current = next(self.lines, None)
             if current is None:
                 raise InputError(
@@ -176,7 +176,8 @@ class PrefixLines:
                     f"(line {index + 1}); give one prefix line per source line"
                 )
             self.read += 1
-        return current
+            if self.read > index:
+                return current
 
     def check_end(self) -> None:
         """After the last source line: the prefix file has no more lines."""

@@ -68,8 +68,7 @@ def _node_svg(node: Node) -> str:
     )
 
 
-def _edge_svg(tree: Tree, node: Node) -> str:
-    parent = tree.node(node.parent)
+def _edge_svg(parent: Node, node: Node) -> str:
     x1, y1, x2, y2 = parent.x + BOX_W / 2, parent.y, node.x - BOX_W / 2, node.y
     middle = (x1 + x2) / 2
     classes = (
@@ -86,7 +85,7 @@ def _edge_svg(tree: Tree, node: Node) -> str:
 def tree_svg(tree: Tree) -> str:
     # the n-best nodes and their edges last, the best one at the very end: drawn over the others
     nodes = sorted(tree.nodes, key=lambda n: (bool(n.ranks), 0 in n.ranks))
-    edges = "".join(_edge_svg(tree, n) for n in nodes if n.parent)
+    edges = "".join(_edge_svg(tree.node(n.parent), n) for n in nodes if n.parent)
     return (
         f'<svg class="tree" xmlns="http://www.w3.org/2000/svg" width="{tree.width:g}" height="{tree.height:g}" '
         f'viewBox="0 0 {tree.width:g} {tree.height:g}"><g class="edges">{edges}</g>'

@@ -135,7 +135,7 @@ def _mark_live(tree: Tree) -> None:
     """Every ancestor of an ended hypothesis leads somewhere; the rest was pruned."""
     for node in tree.nodes:
         if node.kind == "ended":
-            current = node
+            current: Node | None = node
             while current is not None and not current.live:
                 current.live = True
                 current = tree.node(current.parent) if current.parent else None
@@ -145,7 +145,8 @@ def _mark_path(tree: Tree, entry: dict, rank: int) -> list[str]:
     """The node ids of an n-best entry's path, start first, each marked with `rank`."""
     if entry.get("finished") is None:
         return []
-    path, current = [], tree.node(ended_id(entry["beam"], entry["finished"]))
+    path: list[str] = []
+    current: Node | None = tree.node(ended_id(entry["beam"], entry["finished"]))
     while current is not None:
         current.ranks.append(rank)
         path.append(current.id)
@@ -155,4 +156,5 @@ def _mark_path(tree: Tree, entry: dict, rank: int) -> list[str]:
 
 def path_tokens(tree: Tree, path: list[str]) -> list[int]:
     """The tokens along a path (the start node has none), as `get_hyp` returns them plus the final token."""
-    return [tree.node(i).token for i in path if tree.node(i).kind != "start"]
+    tokens = (tree.node(i).token for i in path)
+    return [token for token in tokens if token is not None]  # the start node's is None
