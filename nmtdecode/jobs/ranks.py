@@ -149,9 +149,9 @@ def merge_stopped(output: str, world: int) -> bool:
     )
 
 
-def threads_for(config: Config, ranks: Ranks) -> int:
+def threads_for(config: Config, ranks: Ranks) -> int | None:
     """--threads, or this machine's CPUs shared among the processes on it (and the batches each
-    decodes at once, --inter-threads)."""
+    decodes at once, --inter-threads); None: torch's default (RuntimeConfig.operation_threads)."""
     return config.runtime.operation_threads(ranks.local_world)
 
 

@@ -80,7 +80,9 @@ def format_result(result: Result, fmt: str, token_scores: bool = False) -> str:
             entry["alignment"] = hyp.alignment
         if hyp.attention is not None:
             entry["attention"] = hyp.attention
-        if result.pharaoh is not None:  # --report-align: the pieces the indexes count, and the pairs
+        if (
+            result.pieces is not None and result.pharaoh is not None
+        ):  # --report-align: the pieces the indexes count, and the pairs
             entry["pieces"], entry["pharaoh"] = result.pieces[len(hyps)], result.pharaoh[len(hyps)]
         hyps.append(entry)
     record = {"index": result.index, "hypotheses": hyps}

@@ -13,7 +13,7 @@ import typing
 from typing import Any
 from dataclasses import MISSING, dataclass, fields
 
-from .option import Option, option
+from .option import ConfigError, Option, option
 from .rules import RULES, check
 
 LENGTH_PENALTIES = ("none", "avg", "wu")  # search/penalties.py defines each
@@ -281,8 +281,10 @@ class IOConfig(Section):
     )
 
     @property
-    def models(self) -> list[str | None]:
-        """The model paths: one, or an ensemble's."""
+    def models(self) -> list[str]:
+        """The model paths: one, or an ensemble's (a ConfigError when none is given)."""
+        if self.model is None:
+            raise ConfigError("model: no model given (--model PATH or `model:` in the config file)")
         return list(self.model) if isinstance(self.model, list) else [self.model]
 
 

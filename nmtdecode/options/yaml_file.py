@@ -96,7 +96,8 @@ def _check_keys(path: str, raw: bytes, values: dict) -> None:
     nearest spellings (the lines are looked up only then)."""
     known = {*KEY_SECTION, *PLAN_KEYS}
     unknown: list[tuple[int | None, str]] = [(None, key) for key in values if key not in known]
-    items = values.get("jobs") if isinstance(values.get("jobs"), list) else []
+    jobs = values.get("jobs")
+    items = jobs if isinstance(jobs, list) else []
     unknown += [
         (n, key)
         for n, item in enumerate(items)
