@@ -139,7 +139,7 @@ class Ensemble(nn.Module):
 
     members: Any  # an nn.ModuleList of Transformers (a Module's attributes carry no types of their own)
 
-    def __init__(self, members: list[nn.Module], rule: str, weights: list[float]) -> None:
+    def __init__(self, members: list[nn.Module], rule: str, weights: list[float] | None) -> None:
         super().__init__()
         if rule not in RULES:
             raise ModelError(f"ensemble_rule: {shown(rule)} is not one of {', '.join(RULES)}")
@@ -187,6 +187,8 @@ class Ensemble(nn.Module):
             else:  # prob: log(w p) = log w + log p, summed in log space
                 term = term if log_weight == 0 else term.add_(log_weight)
                 combined = term if combined is None else torch.logaddexp(combined, term, out=combined)
+        if combined is None:
+            raise ValueError("an ensemble combines the logits of at least one model")
         return combined
 
     def log_probs(self, scores: torch.Tensor) -> torch.Tensor:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Callable
+from typing import Callable, TypeGuard
 
 import torch
 from torch import nn
@@ -228,7 +228,7 @@ def faster_backend(seconds: dict[str, float]) -> str:
     return "onednn" if seconds["onednn"] <= ONEDNN_MARGIN * seconds["torch"] else "torch"
 
 
-def _valid_seconds(seconds: object) -> bool:
+def _valid_seconds(seconds: object) -> TypeGuard[dict[str, float]]:
     return isinstance(seconds, dict) and all(
         isinstance(seconds.get(b), (int, float)) and seconds[b] > 0 for b in ("torch", "onednn")
     )

@@ -21,12 +21,6 @@ import sys
 import torch
 
 
-try:
-    import resource
-except ImportError:  # not on Windows
-    resource = None
-
-
 CPU_MESSAGES = ("out of memory", "can't allocate memory", "cannot allocate memory", "not enough memory", "bad_alloc")
 
 
@@ -55,8 +49,12 @@ def _meminfo(key: str) -> int | None:
 
 def _address_space_left() -> int | None:
     """What `ulimit -v` (RLIMIT_AS) still allows this process, or None without a limit."""
-    limit = resource.getrlimit(resource.RLIMIT_AS)[0] if resource else None
-    if limit is None or limit == resource.RLIM_INFINITY:
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return None
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if limit == resource.RLIM_INFINITY:
         return None
     size = _kib_entry("/proc/self/status", "VmSize")
     return max(0, limit - size) if size is not None else limit

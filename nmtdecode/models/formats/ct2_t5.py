@@ -38,10 +38,11 @@ def relative_positions(model_bin: ModelBin, layers: dict[str, int]) -> tuple[int
     and both stacks must have one, of as many buckets, and one max distance."""
     where, found = model_bin.path, {}
     for side, count in layers.items():
-        tables = {model_bin.stored_name(f"{side}/layer_{i}/self_attention/{BIAS}") for i in range(count)}
-        if tables == {None}:
+        names = [model_bin.stored_name(f"{side}/layer_{i}/self_attention/{BIAS}") for i in range(count)]
+        tables = {name for name in names if name is not None}
+        if not tables:
             continue
-        if None in tables:
+        if None in names:
             raise ModelError(f"{where}: only some of the {side}'s layers have a relative attention bias: not supported")
         if len(tables) > 1:
             raise ModelError(
@@ -58,12 +59,13 @@ def relative_positions(model_bin: ModelBin, layers: dict[str, int]) -> tuple[int
         raise ModelError(f"{where}: only the {next(iter(found))} has a relative attention bias: not supported")
     (encoder, encoder_distances), (decoder, decoder_distances) = found["encoder"], found["decoder"]
     distances = encoder_distances | decoder_distances
-    if encoder.shape[0] != decoder.shape[0] or len(distances) != 1 or None in distances:
+    distance = next(iter(distances)) if len(distances) == 1 else None
+    if encoder.shape[0] != decoder.shape[0] or distance is None:
         raise ModelError(
             f"{where}: the encoder's and decoder's relative attention biases differ in buckets "
             f"({encoder.shape[0]}, {decoder.shape[0]}) or max distance ({sorted(map(str, distances))})"
         )
-    return encoder.shape[0], int(distances.pop())
+    return encoder.shape[0], int(distance)
 
 
 def norm_kind(held: dict[str, Variable], where: str) -> str:

@@ -94,6 +94,7 @@ def model_config(hf: dict, path: str) -> TransformerConfig:
         raise ModelError(f"{path}: activation_function {shown(activation)} is not supported ({', '.join(ACTIVATIONS)})")
     shape = FAMILIES[family]
     pad = hf.get("pad_token_id", 1)
+    unk = hf.get("unk_token_id")  # null in some configs: the tokenizer's wins then
     shared = family != "marian" or hf.get("share_encoder_decoder_embeddings", True)
     vocab = hf["vocab_size"]
     return TransformerConfig(
@@ -120,7 +121,7 @@ def model_config(hf: dict, path: str) -> TransformerConfig:
         bias=True,
         norm_eps=1e-5,
         pad_id=pad,
-        unk_id=hf.get("unk_token_id") if hf.get("unk_token_id") is not None else 3,  # the tokenizer's wins
+        unk_id=3 if unk is None else unk,
         bos_id=hf.get("bos_token_id", 0) if hf.get("bos_token_id") is not None else pad,
         eos_id=hf.get("eos_token_id", 2),
         decoder_start_id=hf.get("decoder_start_token_id", hf.get("eos_token_id", 2)),

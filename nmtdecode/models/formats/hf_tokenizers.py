@@ -567,8 +567,9 @@ def _fairseq_family(path: str, config: dict, cfg: TransformerConfig, family: str
         backend = _read_tokenizer_json(tok_file)
         family = family or ("mbart50" if backend.id(MBART50_CODES[-1]) is not None else "mbart")
         languages = {c: i for c in CODES[family] if (i := backend.id(c)) is not None}
-        ids = {role: backend.id(text) for role, text in _specials(config).items()}
-        if ids["eos"] is None or ids["unk"] is None:
+        found = {role: backend.id(text) for role, text in _specials(config).items()}
+        ids = {role: i for role, i in found.items() if i is not None}
+        if "eos" not in ids or "unk" not in ids:
             raise ModelError(f"{tok_file}: no end-of-sentence or unknown token")
         bpe = backend.bpe
     elif os.path.isfile(spm_file):
@@ -581,7 +582,7 @@ def _fairseq_family(path: str, config: dict, cfg: TransformerConfig, family: str
     kw: dict[str, Any] = dict(  # HFTokenizer's keyword arguments, of several types
         unk_id=ids["unk"],
         eos_id=ids["eos"],
-        special_ids={i for i in ids.values() if i is not None},
+        special_ids=set(ids.values()),
         languages=languages,
         src_lang=config.get("src_lang") or ("eng_Latn" if family == "nllb" else "en_XX"),
         cleanup=bool(config.get("clean_up_tokenization_spaces")) and not bpe,
@@ -602,15 +603,16 @@ def _bart(path: str, config: dict) -> HFTokenizer:
         backend = _byte_level_bpe(vocab_file, merges_file, names.values(), bool(config.get("add_prefix_space")))
     else:
         raise ModelError(f"{path}: no tokenizer.json, nor vocab.json and merges.txt")
-    ids = {role: backend.id(text) for role, text in names.items()}
-    if missing := [names[r] for r in ("bos", "eos", "unk") if ids[r] is None]:
+    found = {role: backend.id(text) for role, text in names.items()}
+    ids = {role: i for role, i in found.items() if i is not None}
+    if missing := [names[r] for r in ("bos", "eos", "unk") if r not in ids]:
         raise ModelError(f"{path}: the tokenizer has no {', '.join(missing)} token")
     return HFTokenizer(
         backend,
         unk_id=ids["unk"],
         eos_id=ids["eos"],
         bos_id=ids["bos"],
-        special_ids={i for i in ids.values() if i is not None},
+        special_ids=set(ids.values()),
     )
 
 

@@ -40,17 +40,19 @@ class Vocabulary:
 
     def __init__(self, path: str, rows: int, side: str) -> None:
         self.path = path
+        self.sp: spm.SentencePieceProcessor | None = None  # a .spm vocabulary
+        self.pieces: dict[str, int] | None = None  # a YAML one
         kind = os.path.splitext(path)[1]
         if kind == ".fsv":
             raise ModelError(f"{path}: factored vocabularies (.fsv) are not supported")
         if kind == ".spm":  # SentencePiece's own </s> and <unk> ids, whatever their pieces
-            self.pieces, self.sp = None, _sentencepiece(path)
+            self.sp = _sentencepiece(path)
             size = self.sp.get_piece_size()
             controls = {p: self.sp.piece_to_id(p) for p in CONTROL_PIECES}
             self.ids = {p: i for p, i in controls.items() if i != self.sp.unk_id()}
             self.ids.update({p: i for p, i in ((EOS, self.sp.eos_id()), (UNK, self.sp.unk_id())) if i >= 0})
         elif kind in YAML_VOCABULARY:
-            self.sp, self.pieces = None, read_vocabulary(path)
+            self.pieces = read_vocabulary(path)
             self.ids, size = self.pieces, max(self.pieces.values(), default=-1) + 1
         else:
             raise ModelError(
@@ -102,15 +104,15 @@ def make_tokenizer(
     """The tokenizer of a Marian model: OPUS-MT's pieces over YAML vocabularies, or the .spm
     vocabularies themselves; `target` is `source` when they are one file; `start_id` is the
     decoder's start row, never text."""
-    if (source.sp is None) != (target.sp is None):
-        raise ModelError(f"{source.path}, {target.path}: one .spm and one YAML vocabulary are not supported")
-    if source.sp is not None:
+    if source.sp is not None and target.sp is not None:
         return SentencePieceTokenizer(  # the processors Vocabulary loaded, not the files again
             source.sp,
             None if target is source else target.sp,
             eos_id=source.eos_id,
             special_ids={start_id, *target.control_ids()},
         )
+    if source.pieces is None or target.pieces is None:
+        raise ModelError(f"{source.path}, {target.path}: one .spm and one YAML vocabulary are not supported")
     missing = [name for name in ("source.spm", "target.spm") if not os.path.isfile(os.path.join(directory, name))]
     if missing:
         raise ModelError(

@@ -154,7 +154,7 @@ class VocabTokenizer:
 
 
 def subword_models(
-    transforms: list, recorded: dict[str, str | None], path: str, beside: str
+    transforms: list | None, recorded: dict[str, str | None], path: str, beside: str
 ) -> tuple[str | None, str | None]:
     """The SentencePiece models of the `sentencepiece` transform recorded with the model
     (recorded: side -> path): the recorded path, else the file of that name in the directory
