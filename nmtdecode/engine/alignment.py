@@ -46,7 +46,9 @@ def pharaoh(
     the pieces: all positions' spellings."""
     source_word = dict(zip(source_text, word_indexes([source_pieces[p] for p in source_text], marker)))
     target_word = dict(zip(target_text, word_indexes([target_pieces[p] for p in target_text], marker)))
-    pairs = {(source_word[alignment[t]], target_word[t]) for t in target_text if alignment[t] in source_word}
+    pairs = {
+        (source_word[s], target_word[t]) for t in target_text if (s := alignment[t]) is not None and s in source_word
+    }
     return " ".join(f"{s}-{t}" for s, t in sorted(pairs))
 
 
@@ -55,9 +57,9 @@ def unknown_replacements(
 ) -> dict[int, str]:
     """{position of a generated <unk>: the source piece it becomes}, for each <unk> aligned to a text piece."""
     return {
-        t: source_pieces[alignment[t]]
+        t: source_pieces[s]
         for t, token in enumerate(tokens)
-        if token == unk_id and alignment[t] in source_text
+        if token == unk_id and (s := alignment[t]) is not None and s in source_text
     }
 
 

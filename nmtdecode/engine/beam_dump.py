@@ -80,7 +80,7 @@ def beam_record(beam: Beam, eos_id: int) -> dict:
 
 
 def nbest_entry(hyp: Hypothesis, text: str, where: tuple[int, int] | None) -> dict:
-    entry = {
+    entry: dict[str, Any] = {
         "beam": None if where is None else where[0],
         "finished": None if where is None else where[1],
         "tokens": hyp.tokens,
@@ -104,7 +104,7 @@ def sentence_record(
     cfg = decoder.cfg
     beams = search.beams_of(sentence)
     ended_at = [{id(f): j for j, f in enumerate(beam.ended or [])} for beam in beams]
-    chosen = [(g, ended_at[g][id(f)]) for g, f in search.chosen(sentence, cfg.n_best)]
+    chosen: list[tuple[int, int] | None] = [(g, ended_at[g][id(f)]) for g, f in search.chosen(sentence, cfg.n_best)]
     chosen += [None] * (len(result.hypotheses) - len(chosen))  # impossible fillers
     records = [beam_record(beam, decoder.eos_id) for beam in beams]
     ids = {decoder.eos_id}
@@ -117,7 +117,7 @@ def sentence_record(
     return {
         "index": example.index,
         "source": example.text,
-        "source_pieces": source_pieces(tokenizer, example.ids),
+        "source_pieces": source_pieces(tokenizer, example.ids_to_decode()),
         "search": search.kind,
         "beam_size": beams[0].size,
         "groups": len(beams),

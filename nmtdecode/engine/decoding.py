@@ -446,7 +446,11 @@ class AttentionFacts:
     def __init__(self, coverage: Coverage | None, alignment: bool, attention: bool = False) -> None:
         self.coverage, self.alignment, self.attention = coverage, alignment, attention
 
-    def facts(self, attention: torch.Tensor) -> RowFacts:
+    def facts(self, attention: torch.Tensor | None) -> RowFacts:
+        """The facts of a step's cross-attention (N, S): the decoder state's, recorded since
+        make_attention asked it to."""
+        if attention is None:
+            raise RuntimeError("the decoding step recorded no cross-attention, though asked to")
         return RowFacts(
             penalty=None if self.coverage is None else self.coverage.add(attention),
             alignment=attention.argmax(dim=1) if self.alignment else None,

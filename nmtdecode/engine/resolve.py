@@ -181,7 +181,7 @@ def ineffective(
     if config.runtime.inter_threads > 1 and batches_at_once(config, device_type) == 1:
         where = "on CUDA" if device_type != "cpu" else "when answering line by line (--stream)"
         notes.append(f"inter_threads: has no effect {where}: one batch is decoded at a time")
-    if api:
+    if api_method is not None:
         notes += returned_notes(config, api_method, call_options or {})
     return notes
 

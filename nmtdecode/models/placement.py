@@ -29,7 +29,7 @@ from ..options.config import ConfigError
 from .architecture import precision_refusal
 from .checkpoint import ModelError, largest_demand
 from .quantize import Int8Embedding, Int8TiedOutput, int8_linear, quantized_rows, tied_output
-from .transformer import Transformer
+from .transformer import FeedForward, Transformer
 from .weights import InMemoryTensor, Source, check_weights, in_memory, read, shared_names
 
 BACKENDS = ("torch", "onednn", "int8")
@@ -198,11 +198,12 @@ def _fill_layer(
         weight = read(own["weight"], placement.dtype)
         bias = read(own["bias"], placement.dtype) if "bias" in own else None
         parent, key = parents[id(module)][0]
-        activation: str | None = getattr(parent, "activation_name", None) if key == "up" else None
+        feed_forward = parent if key == "up" and isinstance(parent, FeedForward) else None
+        activation = None if feed_forward is None else feed_forward.activation_name
         fused = activation in gemm.POST_OPS
         _replace(module, gemm.PackedLinear(weight, bias, activation if fused else None), parents)
-        if fused:
-            parent.activation = None  # applied inside the product
+        if fused and feed_forward is not None:
+            feed_forward.activation = None  # applied inside the product
     elif int8:  # the token embeddings
         per_row = getattr(own["weight"], "activations_per_row", False)
         _replace(module, Int8Embedding(*int8_rows(own["weight"]), activations_per_row=per_row), parents)

@@ -82,16 +82,21 @@ class StoredTensor:
 
     def check(self) -> None:
         """A weight must hold floating-point numbers, as many bytes as its shape needs."""
+        need = math.prod(self.shape) * self._float_dtype().itemsize
+        if self.size != need:
+            raise ModelError(
+                f"cannot read weights {self.path}: tensor {self.name} has {self.size:,} bytes, its "
+                f"shape {self.shape} needs {need:,}"
+            )
+
+    def _float_dtype(self) -> torch.dtype:
+        """The dtype of a weight's numbers (None in `dtype`: not floating-point, refused here)."""
         if self.dtype is None:
             raise ModelError(
                 f"cannot read weights {self.path}: tensor {self.name} holds {self.dtype_name}; "
                 "weights must be float32, float16 or bfloat16"
             )
-        if self.size != math.prod(self.shape) * self.dtype.itemsize:
-            raise ModelError(
-                f"cannot read weights {self.path}: tensor {self.name} has {self.size:,} bytes, its "
-                f"shape {self.shape} needs {math.prod(self.shape) * self.dtype.itemsize:,}"
-            )
+        return self.dtype
 
     def reshaped(self, shape: tuple[int, ...]) -> "StoredTensor":
         """The same bytes seen with another shape of as many elements."""
@@ -101,12 +106,13 @@ class StoredTensor:
 
     def read_rows(self, first: int, out: torch.Tensor) -> None:
         """Rows first .. first + len(out) (along dim 0) into `out` (contiguous, any float dtype)."""
-        row_bytes = math.prod(self.shape[1:]) * self.dtype.itemsize
+        dtype = self._float_dtype()
+        row_bytes = math.prod(self.shape[1:]) * dtype.itemsize
         rows_per_chunk = max(1, CHUNK_BYTES // max(row_bytes, 1))
         with open(note_read(self.path), "rb", buffering=0) as f:
             for start in range(0, out.size(0), rows_per_chunk):
                 rows = out[start : start + rows_per_chunk]
-                chunk = rows if rows.dtype == self.dtype else torch.empty(rows.shape, dtype=self.dtype)
+                chunk = rows if rows.dtype == dtype else torch.empty(rows.shape, dtype=dtype)
                 self._read_into(f, self.start + (first + start) * row_bytes, chunk)
                 check_finite(chunk, self)
                 if chunk is not rows:
