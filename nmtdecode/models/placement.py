@@ -30,7 +30,7 @@ from .architecture import precision_refusal
 from .checkpoint import ModelError, largest_demand
 from .quantize import Int8Embedding, Int8TiedOutput, int8_linear, quantized_rows, tied_output
 from .transformer import FeedForward, Transformer
-from .weights import InMemoryTensor, Source, check_weights, in_memory, read, shared_names
+from .weights import InMemoryTensor, Source, StoredInt8, check_weights, in_memory, read, shared_names
 
 BACKENDS = ("torch", "onednn", "int8")
 # A tied output projection up to this size gets a packed copy beside the embeddings' plain matrix:
@@ -205,7 +205,7 @@ def _fill_layer(
         if fused and feed_forward is not None:
             feed_forward.activation = None  # applied inside the product
     elif int8:  # the token embeddings
-        per_row = getattr(own["weight"], "activations_per_row", False)
+        per_row = isinstance(own["weight"], StoredInt8) and own["weight"].activations_per_row
         _replace(module, Int8Embedding(*int8_rows(own["weight"]), activations_per_row=per_row), parents)
     else:
         for key, source in own.items():
@@ -222,8 +222,7 @@ def int8_rows(source: Source) -> tuple[torch.Tensor, torch.Tensor]:
     """A weight's int8 rows and their scales: as the checkpoint stores them where it holds int8 (a
     CTranslate2 model's, formats/ct2.py; `nmtdecode convert`'s, weights.QuantizedSource: used as
     they are), else quantized as read."""
-    stored = getattr(source, "int8_rows", None)
-    return stored() if stored is not None else quantized_rows(source)
+    return source.int8_rows() if isinstance(source, StoredInt8) else quantized_rows(source)
 
 
 def _int8_linear(weight: Source, bias: torch.Tensor | None) -> nn.Module:
@@ -233,9 +232,11 @@ def _int8_linear(weight: Source, bias: torch.Tensor | None) -> nn.Module:
     int8 outputs on random models, against 55-71% for fbgemm's one scale a batch, docs/formats.md),
     where the CPU has int8 dot products: without VNNI torch._int_mm is a reference loop
     (models/cpu.py), and fbgemm's layer multiplies them."""
-    stored = getattr(weight, "int8_rows", None) is not None
-    values, scales = int8_rows(weight) if stored else quantized_rows(weight, kept=False)  # packed: a copy
-    if getattr(weight, "activations_per_row", False) and cpu.current().int8_dot:
+    if isinstance(weight, StoredInt8):
+        (values, scales), per_row = weight.int8_rows(), weight.activations_per_row
+    else:
+        (values, scales), per_row = quantized_rows(weight, kept=False), False  # packed: a copy
+    if per_row and cpu.current().int8_dot:
         return Int8TiedOutput(Int8Embedding(values, scales), bias)
     return int8_linear(values, scales, bias)
 

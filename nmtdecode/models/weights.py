@@ -23,7 +23,7 @@ import mmap
 import os
 import pickle
 import weakref
-from typing import Iterable, Protocol, Sequence
+from typing import Iterable, Protocol, Sequence, runtime_checkable
 
 import torch
 
@@ -56,6 +56,16 @@ class Source(Protocol):
     def check(self) -> None: ...  # ModelError unless it holds floating-point numbers, as many as its shape
 
     def read_rows(self, first: int, out: torch.Tensor) -> None: ...  # rows first .. first + len(out) into `out`
+
+
+@runtime_checkable
+class StoredInt8(Protocol):
+    """A weight stored as int8 rows with a scale each, which int8 layers take as they are
+    (`QuantizedSource`, formats/ct2.py's scaled rows)."""
+
+    activations_per_row: bool  # products quantize each row of activations alone, as CTranslate2's (placement.py)
+
+    def int8_rows(self) -> tuple[torch.Tensor, torch.Tensor]: ...  # the rows (int8) and their scales
 
 
 class StoredSource(Source, Protocol):
@@ -236,6 +246,8 @@ class QuantizedSource:
     """A weight stored as int8 rows with one float32 scale each (NAME, NAME_scale): read as its
     float values (rows x scales) for a float placement, or handed to an int8 one as stored
     (`int8_rows`: the rows memory-mapped, models/weights.py `StoredTensor.mapped`)."""
+
+    activations_per_row = False  # `nmtdecode convert`'s rows multiply as fbgemm's layer does
 
     def __init__(self, values: StoredTensor, scales: StoredSource) -> None:
         self.values, self.scales = values, scales

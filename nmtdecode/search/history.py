@@ -60,8 +60,9 @@ class StepHistory:
         steps, sentences, slots = self.tokens.shape
         flat = step * sentences + rows  # (n,): the rows of a (steps * sentences, slots) view
         values = dict(tokens=tokens, prev=prev, totals=totals, **attached)
+        own = {"tokens": self.tokens, "prev": self.prev, "totals": self.totals}
         for name, value in values.items():
-            buffer = getattr(self, name) if name in ("tokens", "prev", "totals") else self.attached.get(name)
+            buffer = own[name] if name in own else self.attached.get(name)
             if buffer is None:
                 buffer = self.attached[name] = value.new_zeros((steps, sentences, *value.shape[1:]))
             buffer.view(steps * sentences, *buffer.shape[2:]).index_copy_(0, flat, value)
