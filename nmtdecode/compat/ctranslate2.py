@@ -403,7 +403,7 @@ class Translator:
         append it for some): the model's tokenizer adds its own. A CTranslate2 folder's tokenizer
         takes them as CTranslate2 does, as they are."""
         pieces = list(pieces)
-        if getattr(self._tokenizer, "pieces_as_given", False):
+        if getattr(self._tokenizer, "pieces_as_given", False):  # ct2_vocab.Ct2Tokenizer's alone
             return pieces
         eos = self._tokenizer.source_piece(self._model.eos_id)
         return pieces[:-1] if pieces and pieces[-1] == eos else pieces

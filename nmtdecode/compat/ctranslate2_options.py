@@ -283,7 +283,7 @@ def start_groups(
     (its language code, the items' indices, their prefixes or targets without it) per group. The
     token must be one of the model's language tags (nmtdecode starts such a model from --tgt-lang's
     tag). Any other model: one group, (None, every index, `firsts` as given)."""
-    if not getattr(tokenizer, "user_start", False):
+    if not getattr(tokenizer, "user_start", False):  # a CTranslate2 folder's tokenizer alone has it (ct2_vocab)
         return [(None, list(range(count)), firsts)]
     codes = {tokenizer.tag_piece.format(code): code for code in tokenizer.languages}
     groups: dict[str, tuple[list[int], list]] = {}

@@ -20,9 +20,12 @@ and from the source and target pieces the tokenizer spells (tokenizer.py).
 from __future__ import annotations
 
 from itertools import accumulate
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .batching import Result
+
+if TYPE_CHECKING:
+    from ..models.checkpoint import Tokenizer
 
 
 def word_indexes(pieces: list[str], marker: str | None) -> list[int]:
@@ -63,7 +66,9 @@ def unknown_replacements(
     }
 
 
-def decode_replacing(tokenizer: Any, tokens: list[int], replacements: dict[int, str], special_ids: set[int]) -> str:
+def decode_replacing(
+    tokenizer: Tokenizer, tokens: list[int], replacements: dict[int, str], special_ids: set[int]
+) -> str:
     """The text of `tokens` with each position of `replacements` spelt as given: the runs between them
     decoded by the tokenizer, a word start (SentencePiece's mark, or a whitespace split) kept as a space."""
     marker, parts, run = tokenizer.word_marker, list[str](), list[int]()
@@ -91,7 +96,7 @@ def decode_replacing(tokenizer: Any, tokens: list[int], replacements: dict[int, 
 def aligned_result(
     index: int,
     hyps: list,
-    tokenizer: Any,
+    tokenizer: Tokenizer,
     source_ids: list[int],
     source_pieces: list[str],
     special_ids: set[int],

@@ -40,10 +40,11 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from .batching import finite_or_null
 
-if TYPE_CHECKING:  # tokenizers are duck-typed (tokenizer.py, models/formats/hf_tokenizers.py)
+if TYPE_CHECKING:
+    from ..models.checkpoint import Tokenizer
     from .batching import Example, Result
     from .decoding import BatchDecoder
-    from ..search.base import Hypothesis
+    from ..search.base import Hypothesis, SentenceRecords
     from ..search.beam import Beam
 
 
@@ -51,12 +52,12 @@ def _scores(steps: list[list[float]]) -> list[list[float | None]]:
     return [[finite_or_null(x) for x in step] for step in steps]
 
 
-def target_pieces(tokenizer: Any, ids: Iterable[int]) -> dict[str, str]:
+def target_pieces(tokenizer: Tokenizer, ids: Iterable[int]) -> dict[str, str]:
     """{id: piece} of target ids, as the tokenizer names them (`<id>` for one it does not know)."""
     return {str(i): tokenizer.target_piece(i) or f"<{i}>" for i in sorted(set(ids))}
 
 
-def source_pieces(tokenizer: Any, ids: list[int]) -> list[str]:
+def source_pieces(tokenizer: Tokenizer, ids: list[int]) -> list[str]:
     return [tokenizer.source_piece(i) or f"<{i}>" for i in ids]
 
 
@@ -97,7 +98,12 @@ def nbest_entry(hyp: Hypothesis, text: str, where: tuple[int, int] | None) -> di
 
 
 def sentence_record(
-    example: Example, result: Result, search: Any, sentence: int, decoder: BatchDecoder, tokenizer: Any
+    example: Example,
+    result: Result,
+    search: SentenceRecords,
+    sentence: int,
+    decoder: BatchDecoder,
+    tokenizer: Tokenizer,
 ) -> dict:
     """The dump of one decoded line: `sentence` is its position in the batch `search` searched,
     `result` its Result (n-best hypotheses and their texts)."""
@@ -132,7 +138,7 @@ def sentence_record(
     }
 
 
-def empty_record(example: Example, result: Result, decoder: BatchDecoder, tokenizer: Any) -> dict:
+def empty_record(example: Example, result: Result, decoder: BatchDecoder, tokenizer: Tokenizer) -> dict:
     """The dump of a line with nothing to decode: its n-best (empty, or its prefix) only."""
     ids = {decoder.eos_id} | {i for hyp in result.hypotheses for i in hyp.tokens}
     return {

@@ -37,7 +37,7 @@ from ..models.checkpoint import ModelRules
 from ..models.ensemble import Ensemble, MemberSources
 from ..models.state import DecoderState
 from ..models.steps import EagerSteps, StepRunner
-from ..search.base import Hypothesis, RowFacts, Search, StepOutput, Strategy
+from ..search.base import Hypothesis, RowFacts, Search, SentenceRecords, StepOutput, Strategy
 from ..search.beam import BeamSearch
 from ..search.device.beam import DeviceBeamSearch
 from ..search.device.greedy import DeviceGreedySearch
@@ -106,7 +106,7 @@ class Decoded:
     """What `BatchDecoder.decode` found for a batch."""
 
     nbests: list[list[Hypothesis]]  # each source's n-best hypotheses, best first, in the batch's order
-    search: Search | None = None  # with `trace`: the search, whose per-sentence records --dump-beam writes
+    search: SentenceRecords | None = None  # with `trace`: the search, whose per-sentence records --dump-beam writes
 
 
 class BatchDecoder:
@@ -131,7 +131,7 @@ class BatchDecoder:
         on_device: the search runs as tensor operations on the device (--search-on device),
         where it holds the options; else on the host, and `warn` is told which option it lacks."""
         self.model = model
-        self.log_probs = getattr(model, "log_probs", log_softmax)
+        self.log_probs = getattr(model, "log_probs", log_softmax)  # optional in Seq2SeqModel (an ensemble's rule)
         self.trace = trace
         self.steps = steps or EagerSteps(model)
         self.cfg = decoding
@@ -331,7 +331,7 @@ class BatchDecoder:
         for search in self.stepwise(sources, line_ids, prefixes):  # noqa: B007 - the last one is wanted
             pass  # the last step leaves every sentence done
         nbests = self.trimmed(search.results(self.cfg.n_best), sources)
-        return Decoded(nbests, cast(Search, search) if self.trace else None)  # traced: on the host
+        return Decoded(nbests, cast(SentenceRecords, search) if self.trace else None)  # traced: on the host
 
     def trimmed(self, results: list[list[Hypothesis]], sources: list[list[int]]) -> list[list[Hypothesis]]:
         """Attention rows as long as each source, not the padded batch."""

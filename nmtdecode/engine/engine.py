@@ -175,7 +175,7 @@ class Engine:
         if not (cfg.replace_unk or cfg.report_align):
             return Result(example.index, hyps, [tokenizer.decode(h.tokens) for h in hyps])
         mc = self.loaded.model.cfg
-        special = {mc.eos_id, mc.bos_id, mc.pad_id, mc.decoder_start_id, *getattr(tokenizer, "languages", {}).values()}
+        special = {mc.eos_id, mc.bos_id, mc.pad_id, mc.decoder_start_id, *tokenizer.languages.values()}
         source_ids = example.ids or []
         text = example.text if isinstance(example.text, list) else self.source_prefix + example.text
         source_pieces = tokenizer.source_pieces(text) if source_ids else []

@@ -61,7 +61,7 @@ def resolve(
     decoding, notes = config.decoding, []
     rules = loaded.rules_for(decoding.src_lang, decoding.tgt_lang)
     engine.source_prefix = decoding.source_prefix  # what every source line of the job gets before it
-    piece_id = getattr(loaded.tokenizer, "piece_id", None)
+    piece_id = loaded.tokenizer.piece_id
     banned_ids = piece_ids("banned_tokens", decoding.banned_tokens, piece_id)
     excluded_ids = piece_ids("ignore_when_blocking", decoding.ignore_when_blocking, piece_id)
     if not scoring:
@@ -86,12 +86,8 @@ def resolve(
     return ResolvedJob(config, decoder, notes, tuple(loaded.files), engine.device.type)
 
 
-def piece_ids(key: str, pieces: list[str], piece_id: Callable[[str], int | None] | None) -> list[int]:
+def piece_ids(key: str, pieces: list[str], piece_id: Callable[[str], int | None]) -> list[int]:
     """Target pieces named by option `key` -> their ids; a piece the vocabulary lacks is an error."""
-    if not pieces:
-        return []
-    if piece_id is None:
-        raise ConfigError(f"{key}: this model's tokenizer cannot look up target pieces")
     ids = []
     for piece in pieces:
         found = piece_id(piece)

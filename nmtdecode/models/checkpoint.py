@@ -17,7 +17,7 @@ import re
 import stat
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Protocol
 
 import yaml
 
@@ -42,10 +42,33 @@ class ModelRules:
     opennmt_beam: bool = False  # OpenNMT-py's beam slots and `top` rule (search/beam.py)
 
 
+class Tokenizer(Protocol):
+    """What decoding asks of a model's tokenizer: text and pieces to ids and back, on the source
+    and the target side (tokenizer.SentencePieceTokenizer, formats/hf_tokenizers.HFTokenizer,
+    formats/opennmt_shared.VocabTokenizer, ensemble.EnsembleTokenizer)."""
+
+    languages: dict[str, int]  # language code -> the id of its tag (empty: not multilingual)
+
+    @property
+    def word_marker(self) -> str | None: ...  # what starts a word in the pieces (None: nothing marks it)
+
+    def encode(self, text: str) -> list[int]: ...  # a source line, EOS included
+    def encode_pieces(self, pieces: list[str]) -> list[int]: ...
+    def encode_target(self, text: str) -> list[int]: ...  # without EOS
+    def decode(self, ids: list[int]) -> str: ...
+    def source_piece(self, token_id: int) -> str | None: ...
+    def target_piece(self, token_id: int) -> str | None: ...
+    def source_pieces(self, text: str | list[str]) -> list[str]: ...
+    def piece_id(self, piece: str) -> int | None: ...  # a target piece's id
+    def source_identity(self) -> tuple: ...
+    def set_languages(self, src_lang: str | None, tgt_lang: str | None) -> int | None: ...
+    def language_codes(self) -> list[str]: ...
+
+
 @dataclass
 class LoadedModel:
     model: Any  # transformer.Transformer or ensemble.Ensemble (not imported here: they need torch)
-    tokenizer: Any  # tokenizer.SentencePieceTokenizer or compatible
+    tokenizer: Tokenizer
     format: str  # "native", "huggingface/marian", ...
     path: str
     rules: ModelRules = field(default_factory=ModelRules)
@@ -79,7 +102,7 @@ class ModelFacts:
     shapes: dict[str, tuple[int, ...]]  # our parameters, tied ones once -> the shapes the weights give them
     rules: ModelRules
     defaults: dict  # decoding defaults shipped with the model
-    tokenizer: Callable[[], Any]  # builds it; a load calls it once the weights are in, so their errors come first
+    tokenizer: Callable[[], Tokenizer]  # builds it; a load calls it once the weights are in, so their errors come first
 
     def loaded(self, model: Any, path: str, gemm: str = "torch") -> LoadedModel:
         return LoadedModel(model.eval(), self.tokenizer(), self.format, path, self.rules, self.defaults, gemm)

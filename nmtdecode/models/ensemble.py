@@ -86,6 +86,8 @@ class EnsembleTokenizer:
         self.alike = sources_alike(tokenizers)
 
     def __getattr__(self, name: str) -> Any:
+        # the rest of the Tokenizer protocol (checkpoint.py), and a format's own attributes
+        # (ct2_vocab's user_start, ...), are the first model's: the target side is shared
         return getattr(self.tokenizers[0], name)
 
     def encode(self, text: str) -> list[int]:
@@ -265,6 +267,8 @@ def ensemble_of(loaded: list[LoadedModel], rule: str | None, weights: list[float
 
 class EnsembleLoaded(LoadedModel):
     """LoadedModel of an ensemble; `members` are the models as loaded, for their own rules."""
+
+    tokenizer: EnsembleTokenizer
 
     def __init__(self, members: list[LoadedModel], **fields) -> None:
         super().__init__(**fields)

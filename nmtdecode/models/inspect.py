@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .architecture import TransformerConfig
-from .checkpoint import ModelRules
+from .checkpoint import ModelRules, Tokenizer
 from .detect import is_ctranslate2, model_format
 from .formats import ct2_config, eole_config, hf_config, marian_config, native_config
 from .formats.ct2_binary import read_model_bin
@@ -40,7 +40,7 @@ class Summary:
     cfg: TransformerConfig
     rules: ModelRules
     defaults: dict
-    tokenizer: Any
+    tokenizer: Tokenizer
     parameters: int  # tied weights once
     loaded_dtypes: list[str]
 
@@ -111,16 +111,16 @@ def stored_dtypes(path: str) -> list[str]:
     return floating or sorted(found)
 
 
-def default_target_language(loaded: Any) -> str:
+def default_target_language(loaded: Summary) -> str:
     """The target language a multilingual model decodes into without --tgt-lang."""
-    languages = getattr(loaded.tokenizer, "languages", None) or {}
+    languages = loaded.tokenizer.languages
     if not languages:
         return "none (not a multilingual model)"
     by_id = {i: code for code, i in languages.items()}
     forced = loaded.rules.forced_bos_id
     if forced in by_id:
         return f"{by_id[forced]} (forced_bos_token_id; --tgt-lang changes it)"
-    start = getattr(loaded.tokenizer, "decoder_start_id", None)
+    start = getattr(loaded.tokenizer, "decoder_start_id", None)  # mBART's tokenizer alone fixes one
     if start in by_id:
         return f"{by_id[start]} (decoder_start_token_id; fixed)"
     return "none: give --tgt-lang"

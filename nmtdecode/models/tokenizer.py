@@ -76,6 +76,7 @@ class SentencePieceTokenizer:
         self.target = _processor(target_model) if target_model is not None else self.source
         self.eos_id = eos_id
         self.special_ids = frozenset(special_ids) | {eos_id}
+        self.languages: dict[str, int] = {}  # no language tags
 
     def encode(self, text: str) -> list[int]:
         """Source text -> model ids, with EOS appended."""

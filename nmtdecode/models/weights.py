@@ -307,7 +307,7 @@ def join(parts: Sequence[Source]) -> Source:
 
 def check_finite(tensor: torch.Tensor, source: Source) -> None:
     if tensor.numel() and not bool(torch.isfinite(torch.stack(torch.aminmax(tensor))).all()):
-        where = getattr(source, "path", None) or getattr(source, "where", "")
+        where = getattr(source, "path", None) or getattr(source, "where", "")  # the stored kinds name their file
         raise ModelError(
             f"{where}: tensor {source.name} holds NaN or infinite values; the checkpoint is damaged "
             "(or was saved after training diverged)"

@@ -37,7 +37,7 @@ from ..checkpoint import LoadedModel, ModelError, ModelFacts, ModelRules, check_
 from . import ct2_t5
 from .ct2_binary import ModelBin, Variable, read_model_bin
 from .ct2_spec import HEADS_OF_SPEC, Attributes, check_every_variable_read, held_weights, layer_count, spec_of
-from .ct2_vocab import PADDING, SourceFrame, Vocabulary, languages, make_tokenizer, vocabularies
+from .ct2_vocab import PADDING, Ct2Tokenizer, SourceFrame, Vocabulary, languages, make_tokenizer, vocabularies
 from .marian_weights import NEVER, Piece, recipe_shape
 
 FORMAT = "ctranslate2"  # ModelFacts.format adds the family: "ctranslate2/marian", ...
@@ -68,7 +68,7 @@ class Ct2Loaded(LoadedModel):
 
     def rules_for(self, src_lang: str | None, tgt_lang: str | None) -> ModelRules:
         rules = super().rules_for(src_lang, tgt_lang)
-        start = self.tokenizer.decoder_start_for(tgt_lang)
+        start = self.tokenizer.decoder_start_for(tgt_lang) if isinstance(self.tokenizer, Ct2Tokenizer) else None
         return rules if start is None else replace(rules, decoder_start_id=start)
 
 

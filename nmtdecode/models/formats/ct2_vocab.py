@@ -186,6 +186,8 @@ class _SpacedPieces:
     """No SentencePiece model: a line is its pieces separated by spaces, as CTranslate2's
     translate_file reads it (the tokenizer backend protocol of hf_tokenizers)."""
 
+    marks_words = True  # as the pieces given spell them
+
     def __init__(self, vocabulary: Vocabulary, unk_id: int) -> None:
         self.vocabulary, self.unk_id = vocabulary, unk_id
 

@@ -109,6 +109,9 @@ class _Backend(Protocol):
     """What HFTokenizer asks of the side that cuts and numbers text: `_Pieces`, `_FairseqPieces`
     or `_TokenizerJson`."""
 
+    @property
+    def marks_words(self) -> bool: ...  # its pieces start words with SentencePiece's mark (word_marker)
+
     def ids(self, text: str) -> list[int]: ...
 
     def split_pieces(self, text: str) -> list[str]: ...  # one per id of `ids`, as the text spells it
@@ -128,6 +131,8 @@ class _Pieces:
     tokenizers do: added-token strings (`</s>`, ...) are cut out of the text first and become their
     ids; every other stretch is encoded on its own, and a piece missing from the vocabulary is <unk>.
     Marian also takes a leading `>>xx<<` of a stretch as one token."""
+
+    marks_words = True
 
     def __init__(
         self,
@@ -199,6 +204,7 @@ class _FairseqPieces:
     keeps <unk> <s> </s> at 0-2); the language codes follow the pieces, then <mask>."""
 
     UNK = 3
+    marks_words = True
 
     def __init__(self, model: str) -> None:
         self.sp = _load_spm(model)
@@ -391,7 +397,7 @@ class HFTokenizer:
     @property
     def word_marker(self) -> str | None:
         """SentencePiece's word-start mark, or None for a byte-level BPE (GPT-2's, BART's)."""
-        return "\u2581" if getattr(self.target, "marks_words", True) else None
+        return "\u2581" if self.target.marks_words else None
 
     def source_pieces(self, text: str | list[str]) -> list[str]:
         """One piece per id of `encode` (of `encode_pieces` for a list of pieces), tags included."""

@@ -90,6 +90,7 @@ class VocabTokenizer:
         specials: dict[str, str] = SPECIALS,
     ) -> None:
         self.src_ids, self.tgt_ids = token_ids(src_vocab), token_ids(tgt_vocab)
+        self.languages: dict[str, int] = {}  # no language tags
         self.src_tokens, self.tgt_tokens = list(src_vocab), list(tgt_vocab)
         self.src_spm = spm.SentencePieceProcessor(model_file=note_read(src_spm)) if src_spm else None
         self.tgt_spm = spm.SentencePieceProcessor(model_file=note_read(tgt_spm)) if tgt_spm else None
