@@ -192,6 +192,7 @@ WITHOUT_TORCH = {
     "nmtdecode.models.formats.marian_weights",
     "nmtdecode.models.formats.ct2_binary",
     "nmtdecode.models.formats.ct2_spec",
+    "nmtdecode.models.formats.ct2_t5",
     "nmtdecode.models.formats.ct2_vocab",
     "nmtdecode.models.formats.ct2_config",
 }
@@ -220,6 +221,7 @@ WITHOUT_TORCH = {
         "ct2",
         "ct2_binary",
         "ct2_spec",
+        "ct2_t5",
         "ct2_vocab",
         "ct2_config",
     ],

@@ -70,6 +70,13 @@ class Engine:
         # collection first: a freshly loaded model holds next to no garbage, and a full pass over its
         # objects would delay every load (docs/speed.md#measurements-behind-design-choices).
         gc.freeze()
+        return cls.around(config, loaded, device)
+
+    @classmethod
+    def around(cls, config: Config, loaded: LoadedModel, device: torch.device) -> "Engine":
+        """The engine of a model loaded on `device` (by `load`, or moved back there after it was
+        kept in host memory: the CTranslate2 stand-in's unload_model), its step runner made for it."""
+        runtime = config.runtime
         steps = step_runner_for(
             loaded.model, device, runtime.cuda_graphs, runtime.traced_step, runtime.quantize, print_warning
         )

@@ -14,11 +14,14 @@ blocked on input (`LineReader.waited`), which is not decoding time.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import select
 import stat
+import struct
 import sys
+import termios
 import time
 from typing import BinaryIO, Iterable, Iterator
 
@@ -222,3 +225,37 @@ def _open(path: str) -> BinaryIO:
         return open(path, "rb")
     except OSError as e:
         raise InputError(f"cannot read {path}: {e.strerror}") from None
+
+
+def has_ended_empty(path: str) -> bool:
+    """Whether the input `path` (`-`: stdin) is known, without reading or waiting, to hold no bytes:
+    an empty regular file (or the rest of one redirected to stdin), /dev/null, or stdin as a pipe,
+    FIFO or socket whose writer has closed it with nothing written; then the model need not load.
+    Anything else, a pipe still open included, is not known to be empty: False."""
+    try:
+        if path == "-":
+            if sys.stdin is None:
+                return False  # closed: reading it is the error
+            fd = sys.stdin.buffer.fileno()
+            offset = sys.stdin.buffer.tell() if stat.S_ISREG(os.fstat(fd).st_mode) else 0
+            return _ended(fd, offset)
+        if not os.path.isfile(path):
+            return False  # a FIFO is not opened before the job reads it; a device is read as it comes
+        return os.path.getsize(path) == 0
+    except (OSError, ValueError, AttributeError):  # stdin without a descriptor: read as it comes
+        return False
+
+
+def _ended(fd: int, offset: int) -> bool:
+    """Whether the descriptor `fd` holds nothing from `offset` on, and never will: a regular file
+    ends there, it is /dev/null, or it is a pipe, FIFO or socket that is readable with no byte
+    waiting in it (its writer closed it; FIONREAD counts the bytes without reading them)."""
+    st = os.fstat(fd)
+    if stat.S_ISREG(st.st_mode):
+        return st.st_size <= offset
+    if stat.S_ISCHR(st.st_mode):  # a terminal or another device: only /dev/null is known to be empty
+        return st.st_rdev == os.stat(os.devnull).st_rdev
+    if not select.select([fd], [], [], 0)[0]:
+        return False
+    waiting = fcntl.ioctl(fd, termios.FIONREAD, struct.pack("i", 0))
+    return struct.unpack("i", waiting)[0] == 0

@@ -3,7 +3,7 @@
     check every job's options, input and output                  (before torch is imported)
     claim each job's share: lock its files; --resume skips a complete job
     mark each new share unfinished                                (before the load, which takes minutes)
-    load the engine once; resolve every job (resolve.py)
+    load the engine once (not at all when every input is known to be empty); resolve every job (resolve.py)
     for each job: its share through the pipeline (its input -> the engine -> its sink), then complete it
     release every lock, however the run ends
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Protocol
+from typing import TYPE_CHECKING, Iterable, Iterator, Protocol, cast
 
 from . import signals
 from ..options.config import Config
@@ -39,6 +39,7 @@ from .ranks import (
     merge,
     threads_for,
 )
+from .reading import has_ended_empty
 from ..engine.resolve import ResolvedJob, resolve
 from ..engine.messages import count, print_warning, say
 from .signature import job_signature
@@ -98,14 +99,20 @@ def decode_shares(shares: list[Share], engine: Engine | None, several: bool = Fa
         for share, output in pending:  # before the load: a stop during it must not leave an older
             if not share.config.io.resume:  # output looking complete to a --resume (a requeued Slurm job passes it)
                 output.mark_unfinished()
-        resolved = []
-        if pending:
+        empty = [nothing_to_read(share.config, output) for share, output in pending]
+        decoded = [claimed for claimed, nothing in zip(pending, empty) if not nothing]
+        resolved: Iterator[ResolvedJob] = iter(())
+        if decoded:  # the model loads only for inputs that may hold a line
             if engine is None:
-                engine, load_seconds = load_engine(pending[0][0].config), time.perf_counter() - started
-            resolved = resolve_all([share.config for share, _ in pending], engine)
+                engine, load_seconds = load_engine(decoded[0][0].config), time.perf_counter() - started
+            resolved = iter(resolve_all([share.config for share, _ in decoded], engine))
             signals.job_started()  # from here a signal unwinds the run, keeping its outputs resumable
-        for (share, output), job in zip(pending, resolved):
-            total.add(decode_job(job, engine, share, output, (started, load_seconds)))
+        for (share, output), nothing in zip(pending, empty):
+            clock = (started, load_seconds)
+            if nothing:
+                total.add(complete_empty(share, output, clock))
+            else:
+                total.add(decode_job(next(resolved), cast("Engine", engine), share, output, clock))
         if several and pending and not pending[0][0].config.runtime.quiet:
             say(
                 total.line(f"nmtdecode: all {count(len(pending), 'file')}:")
@@ -129,6 +136,15 @@ def resolve_all(jobs: list[Config], engine: Engine) -> list[ResolvedJob]:
         for note in job.notes:
             print_warning(note)
     return resolved
+
+
+def nothing_to_read(config: Config, output: OutputFile) -> bool:
+    """Whether a job's input is known to be empty before the model loads (reading.has_ended_empty),
+    its output starts anew (no partial output to resume, whose input is checked as it is read) and
+    its prefixes, if any, are a file (counted against the source when claimed)."""
+    io_cfg = config.io
+    prefix_counted = io_cfg.prefix is None or os.path.isfile(io_cfg.prefix)
+    return prefix_counted and not output.resumes(io_cfg.resume) and has_ended_empty(io_cfg.src)
 
 
 class Share(Protocol):
@@ -350,6 +366,29 @@ def decode_job(
     share.complete(lines)
     if summary.replaced and share.reports_input:
         print_warning(f"{summary.replaced} lines had invalid UTF-8, decoded with U+FFFD")
+    return report(summary, config, share, clock)
+
+
+def complete_empty(share: Share, output: OutputFile, clock: tuple[float, float | None]) -> Summary:
+    """A job whose input is empty (`nothing_to_read`), done without the model: its output made as
+    `decode_job` makes it of no lines (FILE.tmp, then renamed; the lock as ever), its summary line
+    told. Its resume signature leaves out files its model would read outside its folder (the
+    loader names them), which no resume compares: the job completes here."""
+    config = share.config
+    signals.job_started()
+    output.open(config.io.resume, job_signature(config))
+    try:
+        share.sink(output, 0).close()
+    except BaseException:
+        share.abandon()
+        raise
+    share.complete(0)
+    return report(Summary(), config, share, clock)
+
+
+def report(summary: Summary, config: Config, share: Share, clock: tuple[float, float | None]) -> Summary:
+    """A job's summary, its line said on stderr (unless quiet); a `timed` share's adds the run's
+    load and wall time (`clock`: the run's start and the load's seconds, None: no load)."""
     if not config.runtime.quiet:
         extra = timing(clock[1], time.perf_counter() - clock[0]) if share.timed else ""
         say(summary.line(share.summary_prefix) + extra)

@@ -25,7 +25,7 @@ from .pipeline import ListSink, load_engine, run
 from .progress import progress_bar
 from .ranks import Ranks
 from .files import check_score_files
-from .reading import InputError, LineReader
+from .reading import InputError, LineReader, has_ended_empty
 from ..engine.resolve import resolve
 from ..engine.messages import count, print_warning, say
 from .writing import OrderedWriter, TextStream
@@ -74,15 +74,20 @@ def score_job(config: Config, tgt: str, normalize: bool = False) -> ScoreSummary
         out.refuse_source(path)
     out.claim(False, resumable=False)
     try:
-        engine = load_engine(config)
-        job = resolve(config, engine, scoring=True)
-        signals.job_started()
-        out.open(False, signature="")  # no checkpoints: a complete file or none
-        try:
-            summary = _score_into(out, job.config, engine, job.decoder, tgt, normalize)
-        except BaseException:
-            out.abandon()  # with no journal, FILE.tmp is removed
-            raise
+        if has_ended_empty(io_cfg.src) and has_ended_empty(tgt):  # no pair to score: no model to load
+            signals.job_started()
+            out.open(False, signature="")
+            summary = ScoreSummary()
+        else:
+            engine = load_engine(config)
+            job = resolve(config, engine, scoring=True)
+            signals.job_started()
+            out.open(False, signature="")  # no checkpoints: a complete file or none
+            try:
+                summary = _score_into(out, job.config, engine, job.decoder, tgt, normalize)
+            except BaseException:
+                out.abandon()  # with no journal, FILE.tmp is removed
+                raise
         out.finish()
     except (KeyboardInterrupt, signals.Terminated) as stop:
         setattr(
@@ -98,7 +103,7 @@ def score_job(config: Config, tgt: str, normalize: bool = False) -> ScoreSummary
             f"source {_lines(summary.truncated)} longer than the model's positions (or --max-src-length): "
             "cut, as translate cuts them"
         )
-    if not job.config.runtime.quiet:
+    if not config.runtime.quiet:
         say(summary.line())
     return summary
 

@@ -34,6 +34,9 @@ class ModelRules:
 
     banned_ids: tuple[int, ...] = ()  # never generated (e.g. pad)
     forced_bos_id: int | None = None  # first generated token (target-language tag)
+    # the decoder's first input where the job chooses it, not the model (a CTranslate2 folder whose
+    # decoder_start_token is null: mBART-25's target-language tag); None: the model's
+    decoder_start_id: int | None = None
     forced_eos: bool = False  # EOS forced at the step limit
     length_offset: int = 0  # added to the length the length penalty sees (OpenNMT-py: 1)
     opennmt_beam: bool = False  # OpenNMT-py's beam slots and `top` rule (search/beam.py)

@@ -274,7 +274,7 @@ class EnsembleLoaded(LoadedModel):
         generate what another bans. Whether they split the source alike is known from here."""
         rules = [m.rules_for(src_lang, tgt_lang) for m in self.members]
         for other, member in zip(rules[1:], self.members[1:]):
-            for key in ("forced_bos_id", "forced_eos"):
+            for key in ("forced_bos_id", "decoder_start_id", "forced_eos"):
                 if getattr(other, key) != getattr(rules[0], key):
                     raise ModelError(
                         f"ensemble: {member.path} and {self.members[0].path} differ in {key} "

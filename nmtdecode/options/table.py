@@ -235,8 +235,9 @@ class IOConfig(Section):
     )
     tokenizer: str | None = option(
         None,
-        "A CTranslate2 folder's SentencePiece model (a file, or a folder holding one), which cuts "
-        "text into its pieces; default: one in the model's folder or beside it.",
+        "A CTranslate2 folder's SentencePiece model or Hugging Face tokenizer.json (a file, or a "
+        "folder holding one), which cuts text into its pieces; default: one in the model's folder "
+        "or beside it.",
         metavar="PATH",
     )
     ensemble_rule: str | None = option(
