@@ -338,10 +338,7 @@ def run(argv: list[str]) -> int:
     except click.exceptions.NoArgsIsHelpError as e:  # `nmtdecode` alone: the help, as click shows it
         e.show()
         return 2
-    except UsageError as e:  # ours: written as it is (several unknown flags: a line each)
-        say(f"nmtdecode: error: {e.message}")
-        return 2
-    except click.ClickException as e:  # click's usage errors: one line, as all ours
+    except click.ClickException as e:  # click's usage errors and ours: one line
         say(f"nmtdecode: error: {one_line(e)}")
         return 2
     except (KeyboardInterrupt, click.Abort, Terminated) as e:

@@ -15,11 +15,20 @@ from nmtdecode.options.foreign import spelled
 from nmtdecode.options.peers import PEERS, TRANSFORMERS
 
 
-def refused(run) -> list[str]:
-    """The lines of a usage error (exit 2, nothing written), the header's `nmtdecode: error: ` cut."""
+def refused(run) -> str:
+    """A usage error: exit 2, nothing written, one line; its `nmtdecode: error: ` cut."""
     assert run.returncode == 2 and run.stdout == "", run.stderr
-    assert run.stderr.startswith("nmtdecode: error: ")
-    return run.stderr[len("nmtdecode: error: ") :].splitlines()
+    assert run.stderr.startswith("nmtdecode: error: ") and run.stderr.count("\n") == 1, run.stderr
+    return run.stderr[len("nmtdecode: error: ") :].rstrip("\n")
+
+
+def named(message: str, header: str) -> list[str]:
+    """The items of a one-line error naming several: `HEADER(1) item; (2) item`, numbered 1..N."""
+    assert message.startswith(header), message
+    items = re.split(r"; \((\d+)\) ", "; " + message[len(header) :])[1:]
+    numbers, texts = items[0::2], items[1::2]
+    assert numbers == [str(n) for n in range(1, len(texts) + 1)], message
+    return texts
 
 
 def command_line(pieces: list[tuple[list[str], str | None]]) -> list[str]:
@@ -27,14 +36,13 @@ def command_line(pieces: list[tuple[list[str], str | None]]) -> list[str]:
 
 
 def check_named_at_once(run, pieces: list[tuple[list[str], str | None]]):
-    """One header counting the foreign flags, then a line for each, in order: the flag, then what
-    to write instead; our own flags (expected None) and their values are not named."""
-    header, *lines = refused(run)
+    """One line counting the foreign flags, then each in order: the flag, then what to write
+    instead; our own flags (expected None) and their values are not named."""
     foreign = [(words[0], expected) for words, expected in pieces if expected is not None]
-    assert header == f"{len(foreign)} unknown options:"
-    assert [line.startswith("  ") for line in lines] == [True] * len(foreign)
-    for line, (flag, expected) in zip(lines, foreign):
-        assert line.strip().startswith(f"{flag}: ") and expected in line, (flag, line)
+    items = named(refused(run), f"{len(foreign)} unknown options: ")
+    assert len(items) == len(foreign), items
+    for item, (flag, expected) in zip(items, foreign):
+        assert item.startswith(f"{flag}: ") and expected in item, (flag, item)
 
 
 ONMT_TRANSLATE = (
@@ -107,12 +115,13 @@ def test_every_flag_of_a_fairseq_interactive_command_is_named_at_once(cli):
 
 
 def test_unknown_flags_are_named_with_the_nearest_of_the_commands_own(cli):
-    header, *lines = refused(cli("translate", "--beem-size", "3", "--formta=jsonl", "-x", text=True))
-    assert header == "3 unknown options:"
-    assert lines[0].strip() == "--beem-size: no such option (did you mean --beam-size or --batch-size?)"
-    assert lines[1].strip().startswith("--formta: no such option (did you mean --format")
-    assert lines[2].strip() == "-x: no such option (nmtdecode translate --help lists them)"
-    [line] = refused(cli("score", "--model", "m", "--src", "a", "--tgt", "b", "--beam-size", "4", text=True))
+    items = named(
+        refused(cli("translate", "--beem-size", "3", "--formta=jsonl", "-x", text=True)), "3 unknown options: "
+    )
+    assert items[0] == "--beem-size: no such option (did you mean --beam-size or --batch-size?)"
+    assert items[1].startswith("--formta: no such option (did you mean --format")
+    assert items[2] == "-x: no such option (nmtdecode translate --help lists them)"
+    line = refused(cli("score", "--model", "m", "--src", "a", "--tgt", "b", "--beam-size", "4", text=True))
     assert line == "--beam-size: nmtdecode score has no such option (--beam-size is translate's)"
 
 
@@ -135,21 +144,23 @@ def test_a_marian_decoder_yml_given_to_c_points_to_model(tmp_path, cli):
         "models:\n  - opus.npz\nvocabs:\n  - opus.vocab.yml\n  - opus.vocab.yml\nbeam-size: 6\nnormalize: 0.6\n"
         "word-penalty: 0\nmini-batch: 16\nmaxi-batch: 100\nrelative-paths: true\n"
     )
-    [line] = refused(cli("translate", "-c", decoder, "--src", "a.en", text=True))
+    line = refused(cli("translate", "-c", decoder, "--src", "a.en", text=True))
     assert f"config file {decoder} is Marian's decoder.yml" in line and f"give --model {tmp_path}," in line
     assert "did you mean" not in line
     npz_yml = tmp_path / "model.npz.decoder.yml"
     npz_yml.write_text(decoder.read_text())
-    [line] = refused(cli("translate", "-c", npz_yml, text=True))
+    line = refused(cli("translate", "-c", npz_yml, text=True))
     assert f"give --model {tmp_path / 'model.npz'}," in line
 
 
 def test_a_yaml_files_foreign_keys_are_answered_in_yaml(tmp_path, cli):
     config = tmp_path / "job.yaml"
     config.write_text("num_beams: 4\nnormalize: 0.6\nsampling-topk: 5\nunkpen: 1\nbeam_size: 4\n")
-    header, *lines = refused(cli("translate", "-c", config, "--dump-config", text=True))
-    assert header == f"config file {config}: 4 unknown options:"
-    assert [line.strip() for line in lines] == [
+    items = named(
+        refused(cli("translate", "-c", config, "--dump-config", text=True)),
+        f"config file {config}: 4 unknown options: ",
+    )
+    assert items == [
         "line 1: unknown option 'num_beams' (a transformers name): nmtdecode's is beam_size: K",
         "line 2: unknown option 'normalize' (a Marian name): nmtdecode's is length_penalty: A (a number means "
         "avg: score / length^A, </s> counted, as Marian's; its --normalize alone is 1)",
@@ -168,14 +179,13 @@ def test_transformers_names_in_python_are_answered_with_ours(model_dir, tmp_path
     translator = Translator.load(str(model_dir))
     with pytest.raises(ConfigError) as error:
         translator.translate(["good morning"], num_beams=4, max_new_tokens=9, do_sample=True, num_return_sequences=2)
-    header, *lines = str(error.value).splitlines()
-    assert header == "translate(): 4 unknown options:"
-    assert [line.strip().split(":")[0] for line in lines] == [
+    items = named(str(error.value), "translate(): 4 unknown options: ")
+    assert [item.split(":")[0] for item in items] == [
         f"unknown option '{name}' (a transformers name)"
         for name in ("do_sample", "max_new_tokens", "num_beams", "num_return_sequences")
     ]
-    for line, ours in zip(lines, ("sampling=True", "max_length=N", "beam_size=K", "n_best=N")):
-        assert f"nmtdecode's is {ours}" in line
+    for item, ours in zip(items, ("sampling=True", "max_length=N", "beam_size=K", "n_best=N")):
+        assert f"nmtdecode's is {ours}" in item
     with pytest.raises(ConfigError, match=r"^translate_batch\(\): unknown option 'typical_p' .*no equivalent"):
         translator.translate_batch(["good morning"], typical_p=0.9)
 

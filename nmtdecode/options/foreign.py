@@ -95,10 +95,11 @@ def unknown_key_message(key: str, surface: str = "key") -> str:
 
 
 def listed(header: str, items: list[str]) -> str:
-    """One item as one line (`header: item`); several under a header that counts them, a line each."""
-    if len(items) == 1:
-        return f"{header}: {items[0]}" if header else items[0]
-    return f"{header + ': ' if header else ''}{len(items)} unknown options:\n" + "\n".join(f"  {i}" for i in items)
+    """One error line naming every item: `header: item`, or for several `header: N unknown
+    options: (1) item; (2) item`, numbered since an item's own text may hold a `;`."""
+    numbered = "; ".join(f"({n}) {item}" for n, item in enumerate(items, 1))
+    text = items[0] if len(items) == 1 else f"{len(items)} unknown options: {numbered}"
+    return f"{header}: {text}" if header else text
 
 
 def unknown_keys_error(keys: Iterable[str], surface: str = "key", where: str = "") -> ConfigError:
