@@ -11,8 +11,10 @@ import yaml
 from nmtdecode import Translator
 from nmtdecode.cli import cli as nmtdecode
 from nmtdecode.options.config import KEY_SECTION, OPTIONS, PLAN_KEYS, PLAN_OPTIONS, Config, ConfigError
-from nmtdecode.options.foreign import spelled
-from nmtdecode.options.peers import PEERS, TRANSFORMERS
+from nmtdecode.options.foreign import flag_message, spelled
+from nmtdecode.options.peers import CTRANSLATE2, FAIRSEQ, MARIAN, OPENNMT, PEERS, TRANSFORMERS
+
+from tests import peer_options
 
 
 def refused(run) -> str:
@@ -277,3 +279,89 @@ def test_the_notation_as_each_way_in_spells_it():
     assert spelled(text, "flag") == "--top-k K with --sampling (--device cuda:N, --no-ban-unk, --alpha 0.6, --model)"
     assert spelled(text, "key") == "top_k: K with sampling: true (device: cuda:N, ban_unk: false, alpha: 0.6, model)"
     assert spelled(text, "call") == "top_k=K with sampling=True (device='cuda:N', ban_unk=False, alpha=0.6, model)"
+
+
+# The tables against the tools' own definitions: each name is one of the tool's options (read
+# from the installed tool, or from tests/peer_options.py, which cites where each tool defines
+# them), each one-letter flag is the tool's spelling of that option, and every decoding option of
+# marian-decoder and fairseq-interactive is answered on the command line: ours, or the table's.
+def translate_flags() -> dict[str, bool]:
+    command = nmtdecode.commands["translate"]
+    context = click.Context(command, info_name="translate", parent=click.Context(nmtdecode))
+    return {
+        flag: not (param.is_flag or param.count)
+        for param in command.get_params(context)
+        if isinstance(param, click.Option)
+        for flag in param.opts + param.secondary_opts
+    }
+
+
+def tabled(peer) -> set[str]:
+    return {*peer.ours, *peer.without}
+
+
+@pytest.mark.parametrize(
+    "peer, defined", [(MARIAN, peer_options.MARIAN_DECODER), (FAIRSEQ, peer_options.FAIRSEQ_INTERACTIVE)]
+)
+def test_a_tools_names_and_short_flags_are_its_own(peer, defined):
+    longs = [spelling for name, others in defined.items() for spelling in ("--" + name, *others)]
+    assert tabled(peer) <= {flag[2:].replace("-", "_") for flag in longs if flag.startswith("--")}
+    their_shorts = {short: name.replace("-", "_") for name, others in defined.items() for short in others}
+    assert {short: their_shorts.get(short) for short in peer.shorts} == peer.shorts
+
+
+# Options of theirs left to the nearest spelling: none changes what is decoded.
+NOT_ANSWERED = {
+    "--authors", "--cite", "--build-info", "--check-nan",  # Marian's about-the-program and debugging switches
+    "--interpolate-env-vars",  # Marian's ${VAR} in paths: the shell expands them here
+    "--no-beamable-mm",  # fairseq's switch for an implementation detail of its beam's attention
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "defined", [peer_options.MARIAN_DECODER, peer_options.FAIRSEQ_INTERACTIVE], ids=["marian-decoder", "fairseq"]
+)
+def test_every_decoding_option_of_marian_and_fairseq_is_answered(defined):
+    ours = translate_flags()
+    guessed = []
+    for name, others in defined.items():
+        for flag in ("--" + name, *others):
+            message = flag_message(flag, ours, "translate")
+            if message is None:
+                assert flag in ours, flag  # a flag of ours (same spelling)
+            elif "no such option" in message and flag not in NOT_ANSWERED:
+                guessed.append(message)
+    assert guessed == []
+
+
+@pytest.mark.slow  # OpenNMT-py's import
+def test_opennmt_names_are_onmt_translates_options():
+    """Read from the installed OpenNMT-py's own parser; eole's compute_dtype (its predict config:
+    tests/peer_eole.py writes it) is the one name it lacks."""
+    from tests.peer_opennmt import ArgumentParser, opts
+
+    parser = ArgumentParser()
+    opts.translate_opts(parser)
+    assert tabled(OPENNMT) - {action.dest for action in parser._actions} == {"compute_dtype"}
+
+
+def test_ctranslate2_names_are_its_translators_keywords():
+    import ctranslate2
+
+    signatures = ctranslate2.Translator.__init__.__doc__ + ctranslate2.Translator.translate_batch.__doc__
+    keywords = set(re.findall(r"(\w+): ", signatures.split("\n\n")[0] + signatures))
+    assert tabled(CTRANSLATE2) <= keywords
+
+
+@pytest.mark.slow  # transformers' import
+def test_transformers_names_are_generates_or_from_pretrained():
+    """GenerationConfig's fields and generate()'s parameters, from the installed transformers;
+    torch_dtype (now also spelt dtype, as ours) and device_map are keywords from_pretrained() reads."""
+    import inspect
+
+    from transformers import GenerationConfig, GenerationMixin, PreTrainedModel
+
+    generate = set(GenerationConfig().to_dict()) | set(inspect.signature(GenerationMixin.generate).parameters)
+    loading = tabled(TRANSFORMERS) - generate
+    assert loading == {"torch_dtype", "device_map"}
+    assert loading <= set(re.findall(r'kwargs\.pop\("(\w+)"', inspect.getsource(PreTrainedModel.from_pretrained)))

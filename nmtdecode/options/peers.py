@@ -36,6 +36,11 @@ _PRECISION = "{dtype=D} (float32, float16 or bfloat16; int8 is {quantize=int8})"
 _N_BEST = "{n_best=N} (with {format=nbest} or jsonl)"
 _SUBWORDS = "the model's own tokenizer (the SentencePiece models it names) cuts the source and joins the output"
 _CONSTRAINED = "there is no constrained decoding; {prefix=FILE} forces how each output starts"
+_LOGGING = "messages go to stderr (2> FILE keeps them)"
+_TEXT_OUT = "the output is text already, its pieces joined by the model's own tokenizer"
+_WHOLE_VOCABULARY = "every step scores the whole target vocabulary (no lexical shortlist)"
+_MODEL_SAYS = "the model's own files say what it is"
+_INT8 = "{quantize=int8} stores int8 weights as the model is read ({gemm=B} picks the CPU matrix products)"
 
 OPENNMT = Peer(
     "OpenNMT-py/eole",
@@ -50,7 +55,6 @@ OPENNMT = Peer(
         "gpu": "{device=cuda:N} for their GPU N ({device=cpu} for their -1)",
         "precision": _PRECISION,
         "compute_dtype": _PRECISION,
-        "fp16": "{dtype=float16}",
         "fp32": "{dtype=float32}",
         "int8": "{quantize=int8}",
         "with_score": "{format=nbest} or jsonl",
@@ -58,7 +62,7 @@ OPENNMT = Peer(
     without={
         "verbose": "{format=nbest} or jsonl write each hypothesis with its score, and the summary line is on stderr",
         "report_time": "the summary line on stderr gives the load and decoding times",
-        "log_file": "messages go to stderr (2> FILE keeps them)",
+        "log_file": _LOGGING,
         "attn_debug": "{attention} adds each token's attention weights to jsonl, and {dump_beam=FILE} records the "
         "search for nmtdecode show",
         "align_debug": "{alignment} adds the alignment to jsonl, {report_align} Pharaoh pairs after the text",
@@ -95,6 +99,8 @@ MARIAN = Peer(
         "weights": "{ensemble_weights=W} (one per model)",
         "output_sampling": "{sampling} (its topk K is {top_k=K}, its temperature {temperature=T})",
         "quiet_translation": "{quiet}",
+        "fp16": "{dtype=float16}",
+        "precision": _PRECISION,
     },
     without={
         "vocabs": "the vocabularies are the model's (give {model} its folder, whose decoder.yml names them, or "
@@ -107,17 +113,43 @@ MARIAN = Peer(
         "allow_unk": "a Marian model's decoder.yml says whether <unk> may be written (allow-unk: true there); "
         "other models write it unless {ban_unk}",
         "word_penalty": "there is no word penalty; {length_penalty=A} normalises by length",
-        "shortlist": "every step scores the whole target vocabulary (no lexical shortlist)",
+        "allow_special": "a Marian model's decoder.yml says whether its control pieces may be written "
+        "(allow-special: true there)",
+        "shortlist": _WHOLE_VOCABULARY,
+        "output_approx_knn": _WHOLE_VOCABULARY,
+        "skip_cost": "every hypothesis is scored",
+        "no_spm_decode": _TEXT_OUT,
+        "gemm_type": _INT8,
+        "optimize": _INT8,
+        "quantize_range": _INT8,
+        "type": _MODEL_SAYS,
+        "ignore_model_config": "the model's own config is always read",
+        "tsv": "one input line is one source sentence",
+        "tsv_fields": "one input line is one source sentence",
+        "stat_freq": "the summary line on stderr gives the speed",
         "relative_paths": "decoder.yml's paths are always read from its folder",
-        "log": "messages go to stderr (2> FILE keeps them)",
+        "log": _LOGGING,
+        "log_level": _LOGGING,
+        "log_time_zone": _LOGGING,
         "num_devices": "one GPU a process ({device=cuda:N}); torchrun starts one per GPU",
     },
-    shorts={"-v": "vocabs", "-w": "workspace", "-i": "input", "-n": "normalize", "-d": "devices", "-b": "beam_size"},
+    shorts={
+        "-v": "vocabs",
+        "-w": "workspace",
+        "-i": "input",
+        "-n": "normalize",
+        "-d": "devices",
+        "-b": "beam_size",
+        "-g": "gemm_type",
+    },
 )
 # The keys by which a -c file is Marian's decoder.yml (answered as a whole: its folder goes to --model).
 MARIAN_DECODER_YML = ("models", "vocabs")
 # Marian's `--alignment hard|soft`: our --alignment is a switch (JSONL source positions).
 MARIAN_ALIGNMENT = ("hard", "soft")
+
+_TWO_PASS = "there is no two-pass decoding (a first-pass decoder's settings)"
+_ITERATIVE = "there is no iterative refinement (non-autoregressive models)"
 
 FAIRSEQ = Peer(
     "fairseq",
@@ -151,9 +183,29 @@ FAIRSEQ = Peer(
         "unkpen": "there is no finite <unk> penalty; {ban_unk} never writes <unk>",
         "buffer_size": "lines are read many batches at a time and sorted by length; {stream} answers each line as "
         "it arrives",
-        "remove_bpe": "the output is text already, its pieces joined by the model's own tokenizer",
+        "remove_bpe": _TEXT_OUT,
+        "post_process": _TEXT_OUT,
         "bpe": _SUBWORDS,
-        "task": "the model's own files say what it is",
+        "task": _MODEL_SAYS,
+        "model_overrides": _MODEL_SAYS,
+        "match_source_len": "no output is forced to the source's length; {max_len_a=1} with {max_len_b=0} "
+        "caps it there",
+        "no_early_stop": "a beam stops by the {early_stopping} rule",
+        "print_step": "{dump_beam=FILE} records every step of the search (nmtdecode show draws it)",
+        "sacrebleu": "no metric is computed; sacrebleu reads the output",
+        "beam_mt": _TWO_PASS,
+        "lenpen_mt": _TWO_PASS,
+        "max_len_a_mt": _TWO_PASS,
+        "max_len_b_mt": _TWO_PASS,
+        "iter_decode_eos_penalty": _ITERATIVE,
+        "iter_decode_max_iter": _ITERATIVE,
+        "iter_decode_force_max_iter": _ITERATIVE,
+        "iter_decode_with_beam": _ITERATIVE,
+        "iter_decode_with_external_reranker": _ITERATIVE,
+        "retain_iter_history": _ITERATIVE,
+        "decoding_format": _ITERATIVE,
+        "retain_dropout": "decoding runs without dropout",
+        "retain_dropout_modules": "decoding runs without dropout",
         "user_dir": "there are no plugins",
         "num_workers": "one process reads, decodes and writes; {inter_threads=N} decodes N batches at once",
         "diversity_rate": "there is no diverse siblings search; diverse beam search is {beam_groups=G} with "
