@@ -129,6 +129,18 @@ class UsageError(click.UsageError):
     """A command-line mistake found before click parses (exit code 2)."""
 
 
+def command_flags(group: click.Group, name: str) -> dict[str, bool]:
+    """Command `name`'s flags (`--help` included), each -> whether it takes a value."""
+    command = group.commands[name]
+    context = click.Context(command, info_name=name, parent=click.Context(group, **group.context_settings))
+    return {
+        flag: not (param.is_flag or param.count)
+        for param in command.get_params(context)
+        if isinstance(param, click.Option)
+        for flag in param.opts + param.secondary_opts
+    }
+
+
 def check_flags(group: click.Group, argv: list[str]) -> None:
     """Refuse, in one error, every flag of the command that is not its own: other tools' (their
     answers in options/peers.py: OpenNMT-py's `-beam_size`, fairseq's `--sampling-topk`, Marian's
@@ -138,15 +150,7 @@ def check_flags(group: click.Group, argv: list[str]) -> None:
     if not names:
         return
     name = argv[names[0]]
-    command = group.commands[name]
-    context = click.Context(command, info_name=name, parent=click.Context(group, **group.context_settings))
-    ours = {
-        flag: not (param.is_flag or param.count)
-        for param in command.get_params(context)
-        if isinstance(param, click.Option)
-        for flag in param.opts + param.secondary_opts
-    }
-    problems = flag_problems(argv[names[0] + 1 :], ours, name)
+    problems = flag_problems(argv[names[0] + 1 :], command_flags(group, name), name)
     if problems:
         raise UsageError(listed("", problems))
 

@@ -4,12 +4,11 @@ error, each with nmtdecode's equivalent spelt as that way in spells it, or why i
 
 import re
 
-import click
 import pytest
 import yaml
 
 from nmtdecode import Translator
-from nmtdecode.cli import cli as nmtdecode
+from nmtdecode.cli import cli as nmtdecode, command_flags
 from nmtdecode.options.config import KEY_SECTION, OPTIONS, PLAN_KEYS, PLAN_OPTIONS, Config, ConfigError
 from nmtdecode.options.foreign import flag_message, spelled
 from nmtdecode.options.peers import CTRANSLATE2, FAIRSEQ, MARIAN, OPENNMT, PEERS, TRANSFORMERS
@@ -261,8 +260,7 @@ def test_every_answer_names_options_that_exist():
 
 
 def test_every_answer_on_the_command_line_names_flags_translate_has():
-    context = click.Context(nmtdecode.commands["translate"], parent=click.Context(nmtdecode))
-    flags = {o for p in nmtdecode.commands["translate"].get_params(context) for o in p.opts + p.secondary_opts}
+    flags = set(command_flags(nmtdecode, "translate"))
     written = {flag for _, _, text in ANSWERS for flag in re.findall(r"--[a-z][a-z-]*", spelled(text, "flag"))}
     assert written - flags <= {"--tgt", "--normalize"}  # score's --tgt; Marian's own --normalize, named
 
@@ -285,17 +283,6 @@ def test_the_notation_as_each_way_in_spells_it():
 # from the installed tool, or from tests/peer_options.py, which cites where each tool defines
 # them), each one-letter flag is the tool's spelling of that option, and every decoding option of
 # marian-decoder and fairseq-interactive is answered on the command line: ours, or the table's.
-def translate_flags() -> dict[str, bool]:
-    command = nmtdecode.commands["translate"]
-    context = click.Context(command, info_name="translate", parent=click.Context(nmtdecode))
-    return {
-        flag: not (param.is_flag or param.count)
-        for param in command.get_params(context)
-        if isinstance(param, click.Option)
-        for flag in param.opts + param.secondary_opts
-    }
-
-
 def tabled(peer) -> set[str]:
     return {*peer.ours, *peer.without}
 
@@ -322,7 +309,7 @@ NOT_ANSWERED = {
     "defined", [peer_options.MARIAN_DECODER, peer_options.FAIRSEQ_INTERACTIVE], ids=["marian-decoder", "fairseq"]
 )
 def test_every_decoding_option_of_marian_and_fairseq_is_answered(defined):
-    ours = translate_flags()
+    ours = command_flags(nmtdecode, "translate")
     guessed = []
     for name, others in defined.items():
         for flag in ("--" + name, *others):
