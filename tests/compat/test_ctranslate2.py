@@ -183,3 +183,33 @@ def test_translate_file_writes_each_hypothesis_a_line(translator, sources, sp, t
     ]
     with pytest.raises(ValueError, match="both be set"):
         translator.translate_file(str(text), str(tmp_path / "x"), source_tokenize_fn=str.split)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (
+            lambda t: t.translate_batch(["good morning"]),
+            "translate_batch(): source[0] is str, not a list of tokens (strings) (a string is not split",
+        ),
+        (
+            lambda t: t.translate_batch([["▁good"], None]),
+            "translate_batch(): source[1] is NoneType, not a list of tokens",
+        ),
+        (
+            lambda t: t.translate_batch("good morning"),
+            "translate_batch(): source must be a list of token lists, not str",
+        ),
+        (
+            lambda t: t.translate_batch([["▁good"]], target_prefix=[None, "Guten"]),
+            "translate_batch(): target_prefix[1] is str",
+        ),
+        (lambda t: t.score_batch([["▁good"]], [None]), "score_batch(): target[0] is NoneType"),
+        (lambda t: list(t.generate_tokens("good morning")), "generate_tokens(): source is str"),
+        (lambda t: list(t.translate_iterable([["▁a"], "good morning"])), "translate_batch(): source[1] is str"),
+    ],
+)
+def test_a_source_that_is_not_a_list_of_pieces_is_a_type_error_naming_its_position(translator, call, message):
+    with pytest.raises(TypeError) as error:
+        call(translator)
+    assert str(error.value).startswith(message)
