@@ -27,7 +27,7 @@ from typing import Callable
 import yaml
 
 from ...options.bounded import TooLarge, check_size, shown
-from ..architecture import TransformerConfig
+from ..architecture import TransformerConfig, check_limit
 from ..checkpoint import ModelError, ModelFacts, ModelRules, check_dimensions, one_line, read_yaml
 from ..npz import array_bytes, npz_entries
 from .marian_vocab import Vocabulary, make_tokenizer
@@ -80,6 +80,14 @@ FIXED = {
     "factors-dim-emb": (0, (0, None), "factored embeddings"),
     "factors-combine": ("sum", ("sum", None), "factored embeddings"),
     "right-left": (False, (False,), "a right-to-left model"),
+}
+# Marian's options for the sizes of its Transformer -> ours (architecture.LIMITS bounds them).
+SIZES = {
+    "dim-emb": "d_model",
+    "transformer-dim-ffn": "ffn_dim",
+    "enc-depth": "encoder_layers",
+    "dec-depth": "decoder_layers",
+    "transformer-heads": "heads",
 }
 RNN_TYPES = ("amun", "nematus", "s2s", "multi-s2s", "lm", "char-s2s")
 
@@ -207,9 +215,16 @@ def layout(options: dict, entries: dict, where: str) -> Layout:
     sizes = options.get("dim-vocabs")
     if not isinstance(sizes, list) or len(sizes) != 2 or not all(isinstance(n, int) and n > 0 for n in sizes):
         raise ModelError(f"{where}: Marian option dim-vocabs: expected two vocabulary sizes, got {shown(sizes)}")
-    for name in ("dim-emb", "transformer-dim-ffn", "enc-depth", "dec-depth", "transformer-heads"):
+    for name in SIZES:
         if not isinstance(options[name], int) or isinstance(options[name], bool) or options[name] < 1:
             raise ModelError(f"{where}: Marian option {name}: expected a positive integer, got {shown(options[name])}")
+    try:  # before the arrays of every layer are listed (marian_weights.mapping)
+        for name, key in SIZES.items():
+            check_limit(key, options[name], name)
+        for rows, key in zip(sizes, ("src_vocab_size", "tgt_vocab_size")):
+            check_limit(key, rows, "dim-vocabs")
+    except ValueError as e:
+        raise ModelError(f"{where}: Marian option {e}") from None
     pre_norm, embedding_norm, top_norm = norm_placement(options, where)
     shared = bool(options["tied-embeddings-all"] or options["tied-embeddings-src"])
     if shared and sizes[0] != sizes[1]:

@@ -352,6 +352,14 @@ REFUSED = {  # case -> (build's keywords, a change of the written directory, wha
         "factored vocabularies (.fsv) are not supported",
     ),
     "vocabulary too large": (dict(options={"dim-vocabs": [40, 40]}), None, "array Wemb has shape"),
+    # before: a description of each of a million layers, minutes and gigabytes before any check
+    "a million encoder layers": (
+        dict(options={"enc-depth": 1_000_000}),
+        None,
+        "Marian option enc-depth: 1000000 is more than any model this decoder runs asks for (at most 256)",
+    ),
+    "a million decoder layers": (dict(options={"dec-depth": 1_000_000}), None, "dec-depth: 1000000 is more than"),
+    "a billion rows": (dict(options={"dim-vocabs": [10**9, 10**9]}), None, "dim-vocabs: 1000000000 is more than"),
     "vocabulary beyond the rows": (
         {},
         write("vocab.yml", "</s>: 0\n<unk>: 1\nx: 500\n"),
