@@ -17,7 +17,7 @@ import re
 import stat
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import yaml
 
@@ -177,6 +177,24 @@ def check_dimensions(cfg: TransformerConfig, shapes: dict[str, tuple[int, ...]],
         if len(held) != getattr(cfg, stack):
             raise ModelError(
                 f"{source}: {stack}: the config asks for {getattr(cfg, stack)} layers, the weights hold {len(held)}"
+            )
+
+
+def check_stored_layers(names: Iterable[str], layer: str, cfg: TransformerConfig, source: str) -> None:
+    """Weights of more layers than the config asks for are refused, naming the first extra one:
+    decoded without them, the model would be another network than the one trained. `layer`: a
+    regular expression matching a stored layer's weight, its groups `stack` (encoder or decoder)
+    and `number` (the native and Marian readers refuse every weight they do not expect anyway)."""
+    pattern = re.compile(layer)
+    for name in sorted(names):
+        found = pattern.match(name)
+        if found is None:
+            continue
+        stack = f"{found['stack']}_layers"
+        if int(found["number"]) >= getattr(cfg, stack):
+            raise ModelError(
+                f"{source}: {stack}: the config asks for {getattr(cfg, stack)} layers, the weights hold more "
+                f"({name}, ...)"
             )
 
 

@@ -25,8 +25,9 @@ from typing import Any, Callable, Container
 
 from ...options.bounded import shown
 from ..architecture import TransformerConfig
-from ..checkpoint import ModelError, ModelFacts, check_dimensions, read_json
+from ..checkpoint import ModelError, ModelFacts, check_dimensions, check_stored_layers, read_json
 from .opennmt_shared import (
+    LAYER_WEIGHT,
     OPENNMT_RULES,
     POSITION_TYPES,
     VocabTokenizer,
@@ -256,6 +257,7 @@ def describe(path: str, read: Callable) -> ModelFacts:
         if name.endswith(".layer_scalar") and not all(value == 1 for value in stored.values(name)):
             raise ModelError(f"{path}: {name} is not 1 (a per-layer output scale) and is not supported")
     cfg = model_config(config["model"], vocab, stored.shapes, path)
+    check_stored_layers(stored.shapes, LAYER_WEIGHT, cfg, path)
     shapes = mapped_shapes(cfg, stored.shapes, *weight_map(cfg))
     check_dimensions(cfg, shapes, path)
     # eole predict decodes with OpenNMT-py's beam (eole/predict/beam_search.py)

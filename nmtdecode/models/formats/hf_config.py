@@ -21,7 +21,7 @@ from typing import Callable, TypedDict
 
 from ...options.bounded import shown
 from ..architecture import TransformerConfig
-from ..checkpoint import ModelError, ModelFacts, ModelRules, check_dimensions, read_json
+from ..checkpoint import ModelError, ModelFacts, ModelRules, check_dimensions, check_stored_layers, read_json
 from .hf_tokenizers import HFTokenizer, load_tokenizer
 
 FORMAT = "huggingface"  # ModelFacts.format adds the family: "huggingface/marian", ...
@@ -335,6 +335,7 @@ def describe(path: str, read: Callable, hf: dict | None = None) -> ModelFacts:
     if isinstance(generation.get("decoder_start_token_id"), int):  # generation_config.json wins, as in transformers
         cfg.decoder_start_id = generation["decoder_start_token_id"]
     stored = read(weight_files(path))
+    check_stored_layers(stored.shapes, r"(?:model\.)?(?P<stack>encoder|decoder)\.layers\.(?P<number>\d+)\.", cfg, path)
     bias = next((name for name in ("final_logits_bias", "model.final_logits_bias") if name in stored.shapes), None)
     # Most checkpoints store an all-zero final_logits_bias: adding it would cost a pass over every step's logits.
     cfg.final_logits_bias = bias is not None and any(stored.values(bias))

@@ -473,12 +473,27 @@ def _marian(path: str, config: dict) -> HFTokenizer:
     target_vocab = read_json(os.path.join(path, "target_vocab.json")) if separate else vocab
     names = _specials(config)
     for name, table in (("vocab.json", vocab), ("target_vocab.json", target_vocab)):
+        check_numbering(table, os.path.join(path, name))
         if names["unk"] not in table or names["eos"] not in table:
             raise ModelError(f"{os.path.join(path, name)}: no {names['unk']} or {names['eos']} entry")
     added = _added_tokens(config, vocab, [names[r] for r in ("eos", "unk", "pad")])
     return marian_tokenizer(
         path, vocab, target_vocab, names, added, cleanup=bool(config.get("clean_up_tokenization_spaces"))
     )
+
+
+def check_numbering(vocab: dict, where: str) -> None:
+    """A vocabulary (piece -> id) numbers each piece once with an id of its own: one that gives
+    several pieces one id (or every piece the same) would decode every text to one piece."""
+    seen: dict[int, str] = {}
+    for piece, i in vocab.items():
+        if not isinstance(i, int) or isinstance(i, bool) or i < 0:
+            raise ModelError(f"{where}: {shown(piece)}: expected an id (an integer >= 0), got {shown(i)}")
+        if i in seen:
+            raise ModelError(
+                f"{where}: pieces {shown(seen[i])} and {shown(piece)} both have id {i}; each piece needs its own"
+            )
+        seen[i] = piece
 
 
 def marian_tokenizer(
@@ -521,6 +536,7 @@ def marian_tokenizer(
 def _m2m100(path: str, config: dict) -> HFTokenizer:
     """Language tag ids follow vocab.json: len(vocab) + index in the `language_codes` list."""
     vocab = read_json(os.path.join(path, "vocab.json"))
+    check_numbering(vocab, os.path.join(path, "vocab.json"))
     codes = M2M100_CODES.get(config.get("language_codes", "m2m100"))
     if codes is None:
         raise ModelError(f"{path}: tokenizer_config.json's language_codes must be one of {', '.join(M2M100_CODES)}")

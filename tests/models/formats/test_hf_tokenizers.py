@@ -440,3 +440,27 @@ def test_missing_or_broken_files_name_the_file(tmp_path, monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "tokenizers", None)  # as if not installed
     with pytest.raises(ModelError, match="pip install tokenizers"):
         _ours(tmp_path, "mbart")
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            lambda vocab: {piece: 5 for piece in vocab},
+            "pieces '</s>' and '<unk>' both have id 5; each piece needs its own",
+        ),
+        (
+            lambda vocab: {**vocab, "<unk>": vocab["</s>"]},
+            "pieces '</s>' and '<unk>' both have id 0; each piece needs its own",
+        ),
+        (lambda vocab: {**vocab, "<unk>": "1"}, "'<unk>': expected an id (an integer >= 0), got '1'"),
+    ],
+)
+def test_a_vocab_json_that_does_not_number_each_piece_once_is_refused(tmp_path, change, message):
+    """Before: every piece mapped to one id decoded (exit 0) to one piece for every text."""
+    vocab = {"</s>": 0, "<unk>": 1, "▁a": 2, "<pad>": 3}
+    (tmp_path / "vocab.json").write_text(json.dumps(change(vocab)))
+    cfg = TransformerConfig(src_vocab_size=4, tgt_vocab_size=4, d_model=8, heads=1, pad_id=3)
+    with pytest.raises(ModelError) as error:
+        load_tokenizer(str(tmp_path), {"model_type": "marian"}, cfg)
+    assert str(error.value) == f"{tmp_path / 'vocab.json'}: {message}"
