@@ -247,3 +247,18 @@ def test_jobs_that_are_not_a_list_name_jobs_and_exit_2(model_dir, tmp_path, cli,
     assert one_line(run.stderr).startswith(
         f"nmtdecode: error: config file {config}: jobs: expected a list of {{src: FILE, output: FILE, ...}} items, got "
     )
+
+
+def test_a_bad_decoding_default_names_the_model_s_file(model_dir, tmp_path, cli):
+    """A model's own defaults are checked where its file is read: before, the message was the
+    option's alone (`beam_size: expected int, got nan`), as if the user had given it."""
+    model = tmp_path / "model"
+    shutil.copytree(model_dir, model)
+    config = yaml.safe_load((model / "config.yaml").read_text())
+    config["decoding"] = {"beam_size": float("nan")}
+    (model / "config.yaml").write_text(yaml.safe_dump(config))
+    run = cli("translate", "--model", model, stdin="hello\n", text=True)
+    assert run.returncode == 1
+    assert one_line(run.stderr) == (
+        f"nmtdecode: error: {model}/config.yaml: decoding defaults: beam_size: expected int, got nan"
+    )

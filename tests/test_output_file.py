@@ -269,7 +269,7 @@ def test_a_stop_around_the_final_rename_is_not_a_job_to_redo(job, src, tmp_path,
 # --- 3. links and special files ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("planted", ["out.txt.tmp", "out.txt.tmp.progress.new", "out.txt.tmp.progress"])
+@pytest.mark.parametrize("planted", ["out.txt.tmp", "out.txt.tmp.progress.new", "out.txt.tmp.progress", "out.txt.lock"])
 def test_planted_links_are_not_followed(job, short, tmp_path, planted):
     src, reference = short
     victim = tmp_path / "victim.txt"
@@ -280,6 +280,21 @@ def test_planted_links_are_not_followed(job, short, tmp_path, planted):
     assert run.returncode == 0, run.stderr
     assert victim.read_text() == "precious\n"
     assert not out.is_symlink() and out.read_bytes() == reference
+
+
+def test_a_planted_journal_link_refuses_a_resume_saying_what_it_is(job, short, tmp_path):
+    """Before: "Too many levels of symbolic links", the errno of a link opened without following."""
+    src, _ = short
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    (tmp_path / "out.txt.tmp").write_text("partial\n")
+    (tmp_path / "out.txt.tmp.progress").symlink_to(victim)
+    run = job(src, tmp_path / "out.txt", "--resume")
+    assert run.returncode == 2 and one_line(run.stderr) and victim.read_text() == "precious\n"
+    assert run.stderr.decode() == (
+        f"nmtdecode: error: --resume: cannot read {tmp_path / 'out.txt.tmp.progress'}: it is a symbolic "
+        "link, which a job never follows (and did not make)\n"
+    )
 
 
 def test_link_to_a_device_is_written_through(job, lines_file, tmp_path):

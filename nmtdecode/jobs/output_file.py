@@ -448,6 +448,9 @@ def _lock(lock_path: str, path: str) -> int:
         try:
             fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
         except OSError as e:  # named by the output, not by the lock file the user never asked for
+            if e.errno == errno.ELOOP and os.path.islink(lock_path):  # no job's lock: a link, removed
+                remove(lock_path)
+                continue
             if e.errno in (errno.ENOENT, errno.ENOTDIR):
                 raise OutputRefused(
                     f"output: cannot write {path}: its directory {os.path.dirname(path) or '.'} does not exist"
@@ -526,6 +529,8 @@ def _keep_mode(path: str, fd: int) -> None:
 
 
 def _reason(error: OSError) -> str:
+    if error.errno == errno.ELOOP:  # what O_NOFOLLOW answers for a link
+        return "it is a symbolic link, which a job never follows (and did not make)"
     return error.strerror or str(error)
 
 

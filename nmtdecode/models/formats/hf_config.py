@@ -22,6 +22,7 @@ from typing import Callable, TypedDict
 from ...options.bounded import shown
 from ..architecture import TransformerConfig
 from ..checkpoint import ModelError, ModelFacts, ModelRules, check_dimensions, check_stored_layers, read_json
+from ..defaults import checked_defaults
 from .hf_tokenizers import HFTokenizer, load_tokenizer
 
 FORMAT = "huggingface"  # ModelFacts.format adds the family: "huggingface/marian", ...
@@ -288,6 +289,32 @@ def sampling_settings(gen: dict) -> dict:
     }
 
 
+# The numbers of generation_config.json (or config.json) that decoding defaults are made of.
+GENERATION_NUMBERS = (
+    "num_beams",
+    "max_new_tokens",
+    "max_length",
+    "min_length",
+    "length_penalty",
+    "no_repeat_ngram_size",
+    "repetition_penalty",
+    "num_beam_groups",
+    "diversity_penalty",
+    "temperature",
+    "top_k",
+    "top_p",
+)
+
+
+def check_generation_numbers(gen: dict, where: str) -> None:
+    for key in GENERATION_NUMBERS:
+        value = gen.get(key)
+        if value is not None and not (
+            isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        ):
+            raise ModelError(f"{where}: {key}: expected a finite number or null, got {shown(value)}")
+
+
 def generation_settings(gen: dict, cfg: TransformerConfig) -> tuple[dict, ModelRules]:
     """Decoding defaults and model rules from generation_config.json (or config.json)."""
     defaults = {}
@@ -331,7 +358,9 @@ def describe(path: str, read: Callable, hf: dict | None = None) -> ModelFacts:
     except ValueError as e:  # what check_sizes does not cover (a token id out of range...), by our name for it
         raise ModelError(f"{os.path.join(path, 'config.json')}: {e}") from None
     generation = read_json(os.path.join(path, "generation_config.json"), required=False) or hf
-    check_token_ids(generation, os.path.join(path, "generation_config.json" if generation is not hf else "config.json"))
+    where = os.path.join(path, "generation_config.json" if generation is not hf else "config.json")
+    check_token_ids(generation, where)
+    check_generation_numbers(generation, where)
     if isinstance(generation.get("decoder_start_token_id"), int):  # generation_config.json wins, as in transformers
         cfg.decoder_start_id = generation["decoder_start_token_id"]
     stored = read(weight_files(path))
@@ -342,6 +371,7 @@ def describe(path: str, read: Callable, hf: dict | None = None) -> ModelFacts:
     shapes = joined_shapes(weight_sources(cfg, stored.shapes, path), stored.shapes)
     check_dimensions(cfg, shapes, path)
     defaults, rules = generation_settings(generation, cfg)
+    checked_defaults(defaults, where)
     return ModelFacts(
         f"{FORMAT}/{hf['model_type']}",
         cfg,

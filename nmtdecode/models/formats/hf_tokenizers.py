@@ -88,10 +88,11 @@ CLEAN_UP = [
 
 
 def _load_spm(path: str) -> spm.SentencePieceProcessor:
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):  # a FIFO or a link to a device there is not missing: note_read refuses it
         raise ModelError(f"{path} is missing")
+    note_read(path)
     try:
-        return spm.SentencePieceProcessor(model_file=note_read(path))
+        return spm.SentencePieceProcessor(model_file=path)
     except (OSError, RuntimeError) as e:
         raise ModelError(f"{path} cannot be read as a SentencePiece model: {e}") from None
 

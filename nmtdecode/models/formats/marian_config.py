@@ -20,6 +20,7 @@ norms with epsilon 1e-6; a decoder that starts from a zero embedding (marian_wei
 from __future__ import annotations
 
 import functools
+import math
 import os
 from dataclasses import dataclass
 from typing import Callable
@@ -29,6 +30,7 @@ import yaml
 from ...options.bounded import TooLarge, check_size, shown
 from ..architecture import TransformerConfig, check_limit
 from ..checkpoint import ModelError, ModelFacts, ModelRules, check_dimensions, one_line, read_yaml
+from ..defaults import checked_defaults
 from ..npz import array_bytes, npz_entries
 from .marian_vocab import Vocabulary, make_tokenizer
 from .marian_weights import Layout, Piece, check_arrays, mapping, recipe_shape
@@ -324,7 +326,7 @@ def vocabularies(decoder: dict, decoder_yml: str, shape: Layout) -> tuple[Vocabu
 def _number(decoder: dict, key: str, default: float, where: str, kind: type[float] = float) -> float:
     """A number of decoder.yml (`kind` int: a whole one), Marian's default when it is left out."""
     value = decoder.get(key, default)
-    number = isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+    number = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < math.inf
     if not number or kind is int and value != int(value):
         raise ModelError(f"{where}: {key}: expected a number >= 0, got {shown(value)}")
     return kind(value)
@@ -374,5 +376,6 @@ def describe(path: str, read: Callable) -> MarianFacts:
     cfg = model_config(options, shape, shapes["src_embed.tokens.weight"][0], target.eos_id, target.unk_id, npz)
     check_dimensions(cfg, shapes, npz)
     defaults, rules = decoding_settings(decoder, decoder_yml, cfg, target)
+    checked_defaults(defaults, decoder_yml)
     tokenizer = functools.partial(make_tokenizer, os.path.dirname(decoder_yml), source, target, cfg.decoder_start_id)
     return MarianFacts(FORMAT, cfg, stored, shapes, rules, defaults, tokenizer, recipes)

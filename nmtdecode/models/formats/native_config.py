@@ -20,6 +20,7 @@ from ...options.bounded import TooLarge, check_size, shown
 from ..tokenizer import SentencePieceTokenizer
 from ..architecture import TransformerConfig
 from ..checkpoint import ModelError, ModelFacts, ModelRules, check_dimensions, note_read
+from ..defaults import checked_defaults
 
 FORMAT = "native"
 WEIGHTS = "model.safetensors"
@@ -71,7 +72,7 @@ def describe(path: str, read: Callable) -> ModelFacts:
         stored,
         dict(stored.shapes),
         ModelRules(banned_ids=tuple(banned)),
-        dict(data.get("decoding") or {}),
+        checked_defaults(dict(data.get("decoding") or {}), f"{path}/config.yaml"),
         functools.partial(_tokenizer, path, data, cfg),
     )
 

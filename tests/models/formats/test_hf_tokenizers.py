@@ -464,3 +464,21 @@ def test_a_vocab_json_that_does_not_number_each_piece_once_is_refused(tmp_path, 
     with pytest.raises(ModelError) as error:
         load_tokenizer(str(tmp_path), {"model_type": "marian"}, cfg)
     assert str(error.value) == f"{tmp_path / 'vocab.json'}: {message}"
+
+
+@pytest.mark.parametrize("planted", ["fifo", "/dev/zero"])
+def test_a_source_spm_that_is_not_a_file_is_named_not_called_missing(tmp_path, planted):
+    """Before: "source.spm is missing" for a FIFO or a link to a device."""
+    (tmp_path / "vocab.json").write_text(json.dumps({"</s>": 0, "<unk>": 1, "<pad>": 2}))
+    if planted == "fifo":
+        os.mkfifo(tmp_path / "source.spm")
+    else:
+        (tmp_path / "source.spm").symlink_to(planted)
+    cfg = TransformerConfig(
+        src_vocab_size=3, tgt_vocab_size=3, d_model=8, heads=1, pad_id=2, eos_id=0, unk_id=1, bos_id=2
+    )
+    with pytest.raises(ModelError) as error:
+        load_tokenizer(str(tmp_path), {"model_type": "marian"}, cfg)
+    assert str(error.value) == (
+        f"{tmp_path / 'source.spm'} is not a regular file (a FIFO, device or folder): a model's files must be files"
+    )

@@ -247,6 +247,26 @@ def test_a_config_json_of_fewer_layers_than_the_weights_is_refused(tmp_path, sta
     )
 
 
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("num_beams", "NaN", "num_beams: expected a finite number or null, got nan"),
+        ("max_length", "Infinity", "max_length: expected a finite number or null, got inf"),
+        ("length_penalty", '"long"', "length_penalty: expected a finite number or null, got 'long'"),
+        ("num_beams", "-2", "decoding defaults: beam_size: "),
+    ],
+)
+def test_a_bad_number_in_generation_config_json_names_the_file(tmp_path, key, value, message):
+    """Before: `beam_size: expected int, got nan`, as if the user had given it (or a traceback)."""
+    build("marian", tmp_path)
+    path = tmp_path / "generation_config.json"
+    generation = {k: v for k, v in json.loads(path.read_text()).items() if k != key}
+    path.write_text(json.dumps(generation)[:-1] + f', "{key}": {value}}}')
+    with pytest.raises(ModelError) as error:
+        load_network(str(tmp_path), json.loads((tmp_path / "config.json").read_text()))
+    assert str(error.value).startswith(f"{path}: {message}")
+
+
 def test_sharded_safetensors_and_pytorch_bin_load_the_same_weights(tmp_path):
     hf, ours, _, _ = build("bart", tmp_path / "single")
     hf.save_pretrained(tmp_path / "sharded", max_shard_size="40KB")

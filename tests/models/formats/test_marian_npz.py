@@ -340,6 +340,7 @@ REFUSED = {  # case -> (build's keywords, a change of the written directory, wha
         None,
         "array Wemb holds I32; weights must be floating-point",
     ),
+    "an endless beam": ({"beam-size": float("inf")}, None, "beam-size: expected a number >= 0, got inf"),
     "word penalty": ({"word-penalty": 0.5}, None, "word-penalty is not supported (nmtdecode has no word penalty)"),
     "sampling": ({"output-sampling": True}, None, "output-sampling is not read from decoder.yml"),
     "ensemble": ({"models": ["model.npz", "other.npz"]}, None, "models: 2 models (a Marian ensemble)"),
@@ -422,6 +423,15 @@ HOSTILE = {  # case -> (a change of the written directory, what the one line say
     "a FIFO for the vocabulary": (
         lambda root: (root / "vocab.yml").unlink() or os.mkfifo(root / "vocab.yml"),
         "vocab.yml is not a regular file (a FIFO, device or folder)",
+    ),
+    # before: "source.spm is missing" (a FIFO), or a read of /dev/zero that never ended
+    "a FIFO for source.spm": (
+        lambda root: (root / "source.spm").unlink() or os.mkfifo(root / "source.spm"),
+        "source.spm is not a regular file (a FIFO, device or folder)",
+    ),
+    "a link to /dev/zero for target.spm": (
+        lambda root: (root / "target.spm").unlink() or (root / "target.spm").symlink_to("/dev/zero"),
+        "target.spm is not a regular file (a FIFO, device or folder)",
     ),
     "a vocabulary nested deep": (
         write("vocab.yml", "</s>: 0\n<unk>: 1\nx: " + "[" * 20000 + "]" * 20000 + "\n"),
