@@ -109,22 +109,30 @@ def note_read(path: str) -> str:
     return path
 
 
-def read_json(path: str, required: bool = True) -> dict:
-    """A JSON object from a model directory; a missing optional file is {}."""
-    return _read_mapping(path, required, json.load, json.JSONDecodeError, "a JSON object")
+def read_json(path: str, required: bool = True, limit: int | None = None) -> dict:
+    """A JSON object from a model directory; a missing optional file is {}. `limit`: the most bytes
+    it may hold (options/bounded.py: MAX_CONFIG_BYTES for a config, vocabulary_bytes for a
+    vocabulary), checked before it is parsed."""
+    return _read_mapping(path, required, json.load, json.JSONDecodeError, "a JSON object", limit)
 
 
-def read_yaml(path: str, required: bool = True) -> dict:
-    """A YAML mapping from a model directory (safe_load: plain values only); a missing optional file is {}."""
-    return _read_mapping(path, required, yaml.safe_load, yaml.YAMLError, "a YAML mapping")
+def read_yaml(path: str, required: bool = True, limit: int | None = None) -> dict:
+    """A YAML mapping from a model directory (safe_load: plain values only); a missing optional file
+    is {}; `limit` as read_json's."""
+    return _read_mapping(path, required, yaml.safe_load, yaml.YAMLError, "a YAML mapping", limit)
 
 
-def _read_mapping(path: str, required: bool, parse: Callable, error: type[Exception], what: str) -> dict:
+def _read_mapping(
+    path: str, required: bool, parse: Callable, error: type[Exception], what: str, limit: int | None
+) -> dict:
     if not os.path.lexists(path):  # a FIFO or folder in its place is not missing: note_read refuses it
         if required:
             raise ModelError(f"{path} is missing")
         return {}
     note_read(path)
+    size = os.path.getsize(path)
+    if limit is not None and size > limit:
+        raise ModelError(f"{path} cannot be read: it holds {size:,} bytes; no such file needs more than {limit:,}")
     try:
         with open(path, encoding="utf-8") as f:
             data = parse(f)

@@ -12,7 +12,7 @@ import os
 
 import yaml
 
-from .bounded import TooLarge, check_size, shown
+from .bounded import MAX_CONFIG_BYTES, TooLarge, check_bytes, check_size, shown
 from .config import KEY_SECTION, PLAN_KEYS, Config, ConfigError, flat_values, option_names, unknown_key_message
 
 # Options naming files: in a config file, a relative path is relative to that file's directory.
@@ -47,10 +47,12 @@ def load_yaml(path: str) -> dict:
     """
     try:
         with open(path, "rb") as f:
-            raw = f.read()
+            raw = f.read(MAX_CONFIG_BYTES + 1)  # the rest of a larger one is never read
+            size = max(len(raw), os.fstat(f.fileno()).st_size)
     except OSError as e:
         raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
     try:
+        check_bytes(size, MAX_CONFIG_BYTES)
         data = yaml.load(raw.decode("utf-8"), Loader=_UniqueKeyLoader)  # a leading BOM is read by YAML itself
         check_size(data)
     except TooLarge as e:

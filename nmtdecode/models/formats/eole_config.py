@@ -23,7 +23,7 @@ import glob
 import os
 from typing import Any, Callable, Container
 
-from ...options.bounded import shown
+from ...options.bounded import MAX_CONFIG_BYTES, MAX_VOCABULARY_BYTES, shown
 from ..architecture import TransformerConfig
 from ..checkpoint import ModelError, ModelFacts, check_dimensions, check_stored_layers, read_json
 from .opennmt_shared import (
@@ -248,8 +248,8 @@ def tokenizer_files(config: dict, path: str) -> tuple[str | None, str | None]:
 def describe(path: str, read: Callable) -> ModelFacts:
     """What the directory says; `read` reads the weight files (stored.py: their tensors for a
     load, their headers for inspect)."""
-    config = read_json(os.path.join(path, "config.json"))
-    vocab = read_json(os.path.join(path, "vocab.json"))
+    config = read_json(os.path.join(path, "config.json"), limit=MAX_CONFIG_BYTES)
+    vocab = read_json(os.path.join(path, "vocab.json"), limit=MAX_VOCABULARY_BYTES)
     if not all(isinstance(vocab.get(side), list) for side in ("src", "tgt")):
         raise ModelError(f"{path}/vocab.json: expected token lists under src and tgt")
     stored = read(weight_files(path))

@@ -19,7 +19,7 @@ import math
 import os
 from typing import Callable, TypedDict
 
-from ...options.bounded import shown
+from ...options.bounded import MAX_CONFIG_BYTES, shown
 from ..architecture import TransformerConfig
 from ..checkpoint import ModelError, ModelFacts, ModelRules, check_dimensions, check_stored_layers, read_json
 from ..defaults import checked_defaults
@@ -160,7 +160,7 @@ def weight_files(path: str) -> list[str]:
     if os.path.lexists(single):  # a FIFO or folder there is refused by name when it is read (note_read)
         return [single]
     if os.path.lexists(index):
-        shards = read_json(index).get("weight_map")
+        shards = read_json(index, limit=MAX_CONFIG_BYTES).get("weight_map")
         if not isinstance(shards, dict):
             raise ModelError(f"{index}: weight_map is missing")
         return [os.path.join(path, shard) for shard in sorted(set(shards.values()))]
@@ -352,12 +352,12 @@ def generation_settings(gen: dict, cfg: TransformerConfig) -> tuple[dict, ModelR
 def describe(path: str, read: Callable, hf: dict | None = None) -> ModelFacts:
     """What the directory says (its config.json is `hf` when given); `read` reads the weight files
     (stored.py: their tensors for a load, their headers for inspect)."""
-    hf = read_json(os.path.join(path, "config.json")) if hf is None else hf
+    hf = read_json(os.path.join(path, "config.json"), limit=MAX_CONFIG_BYTES) if hf is None else hf
     try:
         cfg = model_config(hf, path)
     except ValueError as e:  # what check_sizes does not cover (a token id out of range...), by our name for it
         raise ModelError(f"{os.path.join(path, 'config.json')}: {e}") from None
-    generation = read_json(os.path.join(path, "generation_config.json"), required=False) or hf
+    generation = read_json(os.path.join(path, "generation_config.json"), False, MAX_CONFIG_BYTES) or hf
     where = os.path.join(path, "generation_config.json" if generation is not hf else "config.json")
     check_token_ids(generation, where)
     check_generation_numbers(generation, where)

@@ -27,7 +27,7 @@ from typing import Callable
 
 import yaml
 
-from ...options.bounded import TooLarge, check_size, shown
+from ...options.bounded import MAX_CONFIG_BYTES, TooLarge, check_bytes, check_size, shown, vocabulary_bytes
 from ..architecture import TransformerConfig, check_limit
 from ..checkpoint import ModelError, ModelFacts, ModelRules, check_dimensions, one_line, read_yaml
 from ..defaults import checked_defaults
@@ -133,7 +133,7 @@ def model_files(path: str) -> tuple[str, str, dict]:
 
 def read_options(path: str) -> dict:
     """decoder.yml, its size checked as loaded (bounded.py: a YAML alias bomb is one line)."""
-    return bounded(read_yaml(path), path)
+    return bounded(read_yaml(path, limit=MAX_CONFIG_BYTES), path)
 
 
 def bounded(options: dict, where: str) -> dict:
@@ -148,6 +148,11 @@ def model_options(npz: str, entries: dict) -> dict:
     """Marian's options for the model, stored in the .npz (a NUL-terminated YAML string), over its defaults."""
     if "special:model.yml" not in entries:
         raise ModelError(f"{npz}: no special:model.yml, the options Marian stores with a model's weights")
+    begin, end = entries["special:model.yml"][1]["data_offsets"]
+    try:
+        check_bytes(end - begin, MAX_CONFIG_BYTES)
+    except TooLarge as e:
+        raise ModelError(f"{npz}: special:model.yml cannot be read: {e}") from None
     raw = array_bytes(npz, entries, "special:model.yml").rstrip(b"\0")
     try:
         options = yaml.safe_load(raw.decode("utf-8"))
@@ -310,9 +315,13 @@ def vocabularies(decoder: dict, decoder_yml: str, shape: Layout) -> tuple[Vocabu
     if not isinstance(names, list) or len(names) != 2 or not all(isinstance(n, str) for n in names):
         raise ModelError(f"{decoder_yml}: vocabs: expected the source and target vocabularies, got {shown(names)}")
     paths = [os.path.join(os.path.dirname(decoder_yml), name) for name in names]
-    for path in paths:
+    for path, rows in zip(paths, (shape.src_rows, shape.tgt_rows)):
         if not os.path.lexists(path):  # a FIFO or folder in its place is not missing: note_read refuses it
             raise ModelError(f"{decoder_yml}: vocabs: {path} is missing")
+        try:  # before it is parsed: a vocabulary of millions of entries takes minutes as YAML
+            check_bytes(os.path.getsize(path), vocabulary_bytes(rows))
+        except TooLarge as e:
+            raise ModelError(f"{path} cannot be read: {e} for {rows:,} rows (dim-vocabs)") from None
     source = Vocabulary(paths[0], shape.src_rows, "source")
     same = os.path.realpath(paths[0]) == os.path.realpath(paths[1])
     target = source if same else Vocabulary(paths[1], shape.tgt_rows, "target")

@@ -16,7 +16,7 @@ from typing import Callable
 
 import yaml
 
-from ...options.bounded import TooLarge, check_size, shown
+from ...options.bounded import MAX_CONFIG_BYTES, TooLarge, check_bytes, check_size, shown
 from ..tokenizer import SentencePieceTokenizer
 from ..architecture import TransformerConfig
 from ..checkpoint import ModelError, ModelFacts, ModelRules, check_dimensions, note_read
@@ -29,6 +29,7 @@ WEIGHTS = "model.safetensors"
 def read_config(path: str) -> dict:
     try:
         with open(note_read(os.path.join(path, "config.yaml")), encoding="utf-8") as f:
+            check_bytes(os.fstat(f.fileno()).st_size, MAX_CONFIG_BYTES)
             data = yaml.safe_load(f)
         check_size(data)
     except (OSError, UnicodeDecodeError, yaml.YAMLError, TooLarge) as e:

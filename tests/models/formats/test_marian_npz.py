@@ -366,6 +366,11 @@ REFUSED = {  # case -> (build's keywords, a change of the written directory, wha
         write("vocab.yml", "</s>: 0\n<unk>: 1\nx: 500\n"),
         "the source vocabulary has 501 entries, the model's embeddings",
     ),
+    "a vocabulary larger than its rows need": (
+        {},
+        write("vocab.yml", "</s>: 0\n<unk>: 1\n" + "".join(f"p{i}: {i + 2}\n" for i in range(500_000))),
+        "vocab.yml cannot be read: it holds",  # before: minutes parsing 3 million entries as YAML
+    ),
     "no eos": ({}, write("vocab.yml", "<unk>: 1\nx: 2\n"), "no </s> entry"),
     "id not a number": ({}, write("vocab.yml", "</s>: 0\n<unk>: one\n"), "'<unk>': expected an id"),
     "no options": ({}, "no-options", "no special:model.yml"),
