@@ -12,10 +12,12 @@ import errno
 import fcntl
 import json
 import os
+import shutil
 import stat
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -376,6 +378,85 @@ def test_stdin_redirected_from_the_output_is_refused(model_dir, src, tmp_path):
         )
     assert run.returncode == 2 and b"would be overwritten before it is read" in run.stderr, run.stderr
     assert src.read_bytes() == data
+
+
+# --- 4b. the model destroyed ---------------------------------------------------------------
+# Before: `--output DIR/model.safetensors` turned the weights into a few bytes of text (exit 0).
+
+
+@pytest.fixture()
+def own_model(model_dir, tmp_path):
+    """A copy of the test model that a test may find overwritten."""
+    model = tmp_path / "model"
+    shutil.copytree(model_dir, model)
+    return model
+
+
+def assert_spared(model, run, files_before, option="output"):
+    assert run.returncode == 2 and one_line(run.stderr), run.stderr
+    assert f"nmtdecode: error: {option}: ".encode() in run.stderr
+    assert b"is a file the model is read from" in run.stderr and b"writing it would destroy the model" in run.stderr
+    assert {p.name: p.read_bytes() for p in model.iterdir()} == files_before  # nothing written, nothing beside
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "model.safetensors", "spm.model"])
+@pytest.mark.parametrize("option", ["output", "dump_beam"])
+def test_an_output_naming_a_file_of_the_model_is_refused_before_anything_is_written(
+    own_model, src, cli, name, option, tmp_path
+):
+    before = {p.name: p.read_bytes() for p in own_model.iterdir()}
+    flags = (
+        ["--output", own_model / name]
+        if option == "output"
+        else ["--output", tmp_path / "o.txt", "--dump-beam", own_model / name]
+    )
+    run = cli("translate", "--model", own_model, "--src", src, *flags, *ARGS)
+    assert_spared(own_model, run, before, option)
+
+
+@pytest.mark.parametrize("how", ["link", "hard link", "ensemble member", "score"])
+def test_the_model_is_spared_whatever_names_it(own_model, model_dir, src, cli, tmp_path, how):
+    before = {p.name: p.read_bytes() for p in own_model.iterdir()}
+    target, models, command_name = own_model / "config.yaml", [own_model], "translate"
+    extra = list(ARGS)
+    if how == "link":
+        target = tmp_path / "link.txt"
+        target.symlink_to(own_model / "config.yaml")
+    elif how == "hard link":
+        target = tmp_path / "hard.txt"
+        os.link(own_model / "model.safetensors", target)
+    elif how == "ensemble member":
+        models = [model_dir, own_model]
+    else:
+        command_name, extra = "score", ["--tgt", src, "--quiet"]
+    run = cli(command_name, "--model", *models, "--src", src, "--output", target, *extra)
+    assert_spared(own_model, run, before)
+
+
+def test_a_tokenizer_only_the_load_finds_is_spared_too(tmp_path, cli, lines_file):
+    """An OpenNMT-py checkpoint names its SentencePiece models inside the pickle: the refusal comes
+    once the model has loaded, still before the output is opened."""
+    from tests.models.formats.test_opennmt_files import VOCAB, tiny_checkpoint
+    from tests.helpers import train_sentencepiece
+
+    spm_file = train_sentencepiece(tmp_path, vocab_size=40)
+    path = tiny_checkpoint(
+        tmp_path / "model.pt",
+        vocab=VOCAB,
+        transforms=["sentencepiece"],
+        src_subword_model=spm_file,
+        tgt_subword_model=spm_file,
+    )
+    data = Path(spm_file).read_bytes()
+    run = cli("translate", "--model", path, "--src", lines_file(["a b"]), "--output", spm_file, *ARGS)
+    assert run.returncode == 2 and one_line(run.stderr) and b"is a file the model is read from" in run.stderr
+    assert Path(spm_file).read_bytes() == data and not os.path.exists(f"{spm_file}.lock")
+
+
+def test_a_new_file_in_the_model_s_directory_is_written(own_model, src, cli, reference):
+    run = cli("translate", "--model", own_model, "--src", src, "--output", own_model / "out.txt", *ARGS)
+    assert run.returncode == 0, run.stderr
+    assert (own_model / "out.txt").read_bytes() == reference
 
 
 # --- 5. resume accepts only the same job ----------------------------------------------------

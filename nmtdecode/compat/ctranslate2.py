@@ -29,6 +29,7 @@ from typing import Any, Callable, Generator, Iterable, Iterator, Sequence
 from .. import api
 from ..engine.batching import chunk_size, chunks
 from ..jobs.output_file import written_whole
+from ..jobs.plan import refuse_model_files, written_beside
 from .ctranslate2_options import (
     DECODING_DEFAULTS,
     LOAD_DEFAULTS,
@@ -308,6 +309,7 @@ class Translator:
         tokenize, target_tokenize = source_tokenize_fn or str.split, target_tokenize_fn or str.split
         detokenize = target_detokenize_fn or " ".join
         start, examples, tokens = time.perf_counter(), 0, 0
+        refuse_model_files(written_beside("output_path", output_path, "the output"), self._api.engine.loaded.files)
         with written_whole(output_path, [source_path] + ([target_path] if target_path else [])) as out:
             prefixes = None if target_path is None else map(target_tokenize, _lines(target_path))
             for result in self.translate_iterable(

@@ -10,9 +10,11 @@ other model load.
 from __future__ import annotations
 
 import os
+from typing import Iterable
 
 from ..options.bounded import shown
 from ..options.config import KEY_SECTION, PER_JOB_KEYS, PLAN_KEYS, Config, ConfigError, option_names
+from ..models.model_files import files_read
 from .output_file import side_files
 
 
@@ -165,9 +167,42 @@ def written_files(job: Config) -> list[tuple[str, str, str]]:
     for key, what in WRITTEN.items():
         path = getattr(job.io, key)
         if path is not None and path != "-":
-            files.append((key, path, what))
-            files += [(key, side, f"a file kept beside {what} {path}") for side in side_files(path)]
+            files += written_beside(key, path, what)
     return files
+
+
+def written_beside(key: str, path: str, what: str) -> list[tuple[str, str, str]]:
+    """(option, name, what it is) of a file written through output_file.OutputFile and of the
+    files kept beside it (side_files)."""
+    return [(key, path, what)] + [(key, side, f"a file kept beside {what} {path}") for side in side_files(path)]
+
+
+def check_model_spared(jobs: list[Config], model_files: Iterable[str] | None = None) -> None:
+    """No job of the run writes a file its model is read from: before the load, the files named by
+    the model's format (models/model_files.py); after it, `model_files`, every file it read."""
+    files = files_read(jobs[0].io.model) if model_files is None else model_files
+    refuse_model_files([written for job in jobs for written in written_files(job)], files)
+
+
+def refuse_model_files(written: Iterable[tuple[str, str, str]], model_files: Iterable[str]) -> None:
+    """No file a job writes (`written_files`' triples) is a file its model is read from (weights,
+    configs, tokenizers, vocabularies, an ensemble member's: models/model_files.py before the
+    load, LoadedModel.files after it), compared as files: through links and other spellings."""
+    protected: dict[tuple, str] = {}
+    for name in model_files:
+        identity = file_identity(name)
+        if identity[0] == "inode":
+            protected.setdefault(identity, name)
+    for key, path, what in written:
+        found = protected.get(file_identity(path))
+        if found is None:
+            continue
+        alias = "" if os.path.realpath(found) == os.path.realpath(path) else f" (it is {found})"
+        where = "" if what in WRITTEN.values() else f" ({what})"
+        raise ConfigError(
+            f"{key}: {path}{where} is a file the model is read from{alias}: writing it would destroy "
+            f"the model; choose another --{key.replace('_', '-')}"
+        )
 
 
 def make_output_dir(file_values: dict, flags: dict) -> None:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Iterable, Protocol
 
 from . import signals
 from ..options.config import Config
-from .plan import check_written_files
+from .plan import check_model_spared, check_written_files
 from .output_file import NOT_RESUMABLE, OutputFile
 from .pipeline import LineSource, load_engine, run
 from .progress import JobProgress, progress_bar, stdin_is_terminal
@@ -60,6 +60,7 @@ def translate_job(jobs: Config | list[Config], engine: Engine | None = None) -> 
     for job in jobs:
         check_translate(job)
     check_written_files(jobs)
+    check_model_spared(jobs)
     ranks = Ranks.from_env()
     if ranks is not None:
         return _translate_ranks(jobs, ranks, engine)
@@ -104,6 +105,7 @@ def translate_job(jobs: Config | list[Config], engine: Engine | None = None) -> 
 def resolve_all(jobs: list[Config], engine: Engine) -> list[ResolvedJob]:
     """Every job of the run resolved on the loaded model (resolve.py), before any is decoded, with
     its notes about options that change nothing told on stderr."""
+    check_model_spared(jobs, engine.loaded.files)  # what only the load learnt (a .pt names its tokenizers)
     resolved = [resolve(job, engine) for job in jobs]
     for job in resolved:
         for note in job.notes:

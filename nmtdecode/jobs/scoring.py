@@ -21,6 +21,7 @@ from . import signals
 from ..engine.batching import Example, PairScore, chunk_size, chunks
 from ..options.config import Config, ConfigError
 from .output_file import NOT_RESUMABLE, OutputFile
+from .plan import check_model_spared
 from .pipeline import ListSink, load_engine, run
 from .progress import progress_bar
 from .ranks import Ranks
@@ -73,9 +74,11 @@ def score_job(config: Config, tgt: str, normalize: bool = False) -> ScoreSummary
     out = OutputFile(io_cfg.output)
     for path in (io_cfg.src, tgt):
         out.refuse_source(path)
+    check_model_spared([config])
     out.claim(False, resumable=False)
     try:
         engine = load_engine(config)
+        check_model_spared([config], engine.loaded.files)
         job = resolve(config, engine, scoring=True)
         signals.job_started()
         out.open(False, signature="")  # no checkpoints: a complete file or none

@@ -3,12 +3,15 @@ API's options (the results are the API's, in CTranslate2's shapes), what it cann
 by name, and its asynchronous calls, callbacks, iterables and files behave as CTranslate2's.
 test_ctranslate2_parity.py compares it with CTranslate2 itself."""
 
+import shutil
+
 import pytest
 import sentencepiece as spm
 
 import nmtdecode
 from nmtdecode.compat import ctranslate2
 from nmtdecode.compat.ctranslate2_options import UnsupportedArgument
+from nmtdecode.options.config import ConfigError
 
 from tests.helpers import REPO
 
@@ -183,6 +186,18 @@ def test_translate_file_writes_each_hypothesis_a_line(translator, sources, sp, t
     ]
     with pytest.raises(ValueError, match="both be set"):
         translator.translate_file(str(text), str(tmp_path / "x"), source_tokenize_fn=str.split)
+
+
+def test_translate_file_never_writes_a_file_of_the_model(tmp_path):
+    model = tmp_path / "demo"
+    shutil.copytree(DEMO, model)
+    source = tmp_path / "in.tok"
+    source.write_text("▁good ▁morning\n", encoding="utf-8")
+    weights = (model / "model.safetensors").read_bytes()
+    translator = ctranslate2.Translator(str(model), device="cpu", intra_threads=1)
+    with pytest.raises(ConfigError, match="output_path: .*model.safetensors is a file the model is read from"):
+        translator.translate_file(str(source), str(model / "model.safetensors"))
+    assert (model / "model.safetensors").read_bytes() == weights
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,94 @@
+"""The files a model is read from, named without torch and without reading its weights, so that a
+job refuses an output that would overwrite one (its weights, configs, tokenizers, vocabularies)
+before anything is written or loaded (jobs/plan.py).
+
+Each format's names come from its own readers where it has them (a Marian decoder.yml names its
+.npz and vocabularies, a native config.yaml its SentencePiece models, eole's config.json its
+transforms'); where a model's files cannot be told apart from its configs (they do not parse,
+for instance), the names a format always reads stand, and the load fails on the rest. What only
+the load learns (an OpenNMT-py checkpoint's SentencePiece models, named inside the pickle) is
+checked again against `LoadedModel.files` once the model has loaded.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+from ..options.bounded import MAX_CONFIG_BYTES
+from ..options.config import ConfigError
+from .checkpoint import ModelError, read_json
+from .detect import model_format
+from .formats import eole_config, hf_config, marian_config, native_config
+
+# What a Hugging Face directory's readers open (hf_config.py, hf_tokenizers.py), but its weights.
+HF_FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "tokenizer.json",
+    "vocab.json",
+    "target_vocab.json",
+    "merges.txt",
+    "source.spm",
+    "target.spm",
+    "sentencepiece.bpe.model",
+    "spiece.model",
+    "model.safetensors.index.json",
+)
+
+
+def files_read(path: str | list[str]) -> list[str]:
+    """The files the model at `path` (a list: an ensemble's members) is read from, as far as their
+    names tell; [] when `path` is no model (the load says why)."""
+    if isinstance(path, list):
+        return [name for member in path for name in files_read(member)]
+    try:
+        fmt = model_format(path)
+    except ConfigError:  # no model here: nothing to protect, and the load refuses it by name
+        return []
+    if fmt == "opennmt-py":
+        return [path]  # its SentencePiece models are named inside the pickle: checked once loaded
+    return [path] + _named(path, fmt) if os.path.isfile(path) else _named(path, fmt)
+
+
+def _named(path: str, fmt: str) -> list[str]:
+    names, more = BY_FORMAT[fmt]
+    found = [os.path.join(path if os.path.isdir(path) else os.path.dirname(path), n) for n in names]
+    try:
+        found += more(path)
+    except (ModelError, OSError, ValueError, TypeError, AttributeError):
+        pass  # a config that does not parse: the load fails on it before anything is written
+    return found
+
+
+def _native(path: str) -> list[str]:
+    tokenizer = native_config.read_config(path).get("tokenizer") or {}
+    return [os.path.join(path, name) for name in tokenizer.values() if isinstance(name, str)]
+
+
+def _huggingface(path: str) -> list[str]:
+    return hf_config.weight_files(path)
+
+
+def _eole(path: str) -> list[str]:
+    config = read_json(os.path.join(path, "config.json"), limit=MAX_CONFIG_BYTES)
+    return eole_config.weight_files(path) + [name for name in eole_config.tokenizer_files(config, path) if name]
+
+
+def _marian(path: str) -> list[str]:
+    npz, decoder_yml, decoder = marian_config.model_files(path)
+    directory = os.path.dirname(decoder_yml)
+    vocabularies = [os.path.join(directory, name) for name in decoder.get("vocabs") or [] if isinstance(name, str)]
+    return [npz, decoder_yml, *vocabularies]
+
+
+# format -> (the names it always reads in the model's directory, what its files name besides)
+BY_FORMAT: dict[str, tuple[tuple[str, ...], Callable[[str], list[str]]]] = {
+    native_config.FORMAT: (("config.yaml", native_config.WEIGHTS, "spm.model"), _native),
+    hf_config.FORMAT: (HF_FILES, _huggingface),
+    eole_config.FORMAT: (("config.json", "vocab.json"), _eole),
+    marian_config.FORMAT: (("decoder.yml", "source.spm", "target.spm"), _marian),
+}
