@@ -81,11 +81,21 @@ TOKEN_IDS = (
 )
 
 
-def check_token_ids(values: dict, where: str) -> None:
-    for key in TOKEN_IDS:
+# What a value of config.json or generation_config.json must be (when it is not null): (said, test).
+TOKEN_ID = ("a token id (an integer >= 0)", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0)
+FINITE = ("a finite number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v))
+
+
+def check_values(values: dict, keys: tuple[str, ...], kind: tuple[str, Callable], where: str) -> None:
+    said, valid = kind
+    for key in keys:
         value = values.get(key)
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-            raise ModelError(f"{where}: {key}: expected a token id (an integer >= 0) or null, got {shown(value)}")
+        if value is not None and not valid(value):
+            raise ModelError(f"{where}: {key}: expected {said} or null, got {shown(value)}")
+
+
+def check_token_ids(values: dict, where: str) -> None:
+    check_values(values, TOKEN_IDS, TOKEN_ID, where)
 
 
 def check_sizes(hf: dict, path: str) -> None:
@@ -306,15 +316,6 @@ GENERATION_NUMBERS = (
 )
 
 
-def check_generation_numbers(gen: dict, where: str) -> None:
-    for key in GENERATION_NUMBERS:
-        value = gen.get(key)
-        if value is not None and not (
-            isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-        ):
-            raise ModelError(f"{where}: {key}: expected a finite number or null, got {shown(value)}")
-
-
 def generation_settings(gen: dict, cfg: TransformerConfig) -> tuple[dict, ModelRules]:
     """Decoding defaults and model rules from generation_config.json (or config.json)."""
     defaults = {}
@@ -360,7 +361,7 @@ def describe(path: str, read: Callable, hf: dict | None = None) -> ModelFacts:
     generation = read_json(os.path.join(path, "generation_config.json"), False, MAX_CONFIG_BYTES) or hf
     where = os.path.join(path, "generation_config.json" if generation is not hf else "config.json")
     check_token_ids(generation, where)
-    check_generation_numbers(generation, where)
+    check_values(generation, GENERATION_NUMBERS, FINITE, where)
     if isinstance(generation.get("decoder_start_token_id"), int):  # generation_config.json wins, as in transformers
         cfg.decoder_start_id = generation["decoder_start_token_id"]
     stored = read(weight_files(path))
