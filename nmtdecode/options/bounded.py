@@ -16,7 +16,6 @@ from __future__ import annotations
 import reprlib
 
 MAX_CONFIG_BYTES = 4 << 20  # a config file, YAML or JSON (real ones: kilobytes; a tokenizer_config.json, hundreds)
-MAX_VOCABULARY_BYTES = 64 << 20  # a vocabulary read before its model's size is known (eole's vocab.json)
 PIECE_BYTES = 256  # a vocabulary's entry, at most: a piece (SentencePiece's: 16 characters), quoted, and its id
 MAX_VALUES = 1_000_000  # values of a config once its aliases are expanded (real ones: hundreds)
 MAX_DEPTH = 50  # containers within containers (real configs: a handful)

@@ -10,6 +10,7 @@ batch: longest source x max_length_ratio + 5; ours per sentence).
 import json
 import random
 import re
+import shutil
 from pathlib import Path
 
 import eole as eole_package  # noqa: F401  (installed by `make setup`: these tests never skip)
@@ -201,3 +202,14 @@ def test_a_config_with_fewer_layers_than_the_weights_is_refused_naming_an_extra_
         match=r"decoder_layers: the config asks for 1 layers, the weights hold more \(decoder\.transformer_layers\.1\.",
     ):
         eole.load(str(fewer))
+
+
+def test_a_vocab_json_larger_than_the_embeddings_need_is_refused_before_it_is_parsed(built, tmp_path):
+    _, path = built
+    big = tmp_path / "big"
+    shutil.copytree(path, big)
+    vocab = json.loads((big / "vocab.json").read_text())
+    vocab["padding"] = list(range(1_000_000))
+    (big / "vocab.json").write_text(json.dumps(vocab))
+    with pytest.raises(ModelError, match=r"vocab.json cannot be read: it holds [\d,]+ bytes; no such file needs more"):
+        eole.load(str(big))
