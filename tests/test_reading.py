@@ -54,7 +54,7 @@ def test_a_pipe_without_line_breaks_stops_at_the_limit(monkeypatch):
 
 @pytest.mark.parametrize("device", ["/dev/zero", "/dev/urandom"])
 def test_a_device_that_never_ends_is_refused_as_input(device):
-    with pytest.raises(ConfigError, match=f"src: {device} is a device, not a file of text"):
+    with pytest.raises(ConfigError, match=f"^{device} is a device, not a file of text"):
         check_readable(device)
 
 
@@ -75,6 +75,6 @@ def test_standard_input_from_dev_zero_is_refused_before_the_model_loads(tmp_path
         )
     assert run.returncode == 2
     assert run.stderr == (
-        "nmtdecode: error: src: standard input is a device, not a file of text (/dev/zero and the like "
+        "nmtdecode: error: standard input is a device, not a file of text (/dev/zero and the like "
         "never end); give a file, a pipe or a terminal\n"
     )

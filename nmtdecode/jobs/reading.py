@@ -185,7 +185,7 @@ def _check_device(st: os.stat_result, name: str, terminal: bool) -> None:
     device = stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
     if device and not terminal and st.st_rdev != os.stat(os.devnull).st_rdev:
         raise ConfigError(
-            f"src: {name} is a device, not a file of text (/dev/zero and the like never end); "
+            f"{name} is a device, not a file of text (/dev/zero and the like never end); "
             "give a file, a pipe or a terminal"
         )
 
