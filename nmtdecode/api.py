@@ -26,7 +26,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import TYPE_CHECKING, Any, Generator, Iterable, Iterator, NoReturn
+from typing import TYPE_CHECKING, Any, Generator, Iterable, Iterator, NoReturn, cast
 
 from .engine.batching import chunk_size, chunks
 from .options.config import Config
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from .engine.engine import Engine
     from .jobs.summary import Summary
     from .engine.decoding import BatchDecoder
-    from .search.base import Hypothesis
+    from .search.base import Hypothesis, Search
 
 _END = object()  # what next() gives for an exhausted iterator, where None is a value
 
@@ -137,18 +137,18 @@ class Translator:
             if scores:
                 return self.translate_batch(sources, prefixes, **options)  # type: ignore[return-value]
         sources, prefixes = self._checked(sources, prefixes, "translate()")
-        job, decoder = self._decoder(options, "translate()")
-        return [result.texts[0] for result in self._results(sources, prefixes, job, decoder)]
+        job = self._resolved(options, "translate()")
+        return [result.texts[0] for result in self._results(sources, prefixes, job)]
 
     def translate_batch(self, sources: list, prefixes: list | None = None, **options) -> list[list[Translation]]:
         """As `translate`, but for each source its n-best hypotheses (`n_best`, default 1), best
         first, as `Translation`s: text, scores, tokens, per-token log-probs, and with
         `alignment=True` / `attention=True` the cross-attention's alignment and weights."""
         sources, prefixes = self._checked(sources, prefixes, "translate_batch()")
-        job, decoder = self._decoder(options, "translate_batch()")
+        job = self._resolved(options, "translate_batch()")
         return [
             [translation(hyp, text) for hyp, text in zip(result.hypotheses, result.texts)]
-            for result in self._results(sources, prefixes, job, decoder)
+            for result in self._results(sources, prefixes, job)
         ]
 
     def translate_iterable(self, sources: Iterable, prefixes: Iterable | None = None, **options) -> Iterator[str]:
@@ -159,9 +159,9 @@ class Translator:
         first item asked for."""
         if isinstance(sources, str) or isinstance(prefixes, str):
             raise TypeError("translate_iterable() takes an iterable of sources (and of prefixes), not one string")
-        job, decoder = self._decoder(options, "translate_iterable()")
+        job = self._resolved(options, "translate_iterable()")
         window = chunk_size(job.config.batching.batch_size, job.config.batching.batch_type)
-        return self._texts_of_windows(iter(sources), None if prefixes is None else iter(prefixes), window, job, decoder)
+        return self._texts_of_windows(iter(sources), None if prefixes is None else iter(prefixes), window, job)
 
     def generate_tokens(
         self, source: str | list[str], prefix: str | list[str] | None = None, **options: Any
@@ -174,14 +174,9 @@ class Translator:
         `translate` does. Once exhausted, the generator returns that Translation (`result =
         yield from translator.generate_tokens(...)`): whether it ended with EOS, and EOS's score."""
         [source], [prefix] = self._checked([source], [prefix], "generate_tokens()")
-        job, decoder = self._decoder(options, "generate_tokens()", greedy=True)
-        # The fixed-shape step (CUDA graphs) decodes in buffers every batch shares; this decoding
-        # pauses between tokens, while other calls may run: it keeps its own state (the model's step).
-        if decoder.steps.shares_buffers:
-            from .models.steps import EagerSteps
-
-            decoder.steps = EagerSteps(self.engine.loaded.model)
-        return self._tokens(self.engine.make_example(0, source, job.config.batching.max_src_length, prefix), decoder)
+        job = self._resolved(options, "generate_tokens()", greedy=True)  # its decoder: host search, own step state
+        example = self.engine.make_example(0, source, job.config.batching.max_src_length, prefix)
+        return self._tokens(example, job.decoder)
 
     def translate_file(self, src: str, output: str, resume: bool = False, **options: Any) -> Summary:
         """Translate the file `src` into `output` as `nmtdecode translate` does: locked,
@@ -249,20 +244,17 @@ class Translator:
                         f"{wrong}; a list {name} holds its pieces as strings"
                     )
 
-    def _decoder(self, options: dict, method: str, greedy: bool = False) -> tuple[ResolvedJob, BatchDecoder]:
-        """This call's resolved job and its decoder; options that change nothing in `method` are
+    def _resolved(self, options: dict, method: str, greedy: bool = False) -> ResolvedJob:
+        """This call's resolved job (with its decoder); options that change nothing in `method` are
         warned about in the API's terms (IneffectiveOptionWarning)."""
         check_call_options(method, options)
         base = {"beam_size": 1, "n_best": 1} if greedy else {}
         job = resolve(self._call_config(options, base=base), self.engine, api_method=method, call_options=options)
         for note in job.notes:
             warnings.warn(note, IneffectiveOptionWarning, stacklevel=3)  # at the caller of the public method
-        decoder = job.decoder(self.engine)
-        return job, decoder
+        return job
 
-    def _results(
-        self, sources: list, prefixes: list | None, job: ResolvedJob, decoder: BatchDecoder, first: int = 0
-    ) -> list[Result]:
+    def _results(self, sources: list, prefixes: list | None, job: ResolvedJob, first: int = 0) -> list[Result]:
         """The engine's results of these sources (indexes from `first`), in their order: through the
         pipeline, sorted by length and cut into batches together, as one chunk of a file's lines."""
         engine, batching = self.engine, job.config.batching
@@ -272,12 +264,15 @@ class Translator:
         ]
         sink = ListSink(len(examples), first)
         run(
-            ListSource(examples, batching), lambda batch: engine.decode_batch(batch, decoder), sink, job.batches_at_once
+            ListSource(examples, batching),
+            lambda batch: engine.decode_batch(batch, job.decoder),
+            sink.put,
+            job.batches_at_once,
         )
         return sink.results
 
     def _texts_of_windows(
-        self, sources: Iterator, prefixes: Iterator | None, window: int, job: ResolvedJob, decoder: BatchDecoder
+        self, sources: Iterator, prefixes: Iterator | None, window: int, job: ResolvedJob
     ) -> Iterator[str]:
         """translate_iterable's work: a window of sources (and as many prefixes) at a time; one
         prefix more is read at the sources' end, to tell prefixes that outlast them."""
@@ -293,7 +288,7 @@ class Translator:
             self._check_types(chunk, "source", (str, list), "translate_iterable()", first)
             if given is not None:
                 self._check_types(given, "prefix", (str, list, type(None)), "translate_iterable()", first)
-            for result in self._results(chunk, given, job, decoder, first):
+            for result in self._results(chunk, given, job, first):
                 yield result.texts[0]
             first += len(chunk)
         if prefixes is not None and next(prefixes, _END) is not _END:  # a prefix may be None
@@ -321,7 +316,8 @@ class Translator:
             yield from emit(hyp.tokens, hyp.token_scores)
             return translation(hyp, tokenizer.decode(hyp.tokens))
         total, prefixes = 0.0, [example.prefix] if example.prefix else None
-        for search in decoder.search_steps([example.ids], [example.index], prefixes):
+        for step in decoder.stepwise([example.ids], [example.index], prefixes):
+            search = cast("Search", step)  # generate_tokens' decoder searches on the host (resolve.py)
             record = search.beams[0]  # its one slot: greedy and a single sample never reorder
             if record.done:  # this step ended it (EOS, which is not yielded, or the step limit)
                 [hyp] = search.results(1)[0]
@@ -330,7 +326,7 @@ class Translator:
             [token], [now] = record.next_ys[-1], record.scores[-1]
             yield from emit([token], [now - total])
             total = now
-        raise RuntimeError("the search ended without a done step")  # search_steps ends with every sentence done
+        raise RuntimeError("the search ended without a done step")  # stepwise ends with every sentence done
 
     def _call_config(self, options: dict, files: dict | None = None, base: dict | None = None) -> Config:
         """This translator's config with one call's options over it (over `base`, the call's own

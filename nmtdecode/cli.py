@@ -206,7 +206,8 @@ def _model_defaults(config: Config) -> dict | None:
         return None
     from .models.loading import load_model
 
-    return load_model(config.io.model, config.io.ensemble_rule, config.io.ensemble_weights).defaults
+    io = config.io
+    return load_model(io.model, io.ensemble_rule, io.ensemble_weights, tokenizer=io.tokenizer).defaults
 
 
 @cli.command(cls=OneValueCommand)
@@ -376,7 +377,7 @@ def openmp_environment(environ: Mapping[str, str], torch_loaded: bool) -> dict:
     """What the program adds to its environment before torch loads: GOMP_SPINCOUNT=10000, so
     libgomp's idle workers (torch's CPU wheels) spin briefly, then sleep, instead of spinning
     for 300,000 rounds (its default), unless the user chose: as fast as spinning on an idle
-    machine, and far faster beside other busy processes (docs/speed.md has the measurements).
+    machine, and far faster beside other busy processes (docs/speed.md#threads has the measurements).
     Read once, when torch's OpenMP starts, so nothing is added once torch is loaded."""
     if torch_loaded or any(name in environ for name in OPENMP_WAIT_SETTINGS):
         return {}
@@ -409,8 +410,8 @@ def main(argv: list[str] | None = None) -> None:
 
 def exit_now(code: int) -> NoReturn:
     """End the process with `code` once what it wrote is flushed, without the interpreter's
-    teardown: freeing a loaded model object by object and unloading torch took 0.4 s of a 3 s
-    Transformer-base job (docs/speed.md). Every file of a job is closed, renamed and unlocked by
+    teardown: freeing a loaded model object by object and unloading torch is a noticeable share
+    of a short job, and gains nothing. Every file of a job is closed, renamed and unlocked by
     then (output_file.py); only the standard streams are still open."""
     for stream in (sys.stdout, sys.stderr):
         try:

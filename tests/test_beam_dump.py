@@ -172,8 +172,9 @@ def test_nothing_more_is_kept_without_the_option(model_dir):
     loaded = load_model(str(model_dir))
     for trace in (False, True):
         decoder = BatchDecoder(loaded.model, DecodingConfig(beam_size=3, max_length=6), loaded.rules, trace=trace)
-        _, search = decoder.search_batch([loaded.tokenizer.encode("the house")])
+        *_, search = decoder.stepwise([loaded.tokenizer.encode("the house")])
         assert (search.beams[0].ended is None) == (not trace)
+        assert (decoder.decode([loaded.tokenizer.encode("the house")]).search is None) == (not trace)
         if trace:  # every ended hypothesis, the pool's best among them
             assert len(search.beams[0].ended) >= len(search.beams[0].finished) > 0
 
@@ -185,7 +186,7 @@ def test_a_failed_job_leaves_no_dump(cli, model_dir, tmp_path, lines_file, monke
         calls.append(1)
         raise RuntimeError("decoding failed")
 
-    monkeypatch.setattr(BatchDecoder, "search_batch", failing)
+    monkeypatch.setattr(BatchDecoder, "decode", failing)
     dump = tmp_path / "d.jsonl"
     run = cli(
         "translate",

@@ -64,9 +64,9 @@ def main():
     decoding = Config.from_values({"beam_size": args.beam, "length_penalty": "avg", "alpha": 1.0, **forced}).decoding
     translator = BatchDecoder(model, decoding, rules)
     with torch.inference_mode():
-        translator.translate_batch(sources[:4])  # warm-up
+        translator.decode(sources[:4])  # warm-up
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-            translator.translate_batch(sources)
+            translator.decode(sources)
     events = prof.key_averages()
     print(events.table(sort_by="self_cpu_time_total", row_limit=args.rows))
     total = sum(e.self_cpu_time_total for e in events)

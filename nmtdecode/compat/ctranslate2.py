@@ -423,8 +423,11 @@ class Translator:
 
     def _source(self, pieces: list[str]) -> list[str]:
         """A source's pieces without the EOS a converted model may need given (CTranslate2's docs
-        append it for some): the model's tokenizer adds its own."""
+        append it for some): the model's tokenizer adds its own. A CTranslate2 folder's tokenizer
+        takes them as CTranslate2 does, as they are."""
         pieces = list(pieces)
+        if getattr(self._tokenizer, "pieces_as_given", False):
+            return pieces
         eos = self._tokenizer.source_piece(self._model.eos_id)
         return pieces[:-1] if pieces and pieces[-1] == eos else pieces
 

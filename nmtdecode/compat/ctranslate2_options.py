@@ -67,12 +67,13 @@ UNSUPPORTED = {
     "tensor_parallel": "a model runs on one device",
     "files": "the model is read from model_path",
 }
-# compute_type -> nmtdecode's options; CTranslate2's "default" and "auto" keep float32 ("auto" may
-# choose int8 in CTranslate2: give "int8" for that).
+# compute_type -> nmtdecode's options; CTranslate2's "default" and "auto" keep the model's own
+# precision (float32, or int8 for a CTranslate2 folder stored in int8; "auto" may choose int8 in
+# CTranslate2: give "int8" for that); "float32" asks for float products (an int8 folder dequantized).
 COMPUTE_TYPES: dict[str, dict[str, str]] = {
     "default": {},
     "auto": {},
-    "float32": {"dtype": "float32"},
+    "float32": {"dtype": "float32", "gemm": "torch"},
     "float16": {"dtype": "float16"},
     "bfloat16": {"dtype": "bfloat16"},
     "int8": {"quantize": "int8"},

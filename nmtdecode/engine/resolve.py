@@ -3,10 +3,11 @@
 Everything the options of a job mean for this model is worked out in one call right after
 the model loads (`resolve`): the model's own decoding defaults under the user's options, the
 rules that come with the model for these languages, the ids of the pieces that options name,
-the notes about options that change nothing, whether one sentence's beam fits in memory, and
-the resume signature. What needs no model is checked before it loads (`check_score`,
-`check_torchrun`). So an option error is raised here, named by its key, and the
-engine, the pipeline and the sinks take a `ResolvedJob` as it is.
+the notes about options that change nothing, whether one sentence's beam fits in memory, the
+resume signature, and the job's decoder (decoding.py) on the loaded model, which the job owns.
+What needs no model is checked before it loads (`check_score`, `check_torchrun`). So an
+option error is raised here, named by its key, and the engine, the pipeline and the sinks
+take a `ResolvedJob` as it is.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Callable
 
 from ..options.bounded import shown
 from ..options.config import KEY_SECTION, PER_JOB_KEYS, SCORE_FORMATS, Config, ConfigError
-from ..models.checkpoint import ModelRules
+from .messages import print_warning
 
 if TYPE_CHECKING:
     from .decoding import BatchDecoder
@@ -28,9 +29,7 @@ class ResolvedJob:
     """A job's options as they will run with this model, and what follows from them."""
 
     config: Config  # the user's options over the model's own decoding defaults
-    rules: ModelRules  # the model's rules for the job's languages
-    banned_ids: list[int] = field(default_factory=list)  # --banned-tokens as ids
-    excluded_ids: list[int] = field(default_factory=list)  # --ignore-when-blocking as ids
+    decoder: BatchDecoder  # the job's decoding loop on the loaded model (the engine decodes batches with it)
     notes: list[str] = field(default_factory=list)  # options that change nothing, in the caller's terms
     model_files: tuple[str, ...] = ()  # what the loader read: part of the resume signature (jobs/signature.py)
     device_type: str = "cpu"
@@ -41,10 +40,6 @@ class ResolvedJob:
         and when answering line by line (each line is answered before the next is read)."""
         return batches_at_once(self.config, self.device_type)
 
-    def decoder(self, engine: Engine, trace: bool = False) -> BatchDecoder:
-        """The engine's decoder for this job's options; `trace`: for --dump-beam."""
-        return engine.decoder(self.config.decoding, self.rules, self.banned_ids, self.excluded_ids, trace=trace)
-
 
 def resolve(
     config: Config,
@@ -53,31 +48,42 @@ def resolve(
     call_options: dict | None = None,
     scoring: bool = False,
 ) -> ResolvedJob:
-    """The job of `config` on the engine's model. `api_method`: the Python API's method the job
-    serves, with the options of that call (notes name keyword arguments); else the command line's
-    (notes name flags). `scoring`: forced decoding, which no search option affects (no notes, no
-    beam to fit)."""
+    """The job of `config` on the engine's model, with its decoder. `api_method`: the Python API's
+    method the job serves, with the options of that call (notes name keyword arguments); else the
+    command line's (notes name flags). `scoring`: forced decoding, which no search option affects
+    (no notes, no beam to fit)."""
+    from .decoding import BatchDecoder  # with torch: a job is resolved once its model is loaded
+
     loaded = engine.loaded
     config = config.with_model_defaults(loaded.defaults)
-    decoding = config.decoding
+    decoding, notes = config.decoding, []
     rules = loaded.rules_for(decoding.src_lang, decoding.tgt_lang)
+    engine.source_prefix = decoding.source_prefix  # what every source line of the job gets before it
     piece_id = getattr(loaded.tokenizer, "piece_id", None)
-    job = ResolvedJob(
-        config,
+    banned_ids = piece_ids("banned_tokens", decoding.banned_tokens, piece_id)
+    excluded_ids = piece_ids("ignore_when_blocking", decoding.ignore_when_blocking, piece_id)
+    if not scoring:
+        loaded.check_decoding(decoding)
+        notes = ineffective(config, loaded.model.cfg.max_positions, engine.device.type, api_method, call_options)
+        check_fits(config, engine)
+        if api_method == "generate_tokens()":
+            check_generate_tokens(config)
+    # generate_tokens() pauses between tokens while other calls may decode: it reads the host
+    # search's records, with its own step state where the engine's step shares buffers (CUDA graphs)
+    streams = api_method == "generate_tokens()"
+    command_line = api_method is None and not scoring  # its notes are told together, after resolving
+    decoder = BatchDecoder(
+        loaded.model,
+        decoding,
         rules,
-        piece_ids("banned_tokens", decoding.banned_tokens, piece_id),
-        piece_ids("ignore_when_blocking", decoding.ignore_when_blocking, piece_id),
-        model_files=tuple(loaded.files),
-        device_type=engine.device.type,
+        banned_ids=banned_ids,
+        excluded_ids=excluded_ids,
+        steps=None if streams and engine.steps.shares_buffers else engine.steps,  # None: eager, its own
+        trace=command_line and config.io.dump_beam is not None,
+        on_device=engine.search_on_device and not streams,
+        warn=notes.append if command_line else print_warning,  # --search-on device: what it does not hold
     )
-    if scoring:
-        return job
-    loaded.check_decoding(decoding)
-    job.notes = ineffective(config, loaded.model.cfg.max_positions, job.device_type, api_method, call_options)
-    check_fits(config, engine)
-    if api_method == "generate_tokens()":
-        check_generate_tokens(config)
-    return job
+    return ResolvedJob(config, decoder, notes, tuple(loaded.files), engine.device.type)
 
 
 def piece_ids(key: str, pieces: list[str], piece_id: Callable[[str], int | None] | None) -> list[int]:

@@ -305,27 +305,27 @@ def owner(batch: int, world: int) -> int:
 
 
 class PartWriter:
-    """A rank's part: for each of its lines, in input order, a header `INDEX BYTES` and the line's
-    output in the job's format. A chunk's results come in batch order (longest first), so each
-    chunk's are sorted and written when the chunk ends, before the job checkpoints it."""
+    """A rank's sink: its part, for each of its lines in input order, a header `INDEX BYTES` and the
+    line's output in the job's format. A chunk's results come in batch order (longest first), so
+    each chunk's are sorted and written when the chunk ends, before the part is checkpointed."""
 
-    def __init__(self, stream: Any, fmt: str, token_scores: bool = False) -> None:  # the part's OutputFile stream
-        self.stream, self.fmt, self.token_scores = stream, fmt, token_scores
+    def __init__(self, part: OutputFile, fmt: str, token_scores: bool = False) -> None:
+        self.part, self.fmt, self.token_scores = part, fmt, token_scores
         self.chunk: list[Result] = []
 
     def put(self, result: Result) -> None:
         self.chunk.append(result)
 
-    def end_chunk(self) -> None:
+    def checkpoint(self, lines_done: int, input_position: tuple[int, str]) -> None:
         for result in sorted(self.chunk, key=lambda r: r.index):
             text = format_result(result, self.fmt, self.token_scores)
-            self.stream.write(f"{result.index} {len(text.encode('utf-8'))}\n{text}")
+            self.part.stream.write(f"{result.index} {len(text.encode('utf-8'))}\n{text}")
         self.chunk = []
+        self.part.checkpoint(lines_done, input_position)
 
     def close(self) -> None:
         """The part stays PART.tmp with its journal until rank 0 merges it."""
-        self.end_chunk()
-        self.stream.close()
+        self.part.stream.close()
 
 
 def _records(name: str, f: BinaryIO) -> Iterator[tuple[int, bytes]]:

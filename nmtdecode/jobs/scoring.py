@@ -83,7 +83,7 @@ def score_job(config: Config, tgt: str, normalize: bool = False) -> ScoreSummary
         signals.job_started()
         out.open(False, signature="")  # no checkpoints: a complete file or none
         try:
-            summary = _score_into(out, job.config, engine, job.decoder(engine), tgt, normalize)
+            summary = _score_into(out, job.config, engine, job.decoder, tgt, normalize)
         except BaseException:
             out.abandon()  # with no journal, FILE.tmp is removed
             raise
@@ -122,12 +122,9 @@ def _score_into(
             summary.add(batch, scores)
             bar.update(len(batch))
 
-        run(
-            source,
-            lambda batch: engine.score_batch(batch, decoder, by_token),
-            ScoreWriter(out.stream, by_token, normalize),
-            observe=counted,
-        )
+        writer = ScoreWriter(out.stream, by_token, normalize)
+        run(source, lambda batch: engine.score_batch(batch, decoder, by_token), writer.put, observe=counted)
+        writer.close()
     summary.truncated.sort()
     summary.seconds = time.perf_counter() - start
     return summary
@@ -150,8 +147,9 @@ class PairSource:
 
 
 class ScoreWriter:
-    """The pipeline's sink of a score job: each pair's total log-probability a line (with
-    `normalize` its mean per scored token), or with `by_token` its JSONL record, in input order."""
+    """Where a score job's results go: each pair's total log-probability a line (with `normalize`
+    its mean per scored token), or with `by_token` its JSONL record, in input order (the file is
+    written whole: no checkpoints)."""
 
     def __init__(self, stream: TextStream, by_token: bool, normalize: bool = False) -> None:
         self.lines, self.by_token, self.normalize = OrderedWriter(stream), by_token, normalize
@@ -161,9 +159,6 @@ class ScoreWriter:
             self.lines.put(score.index, _record(score, self.normalize))
         else:
             self.lines.put(score.index, f"{score.total / score.length if self.normalize else score.total:.6f}\n")
-
-    def checkpoint(self, lines_done: int, input_position: tuple[int, str]) -> None:
-        pass  # written whole
 
     def close(self) -> None:
         self.lines.close()
@@ -221,15 +216,14 @@ def score_pairs(
     """Each pair's PairScore in their order (the Python API), batched as `score` batches; a
     target is text or pieces (`Engine.target_ids`)."""
     job = resolve(config, engine, scoring=True)
-    decoder = job.decoder(engine)
     examples = pair_examples(
         engine,
-        decoder,
+        job.decoder,
         ((i, s, t) for i, (s, t) in enumerate(zip(sources, targets))),
         job.config.batching.max_src_length,
     )
     sink = ListSink(len(sources))
-    run(PairSource(examples, job.config), lambda batch: engine.score_batch(batch, decoder, by_token), sink)
+    run(PairSource(examples, job.config), lambda batch: engine.score_batch(batch, job.decoder, by_token), sink.put)
     return sink.results
 
 

@@ -173,7 +173,8 @@ class Ensemble(nn.Module):
 
     def combine(self, logits: list[torch.Tensor]) -> torch.Tensor:
         """The models' logits (each (..., V)) -> the rule's scores (..., V), in float32. Folded one
-        model at a time, in place: a stack and a reduction over it cost several times more."""
+        model at a time, in place: a stack and a reduction over it cost several times more
+        (docs/speed.md#measurements-behind-design-choices)."""
         combined = None
         for weight, log_weight, x in zip(self.weights, self.log_weights, logits):
             if self.rule == "opennmt":

@@ -19,7 +19,7 @@ from ..options.bounded import MAX_CONFIG_BYTES
 from ..options.config import ConfigError
 from .checkpoint import ModelError, read_json
 from .detect import model_format
-from .formats import eole_config, hf_config, marian_config, native_config
+from .formats import ct2_config, ct2_vocab, eole_config, hf_config, marian_config, native_config
 
 # What a Hugging Face directory's readers open (hf_config.py, hf_tokenizers.py), but its weights.
 HF_FILES = (
@@ -55,13 +55,17 @@ def files_read(path: str | list[str]) -> list[str]:
 
 
 def _named(path: str, fmt: str) -> list[str]:
-    names, more = BY_FORMAT[fmt]
+    names, more = BY_FORMAT.get(fmt, ((), _nothing_more))
     found = [os.path.join(path if os.path.isdir(path) else os.path.dirname(path), n) for n in names]
     try:
         found += more(path)
     except (ModelError, OSError, ValueError, TypeError, AttributeError):
         pass  # a config that does not parse: the load fails on it before anything is written
     return found
+
+
+def _nothing_more(path: str) -> list[str]:
+    return []
 
 
 def _native(path: str) -> list[str]:
@@ -85,10 +89,22 @@ def _marian(path: str) -> list[str]:
     return [npz, decoder_yml, *vocabularies]
 
 
+def _ctranslate2(path: str) -> list[str]:
+    """The vocabularies a converter writes, and the SentencePiece models looked for in the folder
+    and the one above it (ct2_vocab.py)."""
+    vocabularies = [
+        f"{name}{ext}" for name in (ct2_vocab.SHARED, ct2_vocab.SOURCE, ct2_vocab.TARGET) for ext in (".json", ".txt")
+    ]
+    folders = (path, os.path.dirname(os.path.abspath(path)))
+    pieces = ct2_vocab.SENTENCEPIECE_NAMES + ct2_vocab.SENTENCEPIECE_PAIR
+    return [os.path.join(path, n) for n in vocabularies] + [os.path.join(f, n) for f in folders for n in pieces]
+
+
 # format -> (the names it always reads in the model's directory, what its files name besides)
 BY_FORMAT: dict[str, tuple[tuple[str, ...], Callable[[str], list[str]]]] = {
     native_config.FORMAT: (("config.yaml", native_config.WEIGHTS, "spm.model"), _native),
     hf_config.FORMAT: (HF_FILES, _huggingface),
     eole_config.FORMAT: (("config.json", "vocab.json"), _eole),
     marian_config.FORMAT: (("decoder.yml", "source.spm", "target.spm"), _marian),
+    ct2_config.FORMAT: (("model.bin", "config.json"), _ctranslate2),
 }

@@ -32,7 +32,7 @@ from .option import ConfigError, Option, check_option, coerce, option
 
 LENGTH_PENALTIES = ("none", "avg", "wu")  # search/penalties.py defines each
 COVERAGE_PENALTIES = ("none", "wu", "summary")
-EARLY_STOPPING = ("top", "true", "false", "never", "ctranslate2")  # search/beam.py defines each
+EARLY_STOPPING = ("top", "true", "false", "never", "ctranslate2")  # search/stop_rules.py defines each
 GEMM_BACKENDS = ("auto", "onednn", "torch")  # models/gemm.py
 ENSEMBLE_RULES = ("prob", "logprob", "opennmt")  # models/ensemble.py defines each
 FORMATS = ("text", "nbest", "nbest-marian", "jsonl")  # writing.py
@@ -80,6 +80,11 @@ class DecodingConfig(Section):
     ban_unk: bool = option(False, "Never generate the unknown token.")
     src_lang: str | None = option(None, "Source language code (mBART, M2M100, NLLB).")
     tgt_lang: str | None = option(None, "Target language code for multilingual models.")
+    source_prefix: str = option(
+        "",
+        "Text put before every source line as it is: T5's task, e.g. 'translate English to German: ' "
+        "(its last space included).",
+    )
     repetition_penalty: float = option(
         1.0,
         "CTRL penalty on the logits of tokens already generated (> 1 discourages repeats; 1: off).",
@@ -263,11 +268,18 @@ class RuntimeConfig(Section):
 class IOConfig(Section):
     model: str | list[str] | None = option(
         None,
-        "Model directory (native, Hugging Face, eole, Marian) or OpenNMT-py .pt checkpoint or Marian .npz. "
+        "Model directory (native, Hugging Face, eole, Marian, CTranslate2) or OpenNMT-py .pt checkpoint "
+        "or Marian .npz. "
         "Several: --model A B, an ensemble decoded as one model.",
         short="-m",
         many=True,
         metavar="PATH...",
+    )
+    tokenizer: str | None = option(
+        None,
+        "A CTranslate2 folder's SentencePiece model (a file, or a folder holding one), which cuts "
+        "text into its pieces; default: one in the model's folder or beside it.",
+        metavar="PATH",
     )
     ensemble_rule: str | None = option(
         None,
@@ -356,6 +368,7 @@ PER_JOB_KEYS = frozenset(
 # The options `score` shares with translate; from a config file it takes these (and the model) only.
 SCORE_KEYS = (
     "model",
+    "tokenizer",
     "ensemble_rule",
     "ensemble_weights",
     "batch_size",
@@ -372,6 +385,7 @@ SCORE_KEYS = (
     "quiet",
     "src_lang",
     "tgt_lang",
+    "source_prefix",
 )
 # Keys a config file may hold besides the options: they plan a run of many files (jobs.py).
 PLAN_OPTIONS = {

@@ -81,12 +81,16 @@ def test_unsupported_arguments_are_named_in_one_error_unless_at_their_defaults(t
         ctranslate2.Translator(str(DEMO), compute_type="int8_float16")
 
 
-def test_a_converted_model_is_refused_naming_the_original(tmp_path):
+def test_a_damaged_converted_model_is_refused_in_one_line(tmp_path):
+    """A CTranslate2 folder is read (test_ctranslate2_folders.py); an empty model.bin says so."""
+    from nmtdecode.models.checkpoint import ModelError
+
     (tmp_path / "model.bin").write_bytes(b"")
     (tmp_path / "config.json").write_text("{}")
     (tmp_path / "shared_vocabulary.json").write_text("[]")
-    with pytest.raises(ValueError, match="CTranslate2 model.*the checkpoint it was converted from"):
+    with pytest.raises(ModelError, match="model.bin is incomplete: it ends inside the binary version"):
         ctranslate2.Translator(str(tmp_path))
+    assert ctranslate2.contains_model(str(tmp_path))
 
 
 def test_suppressed_tokens_and_the_eos_a_converted_model_needs(translator, sources):

@@ -169,13 +169,16 @@ print(results[0].hypotheses[0])
 
 
 @pytest.mark.parametrize("script", [QUICKSTART, TRANSLATION], ids=["quickstart", "translation"])
+@pytest.mark.parametrize("ours_on", ["the original", "the converted folder"])
 def test_a_script_of_ctranslate2s_docs_runs_unchanged_and_prints_the_same(
-    script, converted, tmp_path, monkeypatch, capsys
+    script, ours_on, converted, tmp_path, monkeypatch, capsys
 ):
     """Once with CTranslate2 on the converted model, once with `ctranslate2` being this module and
-    ende_ctranslate2/ the original checkpoint (data/demo): the same lines printed."""
+    ende_ctranslate2/ the original checkpoint (data/demo) or the converted folder itself: the same
+    lines printed."""
     printed = []
-    for name, module, model in (("theirs", ctranslate2, converted), ("ours", compat, str(DEMO))):
+    ours = str(DEMO) if ours_on == "the original" else converted
+    for name, module, model in (("theirs", ctranslate2, converted), ("ours", compat, ours)):
         folder = tmp_path / name
         folder.mkdir()
         (folder / "ende_ctranslate2").symlink_to(model, target_is_directory=True)

@@ -124,23 +124,26 @@ class _Backend(Protocol):
 
 
 class _Pieces:
-    """SentencePiece pieces mapped through vocab.json (Marian, M2M100), as transformers' Python
+    """SentencePiece pieces mapped through vocab.json (Marian, M2M100; T5 and Pegasus through their
+    own numbering, hf_spiece.py), as transformers' Python
     tokenizers do: added-token strings (`</s>`, ...) are cut out of the text first and become their
     ids; every other stretch is encoded on its own, and a piece missing from the vocabulary is <unk>.
     Marian also takes a leading `>>xx<<` of a stretch as one token."""
 
     def __init__(
         self,
-        model: str,
+        model: str | spm.SentencePieceProcessor,
         vocab: dict[str, int],
         unk_id: int,
         added: dict[str, int],
         marian: bool = False,
         detok: spm.SentencePieceProcessor | None = None,
+        strip: bool = True,
     ) -> None:
-        self.sp = _load_spm(model)
+        self.sp = model if isinstance(model, spm.SentencePieceProcessor) else _load_spm(model)
         self.detok = detok or self.sp  # Marian decodes with source.spm when the vocabulary is shared
         self.vocab, self.unk_id, self.added, self.marian = vocab, unk_id, added, marian
+        self.strip = strip  # decoded text without its outer spaces (T5's and Pegasus's keep a trailing one)
         self.pieces = {i: p for p, i in vocab.items()}
         self.added_pieces = {i: p for p, i in added.items()}
         alternatives = "|".join(re.escape(t) for t in sorted(added, key=len, reverse=True))
@@ -187,7 +190,8 @@ class _Pieces:
         pieces = [self.pieces[i] for i in ids if i in self.pieces]
         if self.marian:
             return self.detok.decode_pieces(pieces).replace("\u2581", " ").strip()
-        return self.detok.decode(pieces).strip()
+        text = self.detok.decode(pieces)
+        return text.strip() if self.strip else text
 
 
 class _FairseqPieces:
