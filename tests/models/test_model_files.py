@@ -75,3 +75,15 @@ def test_an_opennmt_checkpoint_is_the_pt_itself(tmp_path):
 
     path = tiny_checkpoint(tmp_path / "model.pt")
     assert files_read(str(path)) == [str(path)]
+
+
+def test_a_ctranslate2_folder_with_its_sentencepiece_model_above_it(tmp_path):
+    """An Argos Translate package: the folder in model/, sentencepiece.model beside it."""
+    from tests.helpers import tiny_transformer, train_sentencepiece
+    from tests.models.formats.ct2_files import write_folder
+
+    shutil.move(train_sentencepiece(tmp_path, vocab_size=40), tmp_path / "sentencepiece.model")
+    tokens = ["<blank>", "<unk>", "<s>", "</s>", *(f"w{i}" for i in range(36))]
+    write_folder(tmp_path / "model", tiny_transformer(vocab=40), tokens)
+    named = assert_names_what_the_load_reads(tmp_path / "model")
+    assert os.path.realpath(tmp_path / "sentencepiece.model") in named
