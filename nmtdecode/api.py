@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Any, Generator, Iterable, Iterator, NoReturn, 
 from .engine.batching import chunk_size, chunks
 from .options.config import Config
 from .jobs.pipeline import ListSink, ListSource, run
-from .engine.resolve import ResolvedJob, check_call_keys, check_call_options, check_load_options, resolve
+from .engine.resolve import ResolvedJob, resolve
+from .options.entries import check_given
 
 if TYPE_CHECKING:
     from .engine.batching import Example, Result
@@ -113,7 +114,7 @@ class Translator:
         with `options`, the config file's keys; `quiet` defaults to True (no summary on stderr)."""
         from .engine.engine import Engine  # torch is imported here, not by `import nmtdecode`
 
-        check_load_options(options)
+        check_given("load()", options)
         return cls(Engine.load(Config.from_layers([{"quiet": True}, {**options, "model": path}])))
 
     def translate(
@@ -184,7 +185,7 @@ class Translator:
         Returns the job's `summary.Summary` (sentences, target tokens, seconds)."""
         from .jobs.run import translate_job
 
-        job = self._call_config(options, {"src": src, "output": output, "resume": resume})
+        job = self._call_config(options, "translate_file()", {"src": src, "output": output, "resume": resume})
         return translate_job(job, engine=self.engine)
 
     def score(self, sources: list, targets: list, **options) -> list[float]:
@@ -193,7 +194,9 @@ class Translator:
         from .jobs.scoring import score_pairs
 
         sources, targets = self._pairs(sources, targets, "score()")
-        return [score.total for score in score_pairs(self.engine, self._call_config(options), sources, targets)]
+        return [
+            score.total for score in score_pairs(self.engine, self._call_config(options, "score()"), sources, targets)
+        ]
 
     def score_batch(self, sources: list, targets: list, **options) -> list[Scored]:
         """Each target's log-probability given its source, per token and in all (`Scored`), as
@@ -202,7 +205,7 @@ class Translator:
         from .jobs.scoring import score_pairs
 
         sources, targets = self._pairs(sources, targets, "score_batch()")
-        scores = score_pairs(self.engine, self._call_config(options), sources, targets, by_token=True)
+        scores = score_pairs(self.engine, self._call_config(options, "score_batch()"), sources, targets, by_token=True)
         return [Scored(s.tokens, s.token_scores, s.eos_score, s.total, s.total / s.length) for s in scores]
 
     def _pairs(self, sources: Iterable, targets: Iterable, method: str) -> tuple[list, list]:
@@ -247,9 +250,10 @@ class Translator:
     def _resolved(self, options: dict, method: str, greedy: bool = False) -> ResolvedJob:
         """This call's resolved job (with its decoder); options that change nothing in `method` are
         warned about in the API's terms (IneffectiveOptionWarning)."""
-        check_call_options(method, options)
         base = {"beam_size": 1, "n_best": 1} if greedy else {}
-        job = resolve(self._call_config(options, base=base), self.engine, api_method=method, call_options=options)
+        job = resolve(
+            self._call_config(options, method, base=base), self.engine, api_method=method, call_options=options
+        )
         for note in job.notes:
             warnings.warn(note, IneffectiveOptionWarning, stacklevel=3)  # at the caller of the public method
         return job
@@ -328,8 +332,10 @@ class Translator:
             total = now
         raise RuntimeError("the search ended without a done step")  # stepwise ends with every sentence done
 
-    def _call_config(self, options: dict, files: dict | None = None, base: dict | None = None) -> Config:
-        """This translator's config with one call's options over it (over `base`, the call's own
-        defaults)."""
-        check_call_keys(options)
-        return self.engine.config.over(base or {}, options, files or {})
+    def _call_config(self, options: dict, method: str, files: dict | None = None, base: dict | None = None) -> Config:
+        """This translator's config with the options of one call of `method` over it (over `base`,
+        the call's own defaults), checked as that method takes them (options/entries.py)."""
+        check_given(method, options)
+        config = self.engine.config.over(base or {}, options, files or {})
+        config.validate(method)
+        return config

@@ -1,6 +1,6 @@
 """Command line: `nmtdecode translate | score | inspect | show`.
 
-Thin by design: parse flags (each built from its option's declaration in config.py),
+Thin by design: parse flags (each built from its option's declaration in options/table.py),
 layer them over the YAML file into a `Config`, call the library. OpenNMT-py's
 single-dash spellings (`-beam_size 5`) are refused naming ours (`check_spelling`).
 Errors become one line on stderr and an exit code:
@@ -35,11 +35,12 @@ from .options.config import (
     Config,
     ConfigError,
     Option,
-    checked_layer,
     default_of,
 )
+from .options.layers import checked_layer
 from .options.yaml_file import dump, load_yaml
-from .jobs.plan import make_output_dir, plan_jobs
+from .options.plan import plan_jobs
+from .jobs.files import make_output_dir
 from .options.peers import spelling_message
 from .jobs.signals import STOPPED_NOTE, Terminated
 from .engine.messages import say
@@ -55,7 +56,7 @@ def _click_type(key: str, declared: Option) -> click.ParamType | type:
 
 
 def cli_option(key: str, required: bool = False, **changes: Any) -> Callable:
-    """The click option of config key `key`, from its declaration (config.OPTIONS, PLAN_OPTIONS);
+    """The click option of config key `key`, from its declaration (table.OPTIONS, PLAN_OPTIONS);
     `changes` adapt it to a command where the key means something narrower (score's --src), which
     may require it (then no default is shown). Its value is None unless given, so the YAML file and
     model defaults can fill it."""

@@ -11,7 +11,6 @@ import pytest
 from nmtdecode.options.config import Config, ConfigError, DecodingConfig
 from nmtdecode.engine.decoding import BatchDecoder
 from nmtdecode.models.loading import load_model
-from nmtdecode.engine.resolve import check_torchrun
 from nmtdecode.show.tree import layout, path_tokens
 
 # unsorted lengths (batches are sorted longest first) and lines with nothing to decode
@@ -227,7 +226,7 @@ def test_torchrun_refuses_the_dump(tmp_path, lines_file):
         {"src": str(lines_file(LINES)), "output": str(tmp_path / "o"), "dump_beam": str(tmp_path / "d")}
     )
     with pytest.raises(ConfigError, match="under torchrun leave it out"):
-        check_torchrun(config)
+        config.validate("torchrun")
 
 
 def test_the_dump_names_the_pieces_of_every_tokenizer():

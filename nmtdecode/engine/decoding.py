@@ -141,7 +141,8 @@ class BatchDecoder:
         offset = 0 if decoding.early_stopping == "ctranslate2" else self.rules.length_offset
         self.penalty = LengthPenalty(decoding.length_penalty, decoding.alpha, offset)
         mc = model.cfg
-        self.start_id, self.eos_id = mc.decoder_start_id, mc.eos_id
+        self.start_id = mc.decoder_start_id if self.rules.decoder_start_id is None else self.rules.decoder_start_id
+        self.eos_id = mc.eos_id
         self.pad_id, self.unk_id = mc.pad_id, mc.unk_id
         self.banned_ids, self.excluded_ids = list(banned_ids), list(excluded_ids)
         refusal = self.device_search_refusal() if on_device else None

@@ -18,7 +18,7 @@ import torch
 from . import beam_dump
 from ..models import memory
 from .batching import Example, PairScore, Result
-from ..options.config import Config, ConfigError, DecodingConfig, RuntimeConfig
+from ..options.config import Config, ConfigError, DecodingConfig
 from .decoding import BatchDecoder
 from ..models.checkpoint import LoadedModel
 from ..models.ensemble import MemberSources
@@ -26,6 +26,7 @@ from ..models.loading import load_model
 from ..models.placement import Placement
 from ..models.steps import StepRunner, step_runner_for
 from .alignment import aligned_result
+from .system import device_for
 from ..search.base import Hypothesis
 from .messages import print_warning
 
@@ -38,14 +39,6 @@ Item = TypeVar("Item", bound=Indexed)
 Out = TypeVar("Out")
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-
-
-def resolve_device(runtime: RuntimeConfig) -> torch.device:
-    if runtime.device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if runtime.device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"device: {runtime.device} was asked for, but no CUDA device is available")
-    return torch.device(runtime.device)
 
 
 class Engine:
@@ -70,9 +63,7 @@ class Engine:
             )
         if threads:
             torch.set_num_threads(threads)
-        device = resolve_device(runtime)
-        if runtime.quantize == "int8" and device.type != "cpu":
-            raise ConfigError("quantize: int8 is for CPU decoding; on CUDA use --dtype float16 or bfloat16")
+        device = device_for(runtime)  # system.py: there, and computing in the options' precision
         # every weight read once, straight into its form on its device (models/placement.py)
         placement = Placement(device, DTYPES[runtime.dtype], "int8" if runtime.quantize == "int8" else runtime.gemm)
         io = config.io
@@ -83,6 +74,13 @@ class Engine:
         # collection first: a freshly loaded model holds next to no garbage, and a full pass over its
         # objects would delay every load (docs/speed.md#measurements-behind-design-choices).
         gc.freeze()
+        return cls.around(config, loaded, device)
+
+    @classmethod
+    def around(cls, config: Config, loaded: LoadedModel, device: torch.device) -> "Engine":
+        """The engine of a model loaded on `device` (by `load`, or moved back there after it was
+        kept in host memory: the CTranslate2 stand-in's unload_model), its step runner made for it."""
+        runtime = config.runtime
         steps = step_runner_for(
             loaded.model, device, runtime.cuda_graphs, runtime.traced_step, runtime.quantize, print_warning
         )

@@ -3,7 +3,7 @@
     check every job's options, input and output                  (before torch is imported)
     claim each job's share: lock its files; --resume skips a complete job
     mark each new share unfinished                                (before the load, which takes minutes)
-    load the engine once; resolve every job (resolve.py)
+    load the engine once (not at all when every input is known to be empty); resolve every job (resolve.py)
     for each job: its share through the pipeline (its input -> the engine -> its sink), then complete it
     release every lock, however the run ends
 
@@ -12,7 +12,7 @@ every batch, written in input order into the output file. Under torchrun it is a
 (`RankJob`): its batches into its part file; then the ranks wait for each other and rank 0
 merges the parts (ranks.py). Either way the sink checkpoints its file after each chunk, so an
 interrupted job resumes at a chunk boundary (output_file.py). The CLI builds the jobs'
-`Config`s (plan.py) and calls `translate_job`; nothing here parses flags.
+`Config`s (options/plan.py) and calls `translate_job`; nothing here parses flags.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Protocol
+from typing import TYPE_CHECKING, Iterable, Iterator, Protocol, cast
 
 from . import signals
 from ..options.config import Config
-from .plan import check_model_spared, check_written_files
+from .files import check_inputs, check_model_spared, check_torchrun_files, check_written_files
 from .output_file import NOT_RESUMABLE, OutputFile
 from .pipeline import LineSource, load_engine, run
 from .progress import JobProgress, progress_bar, stdin_is_terminal
@@ -32,7 +32,6 @@ from .ranks import (
     Group,
     PartWriter,
     Ranks,
-    check_job,
     check_layout,
     device_for,
     layouts,
@@ -40,8 +39,8 @@ from .ranks import (
     merge,
     threads_for,
 )
-from .reading import check_prefix, check_readable
-from ..engine.resolve import ResolvedJob, check_torchrun, check_translate, resolve, stream_typed_input
+from .reading import has_ended_empty
+from ..engine.resolve import ResolvedJob, resolve
 from ..engine.messages import count, print_warning, say
 from .signature import job_signature
 from .summary import Summary, timing
@@ -63,7 +62,7 @@ def translate_job(jobs: Config | list[Config], engine: Engine | None = None) -> 
     typed = stdin_is_terminal()
     jobs = [stream_typed_input(job, typed) for job in ([jobs] if isinstance(jobs, Config) else jobs)]
     for job in jobs:
-        check_translate(job)
+        job.validate("translate")
     check_written_files(jobs)
     check_model_spared(jobs)
     ranks = Ranks.from_env()
@@ -71,13 +70,21 @@ def translate_job(jobs: Config | list[Config], engine: Engine | None = None) -> 
         several = len(jobs) > 1  # then each file's bar and summary line name it, and a total follows
         return decode_shares([WholeJob(job, jobs, several) for job in jobs], engine, several)
     for job in jobs:
-        check_torchrun(job)
-        check_job(job)
+        job.validate("torchrun")
+        check_torchrun_files(job)
     group = Group(ranks)
     try:
         return decode_shares([RankJob(job, ranks, group) for job in jobs], engine)
     finally:
         leave_group()
+
+
+def stream_typed_input(config: Config, stdin_is_terminal: bool) -> Config:
+    """The job, answering line by line (as --stream) when its input is typed at a terminal."""
+    io_cfg = config.io
+    if io_cfg.src == "-" and not io_cfg.stream and not io_cfg.resume and stdin_is_terminal:
+        return config.over({"stream": True})
+    return config
 
 
 def decode_shares(shares: list[Share], engine: Engine | None, several: bool = False) -> Summary:
@@ -93,14 +100,20 @@ def decode_shares(shares: list[Share], engine: Engine | None, several: bool = Fa
         for share, output in pending:  # before the load: a stop during it must not leave an older
             if not share.config.io.resume:  # output looking complete to a --resume (a requeued Slurm job passes it)
                 output.mark_unfinished()
-        resolved = []
-        if pending:
+        empty = [nothing_to_read(share.config, output) for share, output in pending]
+        decoded = [claimed for claimed, nothing in zip(pending, empty) if not nothing]
+        resolved: Iterator[ResolvedJob] = iter(())
+        if decoded:  # the model loads only for inputs that may hold a line
             if engine is None:
-                engine, load_seconds = load_engine(pending[0][0].config), time.perf_counter() - started
-            resolved = resolve_all([share.config for share, _ in pending], engine)
+                engine, load_seconds = load_engine(decoded[0][0].config), time.perf_counter() - started
+            resolved = iter(resolve_all([share.config for share, _ in decoded], engine))
             signals.job_started()  # from here a signal unwinds the run, keeping its outputs resumable
-        for (share, output), job in zip(pending, resolved):
-            total.add(decode_job(job, engine, share, output, (started, load_seconds)))
+        for (share, output), nothing in zip(pending, empty):
+            clock = (started, load_seconds)
+            if nothing:
+                total.add(complete_empty(share, output, clock))
+            else:
+                total.add(decode_job(next(resolved), cast("Engine", engine), share, output, clock))
         if several and pending and not pending[0][0].config.runtime.quiet:
             say(
                 total.line(f"nmtdecode: all {count(len(pending), 'file')}:")
@@ -125,6 +138,15 @@ def resolve_all(jobs: list[Config], engine: Engine) -> list[ResolvedJob]:
         for note in job.notes:
             print_warning(note)
     return resolved
+
+
+def nothing_to_read(config: Config, output: OutputFile) -> bool:
+    """Whether a job's input is known to be empty before the model loads (reading.has_ended_empty),
+    its output starts anew (no partial output to resume, whose input is checked as it is read) and
+    its prefixes, if any, are a file (counted against the source when claimed)."""
+    io_cfg = config.io
+    prefix_counted = io_cfg.prefix is None or os.path.isfile(io_cfg.prefix)
+    return prefix_counted and not output.resumes(io_cfg.resume) and has_ended_empty(io_cfg.src)
 
 
 class Share(Protocol):
@@ -182,9 +204,7 @@ class WholeJob:
         """Check the job's input and lock its output (and its --dump-beam file); None when --resume
         finds the output complete."""
         io_cfg = self.config.io
-        check_readable(io_cfg.src)
-        if io_cfg.prefix is not None:
-            check_prefix(io_cfg.src, io_cfg.prefix, io_cfg.resume)
+        check_inputs(self.config)
         output = OutputFile(io_cfg.output)
         for other in self.jobs:
             output.refuse_source(other.io.src)
@@ -348,6 +368,29 @@ def decode_job(
     share.complete(lines)
     if summary.replaced and share.reports_input:
         print_warning(f"{summary.replaced} lines had invalid UTF-8, decoded with U+FFFD")
+    return report(summary, config, share, clock)
+
+
+def complete_empty(share: Share, output: OutputFile, clock: tuple[float, float | None]) -> Summary:
+    """A job whose input is empty (`nothing_to_read`), done without the model: its output made as
+    `decode_job` makes it of no lines (FILE.tmp, then renamed; the lock as ever), its summary line
+    told. Its resume signature leaves out files its model would read outside its folder (the
+    loader names them), which no resume compares: the job completes here."""
+    config = share.config
+    signals.job_started()
+    output.open(config.io.resume, job_signature(config))
+    try:
+        share.sink(output, 0).close()
+    except BaseException:
+        share.abandon()
+        raise
+    share.complete(0)
+    return report(Summary(), config, share, clock)
+
+
+def report(summary: Summary, config: Config, share: Share, clock: tuple[float, float | None]) -> Summary:
+    """A job's summary, its line said on stderr (unless quiet); a `timed` share's adds the run's
+    load and wall time (`clock`: the run's start and the load's seconds, None: no load)."""
     if not config.runtime.quiet:
         extra = timing(clock[1], time.perf_counter() - clock[0]) if share.timed else ""
         say(summary.line(share.summary_prefix) + extra)

@@ -21,12 +21,12 @@ from . import signals
 from ..engine.batching import Example, PairScore, chunk_size, chunks
 from ..options.config import Config, ConfigError
 from .output_file import NOT_RESUMABLE, OutputFile
-from .plan import check_model_spared
 from .pipeline import ListSink, load_engine, run
 from .progress import progress_bar
 from .ranks import Ranks
-from .reading import InputError, LineReader, check_readable, count_lines
-from ..engine.resolve import check_score, resolve
+from .files import check_model_spared, check_score_files
+from .reading import InputError, LineReader, has_ended_empty
+from ..engine.resolve import resolve
 from ..engine.messages import count, print_warning, say
 from .writing import OrderedWriter, TextStream
 
@@ -64,29 +64,32 @@ def score_job(config: Config, tgt: str, normalize: bool = False) -> ScoreSummary
     """Score the pairs of lines of config.io.src and `tgt` into config.io.output in config.io.format,
     each line's total log-probability or, with `normalize`, its mean per scored token. Input and
     output are checked, and the output locked, before the model loads."""
-    check_score(config, torchrun=Ranks.from_env() is not None)
+    if Ranks.from_env() is not None:  # every rank would print every score
+        raise ConfigError("score runs in one process: start it without torchrun")
+    config.validate("score")
     io_cfg = config.io
-    for path in (io_cfg.src, tgt):
-        check_readable(path)
-    counts = count_lines(io_cfg.src), count_lines(tgt)
-    if None not in counts and counts[0] != counts[1]:
-        raise ConfigError(f"--src has {counts[0]} lines but --tgt has {counts[1]}")
+    check_score_files(io_cfg.src, tgt)
     out = OutputFile(io_cfg.output)
     for path in (io_cfg.src, tgt):
         out.refuse_source(path)
     check_model_spared([config])
     out.claim(False, resumable=False)
     try:
-        engine = load_engine(config)
-        check_model_spared([config], engine.loaded.files)
-        job = resolve(config, engine, scoring=True)
-        signals.job_started()
-        out.open(False, signature="")  # no checkpoints: a complete file or none
-        try:
-            summary = _score_into(out, job.config, engine, job.decoder, tgt, normalize)
-        except BaseException:
-            out.abandon()  # with no journal, FILE.tmp is removed
-            raise
+        if has_ended_empty(io_cfg.src) and has_ended_empty(tgt):  # no pair to score: no model to load
+            signals.job_started()
+            out.open(False, signature="")
+            summary = ScoreSummary()
+        else:
+            engine = load_engine(config)
+            check_model_spared([config], engine.loaded.files)
+            job = resolve(config, engine, scoring=True)
+            signals.job_started()
+            out.open(False, signature="")  # no checkpoints: a complete file or none
+            try:
+                summary = _score_into(out, job.config, engine, job.decoder, tgt, normalize)
+            except BaseException:
+                out.abandon()  # with no journal, FILE.tmp is removed
+                raise
         out.finish()
     except (KeyboardInterrupt, signals.Terminated) as stop:
         setattr(
@@ -102,7 +105,7 @@ def score_job(config: Config, tgt: str, normalize: bool = False) -> ScoreSummary
             f"source {_lines(summary.truncated)} longer than the model's positions (or --max-src-length): "
             "cut, as translate cuts them"
         )
-    if not job.config.runtime.quiet:
+    if not config.runtime.quiet:
         say(summary.line())
     return summary
 

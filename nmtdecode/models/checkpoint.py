@@ -34,6 +34,9 @@ class ModelRules:
 
     banned_ids: tuple[int, ...] = ()  # never generated (e.g. pad)
     forced_bos_id: int | None = None  # first generated token (target-language tag)
+    # the decoder's first input where the job chooses it, not the model (a CTranslate2 folder whose
+    # decoder_start_token is null: mBART-25's target-language tag); None: the model's
+    decoder_start_id: int | None = None
     forced_eos: bool = False  # EOS forced at the step limit
     length_offset: int = 0  # added to the length the length penalty sees (OpenNMT-py: 1)
     opennmt_beam: bool = False  # OpenNMT-py's beam slots and `top` rule (search/beam.py)
@@ -50,8 +53,11 @@ class LoadedModel:
     gemm: str = "torch"  # how the CPU multiplies by its weights: torch, onednn or int8 (models/placement.py)
     files: tuple[str, ...] = ()  # every file the load read (real paths), for the resume signature
 
-    def check_decoding(self, decoding: Any) -> None:  # config.DecodingConfig (the options import nothing here)
-        """Refuse decoding options this model cannot serve (an ensemble's: models/ensemble.py)."""
+    @property
+    def shares_source_positions(self) -> bool:
+        """Whether every model reads the source at the same positions, so that their attention can
+        be averaged and aligned (an ensemble's models may split it differently: models/ensemble.py)."""
+        return True
 
     def rules_for(self, src_lang: str | None, tgt_lang: str | None) -> ModelRules:
         """Set the languages on the tokenizer; the model's rules, with the target-language

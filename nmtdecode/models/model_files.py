@@ -1,6 +1,6 @@
 """The files a model is read from, named without torch and without reading its weights, so that a
 job refuses an output that would overwrite one (its weights, configs, tokenizers, vocabularies)
-before anything is written or loaded (jobs/plan.py).
+before anything is written or loaded (jobs/files.py).
 
 Each format's names come from its own readers where it has them (a Marian decoder.yml names its
 .npz and vocabularies, a native config.yaml its SentencePiece models, eole's config.json its
@@ -40,9 +40,12 @@ HF_FILES = (
 )
 
 
-def files_read(path: str | list[str]) -> list[str]:
+def files_read(path: str | list[str], tokenizer: str | None = None) -> list[str]:
     """The files the model at `path` (a list: an ensemble's members) is read from, as far as their
-    names tell; [] when `path` is no model (the load says why)."""
+    names tell, with the `tokenizer` that --tokenizer names; [] when `path` is no model (the load
+    says why)."""
+    if tokenizer is not None:
+        return files_read(path) + _given_tokenizer(tokenizer)
     if isinstance(path, list):
         return [name for member in path for name in files_read(member)]
     try:
@@ -90,14 +93,23 @@ def _marian(path: str) -> list[str]:
 
 
 def _ctranslate2(path: str) -> list[str]:
-    """The vocabularies a converter writes, and the SentencePiece models looked for in the folder
-    and the one above it (ct2_vocab.py)."""
+    """The vocabularies a converter writes, and the SentencePiece models and tokenizer.json looked
+    for in the folder and the one above it (ct2_vocab.py)."""
     vocabularies = [
         f"{name}{ext}" for name in (ct2_vocab.SHARED, ct2_vocab.SOURCE, ct2_vocab.TARGET) for ext in (".json", ".txt")
     ]
     folders = (path, os.path.dirname(os.path.abspath(path)))
-    pieces = ct2_vocab.SENTENCEPIECE_NAMES + ct2_vocab.SENTENCEPIECE_PAIR
+    pieces = ct2_vocab.SENTENCEPIECE_NAMES + ct2_vocab.SENTENCEPIECE_PAIR + (ct2_vocab.TOKENIZER_JSON,)
     return [os.path.join(path, n) for n in vocabularies] + [os.path.join(f, n) for f in folders for n in pieces]
+
+
+def _given_tokenizer(given: str) -> list[str]:
+    """The files --tokenizer names: itself, or those a CTranslate2 folder's reader takes in it."""
+    try:
+        found = ct2_vocab.find_tokenizer(given, given)
+    except (ConfigError, OSError):
+        return [given]  # no tokenizer there: the load refuses it by name
+    return [given] if found is None else list(found)
 
 
 # format -> (the names it always reads in the model's directory, what its files name besides)

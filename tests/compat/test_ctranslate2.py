@@ -64,15 +64,11 @@ def test_results_are_the_apis_under_ctranslate2s_defaults(translator, sources, s
 
 def test_unsupported_arguments_are_named_in_one_error_unless_at_their_defaults(translator, sources):
     with pytest.raises(UnsupportedArgument) as refused:
-        translator.translate_batch(sources, patience=2, return_alternatives=True, prefix_bias_beta=0.5)
-    assert all(
-        name in str(refused.value) for name in ("patience=2", "return_alternatives=True", "prefix_bias_beta=0.5")
-    )
-    assert translator.translate_batch(sources[:1], patience=1, return_alternatives=False, end_token="</s>")
+        translator.translate_batch(sources, patience=2, use_vmap=True, prefix_bias_beta=0.5, return_alternatives=True)
+    assert all(name in str(refused.value) for name in ("patience=2", "use_vmap=True", "prefix_bias_beta=0.5"))
+    assert translator.translate_batch(sources[:1], patience=1, use_vmap=False, end_token="</s>")
     with pytest.raises(UnsupportedArgument, match="suppress_sequences"):
         translator.translate_batch(sources, suppress_sequences=[["\u2581Guten", "\u2581Morgen"]])
-    with pytest.raises(UnsupportedArgument, match="sampling_topk=10 with beam_size=4"):
-        translator.translate_batch(sources, sampling_topk=10, beam_size=4)
     with pytest.raises(TypeError, match="unexpected keyword argument 'num_beams'"):
         translator.translate_batch(sources, num_beams=4)
     with pytest.raises(UnsupportedArgument, match="flash_attention=True"):

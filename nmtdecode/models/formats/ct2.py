@@ -21,7 +21,7 @@ import torch
 
 from ..checkpoint import LoadedModel, ModelError, note_read
 from ..placement import Placement, load_weights
-from ..weights import InMemoryTensor, Source, StoredTensor, allocate, check_finite, join
+from ..weights import InMemoryTensor, Joined, Source, StoredTensor, allocate, check_finite, join
 from .ct2_binary import ModelBin, Variable
 from .ct2_config import FORMAT, Ct2Facts, describe
 from .marian_weights import Piece
@@ -84,6 +84,19 @@ class ScaledRows:
         return values, scales.contiguous()
 
 
+class JoinedScaledRows(Joined):
+    """Scaled rows of several variables joined on dim 0 (a gated feed-forward's two first layers,
+    linear_0 and linear_0_noact), as one weight: read joined, or given joined to an int8 layer."""
+
+    def __init__(self, parts: list[ScaledRows]) -> None:
+        super().__init__(parts)
+        self.scaled = parts
+
+    def int8_rows(self) -> tuple[torch.Tensor, torch.Tensor]:
+        parts = [part.int8_rows() for part in self.scaled]
+        return torch.cat([values for values, _ in parts]), torch.cat([scales for _, scales in parts])
+
+
 def _read(path: str, variable: Variable, dtype: torch.dtype, first: int = 0, count: int | None = None) -> torch.Tensor:
     """Rows first .. first + count of a variable as a tensor of `dtype` (its stored type), read
     straight into the memory the tensor keeps."""
@@ -104,10 +117,11 @@ def sources(facts: Ct2Facts) -> dict[str, Source]:
     model_bin = facts.stored
     ours: dict[str, Source] = {}
     for name, pieces in facts.recipes.items():
-        stored = [p for p in pieces if p.array is not None]
+        stored = [model_bin.variables[p.array] for p in pieces if p.array is not None]
         extra = sum(p.rows for p in pieces if p.array is None)
-        if stored and model_bin.variables[stored[0].array].dtype in INTEGER_DTYPES:
-            ours[name] = ScaledRows(model_bin, model_bin.variables[stored[0].array], extra)
+        if stored and stored[0].dtype in INTEGER_DTYPES:
+            scaled = [ScaledRows(model_bin, v, extra if i == len(stored) - 1 else 0) for i, v in enumerate(stored)]
+            ours[name] = scaled[0] if len(scaled) == 1 else JoinedScaledRows(scaled)
         else:
             ours[name] = join([_piece(model_bin, p, name, pieces) for p in pieces])
     return ours

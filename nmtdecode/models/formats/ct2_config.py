@@ -8,15 +8,17 @@
     *_vocabulary.json|txt the pieces (ct2_vocab.py)
 
 as CTranslate2's converters write them for Marian (OPUS-MT, transformers' MarianMT), BART, mBART,
-M2M100/NLLB and OpenNMT-py (ctranslate2/specs/transformer_spec.py, converters/*.py; read as its
-src/models/model.cc and src/layers/transformer.cc do). The spec's variables and attributes map
-onto `TransformerConfig` (ct2_spec.py: which variable is which, and what is refused by name). `describe` is
-what `nmtdecode inspect` shows and what ct2.py loads (the torch half).
+M2M100/NLLB, T5 (t5, flan-T5, mT5, MADLAD-400) and OpenNMT-py (ctranslate2/specs/transformer_spec.py,
+converters/*.py; read as its src/models/model.cc and src/layers/transformer.cc do). The spec's
+variables and attributes map onto `TransformerConfig` (ct2_spec.py: which variable is which, and
+what is refused by name; ct2_t5.py: T5's switches). `describe` is what `nmtdecode inspect` shows
+and what ct2.py loads (the torch half).
 
 What CTranslate2 computes, as its layers do: embeddings times `scale_embeddings` (a flag for
 sqrt(d_model), or the factor itself), plus the stored position table (`position_encodings/
 encodings`) or, without one, sinusoids of frequencies 10000^(-i/(d/2-1)) whose first position is
-1; layer norms with `layer_norm_epsilon` (unset: 1e-5, or 1e-6 for a norm without a bias); a
+1, or T5's relative attention bias; layer norms with `layer_norm_epsilon` (unset: 1e-5, or 1e-6
+for a norm without a bias, an RMS norm); a
 Marian decoder (`start_from_zero_embedding`) starts from a zero embedding: our start is one more
 target row of zeros, whose output bias no softmax weighs (marian_weights.NEVER), as for Marian's
 own files.
@@ -26,15 +28,16 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, replace
+from typing import Any, Callable
 
 from ...options.bounded import MAX_CONFIG_BYTES, shown
-from ..architecture import TransformerConfig
-from ..checkpoint import ModelError, ModelFacts, ModelRules, check_dimensions, read_json
+from ..architecture import LIMITS, TransformerConfig
+from ..checkpoint import LoadedModel, ModelError, ModelFacts, ModelRules, check_dimensions, read_json
+from . import ct2_t5
 from .ct2_binary import ModelBin, Variable, read_model_bin
 from .ct2_spec import HEADS_OF_SPEC, Attributes, check_every_variable_read, held_weights, layer_count, spec_of
-from .ct2_vocab import PADDING, SourceFrame, Vocabulary, make_tokenizer, vocabularies
+from .ct2_vocab import PADDING, SourceFrame, Vocabulary, languages, make_tokenizer, vocabularies
 from .marian_weights import NEVER, Piece, recipe_shape
 
 FORMAT = "ctranslate2"  # ModelFacts.format adds the family: "ctranslate2/marian", ...
@@ -54,6 +57,19 @@ CTRANSLATE2_DEFAULTS = {
 class Ct2Facts(ModelFacts):
     recipes: dict[str, tuple[Piece, ...]]  # our parameter -> the variables (and constant rows) it is made of
     int8: bool  # the weights are stored in int8 or int16 (decoded in int8 on a CPU: ct2.py)
+
+    def loaded(self, model: Any, path: str, gemm: str = "torch") -> LoadedModel:
+        return Ct2Loaded(model.eval(), self.tokenizer(), self.format, path, self.rules, self.defaults, gemm)
+
+
+class Ct2Loaded(LoadedModel):
+    """A loaded folder: where config.json leaves the decoder start to the user (null), the job's
+    target language gives it (ct2_vocab.Ct2Tokenizer.decoder_start_for)."""
+
+    def rules_for(self, src_lang: str | None, tgt_lang: str | None) -> ModelRules:
+        rules = super().rules_for(src_lang, tgt_lang)
+        start = self.tokenizer.decoder_start_for(tgt_lang)
+        return rules if start is None else replace(rules, decoder_start_id=start)
 
 
 @dataclass(frozen=True)
@@ -104,13 +120,17 @@ def specials(path: str, model_bin: ModelBin) -> Specials:
     )
 
 
-def family(model_bin: ModelBin, tokens: Specials, pre_norm: bool, layernorm_embedding: bool) -> str:
+def family(model_bin: ModelBin, tokens: Specials, pre_norm: bool, layernorm_embedding: bool, t5: bool) -> str:
     """The family the converter wrote (for how text becomes a source, ct2_vocab.SourceFrame):
-    marian (a decoder starting from a zero embedding), bart (post-norm, embedding norms, starting
-    from </s>), fairseq (mBART, M2M100, NLLB: starting from </s>), else transformer (OpenNMT-py ...)."""
+    marian (a decoder starting from a zero embedding), t5 (a relative attention bias), bart
+    (post-norm, embedding norms, starting from </s>), fairseq (mBART, M2M100, NLLB: starting from
+    </s>, or from the target's tag where config.json leaves the start to the user), else
+    transformer (OpenNMT-py ...)."""
     if model_bin.scalar("decoder/start_from_zero_embedding", 0):
         return "marian"
-    if tokens.decoder_start == tokens.eos:
+    if t5:
+        return "t5"
+    if tokens.decoder_start in (tokens.eos, None):  # None: a language tag starts (mBART-25, fairseq's)
         return "bart" if layernorm_embedding and not pre_norm else "fairseq"
     return "transformer"
 
@@ -125,7 +145,13 @@ def describe(path: str, read: Callable | None = None, tokenizer: str | None = No
     cfg, recipes, kind = model_config(path, model_bin, tokens, source, target)
     shapes = {name: recipe_shape(pieces, model_bin.shapes) for name, pieces in recipes.items()}
     check_dimensions(cfg, shapes, model_bin.path)
-    frame = SourceFrame(kind, tokens.add_source_bos, tokens.add_source_eos)
+    user_start = tokens.decoder_start is None and kind != "marian"
+    frame = SourceFrame(kind, tokens.add_source_bos, tokens.add_source_eos, user_start)
+    if user_start and not languages(kind, target)[0]:
+        raise ModelError(
+            f"{path}/config.json: decoder_start_token null (each target prefix's first token starts the "
+            "decoder) and no language tags to start from: not supported"
+        )
     ids = {"bos": cfg.bos_id, "eos": cfg.eos_id, "unk": cfg.unk_id, "start": cfg.decoder_start_id}
     ours = {cfg.decoder_start_id} if kind == "marian" else set()  # the zero start row: never text
     make = functools.partial(make_tokenizer, path, tokenizer, source, target, frame, ids, tokens.unk, ours)
@@ -147,24 +173,26 @@ def model_config(
     if activation is None:
         raise ModelError(f"{where}: activation {attributes.same('activation')} (Marian's gelu, ...) is not supported")
     pre_norm = bool(attributes.same("pre_norm", 1))
-    kind = family(model_bin, tokens, pre_norm, "src_embed.norm.weight" in held)
+    heads = int(attributes.same("num_heads", HEADS_OF_SPEC.get(model_bin.spec)) or 0)
+    t5 = t5_switches(model_bin, held, heads, d_model, tokens.norm_eps)
+    kind = family(model_bin, tokens, pre_norm, "src_embed.norm.weight" in held, t5["positions"] == "relative")
     check_vocabularies(held, source, target, where)
     recipes = recipes_for(held, kind, len(target))
-    positions = position_rows(held, where)
     scale = attributes.embed_scale("encoder", d_model)
     if scale != attributes.embed_scale("decoder", d_model):
         raise ModelError(f"{where}: the encoder's and decoder's embedding scales differ, which is not supported")
-    if tokens.decoder_start is None and kind != "marian":
-        raise ModelError(
-            f"{path}/config.json: decoder_start_token null (mBART-25's: the user's start) is not supported"
-        )
-    start = len(target) if kind == "marian" else target.id(tokens.decoder_start, "decoder_start_token", where)
+    if kind == "marian":
+        start = len(target)  # our zero start row
+    elif tokens.decoder_start is None:  # the job's target tag starts (Ct2Loaded); until then, </s>
+        start = target.id(tokens.eos, "eos_token", where)
+    else:
+        start = target.id(tokens.decoder_start, "decoder_start_token", where)
     try:
         cfg = TransformerConfig(
             src_vocab_size=recipe_shape(recipes["src_embed.tokens.weight"], model_bin.shapes)[0],
             tgt_vocab_size=len(target) + (kind == "marian"),
             d_model=d_model,
-            heads=int(attributes.same("num_heads", HEADS_OF_SPEC.get(model_bin.spec)) or 0),
+            heads=heads,
             encoder_layers=layer_count(model_bin, "encoder"),
             decoder_layers=layer_count(model_bin, "decoder"),
             ffn_dim=held["encoder_layers.0.ffn.up.weight"].shape[0],
@@ -172,16 +200,12 @@ def model_config(
             pre_norm=pre_norm,
             encoder_final_norm="encoder_norm.weight" in held,
             decoder_final_norm="decoder_norm.weight" in held,
-            positions="learned" if positions else "sinusoidal_fairseq",
-            position_offset=0 if positions else 1,  # CTranslate2's sinusoids start at position 1
-            max_positions=positions or MAX_POSITIONS,
             embed_scale=scale,
             layernorm_embedding="src_embed.norm.weight" in held,
             share_embeddings="tgt_embed.tokens.weight" not in recipes,
             tie_output="output.weight" not in recipes,
             final_logits_bias="output.bias" in recipes,
             bias=any(name.endswith("bias") and ("attn." in name or ".ffn." in name) for name in held),
-            norm_eps=tokens.norm_eps or 1e-5,  # CTranslate2's for a norm with a bias
             pad_id=next((target.ids[p] for p in PADDING if p in target.ids), start),
             unk_id=target.id(tokens.unk, "unk_token", where),
             bos_id=target.ids.get(tokens.bos, start),
@@ -189,10 +213,45 @@ def model_config(
             decoder_start_id=start,
             alignment_layer=int(attributes.get("decoder", "alignment_layer", -1) or 0),
             alignment_heads=int(attributes.get("decoder", "alignment_heads", 1) or 0),
+            **t5,
         )
     except ValueError as e:
         raise ModelError(f"{where}: {e}") from None
     return cfg, recipes, kind
+
+
+def t5_switches(
+    model_bin: ModelBin, held: dict[str, Variable], heads: int, d_model: int, norm_eps: float | None
+) -> dict[str, Any]:
+    """The positions, norms, feed-forward, heads and scales (TransformerConfig's fields): T5's
+    where the spec has its variables (ct2_t5.py), else the stored position table or CTranslate2's
+    sinusoids, layer norms, plain feed-forward, scaled queries."""
+    where = model_bin.path
+    layers = {side: layer_count(model_bin, side) for side in ("encoder", "decoder")}
+    relative = ct2_t5.relative_positions(model_bin, layers)
+    positions: dict[str, Any]
+    if relative is not None:
+        buckets, distance = relative
+        positions = dict(positions="relative", relative_buckets=buckets, relative_max_distance=distance)
+        positions["max_positions"] = LIMITS["max_positions"]  # no table, so no end: TransformerConfig's bound
+    else:
+        rows = position_rows(held, where)
+        positions = dict(
+            positions="learned" if rows else "sinusoidal_fairseq",
+            position_offset=0 if rows else 1,  # CTranslate2's sinusoids start at position 1
+            max_positions=rows or MAX_POSITIONS,
+        )
+    norm = ct2_t5.norm_kind(held, where)
+    width = ct2_t5.head_dim(held, heads, d_model, where)
+    return dict(
+        positions,
+        norm=norm,
+        norm_eps=norm_eps or (1e-5 if norm == "layernorm" else 1e-6),  # CTranslate2's, with a beta or without
+        gated_ffn=ct2_t5.gated(held, sum(layers.values()), where),
+        head_dim=width,
+        scale_queries=ct2_t5.scales_queries(model_bin, width or d_model // max(heads, 1)),
+        output_scale=ct2_t5.output_scale(model_bin),
+    )
 
 
 def check_vocabularies(held: dict[str, Variable], source: Vocabulary, target: Vocabulary, where: str) -> None:
@@ -218,6 +277,7 @@ def position_rows(held: dict[str, Variable], where: str) -> int | None:
 def recipes_for(held: dict[str, Variable], kind: str, target_rows: int) -> dict[str, tuple[Piece, ...]]:
     """Our parameters from the stored variables (shared and tied ones given once): a linear bias
     the spec leaves out where others are stored (OpenNMT-py's attention without biases) is zeros;
+    a gated feed-forward's two first layers are one (gate_up: linear_0, the activated one, first);
     a Marian decoder's zero start row is appended to the target embeddings and the output, whose
     bias for it no softmax weighs (NEVER)."""
     recipes: dict[str, tuple[Piece, ...]] = {ours: (Piece(variable.name),) for ours, variable in held.items()}
@@ -230,6 +290,11 @@ def recipes_for(held: dict[str, Variable], kind: str, target_rows: int) -> dict[
         del recipes["tgt_embed.tokens.weight"]
     if output == target:
         del recipes["output.weight"]
+    for name in [n for n in recipes if n.endswith(".ffn.noact.weight")]:  # gated: [linear_0; linear_0_noact]
+        layer = name.removesuffix("noact.weight")
+        for p in ("weight", "bias"):
+            if f"{layer}noact.{p}" in recipes:
+                recipes[f"{layer}gate_up.{p}"] = recipes.pop(f"{layer}up.{p}") + recipes.pop(f"{layer}noact.{p}")
     if kind == "marian":
         for name in ("tgt_embed.tokens.weight" if target != source else "src_embed.tokens.weight", "output.weight"):
             if name in recipes:

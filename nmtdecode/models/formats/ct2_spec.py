@@ -17,6 +17,10 @@ under `encoder/` and `decoder/`):
     {side}/layer_N/{self_attention,attention,ffn}/layer_norm   each block's norm
     {side}/layer_N/ffn/linear_0, linear_1                the feed-forward's two layers
     decoder/projection/{weight,bias}                     the output (tied: an alias of the embeddings)
+
+and T5's (ct2_t5.py): `relative_attention_bias` and its max distance in the self-attentions,
+norms with a `gamma` only (RMS), `ffn/linear_0_noact` (a gated feed-forward), `queries_scale`,
+`decoder/scale_outputs`.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import re
 
 from ..architecture import check_limit
 from ..checkpoint import ModelError
+from . import ct2_t5
 from .ct2_binary import ModelBin, Variable
 from .marian_weights import Piece
 from ...options.bounded import shown
@@ -45,12 +50,6 @@ UNSUPPORTED = {
     "input_layer_norm": "parallel residual connections",
     "layer_scalar": "scaled layer outputs",
     "memory_kv": "merged encoder attention",
-    # T5 (CTranslate2's T5 converter) once our Transformer computes it (branch 54-t5): its relative
-    # attention bias, RMS norms (a gamma without beta), gated feed-forward and scaled outputs map here.
-    "relative_attention_bias": "T5's relative attention bias (T5 folders are not read yet)",
-    "linear_0_noact": "a gated feed-forward (T5 v1.1, gated activations)",
-    "scale_outputs": "scaled decoder outputs (T5)",
-    "queries_scale": "a query scale of its own (T5)",
 }
 # Attributes whose value must be this one (or unset) for our Transformer to compute the model.
 FIXED = {
@@ -64,7 +63,8 @@ KNOWN = re.compile(
     r"((encoder|decoder)/)?(num_heads|pre_norm|activation|embeddings_merge|alignment_layer|alignment_heads|"
     r"scale_embeddings|start_from_zero_embedding|alibi_use_positive_positions|scale_alibi|multi_query_attention|"
     r"alibi|sliding_window|final_logit_softcapping)|(encoder|decoder)/embeddings(_0)?/multiply_by_sqrt_depth|"
-    r"(unk|bos|eos)_token|with_source_bos|with_source_eos|with_target_bos|user_decoder_start_tokens"
+    r"(unk|bos|eos)_token|with_source_bos|with_source_eos|with_target_bos|user_decoder_start_tokens|"
+    rf"decoder/scale_outputs|{ct2_t5.READ.pattern}"
 )
 
 
@@ -138,6 +138,7 @@ def weight_names(model_bin: ModelBin, encoder_layers: int, decoder_layers: int) 
     )
     for side, embed in (("encoder", "src_embed"), ("decoder", "tgt_embed")):
         names[f"{embed}.positions.weight"] = f"{side}/position_encodings/encodings"
+        names[f"{side}_bias.embedding.weight"] = f"{side}/layer_0/self_attention/{ct2_t5.BIAS}"
         names.update(_norm(f"{embed}.norm", f"{side}/layernorm_embedding"))
         names.update(_norm(f"{side}_norm", f"{side}/layer_norm"))
     for i in range(encoder_layers):
@@ -167,8 +168,11 @@ def _norm(ours: str, theirs: str) -> dict[str, str]:
 
 
 def _feed_forward(ours: str, theirs: str) -> dict[str, str]:
+    """A gated feed-forward's second first layer (`linear_0_noact`) is `noact` here: recipes_for
+    joins it to `up` (linear_0) as our gate_up."""
     return {
         **_linears(f"{ours}.ffn", f"{theirs}/ffn", ("up", "down")),
+        **{f"{ours}.ffn.noact.{p}": f"{theirs}/ffn/linear_0_noact/{p}" for p in ("weight", "bias")},
         **_norm(f"{ours}.ffn_block.norm", f"{theirs}/ffn/layer_norm"),
     }
 
@@ -196,6 +200,4 @@ def held_weights(model_bin: ModelBin) -> dict[str, Variable]:
     ):
         if needed not in found:
             raise ModelError(f"{model_bin.path}: no {names[needed]}: not a Transformer's variables")
-    if "encoder_layers.0.attn_block.norm.bias" not in found:
-        raise ModelError(f"{model_bin.path}: layer norms without a bias (RMS norms, T5's) are not supported")
     return found

@@ -6,16 +6,21 @@ a carriage return ending every line dropped), each piece's id its position. As C
 them (src/vocabulary.cc), a piece listed twice keeps its first id, and `<unk>` is appended when
 missing.
 
-Text is cut into those pieces by a SentencePiece model: the one `--tokenizer` names (a file, or a
-folder holding one), else one found in the folder or beside it, as Argos Translate packages keep
-`sentencepiece.model` next to `model/` (`SENTENCEPIECE_NAMES`). Without one, a line is its pieces
-separated by spaces, and a hypothesis its pieces joined by spaces, as CTranslate2's translate_file
-reads and writes them. Pieces given as a list (the Python API, nmtdecode.compat.ctranslate2) are
-taken as CTranslate2 takes them: the config's `add_source_bos`/`add_source_eos` and nothing else.
-Text follows the conventions of the model's family (`SourceFrame`): a converted Marian model reads
-`</s>` after the source (and `>>xx<<` first for --tgt-lang); BART `<s>` before it and `</s>` after;
-mBART-50, M2M100 and NLLB the source's language tag first (--src-lang) and `</s>` after, and
---tgt-lang forces the target's tag first; other models the config's flags.
+Text is cut into those pieces by a SentencePiece model or a Hugging Face `tokenizer.json` (byte-level
+BPE: BART's, mBART's and others' that are not SentencePiece; the optional `tokenizers` library):
+the one `--tokenizer` names (a file, or a folder holding one), else one found in the folder or
+beside it, as Argos Translate packages keep `sentencepiece.model` next to `model/`
+(`SENTENCEPIECE_NAMES`, then `tokenizer.json`, as `ct2-transformers-converter --copy_files` puts it
+in the folder). The pieces it cuts are looked up in the folder's vocabulary, and a hypothesis's
+pieces are joined by it. Without one, a line is its pieces separated by spaces, and a hypothesis
+its pieces joined by spaces, as CTranslate2's translate_file reads and writes them. Pieces given
+as a list (the Python API, nmtdecode.compat.ctranslate2) are taken as CTranslate2 takes them: the
+config's `add_source_bos`/`add_source_eos` and nothing else. Text follows the conventions of the
+model's family (`SourceFrame`): a converted Marian model reads `</s>` after the source (and
+`>>xx<<` first for --tgt-lang); BART `<s>` before it and `</s>` after; mBART-50, M2M100 and NLLB
+the source's language tag first (--src-lang) and `</s>` after, and --tgt-lang forces the target's
+tag first; T5 `</s>` after it (MADLAD-400: `<2xx>` first for --tgt-lang xx); other models the
+config's flags.
 """
 
 from __future__ import annotations
@@ -28,17 +33,20 @@ from typing import Any, Iterable
 
 from ...options.config import ConfigError
 from ..checkpoint import ModelError, note_read
-from .hf_tokenizers import HFTokenizer, _Pieces
+from .hf_tokenizers import HFTokenizer, _Pieces, _read_tokenizer_json, _TokenizerJson
 from .marian_yaml import MAX_BYTES, MAX_ENTRIES
 
 # The files of each side, in CTranslate2's order of looking (sequence_to_sequence.cc).
 SHARED, SOURCE, TARGET = "shared_vocabulary", "source_vocabulary", "target_vocabulary"
 # SentencePiece models looked for in the folder, then in the folder above it: one for both sides,
 # or OPUS-MT's pair.
-SENTENCEPIECE_NAMES = ("sentencepiece.model", "sentencepiece.bpe.model", "spm.model")
+SENTENCEPIECE_NAMES = ("sentencepiece.model", "sentencepiece.bpe.model", "spm.model", "spiece.model")
 SENTENCEPIECE_PAIR = ("source.spm", "target.spm")
+TOKENIZER_JSON = "tokenizer.json"  # a Hugging Face tokenizer (the `tokenizers` library reads it)
 # Language tags in a vocabulary: M2M100's __de__, NLLB's deu_Latn, mBART-50's de_DE; Marian's >>de<<.
 TAGS = {"m2m100": re.compile(r"__([a-z]{2,3})__"), "nllb": re.compile(r"[a-z]{3}_[A-Z][a-z]{3}")}
+MADLAD_TAG = re.compile(r"<2(.+)>")  # MADLAD-400's target languages: <2de>, <2zh_Latn>
+SENTINEL = re.compile(r"<extra_id_\d+>")  # T5's
 MBART_TAG = re.compile(r"[a-z]{2}_[A-Z]{2}")
 MARIAN_TAG = re.compile(r">>(.+)<<")
 PADDING = ("<pad>", "<blank>")  # never text: OpenNMT-py's <blank>, the others' <pad>
@@ -113,16 +121,19 @@ def vocabularies(path: str, unk: str) -> tuple[Vocabulary, Vocabulary]:
     return Vocabulary(source, unk), Vocabulary(target, unk)
 
 
-def find_sentencepiece(folder: str, given: str | None) -> tuple[str, str] | None:
-    """The (source, target) SentencePiece models: `given`'s (a model file, or a folder holding
-    one), else the folder's or the one above it; None when there is none."""
+def find_tokenizer(folder: str, given: str | None) -> tuple[str, str] | None:
+    """The (source, target) files that cut text: SentencePiece models, or one tokenizer.json for
+    both; `given`'s (a file, or a folder holding one), else the folder's or the one above it; None
+    when there is none."""
     if given is not None:
         if os.path.isfile(given):
             return given, given
         found = _in(given) if os.path.isdir(given) else None
         if found is None:
-            names = ", ".join((*SENTENCEPIECE_NAMES, " and ".join(SENTENCEPIECE_PAIR)))
-            raise ConfigError(f"tokenizer: {given} is not a SentencePiece model nor a folder holding one ({names})")
+            names = ", ".join((*SENTENCEPIECE_NAMES, " and ".join(SENTENCEPIECE_PAIR), TOKENIZER_JSON))
+            raise ConfigError(
+                f"tokenizer: {given} is not a SentencePiece model or tokenizer.json, nor a folder holding one ({names})"
+            )
         return found
     return _in(folder) or _in(os.path.dirname(os.path.abspath(folder)))
 
@@ -131,10 +142,44 @@ def _in(folder: str) -> tuple[str, str] | None:
     pair = [os.path.join(folder, name) for name in SENTENCEPIECE_PAIR]
     if all(os.path.isfile(p) for p in pair):
         return pair[0], pair[1]
-    single = next(
-        (os.path.join(folder, n) for n in SENTENCEPIECE_NAMES if os.path.isfile(os.path.join(folder, n))), None
-    )
+    names = (*SENTENCEPIECE_NAMES, TOKENIZER_JSON)
+    single = next((os.path.join(folder, n) for n in names if os.path.isfile(os.path.join(folder, n))), None)
     return None if single is None else (single, single)
+
+
+def _is_tokenizer_json(path: str) -> bool:
+    """A tokenizer.json (a JSON object: `{` first), not a SentencePiece model (a protobuf)."""
+    with open(path, "rb") as f:
+        return f.read(64).lstrip()[:1] == b"{"
+
+
+class _JsonPieces:
+    """A Hugging Face tokenizer.json cutting text into pieces that the folder's vocabulary numbers
+    (a piece it lacks: <unk>), and joining a hypothesis's pieces into text (the backend protocol
+    of hf_tokenizers). Its own ids are not used: the vocabulary's are the model's."""
+
+    def __init__(self, tokenizer: _TokenizerJson, vocabulary: Vocabulary, unk_id: int) -> None:
+        self.tokenizer, self.vocabulary, self.unk_id = tokenizer, vocabulary, unk_id
+        self.marks_words = tokenizer.marks_words  # hf_tokenizers.HFTokenizer.word_marker
+
+    def ids(self, text: str) -> list[int]:
+        return [self.vocabulary.ids.get(p, self.unk_id) for p in self.tokenizer.split_pieces(text)]
+
+    def split_pieces(self, text: str) -> list[str]:
+        return self.tokenizer.split_pieces(text)
+
+    def id(self, piece: str) -> int | None:
+        return self.vocabulary.ids.get(piece)
+
+    def piece(self, i: int) -> str | None:
+        return self.vocabulary.tokens[i] if 0 <= i < len(self.vocabulary) else None
+
+    def identity(self) -> tuple:
+        return ("tokenizer.json", self.tokenizer.identity(), tuple(self.vocabulary.tokens))
+
+    def text(self, ids: list[int]) -> str:
+        own = (self.tokenizer.id(p) for p in map(self.piece, ids) if p is not None)
+        return self.tokenizer.text([i for i in own if i is not None])
 
 
 class _SpacedPieces:
@@ -168,9 +213,10 @@ class SourceFrame:
     """What goes around a source: pieces get the config's flags (`bos`, `eos`), as CTranslate2
     takes them; text gets its family's frame too (see the module's docstring)."""
 
-    family: str  # marian, bart, fairseq, transformer
+    family: str  # marian, bart, fairseq, t5, transformer
     bos: bool  # the config's add_source_bos
     eos: bool  # the config's add_source_eos
+    user_start: bool = False  # config.json's decoder_start_token is null: the target's tag starts
 
 
 class Ct2Tokenizer(HFTokenizer):
@@ -185,6 +231,12 @@ class Ct2Tokenizer(HFTokenizer):
         self.frame, self.bos_id, self.source_unk = frame, bos_id, source_unk
         super().__init__(source, target=target, **kw)
 
+    @property
+    def user_start(self) -> bool:
+        """Whether the target language's tag starts the decoder (config.json's decoder_start_token
+        null): nmtdecode.compat.ctranslate2 takes it from each target prefix's first token."""
+        return self.frame.user_start
+
     def set_languages(self, src_lang: str | None, tgt_lang: str | None) -> int | None:
         """The family's frame around text (see the module), the config's flags at least; returns
         the target tag to force first (M2M100, NLLB, mBART-50)."""
@@ -197,11 +249,31 @@ class Ct2Tokenizer(HFTokenizer):
             )
             self.before, self.after = [self._tag("tgt_lang", tgt_lang)] if tgt_lang else [], [self.eos_id]
             return None
-        forced = self._tag("tgt_lang", tgt_lang) if tgt_lang else None
+        if family == "t5":  # MADLAD-400 reads <2xx> before the source; nothing is forced
+            if src_lang:
+                raise ConfigError("src_lang: T5 models have no source-language tag (MADLAD-400: --tgt-lang)")
+            self.before, self.after = [self._tag("tgt_lang", tgt_lang)] if tgt_lang else [], [self.eos_id]
+            return None
+        forced = self._tag("tgt_lang", tgt_lang) if tgt_lang and not self.frame.user_start else None
         tag = [self._tag("src_lang", src_lang)] if src_lang else []
         bos, eos = self.frame.bos or family == "bart", self.frame.eos or family in ("bart", "fairseq")
-        self.before, self.after = ([self.bos_id] if bos else []) + tag, [self.eos_id] if eos else []
+        self.before = ([self.bos_id] if bos else []) + ([] if self.tag_at_end else tag)
+        self.after = ([self.eos_id] if eos else []) + (tag if self.tag_at_end else [])
         return forced
+
+    def decoder_start_for(self, tgt_lang: str | None) -> int | None:
+        """The decoder start the target language gives where config.json leaves it to the user
+        (null: mBART-25's, as CTranslate2 takes each target prefix's first token), else None."""
+        if not self.frame.user_start:
+            return None
+        if not tgt_lang:
+            codes = list(self.languages)
+            raise ConfigError(
+                "tgt_lang: this model starts decoding with the target language's tag (config.json's "
+                f"decoder_start_token is null, as mBART-25's): give one of {', '.join(codes[:12])}"
+                f"{', ...' if len(codes) > 12 else ''}"
+            )
+        return self._tag("tgt_lang", tgt_lang)
 
     def _given(self) -> tuple[list[int], list[int]]:
         return [self.bos_id] if self.frame.bos else [], [self.eos_id] if self.frame.eos else []
@@ -222,8 +294,9 @@ class Ct2Tokenizer(HFTokenizer):
 
 def languages(family: str, target: Vocabulary) -> tuple[dict[str, int], str]:
     """The language tags of the target vocabulary, code -> id, and how a code is spelt as a piece."""
-    if family == "marian":
-        return {m.group(1): i for t, i in target.ids.items() if (m := MARIAN_TAG.fullmatch(t))}, ">>{}<<"
+    if family in ("marian", "t5"):
+        pattern, spelling = (MARIAN_TAG, ">>{}<<") if family == "marian" else (MADLAD_TAG, "<2{}>")
+        return {m.group(1): i for t, i in target.ids.items() if (m := pattern.fullmatch(t))}, spelling
     if family != "fairseq":
         return {}, "{}"
     m2m100 = {m.group(1): i for t, i in target.ids.items() if (m := TAGS["m2m100"].fullmatch(t))}
@@ -245,18 +318,28 @@ def make_tokenizer(
 ) -> Ct2Tokenizer:
     """The folder's tokenizer; `specials`: bos, eos, unk, start -> target ids; `ours`: ids of our
     own (Marian's zero start row), never text."""
-    models = find_sentencepiece(folder, given)
+    files = find_tokenizer(folder, given)
     source_unk = source.ids[unk]
-    source_side: _SpacedPieces | _Pieces
-    target_side: _SpacedPieces | _Pieces
-    if models is None:
+    source_side: _SpacedPieces | _Pieces | _JsonPieces
+    target_side: _SpacedPieces | _Pieces | _JsonPieces
+    if files is None:
         source_side, target_side = _SpacedPieces(source, source_unk), _SpacedPieces(target, specials["unk"])
+    elif _is_tokenizer_json(note_read(files[0])):
+        pipeline = _read_tokenizer_json(files[0])
+        source_side, target_side = (
+            _JsonPieces(pipeline, source, source_unk),
+            _JsonPieces(pipeline, target, specials["unk"]),
+        )
     else:
         marian = frame.family == "marian"
-        source_side = _Pieces(models[0], source.ids, source_unk, {}, marian=marian)
-        target_side = _Pieces(models[1], target.ids, specials["unk"], {}, marian=marian)
+        source_side = _Pieces(files[0], source.ids, source_unk, {}, marian=marian)
+        target_side = _Pieces(files[1], target.ids, specials["unk"], {}, marian=marian)
     tags, spelling = languages(frame.family, target)
+    # mBART-25's source tag follows the source (its tokenizer's `X </s> en_XX`)
+    tag_at_end = frame.user_start and bool(tags) and all(MBART_TAG.fullmatch(code) for code in tags)
     padding = {target.ids[p] for p in PADDING if p in target.ids}
+    if frame.family == "t5":  # its sentinels, left out of text as transformers' decode leaves them
+        padding |= {i for t, i in target.ids.items() if SENTINEL.fullmatch(t)}
     tokenizer = Ct2Tokenizer(
         source_side,
         target_side,
@@ -268,10 +351,12 @@ def make_tokenizer(
         special_ids={*specials.values(), *padding, *ours},
         languages=tags,
         tag_piece=spelling,
+        tag_at_end=tag_at_end,
     )
+    kind = "tokenizer.json" if isinstance(source_side, _JsonPieces) else "SentencePiece"
     tokenizer.cuts_text = (
-        "none found: a line is its pieces separated by spaces (--tokenizer names a SentencePiece model)"
-        if models is None
-        else " and ".join(dict.fromkeys(models)) + " (SentencePiece)"
+        "none found: a line is its pieces separated by spaces (--tokenizer: a SentencePiece model, tokenizer.json)"
+        if files is None
+        else f"{' and '.join(dict.fromkeys(files))} ({kind})"
     )
     return tokenizer

@@ -315,7 +315,7 @@ def generation_settings(gen: dict, cfg: TransformerConfig) -> tuple[dict, ModelR
     forced_eos = gen.get("forced_eos_token_id")
     if forced_eos not in (None, cfg.eos_id):
         raise ModelError(f"forced_eos_token_id {forced_eos} differs from eos_token_id {cfg.eos_id}: not supported")
-    rules = ModelRules(tuple(banned), gen.get("forced_bos_token_id"), forced_eos is not None)
+    rules = ModelRules(tuple(banned), forced_bos_id=gen.get("forced_bos_token_id"), forced_eos=forced_eos is not None)
     return defaults, rules
 
 

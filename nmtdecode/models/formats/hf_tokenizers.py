@@ -272,16 +272,17 @@ class _TokenizerJson:
         return self.tok.decode(ids, skip_special_tokens=True)
 
 
-def _tokenizers_library() -> ModuleType:
+def _tokenizers_library(path: str) -> ModuleType:
+    """The optional `tokenizers` library (the `tokenizers` extra), which the tokenizer at `path` needs."""
     try:
         import tokenizers
     except ImportError:
-        raise ModelError("this tokenizer needs the `tokenizers` library: pip install tokenizers") from None
+        raise ModelError(f"{path} needs the `tokenizers` library: pip install tokenizers") from None
     return tokenizers
 
 
 def _read_tokenizer_json(path: str) -> _TokenizerJson:
-    tokenizers = _tokenizers_library()
+    tokenizers = _tokenizers_library(path)
     try:
         return _TokenizerJson(tokenizers.Tokenizer.from_file(note_read(path)))
     except Exception as e:  # the library raises plain Exceptions for bad files
@@ -622,7 +623,7 @@ def _bart(path: str, config: dict) -> HFTokenizer:
 def _byte_level_bpe(
     vocab_file: str, merges_file: str, specials: Iterable[str], add_prefix_space: bool
 ) -> _TokenizerJson:
-    tokenizers = _tokenizers_library()
+    tokenizers = _tokenizers_library(vocab_file)
     try:
         tok = tokenizers.Tokenizer(tokenizers.models.BPE.from_file(note_read(vocab_file), note_read(merges_file)))
     except Exception as e:

@@ -60,9 +60,12 @@ def quantized(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def spec_variables(model, int8: bool = False) -> tuple[dict, dict]:
-    """Our model's weights under a TransformerSpec's names, and the aliases of the tied ones."""
+    """Our model's weights under a TransformerSpec's names (T5's switches too: relative positions,
+    RMS norms, a gated feed-forward, unscaled queries, scaled outputs), and the aliases of the tied
+    and shared ones."""
     cfg, state = model.cfg, {k: v.detach().float() for k, v in model.state_dict().items()}
     variables: dict = {}
+    aliases: dict = {}
     for side, embed, stack in (("encoder", "src_embed", "encoder_layers"), ("decoder", "tgt_embed", "decoder_layers")):
         variables[f"{side}/num_heads"] = torch.tensor(cfg.heads, dtype=torch.int16)
         variables[f"{side}/pre_norm"] = cfg.pre_norm
@@ -70,8 +73,9 @@ def spec_variables(model, int8: bool = False) -> tuple[dict, dict]:
             {"relu": 0, "gelu_tanh": 1, "silu": 2, "gelu": 3}[cfg.activation], dtype=torch.int8
         )
         variables[f"{side}/scale_embeddings"] = cfg.embed_scale
-        table = getattr(model, embed).position_table().detach().float()[cfg.position_offset :]
-        variables[f"{side}/position_encodings/encodings"] = table.contiguous()
+        if cfg.positions != "relative":
+            table = getattr(model, embed).position_table().detach().float()[cfg.position_offset :]
+            variables[f"{side}/position_encodings/encodings"] = table.contiguous()
         if cfg.layernorm_embedding:
             _norm(variables, f"{side}/layernorm_embedding", state, f"{embed}.norm")
         if getattr(cfg, f"{side}_final_norm"):
@@ -86,14 +90,22 @@ def spec_variables(model, int8: bool = False) -> tuple[dict, dict]:
                 for n, part in enumerate(("q", "kv", "out")):
                     _linear(variables, f"{theirs}/attention/linear_{n}", state, f"{ours}.cross_attn.{part}", int8)
                 _norm(variables, f"{theirs}/attention/layer_norm", state, f"{ours}.cross_block.norm")
-            _linear(variables, f"{theirs}/ffn/linear_0", state, f"{ours}.ffn.up", int8)
+            if cfg.gated_ffn:  # gate_up: [linear_0 (activated); linear_0_noact]
+                gate, up = state[f"{ours}.ffn.gate_up.weight"].chunk(2)
+                state[f"{ours}.ffn.gate.weight"], state[f"{ours}.ffn.up.weight"] = gate, up
+                _linear(variables, f"{theirs}/ffn/linear_0", state, f"{ours}.ffn.gate", int8)
+                _linear(variables, f"{theirs}/ffn/linear_0_noact", state, f"{ours}.ffn.up", int8)
+            else:
+                _linear(variables, f"{theirs}/ffn/linear_0", state, f"{ours}.ffn.up", int8)
             _linear(variables, f"{theirs}/ffn/linear_1", state, f"{ours}.ffn.down", int8)
             _norm(variables, f"{theirs}/ffn/layer_norm", state, f"{ours}.ffn_block.norm")
+        aliases.update(_t5_attention(variables, cfg, state, side, getattr(cfg, stack)))
     variables["encoder/embeddings_merge"] = torch.tensor(0, dtype=torch.int8)
     variables["decoder/alignment_layer"] = torch.tensor(cfg.alignment_layer, dtype=torch.int16)
     variables["decoder/alignment_heads"] = torch.tensor(cfg.alignment_heads, dtype=torch.int16)
     _linear(variables, "decoder/embeddings", state, "tgt_embed.tokens", int8)
-    aliases = {}
+    if cfg.output_scale != 1.0:
+        variables["decoder/scale_outputs"] = cfg.output_scale
     if cfg.share_embeddings:
         aliases["encoder/embeddings_0/weight"] = "decoder/embeddings/weight"
     else:
@@ -118,7 +130,30 @@ def _linear(variables: dict, theirs: str, state: dict, ours: str, int8: bool) ->
 
 
 def _norm(variables: dict, theirs: str, state: dict, ours: str) -> None:
-    variables[f"{theirs}/gamma"], variables[f"{theirs}/beta"] = state[f"{ours}.weight"], state[f"{ours}.bias"]
+    """A layer norm's gamma and beta; an RMS norm's gamma alone."""
+    variables[f"{theirs}/gamma"] = state[f"{ours}.weight"]
+    if f"{ours}.bias" in state:
+        variables[f"{theirs}/beta"] = state[f"{ours}.bias"]
+
+
+def _t5_attention(variables: dict, cfg, state: dict, side: str, layers: int) -> dict:
+    """T5's attention variables, as its converter writes them: the relative attention bias in the
+    first layer (the others' aliases of it) with each layer's max distance, and queries_scale 1
+    in every attention where scores are not scaled. Returns the aliases."""
+    aliases = {}
+    for i in range(layers):
+        if cfg.positions == "relative":
+            bias = f"{side}/layer_{i}/self_attention/relative_attention_bias"
+            if i == 0:
+                variables[bias] = state[f"{side}_bias.embedding.weight"]
+            else:
+                aliases[bias] = f"{side}/layer_0/self_attention/relative_attention_bias"
+            distance = torch.tensor(cfg.relative_max_distance, dtype=torch.int32)
+            variables[f"{side}/layer_{i}/self_attention/relative_attention_max_distance"] = distance
+        if not cfg.scale_queries:
+            for attention in ("self_attention", "attention") if side == "decoder" else ("self_attention",):
+                variables[f"{side}/layer_{i}/{attention}/queries_scale"] = 1.0
+    return aliases
 
 
 def write_folder(path, model, tokens: list[str], int8: bool = False, **config):

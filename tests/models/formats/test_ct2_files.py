@@ -21,12 +21,27 @@ from nmtdecode.models.placement import Placement
 from nmtdecode.models.quantize import Int8Embedding, Int8TiedOutput
 from nmtdecode.options.config import ConfigError
 
-from tests.helpers import EOS, REPO, random_sources, tiny_transformer, train_sentencepiece
+from tests.helpers import EOS, REPO, T5_LIKE, random_sources, tiny_transformer, train_sentencepiece
 from tests.models.formats.ct2_files import quantized, spec_variables, write_folder, write_model_bin
 from tests.models.test_inspect import assert_inspect_matches_the_loaded_model
 
 VOCAB = 48
 DEMO = REPO / "data" / "demo"
+SWITCHES = ("pre_norm", "share_embeddings", "tie_output", "layernorm_embedding", "embed_scale", "activation")
+T5_SWITCHES = (
+    "norm",
+    "gated_ffn",
+    "head_dim",
+    "scale_queries",
+    "output_scale",
+    "relative_buckets",
+    "relative_max_distance",
+    "decoder_layers",
+    "norm_eps",
+)
+# T5-like switches as a T5 converted by CTranslate2 has them: shared embeddings, RMS norms of
+# epsilon 1e-6 (its default for a norm without a beta: config.json leaves it unset)
+T5 = {**T5_LIKE, "share_embeddings": True, "norm_eps": 1e-6}
 TOKENS = ["<blank>", "<unk>", "<s>", "</s>", *(f"w{i}" for i in range(4, VOCAB))]
 
 
@@ -42,24 +57,36 @@ def logits_of(model, source: list[int], target: list[int]) -> torch.Tensor:
         {},
         {"pre_norm": False, "encoder_final_norm": False, "decoder_final_norm": False, "activation": "gelu"},
         {"share_embeddings": True, "tie_output": False, "layernorm_embedding": True, "embed_scale": 2.5},
+        {**T5, "output_scale": 32**-0.5},
+        {**T5, "tie_output": False, "gated_ffn": False, "activation": "relu"},
     ],
-    ids=["pre-norm, tied output", "post-norm, gelu", "shared embeddings, own output, embedding norm"],
+    ids=[
+        "pre-norm, tied output",
+        "post-norm, gelu",
+        "shared embeddings, own output, embedding norm",
+        "T5 v1.0-like: gated, tied and scaled output",
+        "T5 v1.1-like: own output",
+    ],
 )
 def test_the_model_read_is_the_model_written(tmp_path, overrides):
     ours = tiny_transformer(seed=1, vocab=VOCAB, eos_bias=1.5, **overrides)
     loaded = load_model(str(write_folder(tmp_path / "ct2", ours, TOKENS)))
-    assert loaded.format == "ctranslate2/transformer" and model_format(str(tmp_path / "ct2")) == "ctranslate2"
-    for field in ("pre_norm", "share_embeddings", "tie_output", "layernorm_embedding", "embed_scale", "activation"):
-        assert getattr(loaded.model.cfg, field) == getattr(ours.cfg, field), field
+    t5 = ours.cfg.positions == "relative"
+    assert loaded.format == f"ctranslate2/{'t5' if t5 else 'transformer'}"
+    assert model_format(str(tmp_path / "ct2")) == "ctranslate2"
+    for field in (*SWITCHES, *(T5_SWITCHES if t5 else ())):
+        expected = getattr(ours.cfg, field)  # a float as CTranslate2 stores it: float32
+        assert getattr(loaded.model.cfg, field) == (pytest.approx(expected) if type(expected) is float else expected)
     for source in random_sources(4, VOCAB, seed=2):
         target = random_sources(1, VOCAB, seed=len(source))[0]
         torch.testing.assert_close(logits_of(loaded.model, source, target), logits_of(ours, source, target))
 
 
-def test_int8_rows_are_decoded_as_stored(tmp_path):
+@pytest.mark.parametrize("overrides", [{}, T5], ids=["transformer", "T5-like"])
+def test_int8_rows_are_decoded_as_stored(tmp_path, overrides):
     """An int8 folder on a CPU keeps CTranslate2's rows: the int8 layers hold the very bytes, with
     the reciprocal of its scales; where the placement names float products they are dequantized."""
-    ours = tiny_transformer(seed=1, vocab=VOCAB, eos_bias=1.5)
+    ours = tiny_transformer(seed=1, vocab=VOCAB, eos_bias=1.5, **overrides)
     path = write_folder(tmp_path / "ct2", ours, TOKENS, int8=True)
     loaded = load_model(str(path), placement=Placement(backend="auto"))
     assert loaded.gemm == "int8"
@@ -68,13 +95,12 @@ def test_int8_rows_are_decoded_as_stored(tmp_path):
     assert isinstance(embedding, Int8Embedding) and torch.equal(embedding.values, table)
     torch.testing.assert_close(embedding.scales, scale.reciprocal())
     assert isinstance(loaded.model.output, Int8TiedOutput) and loaded.model.output.embedding is embedding
-    up, (values, scales) = (
-        loaded.model.encoder_layers[0].ffn.up,
-        quantized(ours.encoder_layers[0].ffn.up.weight.detach()),
-    )
+    first = "gate_up" if ours.cfg.gated_ffn else "up"  # a gated layer's: linear_0 and linear_0_noact, joined
+    up = getattr(loaded.model.encoder_layers[0].ffn, first)
+    values, scales = quantized(getattr(ours.encoder_layers[0].ffn, first).weight.detach())
     assert torch.equal(up.embedding.values, values) and torch.allclose(up.embedding.scales, scales.reciprocal())
     dequantized = load_model(str(path), placement=Placement(backend="torch")).model
-    torch.testing.assert_close(dequantized.encoder_layers[0].ffn.up.weight, values / scales[:, None])
+    torch.testing.assert_close(getattr(dequantized.encoder_layers[0].ffn, first).weight, values / scales[:, None])
     source, target = [5, 9, 12, EOS], [7, 8]
     torch.testing.assert_close(
         logits_of(loaded.model, source, target), logits_of(ours, source, target), atol=0.15, rtol=0
@@ -125,6 +151,17 @@ def with_variable(name, value, *more):
     return change
 
 
+def without(name):
+    """A change of a folder: model.bin without the variable `name`."""
+
+    def change(path):
+        variables, aliases = spec_variables(tiny_transformer(vocab=VOCAB))
+        del variables[name]
+        write_model_bin(path / "model.bin", variables, aliases)
+
+    return change
+
+
 def with_config(**values):
     def change(path):
         config = json.loads((path / "config.json").read_text())
@@ -139,14 +176,28 @@ REFUSED = {  # case -> (a change of a good folder, what the one line says)
         "relative_position_keys (relative position representations (OpenNMT-py's max_relative_positions)) "
         "is not supported",
     ),
-    "T5": (
+    "a relative attention bias in one layer": (
         with_variable("encoder/layer_0/self_attention/relative_attention_bias", torch.zeros(32, 4)),
-        "T5's relative attention bias (T5 folders are not read yet)",
+        "only some of the encoder's layers have a relative attention bias",
     ),
-    "a gated feed-forward": (
+    "UMT5's relative attention bias in every layer": (
+        with_variable(
+            "encoder/layer_0/self_attention/relative_attention_bias",
+            torch.zeros(32, 4),
+            "encoder/layer_1/self_attention/relative_attention_bias",
+            torch.ones(32, 4),
+        ),
+        "the encoder's layers have relative attention biases of their own (UMT5's)",
+    ),
+    "some feed-forward layers gated": (
         with_variable("decoder/layer_1/ffn/linear_0_noact/weight", torch.zeros(64, 32)),
-        "a gated feed-forward",
+        "1 of the 4 feed-forward layers are gated",
     ),
+    "a query scale of its own": (
+        with_variable("encoder/layer_0/self_attention/queries_scale", 0.5),
+        "queries_scale ['0.5']: only 1 (T5's) or 1/sqrt(head width)",
+    ),
+    "a norm without its beta": (without("encoder/layer_1/ffn/layer_norm/beta"), "has no beta where others have one"),
     "an unknown variable": (
         with_variable("decoder/something_new", torch.zeros(3)),
         "variable decoder/something_new is not one this reader computes with",
@@ -169,7 +220,10 @@ REFUSED = {  # case -> (a change of a good folder, what the one line says)
         lambda p: write_model_bin(p / "model.bin", {}, revision=2),
         "TransformerSpec revision 2 is not read (revisions 3 to 7)",
     ),
-    "mBART-25's start": (with_config(decoder_start_token=None), "decoder_start_token null"),
+    "a start left to the user, without language tags": (
+        with_config(decoder_start_token=None),
+        "decoder_start_token null (each target prefix's first token starts the decoder) and no language tags",
+    ),
     "a start token not in the vocabulary": (
         with_config(decoder_start_token="<lang>"),
         "decoder_start_token '<lang>' is not in the vocabulary",
@@ -276,17 +330,21 @@ def test_tokenizer_names_the_sentencepiece_model(argos, tmp_path):
     expected = load_model(str(root / "model")).tokenizer.encode("good morning")
     for given in (root / "sentencepiece.model", root):
         assert load_model(str(bare), tokenizer=str(given)).tokenizer.encode("good morning") == expected
-    with pytest.raises(ConfigError, match="tokenizer: .* is not a SentencePiece model nor a folder holding one"):
+    with pytest.raises(
+        ConfigError, match="tokenizer: .* is not a SentencePiece model or tokenizer.json, nor a folder holding one"
+    ):
         load_model(str(bare), tokenizer=str(tmp_path / "nothing"))
     with pytest.raises(ConfigError, match="a native model, which brings its own tokenizer"):
         load_model(str(DEMO), tokenizer=str(root / "sentencepiece.model"))
 
 
-@pytest.mark.parametrize("int8", [False, True])
-def test_inspect_reads_a_folder_as_the_load_does(tmp_path, monkeypatch, int8):
-    path = write_folder(tmp_path / "ct2", tiny_transformer(vocab=VOCAB, eos_bias=1.0), TOKENS, int8=int8)
+@pytest.mark.parametrize("int8, overrides", [(False, {}), (True, {}), (False, T5), (True, T5)])
+def test_inspect_reads_a_folder_as_the_load_does(tmp_path, monkeypatch, int8, overrides):
+    model = tiny_transformer(vocab=VOCAB, eos_bias=1.0, **overrides)
+    path = write_folder(tmp_path / "ct2", model, TOKENS, int8=int8)
     summary = assert_inspect_matches_the_loaded_model(str(path), monkeypatch)
-    assert summary.format == "ctranslate2/transformer" and summary.defaults["early_stopping"] == "ctranslate2"
+    assert summary.format == f"ctranslate2/{'t5' if overrides else 'transformer'}"
+    assert summary.defaults["early_stopping"] == "ctranslate2"
 
 
 @pytest.mark.parametrize(
