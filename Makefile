@@ -28,8 +28,14 @@ lint: setup
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
+# An AVX2 CPU (no AVX-512, VNNI or BF16: AMD Zen 1-3, most Intel client chips) as torch, oneDNN and
+# fbgemm see one, on any newer CPU: their caps, read when torch loads (nmtdecode/models/cpu.py).
+EMULATE_AVX2 := ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 FBGEMM_ENABLE_INSTRUCTIONS=AVX2
+
+# everything, then the precision and kernel-choice tests again as an AVX2 CPU runs them
 test: setup browser
 	$(PY) -m pytest
+	$(EMULATE_AVX2) $(PY) -m pytest -q -m "precision and not subprocess and not parity"
 
 # tests/test_show.py renders `nmtdecode show`'s page in headless Chromium: installed with apt where
 # this runs as root (as CI does), else one line says what to install (the test fails without it).

@@ -51,6 +51,8 @@ from common import OUT, RESULTS, ROOT, timed as timed_once  # noqa: E402  (first
 from gpu_benchmark import benchmark, same, step_profile, timed  # noqa: E402
 from gpu_real_size import real_size  # noqa: E402
 
+from nmtdecode.models import cpu  # noqa: E402
+
 
 @dataclass
 class Sizes:
@@ -251,17 +253,25 @@ def cli_job(report: Report, device: torch.device, sizes: Sizes, out: str) -> tup
     src = os.path.join(out, "cli-test.en")
     with open(src, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
+    # float16 on a GPU; on a CPU (the dry run) the half precision it runs natively, if any (a CPU
+    # without its arithmetic refuses it: nmtdecode/models/cpu.py)
+    half = (
+        "float16"
+        if device.type == "cuda"
+        else next((p for p in ("float16", "bfloat16") if cpu.verdict(p).native), None)
+    )
     runs = {
         "float32": (device.type, src, []),
         "float32 --cuda-graphs off": (device.type, src, ["--cuda-graphs", "off"]),
         "float32 --search-on device": (device.type, src, ["--search-on", "device"]),
-        "float16": (device.type, src, ["--dtype", "float16"]),
+    }
+    if half:
+        runs[half] = (device.type, src, ["--dtype", half])
         # the same job again: a first job slower than the second is a cost of first use (the first
         # float16 job was 4-5x float32 on an H100 and an H200, torch 2.11, while the encoder ran
         # cuDNN's attention: docs/speed.md#gpus)
-        "float16 again": (device.type, src, ["--dtype", "float16"]),
-        "float16 --batch-size 128": (device.type, src, ["--dtype", "float16", "--batch-size", "128"]),
-    }
+        runs[f"{half} again"] = (device.type, src, ["--dtype", half])
+        runs[f"{half} --batch-size 128"] = (device.type, src, ["--dtype", half, "--batch-size", "128"])
     if device.type == "cuda":
         head = os.path.join(out, "cli-head.en")
         with open(head, "w", encoding="utf-8") as f:
@@ -313,7 +323,9 @@ def cli_job(report: Report, device: torch.device, sizes: Sizes, out: str) -> tup
         if len(outputs[label]) != n:
             raise RuntimeError(f"{label}: {len(outputs[label])} output lines for {n} input lines")
     agree = [
-        f"float16 agrees with float32 on {same(outputs['float16'], outputs['float32'])} lines",
+        f"{half} agrees with float32 on {same(outputs[half], outputs['float32'])} lines"
+        if half
+        else "no half precision runs natively on this CPU",
         f"--cuda-graphs off agrees on {same(outputs['float32 --cuda-graphs off'], outputs['float32'])} lines",
         f"--search-on device agrees on {same(outputs['float32 --search-on device'], outputs['float32'])} lines",
     ]

@@ -1,4 +1,4 @@
-"""Command line: `nmtdecode translate | score | inspect | show`.
+"""Command line: `nmtdecode translate | score | inspect | show | convert`.
 
 Thin by design: parse flags (each built from its option's declaration in options/table.py),
 layer them over the YAML file into a `Config`, call the library. OpenNMT-py's
@@ -25,6 +25,7 @@ import click
 
 from .jobs import signals
 from .options.config import (
+    DTYPE_ALIASES,
     KEY_SECTION,
     OPTIONS,
     PLAN_KEYS,
@@ -286,15 +287,61 @@ def score_config(file_values: dict, flags: dict) -> Config:
 @cli.command()
 @click.argument("paths", nargs=-1, metavar="PATH...")
 @click.option("--model", "-m", "models", multiple=True, help="Model directory (or give it as PATH); several: each.")
+@click.option(
+    "--device",
+    type=click.Choice(["cpu"]),
+    default=None,
+    help="cpu: the precisions this CPU runs natively and their kernels (or why one is refused); with a "
+    "model, the kernels chosen for it.",
+)
 @DEBUG
-def inspect(paths: tuple[str, ...], models: tuple[str, ...], debug: bool) -> None:
+def inspect(paths: tuple[str, ...], models: tuple[str, ...], device: str | None, debug: bool) -> None:
     """Show a model's format, architecture, vocabulary, stored dtype, target language and decoding
-    defaults; of several (an ensemble's), each in turn."""
-    if bool(paths) == bool(models):
+    defaults; of several (an ensemble's), each in turn. With --device cpu (a model optional): what
+    this CPU runs natively."""
+    if paths and models or not (paths or models or device):
         raise UsageError("inspect: give the model once, as --model PATH or as PATH (several: each in turn)")
-    from .models.inspect import describe
+    from .models.inspect import cpu_report, describe
 
-    click.echo("\n".join(describe(path) for path in paths or models))
+    given = paths or models
+    reports = [describe(path) for path in given]
+    if device == "cpu":
+        reports += [cpu_report(path) for path in given] or [cpu_report()]
+    click.echo("\n".join(reports))
+
+
+# `convert --quantize`'s precisions, with the spellings --dtype accepts (fp16, bf16, fp32)
+CONVERT_PRECISIONS = {"int8": "int8", "bfloat16": "bfloat16", "float16": "float16", "float32": "float32"}
+CONVERT_PRECISIONS |= {alias: name for alias, name in DTYPE_ALIASES.items() if name in CONVERT_PRECISIONS}
+
+
+@cli.command()
+@click.argument("model", metavar="MODEL")
+@click.option(
+    "--quantize",
+    "precision",
+    required=True,
+    type=click.Choice(list(CONVERT_PRECISIONS)),
+    help="The stored weights: int8 (one scale per row: the linear layers, the token embeddings and an "
+    "output projection of its own; the rest float32), bfloat16 (bf16), float16 (fp16) or float32.",
+)
+@click.option("--output", "-o", required=True, metavar="DIR", help="The new native model directory (must not exist).")
+@DEBUG
+def convert(model: str, precision: str, output: str, debug: bool) -> None:
+    """Write MODEL (any format nmtdecode reads) as a native model directory with its weights in one
+    precision, as CTranslate2's converters do. An int8 model loads by memory map without quantizing
+    again, and decodes in int8 on a CPU unless --gemm or --dtype asks for float products.
+
+    \b
+    Example:
+      nmtdecode convert opus-mt-en-de --quantize int8 --output opus-mt-en-de-int8
+    """
+    if os.path.lexists(output):
+        raise UsageError(f"convert: {output} exists; give --output a new directory")
+    from .models.convert import convert as convert_model
+
+    convert_model(model, output, CONVERT_PRECISIONS[precision])
+    say(f"nmtdecode: wrote {output} ({CONVERT_PRECISIONS[precision]})")
 
 
 @cli.command()

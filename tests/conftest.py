@@ -71,6 +71,20 @@ def lines_file(tmp_path):
     return write
 
 
+@pytest.fixture()
+def as_cpu(monkeypatch):
+    """`as_cpu(name)`: every kernel choice sees CPU class `name` of tests.helpers.CPUS (models/cpu.py's
+    `current`, the one place they ask) until the test ends."""
+    from nmtdecode.models import cpu
+    from tests.helpers import CPUS
+
+    def patch(name):
+        monkeypatch.setattr(cpu, "current", lambda: CPUS[name])
+        return CPUS[name]
+
+    return patch
+
+
 @dataclass
 class CliResult:
     """What `subprocess.run` would report: exit code, stdout and stderr (bytes, or str with text=True)."""

@@ -19,11 +19,37 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from nmtdecode.models.cpu import Capabilities
 from nmtdecode.models.transformer import Transformer, TransformerConfig
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 REPO = Path(__file__).resolve().parents[1]  # the repository's root
 DEMO = str(REPO / "data" / "demo")  # the bundled demo model
+
+
+def one_line(stderr: str) -> str:
+    """The one line an error leaves on stderr (`nmtdecode: error: ...`), checked to be just that."""
+    lines = stderr.splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("nmtdecode: error: "), stderr
+    return lines[0]
+
+
+def _cpu(name: str, isa: str, bf16: bool = False, fp16: bool = False, vnni: bool = False, **flags) -> Capabilities:
+    features = {"onednn": True, "onednn_bf16": isa == "AVX512", "fbgemm": True, **flags}
+    return Capabilities(name, isa, None, bf16_arithmetic=bf16, fp16_arithmetic=fp16, int8_dot=vnni, **features)
+
+
+# CPU classes the kernel choices are tested on (models/cpu.py), patched in by conftest's `as_cpu`.
+# A test that runs kernels patches only down from the machine it runs on (cpu.detected()).
+CPUS = {
+    "avx2": _cpu("AMD EPYC Zen 3 (test)", "AVX2"),  # Zen 1-3, most Intel client chips
+    "avx512": _cpu("Intel Xeon Skylake (test)", "AVX512"),  # AVX-512 without VNNI or BF16
+    "avx512-vnni": _cpu("Intel Xeon Cascade Lake (test)", "AVX512", vnni=True),
+    "avx512-bf16": _cpu("AMD EPYC Zen 4 (test)", "AVX512", bf16=True, vnni=True),
+    "amx": _cpu("Intel Xeon Sapphire Rapids (test)", "AVX512", bf16=True, fp16=True, vnni=True),
+    "no-x86": _cpu("an ARM server (test)", "DEFAULT", onednn=False, fbgemm=False),
+}
 
 
 @dataclass

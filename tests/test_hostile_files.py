@@ -15,18 +15,11 @@ from safetensors.torch import load_file, save_file
 
 from nmtdecode.options.bounded import SHOWN, TooLarge, check_size, shown
 
-from tests.helpers import REPO
+from tests.helpers import REPO, one_line
 
 
 def command(*args):
     return [sys.executable, "-m", "nmtdecode", *map(str, args)]
-
-
-def one_line(stderr: str) -> str:
-    lines = stderr.splitlines()
-    assert len(lines) == 1, stderr
-    assert lines[0].startswith("nmtdecode: error: "), stderr
-    return lines[0]
 
 
 def alias_bomb(key: str, levels: int = 9) -> str:

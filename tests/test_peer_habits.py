@@ -185,7 +185,6 @@ def test_numeric_length_penalty_layers(tmp_path, cli):
         (["--token-scores"], "token_scores: has no effect with --format text"),
         (["--token-scores", "--format", "nbest"], "token_scores: has no effect with --format nbest"),
         (["--max-length", "500"], "max_length: 500 is above the model's 128 target positions"),
-        (["--dtype", "fp16", "--device", "cpu"], "dtype: float16 on CPU"),
         (["--diversity-penalty", "0.5"], "diversity_penalty: has no effect without --beam-groups above 1"),
         (["--ignore-when-blocking", "</s>"], "ignore_when_blocking: has no effect without --block-ngram-repeat"),
         (["--alignment"], "alignment: has no effect with --format text"),

@@ -181,11 +181,6 @@ def ineffective(
     if config.runtime.inter_threads > 1 and batches_at_once(config, device_type) == 1:
         where = "on CUDA" if device_type != "cpu" else "when answering line by line (--stream)"
         notes.append(f"inter_threads: has no effect {where}: one batch is decoded at a time")
-    if config.runtime.dtype == "float16" and device_type == "cpu":
-        notes.append(
-            "dtype: float16 on CPU has few native kernels and is usually slower than float32 "
-            "(bfloat16 is fast on CPUs with AMX)"
-        )
     if api:
         notes += returned_notes(config, api_method, call_options or {})
     return notes

@@ -2,8 +2,9 @@
 
 The options' own values and combinations were checked where they are declared (options/);
 here they meet the machine: a CUDA device where one is asked for, int8 weights only where
-their kernels run (the CPU). Checks of the precisions a CPU computes (a dtype or int8 without
-the instructions that make it work) belong beside these, in `check_precision`. Errors are
+their kernels run (the CPU), and on a CPU only a precision it has native kernels for
+(models/cpu.py: bfloat16 without bf16 arithmetic, float16 without fp16 arithmetic, int8
+without fbgemm are refused, naming what the CPU lacks and what to use). Errors are
 ConfigErrors (exit code 2), named by the option.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from ..models import cpu
 from ..options.config import ConfigError, RuntimeConfig
 
 
@@ -34,3 +36,6 @@ def check_precision(runtime: RuntimeConfig, device: torch.device) -> None:
     """Whether `device` computes in the precision the options ask for (--dtype, --quantize)."""
     if runtime.quantize == "int8" and device.type != "cpu":
         raise ConfigError("quantize: int8 is for CPU decoding; on CUDA use --dtype float16 or bfloat16")
+    refused = cpu.refusal(runtime.dtype, runtime.quantize) if device.type == "cpu" else None
+    if refused:  # a precision without native kernels on this CPU: said before a weight is read
+        raise ConfigError(refused)

@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import time
 from typing import Callable
 
 import torch
 from torch import nn
+
+from . import cpu
+from .cpu import cpu_description  # noqa: F401  (the benchmark's scripts import it from here)
 
 PROBE_ROWS = (8, 32, 160)  # decoder rows per step: a few sentences, a batch of 32 at beam 1, at beam 5
 # A wider product is measured on this many of its rows and counted as many times as it holds such
@@ -34,7 +36,8 @@ ONEDNN_MARGIN = 0.9  # auto picks oneDNN when its products take at most 90% of t
 
 
 def onednn_available() -> bool:
-    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    """Whether this torch build has oneDNN's linear (models/cpu.py asks)."""
+    return cpu.current().onednn
 
 
 # Activations oneDNN applies inside the product (a "post-op"): (name, algorithm) of _linear_pointwise.
@@ -166,23 +169,6 @@ def measure(shapes: dict[tuple[int, int], int], dtype: torch.dtype) -> dict[str,
     return totals
 
 
-def cpu_description() -> str:
-    """Vendor and model name of this machine's CPU (from /proc/cpuinfo where there is one)."""
-    fields: dict[str, str] = {}  # the first processor's, key -> value
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                fields.setdefault(key.strip(), value.strip())
-                if not line.strip():
-                    break  # the first processor is enough
-    except OSError:
-        return platform.processor() or platform.machine()
-    name = fields.get("model name") or platform.processor() or platform.machine()
-    family = f" (family {fields['cpu family']} model {fields['model']})" if "cpu family" in fields else ""
-    return f"{fields.get('vendor_id', 'unknown vendor')} {name}{family}"
-
-
 def cache_dir() -> str:
     """Where per-machine measurements are kept: $NMTDECODE_CACHE, else $XDG_CACHE_HOME/nmtdecode."""
     explicit = os.environ.get("NMTDECODE_CACHE")
@@ -216,9 +202,11 @@ def _write_cache(path: str, data: dict) -> None:
 def auto_backend(model: nn.Module, dtype: torch.dtype) -> str:
     """The faster backend for this model's shapes on this machine, measured once and remembered."""
     shapes = linear_shapes(model)
+    caps = cpu.current()
     key = "|".join(
         [
-            cpu_description(),
+            caps.name,
+            f"isa {caps.torch_isa}" + (f", oneDNN {caps.onednn_cap}" if caps.onednn_cap else ""),  # emulated CPUs apart
             f"torch {torch.__version__}",
             str(dtype),
             f"threads {torch.get_num_threads()}",
@@ -246,9 +234,19 @@ def _valid_seconds(seconds: object) -> bool:
     )
 
 
+def candidates(dtype: torch.dtype) -> tuple[str, ...]:
+    """The backends that run `dtype`'s products natively on this CPU (models/cpu.py): oneDNN for
+    float32 where the build has it and for bfloat16 where the CPU has bf16 arithmetic; torch's
+    linear always (for float16 it calls oneDNN itself where the CPU has fp16 arithmetic)."""
+    caps = cpu.current()
+    onednn = caps.onednn and (dtype == torch.float32 or dtype == torch.bfloat16 and caps.bf16_arithmetic)
+    return ("torch", "onednn") if onednn else ("torch",)
+
+
 def choose_backend(model: nn.Module, requested: str, device: torch.device, dtype: torch.dtype) -> str:
-    """The backend the products will use: `torch` off the CPU, for float16, or without oneDNN."""
-    if device.type != "cpu" or dtype not in (torch.float32, torch.bfloat16) or not onednn_available():
+    """The backend the products will use: `torch` off the CPU or where oneDNN has no native kernels
+    for `dtype` (`candidates`); otherwise the one asked for, or `auto`'s measurement."""
+    if device.type != "cpu" or "onednn" not in candidates(dtype):
         return "torch"
     if requested == "auto":
         return auto_backend(model, dtype)

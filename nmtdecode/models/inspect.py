@@ -5,6 +5,9 @@ format, Hugging Face, eole, Marian, CTranslate2): the format's `describe`, the c
 builds the model from, reads the weight files' headers (stored.py, formats/ct2_binary.py), whose
 shapes give the parameter count. A pickled checkpoint (an
 OpenNMT-py `.pt`, a `pytorch_model.bin`) needs torch to be read at all, so it is loaded whole.
+
+`inspect --device cpu` (`cpu_report`) shows what this CPU runs natively (models/cpu.py): each
+precision's kernels or why it is refused, and for a model the kernels chosen for its shapes.
 """
 
 from __future__ import annotations
@@ -104,7 +107,7 @@ def stored_dtypes(path: str) -> list[str]:
             found |= {DTYPE_NAMES.get(v["dtype"], v["dtype"].lower()) for _, v in file_entries(name).values()}
         elif name.endswith((".bin", ".pt")):
             found |= _torch_dtypes(name)
-    floating = sorted(d for d in found if d.startswith(("float", "bfloat")))
+    floating = sorted(d for d in found if d.startswith(("float", "bfloat")) or d == "int8")  # int8: rows with scales
     return floating or sorted(found)
 
 
@@ -152,3 +155,53 @@ def describe(path: str) -> str:
     if cuts:
         lines.append(f"tokenizer:     {cuts}")
     return "\n".join(lines)
+
+
+def cpu_report(path: str | None = None) -> str:
+    """What this CPU runs natively, each precision's kernels or why it is refused (models/cpu.py);
+    with a model, the kernels chosen for its shapes (--gemm auto's measurement, remembered)."""
+    from . import cpu
+
+    caps = cpu.current()
+    cap = f"; oneDNN capped at {caps.onednn_cap} (ONEDNN_MAX_CPU_ISA)" if caps.onednn_cap else ""
+    lines = [
+        f"cpu:           {caps.name}",
+        f"instructions:  torch's kernels {caps.torch_isa}{cap}",
+        f"features:      {caps.features()}",
+        "precisions:",
+    ]
+    for precision in cpu.PRECISIONS:
+        verdict = cpu.verdict(precision, caps)
+        lines.append(f"  {precision:<9} " + (verdict.kernels if verdict.native else f"refused: {verdict.refusal}"))
+    if path is not None:
+        lines += [f"kernels for {path}:", *chosen_kernels(summary(path).cfg)]
+    return "\n".join(lines)
+
+
+def chosen_kernels(cfg: TransformerConfig) -> list[str]:
+    """The products a load in each native precision would use for a model of `cfg`'s shapes."""
+    import torch
+
+    from . import cpu, gemm, placement
+    from .transformer import Transformer
+
+    with torch.device("meta"):  # the shapes alone: nothing allocated
+        model = Transformer(cfg)
+    lines = []
+    for name, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
+        if cpu.verdict(name).native:
+            backend = gemm.choose_backend(model, "auto", torch.device("cpu"), dtype)
+            lines.append(
+                f"  {name:<9} {'oneDNN, packed weights' if backend == 'onednn' else 'torch linear'} (--gemm auto)"
+            )
+    if cpu.verdict("int8").native:
+        table = cfg.tgt_vocab_size * cfg.d_model
+        shared = cfg.tie_output and cpu.current().int8_dot and table > placement.INT8_TIED_COPY_BYTES
+        output = (
+            "torch._int_mm on the embeddings' own table"
+            if shared
+            else "fbgemm"
+            + (f" on a packed copy of the embeddings' table ({table / 2**20:,.0f} MB)" if cfg.tie_output else "")
+        )
+        lines.append(f"  {'int8':<9} fbgemm linear layers; output projection: {output}")
+    return lines

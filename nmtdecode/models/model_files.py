@@ -19,7 +19,7 @@ from ..options.bounded import MAX_CONFIG_BYTES
 from ..options.config import ConfigError
 from .checkpoint import ModelError, read_json
 from .detect import model_format
-from .formats import ct2_config, ct2_vocab, eole_config, hf_config, marian_config, native_config
+from .formats import ct2_config, ct2_vocab, eole_config, hf_config, marian_config, native_config, native_tokenizer
 
 # What a Hugging Face directory's readers open (hf_config.py, hf_tokenizers.py), but its weights.
 HF_FILES = (
@@ -72,8 +72,13 @@ def _nothing_more(path: str) -> list[str]:
 
 
 def _native(path: str) -> list[str]:
+    """The files config.yaml's `tokenizer:` names (native_tokenizer.py): SentencePiece models and
+    vocabularies in the folder, or a Hugging Face or Marian tokenizer's folder's files."""
     tokenizer = native_config.read_config(path).get("tokenizer") or {}
-    return [os.path.join(path, name) for name in tokenizer.values() if isinstance(name, str)]
+    named = [os.path.join(path, name) for name in tokenizer.values() if isinstance(name, str)]
+    folder = tokenizer.get("directory")
+    inside = native_tokenizer.HF_TOKENIZER_FILES if isinstance(folder, str) else ()
+    return named + [os.path.join(path, folder, name) for name in inside]
 
 
 def _huggingface(path: str) -> list[str]:

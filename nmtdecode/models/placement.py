@@ -7,26 +7,28 @@ straight into that form, layer by layer: a packed or quantized layer replaces
 the plain one as soon as it is made, so no weight is ever held twice, and the
 peak of a load is the model's final size plus one layer.
 
-Tied weights stay one tensor: an output projection tied to the token embeddings
-multiplies by the embeddings' own matrix (plain, or int8 with its scales),
-because the lookup needs its rows as they are. Layers are filled by a few
-threads at once: reading a file and packing a layer run outside Python's lock.
+Tied weights stay one tensor where it counts: an output projection tied to the
+token embeddings multiplies by the embeddings' own matrix (plain, or int8 with its
+scales: the lookup needs its rows as they are) when a packed copy would be large
+(PACKED_TIED_COPY_BYTES, INT8_TIED_COPY_BYTES), and by a packed copy below. Layers
+are filled by a few threads at once: reading a file and packing a layer run outside
+Python's lock.
 """
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Callable
 from dataclasses import dataclass, field, replace
 
 import torch
 from torch import nn
 
-from . import memory
-from . import gemm
+from . import cpu, gemm, memory
 from ..options.config import ConfigError
 from .architecture import precision_refusal
 from .checkpoint import ModelError, largest_demand
-from .quantize import Int8Embedding, Int8TiedOutput, int8_linear, quantized_rows
+from .quantize import Int8Embedding, Int8TiedOutput, int8_linear, quantized_rows, tied_output
 from .transformer import Transformer
 from .weights import InMemoryTensor, Source, check_weights, in_memory, read, shared_names
 
@@ -36,6 +38,9 @@ BACKENDS = ("torch", "onednn", "int8")
 # 32k x 512 is 64 MB (docs/speed.md#real-size-models-on-the-cpu). Above it (NLLB's, mBART's
 # 256k x 1024: 1 GB) the two share one.
 PACKED_TIED_COPY_BYTES = 256 << 20
+# The same for an int8 table (fbgemm's packed copy; 32k x 512 is 16 MB, NLLB's 250 MB), unless the
+# CPU has no fast product by the shared table (no VNNI: models/quantize.py, `tied_output`).
+INT8_TIED_COPY_BYTES = 64 << 20
 MAX_READERS = 4  # threads filling layers at once (reading from the page cache gains little beyond that)
 
 
@@ -53,6 +58,20 @@ class Placement:
                 raise ValueError("quantize: int8 is for CPU decoding; on CUDA use --dtype float16 or bfloat16")
             return self
         return replace(self, backend=gemm.choose_backend(model, self.backend, self.device, self.dtype))
+
+
+KEPT_INT8_BACKENDS = ("auto", "int8")  # a placement leaving the CPU's products to be chosen, or asking for int8
+
+
+def as_stored_int8(placement: Placement | None) -> Placement | None:
+    """The placement of a model stored in int8 (a CTranslate2 model's rows, `nmtdecode convert`'s):
+    int8 on a CPU in float32 that runs int8 natively (models/cpu.py), unless the placement names
+    float products (--gemm torch/onednn); its rows dequantized as read otherwise. None (a bare
+    load: tests, inspect) stays float32, as every format's."""
+    if placement is None:
+        return None
+    keep = placement.device.type == "cpu" and placement.dtype == torch.float32 and cpu.verdict("int8").native
+    return replace(placement, backend="int8") if keep and placement.backend in KEPT_INT8_BACKENDS else placement
 
 
 def fill(model: Transformer, sources: dict[str, Source], placement: Placement) -> Placement:
@@ -85,16 +104,32 @@ def _fill(model: Transformer, sources: dict[str, Source], placement: Placement) 
         names = [f"{name}.{p}" if name else p for p, t in module.named_parameters(recurse=False)]
         if names:
             (tied if any(n in aliases for n in names) else own).append((name, module))
+    # a tied layer -> the layer whose weight it reads; those go first, each followed by the layers
+    # that read it, so that a long job (fbgemm packing a copy of a 256k-token table) overlaps the rest
+    owners = {name: aliases[f"{name}.weight"].rpartition(".")[0] for name, _ in tied}
+    own.sort(key=lambda job: job[0] not in owners.values())
     readers = max(1, min(MAX_READERS, torch.get_num_threads()))
     with ThreadPoolExecutor(readers) as pool:
-        for _ in pool.map(lambda job: _fill_layer(job[0], job[1], sources, placement, parents), own):
-            pass  # each job's error comes out here
-    for name, module in tied:  # after the layers whose weights they share
-        _fill_tied(model, name, module, aliases, sources, placement, parents)
+        jobs = []
+        for name, module in own:
+            filled = pool.submit(_fill_layer, name, module, sources, placement, parents)
+            jobs.append(filled)
+            for reader, tied_module in tied:
+                if owners[reader] == name:  # started after its owner (the queue is first in, first out)
+                    args = (model, reader, tied_module, aliases, sources, placement, parents)
+                    jobs.append(pool.submit(_after, filled, _fill_tied, *args))
+        for job in jobs:
+            job.result()  # each job's error comes out here
     for module in model.modules():  # buffers the model computed itself (sinusoids)
         for key, buffer in module._buffers.items():
             if buffer is not None and buffer.is_floating_point() and buffer.layout == torch.strided:
                 module._buffers[key] = buffer.to(placement.device, placement.dtype)
+
+
+def _after(first: Future, then: Callable[..., None], *args: object) -> None:
+    """`then(*args)` once `first` is done (its error, if any, comes out of `first` itself)."""
+    if first.exception() is None:
+        then(*args)
 
 
 def load_weights(model: Transformer, sources: dict, source: str, placement: Placement | None = None) -> Placement:
@@ -155,7 +190,8 @@ def _fill_layer(
     """One layer's weights, in the placement's form; a linear layer or token embedding may be
     replaced by its packed or int8 kind."""
     own = {key: sources.pop(f"{name}.{key}" if name else key) for key, p in module.named_parameters(recurse=False)}
-    if type(module) is nn.Linear and placement.backend == "int8":
+    int8 = placement.backend == "int8" and quantized_in_int8(name, module)
+    if int8 and type(module) is nn.Linear:
         bias = read(own["bias"], torch.float32) if "bias" in own else None
         _replace(module, _int8_linear(own["weight"], bias), parents)
     elif type(module) is nn.Linear and placement.backend == "onednn":
@@ -167,29 +203,39 @@ def _fill_layer(
         _replace(module, gemm.PackedLinear(weight, bias, activation if fused else None), parents)
         if fused:
             parent.activation = None  # applied inside the product
-    elif type(module) is nn.Embedding and name.endswith("tokens") and placement.backend == "int8":
-        _replace(module, Int8Embedding(*int8_rows(own["weight"])), parents)
+    elif int8:  # the token embeddings
+        per_row = getattr(own["weight"], "activations_per_row", False)
+        _replace(module, Int8Embedding(*int8_rows(own["weight"]), activations_per_row=per_row), parents)
     else:
         for key, source in own.items():
             setattr(module, key, _plain(source, placement))
 
 
+def quantized_in_int8(name: str, module: nn.Module) -> bool:
+    """Whether int8 keeps this layer's weight as int8 rows: every linear layer and the token
+    embeddings (as CTranslate2 does); the rest stays float32."""
+    return type(module) is nn.Linear or type(module) is nn.Embedding and name.endswith("tokens")
+
+
 def int8_rows(source: Source) -> tuple[torch.Tensor, torch.Tensor]:
     """A weight's int8 rows and their scales: as the checkpoint stores them where it holds int8 (a
-    CTranslate2 model's, formats/ct2.py: used as they are), else quantized as read."""
+    CTranslate2 model's, formats/ct2.py; `nmtdecode convert`'s, weights.QuantizedSource: used as
+    they are), else quantized as read."""
     stored = getattr(source, "int8_rows", None)
     return stored() if stored is not None else quantized_rows(source)
 
 
 def _int8_linear(weight: Source, bias: torch.Tensor | None) -> nn.Module:
-    """An int8 linear layer. Rows stored in int8 are CTranslate2's, whose products quantize each row
-    of activations alone: the product of Int8TiedOutput (here over the layer's own rows), which
-    gives its tokens (fbgemm's dynamic layers quantize a batch with one scale: 55-71% of CTranslate2's
-    int8 outputs on random models against 99-100%, docs/formats.md). Others are quantized as read
-    into fbgemm's layer."""
-    if getattr(weight, "int8_rows", None) is not None:
-        return Int8TiedOutput(Int8Embedding(*int8_rows(weight)), bias)
-    values, scales = quantized_rows(weight, kept=False)  # int8_linear packs a copy
+    """An int8 linear layer: fbgemm's dynamic layer, on rows quantized as read or stored so. Rows
+    stored by CTranslate2 (`activations_per_row`) multiply as its products do, each row of
+    activations quantized alone (Int8TiedOutput over the layer's own rows: 99-100% of CTranslate2's
+    int8 outputs on random models, against 55-71% for fbgemm's one scale a batch, docs/formats.md),
+    where the CPU has int8 dot products: without VNNI torch._int_mm is a reference loop
+    (models/cpu.py), and fbgemm's layer multiplies them."""
+    stored = getattr(weight, "int8_rows", None) is not None
+    values, scales = int8_rows(weight) if stored else quantized_rows(weight, kept=False)  # packed: a copy
+    if getattr(weight, "activations_per_row", False) and cpu.current().int8_dot:
+        return Int8TiedOutput(Int8Embedding(values, scales), bias)
     return int8_linear(values, scales, bias)
 
 
@@ -208,7 +254,8 @@ def _fill_tied(
     owner = model.get_submodule(first.rpartition(".")[0])
     bias = sources.pop(f"{name}.bias", None)
     if isinstance(owner, Int8Embedding):
-        _replace(module, Int8TiedOutput(owner, None if bias is None else read(bias, torch.float32)), parents)
+        bias_values = None if bias is None else read(bias, torch.float32)
+        _replace(module, tied_output(owner, bias_values, INT8_TIED_COPY_BYTES), parents)
         return
     module.weight = owner.weight
     if bias is not None:

@@ -4,27 +4,32 @@ embeddings and the output projection.
 Weights are int8 with one scale per output row (symmetric: scale = max |row| / 127).
 Linear layers run PyTorch's dynamic-quantization kernels (fbgemm), which quantize
 each batch's activations on the fly. The token embeddings are an int8 table with
-its row scales (`Int8Embedding`); when the output projection is tied to them it
-multiplies by that same table (`Int8TiedOutput`, `torch._int_mm` with each row of
-activations quantized alone), so the largest matrix of a big-vocabulary model is
-held once, in int8. Layer norms, positions and the attention arithmetic stay float32.
+its row scales (`Int8Embedding`). An output projection tied to them (`tied_output`)
+multiplies by a packed fbgemm copy of that table, the fastest product on every CPU
+measured, unless the table is large and the CPU has int8 dot products (AVX512-VNNI,
+models/cpu.py): then `Int8TiedOutput` multiplies by the embeddings' own table with
+`torch._int_mm`, so the largest matrix of a big-vocabulary model is held once. Without
+VNNI `torch._int_mm` is a reference loop (50x slower than float32), never used. Layer
+norms, positions and the attention arithmetic stay float32.
 
 Weights are quantized a block of rows at a time as they are read
 (`quantized_rows`), so a 256k x 1024 embedding never exists in float32 in memory.
+A model stored in int8 (`nmtdecode convert --quantize int8`: each weight's int8
+rows, NAME, and their scales, NAME_scale) is not quantized again: its rows are
+memory-mapped from the file as they are (models/weights.py, `QuantizedSource`).
 """
 
 from __future__ import annotations
 
 import threading
 import warnings
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
 
-if TYPE_CHECKING:
-    from .weights import Source
+from . import cpu
+from .weights import Source, release_pages
 
 ROWS_AT_ONCE = 4096  # rows quantized per block: a few MB of float32 at a time
 
@@ -87,10 +92,12 @@ class Int8Embedding(nn.Module):
     values: torch.Tensor  # buffers (register_buffer)
     scales: torch.Tensor
 
-    def __init__(self, values: torch.Tensor, scales: torch.Tensor) -> None:
+    def __init__(self, values: torch.Tensor, scales: torch.Tensor, activations_per_row: bool = False) -> None:
         super().__init__()
         self.register_buffer("values", values)  # (V, d) int8
         self.register_buffer("scales", scales)  # (V,) float32
+        # CTranslate2's rows: a projection by them quantizes each row of activations alone, as its products do
+        self.activations_per_row = activations_per_row
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         flat = ids.reshape(-1)
@@ -126,3 +133,15 @@ class Int8TiedOutput(nn.Module):
         if self.bias is not None:
             logits.add_(self.bias)
         return logits.view(*x.shape[:-1], -1)
+
+
+def tied_output(embedding: Int8Embedding, bias: torch.Tensor | None, copy_bytes: int) -> nn.Module:
+    """The output projection tied to `embedding`: fbgemm on a packed copy of its table, or, on a CPU
+    with int8 dot products, `Int8TiedOutput` on the table itself for a table above `copy_bytes` or
+    CTranslate2's rows (its products quantize each row of activations alone)."""
+    large = embedding.values.numel() > copy_bytes
+    if cpu.current().int8_dot and (large or embedding.activations_per_row):
+        return Int8TiedOutput(embedding, bias)
+    copy = int8_linear(embedding.values, embedding.scales, bias)
+    release_pages(embedding.values)  # a table mapped from a converted model: read whole once, now a few rows a step
+    return copy

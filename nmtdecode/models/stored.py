@@ -46,6 +46,7 @@ ITEM_BYTES = {
     **{code: 2 for code in ("F16", "BF16", "I16", "U16")},
     **{code: 1 for code in ("I8", "U8", "BOOL", "F8_E4M3", "F8_E5M2")},
 }
+SCALE_SUFFIX = "_scale"  # a weight stored in int8 as NAME has its row scales in NAME_scale (models/quantize.py)
 
 
 class NeedsTorch(Exception):

@@ -19,8 +19,10 @@ from __future__ import annotations
 import ctypes
 import io
 import math
+import mmap
 import os
 import pickle
+import weakref
 from typing import Iterable, Protocol, Sequence
 
 import torch
@@ -28,7 +30,7 @@ import torch
 from . import memory
 from .architecture import TransformerConfig
 from .checkpoint import ModelError, first_line, largest_demand, note_read, parameter_count, unpickling_reason
-from .stored import DTYPE_NAMES, HEADED, StoredHeaders
+from .stored import DTYPE_NAMES, HEADED, SCALE_SUFFIX, StoredHeaders
 from .transformer import Transformer
 
 # The dtypes a checkpoint's weights may have (safetensors codes): floating point only. A tensor of
@@ -39,7 +41,8 @@ CHUNK_BYTES = 16 << 20  # read and checked in pieces that stay in the CPU's cach
 
 class Source(Protocol):
     """A weight as a format gives it, read when asked: a stored tensor (`StoredTensor`,
-    `InMemoryTensor`), or several joined (`Joined`) or one transposed (`Transposed`)."""
+    `InMemoryTensor`), or several joined (`Joined`), one transposed (`Transposed`), or int8 rows
+    with their scales (`QuantizedSource`)."""
 
     @property
     def name(self) -> str: ...  # the stored tensor's (the first one's, when joined), for messages
@@ -109,6 +112,25 @@ class StoredTensor:
                 if chunk is not rows:
                     rows.copy_(chunk)
 
+    def mapped(self) -> torch.Tensor:
+        """The int8 tensor's bytes where they lie in the file, memory-mapped rather than read
+        (copy-on-write, never written): its pages come in as they are first used, from the page
+        cache, and a table used as stored (the int8 token embeddings) costs no copy. The caller
+        has checked the file's length (`check_length`): a mapping past its end would fault."""
+        if self.dtype_name != "int8":
+            raise ModelError(f"cannot read weights {self.path}: tensor {self.name} holds {self.dtype_name}, not int8")
+        if self.size == 0:
+            return torch.empty(self.shape, dtype=torch.int8)
+        start = self.start - self.start % mmap.ALLOCATIONGRANULARITY
+        with open(note_read(self.path), "rb") as f:
+            mapping = mmap.mmap(f.fileno(), self.start + self.size - start, access=mmap.ACCESS_COPY, offset=start)
+        values = torch.frombuffer(mapping, dtype=torch.int8, count=self.size, offset=self.start - start).view(
+            self.shape
+        )
+        key = id(values)
+        _mapped[key] = weakref.ref(values, lambda _: _mapped.pop(key, None))
+        return values
+
     def _read_into(self, f: io.RawIOBase, position: int, tensor: torch.Tensor) -> None:
         size = tensor.numel() * tensor.element_size()
         view = memoryview((ctypes.c_char * size).from_address(tensor.data_ptr())).cast("B")
@@ -121,6 +143,21 @@ class StoredTensor:
                     f"cannot read weights {self.path}: the file ends inside tensor {self.name} (truncated?)"
                 )
             done += got
+
+
+_mapped: dict[int, weakref.ref] = {}  # the tensors StoredTensor.mapped made, by id, while they live
+
+
+def release_pages(tensor: torch.Tensor) -> None:
+    """Let the kernel drop a memory-mapped tensor's pages from this process (MADV_DONTNEED; they
+    come back from the file when next read): for a table read whole once (an int8 embedding table
+    packed into a copy) and then only a few rows at a time. Nothing for a tensor not mapped."""
+    known = _mapped.get(id(tensor))
+    if known is None or known() is not tensor or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    first = tensor.data_ptr() - tensor.data_ptr() % mmap.PAGESIZE  # in the same mapping (page-aligned)
+    size = tensor.data_ptr() + tensor.numel() * tensor.element_size() - first
+    ctypes.CDLL(None).madvise(ctypes.c_void_p(first), ctypes.c_size_t(size), mmap.MADV_DONTNEED)
 
 
 class InMemoryTensor:
@@ -187,6 +224,62 @@ class Transposed:
             chunk = torch.empty(min(block, stored_rows - start), width, dtype=self.dtype)
             self.source.read_rows(start, chunk)
             out[:, start : start + chunk.size(0)].copy_(chunk[:, first : first + out.size(0)].T)
+
+
+class QuantizedSource:
+    """A weight stored as int8 rows with one float32 scale each (NAME, NAME_scale): read as its
+    float values (rows x scales) for a float placement, or handed to an int8 one as stored
+    (`int8_rows`: the rows memory-mapped, models/weights.py `StoredTensor.mapped`)."""
+
+    def __init__(self, values: StoredTensor, scales: StoredSource) -> None:
+        self.values, self.scales = values, scales
+        self.name, self.shape, self.dtype = values.name, values.shape, torch.float32
+        self._scales: torch.Tensor | None = None
+
+    def check(self) -> None:
+        """int8 rows, as many bytes as their shape, and a positive finite scale for each row."""
+        where = f"cannot read weights {self.values.path}: tensor {self.name}"
+        if self.values.dtype_name != "int8" or len(self.shape) != 2:
+            stored = f"{self.values.dtype_name} {self.shape}"
+            raise ModelError(f"{where} is stored with scales, so it must be int8 rows; it holds {stored}")
+        if self.values.size != math.prod(self.shape):
+            raise ModelError(
+                f"{where} has {self.values.size:,} bytes, its shape {self.shape} needs {math.prod(self.shape):,}"
+            )
+        if tuple(self.scales.shape) != self.shape[:1]:
+            raise ModelError(
+                f"{where}: {self.scales.name} holds {tuple(self.scales.shape)} scales for {self.shape[0]} rows"
+            )
+        if not bool((self.row_scales() > 0).all()):
+            raise ModelError(f"{where}: {self.scales.name} holds a scale that is not positive; the file is damaged")
+
+    def row_scales(self) -> torch.Tensor:
+        if self._scales is None:
+            self._scales = read(self.scales, torch.float32)  # its finiteness checked as it is read
+        return self._scales
+
+    def int8_rows(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rows as stored (memory-mapped) and their scales."""
+        self.check()
+        return self.values.mapped(), self.row_scales()
+
+    def read_rows(self, first: int, out: torch.Tensor) -> None:
+        """Rows first .. first + len(out) as floats (each int8 row times its scale) into `out`."""
+        rows = self.values.mapped()[first : first + out.size(0)]
+        torch.mul(rows, self.row_scales()[first : first + out.size(0), None], out=out)
+
+
+def stored_int8(sources: dict[str, StoredSource]) -> dict[str, Source]:
+    """A weight file's tensors with each stored int8 weight and its scales made one source
+    (QuantizedSource) under the weight's name."""
+    scales = {n.removesuffix(SCALE_SUFFIX) for n in sources if n.endswith(SCALE_SUFFIX)}
+    joined: dict[str, Source] = {}
+    for name, source in sources.items():
+        if name in scales and isinstance(source, StoredTensor):
+            joined[name] = QuantizedSource(source, sources[name + SCALE_SUFFIX])
+        elif not (name.endswith(SCALE_SUFFIX) and name.removesuffix(SCALE_SUFFIX) in sources):
+            joined[name] = source
+    return joined
 
 
 def join(parts: Sequence[Source]) -> Source:

@@ -9,6 +9,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 from torch import nn
+from torch.ao.nn.quantized.dynamic import Linear as QuantizedLinear
 
 from nmtdecode.models import gemm, placement
 from nmtdecode.models.checkpoint import ModelError
@@ -137,15 +138,28 @@ def test_a_large_tied_projection_reads_the_embeddings_own_matrix(tmp_path, monke
     torch.testing.assert_close(outputs(large), outputs(source), rtol=1e-5, atol=1e-5)
 
 
-def test_an_int8_load_keeps_one_int8_table_for_the_embeddings_and_the_projection(tmp_path):
+@pytest.mark.precision
+@pytest.mark.parametrize("cpu_class, shared", [("avx512-vnni", True), ("avx2", False)])
+def test_an_int8_load_keeps_one_int8_table_where_the_cpu_multiplies_by_it(
+    tmp_path, monkeypatch, as_cpu, cpu_class, shared
+):
+    """Above INT8_TIED_COPY_BYTES the lookup and the projection share the embeddings' int8 table
+    where the CPU has int8 dot products (VNNI); without them the projection gets fbgemm's packed
+    copy, whatever its size (nothing is multiplied here: the choice alone)."""
+    as_cpu(cpu_class)
+    monkeypatch.setattr(placement, "INT8_TIED_COPY_BYTES", 0)
     source, sources = model_and_sources(tmp_path, tie_output=True, share_embeddings=True)
     model = Transformer.uninitialised(source.cfg).eval()
     load_weights(model, dict(sources), "test", Placement(backend="int8"))
     assert isinstance(model.src_embed.tokens, Int8Embedding) and model.tgt_embed.tokens is model.src_embed.tokens
-    assert isinstance(model.output, Int8TiedOutput) and model.output.embedding is model.src_embed.tokens
+    if shared:
+        assert isinstance(model.output, Int8TiedOutput) and model.output.embedding is model.src_embed.tokens
+    else:
+        assert isinstance(model.output, QuantizedLinear)
     assert not any(p.dtype == torch.float32 and p.dim() == 2 for p in model.parameters())  # no float matrix left
 
 
+@pytest.mark.precision
 def test_a_load_in_bfloat16_converts_each_weight_as_it_is_read(tmp_path):
     source, sources = model_and_sources(tmp_path)
     model = Transformer.uninitialised(source.cfg).eval()

@@ -15,12 +15,11 @@ products; nothing here multiplies int16.
 
 from __future__ import annotations
 
-from dataclasses import replace
 
 import torch
 
 from ..checkpoint import LoadedModel, ModelError, note_read
-from ..placement import Placement, load_weights
+from ..placement import Placement, as_stored_int8, load_weights
 from ..weights import InMemoryTensor, Joined, Source, StoredTensor, allocate, check_finite, join
 from .ct2_binary import ModelBin, Variable
 from .ct2_config import FORMAT, Ct2Facts, describe
@@ -29,7 +28,6 @@ from .marian_weights import Piece
 __all__ = ["FORMAT", "load"]
 
 INTEGER_DTYPES = {"I8": torch.int8, "I16": torch.int16}
-KEPT_INT8_BACKENDS = ("auto", "int8")  # a placement leaving the CPU's products to be chosen, or asking for int8
 
 
 class ScaledRows:
@@ -37,6 +35,7 @@ class ScaledRows:
     start row): dequantized as read (`read_rows`), or given as they are to int8 layers (`int8_rows`)."""
 
     dtype = torch.float32  # what read_rows gives
+    activations_per_row = True  # CTranslate2's products quantize each row of activations alone (placement.py)
 
     def __init__(self, model_bin: ModelBin, variable: Variable, extra_rows: int = 0) -> None:
         self.path, self.name, self.variable = model_bin.path, variable.name, variable
@@ -88,6 +87,8 @@ class JoinedScaledRows(Joined):
     """Scaled rows of several variables joined on dim 0 (a gated feed-forward's two first layers,
     linear_0 and linear_0_noact), as one weight: read joined, or given joined to an int8 layer."""
 
+    activations_per_row = True  # as each part's
+
     def __init__(self, parts: list[ScaledRows]) -> None:
         super().__init__(parts)
         self.scaled = parts
@@ -137,16 +138,8 @@ def _piece(model_bin: ModelBin, piece: Piece, name: str, pieces: tuple[Piece, ..
     return StoredTensor(model_bin.path, 0, variable.entry, variable.name)
 
 
-def stored_precision(facts: Ct2Facts, placement: Placement | None) -> Placement | None:
-    """An int8 model decodes in int8 on a CPU in float32, unless the placement names float products."""
-    if placement is None:  # a bare load (tests, inspect): float32, as every format's
-        return None
-    keep = facts.int8 and placement.device.type == "cpu" and placement.dtype == torch.float32
-    return replace(placement, backend="int8") if keep and placement.backend in KEPT_INT8_BACKENDS else placement
-
-
 def load(path: str, placement: Placement | None = None, tokenizer: str | None = None) -> LoadedModel:
     facts = describe(path, tokenizer=tokenizer)
     model = allocate(facts.cfg, path)
-    placed = load_weights(model, sources(facts), path, stored_precision(facts, placement))
+    placed = load_weights(model, sources(facts), path, as_stored_int8(placement) if facts.int8 else placement)
     return facts.loaded(model, path, placed.backend)

@@ -361,4 +361,5 @@ def _tokenizer(path: str, hf: dict, cfg: TransformerConfig) -> HFTokenizer:
     else:
         tokenizer = load_tokenizer(path, hf, cfg)
     cfg.unk_id = tokenizer.unk_id  # the tokenizer's <unk> wins over config.json's
+    tokenizer.recipe = {"kind": "huggingface", "directory": path}  # what `nmtdecode convert` copies
     return tokenizer

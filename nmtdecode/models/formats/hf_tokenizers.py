@@ -314,6 +314,7 @@ class HFTokenizer:
         self.skip = frozenset(special_ids) | {unk_id, eos_id} | set(self.languages.values())
         self.tag_at_end, self.cleanup = tag_at_end, cleanup
         self.tag_piece = tag_piece  # how a language code is spelt as a piece: M2M100's __en__, else the code
+        self.recipe: dict[str, Any] = {}  # how it was built, for `nmtdecode convert` (native_tokenizer.py)
         try:
             self.default_tag = self._tag("src_lang", src_lang) if src_lang else None
         except ConfigError as e:
@@ -529,7 +530,7 @@ def marian_tokenizer(
     )
     is_tag = re.compile(r">>.+<<").fullmatch
     specials = {i for t, i in target_vocab.items() if is_tag(t) or t == names["pad"]} | set(added.values())
-    return _MarianTokenizer(
+    tokenizer = _MarianTokenizer(
         source,
         target=target,
         unk_id=vocab[unk],
@@ -538,6 +539,17 @@ def marian_tokenizer(
         languages={t[2:-2]: i for t, i in vocab.items() if is_tag(t)},
         cleanup=cleanup,
     )
+    tokenizer.recipe = {
+        "kind": "marian",
+        "directory": path,
+        "vocab": vocab,
+        "target_vocab": target_vocab if separate else None,
+        "names": dict(names),
+        "added": dict(added),
+        "cleanup": cleanup,
+        "special_ids": sorted(special_ids),
+    }
+    return tokenizer
 
 
 def _m2m100(path: str, config: dict, limit: int) -> HFTokenizer:

@@ -1,5 +1,7 @@
 """The native format loaded onto our Transformer, and written: native_config.py reads the
-directory without torch; here the weights are read and given to the model.
+directory without torch; here the weights are read and given to the model. A model stored in
+int8 (models/convert.py) keeps each quantized weight's int8 rows and their scales, which an
+int8 load maps from the file as they are (models/weights.py, `stored_int8`).
 """
 
 from __future__ import annotations
@@ -12,18 +14,22 @@ import yaml
 from safetensors.torch import save_file
 
 from ..checkpoint import LoadedModel
-from ..placement import Placement, load_weights
+from ..placement import Placement, as_stored_int8, load_weights
 from ..transformer import Transformer
-from ..weights import allocate, read_tensors, shared_names
+from ..weights import QuantizedSource, allocate, read_tensors, shared_names, stored_int8
 from .native_config import FORMAT, WEIGHTS, describe
 
 __all__ = ["FORMAT", "load", "save"]
 
 
 def load(path: str, placement: Placement | None = None) -> LoadedModel:
+    """A model stored in int8 (`nmtdecode convert`) decodes in int8 where the CPU runs it, as a
+    CTranslate2 model does (placement.as_stored_int8)."""
     facts = describe(path, read_tensors)
     model = allocate(facts.cfg, path)
-    placed = load_weights(model, facts.stored.tensors, path, placement)
+    sources = stored_int8(facts.stored.tensors)
+    int8 = any(isinstance(source, QuantizedSource) for source in sources.values())
+    placed = load_weights(model, sources, path, as_stored_int8(placement) if int8 else placement)
     return facts.loaded(model, path, placed.backend)
 
 

@@ -1,9 +1,14 @@
 """The native format, read without torch: a directory holding
 
-    config.yaml         model: TransformerConfig fields; tokenizer: SentencePiece file names;
-                        decoding: default decoding options; banned_ids: never generated
-    model.safetensors   weights under our own parameter names (tied weights stored once)
-    *.model             SentencePiece model(s)
+    config.yaml         model: TransformerConfig fields; tokenizer: its files (native_tokenizer.py);
+                        decoding: default decoding options; banned_ids: never generated;
+                        rules: forced_bos_id, forced_eos, length_offset, opennmt_beam (ModelRules);
+                        precision: how `nmtdecode convert` stored the weights (int8, bfloat16,
+                        float16, float32), the precision it decodes in unless told otherwise
+    model.safetensors   weights under our own parameter names (tied weights stored once); in
+                        int8, each quantized weight NAME as int8 rows and NAME_scale (float32,
+                        one per row: models/quantize.py)
+    *.model             SentencePiece model(s), or a tokenizer/ folder
 
 `describe` is what `nmtdecode inspect` shows and what native.py loads (the torch half).
 """
@@ -17,13 +22,21 @@ from typing import Callable
 import yaml
 
 from ...options.bounded import MAX_CONFIG_BYTES, TooLarge, check_bytes, check_size, shown
-from ..tokenizer import SentencePieceTokenizer
 from ..architecture import TransformerConfig
 from ..checkpoint import ModelError, ModelFacts, ModelRules, check_dimensions, note_read
 from ..defaults import checked_defaults
+from ..stored import SCALE_SUFFIX
+from .native_tokenizer import build
 
 FORMAT = "native"
 WEIGHTS = "model.safetensors"
+PRECISIONS = ("float32", "bfloat16", "float16", "int8")  # how `nmtdecode convert` stores weights
+RULES: dict[str, type | tuple[type, ...]] = {
+    "forced_bos_id": (int, type(None)),
+    "forced_eos": bool,
+    "length_offset": int,
+    "opennmt_beam": bool,
+}
 
 
 def read_config(path: str) -> dict:
@@ -38,16 +51,29 @@ def read_config(path: str) -> dict:
         raise ModelError(f"{path}/config.yaml cannot be read: it nests too deeply") from None
     if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
         raise ModelError(f"{path}/config.yaml has no `model:` section")
-    for key in ("tokenizer", "decoding"):
+    for key in ("tokenizer", "decoding", "rules"):
         if not isinstance(data.get(key) or {}, dict):
             raise ModelError(f"{path}/config.yaml: {key}: expected a mapping, got {shown(data[key])}")
-    for role, name in (data.get("tokenizer") or {}).items():
+    for role in ("source", "target"):
+        name = (data.get("tokenizer") or {}).get(role)
         if not isinstance(name, str) and name is not None:
             raise ModelError(f"{path}/config.yaml: tokenizer.{role}: expected a file name, got {shown(name)}")
     banned = data.get("banned_ids", [])
     if not isinstance(banned, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in banned):
         raise ModelError(f"{path}/config.yaml: banned_ids: expected a list of token ids, got {shown(banned)}")
+    if data.get("precision", "float32") not in PRECISIONS:
+        raise ModelError(
+            f"{path}/config.yaml: precision: {shown(data['precision'])} is not one of {', '.join(PRECISIONS)}"
+        )
+    for key, value in (data.get("rules") or {}).items():
+        if key not in RULES or isinstance(value, bool) and RULES[key] is int or not isinstance(value, RULES[key]):
+            raise ModelError(f"{path}/config.yaml: rules.{key}: {shown(value)} is not a valid {key}")
     return data
+
+
+def stored_precision(path: str) -> str:
+    """How a native model's weights are stored (config.yaml's `precision`, float32 if unsaid)."""
+    return str(read_config(path).get("precision", "float32"))
 
 
 def describe(path: str, read: Callable) -> ModelFacts:
@@ -71,27 +97,13 @@ def describe(path: str, read: Callable) -> ModelFacts:
         FORMAT,
         cfg,
         stored,
-        dict(stored.shapes),
-        ModelRules(banned_ids=tuple(banned)),
+        {n: shape for n, shape in stored.shapes.items() if not _is_scale(n, stored.shapes)},
+        ModelRules(banned_ids=tuple(banned), **(data.get("rules") or {})),
         checked_defaults(dict(data.get("decoding") or {}), f"{path}/config.yaml"),
-        functools.partial(_tokenizer, path, data, cfg),
+        functools.partial(build, path, data.get("tokenizer") or {}, cfg),
     )
 
 
-def _tokenizer(path: str, data: dict, cfg: TransformerConfig) -> SentencePieceTokenizer:
-    tok = data.get("tokenizer") or {}
-    source = os.path.join(path, tok.get("source", "spm.model"))
-    target = os.path.join(path, tok["target"]) if tok.get("target") else None
-    for spm_file in filter(None, [source, target]):
-        if not os.path.lexists(spm_file):
-            raise ModelError(f"{path}: SentencePiece model {os.path.basename(spm_file)} is missing")
-        note_read(spm_file)  # a regular file
-    tokenizer = SentencePieceTokenizer(
-        source, target, eos_id=cfg.eos_id, special_ids={cfg.pad_id, cfg.bos_id, cfg.decoder_start_id}
-    )
-    if tokenizer.target.get_piece_size() != cfg.tgt_vocab_size:
-        raise ModelError(
-            f"{path}: the target SentencePiece model has {tokenizer.target.get_piece_size()} pieces, "
-            f"the model {cfg.tgt_vocab_size}"
-        )
-    return tokenizer
+def _is_scale(name: str, shapes: dict) -> bool:
+    """The row scales of a stored int8 weight (not a parameter of their own)."""
+    return name.endswith(SCALE_SUFFIX) and name.removesuffix(SCALE_SUFFIX) in shapes

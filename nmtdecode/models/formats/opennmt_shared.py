@@ -98,6 +98,7 @@ class VocabTokenizer:
         self.src_tokens, self.tgt_tokens = list(src_vocab), list(tgt_vocab)
         self.src_spm = spm.SentencePieceProcessor(model_file=note_read(src_spm)) if src_spm else None
         self.tgt_spm = spm.SentencePieceProcessor(model_file=note_read(tgt_spm)) if tgt_spm else None
+        self.specials = dict(specials)
         self.src_unk, self.tgt_unk = self.src_ids[specials["unk"]], self.tgt_ids[specials["unk"]]
         # onmt_translate writes every token before EOS, <blank> and <unk> included
         self.eos_id = self.tgt_ids[specials["eos"]]

@@ -10,6 +10,7 @@ import shutil
 
 import pytest
 import torch
+from torch.ao.nn.quantized.dynamic import Linear as QuantizedLinear
 
 from nmtdecode.models.checkpoint import ModelError
 from nmtdecode.models.detect import model_format
@@ -18,6 +19,7 @@ from nmtdecode.models.formats.ct2_binary import read_model_bin
 from nmtdecode.models.formats.ct2_vocab import read_vocabulary
 from nmtdecode.models.loading import load_model
 from nmtdecode.models.placement import Placement
+from nmtdecode.models import cpu
 from nmtdecode.models.quantize import Int8Embedding, Int8TiedOutput
 from nmtdecode.options.config import ConfigError
 
@@ -82,10 +84,24 @@ def test_the_model_read_is_the_model_written(tmp_path, overrides):
         torch.testing.assert_close(logits_of(loaded.model, source, target), logits_of(ours, source, target))
 
 
+def int8_rows_of(layer) -> tuple[torch.Tensor, torch.Tensor]:
+    """An int8 layer's rows and scales: Int8TiedOutput's table, or fbgemm's packed weight unpacked."""
+    if isinstance(layer, Int8TiedOutput):
+        return layer.embedding.values, layer.embedding.scales
+    weight = layer.weight()
+    return weight.int_repr(), weight.q_per_channel_scales().float()
+
+
+@pytest.mark.precision
+@pytest.mark.parametrize("cpu_class", ["this one", "avx2"])
 @pytest.mark.parametrize("overrides", [{}, T5], ids=["transformer", "T5-like"])
-def test_int8_rows_are_decoded_as_stored(tmp_path, overrides):
+def test_int8_rows_are_decoded_as_stored(tmp_path, overrides, cpu_class, as_cpu):
     """An int8 folder on a CPU keeps CTranslate2's rows: the int8 layers hold the very bytes, with
-    the reciprocal of its scales; where the placement names float products they are dequantized."""
+    the reciprocal of its scales, multiplied as CTranslate2 does (each row of activations quantized
+    alone: Int8TiedOutput) where the CPU has int8 dot products (VNNI), by fbgemm's layers elsewhere
+    (models/placement.py); where the placement names float products they are dequantized."""
+    if cpu_class != "this one":
+        as_cpu(cpu_class)  # no VNNI: fbgemm
     ours = tiny_transformer(seed=1, vocab=VOCAB, eos_bias=1.5, **overrides)
     path = write_folder(tmp_path / "ct2", ours, TOKENS, int8=True)
     loaded = load_model(str(path), placement=Placement(backend="auto"))
@@ -94,11 +110,16 @@ def test_int8_rows_are_decoded_as_stored(tmp_path, overrides):
     embedding = loaded.model.tgt_embed.tokens
     assert isinstance(embedding, Int8Embedding) and torch.equal(embedding.values, table)
     torch.testing.assert_close(embedding.scales, scale.reciprocal())
-    assert isinstance(loaded.model.output, Int8TiedOutput) and loaded.model.output.embedding is embedding
+    per_row = cpu.current().int8_dot
+    assert isinstance(loaded.model.output, Int8TiedOutput if per_row else QuantizedLinear)
+    if per_row:
+        assert loaded.model.output.embedding is embedding
     first = "gate_up" if ours.cfg.gated_ffn else "up"  # a gated layer's: linear_0 and linear_0_noact, joined
     up = getattr(loaded.model.encoder_layers[0].ffn, first)
     values, scales = quantized(getattr(ours.encoder_layers[0].ffn, first).weight.detach())
-    assert torch.equal(up.embedding.values, values) and torch.allclose(up.embedding.scales, scales.reciprocal())
+    assert isinstance(up, Int8TiedOutput if per_row else QuantizedLinear)
+    stored_values, stored_scales = int8_rows_of(up)
+    assert torch.equal(stored_values, values) and torch.allclose(stored_scales, scales.reciprocal())
     dequantized = load_model(str(path), placement=Placement(backend="torch")).model
     torch.testing.assert_close(getattr(dequantized.encoder_layers[0].ffn, first).weight, values / scales[:, None])
     source, target = [5, 9, 12, EOS], [7, 8]
