@@ -366,6 +366,29 @@ def test_input_that_the_job_would_overwrite_is_refused(job, src, tmp_path, how):
     assert named.read_bytes() == data and sorted(tmp_path.iterdir()) == files
 
 
+@pytest.mark.parametrize("link", [False, True])
+def test_a_prefix_file_the_job_would_overwrite_is_refused_by_its_name(job, src, tmp_path, link):
+    """Before: `--prefix P --output P` decoded and wrote the translations over the prefixes (exit 0)."""
+    prefix = tmp_path / "prefix.txt"
+    prefix.write_bytes(src.read_bytes())
+    out = prefix
+    if link:
+        out = tmp_path / "link.txt"
+        out.symlink_to(prefix)
+    run = job(src, out, "--prefix", prefix)
+    assert run.returncode == 2 and one_line(run.stderr), run.stderr
+    assert f"--prefix {prefix} is the output file".encode() in run.stderr
+    assert prefix.read_bytes() == src.read_bytes()
+
+
+def test_score_names_the_target_file_it_would_overwrite(model_dir, src, tmp_path, cli):
+    tgt = tmp_path / "tgt.txt"
+    tgt.write_bytes(src.read_bytes())
+    run = cli("score", "-m", model_dir, "--src", src, "--tgt", tgt, "--output", tgt)
+    assert run.returncode == 2 and f"--tgt {tgt} is the output file".encode() in run.stderr
+    assert tgt.read_bytes() == src.read_bytes()
+
+
 @pytest.mark.subprocess
 def test_stdin_redirected_from_the_output_is_refused(model_dir, src, tmp_path):
     data = src.read_bytes()

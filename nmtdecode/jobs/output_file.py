@@ -106,9 +106,10 @@ class OutputFile:
         self.marks = False  # resumable: a FILE.tmp with nothing final is kept (empty) as a mark
         self._lock_fd: int | None = None
 
-    def refuse_source(self, src: str) -> None:
-        """Refuse an input that this job would overwrite before reading it: the output itself
-        or a file beside it, compared by device and inode (so through links as well)."""
+    def refuse_source(self, src: str, option: str = "--src") -> None:
+        """Refuse an input that this job would overwrite before reading it (`option` names it: --src,
+        --prefix, --tgt): the output itself or a file beside it, compared by device and inode (so
+        through links as well)."""
         if self.path == "-":
             return
         source = _regular_identity(src)
@@ -122,7 +123,7 @@ class OutputFile:
             if (st.st_dev, st.st_ino) == source:
                 what = "the output file" if name == self.path else f"{name}, a file the job writes for --output"
                 raise OutputRefused(
-                    f"--src {src} is {what}; it would be overwritten before it is read: "
+                    f"{option} {src} is {what}; it would be overwritten before it is read: "
                     "choose another --output (or --output-dir, --suffix)"
                 )
 

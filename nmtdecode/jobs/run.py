@@ -208,6 +208,8 @@ class WholeJob:
         output = OutputFile(io_cfg.output)
         for other in self.jobs:
             output.refuse_source(other.io.src)
+            if other.io.prefix is not None:
+                output.refuse_source(other.io.prefix, "--prefix")
         try:
             complete = output.claim(io_cfg.resume)
             if not output.direct:  # parts of an earlier torchrun job with this output
@@ -223,9 +225,9 @@ class WholeJob:
         self.output = output
         if io_cfg.dump_beam is not None:  # written whole through FILE.tmp, as score's output: complete or absent
             self.dump = OutputFile(io_cfg.dump_beam)
-            for path in (io_cfg.src, io_cfg.prefix, output.tmp):  # never its input, prefix or output
-                if path is not None:
-                    self.dump.refuse_source(path)
+            for path, option in ((io_cfg.src, "--src"), (io_cfg.prefix, "--prefix"), (output.tmp, "--output's")):
+                if path is not None:  # never its input, prefix or output
+                    self.dump.refuse_source(path, option)
             self.dump.claim(False, resumable=False)
         return output
 
@@ -288,6 +290,8 @@ class RankJob:
         io_cfg, ranks = self.config.io, self.ranks
         for target in (self.merged, self.part):
             target.refuse_source(io_cfg.src)
+            if io_cfg.prefix is not None:
+                target.refuse_source(io_cfg.prefix, "--prefix")
         if ranks.rank == 0:
             self.merged.claim(False, resumable=False)  # the lock: one job on OUT, whatever its number of processes
         self.part.claim(io_cfg.resume)

@@ -70,8 +70,8 @@ def score_job(config: Config, tgt: str, normalize: bool = False) -> ScoreSummary
     io_cfg = config.io
     check_score_files(io_cfg.src, tgt)
     out = OutputFile(io_cfg.output)
-    for path in (io_cfg.src, tgt):
-        out.refuse_source(path)
+    for path, option in ((io_cfg.src, "--src"), (tgt, "--tgt")):
+        out.refuse_source(path, option)
     check_model_spared([config])
     out.claim(False, resumable=False)
     try:
