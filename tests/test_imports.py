@@ -173,6 +173,7 @@ def test_the_options_import_nothing_but_their_own_parts():
 WITHOUT_TORCH = {
     "nmtdecode.models.architecture",
     "nmtdecode.models.checkpoint",
+    "nmtdecode.models.defaults",
     "nmtdecode.models.stored",
     "nmtdecode.models.npz",
     "nmtdecode.models.tokenizer",

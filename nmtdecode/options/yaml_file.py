@@ -12,7 +12,7 @@ import os
 
 import yaml
 
-from .bounded import TooLarge, check_size, shown
+from .bounded import MAX_CONFIG_BYTES, TooLarge, check_bytes, check_size, shown
 from .config import Config, flat_values
 from .foreign import listed, unknown_key_message
 from .layers import option_names
@@ -52,10 +52,12 @@ def load_yaml(path: str) -> dict:
     """
     try:
         with open(path, "rb") as f:
-            raw = f.read()
+            raw = f.read(MAX_CONFIG_BYTES + 1)  # the rest of a larger one is never read
+            size = max(len(raw), os.fstat(f.fileno()).st_size)
     except OSError as e:
         raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
     try:
+        check_bytes(size, MAX_CONFIG_BYTES)
         data = yaml.load(raw.decode("utf-8"), Loader=_UniqueKeyLoader)  # a leading BOM is read by YAML itself
         check_size(data)
     except TooLarge as e:

@@ -111,7 +111,7 @@ def make_tokenizer(
             eos_id=source.eos_id,
             special_ids={start_id, *target.control_ids()},
         )
-    missing = [name for name in ("source.spm", "target.spm") if not os.path.isfile(os.path.join(directory, name))]
+    missing = [name for name in ("source.spm", "target.spm") if not os.path.lexists(os.path.join(directory, name))]
     if missing:
         raise ModelError(
             f"{directory}: {missing[0]} is missing: with a YAML vocabulary the text is cut into "

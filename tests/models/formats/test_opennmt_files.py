@@ -100,6 +100,33 @@ def test_a_foreign_pickle_is_one_line_exit_1(tmp_path, cli, lines_file):
     )
 
 
+def test_options_without_a_transformer_s_sizes_are_named(tmp_path, cli, lines_file):
+    """Before: "'Namespace' object has no attribute 'heads'"."""
+    path = tiny_checkpoint(tmp_path / "model.pt")
+    checkpoint = torch.load(path, weights_only=False)
+    checkpoint["opt"] = argparse.Namespace(share_embeddings=False)
+    torch.save(checkpoint, path)
+    result = cli("translate", "--model", path, "--src", lines_file(["a"]), text=True)
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"nmtdecode: error: {path}: its OpenNMT-py options (`opt`) have no hidden_size, heads, enc_layers, "
+        "dec_layers, transformer_ff: they do not describe a Transformer\n"
+    )
+
+
+def test_options_of_fewer_layers_than_the_weights_are_refused(tmp_path):
+    """Before: the checkpoint's second encoder layer was left out (exit 0, another network)."""
+    path = tiny_checkpoint(tmp_path / "model.pt", enc_layers=2)
+    checkpoint = torch.load(path, weights_only=False)
+    checkpoint["opt"].enc_layers = 1
+    torch.save(checkpoint, path)
+    with pytest.raises(
+        ModelError,
+        match=r"encoder_layers: the config asks for 1 layers, the weights hold more \(encoder\.transformer\.1\.",
+    ):
+        opennmt.load(str(path))
+
+
 def test_a_pickle_that_runs_code_is_refused_and_never_runs(tmp_path, cli, lines_file):
     marker = tmp_path / "ran"
     path = tmp_path / "evil.pt"
