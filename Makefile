@@ -1,5 +1,8 @@
 # nmtdecode — the two commands a new machine needs: `make demo` and `make test`.
 PYTHON ?= python3
+# pytest rewrites every test module's asserts; without bytecode files (a shell that sets
+# PYTHONDONTWRITEBYTECODE) it does so again in each process of each run, most of a quick run's time.
+unexport PYTHONDONTWRITEBYTECODE
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed

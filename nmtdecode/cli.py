@@ -1,8 +1,9 @@
 """Command line: `nmtdecode translate | score | inspect | show | convert`.
 
 Thin by design: parse flags (each built from its option's declaration in options/table.py),
-layer them over the YAML file into a `Config`, call the library. OpenNMT-py's
-single-dash spellings (`-beam_size 5`) are refused naming ours (`check_spelling`).
+layer them over the YAML file into a `Config`, call the library. Flags that are not the
+command's, other tools' (`-beam_size 5`, `--sampling-topk 10`) or unknown, are refused all at
+once, naming ours (`check_flags`).
 Errors become one line on stderr and an exit code:
 2 for usage/configuration mistakes, 1 for runtime failures, 130 on Ctrl-C, 143 on
 SIGTERM (signals.py: at once during start-up, unwinding the job after it). `--debug`
@@ -42,7 +43,7 @@ from .options.layers import checked_layer
 from .options.yaml_file import dump, load_yaml
 from .options.plan import plan_jobs
 from .jobs.files import make_output_dir
-from .options.peers import spelling_message
+from .options.foreign import flag_problems, listed
 from .jobs.signals import STOPPED_NOTE, Terminated
 from .engine.messages import say
 
@@ -52,7 +53,7 @@ def _click_type(key: str, declared: Option) -> click.ParamType | type:
     # list[float]: float
     kinds = [k for kind in typing.get_args(hint) or (hint,) for k in (typing.get_args(kind) or (kind,))]
     if declared.choices is not None and declared.aliases is None:
-        return click.Choice(declared.choices)
+        return click.Choice(declared.choices, case_sensitive=False)  # --early-stopping True, as Python writes it
     return int if int in kinds else float if float in kinds else str
 
 
@@ -129,26 +130,30 @@ class UsageError(click.UsageError):
     """A command-line mistake found before click parses (exit code 2)."""
 
 
-def check_spelling(group: click.Group, argv: list[str]) -> None:
-    """Refuse other tools' spellings (OpenNMT-py's `-beam_size` and `--beam_size`, fairseq's
-    `--fp16`, Marian's `-b`: opennmt_options.spelling_message) naming ours, before click reads
-    `-beam_size` as `-b eam_size`."""
+def command_flags(group: click.Group, name: str) -> dict[str, bool]:
+    """Command `name`'s flags (`--help` included), each -> whether it takes a value."""
+    command = group.commands[name]
+    context = click.Context(command, info_name=name, parent=click.Context(group, **group.context_settings))
+    return {
+        flag: not (param.is_flag or param.count)
+        for param in command.get_params(context)
+        if isinstance(param, click.Option)
+        for flag in param.opts + param.secondary_opts
+    }
+
+
+def check_flags(group: click.Group, argv: list[str]) -> None:
+    """Refuse, in one error, every flag of the command that is not its own: other tools' (their
+    answers in options/peers.py: OpenNMT-py's `-beam_size`, fairseq's `--sampling-topk`, Marian's
+    `-w`) naming ours, and unknown ones naming the nearest; before click reads `-beam_size` as
+    `-b eam_size` or stops at the first."""
     names = [i for i, arg in enumerate(argv) if arg in group.commands]
     if not names:
         return
-    command = group.commands[argv[names[0]]]
-    longs = {opt for param in command.params for opt in param.opts + param.secondary_opts if opt.startswith("--")}
-    for position, arg in enumerate(argv[names[0] + 1 :], names[0] + 1):
-        if arg == "--":
-            return
-        message = spelling_message(arg.split("=", 1)[0], longs)
-        if message:
-            raise UsageError(message)
-        if arg == "--alignment" and argv[position + 1 : position + 2] in (["hard"], ["soft"]):  # Marian's
-            raise UsageError(
-                f"--alignment {argv[position + 1]}: that is Marian's; nmtdecode's Pharaoh pairs after "
-                "the text are --report-align (--alignment is a flag: JSONL source positions)"
-            )
+    name = argv[names[0]]
+    problems = flag_problems(argv[names[0] + 1 :], command_flags(group, name), name)
+    if problems:
+        raise UsageError(listed("", problems))
 
 
 def one_line(error: click.ClickException) -> str:
@@ -375,7 +380,7 @@ def run(argv: list[str]) -> int:
     debug = "--debug" in argv
     try:
         try:
-            check_spelling(cli, list(argv))
+            check_flags(cli, list(argv))
             cli.main(args=list(argv), prog_name="nmtdecode", standalone_mode=False)
         finally:
             signals.job_ended()  # a signal from here on would only replace the line said below
@@ -384,7 +389,7 @@ def run(argv: list[str]) -> int:
     except click.exceptions.NoArgsIsHelpError as e:  # `nmtdecode` alone: the help, as click shows it
         e.show()
         return 2
-    except (click.ClickException, UsageError) as e:  # click's usage errors: one line, as all ours
+    except click.ClickException as e:  # click's usage errors and ours: one line
         say(f"nmtdecode: error: {one_line(e)}")
         return 2
     except (KeyboardInterrupt, click.Abort, Terminated) as e:

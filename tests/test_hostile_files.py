@@ -240,3 +240,55 @@ def test_jobs_that_are_not_a_list_name_jobs_and_exit_2(model_dir, tmp_path, cli,
     assert one_line(run.stderr).startswith(
         f"nmtdecode: error: config file {config}: jobs: expected a list of {{src: FILE, output: FILE, ...}} items, got "
     )
+
+
+def test_a_bad_decoding_default_names_the_model_s_file(model_dir, tmp_path, cli):
+    """A model's own defaults are checked where its file is read: before, the message was the
+    option's alone (`beam_size: expected int, got nan`), as if the user had given it."""
+    model = tmp_path / "model"
+    shutil.copytree(model_dir, model)
+    config = yaml.safe_load((model / "config.yaml").read_text())
+    config["decoding"] = {"beam_size": float("nan")}
+    (model / "config.yaml").write_text(yaml.safe_dump(config))
+    run = cli("translate", "--model", model, stdin="hello\n", text=True)
+    assert run.returncode == 1
+    assert one_line(run.stderr) == (
+        f"nmtdecode: error: {model}/config.yaml: decoding defaults: beam_size: expected int, got nan"
+    )
+
+
+BIG = 5 << 20  # bytes: beyond MAX_CONFIG_BYTES (4 MiB); before, a 100 MB config.json was parsed whole (66 s, 727 MB)
+
+
+@pytest.mark.parametrize("subcommand", ["inspect", "translate"])
+def test_a_config_json_larger_than_any_config_is_refused_before_it_is_parsed(tmp_path, cli, subcommand):
+    model = marian_config(tmp_path / "hf", padding="x" * BIG)
+    args = ("inspect", model) if subcommand == "inspect" else ("translate", "--model", model)
+    run = cli(*args, stdin="hello\n", text=True)
+    assert run.returncode == 1
+    size = (model / "config.json").stat().st_size
+    assert one_line(run.stderr) == (
+        f"nmtdecode: error: {model / 'config.json'} cannot be read: it holds {size:,} bytes; "
+        "no such file needs more than 4,194,304"
+    )
+
+
+def test_a_native_config_yaml_larger_than_any_config_is_refused(model_dir, tmp_path, cli):
+    model = tmp_path / "model"
+    shutil.copytree(model_dir, model)
+    with open(model / "config.yaml", "a") as f:
+        f.write(f"padding: {'x' * BIG}\n")
+    run = cli("translate", "--model", model, stdin="hello\n", text=True)
+    assert run.returncode == 1
+    assert one_line(run.stderr).startswith(f"nmtdecode: error: {model}/config.yaml cannot be read: it holds ")
+
+
+def test_a_job_config_larger_than_any_config_is_refused(model_dir, tmp_path, cli):
+    job = tmp_path / "job.yaml"
+    job.write_text(f"model: {model_dir}\npadding: {'x' * BIG}\n")
+    run = cli("translate", "-c", job, stdin="hello\n", text=True)
+    assert run.returncode == 2
+    assert one_line(run.stderr) == (
+        f"nmtdecode: error: config file {job}: larger than any config: it holds {job.stat().st_size:,} bytes; "
+        "no such file needs more than 4,194,304"
+    )

@@ -155,22 +155,25 @@ def test_the_models_use_the_search_only_through_its_step_contract():
 # What options/config.py is made of: the option table and its checks, the peers' option names,
 # and how a message shows a value.
 CONFIG_PARTS = {
-    f"nmtdecode.options.{name}" for name in ("table", "option", "rules", "entries", "layers", "peers", "bounded")
+    f"nmtdecode.options.{name}"
+    for name in ("table", "option", "rules", "entries", "layers", "foreign", "peers", "bounded")
 }
 
 
 def test_the_options_import_nothing_but_their_own_parts():
     """options/config.py is read by every layer and before torch: it reaches only the option table
-    and the checks made of it (CONFIG_PARTS); what an option is (option.py) and the peers' option
-    names (peers.py) import nothing but how a message shows a value (bounded.py)."""
+    and the checks made of it (CONFIG_PARTS); what an option is (option.py) imports nothing but how
+    a message shows a value (bounded.py), and the other tools' names (peers.py, data) nothing."""
     assert reachable(GRAPH, "nmtdecode.options.config") == CONFIG_PARTS
-    assert GRAPH["nmtdecode.options.option"] == GRAPH["nmtdecode.options.peers"] == {"nmtdecode.options.bounded"}
+    assert GRAPH["nmtdecode.options.option"] == {"nmtdecode.options.bounded"}
+    assert GRAPH["nmtdecode.options.peers"] == set()
 
 
 # The halves of the formats that read a model's files without torch, and the modules they read with.
 WITHOUT_TORCH = {
     "nmtdecode.models.architecture",
     "nmtdecode.models.checkpoint",
+    "nmtdecode.models.defaults",
     "nmtdecode.models.stored",
     "nmtdecode.models.npz",
     "nmtdecode.models.tokenizer",

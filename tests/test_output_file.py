@@ -12,10 +12,12 @@ import errno
 import fcntl
 import json
 import os
+import shutil
 import stat
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -269,7 +271,7 @@ def test_a_stop_around_the_final_rename_is_not_a_job_to_redo(job, src, tmp_path,
 # --- 3. links and special files ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("planted", ["out.txt.tmp", "out.txt.tmp.progress.new", "out.txt.tmp.progress"])
+@pytest.mark.parametrize("planted", ["out.txt.tmp", "out.txt.tmp.progress.new", "out.txt.tmp.progress", "out.txt.lock"])
 def test_planted_links_are_not_followed(job, short, tmp_path, planted):
     src, reference = short
     victim = tmp_path / "victim.txt"
@@ -280,6 +282,21 @@ def test_planted_links_are_not_followed(job, short, tmp_path, planted):
     assert run.returncode == 0, run.stderr
     assert victim.read_text() == "precious\n"
     assert not out.is_symlink() and out.read_bytes() == reference
+
+
+def test_a_planted_journal_link_refuses_a_resume_saying_what_it_is(job, short, tmp_path):
+    """Before: "Too many levels of symbolic links", the errno of a link opened without following."""
+    src, _ = short
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    (tmp_path / "out.txt.tmp").write_text("partial\n")
+    (tmp_path / "out.txt.tmp.progress").symlink_to(victim)
+    run = job(src, tmp_path / "out.txt", "--resume")
+    assert run.returncode == 2 and one_line(run.stderr) and victim.read_text() == "precious\n"
+    assert run.stderr.decode() == (
+        f"nmtdecode: error: --resume: cannot read {tmp_path / 'out.txt.tmp.progress'}: it is a symbolic "
+        "link, which a job never follows (and did not make)\n"
+    )
 
 
 def test_link_to_a_device_is_written_through(job, lines_file, tmp_path):
@@ -349,6 +366,29 @@ def test_input_that_the_job_would_overwrite_is_refused(job, src, tmp_path, how):
     assert named.read_bytes() == data and sorted(tmp_path.iterdir()) == files
 
 
+@pytest.mark.parametrize("link", [False, True])
+def test_a_prefix_file_the_job_would_overwrite_is_refused_by_its_name(job, src, tmp_path, link):
+    """Before: `--prefix P --output P` decoded and wrote the translations over the prefixes (exit 0)."""
+    prefix = tmp_path / "prefix.txt"
+    prefix.write_bytes(src.read_bytes())
+    out = prefix
+    if link:
+        out = tmp_path / "link.txt"
+        out.symlink_to(prefix)
+    run = job(src, out, "--prefix", prefix)
+    assert run.returncode == 2 and one_line(run.stderr), run.stderr
+    assert f"--prefix {prefix} is the output file".encode() in run.stderr
+    assert prefix.read_bytes() == src.read_bytes()
+
+
+def test_score_names_the_target_file_it_would_overwrite(model_dir, src, tmp_path, cli):
+    tgt = tmp_path / "tgt.txt"
+    tgt.write_bytes(src.read_bytes())
+    run = cli("score", "-m", model_dir, "--src", src, "--tgt", tgt, "--output", tgt)
+    assert run.returncode == 2 and f"--tgt {tgt} is the output file".encode() in run.stderr
+    assert tgt.read_bytes() == src.read_bytes()
+
+
 @pytest.mark.subprocess
 def test_stdin_redirected_from_the_output_is_refused(model_dir, src, tmp_path):
     data = src.read_bytes()
@@ -361,6 +401,85 @@ def test_stdin_redirected_from_the_output_is_refused(model_dir, src, tmp_path):
         )
     assert run.returncode == 2 and b"would be overwritten before it is read" in run.stderr, run.stderr
     assert src.read_bytes() == data
+
+
+# --- 4b. the model destroyed ---------------------------------------------------------------
+# Before: `--output DIR/model.safetensors` turned the weights into a few bytes of text (exit 0).
+
+
+@pytest.fixture()
+def own_model(model_dir, tmp_path):
+    """A copy of the test model that a test may find overwritten."""
+    model = tmp_path / "model"
+    shutil.copytree(model_dir, model)
+    return model
+
+
+def assert_spared(model, run, files_before, option="output"):
+    assert run.returncode == 2 and one_line(run.stderr), run.stderr
+    assert f"nmtdecode: error: {option}: ".encode() in run.stderr
+    assert b"is a file the model is read from" in run.stderr and b"writing it would destroy the model" in run.stderr
+    assert {p.name: p.read_bytes() for p in model.iterdir()} == files_before  # nothing written, nothing beside
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "model.safetensors", "spm.model"])
+@pytest.mark.parametrize("option", ["output", "dump_beam"])
+def test_an_output_naming_a_file_of_the_model_is_refused_before_anything_is_written(
+    own_model, src, cli, name, option, tmp_path
+):
+    before = {p.name: p.read_bytes() for p in own_model.iterdir()}
+    flags = (
+        ["--output", own_model / name]
+        if option == "output"
+        else ["--output", tmp_path / "o.txt", "--dump-beam", own_model / name]
+    )
+    run = cli("translate", "--model", own_model, "--src", src, *flags, *ARGS)
+    assert_spared(own_model, run, before, option)
+
+
+@pytest.mark.parametrize("how", ["link", "hard link", "ensemble member", "score"])
+def test_the_model_is_spared_whatever_names_it(own_model, model_dir, src, cli, tmp_path, how):
+    before = {p.name: p.read_bytes() for p in own_model.iterdir()}
+    target, models, command_name = own_model / "config.yaml", [own_model], "translate"
+    extra = list(ARGS)
+    if how == "link":
+        target = tmp_path / "link.txt"
+        target.symlink_to(own_model / "config.yaml")
+    elif how == "hard link":
+        target = tmp_path / "hard.txt"
+        os.link(own_model / "model.safetensors", target)
+    elif how == "ensemble member":
+        models = [model_dir, own_model]
+    else:
+        command_name, extra = "score", ["--tgt", src, "--quiet"]
+    run = cli(command_name, "--model", *models, "--src", src, "--output", target, *extra)
+    assert_spared(own_model, run, before)
+
+
+def test_a_tokenizer_only_the_load_finds_is_spared_too(tmp_path, cli, lines_file):
+    """An OpenNMT-py checkpoint names its SentencePiece models inside the pickle: the refusal comes
+    once the model has loaded, still before the output is opened."""
+    from tests.models.formats.test_opennmt_files import VOCAB, tiny_checkpoint
+    from tests.helpers import train_sentencepiece
+
+    spm_file = train_sentencepiece(tmp_path, vocab_size=40)
+    path = tiny_checkpoint(
+        tmp_path / "model.pt",
+        vocab=VOCAB,
+        transforms=["sentencepiece"],
+        src_subword_model=spm_file,
+        tgt_subword_model=spm_file,
+    )
+    data = Path(spm_file).read_bytes()
+    run = cli("translate", "--model", path, "--src", lines_file(["a b"]), "--output", spm_file, *ARGS)
+    assert run.returncode == 2 and one_line(run.stderr) and b"is a file the model is read from" in run.stderr
+    assert Path(spm_file).read_bytes() == data and not os.path.exists(f"{spm_file}.lock")
+
+
+def test_a_new_file_in_the_model_s_directory_is_written(own_model, src, cli, reference):
+    run = cli("translate", "--model", own_model, "--src", src, "--output", own_model / "out.txt", *ARGS)
+    assert run.returncode == 0, run.stderr
+    assert (own_model / "out.txt").read_bytes() == reference
 
 
 # --- 5. resume accepts only the same job ----------------------------------------------------

@@ -216,6 +216,37 @@ def test_interrupt_exits_cleanly_and_stays_resumable(model_dir, tmp_path, sig, c
     assert count_lines(out.read_bytes()) == len(lines)
 
 
+# A job blocked on its input, and a finalizer that the garbage collector runs just when a signal
+# arrives: the finalizer sends the signal itself, so that the handler raises inside it.
+SIGNAL_IN_A_FINALIZER = """
+import os, signal, sys, weakref
+from nmtdecode.jobs import signals
+signals.install()
+signals.job_started()
+class Held:
+    pass
+held = Held()
+weakref.finalize(held, os.kill, os.getpid(), signal.{name})
+reading, writing = os.pipe()
+try:
+    del held  # the finalizer runs: the handler's exception is raised inside it
+    os.read(reading, 1)  # nothing ever comes: only the signal ends the wait
+except (signals.Terminated, KeyboardInterrupt) as stop:
+    print(type(stop).__name__)
+"""
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("sig, stop", [(signal.SIGTERM, "Terminated"), (signal.SIGINT, "KeyboardInterrupt")])
+def test_a_signal_raised_inside_a_finalizer_is_not_lost(sig, stop):
+    """Python drops an exception raised inside a finalizer ("Exception ignored in: <finalize
+    object>"): the signal's would be lost and the job go on waiting for its input. The hook
+    signals.install sets delivers it again, to the main thread, which stops reading."""
+    script = SIGNAL_IN_A_FINALIZER.format(name=sig.name)
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert (run.returncode, run.stdout, run.stderr) == (0, stop + "\n", "")
+
+
 def test_resume_refuses_other_options(model_dir, tmp_path, lines_file, cli):
     src = lines_file(NORMAL)
     out = tmp_path / "out.txt"

@@ -46,3 +46,41 @@ def test_the_program_sets_it_before_torch_loads(preset, seen):
     done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == seen
+
+
+def test_more_threads_than_cpus_are_as_many_as_the_cpus(monkeypatch):
+    from nmtdecode.options.config import Config
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    assert Config.from_values({"threads": 1000}).runtime.operation_threads() == 2
+    assert Config.from_values({"threads": 2}).runtime.operation_threads() == 2
+    assert Config.from_values({"threads": 1}).runtime.operation_threads() == 1
+
+
+@pytest.mark.subprocess
+def test_more_threads_than_cpus_are_said_not_run(model_dir):
+    """Before: --threads 1000 started a thousand OpenMP workers on a few CPUs, silently."""
+    cpus = len(os.sched_getaffinity(0))
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nmtdecode",
+            "translate",
+            "-m",
+            model_dir,
+            "--threads",
+            "1000",
+            "--max-length",
+            "2",
+            "-q",
+        ],
+        input="hello\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0 and len(run.stdout.splitlines()) == 1
+    assert run.stderr == (
+        f"nmtdecode: warning: threads: 1000 is more than the {cpus} CPUs this process may use; using {cpus}\n"
+    )

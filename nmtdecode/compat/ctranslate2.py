@@ -21,10 +21,11 @@ import dataclasses
 import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Any, Callable, Generator, Iterable, Iterator
+from typing import Any, Callable, Generator, Iterable, Iterator, Sequence
 
 from .. import api
 from ..jobs.output_file import written_whole
+from ..jobs.files import refuse_model_files, written_beside
 from .ctranslate2_alternatives import alternatives
 from .ctranslate2_loading import ModelSlot
 from .ctranslate2_options import (
@@ -146,8 +147,9 @@ class Translator:
         chooses it; a True answer ends that source's hypothesis there."""
         args = self._decoding("translate_batch", decoding)
         batching = batching_options(max_batch_size, batch_type, len(source))
-        sources = [self._source(s) for s in source]
-        prefixes = None if target_prefix is None else [list(p) if p else None for p in target_prefix]
+        sources = [self._source(s) for s in pieces_of(source, "source", "translate_batch")]
+        given = None if target_prefix is None else pieces_of(target_prefix, "target_prefix", "translate_batch", True)
+        prefixes = None if given is None else [p or None for p in given]
         if args["return_alternatives"]:
             check_alternatives(args, callback)
             work = partial(self._alternatives, sources, prefixes, args, batching)
@@ -192,7 +194,8 @@ class Translator:
             **batching_options(max_batch_size, batch_type, len(source)),
             "max_src_length": max_input_length or None,
         }
-        work = partial(self._score, [self._source(s) for s in source], [list(t) for t in target], options, offset)
+        sources = [self._source(s) for s in pieces_of(source, "source", "score_batch")]
+        work = partial(self._score, sources, pieces_of(target, "target", "score_batch"), options, offset)
         return self._submit(work, asynchronous, AsyncScoringResult, len(source))
 
     def score_iterable(
@@ -223,7 +226,9 @@ class Translator:
             "generate_tokens", filled("generate_tokens", decoding, {k: DECODING_DEFAULTS[k] for k in GENERATE_KEYS})
         )
         options = self._options("generate_tokens", {**args, "beam_size": 1})
-        for step in self._steps(self._source(source), list(target_prefix) if target_prefix else None, options, 0):
+        pieces = one_of(source, "source", "generate_tokens") or []
+        prefix = one_of(target_prefix, "target_prefix", "generate_tokens", optional=True)
+        for step in self._steps(self._source(pieces), prefix or None, options, 0):
             yield step if return_log_prob else dataclasses.replace(step, log_prob=None)
 
     def translate_file(
@@ -252,6 +257,7 @@ class Translator:
         tokenize, target_tokenize = source_tokenize_fn or str.split, target_tokenize_fn or str.split
         detokenize = target_detokenize_fn or " ".join
         start, examples, tokens = time.perf_counter(), 0, 0
+        refuse_model_files(written_beside("output_path", output_path, "the output"), self._slot.api.engine.loaded.files)
         with written_whole(output_path, [source_path] + ([target_path] if target_path else [])) as out:
             prefixes = None if target_path is None else map(target_tokenize, _lines(target_path))
             for result in self.translate_iterable(
@@ -419,6 +425,25 @@ class Translator:
                 if token == self._model.unk_id and position is not None and position < len(source):
                     pieces[t] = source[position]
         return pieces
+
+
+def pieces_of(batch: Any, what: str, method: str, optional: bool = False) -> list:
+    """Each item of a batch as a list of pieces (None too, where `optional`), as CTranslate2 takes
+    them; a wrong item is named by its position."""
+    if isinstance(batch, (str, bytes)) or not isinstance(batch, Iterable):
+        raise TypeError(f"{method}(): {what} must be a list of token lists, not {type(batch).__name__}")
+    return [one_of(item, f"{what}[{position}]", method, optional) for position, item in enumerate(batch)]
+
+
+def one_of(item: Any, what: str, method: str, optional: bool = False) -> list[str] | None:
+    """One source's (prefix's, target's) pieces: a list of strings. A string is not split into
+    pieces: CTranslate2 raises TypeError for it, and so does this."""
+    if item is None and optional:
+        return None
+    if isinstance(item, (str, bytes)) or not isinstance(item, Sequence):
+        hint = " (a string is not split: give its pieces, e.g. its tokenizer's)" if isinstance(item, str) else ""
+        raise TypeError(f"{method}(): {what} is {type(item).__name__}, not a list of tokens (strings){hint}")
+    return list(item)
 
 
 def _lines(path: str) -> Iterator[str]:

@@ -192,22 +192,12 @@ def get_supported_compute_types(device: str, device_index: int = 0) -> set[str]:
 
 def natively_computed(precision: str) -> bool:
     """Whether this CPU computes `precision` (float32, bfloat16, float16 or int8) with native
-    kernels: int8 through fbgemm (x86 with AVX2), bfloat16 with bf16 products in hardware
-    (AVX512_BF16 or AMX), float16 with oneDNN's float16 kernels (AVX512_FP16 or AMX-FP16). The
-    stand-in's one question about the CPU (get_supported_compute_types and compute_type="auto"
-    ask it), answered from torch's own queries, which respect ATEN_CPU_CAPABILITY; models/cpu.py,
-    where every kernel choice of nmtdecode asks, is to answer it once it lands."""
-    import torch
+    kernels: the stand-in's one question about the CPU (get_supported_compute_types and
+    compute_type="auto" ask it), answered where every kernel choice of nmtdecode asks
+    (models/cpu.py, within ONEDNN_MAX_CPU_ISA and ATEN_CPU_CAPABILITY)."""
+    from ..models import cpu
 
-    isa = torch.backends.cpu.get_cpu_capability()  # AVX512, AVX2, DEFAULT, ...
-    if precision == "int8":
-        return isa in ("AVX2", "AVX512") and "fbgemm" in torch.backends.quantized.supported_engines
-    if precision == "bfloat16":
-        flags = ("avx512_bf16", "amx_tile")  # torch.cpu's queries of the hardware
-        return isa == "AVX512" and any(getattr(torch.cpu, f"_is_{flag}_supported", lambda: False)() for flag in flags)
-    if precision == "float16":
-        return bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
-    return precision == "float32"
+    return cpu.verdict(precision).native
 
 
 def decoding_options(method: str, args: dict[str, Any], max_positions: int) -> dict[str, Any]:

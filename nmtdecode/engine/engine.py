@@ -57,6 +57,10 @@ class Engine:
         """Load the model onto its device, in its dtype, with its matrix-product backend."""
         runtime = config.runtime
         threads = runtime.operation_threads()
+        if runtime.threads and threads != runtime.threads:
+            print_warning(
+                f"threads: {runtime.threads} is more than the {threads} CPUs this process may use; using {threads}"
+            )
         if threads:
             torch.set_num_threads(threads)
         device = device_for(runtime)  # system.py: there, and computing in the options' precision

@@ -5,16 +5,18 @@ The options' own values and combinations are checked where they are declared (op
 what needs the loaded model, by engine/resolve.py; what this machine's device and CPU can
 do, by engine/system.py. Here: the inputs (readable; a --prefix file with a line per source
 line), the files a run writes (no file written twice, none an input: output_file.py refuses
-those as it claims them), the --output-dir (created), and what torchrun and score need of their
-files. Errors are ConfigErrors (exit code 2), or the reader's InputError for an input that
-cannot be read (exit code 1).
+those as it claims them; none a file its model is read from), the --output-dir (created), and
+what torchrun and score need of their files. Errors are ConfigErrors (exit code 2), or the
+reader's InputError for an input that cannot be read (exit code 1).
 """
 
 from __future__ import annotations
 
 import os
 import stat
+from typing import Iterable
 
+from ..models.model_files import files_read
 from ..options.config import Config, ConfigError
 from .output_file import OutputFile, side_files
 from .reading import check_readable, count_lines
@@ -117,9 +119,42 @@ def written_files(job: Config) -> list[tuple[str, str, str]]:
     for key, what in WRITTEN.items():
         path = getattr(job.io, key)
         if path is not None and path != "-":
-            files.append((key, path, what))
-            files += [(key, side, f"a file kept beside {what} {path}") for side in side_files(path)]
+            files += written_beside(key, path, what)
     return files
+
+
+def written_beside(key: str, path: str, what: str) -> list[tuple[str, str, str]]:
+    """(option, name, what it is) of a file written through output_file.OutputFile and of the
+    files kept beside it (side_files)."""
+    return [(key, path, what)] + [(key, side, f"a file kept beside {what} {path}") for side in side_files(path)]
+
+
+def check_model_spared(jobs: list[Config], model_files: Iterable[str] | None = None) -> None:
+    """No job of the run writes a file its model is read from: before the load, the files named by
+    the model's format (models/model_files.py); after it, `model_files`, every file it read."""
+    files = files_read(jobs[0].io.model, jobs[0].io.tokenizer) if model_files is None else model_files
+    refuse_model_files([written for job in jobs for written in written_files(job)], files)
+
+
+def refuse_model_files(written: Iterable[tuple[str, str, str]], model_files: Iterable[str]) -> None:
+    """No file a job writes (`written_files`' triples) is a file its model is read from (weights,
+    configs, tokenizers, vocabularies, an ensemble member's: models/model_files.py before the
+    load, LoadedModel.files after it), compared as files: through links and other spellings."""
+    protected: dict[tuple, str] = {}
+    for name in model_files:
+        identity = file_identity(name)
+        if identity[0] == "inode":
+            protected.setdefault(identity, name)
+    for key, path, what in written:
+        found = protected.get(file_identity(path))
+        if found is None:
+            continue
+        alias = "" if os.path.realpath(found) == os.path.realpath(path) else f" (it is {found})"
+        where = "" if what in WRITTEN.values() else f" ({what})"
+        raise ConfigError(
+            f"{key}: {path}{where} is a file the model is read from{alias}: writing it would destroy "
+            f"the model; choose another --{key.replace('_', '-')}"
+        )
 
 
 def make_output_dir(file_values: dict, flags: dict) -> None:

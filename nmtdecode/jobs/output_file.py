@@ -106,9 +106,10 @@ class OutputFile:
         self.marks = False  # resumable: a FILE.tmp with nothing final is kept (empty) as a mark
         self._lock_fd: int | None = None
 
-    def refuse_source(self, src: str) -> None:
-        """Refuse an input that this job would overwrite before reading it: the output itself
-        or a file beside it, compared by device and inode (so through links as well)."""
+    def refuse_source(self, src: str, option: str = "--src") -> None:
+        """Refuse an input that this job would overwrite before reading it (`option` names it: --src,
+        --prefix, --tgt): the output itself or a file beside it, compared by device and inode (so
+        through links as well)."""
         if self.path == "-":
             return
         source = _regular_identity(src)
@@ -122,7 +123,7 @@ class OutputFile:
             if (st.st_dev, st.st_ino) == source:
                 what = "the output file" if name == self.path else f"{name}, a file the job writes for --output"
                 raise OutputRefused(
-                    f"--src {src} is {what}; it would be overwritten before it is read: "
+                    f"{option} {src} is {what}; it would be overwritten before it is read: "
                     "choose another --output (or --output-dir, --suffix)"
                 )
 
@@ -452,6 +453,9 @@ def _lock(lock_path: str, path: str) -> int:
         try:
             fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
         except OSError as e:  # named by the output, not by the lock file the user never asked for
+            if e.errno == errno.ELOOP and os.path.islink(lock_path):  # no job's lock: a link, removed
+                remove(lock_path)
+                continue
             if e.errno in (errno.ENOENT, errno.ENOTDIR):
                 raise OutputRefused(
                     f"output: cannot write {path}: its directory {os.path.dirname(path) or '.'} does not exist"
@@ -530,6 +534,8 @@ def _keep_mode(path: str, fd: int) -> None:
 
 
 def _reason(error: OSError) -> str:
+    if error.errno == errno.ELOOP:  # what O_NOFOLLOW answers for a link
+        return "it is a symbolic link, which a job never follows (and did not make)"
     return error.strerror or str(error)
 
 

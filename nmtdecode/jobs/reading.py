@@ -6,6 +6,10 @@ stops the job naming the file and line, or is decoded as U+FFFD. The --prefix fi
 is read in step with the source. What an empty line becomes is the engine's
 (engine.make_example); batching is batching.py's.
 
+A line may be at most MAX_LINE_BYTES long: a longer one stops the job naming the file and line
+(a binary file, or a device such as /dev/zero, has no line breaks to stop at); a device other
+than a terminal or /dev/null is refused as an input before the model loads.
+
 A pipe, a terminal or a FIFO is read as its lines arrive (`ArrivingLines`): the reader
 tells whether another line is already waiting (`LineReader.ready`), so that the job
 decodes what has come instead of waiting for more, and counts the time it spent
@@ -23,7 +27,18 @@ import struct
 import sys
 import termios
 import time
+from functools import partial
 from typing import BinaryIO, Iterable, Iterator
+
+from ..options.config import ConfigError
+
+# The longest line read, line break included: far beyond what any model's positions take in (65,536
+# tokens are a few hundred kilobytes of text), and what is read before a line that never ends is
+# refused.
+MAX_LINE_BYTES = 4 << 20
+# Linux's device numbers of terminals (/dev/tty*, /dev/pts/*: Documentation/admin-guide/devices.txt),
+# the only devices but /dev/null that --src may name.
+TERMINAL_MAJORS = {4, 5, *range(136, 144)}
 
 
 class InputError(RuntimeError):
@@ -62,13 +77,18 @@ class LineReader:
 
     def __iter__(self) -> Iterator[str]:
         stream = _stdin() if self.path == "-" else _open(self.path)
-        lines: Iterable[bytes] = stream
+        lines: Iterable[bytes] = iter(partial(stream.readline, MAX_LINE_BYTES + 1), b"")
         fd = _pipe_descriptor(stream)
         if fd is not None:
             self.arriving = ArrivingLines(fd)
             lines = self.arriving
         try:
             for number, raw in enumerate(lines, start=1):
+                if len(raw) > MAX_LINE_BYTES:
+                    raise InputError(
+                        f"{self.name}:{number}: a line longer than {MAX_LINE_BYTES:,} bytes (a binary file, "
+                        "or a device that never ends?); give text, one sentence per line"
+                    )
                 self.consumed += len(raw)
                 self.hash.update(raw)
                 if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
@@ -116,7 +136,7 @@ class ArrivingLines:
                 line = bytes(self.pending[: end + 1])
                 del self.pending[: end + 1]  # a bytearray drops its front without copying the rest
                 yield line
-            elif self.ended:
+            elif self.ended or len(self.pending) > MAX_LINE_BYTES:  # the last line, or too long a one
                 if self.pending:
                     yield bytes(self.pending)
                 return
@@ -146,17 +166,40 @@ def check_readable(path: str) -> None:
     """Fail early (before a model loads) on an input that cannot be read. A FIFO is not
     opened here: opening and closing it would disturb the process writing into it."""
     if path == "-":
+        _stdin_device()
         return
     try:
-        mode = os.stat(path).st_mode
+        st = os.stat(path)
     except OSError as e:
         raise InputError(f"cannot read {path}: {e.strerror}") from None
-    if stat.S_ISDIR(mode):
+    if stat.S_ISDIR(st.st_mode):
         raise InputError(f"cannot read {path}: it is a directory")
-    if stat.S_ISREG(mode):
+    _check_device(st, path, stat.S_ISCHR(st.st_mode) and os.major(st.st_rdev) in TERMINAL_MAJORS)
+    if stat.S_ISREG(st.st_mode):
         _open(path).close()
     elif not os.access(path, os.R_OK):
         raise InputError(f"cannot read {path}: permission denied")
+
+
+def _check_device(st: os.stat_result, name: str, terminal: bool) -> None:
+    """Refuse a device as input, but a terminal (typed lines) and /dev/null (no lines): /dev/zero
+    or /dev/urandom never end, and a disk is not text."""
+    device = stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+    if device and not terminal and st.st_rdev != os.stat(os.devnull).st_rdev:
+        raise ConfigError(
+            f"{name} is a device, not a file of text (/dev/zero and the like never end); "
+            "give a file, a pipe or a terminal"
+        )
+
+
+def _stdin_device() -> None:
+    """_check_device for standard input (`< /dev/zero`); a closed one is the reader's to report."""
+    try:
+        fd = sys.stdin.fileno()
+        st, terminal = os.fstat(fd), os.isatty(fd)
+    except (OSError, ValueError, AttributeError):  # closed, or a stream without a descriptor
+        return
+    _check_device(st, "standard input", terminal)
 
 
 class PrefixLines:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Protocol, cast
 
 from . import signals
 from ..options.config import Config
-from .files import check_inputs, check_torchrun_files, check_written_files
+from .files import check_inputs, check_model_spared, check_torchrun_files, check_written_files
 from .output_file import NOT_RESUMABLE, OutputFile
 from .pipeline import LineSource, load_engine, run
 from .progress import JobProgress, progress_bar, stdin_is_terminal
@@ -64,6 +64,7 @@ def translate_job(jobs: Config | list[Config], engine: Engine | None = None) -> 
     for job in jobs:
         job.validate("translate")
     check_written_files(jobs)
+    check_model_spared(jobs)
     ranks = Ranks.from_env()
     if ranks is None:
         several = len(jobs) > 1  # then each file's bar and summary line name it, and a total follows
@@ -131,6 +132,7 @@ def decode_shares(shares: list[Share], engine: Engine | None, several: bool = Fa
 def resolve_all(jobs: list[Config], engine: Engine) -> list[ResolvedJob]:
     """Every job of the run resolved on the loaded model (resolve.py), before any is decoded, with
     its notes about options that change nothing told on stderr."""
+    check_model_spared(jobs, engine.loaded.files)  # what only the load learnt (a .pt names its tokenizers)
     resolved = [resolve(job, engine) for job in jobs]
     for job in resolved:
         for note in job.notes:
@@ -206,6 +208,8 @@ class WholeJob:
         output = OutputFile(io_cfg.output)
         for other in self.jobs:
             output.refuse_source(other.io.src)
+            if other.io.prefix is not None:
+                output.refuse_source(other.io.prefix, "--prefix")
         try:
             complete = output.claim(io_cfg.resume)
             if not output.direct:  # parts of an earlier torchrun job with this output
@@ -221,9 +225,9 @@ class WholeJob:
         self.output = output
         if io_cfg.dump_beam is not None:  # written whole through FILE.tmp, as score's output: complete or absent
             self.dump = OutputFile(io_cfg.dump_beam)
-            for path in (io_cfg.src, io_cfg.prefix, output.tmp):  # never its input, prefix or output
-                if path is not None:
-                    self.dump.refuse_source(path)
+            for path, option in ((io_cfg.src, "--src"), (io_cfg.prefix, "--prefix"), (output.tmp, "--output's")):
+                if path is not None:  # never its input, prefix or output
+                    self.dump.refuse_source(path, option)
             self.dump.claim(False, resumable=False)
         return output
 
@@ -286,6 +290,8 @@ class RankJob:
         io_cfg, ranks = self.config.io, self.ranks
         for target in (self.merged, self.part):
             target.refuse_source(io_cfg.src)
+            if io_cfg.prefix is not None:
+                target.refuse_source(io_cfg.prefix, "--prefix")
         if ranks.rank == 0:
             self.merged.claim(False, resumable=False)  # the lock: one job on OUT, whatever its number of processes
         self.part.claim(io_cfg.resume)

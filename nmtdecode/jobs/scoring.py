@@ -24,7 +24,7 @@ from .output_file import NOT_RESUMABLE, OutputFile
 from .pipeline import ListSink, load_engine, run
 from .progress import progress_bar
 from .ranks import Ranks
-from .files import check_score_files
+from .files import check_model_spared, check_score_files
 from .reading import InputError, LineReader, has_ended_empty
 from ..engine.resolve import resolve
 from ..engine.messages import count, print_warning, say
@@ -70,8 +70,9 @@ def score_job(config: Config, tgt: str, normalize: bool = False) -> ScoreSummary
     io_cfg = config.io
     check_score_files(io_cfg.src, tgt)
     out = OutputFile(io_cfg.output)
-    for path in (io_cfg.src, tgt):
-        out.refuse_source(path)
+    for path, option in ((io_cfg.src, "--src"), (tgt, "--tgt")):
+        out.refuse_source(path, option)
+    check_model_spared([config])
     out.claim(False, resumable=False)
     try:
         if has_ended_empty(io_cfg.src) and has_ended_empty(tgt):  # no pair to score: no model to load
@@ -80,6 +81,7 @@ def score_job(config: Config, tgt: str, normalize: bool = False) -> ScoreSummary
             summary = ScoreSummary()
         else:
             engine = load_engine(config)
+            check_model_spared([config], engine.loaded.files)
             job = resolve(config, engine, scoring=True)
             signals.job_started()
             out.open(False, signature="")  # no checkpoints: a complete file or none

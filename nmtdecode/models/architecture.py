@@ -100,11 +100,7 @@ class TransformerConfig:
         ):
             if getattr(self, key) < 1:
                 raise ValueError(f"{key}: must be >= 1, got {getattr(self, key)}")
-            if getattr(self, key) > LIMITS[key]:  # before anything of that size is allocated
-                raise ValueError(
-                    f"{key}: {getattr(self, key)} is more than any model this decoder runs asks for "
-                    f"(at most {LIMITS[key]:,}); a mistyped or hostile config?"
-                )
+            check_limit(key, getattr(self, key))  # before anything of that size is allocated
         if self.position_offset < 0:
             raise ValueError(f"position_offset: must be >= 0, got {self.position_offset}")
         if not (self.norm_eps > 0 and 0 <= self.dropout < 1):
@@ -173,6 +169,17 @@ class TransformerConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def check_limit(key: str, value: int, name: str | None = None) -> None:
+    """ValueError when `value` of the size `key` (one of LIMITS) is beyond its limit, named as the
+    model's own config names it (`name`): a format calls it on its config's values before it
+    builds anything per layer or per row (a description of a million layers takes minutes)."""
+    if value > LIMITS[key]:
+        raise ValueError(
+            f"{name or key}: {value} is more than any model this decoder runs asks for "
+            f"(at most {LIMITS[key]:,}); a mistyped or hostile config?"
+        )
 
 
 def _check_type(key: str, value: Any, kind: Any) -> None:

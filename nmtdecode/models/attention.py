@@ -108,8 +108,11 @@ def attention_weights(
     bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """softmax(q k^T * scale + bias) with masked keys at 0: (N, H, Q, T); scale None: 1/sqrt(hd)."""
-    scale = q.size(-1) ** -0.5 if scale is None else scale
-    scores = torch.matmul(q if scale == 1 else q * scale, keys.transpose(-1, -2))  # (N, H, Q, T)
+    if scale is None:  # a size is a tensor while the step is traced: never compared as a number
+        q = q * q.size(-1) ** -0.5
+    elif scale != 1:
+        q = q * scale
+    scores = torch.matmul(q, keys.transpose(-1, -2))  # (N, H, Q, T)
     if bias is not None:
         scores = scores + bias
     if mask is not None:

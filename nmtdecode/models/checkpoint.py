@@ -17,7 +17,7 @@ import re
 import stat
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Callable, Iterable, Iterator, Protocol
 
 import yaml
 
@@ -138,22 +138,30 @@ def note_read(path: str) -> str:
     return path
 
 
-def read_json(path: str, required: bool = True) -> dict:
-    """A JSON object from a model directory; a missing optional file is {}."""
-    return _read_mapping(path, required, json.load, json.JSONDecodeError, "a JSON object")
+def read_json(path: str, required: bool = True, limit: int | None = None) -> dict:
+    """A JSON object from a model directory; a missing optional file is {}. `limit`: the most bytes
+    it may hold (options/bounded.py: MAX_CONFIG_BYTES for a config, vocabulary_bytes for a
+    vocabulary), checked before it is parsed."""
+    return _read_mapping(path, required, json.load, json.JSONDecodeError, "a JSON object", limit)
 
 
-def read_yaml(path: str, required: bool = True) -> dict:
-    """A YAML mapping from a model directory (safe_load: plain values only); a missing optional file is {}."""
-    return _read_mapping(path, required, yaml.safe_load, yaml.YAMLError, "a YAML mapping")
+def read_yaml(path: str, required: bool = True, limit: int | None = None) -> dict:
+    """A YAML mapping from a model directory (safe_load: plain values only); a missing optional file
+    is {}; `limit` as read_json's."""
+    return _read_mapping(path, required, yaml.safe_load, yaml.YAMLError, "a YAML mapping", limit)
 
 
-def _read_mapping(path: str, required: bool, parse: Callable, error: type[Exception], what: str) -> dict:
+def _read_mapping(
+    path: str, required: bool, parse: Callable, error: type[Exception], what: str, limit: int | None
+) -> dict:
     if not os.path.lexists(path):  # a FIFO or folder in its place is not missing: note_read refuses it
         if required:
             raise ModelError(f"{path} is missing")
         return {}
     note_read(path)
+    size = os.path.getsize(path)
+    if limit is not None and size > limit:
+        raise ModelError(f"{path} cannot be read: it holds {size:,} bytes; no such file needs more than {limit:,}")
     try:
         with open(path, encoding="utf-8") as f:
             data = parse(f)
@@ -206,6 +214,24 @@ def check_dimensions(cfg: TransformerConfig, shapes: dict[str, tuple[int, ...]],
         if len(held) != getattr(cfg, stack):
             raise ModelError(
                 f"{source}: {stack}: the config asks for {getattr(cfg, stack)} layers, the weights hold {len(held)}"
+            )
+
+
+def check_stored_layers(names: Iterable[str], layer: str, cfg: TransformerConfig, source: str) -> None:
+    """Weights of more layers than the config asks for are refused, naming the first extra one:
+    decoded without them, the model would be another network than the one trained. `layer`: a
+    regular expression matching a stored layer's weight, its groups `stack` (encoder or decoder)
+    and `number` (the native and Marian readers refuse every weight they do not expect anyway)."""
+    pattern = re.compile(layer)
+    for name in sorted(names):
+        found = pattern.match(name)
+        if found is None:
+            continue
+        stack = f"{found['stack']}_layers"
+        if int(found["number"]) >= getattr(cfg, stack):
+            raise ModelError(
+                f"{source}: {stack}: the config asks for {getattr(cfg, stack)} layers, the weights hold more "
+                f"({name}, ...)"
             )
 
 

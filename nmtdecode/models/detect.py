@@ -14,6 +14,7 @@ import json
 import os
 import re
 
+from ..options.bounded import MAX_CONFIG_BYTES
 from ..options.config import ConfigError
 
 
@@ -68,6 +69,8 @@ def eole_model_section(path: str) -> dict | None:
     """The `model:` section of an eole directory's config.json, or None (unreadable, or not eole's)."""
     try:
         with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
+            if os.fstat(f.fileno()).st_size > MAX_CONFIG_BYTES:
+                return None  # the Hugging Face reader refuses it by its size
             data = json.load(f)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         return None  # not eole's: the Hugging Face reader says what is wrong with it

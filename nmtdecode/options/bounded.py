@@ -1,6 +1,9 @@
 """What a user's file may hold, and how much of a value a message shows.
 
-A YAML file of 360 bytes can hold nine nested aliases, each a list of nine references to the
+A file is measured before it is parsed (`MAX_CONFIG_BYTES`, `vocabulary_bytes`): parsing costs
+time and memory in proportion to its size (a 100 MB config.json took 66 s and 727 MB; YAML reads
+about 0.2 MB a second), and no config holds more than kilobytes. Then a YAML file of 360 bytes
+can hold nine nested aliases, each a list of nine references to the
 one before: `yaml.safe_load` builds it in a blink (each alias is one shared object), but
 anything that walks it, or prints it, meets 9^9 = 387 million values. So a YAML file is
 measured as loaded (`check_size`: each shared object visited once) and refused when it
@@ -12,6 +15,8 @@ from __future__ import annotations
 
 import reprlib
 
+MAX_CONFIG_BYTES = 4 << 20  # a config file, YAML or JSON (real ones: kilobytes; a tokenizer_config.json, hundreds)
+PIECE_BYTES = 256  # a vocabulary's entry, at most: a piece (SentencePiece's: 16 characters), quoted, and its id
 MAX_VALUES = 1_000_000  # values of a config once its aliases are expanded (real ones: hundreds)
 MAX_DEPTH = 50  # containers within containers (real configs: a handful)
 SHOWN = 60  # characters of a value quoted in a message
@@ -23,6 +28,17 @@ _REPR.maxstring, _REPR.maxother, _REPR.maxlong = SHOWN, SHOWN, SHOWN
 
 class TooLarge(ValueError):
     """A file's data nests deeper, or expands to more values, than any config needs."""
+
+
+def vocabulary_bytes(rows: int) -> int:
+    """The most bytes a vocabulary file of a model with `rows` embedding rows may hold."""
+    return MAX_CONFIG_BYTES + rows * PIECE_BYTES
+
+
+def check_bytes(size: int, limit: int) -> None:
+    """TooLarge when a file of `size` bytes holds more than `limit`, before anything parses it."""
+    if size > limit:
+        raise TooLarge(f"it holds {size:,} bytes; no such file needs more than {limit:,}")
 
 
 def shown(value: object) -> str:

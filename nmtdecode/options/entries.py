@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .bounded import shown
+from .foreign import unknown_keys_error
 from .option import ConfigError
 from .rules import Rule
 from .table import CALL_KEYS, KEY_SECTION, PER_JOB_KEYS, SCORE_FORMATS
@@ -30,9 +31,10 @@ class Entry:
     takes: frozenset[str] | None = None  # the keys its own layer may hold (None: any)
     outside: str = "{key}: {why}"  # what a key outside `takes` is told
     why_fixed: str = ""  # ... when it is an option this entry does not take
-    why_unknown: str = "is not an option"  # ... when it is no option at all
+    why_unknown: str = "unknown option"  # ... when it is no option at all (keywords: named at once instead)
     refused: Mapping[str, str] = field(default_factory=dict)  # key -> message, checked before `takes`
     rules: tuple[Rule, ...] = ()  # over the options as they will run
+    keywords: bool = False  # its keys are keyword arguments: every one that is no option is named at once
 
 
 class _Quoted(string.Formatter):
@@ -43,9 +45,13 @@ class _Quoted(string.Formatter):
 
 
 def check_given(name: str, given: Mapping[str, Any], **context: Any) -> None:
-    """The keys of entry `name`'s own layer `given`: the first refused one (sorted), else the first
-    one outside what it takes, is an error saying why."""
+    """The keys of entry `name`'s own layer `given`: for keyword arguments, every one that is no
+    option (with ours where it is another tool's name: foreign.py); then the first refused one
+    (sorted), else the first one outside what it takes, is an error saying why."""
     entry, fill = ENTRIES[name], _Quoted().format
+    unknown = sorted(key for key in given if key not in KEY_SECTION)
+    if entry.keywords and unknown:
+        raise unknown_keys_error(unknown, "call", where=name)
     refused = sorted(key for key in given if key in entry.refused)
     if refused:
         raise ConfigError(fill(entry.refused[refused[0]], key=refused[0], entry=name, **context))
@@ -65,6 +71,7 @@ def _api_call(refuses_prefix: bool = False, rules: tuple[Rule, ...] = ()) -> Ent
         why_fixed="is fixed when the model loads: give it to Translator.load()",
         refused=refused,
         rules=rules,
+        keywords=True,
     )
 
 
@@ -136,14 +143,14 @@ ENTRIES: dict[str, Entry] = {
         outside="jobs: item {item} sets {key!r}, which cannot differ between the jobs of one run "
         "(one model load): {why}; an item may set {takes}",
         why_fixed="set it at the top of the file",
-        why_unknown="unknown option",
     ),
     # The Python API's load(): the model is its `path`, files go to translate_file().
     "load()": Entry(
         refused={
             key: "{key}: not an option of load(); give the model as `path` and files to translate_file()"
             for key in ("model", "src", "output")
-        }
+        },
+        keywords=True,
     ),
     "translate()": _api_call(refuses_prefix=True),
     "translate_batch()": _api_call(refuses_prefix=True),

@@ -13,31 +13,13 @@ checks them once merged).
 
 from __future__ import annotations
 
-import difflib
-
 from .bounded import shown
+from .foreign import unknown_keys_error
 from .option import ConfigError, coerce
-from .peers import peer_option_message
-from .table import KEY_SECTION, OPTIONS, PLAN_KEYS, TYPES
+from .table import KEY_SECTION, OPTIONS, TYPES
 
 # Sampling and a beam exclude each other: what a layer asking for one drops from the layers below.
 BEAM_KEYS = ("beam_size", "beam_groups", "diversity_penalty")
-
-
-def unknown_key_message(key: str) -> str:
-    """Why `key` is not an option: our equivalent where it is another tool's name, else the
-    nearest spellings among every option and plan key."""
-    message = peer_option_message(key)
-    if message is not None:
-        return message
-    close = difflib.get_close_matches(key, sorted([*KEY_SECTION, *PLAN_KEYS]), n=3, cutoff=0.6)
-    hint = f"did you mean {' or '.join(close)}?" if close else "nmtdecode translate --help lists the options"
-    return f"unknown option {shown(key)} ({hint})"
-
-
-def unknown_keys_error(keys: list[str]) -> ConfigError:
-    """One error for every unknown key of a layer (`unknown_key_message` of each)."""
-    return ConfigError("; ".join(unknown_key_message(key) for key in keys))
 
 
 def _number(value: object) -> float | None:
@@ -51,14 +33,19 @@ def _number(value: object) -> float | None:
 
 
 def expand_aliases(values: dict) -> dict:
-    """One layer of options with other tools' spellings made ours: `dtype: fp16` -> float16, and
-    a numeric `length_penalty: 0.6` (as transformers, CTranslate2 and fairseq give it) ->
+    """One layer of options with other tools' spellings made ours: a choice in any case
+    (`early_stopping: True`, as Python writes it), `dtype: fp16` -> float16, and a numeric
+    `length_penalty: 0.6` (as transformers, CTranslate2 and fairseq give it) ->
     `length_penalty: avg, alpha: 0.6`."""
     values = dict(values)
     for key, value in values.items():
-        aliases = OPTIONS[key].aliases if key in OPTIONS else None
-        if aliases and isinstance(value, str) and value.lower() in aliases:
-            values[key] = aliases[value.lower()]
+        declared = OPTIONS.get(key)
+        if declared is None or not isinstance(value, str):
+            continue
+        if declared.aliases and value.lower() in declared.aliases:
+            values[key] = declared.aliases[value.lower()]
+        elif declared.choices and value.lower() in declared.choices:
+            values[key] = value.lower()
     alpha = _number(values.get("length_penalty"))
     if alpha is not None:
         if values.get("alpha") is not None:

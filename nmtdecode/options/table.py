@@ -211,14 +211,15 @@ class RuntimeConfig(Section):
     quiet: bool = option(False, "No progress bar or summary on stderr.", short="-q")
 
     def operation_threads(self, processes: int = 1) -> int | None:
-        """Threads for each operation: --threads, or the CPUs shared among the processes on this
-        machine and the batches each decodes at once; None (torch's default: every core) for one
-        process decoding one batch at a time."""
+        """Threads for each operation: --threads (at most the CPUs this process may use: more only
+        wait for each other), or the CPUs shared among the processes on this machine and the
+        batches each decodes at once; None (torch's default: every core) for one process decoding
+        one batch at a time."""
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         if self.threads:
-            return self.threads
+            return min(self.threads, cpus)
         if processes == 1 and self.inter_threads == 1:
             return None
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         return max(1, cpus // (processes * self.inter_threads))
 
 

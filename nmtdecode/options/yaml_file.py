@@ -12,10 +12,12 @@ import os
 
 import yaml
 
-from .bounded import TooLarge, check_size, shown
+from .bounded import MAX_CONFIG_BYTES, TooLarge, check_bytes, check_size, shown
 from .config import Config, flat_values
-from .layers import option_names, unknown_key_message
+from .foreign import listed, unknown_key_message
+from .layers import option_names
 from .option import ConfigError
+from .peers import MARIAN_DECODER_YML
 from .table import KEY_SECTION, PLAN_KEYS
 
 # Options naming files: in a config file, a relative path is relative to that file's directory.
@@ -50,10 +52,12 @@ def load_yaml(path: str) -> dict:
     """
     try:
         with open(path, "rb") as f:
-            raw = f.read()
+            raw = f.read(MAX_CONFIG_BYTES + 1)  # the rest of a larger one is never read
+            size = max(len(raw), os.fstat(f.fileno()).st_size)
     except OSError as e:
         raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
     try:
+        check_bytes(size, MAX_CONFIG_BYTES)
         data = yaml.load(raw.decode("utf-8"), Loader=_UniqueKeyLoader)  # a leading BOM is read by YAML itself
         check_size(data)
     except TooLarge as e:
@@ -93,9 +97,11 @@ def load_yaml(path: str) -> dict:
 def _check_keys(path: str, raw: bytes, values: dict) -> None:
     """Refuse the unknown keys of the file and of the items of its `jobs:`, all in one error (a
     file written for another tool has several), each with its line and our name for it or the
-    nearest spellings (the lines are looked up only then)."""
+    nearest spellings (the lines are looked up only then); a Marian decoder.yml as a whole."""
     known = {*KEY_SECTION, *PLAN_KEYS}
     unknown: list[tuple[int | None, str]] = [(None, key) for key in values if key not in known]
+    if any(key in MARIAN_DECODER_YML for _, key in unknown):
+        raise ConfigError(marian_decoder_yml_message(path))
     jobs = values.get("jobs")
     items = jobs if isinstance(jobs, list) else []
     unknown += [
@@ -112,8 +118,25 @@ def _check_keys(path: str, raw: bytes, values: dict) -> None:
     ]
     if len(unknown) == 1:
         raise ConfigError(f"config file {path}:{where[0]}: {unknown_key_message(unknown[0][1])}")
-    each = "; ".join(f"line {line}: {unknown_key_message(key)}" for line, (_, key) in zip(where, unknown))
-    raise ConfigError(f"config file {path}: {len(unknown)} unknown options: {each}")
+    each = [f"line {line}: {unknown_key_message(key)}" for line, (_, key) in zip(where, unknown)]
+    raise ConfigError(listed(f"config file {path}", each))
+
+
+def marian_decoder_yml_message(path: str) -> str:
+    """A -c file that is Marian's decoder.yml (it names `models:` and `vocabs:`): nmtdecode reads
+    it as part of the model, given to --model."""
+    folder, name = os.path.split(path)
+    if name.endswith(".npz.decoder.yml"):  # Marian's own MODEL.npz.decoder.yml
+        model = path[: -len(".decoder.yml")]
+    elif name == "decoder.yml":  # an OPUS-MT folder's
+        model = folder or "."
+    else:
+        model = "the model's folder (holding it as decoder.yml) or its .npz (MODEL.npz.decoder.yml beside it)"
+    return (
+        f"config file {path} is Marian's decoder.yml (models:, vocabs:), not nmtdecode's options: give "
+        f"--model {model}, and nmtdecode reads this file with the model (its vocabularies, beam-size, "
+        "normalize, max-length-factor, allow-unk)"
+    )
 
 
 def _key_line(raw: bytes, key: str, item: int | None) -> int | str:

@@ -3,12 +3,15 @@ API's options (the results are the API's, in CTranslate2's shapes), what it cann
 by name, and its asynchronous calls, callbacks, iterables and files behave as CTranslate2's.
 test_ctranslate2_parity.py compares it with CTranslate2 itself."""
 
+import shutil
+
 import pytest
 import sentencepiece as spm
 
 import nmtdecode
 from nmtdecode.compat import ctranslate2
 from nmtdecode.compat.ctranslate2_options import UnsupportedArgument
+from nmtdecode.options.config import ConfigError
 
 from tests.helpers import REPO
 
@@ -183,3 +186,45 @@ def test_translate_file_writes_each_hypothesis_a_line(translator, sources, sp, t
     ]
     with pytest.raises(ValueError, match="both be set"):
         translator.translate_file(str(text), str(tmp_path / "x"), source_tokenize_fn=str.split)
+
+
+def test_translate_file_never_writes_a_file_of_the_model(tmp_path):
+    model = tmp_path / "demo"
+    shutil.copytree(DEMO, model)
+    source = tmp_path / "in.tok"
+    source.write_text("▁good ▁morning\n", encoding="utf-8")
+    weights = (model / "model.safetensors").read_bytes()
+    translator = ctranslate2.Translator(str(model), device="cpu", intra_threads=1)
+    with pytest.raises(ConfigError, match="output_path: .*model.safetensors is a file the model is read from"):
+        translator.translate_file(str(source), str(model / "model.safetensors"))
+    assert (model / "model.safetensors").read_bytes() == weights
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (
+            lambda t: t.translate_batch(["good morning"]),
+            "translate_batch(): source[0] is str, not a list of tokens (strings) (a string is not split",
+        ),
+        (
+            lambda t: t.translate_batch([["▁good"], None]),
+            "translate_batch(): source[1] is NoneType, not a list of tokens",
+        ),
+        (
+            lambda t: t.translate_batch("good morning"),
+            "translate_batch(): source must be a list of token lists, not str",
+        ),
+        (
+            lambda t: t.translate_batch([["▁good"]], target_prefix=[None, "Guten"]),
+            "translate_batch(): target_prefix[1] is str",
+        ),
+        (lambda t: t.score_batch([["▁good"]], [None]), "score_batch(): target[0] is NoneType"),
+        (lambda t: list(t.generate_tokens("good morning")), "generate_tokens(): source is str"),
+        (lambda t: list(t.translate_iterable([["▁a"], "good morning"])), "translate_batch(): source[1] is str"),
+    ],
+)
+def test_a_source_that_is_not_a_list_of_pieces_is_a_type_error_naming_its_position(translator, call, message):
+    with pytest.raises(TypeError) as error:
+        call(translator)
+    assert str(error.value).startswith(message)

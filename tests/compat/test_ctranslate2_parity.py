@@ -194,6 +194,25 @@ def test_a_script_of_ctranslate2s_docs_runs_unchanged_and_prints_the_same(
     assert printed[0] == printed[1] and printed[0].strip()
 
 
+WRONG_TYPES = {  # calls whose sources are not lists of pieces: CTranslate2 raises TypeError for each
+    "a string for a source": lambda t: t.translate_batch(["good morning"]),
+    "None for a source": lambda t: t.translate_batch([["▁good"], None]),
+    "a string for the batch": lambda t: t.translate_batch("good morning"),
+    "a string for a prefix": lambda t: t.translate_batch([["▁good"]], target_prefix=["Guten"]),
+    "a string for a scored target": lambda t: t.score_batch([["▁good"]], ["Guten Morgen"]),
+    "a string for generate_tokens": lambda t: list(t.generate_tokens("good morning")),
+}
+
+
+@pytest.mark.parametrize("call", list(WRONG_TYPES))
+def test_a_source_that_is_not_a_list_of_pieces_is_a_type_error_as_in_ctranslate2(both, call):
+    """Before: a string was split into characters, each decoded as a piece (CTranslate2 refuses it)."""
+    theirs, ours = both
+    for translator in (theirs, ours):
+        with pytest.raises(TypeError):
+            WRONG_TYPES[call](translator)
+
+
 def test_version_device_and_compute_types_are_ctranslate2s(converted):
     """The stand-in answers as the CTranslate2 release it mirrors: its version, the device chosen
     for "auto" and the compute type of "default", "int8" and "auto" (int8 on a CPU that runs it

@@ -198,7 +198,7 @@ def damage(path, how):
 @pytest.mark.parametrize(
     "how, message",
     [
-        ("truncated", "the file has"),
+        ("truncated", "(truncated?)"),
         ("header", "cannot read weights"),
         ("scale", "src_embed.tokens.weight_scale holds a scale that is not positive; the file is damaged"),
     ],

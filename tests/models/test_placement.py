@@ -67,7 +67,7 @@ def test_a_weight_that_is_not_floating_point_is_refused_by_name(tmp_path, code, 
     size = 4 * {"I64": 8, "I16": 2, "U8": 1}[code]
     header = f'{{"w": {{"dtype": "{code}", "shape": [2, 2], "data_offsets": [0, {size}]}}}}'
     data = header.encode()
-    path.write_bytes(struct.pack("<Q", len(data)) + data + b"\x01" * 64)
+    path.write_bytes(struct.pack("<Q", len(data)) + data + b"\x01" * size)
     stored = StoredTensors([str(path)])
     with pytest.raises(ModelError, match=f"tensor w holds {name}; weights must be float32, float16 or bfloat16"):
         read(stored.tensors["w"])

@@ -44,3 +44,16 @@ def test_a_cpu_step_runs_the_two_products():
         decoder.decode(random_sources(3, 20, seed=2))
     names = {event.key for event in prof.key_averages()}
     assert "aten::softmax" in names and "aten::scaled_dot_product_attention" not in names
+
+
+def test_tracing_the_two_products_warns_of_nothing():
+    """Traced, a size is a tensor: the default scale was compared with 1 as a Python bool, and
+    the TracerWarning reached a user's stderr (a Marian model's CPU decoding). The traced products
+    give the eager ones."""
+    import warnings
+
+    q, keys, values, mask = step_inputs()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", torch.jit.TracerWarning)
+        traced = torch.jit.trace(lambda q, k, v, m: attend(q, k, v, m), (q, keys, values, mask))
+    assert torch.equal(traced(q, keys, values, mask), attend(q, keys, values, mask))

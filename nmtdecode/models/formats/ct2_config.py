@@ -31,7 +31,7 @@ import os
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from ...options.bounded import shown
+from ...options.bounded import MAX_CONFIG_BYTES, shown
 from ..architecture import LIMITS, TransformerConfig
 from ..checkpoint import LoadedModel, ModelError, ModelFacts, ModelRules, check_dimensions, read_json
 from . import ct2_t5
@@ -86,7 +86,7 @@ class Specials:
 
 
 def specials(path: str, model_bin: ModelBin) -> Specials:
-    config = read_json(os.path.join(path, "config.json"), required=model_bin.binary_version >= 6)
+    config = read_json(os.path.join(path, "config.json"), model_bin.binary_version >= 6, MAX_CONFIG_BYTES)
     if model_bin.binary_version < 6:  # sequence_to_sequence.cc: the attributes with their defaults
         text = {k: model_bin.text(k) for k in ("unk_token", "bos_token", "eos_token")}
         config = {

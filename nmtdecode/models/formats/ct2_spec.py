@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 
+from ..architecture import check_limit
 from ..checkpoint import ModelError
 from . import ct2_t5
 from .ct2_binary import ModelBin, Variable
@@ -119,6 +120,10 @@ def layer_count(model_bin: ModelBin, side: str) -> int:
     found = {int(m.group(1)) for n in model_bin.names if (m := re.match(rf"{side}/layer_(\d+)/", n))}
     if found != set(range(len(found))) or not found:
         raise ModelError(f"{model_bin.path}: the {side}'s layers are not numbered 0 to n-1")
+    try:  # before each layer's variables are named (weight_names)
+        check_limit(f"{side}_layers", len(found))
+    except ValueError as e:
+        raise ModelError(f"{model_bin.path}: {e}") from None
     return len(found)
 
 

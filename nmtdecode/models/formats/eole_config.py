@@ -23,10 +23,11 @@ import glob
 import os
 from typing import Any, Callable, Container
 
-from ...options.bounded import shown
+from ...options.bounded import MAX_CONFIG_BYTES, shown, vocabulary_bytes
 from ..architecture import TransformerConfig
-from ..checkpoint import ModelError, ModelFacts, check_dimensions, read_json
+from ..checkpoint import ModelError, ModelFacts, check_dimensions, check_stored_layers, read_json
 from .opennmt_shared import (
+    LAYER_WEIGHT,
     OPENNMT_RULES,
     POSITION_TYPES,
     VocabTokenizer,
@@ -247,15 +248,17 @@ def tokenizer_files(config: dict, path: str) -> tuple[str | None, str | None]:
 def describe(path: str, read: Callable) -> ModelFacts:
     """What the directory says; `read` reads the weight files (stored.py: their tensors for a
     load, their headers for inspect)."""
-    config = read_json(os.path.join(path, "config.json"))
-    vocab = read_json(os.path.join(path, "vocab.json"))
+    config = read_json(os.path.join(path, "config.json"), limit=MAX_CONFIG_BYTES)
+    stored = read(weight_files(path))
+    rows = sum(stored.shapes.get(f"{side}_emb.embeddings.weight", (0,))[0] for side in ("src", "tgt"))
+    vocab = read_json(os.path.join(path, "vocab.json"), limit=vocabulary_bytes(rows))  # of its embeddings
     if not all(isinstance(vocab.get(side), list) for side in ("src", "tgt")):
         raise ModelError(f"{path}/vocab.json: expected token lists under src and tgt")
-    stored = read(weight_files(path))
     for name in stored.shapes:  # Gemma-style layer scalars: 1 in every model we compute
         if name.endswith(".layer_scalar") and not all(value == 1 for value in stored.values(name)):
             raise ModelError(f"{path}: {name} is not 1 (a per-layer output scale) and is not supported")
     cfg = model_config(config["model"], vocab, stored.shapes, path)
+    check_stored_layers(stored.shapes, LAYER_WEIGHT, cfg, path)
     shapes = mapped_shapes(cfg, stored.shapes, *weight_map(cfg))
     check_dimensions(cfg, shapes, path)
     # eole predict decodes with OpenNMT-py's beam (eole/predict/beam_search.py)

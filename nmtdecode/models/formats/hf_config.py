@@ -20,11 +20,12 @@ import math
 import os
 from typing import Callable, TypedDict
 
-from ...options.bounded import shown
+from ...options.bounded import MAX_CONFIG_BYTES, shown
 from ..architecture import TransformerConfig
-from ..checkpoint import ModelError, ModelFacts, ModelRules, check_dimensions, read_json
+from ..checkpoint import ModelError, ModelFacts, ModelRules, check_dimensions, check_stored_layers, read_json
+from ..defaults import checked_defaults
 from . import hf_spiece, hf_t5
-from .hf_fields import ACTIVATIONS, check_positive, check_token_ids
+from .hf_fields import ACTIVATIONS, FINITE, check_positive, check_token_ids, check_values
 from .hf_tokenizers import HFTokenizer, load_tokenizer
 
 FORMAT = "huggingface"  # ModelFacts.format adds the family: "huggingface/marian", ...
@@ -134,7 +135,7 @@ def weight_files(path: str) -> list[str]:
     if os.path.lexists(single):  # a FIFO or folder there is refused by name when it is read (note_read)
         return [single]
     if os.path.lexists(index):
-        shards = read_json(index).get("weight_map")
+        shards = read_json(index, limit=MAX_CONFIG_BYTES).get("weight_map")
         if not isinstance(shards, dict):
             raise ModelError(f"{index}: weight_map is missing")
         return [os.path.join(path, shard) for shard in sorted(set(shards.values()))]
@@ -265,6 +266,26 @@ def sampling_settings(gen: dict) -> dict:
     }
 
 
+# A stored layer's weights (checkpoint.check_stored_layers): model.encoder.layers.N (also without
+# `model.`), T5's encoder.block.N.
+STORED_LAYER = r"(?:model\.)?(?P<stack>encoder|decoder)\.(?:layers|block)\.(?P<number>\d+)\."
+# The numbers of generation_config.json (or config.json) that decoding defaults are made of.
+GENERATION_NUMBERS = (
+    "num_beams",
+    "max_new_tokens",
+    "max_length",
+    "min_length",
+    "length_penalty",
+    "no_repeat_ngram_size",
+    "repetition_penalty",
+    "num_beam_groups",
+    "diversity_penalty",
+    "temperature",
+    "top_k",
+    "top_p",
+)
+
+
 def generation_settings(gen: dict, cfg: TransformerConfig) -> tuple[dict, ModelRules]:
     """Decoding defaults and model rules from generation_config.json (or config.json)."""
     defaults = {}
@@ -302,16 +323,19 @@ def generation_settings(gen: dict, cfg: TransformerConfig) -> tuple[dict, ModelR
 def describe(path: str, read: Callable, hf: dict | None = None) -> ModelFacts:
     """What the directory says (its config.json is `hf` when given); `read` reads the weight files
     (stored.py: their tensors for a load, their headers for inspect)."""
-    hf = read_json(os.path.join(path, "config.json")) if hf is None else hf
+    hf = read_json(os.path.join(path, "config.json"), limit=MAX_CONFIG_BYTES) if hf is None else hf
     try:
         cfg = model_config(hf, path)
     except ValueError as e:  # what check_sizes does not cover (a token id out of range...), by our name for it
         raise ModelError(f"{os.path.join(path, 'config.json')}: {e}") from None
-    generation = read_json(os.path.join(path, "generation_config.json"), required=False) or hf
-    check_token_ids(generation, os.path.join(path, "generation_config.json" if generation is not hf else "config.json"))
+    generation = read_json(os.path.join(path, "generation_config.json"), False, MAX_CONFIG_BYTES) or hf
+    where = os.path.join(path, "generation_config.json" if generation is not hf else "config.json")
+    check_token_ids(generation, where)
+    check_values(generation, GENERATION_NUMBERS, FINITE, where)
     if isinstance(generation.get("decoder_start_token_id"), int):  # generation_config.json wins, as in transformers
         cfg.decoder_start_id = generation["decoder_start_token_id"]
     stored = read(weight_files(path))
+    check_stored_layers(stored.shapes, STORED_LAYER, cfg, path)
     if hf["model_type"] in hf_t5.MODEL_TYPES:  # T5's output is its own where the checkpoint stores one
         cfg.tie_output = "lm_head.weight" not in stored.shapes
     bias = next((name for name in ("final_logits_bias", "model.final_logits_bias") if name in stored.shapes), None)
@@ -320,6 +344,7 @@ def describe(path: str, read: Callable, hf: dict | None = None) -> ModelFacts:
     shapes = joined_shapes(weight_sources(cfg, stored.shapes, path, hf["model_type"]), stored.shapes)
     check_dimensions(cfg, shapes, path)
     defaults, rules = generation_settings(generation, cfg)
+    checked_defaults(defaults, where)
     return ModelFacts(
         f"{FORMAT}/{hf['model_type']}",
         cfg,

@@ -4,6 +4,9 @@ for Marian, BART, mBART, M2M100/NLLB and Pegasus; hf_t5.py for T5) read them thr
 
 from __future__ import annotations
 
+import math
+from typing import Callable
+
 from ...options.bounded import shown
 from ..checkpoint import ModelError
 
@@ -29,11 +32,21 @@ TOKEN_IDS = (
 )
 
 
-def check_token_ids(values: dict, where: str) -> None:
-    for key in TOKEN_IDS:
+# What a value of config.json or generation_config.json must be (when it is not null): (said, test).
+TOKEN_ID = ("a token id (an integer >= 0)", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0)
+FINITE = ("a finite number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v))
+
+
+def check_values(values: dict, keys: tuple[str, ...], kind: tuple[str, Callable], where: str) -> None:
+    said, valid = kind
+    for key in keys:
         value = values.get(key)
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-            raise ModelError(f"{where}: {key}: expected a token id (an integer >= 0) or null, got {shown(value)}")
+        if value is not None and not valid(value):
+            raise ModelError(f"{where}: {key}: expected {said} or null, got {shown(value)}")
+
+
+def check_token_ids(values: dict, where: str) -> None:
+    check_values(values, TOKEN_IDS, TOKEN_ID, where)
 
 
 def check_positive(hf: dict, where: str, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> None:

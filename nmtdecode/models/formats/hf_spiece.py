@@ -21,6 +21,7 @@ import os
 import re
 from typing import Any, Iterator
 
+from ...options.bounded import MAX_CONFIG_BYTES
 from ...options.config import ConfigError
 from ..architecture import TransformerConfig
 from ..checkpoint import ModelError, read_json
@@ -118,7 +119,7 @@ class _T5Tokenizer(HFTokenizer):
 
 def load_tokenizer(path: str, hf: dict, cfg: TransformerConfig) -> HFTokenizer:
     """The tokenizer of the T5, ByT5 or Pegasus checkpoint in `path` (`hf`: its config.json)."""
-    config = read_json(os.path.join(path, "tokenizer_config.json"), required=False)
+    config = read_json(os.path.join(path, "tokenizer_config.json"), False, MAX_CONFIG_BYTES)
     kind = str(config.get("tokenizer_class") or hf.get("tokenizer_class") or "").removesuffix("Fast")
     pegasus = hf.get("model_type") == "pegasus"
     tok_file, spm_file = os.path.join(path, "tokenizer.json"), os.path.join(path, "spiece.model")

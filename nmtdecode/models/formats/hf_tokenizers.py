@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Protocol
 
 import sentencepiece as spm
 
-from ...options.bounded import shown
+from ...options.bounded import MAX_CONFIG_BYTES, shown, vocabulary_bytes
 from ...options.config import ConfigError
 from ..tokenizer import spm_identity
 from ..architecture import TransformerConfig
@@ -88,10 +88,11 @@ CLEAN_UP = [
 
 
 def _load_spm(path: str) -> spm.SentencePieceProcessor:
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):  # a FIFO or a link to a device there is not missing: note_read refuses it
         raise ModelError(f"{path} is missing")
+    note_read(path)
     try:
-        return spm.SentencePieceProcessor(model_file=note_read(path))
+        return spm.SentencePieceProcessor(model_file=path)
     except (OSError, RuntimeError) as e:
         raise ModelError(f"{path} cannot be read as a SentencePiece model: {e}") from None
 
@@ -456,16 +457,17 @@ class _MBartTokenizer(HFTokenizer):
 
 def load_tokenizer(path: str, hf: dict, cfg: TransformerConfig) -> HFTokenizer:
     """The tokenizer of the Hugging Face checkpoint in `path` (`hf`: its config.json)."""
-    config = read_json(os.path.join(path, "tokenizer_config.json"), required=False)
+    config = read_json(os.path.join(path, "tokenizer_config.json"), False, MAX_CONFIG_BYTES)
     kind = str(config.get("tokenizer_class") or hf.get("tokenizer_class") or "").removesuffix("Fast")
     family = hf.get("model_type")
+    limit = vocabulary_bytes(max(cfg.src_vocab_size, cfg.tgt_vocab_size))  # of vocab.json
     if family == "marian":
-        return _marian(path, config)
+        return _marian(path, config, limit)
     if family == "bart":
         return _bart(path, config)
     if family == "m2m_100":  # M2M100 ships vocab.json, NLLB does not
         if kind == "M2M100Tokenizer" or kind != "NllbTokenizer" and os.path.isfile(os.path.join(path, "vocab.json")):
-            return _m2m100(path, config)
+            return _m2m100(path, config, limit)
         return _fairseq_family(path, config, cfg, "nllb")
     if family == "mbart":
         return _fairseq_family(path, config, cfg, {"MBart50Tokenizer": "mbart50", "MBartTokenizer": "mbart"}.get(kind))
@@ -479,18 +481,33 @@ def _added_tokens(config: dict, vocab: dict[str, int], defaults: Iterable[str]) 
     return added or {t: vocab[t] for t in defaults if t in vocab}
 
 
-def _marian(path: str, config: dict) -> HFTokenizer:
-    vocab = read_json(os.path.join(path, "vocab.json"))
+def _marian(path: str, config: dict, limit: int) -> HFTokenizer:
+    vocab = read_json(os.path.join(path, "vocab.json"), limit=limit)
     separate = bool(config.get("separate_vocabs"))
-    target_vocab = read_json(os.path.join(path, "target_vocab.json")) if separate else vocab
+    target_vocab = read_json(os.path.join(path, "target_vocab.json"), limit=limit) if separate else vocab
     names = _specials(config)
     for name, table in (("vocab.json", vocab), ("target_vocab.json", target_vocab)):
+        check_numbering(table, os.path.join(path, name))
         if names["unk"] not in table or names["eos"] not in table:
             raise ModelError(f"{os.path.join(path, name)}: no {names['unk']} or {names['eos']} entry")
     added = _added_tokens(config, vocab, [names[r] for r in ("eos", "unk", "pad")])
     return marian_tokenizer(
         path, vocab, target_vocab, names, added, cleanup=bool(config.get("clean_up_tokenization_spaces"))
     )
+
+
+def check_numbering(vocab: dict, where: str) -> None:
+    """A vocabulary (piece -> id) numbers each piece once with an id of its own: one that gives
+    several pieces one id (or every piece the same) would decode every text to one piece."""
+    seen: dict[int, str] = {}
+    for piece, i in vocab.items():
+        if not isinstance(i, int) or isinstance(i, bool) or i < 0:
+            raise ModelError(f"{where}: {shown(piece)}: expected an id (an integer >= 0), got {shown(i)}")
+        if i in seen:
+            raise ModelError(
+                f"{where}: pieces {shown(seen[i])} and {shown(piece)} both have id {i}; each piece needs its own"
+            )
+        seen[i] = piece
 
 
 def marian_tokenizer(
@@ -541,9 +558,10 @@ def marian_tokenizer(
     return tokenizer
 
 
-def _m2m100(path: str, config: dict) -> HFTokenizer:
+def _m2m100(path: str, config: dict, limit: int) -> HFTokenizer:
     """Language tag ids follow vocab.json: len(vocab) + index in the `language_codes` list."""
-    vocab = read_json(os.path.join(path, "vocab.json"))
+    vocab = read_json(os.path.join(path, "vocab.json"), limit=limit)
+    check_numbering(vocab, os.path.join(path, "vocab.json"))
     codes = M2M100_CODES.get(config.get("language_codes", "m2m100"))
     if codes is None:
         raise ModelError(f"{path}: tokenizer_config.json's language_codes must be one of {', '.join(M2M100_CODES)}")

@@ -20,15 +20,17 @@ norms with epsilon 1e-6; a decoder that starts from a zero embedding (marian_wei
 from __future__ import annotations
 
 import functools
+import math
 import os
 from dataclasses import dataclass
 from typing import Callable
 
 import yaml
 
-from ...options.bounded import TooLarge, check_size, shown
-from ..architecture import TransformerConfig
+from ...options.bounded import MAX_CONFIG_BYTES, TooLarge, check_bytes, check_size, shown, vocabulary_bytes
+from ..architecture import TransformerConfig, check_limit
 from ..checkpoint import ModelError, ModelFacts, ModelRules, check_dimensions, one_line, read_yaml
+from ..defaults import checked_defaults
 from ..npz import array_bytes, npz_entries
 from .marian_vocab import Vocabulary, make_tokenizer
 from .marian_weights import Layout, Piece, check_arrays, mapping, recipe_shape
@@ -81,6 +83,14 @@ FIXED = {
     "factors-combine": ("sum", ("sum", None), "factored embeddings"),
     "right-left": (False, (False,), "a right-to-left model"),
 }
+# Marian's options for the sizes of its Transformer -> ours (architecture.LIMITS bounds them).
+SIZES = {
+    "dim-emb": "d_model",
+    "transformer-dim-ffn": "ffn_dim",
+    "enc-depth": "encoder_layers",
+    "dec-depth": "decoder_layers",
+    "transformer-heads": "heads",
+}
 RNN_TYPES = ("amun", "nematus", "s2s", "multi-s2s", "lm", "char-s2s")
 
 
@@ -123,7 +133,7 @@ def model_files(path: str) -> tuple[str, str, dict]:
 
 def read_options(path: str) -> dict:
     """decoder.yml, its size checked as loaded (bounded.py: a YAML alias bomb is one line)."""
-    return bounded(read_yaml(path), path)
+    return bounded(read_yaml(path, limit=MAX_CONFIG_BYTES), path)
 
 
 def bounded(options: dict, where: str) -> dict:
@@ -138,6 +148,11 @@ def model_options(npz: str, entries: dict) -> dict:
     """Marian's options for the model, stored in the .npz (a NUL-terminated YAML string), over its defaults."""
     if "special:model.yml" not in entries:
         raise ModelError(f"{npz}: no special:model.yml, the options Marian stores with a model's weights")
+    begin, end = entries["special:model.yml"][1]["data_offsets"]
+    try:
+        check_bytes(end - begin, MAX_CONFIG_BYTES)
+    except TooLarge as e:
+        raise ModelError(f"{npz}: special:model.yml cannot be read: {e}") from None
     raw = array_bytes(npz, entries, "special:model.yml").rstrip(b"\0")
     try:
         options = yaml.safe_load(raw.decode("utf-8"))
@@ -207,9 +222,16 @@ def layout(options: dict, entries: dict, where: str) -> Layout:
     sizes = options.get("dim-vocabs")
     if not isinstance(sizes, list) or len(sizes) != 2 or not all(isinstance(n, int) and n > 0 for n in sizes):
         raise ModelError(f"{where}: Marian option dim-vocabs: expected two vocabulary sizes, got {shown(sizes)}")
-    for name in ("dim-emb", "transformer-dim-ffn", "enc-depth", "dec-depth", "transformer-heads"):
+    for name in SIZES:
         if not isinstance(options[name], int) or isinstance(options[name], bool) or options[name] < 1:
             raise ModelError(f"{where}: Marian option {name}: expected a positive integer, got {shown(options[name])}")
+    try:  # before the arrays of every layer are listed (marian_weights.mapping)
+        for name, key in SIZES.items():
+            check_limit(key, options[name], name)
+        for rows, key in zip(sizes, ("src_vocab_size", "tgt_vocab_size")):
+            check_limit(key, rows, "dim-vocabs")
+    except ValueError as e:
+        raise ModelError(f"{where}: Marian option {e}") from None
     pre_norm, embedding_norm, top_norm = norm_placement(options, where)
     shared = bool(options["tied-embeddings-all"] or options["tied-embeddings-src"])
     if shared and sizes[0] != sizes[1]:
@@ -293,9 +315,13 @@ def vocabularies(decoder: dict, decoder_yml: str, shape: Layout) -> tuple[Vocabu
     if not isinstance(names, list) or len(names) != 2 or not all(isinstance(n, str) for n in names):
         raise ModelError(f"{decoder_yml}: vocabs: expected the source and target vocabularies, got {shown(names)}")
     paths = [os.path.join(os.path.dirname(decoder_yml), name) for name in names]
-    for path in paths:
+    for path, rows in zip(paths, (shape.src_rows, shape.tgt_rows)):
         if not os.path.lexists(path):  # a FIFO or folder in its place is not missing: note_read refuses it
             raise ModelError(f"{decoder_yml}: vocabs: {path} is missing")
+        try:  # before it is parsed: a vocabulary of millions of entries takes minutes as YAML
+            check_bytes(os.path.getsize(path), vocabulary_bytes(rows))
+        except TooLarge as e:
+            raise ModelError(f"{path} cannot be read: {e} for {rows:,} rows (dim-vocabs)") from None
     source = Vocabulary(paths[0], shape.src_rows, "source")
     same = os.path.realpath(paths[0]) == os.path.realpath(paths[1])
     target = source if same else Vocabulary(paths[1], shape.tgt_rows, "target")
@@ -309,7 +335,7 @@ def vocabularies(decoder: dict, decoder_yml: str, shape: Layout) -> tuple[Vocabu
 def _number(decoder: dict, key: str, default: float, where: str, kind: type[float] = float) -> float:
     """A number of decoder.yml (`kind` int: a whole one), Marian's default when it is left out."""
     value = decoder.get(key, default)
-    number = isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+    number = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < math.inf
     if not number or kind is int and value != int(value):
         raise ModelError(f"{where}: {key}: expected a number >= 0, got {shown(value)}")
     return kind(value)
@@ -359,5 +385,6 @@ def describe(path: str, read: Callable) -> MarianFacts:
     cfg = model_config(options, shape, shapes["src_embed.tokens.weight"][0], target.eos_id, target.unk_id, npz)
     check_dimensions(cfg, shapes, npz)
     defaults, rules = decoding_settings(decoder, decoder_yml, cfg, target)
+    checked_defaults(defaults, decoder_yml)
     tokenizer = functools.partial(make_tokenizer, os.path.dirname(decoder_yml), source, target, cfg.decoder_start_id)
     return MarianFacts(FORMAT, cfg, stored, shapes, rules, defaults, tokenizer, recipes)

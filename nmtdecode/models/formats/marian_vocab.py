@@ -113,7 +113,7 @@ def make_tokenizer(
         )
     if source.pieces is None or target.pieces is None:
         raise ModelError(f"{source.path}, {target.path}: one .spm and one YAML vocabulary are not supported")
-    missing = [name for name in ("source.spm", "target.spm") if not os.path.isfile(os.path.join(directory, name))]
+    missing = [name for name in ("source.spm", "target.spm") if not os.path.lexists(os.path.join(directory, name))]
     if missing:
         raise ModelError(
             f"{directory}: {missing[0]} is missing: with a YAML vocabulary the text is cut into "

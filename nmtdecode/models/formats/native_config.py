@@ -21,9 +21,10 @@ from typing import Callable
 
 import yaml
 
-from ...options.bounded import TooLarge, check_size, shown
+from ...options.bounded import MAX_CONFIG_BYTES, TooLarge, check_bytes, check_size, shown
 from ..architecture import TransformerConfig
 from ..checkpoint import ModelError, ModelFacts, ModelRules, check_dimensions, note_read
+from ..defaults import checked_defaults
 from ..stored import SCALE_SUFFIX
 from .native_tokenizer import build
 
@@ -41,6 +42,7 @@ RULES: dict[str, type | tuple[type, ...]] = {
 def read_config(path: str) -> dict:
     try:
         with open(note_read(os.path.join(path, "config.yaml")), encoding="utf-8") as f:
+            check_bytes(os.fstat(f.fileno()).st_size, MAX_CONFIG_BYTES)
             data = yaml.safe_load(f)
         check_size(data)
     except (OSError, UnicodeDecodeError, yaml.YAMLError, TooLarge) as e:
@@ -97,7 +99,7 @@ def describe(path: str, read: Callable) -> ModelFacts:
         stored,
         {n: shape for n, shape in stored.shapes.items() if not _is_scale(n, stored.shapes)},
         ModelRules(banned_ids=tuple(banned), **(data.get("rules") or {})),
-        dict(data.get("decoding") or {}),
+        checked_defaults(dict(data.get("decoding") or {}), f"{path}/config.yaml"),
         functools.partial(build, path, data.get("tokenizer") or {}, cfg),
     )
 

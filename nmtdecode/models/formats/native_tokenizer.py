@@ -21,7 +21,7 @@ import os
 import shutil
 from typing import Any
 
-from ...options.bounded import shown
+from ...options.bounded import MAX_CONFIG_BYTES, TooLarge, check_bytes, shown, vocabulary_bytes
 from ..architecture import TransformerConfig
 from ..checkpoint import ModelError, note_read, read_json
 from ..tokenizer import SentencePieceTokenizer
@@ -53,23 +53,25 @@ def build(path: str, section: dict, cfg: TransformerConfig) -> Any:
         return _sentencepiece(path, section, cfg, where)
     if kind == "vocab":
         specials = _typed(section, "specials", dict, where)
+        limit = vocabulary_bytes(max(cfg.src_vocab_size, cfg.tgt_vocab_size))
         return VocabTokenizer(
-            _json(path, _typed(section, "source_vocab", str, where), list),
-            _json(path, _typed(section, "target_vocab", str, where), list),
+            _json(path, _typed(section, "source_vocab", str, where), list, limit),
+            _json(path, _typed(section, "target_vocab", str, where), list, limit),
             _file(path, section.get("source")),
             _file(path, section.get("target")),
             {str(k): str(v) for k, v in specials.items()},
         )
     directory = os.path.join(path, _typed(section, "directory", str, where))
     if kind == "huggingface":
-        return load_tokenizer(directory, read_json(os.path.join(directory, "config.json")), cfg)
+        return load_tokenizer(directory, read_json(os.path.join(directory, "config.json"), limit=MAX_CONFIG_BYTES), cfg)
     if kind == "marian":
-        vocab = _json(directory, "vocab.json", dict)
+        limit = vocabulary_bytes(max(cfg.src_vocab_size, cfg.tgt_vocab_size))
+        vocab = _json(directory, "vocab.json", dict, limit)
         separate = os.path.lexists(os.path.join(directory, "target_vocab.json"))
         return marian_tokenizer(
             directory,
             vocab,
-            _json(directory, "target_vocab.json", dict) if separate else vocab,
+            _json(directory, "target_vocab.json", dict, limit) if separate else vocab,
             _typed(section, "names", dict, where),
             _typed(section, "added", dict, where),
             cleanup=bool(section.get("cleanup")),
@@ -109,15 +111,19 @@ def _typed(section: dict, key: str, kind: type, where: str) -> Any:
     return value
 
 
-def _json(directory: str, name: str, kind: type) -> Any:
+def _json(directory: str, name: str, kind: type, limit: int) -> Any:
+    """A vocabulary's JSON list or object, measured against `limit` (bytes) before it is parsed."""
     path = os.path.join(directory, name)
     if not os.path.lexists(path):
         raise ModelError(f"{path} is missing")
     try:
         with open(note_read(path), encoding="utf-8") as f:
+            check_bytes(os.fstat(f.fileno()).st_size, limit)
             value = json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, TooLarge) as e:
         raise ModelError(f"{path} cannot be read: {e}") from None
+    except RecursionError:
+        raise ModelError(f"{path} cannot be read: it nests too deeply for a vocabulary") from None
     if not isinstance(value, kind):
         raise ModelError(f"{path}: expected a JSON {'list' if kind is list else 'object'}")
     return value

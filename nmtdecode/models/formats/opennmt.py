@@ -25,11 +25,20 @@ import torch
 
 from ...options.bounded import shown
 from ..architecture import TransformerConfig
-from ..checkpoint import LoadedModel, ModelError, check_dimensions, first_line, note_read, unpickling_reason
+from ..checkpoint import (
+    LoadedModel,
+    ModelError,
+    check_dimensions,
+    check_stored_layers,
+    first_line,
+    note_read,
+    unpickling_reason,
+)
 from ..placement import Placement, load_weights
 from ..transformer import Transformer
 from ..weights import InMemoryTensor, Source, StoredSource, allocate, in_memory, join
 from .opennmt_shared import (
+    LAYER_WEIGHT,
     OPENNMT_RULES,
     POSITION_TYPES,
     VocabTokenizer,
@@ -75,6 +84,10 @@ DECODING_DEFAULTS = {
 }
 
 
+# The options a Transformer checkpoint's `opt` always holds (onmt_train writes every option).
+REQUIRED_OPTIONS = ("hidden_size", "heads", "enc_layers", "dec_layers", "transformer_ff")
+
+
 def read_checkpoint(path: str) -> dict:
     """The checkpoint's dict, unpickled without running code; one line of error otherwise."""
     try:
@@ -99,7 +112,13 @@ def read_checkpoint(path: str) -> dict:
 
 
 def check_options(opt: argparse.Namespace, path: str) -> None:
-    """Refuse, by option name, what the one Transformer cannot compute."""
+    """Refuse, by option name, what the one Transformer cannot compute (and options that do not
+    describe a Transformer at all)."""
+    missing = [name for name in REQUIRED_OPTIONS if not hasattr(opt, name)]
+    if missing:
+        raise ModelError(
+            f"{path}: its OpenNMT-py options (`opt`) have no {', '.join(missing)}: they do not describe a Transformer"
+        )
     for name, (default, allowed) in FIXED_OPTIONS.items():
         value = getattr(opt, name, default)
         if (allowed is None and value) or (allowed is not None and value not in allowed):
@@ -230,6 +249,7 @@ def load(path: str, placement: Placement | None = None) -> LoadedModel:
     cfg = model_config(opt, vocab, theirs, path)
     shapes = {name: tuple(tensor.shape) for name, tensor in theirs.items()}
     linear, direct = weight_map(cfg)
+    check_stored_layers(shapes, LAYER_WEIGHT, cfg, path)
     check_dimensions(cfg, mapped_shapes(cfg, shapes, linear, direct), path)
     model = allocate(cfg, path)
     sources = convert_weights(model, in_memory(theirs, path), linear, direct)

@@ -49,6 +49,11 @@ def attention_projections(ours: str, theirs: str, fused: dict) -> dict:
     return fused
 
 
+# A stored layer's weights (checkpoint.check_stored_layers): OpenNMT-py's encoder.transformer.N and
+# decoder.transformer_layers.N, eole's {encoder,decoder}.transformer_layers.N.
+LAYER_WEIGHT = r"(?P<stack>encoder|decoder)\.transformer(?:_layers)?\.(?P<number>\d+)\."
+
+
 def mapped_shapes(
     cfg: TransformerConfig, theirs: dict[str, tuple[int, ...]], linear: dict[str, list[str]], direct: dict[str, str]
 ) -> dict[str, tuple[int, ...]]:

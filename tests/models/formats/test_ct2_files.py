@@ -383,3 +383,13 @@ def test_the_language_tags_of_each_family(family, tags, found):
 
     vocabulary = Vocabulary(["<s>", "<pad>", "</s>", "<unk>", "\u2581a", "b_c", *tags], "<unk>")
     assert languages(family, vocabulary) == found
+
+
+def test_layers_beyond_the_limit_are_refused_before_each_is_named():
+    from types import SimpleNamespace
+
+    from nmtdecode.models.formats.ct2_spec import layer_count
+
+    many = SimpleNamespace(path="model.bin", names=[f"encoder/layer_{i}/ffn/linear_0/weight" for i in range(300)])
+    with pytest.raises(ModelError, match="model.bin: encoder_layers: 300 is more than any model this decoder runs"):
+        layer_count(many, "encoder")

@@ -10,6 +10,7 @@ batch: longest source x max_length_ratio + 5; ours per sentence).
 import json
 import random
 import re
+import shutil
 from pathlib import Path
 
 import eole as eole_package  # noqa: F401  (installed by `make setup`: these tests never skip)
@@ -183,3 +184,32 @@ def test_the_sentencepiece_transform_is_found_in_the_directory(tmp_path):
     pieces = spm.SentencePieceProcessor(model_file=str(copy / "spm.model")).encode("the fox", out_type=str)
     assert tokenizer.encode("the fox") == [0] * len(pieces)  # pieces, looked up in the w0..w27 vocabulary
     assert tokenizer.decode([peer.VOCAB.index("w3"), peer.EOS]) == "w3"
+
+
+def test_a_config_with_fewer_layers_than_the_weights_is_refused_naming_an_extra_weight(built, tmp_path):
+    """Before: the layers beyond the config's count were left out, and the model decoded as another
+    network (exit 0)."""
+    _, path = built
+    fewer = tmp_path / "fewer"
+    fewer.mkdir()
+    config = json.loads((path / "config.json").read_text())
+    config["model"]["layers"] = config["model"]["decoder"]["layers"] = 1
+    (fewer / "config.json").write_text(json.dumps(config))
+    for name in ("vocab.json", "model.00.safetensors"):
+        (fewer / name).write_bytes((path / name).read_bytes())
+    with pytest.raises(
+        ModelError,
+        match=r"decoder_layers: the config asks for 1 layers, the weights hold more \(decoder\.transformer_layers\.1\.",
+    ):
+        eole.load(str(fewer))
+
+
+def test_a_vocab_json_larger_than_the_embeddings_need_is_refused_before_it_is_parsed(built, tmp_path):
+    _, path = built
+    big = tmp_path / "big"
+    shutil.copytree(path, big)
+    vocab = json.loads((big / "vocab.json").read_text())
+    vocab["padding"] = list(range(1_000_000))
+    (big / "vocab.json").write_text(json.dumps(vocab))
+    with pytest.raises(ModelError, match=r"vocab.json cannot be read: it holds [\d,]+ bytes; no such file needs more"):
+        eole.load(str(big))

@@ -440,3 +440,56 @@ def test_missing_or_broken_files_name_the_file(tmp_path, monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "tokenizers", None)  # as if not installed
     with pytest.raises(ModelError, match="pip install tokenizers"):
         _ours(tmp_path, "mbart")
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            lambda vocab: {piece: 5 for piece in vocab},
+            "pieces '</s>' and '<unk>' both have id 5; each piece needs its own",
+        ),
+        (
+            lambda vocab: {**vocab, "<unk>": vocab["</s>"]},
+            "pieces '</s>' and '<unk>' both have id 0; each piece needs its own",
+        ),
+        (lambda vocab: {**vocab, "<unk>": "1"}, "'<unk>': expected an id (an integer >= 0), got '1'"),
+    ],
+)
+def test_a_vocab_json_that_does_not_number_each_piece_once_is_refused(tmp_path, change, message):
+    """Before: every piece mapped to one id decoded (exit 0) to one piece for every text."""
+    vocab = {"</s>": 0, "<unk>": 1, "▁a": 2, "<pad>": 3}
+    (tmp_path / "vocab.json").write_text(json.dumps(change(vocab)))
+    cfg = TransformerConfig(src_vocab_size=4, tgt_vocab_size=4, d_model=8, heads=1, pad_id=3)
+    with pytest.raises(ModelError) as error:
+        load_tokenizer(str(tmp_path), {"model_type": "marian"}, cfg)
+    assert str(error.value) == f"{tmp_path / 'vocab.json'}: {message}"
+
+
+@pytest.mark.parametrize("planted", ["fifo", "/dev/zero"])
+def test_a_source_spm_that_is_not_a_file_is_named_not_called_missing(tmp_path, planted):
+    """Before: "source.spm is missing" for a FIFO or a link to a device."""
+    (tmp_path / "vocab.json").write_text(json.dumps({"</s>": 0, "<unk>": 1, "<pad>": 2}))
+    if planted == "fifo":
+        os.mkfifo(tmp_path / "source.spm")
+    else:
+        (tmp_path / "source.spm").symlink_to(planted)
+    cfg = TransformerConfig(
+        src_vocab_size=3, tgt_vocab_size=3, d_model=8, heads=1, pad_id=2, eos_id=0, unk_id=1, bos_id=2
+    )
+    with pytest.raises(ModelError) as error:
+        load_tokenizer(str(tmp_path), {"model_type": "marian"}, cfg)
+    assert str(error.value) == (
+        f"{tmp_path / 'source.spm'} is not a regular file (a FIFO, device or folder): a model's files must be files"
+    )
+
+
+def test_a_vocab_json_larger_than_the_model_s_rows_need_is_refused_before_it_is_parsed(tmp_path):
+    """A vocabulary may hold vocabulary_bytes(rows): before, a vocab.json of millions of entries
+    was parsed whole, whatever the model."""
+    (tmp_path / "vocab.json").write_text(json.dumps({"</s>": 0, "<unk>": 1, "▁" + "x" * (5 << 20): 2}))
+    cfg = TransformerConfig(src_vocab_size=4, tgt_vocab_size=4, d_model=8, heads=1, eos_id=0, unk_id=1, pad_id=3)
+    with pytest.raises(
+        ModelError, match=r"vocab.json cannot be read: it holds [\d,]+ bytes; no such file needs more than 4,195,328"
+    ):
+        load_tokenizer(str(tmp_path), {"model_type": "marian"}, cfg)

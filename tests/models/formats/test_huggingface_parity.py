@@ -17,7 +17,7 @@ from transformers import GenerationConfig
 
 from nmtdecode.options.config import Config
 from nmtdecode.engine.decoding import BatchDecoder
-from nmtdecode.models.checkpoint import read_json
+from nmtdecode.models.checkpoint import ModelError, read_json
 from nmtdecode.models.formats.huggingface import load_network
 
 pytestmark = pytest.mark.parity  # against a peer library: in make test, not in make test-fast
@@ -236,6 +236,41 @@ def test_unsupported_architecture_fails_by_name(tmp_path):
 
     with pytest.raises(ModelError, match="model_type 'umt5' is not supported"):
         load_model(str(tmp_path))
+
+
+@pytest.mark.parametrize("stack", ["encoder_layers", "decoder_layers"])
+def test_a_config_json_of_fewer_layers_than_the_weights_is_refused(tmp_path, stack):
+    """Before: the stored layers beyond the config's count were left out (exit 0, wrong text)."""
+    build("marian", tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config[stack] = 1
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    side = stack.split("_")[0]
+    with pytest.raises(ModelError) as error:
+        load_network(str(tmp_path), config)
+    assert str(error.value).startswith(
+        f"{tmp_path}: {stack}: the config asks for 1 layers, the weights hold more (model.{side}.layers.1."
+    )
+
+
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("num_beams", "NaN", "num_beams: expected a finite number or null, got nan"),
+        ("max_length", "Infinity", "max_length: expected a finite number or null, got inf"),
+        ("length_penalty", '"long"', "length_penalty: expected a finite number or null, got 'long'"),
+        ("num_beams", "-2", "decoding defaults: beam_size: "),
+    ],
+)
+def test_a_bad_number_in_generation_config_json_names_the_file(tmp_path, key, value, message):
+    """Before: `beam_size: expected int, got nan`, as if the user had given it (or a traceback)."""
+    build("marian", tmp_path)
+    path = tmp_path / "generation_config.json"
+    generation = {k: v for k, v in json.loads(path.read_text()).items() if k != key}
+    path.write_text(json.dumps(generation)[:-1] + f', "{key}": {value}}}')
+    with pytest.raises(ModelError) as error:
+        load_network(str(tmp_path), json.loads((tmp_path / "config.json").read_text()))
+    assert str(error.value).startswith(f"{path}: {message}")
 
 
 def test_sharded_safetensors_and_pytorch_bin_load_the_same_weights(tmp_path):

@@ -308,6 +308,7 @@ REFUSED = {  # case -> (build's keywords, a change of the written directory, wha
         None,
         "array Wemb holds I32; weights must be floating-point",
     ),
+    "an endless beam": ({"beam-size": float("inf")}, None, "beam-size: expected a number >= 0, got inf"),
     "word penalty": ({"word-penalty": 0.5}, None, "word-penalty is not supported (nmtdecode has no word penalty)"),
     "sampling": ({"output-sampling": True}, None, "output-sampling is not read from decoder.yml"),
     "ensemble": ({"models": ["model.npz", "other.npz"]}, None, "models: 2 models (a Marian ensemble)"),
@@ -320,10 +321,23 @@ REFUSED = {  # case -> (build's keywords, a change of the written directory, wha
         "factored vocabularies (.fsv) are not supported",
     ),
     "vocabulary too large": (dict(options={"dim-vocabs": [40, 40]}), None, "array Wemb has shape"),
+    # before: a description of each of a million layers, minutes and gigabytes before any check
+    "a million encoder layers": (
+        dict(options={"enc-depth": 1_000_000}),
+        None,
+        "Marian option enc-depth: 1000000 is more than any model this decoder runs asks for (at most 256)",
+    ),
+    "a million decoder layers": (dict(options={"dec-depth": 1_000_000}), None, "dec-depth: 1000000 is more than"),
+    "a billion rows": (dict(options={"dim-vocabs": [10**9, 10**9]}), None, "dim-vocabs: 1000000000 is more than"),
     "vocabulary beyond the rows": (
         {},
         write("vocab.yml", "</s>: 0\n<unk>: 1\nx: 500\n"),
         "the source vocabulary has 501 entries, the model's embeddings",
+    ),
+    "a vocabulary larger than its rows need": (
+        {},
+        write("vocab.yml", "</s>: 0\n<unk>: 1\n" + "p: 2\n" * (1 << 20)),
+        "vocab.yml cannot be read: it holds",  # before: minutes parsing 3 million entries as YAML
     ),
     "no eos": ({}, write("vocab.yml", "<unk>: 1\nx: 2\n"), "no </s> entry"),
     "id not a number": (
@@ -386,6 +400,15 @@ HOSTILE = {  # case -> (a change of the written directory, what the one line say
     "a FIFO for the vocabulary": (
         lambda root: (root / "vocab.yml").unlink() or os.mkfifo(root / "vocab.yml"),
         "vocab.yml is not a regular file (a FIFO, device or folder)",
+    ),
+    # before: "source.spm is missing" (a FIFO), or a read of /dev/zero that never ended
+    "a FIFO for source.spm": (
+        lambda root: (root / "source.spm").unlink() or os.mkfifo(root / "source.spm"),
+        "source.spm is not a regular file (a FIFO, device or folder)",
+    ),
+    "a link to /dev/zero for target.spm": (
+        lambda root: (root / "target.spm").unlink() or (root / "target.spm").symlink_to("/dev/zero"),
+        "target.spm is not a regular file (a FIFO, device or folder)",
     ),
     "a vocabulary nested deep": (
         write("vocab.yml", "</s>: 0\n<unk>: 1\nx: " + "[" * 20000 + "]" * 20000 + "\n"),

@@ -12,7 +12,7 @@ from nmtdecode.options.config import KEY_SECTION, Config
 from nmtdecode.models.checkpoint import ModelError
 from nmtdecode.models.formats import opennmt
 from nmtdecode.models.transformer import Transformer
-from nmtdecode.options.peers import PEER_RENAMES, PEER_WITHOUT_EQUIVALENT
+from nmtdecode.options.peers import OPENNMT
 
 from tests.helpers import train_sentencepiece
 
@@ -100,6 +100,33 @@ def test_a_foreign_pickle_is_one_line_exit_1(tmp_path, cli, lines_file):
     )
 
 
+def test_options_without_a_transformer_s_sizes_are_named(tmp_path, cli, lines_file):
+    """Before: "'Namespace' object has no attribute 'heads'"."""
+    path = tiny_checkpoint(tmp_path / "model.pt")
+    checkpoint = torch.load(path, weights_only=False)
+    checkpoint["opt"] = argparse.Namespace(share_embeddings=False)
+    torch.save(checkpoint, path)
+    result = cli("translate", "--model", path, "--src", lines_file(["a"]), text=True)
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"nmtdecode: error: {path}: its OpenNMT-py options (`opt`) have no hidden_size, heads, enc_layers, "
+        "dec_layers, transformer_ff: they do not describe a Transformer\n"
+    )
+
+
+def test_options_of_fewer_layers_than_the_weights_are_refused(tmp_path):
+    """Before: the checkpoint's second encoder layer was left out (exit 0, another network)."""
+    path = tiny_checkpoint(tmp_path / "model.pt", enc_layers=2)
+    checkpoint = torch.load(path, weights_only=False)
+    checkpoint["opt"].enc_layers = 1
+    torch.save(checkpoint, path)
+    with pytest.raises(
+        ModelError,
+        match=r"encoder_layers: the config asks for 1 layers, the weights hold more \(encoder\.transformer\.1\.",
+    ):
+        opennmt.load(str(path))
+
+
 def test_a_pickle_that_runs_code_is_refused_and_never_runs(tmp_path, cli, lines_file):
     marker = tmp_path / "ran"
     path = tmp_path / "evil.pt"
@@ -133,8 +160,8 @@ def test_a_yaml_written_for_onmt_translate_runs_after_renaming_gpu(tmp_path, cli
     result = cli("translate", "-c", tmp_path / "onmt.yaml", text=True)
     assert result.returncode == 2
     assert (
-        "unknown option 'gpu' (an OpenNMT-py/eole name): nmtdecode's is device (gpu: 0 is device: cuda:0, "
-        "gpu: -1 is device: cpu)"
+        "unknown option 'gpu' (an OpenNMT-py/eole name): nmtdecode's is device: cuda:N for their GPU N "
+        "(device: cpu for their -1)"
     ) in result.stderr
     (tmp_path / "onmt.yaml").write_text(onmt_yaml + "device: cpu\n")
     result = cli("translate", "-c", tmp_path / "onmt.yaml", "--quiet", text=True)
@@ -145,11 +172,11 @@ def test_a_yaml_written_for_onmt_translate_runs_after_renaming_gpu(tmp_path, cli
 @pytest.mark.parametrize(
     "theirs, ours",
     [
-        ("max_length_ratio", "max_len_a with max_len_b: 5"),
-        ("random_sampling_topk", "top_k"),
-        ("random_sampling_topp", "top_p"),
-        ("random_sampling_temp", "temperature"),
-        ("ban_unk_token", "ban_unk"),
+        ("max_length_ratio", "max_len_a: R with max_len_b: 5"),
+        ("random_sampling_topk", "top_k: K with sampling: true"),
+        ("random_sampling_topp", "top_p: P with sampling: true"),
+        ("random_sampling_temp", "temperature: T with sampling: true"),
+        ("ban_unk_token", "ban_unk: true"),
     ],
 )
 def test_an_opennmt_option_name_names_its_nmtdecode_equivalent(tmp_path, cli, theirs, ours):
@@ -265,5 +292,5 @@ def test_opennmt_names_nmtdecode_spells_alike_are_options():
 
 def test_renamed_keys_are_not_options():
     """Every rename in the table names a key nmtdecode does not read (else the YAML would run)."""
-    assert not set(PEER_RENAMES) & set(KEY_SECTION)
-    assert not set(PEER_WITHOUT_EQUIVALENT) & set(KEY_SECTION)
+    assert not set(OPENNMT.ours) & set(KEY_SECTION)
+    assert not set(OPENNMT.without) & set(KEY_SECTION)
