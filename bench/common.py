@@ -26,6 +26,36 @@ for _path in (BENCH, ROOT):
 
 T = TypeVar("T")
 
+# What caps each library below the CPU's own instruction set: oneDNN (torch's and CTranslate2's
+# copies), torch's own kernels, MKL, CTranslate2's own kernels. Each reads its variable once, when
+# it loads, so a process is started with them. On a CPU with AVX-512 this emulates an AVX2 one,
+# with this CPU's caches, clock and memory.
+ISA_CAPS: dict[str, dict[str, str]] = {
+    "native": {},
+    "avx2": {
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+        "CT2_FORCE_CPU_ISA": "AVX2",
+    },
+}
+
+
+def cap_children(isa: str) -> None:
+    """Every process this one starts from now on runs with `isa`'s caps; nmtdecode's measured
+    kernel choices (`--gemm auto`) are kept apart from the CPU's own, in bench/out/cache-ISA."""
+    os.environ.update(ISA_CAPS[isa])
+    if isa != "native":
+        os.environ["NMTDECODE_CACHE"] = os.path.join(OUT, f"cache-{isa}")
+
+
+def run_with_isa(isa: str) -> None:
+    """Re-executes this script with `isa`'s caps, unless they are set already (call it before
+    torch or CTranslate2 loads: they read the caps once)."""
+    if any(os.environ.get(name) != value for name, value in ISA_CAPS[isa].items()):
+        cap_children(isa)
+        os.execv(sys.executable, [sys.executable, *sys.argv])
+
 
 def timed(work: Callable[[], T]) -> tuple[float, T]:
     """The wall seconds of one call of `work`, and what it returned."""
