@@ -31,6 +31,27 @@ def test_packed_linear_equals_linear_in_float32(shape, bias):
 
 
 @needs_onednn
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("shape", [(1, 32), (9, 32), (3, 3, 32), (10, 32), (40, 32), (5, 8, 32)])
+def test_a_plain_weights_product_equals_linear_with_few_rows_and_many(shape, bias, monkeypatch):
+    """Kept plain (an output projection tied to the embeddings), the weight multiplies up to
+    SWAPPED_MAX_ROWS rows with the roles swapped, more rows by blocks of it (7 of its rows at a
+    time here): both give nn.Linear's product, from the very tensor given."""
+    monkeypatch.setattr(gemm, "SWAPPED_MAX_ROWS", 9)
+    monkeypatch.setattr(gemm, "PLAIN_BLOCK_BYTES", 32 * 4 * 7)
+    torch.manual_seed(0)
+    linear = nn.Linear(32, 48, bias=bias)
+    x = torch.randn(*shape, 32)
+    plain = gemm.PackedLinear(linear.weight, linear.bias, pack=False)
+    assert plain.plain_weight is linear.weight
+    assert plain.swaps(x.numel() // 32) == (x.numel() // 32 <= 9)
+    with torch.inference_mode():
+        expected, got = linear(x), plain(x)
+    assert got.shape == expected.shape and got.is_contiguous()
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@needs_onednn
 def test_packed_linear_in_bfloat16_rounds_like_bfloat16():
     torch.manual_seed(0)
     linear = nn.Linear(64, 96).to(torch.bfloat16)
