@@ -9,8 +9,9 @@ The arithmetic is batched as in fairseq / Hugging Face / CTranslate2. A step is
 two parts:
 
 1. `select_candidates`: add each row's running score to its log-probs and
-   take, with one `topk`, the 2k best continuations of every sentence. This is
-   the part another strategy (sampling, diverse groups) would replace.
+   take the 2k best continuations of every sentence (each row's own best
+   first, `best_continuations`). This is the part another strategy (sampling,
+   diverse groups) would replace.
 2. `commit`: the k best candidates not ending in EOS stay alive; the EOS
    candidates ranked within the top k finish; one small device->host copy
    hands each sentence's rows to its `Beam`; finished sentences leave.
@@ -234,11 +235,14 @@ class Candidates:
         return self.scores, self.tokens, self.prev, self.totals
 
 
-def top_candidates(totals: torch.Tensor, wanted: int, vocab: int, eos_id: int) -> Candidates:
+def top_candidates(
+    totals: torch.Tensor, wanted: int, vocab: int, eos_id: int, columns: torch.Tensor | None = None
+) -> Candidates:
     """The `wanted` best of each row of totals (n, width*V), best first (top_k). A vocabulary
-    smaller than that is padded with impossible EOS candidates."""
+    smaller than that is padded with impossible EOS candidates. `columns` (n, width*V), given,
+    holds the token of each column (best_continuations: each row's own best, not the vocabulary)."""
     scores, ids = top_k(totals, min(wanted, totals.size(1)))
-    tokens, prev = ids % vocab, ids // vocab
+    tokens, prev = (ids % vocab if columns is None else columns.gather(1, ids)), ids // vocab
     if scores.size(1) < wanted:
         missing = (0, wanted - scores.size(1))
         scores = F.pad(scores, missing, value=NEG_INF)
@@ -286,10 +290,14 @@ def top_k(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def best_continuations(logprobs: torch.Tensor, alive_scores: torch.Tensor, n: int, k: int, eos_id: int) -> Candidates:
-    """The 2k best continuations of each of n sentences over all its rows: each row's running
-    score added to its log-probs (in place), then the topk of (n, width*V)."""
-    totals = logprobs.add_(alive_scores[:, None]).view(n, -1)
-    return top_candidates(totals, 2 * k, logprobs.size(1), eos_id)
+    """The 2k best continuations of each of n sentences over all its rows. A row's running score
+    is the same for each of its tokens, so a sentence's 2k best are among its rows' own 2k best:
+    those are taken first (top_k of each row), the running score added to them alone, then the
+    2k best of the sentence's width x 2k. The same candidates as one topk of (n, width*V) with the
+    scores added everywhere, without a pass over every row's vocabulary to add them."""
+    best, tokens = top_k(logprobs, min(2 * k, logprobs.size(1)))  # (rows, 2k)
+    totals = (best + alive_scores[:, None]).view(n, -1)
+    return top_candidates(totals, 2 * k, best.size(1), eos_id, tokens.view(n, -1))
 
 
 def extended_rows(prev: torch.Tensor, width: int) -> torch.Tensor:
@@ -352,7 +360,7 @@ class BeamSearch(SentenceRecords):
         self.start_tokens = torch.full((batch_size,), start_id, dtype=torch.long, device=device)
 
     def advance(self, logprobs: torch.Tensor, step: int, facts: RowFacts | None = None) -> StepOutput:
-        """logprobs (n*width, V) of this step; consumed (turned into totals in place)."""
+        """logprobs (n*width, V) of this step; consumed."""
         return self.commit(self.select_candidates(logprobs), step, facts)
 
     def select_candidates(self, logprobs: torch.Tensor) -> Candidates:
