@@ -37,10 +37,10 @@ options = {"beam_size": int(sys.argv[1]), "length_penalty": "none"}
 decoder = BatchDecoder(loaded.model, Config.from_values(options).decoding, loaded.rules)
 tokens = []
 with torch.inference_mode():
-    decoder.translate_batch(sources[:4])
+    decoder.decode(sources[:4])
     start = time.perf_counter()
     for i in range(0, len(sources), 32):
-        tokens += [nbest[0].tokens for nbest in decoder.translate_batch(sources[i : i + 32])]
+        tokens += [nbest[0].tokens for nbest in decoder.decode(sources[i : i + 32]).nbests]
     seconds = time.perf_counter() - start
 print(seconds, hashlib.sha256(json.dumps(tokens).encode()).hexdigest())
 """

@@ -132,7 +132,7 @@ def opennmt_task(sizes: Sizes, out: str) -> Task:
 def nmtdecode_decoder(task: Task, model, beam: int, fixed_steps=None, on_device: bool = False):
     """A function from a batch of source ids to nmtdecode's 1-best outputs (`make_decoder`'s)."""
     decoder = make_decoder(task, model, beam, fixed_steps, on_device)
-    return lambda batch: [n[0].tokens for n in decoder.translate_batch(batch)]
+    return lambda batch: [n[0].tokens for n in decoder.decode(batch).nbests]
 
 
 def make_decoder(task: Task, model, beam: int, fixed_steps=None, on_device: bool = False):
@@ -393,9 +393,9 @@ def step_profile(report: Report, device: torch.device, sizes: Sizes, out: str) -
         decoder = make_decoder(task, model, beam, stepper, on_device)
         sources = task.sources[:batch]
         with torch.inference_mode(), StepCounter(stepper or model) as counter:
-            seconds = timed(device, lambda: decoder.translate_batch(sources), repeat=3)
+            seconds = timed(device, lambda: decoder.decode(sources).nbests, repeat=3)
             with labelled_parts(decoder), torch.profiler.profile(activities=activities) as prof:
-                decoder.translate_batch(sources)
+                decoder.decode(sources)
                 synchronize(device)
         n = counter.steps // 5  # warm-up, three timed runs, the profiled one
         events = prof.key_averages()

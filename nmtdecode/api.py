@@ -26,19 +26,20 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import TYPE_CHECKING, Any, Generator, Iterable, Iterator, NoReturn
+from typing import TYPE_CHECKING, Any, Generator, Iterable, Iterator, NoReturn, cast
 
 from .engine.batching import chunk_size, chunks
 from .options.config import Config
 from .jobs.pipeline import ListSink, ListSource, run
-from .engine.resolve import ResolvedJob, check_call_keys, check_call_options, check_load_options, resolve
+from .engine.resolve import ResolvedJob, resolve
+from .options.entries import check_given
 
 if TYPE_CHECKING:
     from .engine.batching import Example, Result
     from .engine.engine import Engine
     from .jobs.summary import Summary
     from .engine.decoding import BatchDecoder
-    from .search.base import Hypothesis
+    from .search.base import Hypothesis, Search
 
 _END = object()  # what next() gives for an exhausted iterator, where None is a value
 
@@ -113,7 +114,7 @@ class Translator:
         with `options`, the config file's keys; `quiet` defaults to True (no summary on stderr)."""
         from .engine.engine import Engine  # torch is imported here, not by `import nmtdecode`
 
-        check_load_options(options)
+        check_given("load()", options)
         return cls(Engine.load(Config.from_layers([{"quiet": True}, {**options, "model": path}])))
 
     def translate(
@@ -137,18 +138,18 @@ class Translator:
             if scores:
                 return self.translate_batch(sources, prefixes, **options)  # type: ignore[return-value]
         sources, prefixes = self._checked(sources, prefixes, "translate()")
-        job, decoder = self._decoder(options, "translate()")
-        return [result.texts[0] for result in self._results(sources, prefixes, job, decoder)]
+        job = self._resolved(options, "translate()")
+        return [result.texts[0] for result in self._results(sources, prefixes, job)]
 
     def translate_batch(self, sources: list, prefixes: list | None = None, **options) -> list[list[Translation]]:
         """As `translate`, but for each source its n-best hypotheses (`n_best`, default 1), best
         first, as `Translation`s: text, scores, tokens, per-token log-probs, and with
         `alignment=True` / `attention=True` the cross-attention's alignment and weights."""
         sources, prefixes = self._checked(sources, prefixes, "translate_batch()")
-        job, decoder = self._decoder(options, "translate_batch()")
+        job = self._resolved(options, "translate_batch()")
         return [
             [translation(hyp, text) for hyp, text in zip(result.hypotheses, result.texts)]
-            for result in self._results(sources, prefixes, job, decoder)
+            for result in self._results(sources, prefixes, job)
         ]
 
     def translate_iterable(self, sources: Iterable, prefixes: Iterable | None = None, **options) -> Iterator[str]:
@@ -159,9 +160,9 @@ class Translator:
         first item asked for."""
         if isinstance(sources, str) or isinstance(prefixes, str):
             raise TypeError("translate_iterable() takes an iterable of sources (and of prefixes), not one string")
-        job, decoder = self._decoder(options, "translate_iterable()")
+        job = self._resolved(options, "translate_iterable()")
         window = chunk_size(job.config.batching.batch_size, job.config.batching.batch_type)
-        return self._texts_of_windows(iter(sources), None if prefixes is None else iter(prefixes), window, job, decoder)
+        return self._texts_of_windows(iter(sources), None if prefixes is None else iter(prefixes), window, job)
 
     def generate_tokens(
         self, source: str | list[str], prefix: str | list[str] | None = None, **options: Any
@@ -174,14 +175,9 @@ class Translator:
         `translate` does. Once exhausted, the generator returns that Translation (`result =
         yield from translator.generate_tokens(...)`): whether it ended with EOS, and EOS's score."""
         [source], [prefix] = self._checked([source], [prefix], "generate_tokens()")
-        job, decoder = self._decoder(options, "generate_tokens()", greedy=True)
-        # The fixed-shape step (CUDA graphs) decodes in buffers every batch shares; this decoding
-        # pauses between tokens, while other calls may run: it keeps its own state (the model's step).
-        if decoder.steps.shares_buffers:
-            from .models.steps import EagerSteps
-
-            decoder.steps = EagerSteps(self.engine.loaded.model)
-        return self._tokens(self.engine.make_example(0, source, job.config.batching.max_src_length, prefix), decoder)
+        job = self._resolved(options, "generate_tokens()", greedy=True)  # its decoder: host search, own step state
+        example = self.engine.make_example(0, source, job.config.batching.max_src_length, prefix)
+        return self._tokens(example, job.decoder)
 
     def translate_file(self, src: str, output: str, resume: bool = False, **options: Any) -> Summary:
         """Translate the file `src` into `output` as `nmtdecode translate` does: locked,
@@ -189,7 +185,7 @@ class Translator:
         Returns the job's `summary.Summary` (sentences, target tokens, seconds)."""
         from .jobs.run import translate_job
 
-        job = self._call_config(options, {"src": src, "output": output, "resume": resume})
+        job = self._call_config(options, "translate_file()", {"src": src, "output": output, "resume": resume})
         return translate_job(job, engine=self.engine)
 
     def score(self, sources: list, targets: list, **options) -> list[float]:
@@ -198,7 +194,9 @@ class Translator:
         from .jobs.scoring import score_pairs
 
         sources, targets = self._pairs(sources, targets, "score()")
-        return [score.total for score in score_pairs(self.engine, self._call_config(options), sources, targets)]
+        return [
+            score.total for score in score_pairs(self.engine, self._call_config(options, "score()"), sources, targets)
+        ]
 
     def score_batch(self, sources: list, targets: list, **options) -> list[Scored]:
         """Each target's log-probability given its source, per token and in all (`Scored`), as
@@ -207,7 +205,7 @@ class Translator:
         from .jobs.scoring import score_pairs
 
         sources, targets = self._pairs(sources, targets, "score_batch()")
-        scores = score_pairs(self.engine, self._call_config(options), sources, targets, by_token=True)
+        scores = score_pairs(self.engine, self._call_config(options, "score_batch()"), sources, targets, by_token=True)
         return [Scored(s.tokens, s.token_scores, s.eos_score, s.total, s.total / s.length) for s in scores]
 
     def _pairs(self, sources: Iterable, targets: Iterable, method: str) -> tuple[list, list]:
@@ -249,20 +247,18 @@ class Translator:
                         f"{wrong}; a list {name} holds its pieces as strings"
                     )
 
-    def _decoder(self, options: dict, method: str, greedy: bool = False) -> tuple[ResolvedJob, BatchDecoder]:
-        """This call's resolved job and its decoder; options that change nothing in `method` are
+    def _resolved(self, options: dict, method: str, greedy: bool = False) -> ResolvedJob:
+        """This call's resolved job (with its decoder); options that change nothing in `method` are
         warned about in the API's terms (IneffectiveOptionWarning)."""
-        check_call_options(method, options)
         base = {"beam_size": 1, "n_best": 1} if greedy else {}
-        job = resolve(self._call_config(options, base=base), self.engine, api_method=method, call_options=options)
+        job = resolve(
+            self._call_config(options, method, base=base), self.engine, api_method=method, call_options=options
+        )
         for note in job.notes:
             warnings.warn(note, IneffectiveOptionWarning, stacklevel=3)  # at the caller of the public method
-        decoder = job.decoder(self.engine)
-        return job, decoder
+        return job
 
-    def _results(
-        self, sources: list, prefixes: list | None, job: ResolvedJob, decoder: BatchDecoder, first: int = 0
-    ) -> list[Result]:
+    def _results(self, sources: list, prefixes: list | None, job: ResolvedJob, first: int = 0) -> list[Result]:
         """The engine's results of these sources (indexes from `first`), in their order: through the
         pipeline, sorted by length and cut into batches together, as one chunk of a file's lines."""
         engine, batching = self.engine, job.config.batching
@@ -272,12 +268,15 @@ class Translator:
         ]
         sink = ListSink(len(examples), first)
         run(
-            ListSource(examples, batching), lambda batch: engine.decode_batch(batch, decoder), sink, job.batches_at_once
+            ListSource(examples, batching),
+            lambda batch: engine.decode_batch(batch, job.decoder),
+            sink.put,
+            job.batches_at_once,
         )
         return sink.results
 
     def _texts_of_windows(
-        self, sources: Iterator, prefixes: Iterator | None, window: int, job: ResolvedJob, decoder: BatchDecoder
+        self, sources: Iterator, prefixes: Iterator | None, window: int, job: ResolvedJob
     ) -> Iterator[str]:
         """translate_iterable's work: a window of sources (and as many prefixes) at a time; one
         prefix more is read at the sources' end, to tell prefixes that outlast them."""
@@ -293,7 +292,7 @@ class Translator:
             self._check_types(chunk, "source", (str, list), "translate_iterable()", first)
             if given is not None:
                 self._check_types(given, "prefix", (str, list, type(None)), "translate_iterable()", first)
-            for result in self._results(chunk, given, job, decoder, first):
+            for result in self._results(chunk, given, job, first):
                 yield result.texts[0]
             first += len(chunk)
         if prefixes is not None and next(prefixes, _END) is not _END:  # a prefix may be None
@@ -321,7 +320,8 @@ class Translator:
             yield from emit(hyp.tokens, hyp.token_scores)
             return translation(hyp, tokenizer.decode(hyp.tokens))
         total, prefixes = 0.0, [example.prefix] if example.prefix else None
-        for search in decoder.search_steps([example.ids], [example.index], prefixes):
+        for step in decoder.stepwise([example.ids], [example.index], prefixes):
+            search = cast("Search", step)  # generate_tokens' decoder searches on the host (resolve.py)
             record = search.beams[0]  # its one slot: greedy and a single sample never reorder
             if record.done:  # this step ended it (EOS, which is not yielded, or the step limit)
                 [hyp] = search.results(1)[0]
@@ -330,10 +330,12 @@ class Translator:
             [token], [now] = record.next_ys[-1], record.scores[-1]
             yield from emit([token], [now - total])
             total = now
-        raise RuntimeError("the search ended without a done step")  # search_steps ends with every sentence done
+        raise RuntimeError("the search ended without a done step")  # stepwise ends with every sentence done
 
-    def _call_config(self, options: dict, files: dict | None = None, base: dict | None = None) -> Config:
-        """This translator's config with one call's options over it (over `base`, the call's own
-        defaults)."""
-        check_call_keys(options)
-        return self.engine.config.over(base or {}, options, files or {})
+    def _call_config(self, options: dict, method: str, files: dict | None = None, base: dict | None = None) -> Config:
+        """This translator's config with the options of one call of `method` over it (over `base`,
+        the call's own defaults), checked as that method takes them (options/entries.py)."""
+        check_given(method, options)
+        config = self.engine.config.over(base or {}, options, files or {})
+        config.validate(method)
+        return config

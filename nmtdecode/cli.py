@@ -1,6 +1,6 @@
 """Command line: `nmtdecode translate | score | inspect | show`.
 
-Thin by design: parse flags (each built from its option's declaration in config.py),
+Thin by design: parse flags (each built from its option's declaration in options/table.py),
 layer them over the YAML file into a `Config`, call the library. OpenNMT-py's
 single-dash spellings (`-beam_size 5`) are refused naming ours (`check_spelling`).
 Errors become one line on stderr and an exit code:
@@ -35,11 +35,12 @@ from .options.config import (
     Config,
     ConfigError,
     Option,
-    checked_layer,
     default_of,
 )
+from .options.layers import checked_layer
 from .options.yaml_file import dump, load_yaml
-from .jobs.plan import make_output_dir, plan_jobs
+from .options.plan import plan_jobs
+from .jobs.files import make_output_dir
 from .options.peers import spelling_message
 from .jobs.signals import STOPPED_NOTE, Terminated
 from .engine.messages import say
@@ -55,7 +56,7 @@ def _click_type(key: str, declared: Option) -> click.ParamType | type:
 
 
 def cli_option(key: str, required: bool = False, **changes: Any) -> Callable:
-    """The click option of config key `key`, from its declaration (config.OPTIONS, PLAN_OPTIONS);
+    """The click option of config key `key`, from its declaration (table.OPTIONS, PLAN_OPTIONS);
     `changes` adapt it to a command where the key means something narrower (score's --src), which
     may require it (then no default is shown). Its value is None unless given, so the YAML file and
     model defaults can fill it."""
@@ -206,7 +207,8 @@ def _model_defaults(config: Config) -> dict | None:
         return None
     from .models.loading import load_model
 
-    return load_model(config.io.model, config.io.ensemble_rule, config.io.ensemble_weights).defaults
+    io = config.io
+    return load_model(io.model, io.ensemble_rule, io.ensemble_weights, tokenizer=io.tokenizer).defaults
 
 
 @cli.command(cls=OneValueCommand)
@@ -376,7 +378,7 @@ def openmp_environment(environ: Mapping[str, str], torch_loaded: bool) -> dict:
     """What the program adds to its environment before torch loads: GOMP_SPINCOUNT=10000, so
     libgomp's idle workers (torch's CPU wheels) spin briefly, then sleep, instead of spinning
     for 300,000 rounds (its default), unless the user chose: as fast as spinning on an idle
-    machine, and far faster beside other busy processes (docs/speed.md has the measurements).
+    machine, and far faster beside other busy processes (docs/speed.md#threads has the measurements).
     Read once, when torch's OpenMP starts, so nothing is added once torch is loaded."""
     if torch_loaded or any(name in environ for name in OPENMP_WAIT_SETTINGS):
         return {}
@@ -409,8 +411,8 @@ def main(argv: list[str] | None = None) -> None:
 
 def exit_now(code: int) -> NoReturn:
     """End the process with `code` once what it wrote is flushed, without the interpreter's
-    teardown: freeing a loaded model object by object and unloading torch took 0.4 s of a 3 s
-    Transformer-base job (docs/speed.md). Every file of a job is closed, renamed and unlocked by
+    teardown: freeing a loaded model object by object and unloading torch is a noticeable share
+    of a short job, and gains nothing. Every file of a job is closed, renamed and unlocked by
     then (output_file.py); only the standard streams are still open."""
     for stream in (sys.stdout, sys.stderr):
         try:

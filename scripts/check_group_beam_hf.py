@@ -157,7 +157,7 @@ def our_side(directory: str) -> int:
         model, defaults, rules = load_network(case["path"], read_json(os.path.join(case["path"], "config.json")))
         config = Config.from_values({"n_best": case["beams"], "beam_size": case["beams"]})
         decoding = config.with_model_defaults(defaults).decoding  # groups and penalty from generation_config
-        nbests = BatchDecoder(model.eval(), decoding, rules).translate_batch(case["rows"])
+        nbests = BatchDecoder(model.eval(), decoding, rules).decode(case["rows"]).nbests
         hyps = [h for nbest in nbests for h in nbest]
         tokens = [h.tokens[1:] if case["forced"] is not None else h.tokens for h in hyps]
         close = all(abs(h.score - s) <= 1e-4 + 1e-5 * abs(s) for h, s in zip(hyps, case["scores"]))

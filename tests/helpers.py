@@ -118,6 +118,22 @@ def tiny_config(vocab: int = 12, **overrides) -> TransformerConfig:
     return TransformerConfig(**values)
 
 
+# tiny_config's switches of a T5: heads 6 wide (not d_model / heads), relative positions in every
+# self-attention (short buckets, which the tests' lengths pass), RMS norms, a gated feed-forward
+T5_LIKE = dict(
+    norm="rmsnorm",
+    gated_ffn=True,
+    activation="gelu_tanh",
+    head_dim=6,
+    positions="relative",
+    relative_buckets=8,
+    relative_max_distance=12,
+    scale_queries=False,
+    bias=False,
+    decoder_layers=3,
+)
+
+
 def tiny_transformer(seed: int = 0, vocab: int = 12, eos_bias: float = 0.0, **overrides) -> Transformer:
     """A seeded random model; `eos_bias` raises EOS's logit so hypotheses end early."""
     model = Transformer(tiny_config(vocab, final_logits_bias=eos_bias != 0.0, **overrides)).eval()

@@ -20,18 +20,20 @@ ATTENTION = {(): [0.1, 0.2, 0.7], (A,): [0.6, 0.3, 0.1], (A, B): [0.2, 0.5, 0.3]
 def test_alignment_is_the_argmax_of_each_steps_attention(beam):
     model = TableModel(8, [TABLE], [ATTENTION])
     cfg = DecodingConfig(beam_size=beam, n_best=1, max_length=5, alignment=True)
-    [[hyp]] = BatchDecoder(model, cfg, BAN_SPECIALS).translate_batch([[0, 7, EOS]])
+    [[hyp]] = BatchDecoder(model, cfg, BAN_SPECIALS).decode([[0, 7, EOS]]).nbests
     assert hyp.tokens == [A, B] and hyp.ended
     assert hyp.alignment == [2, 0]  # one per token: EOS's (1) is not reported, as its log-prob is apart
     cfg.max_length = 2  # cut before EOS: still one position per token
-    [[cut]] = BatchDecoder(model, cfg, BAN_SPECIALS).translate_batch([[0, 7, EOS]])
+    [[cut]] = BatchDecoder(model, cfg, BAN_SPECIALS).decode([[0, 7, EOS]]).nbests
     assert cut.tokens == [A, B] and not cut.ended and cut.alignment == [2, 0]
 
 
 def test_no_alignment_unless_asked():
-    [[hyp]] = BatchDecoder(
-        TableModel(8, [TABLE], [ATTENTION]), DecodingConfig(beam_size=2), BAN_SPECIALS
-    ).translate_batch([[0, 7, EOS]])
+    [[hyp]] = (
+        BatchDecoder(TableModel(8, [TABLE], [ATTENTION]), DecodingConfig(beam_size=2), BAN_SPECIALS)
+        .decode([[0, 7, EOS]])
+        .nbests
+    )
     assert hyp.alignment is None
 
 
@@ -64,9 +66,9 @@ def test_transformer_alignment_matches_teacher_forced_attention(layer, heads, be
     the attention that a teacher-forced pass computes for its tokens; scores are unchanged."""
     model = tiny_transformer(2, vocab=20, eos_bias=1.0, alignment_layer=layer, alignment_heads=heads)
     sources = random_sources(5, 20, seed=4)
-    plain = BatchDecoder(model, DecodingConfig(beam_size=beam, n_best=beam, max_length=12)).translate_batch(sources)
+    plain = BatchDecoder(model, DecodingConfig(beam_size=beam, n_best=beam, max_length=12)).decode(sources).nbests
     cfg = DecodingConfig(beam_size=beam, n_best=beam, max_length=12, alignment=True)
-    aligned = BatchDecoder(model, cfg).translate_batch(sources)
+    aligned = BatchDecoder(model, cfg).decode(sources).nbests
     for source, hyps, plain_hyps in zip(sources, aligned, plain):
         assert [(h.tokens, h.score) for h in hyps] == [(h.tokens, h.score) for h in plain_hyps]
         for hyp in hyps:
@@ -89,7 +91,7 @@ def test_alignment_follows_the_beam_reorder_with_coverage_penalty():
     cfg = DecodingConfig(
         beam_size=2, n_best=2, max_length=5, length_penalty="none", coverage_penalty="wu", beta=1.0, alignment=True
     )
-    [hyps] = BatchDecoder(TableModel(8, [table], [attention]), cfg, BAN_SPECIALS).translate_batch([[0, 7, EOS]])
+    [hyps] = BatchDecoder(TableModel(8, [table], [attention]), cfg, BAN_SPECIALS).decode([[0, 7, EOS]]).nbests
     assert [h.tokens for h in hyps] == [[B, B], [A]]
     assert [h.alignment for h in hyps] == [[2, 0], [2]]
 
@@ -116,7 +118,7 @@ def test_attention_rows_are_the_teacher_forced_weights(beam):
     model = tiny_transformer(2, vocab=20, eos_bias=1.0)
     sources = random_sources(4, 20, seed=6)
     cfg = DecodingConfig(beam_size=beam, n_best=beam, max_length=10, alignment=True, attention=True)
-    for source, hyps in zip(sources, BatchDecoder(model, cfg).translate_batch(sources)):
+    for source, hyps in zip(sources, BatchDecoder(model, cfg).decode(sources).nbests):
         for hyp in hyps:
             weights = attention_by_teacher_forcing(model, source, hyp.tokens, -1, 1)[: len(hyp.tokens)]
             assert torch.tensor(hyp.attention).shape == weights.shape == (len(hyp.tokens), len(source))
@@ -134,7 +136,7 @@ def test_attention_follows_the_beam_reorder():
         (B, B): [0.1, 0.8, 0.1],
     }
     cfg = DecodingConfig(beam_size=2, n_best=2, max_length=5, length_penalty="none", attention=True)
-    [hyps] = BatchDecoder(TableModel(8, [table], [attention]), cfg, BAN_SPECIALS).translate_batch([[0, 7, EOS]])
+    [hyps] = BatchDecoder(TableModel(8, [table], [attention]), cfg, BAN_SPECIALS).decode([[0, 7, EOS]]).nbests
     assert [h.tokens for h in hyps] == [[A], [B, B]]
     assert hyps[0].attention == [pytest.approx([0.2, 0.3, 0.5])]
     assert hyps[1].attention == [pytest.approx([0.2, 0.3, 0.5]), pytest.approx([0.8, 0.1, 0.1])]

@@ -252,6 +252,16 @@ def test_generate_tokens_interleaved_with_other_calls_keep_their_own_state(trans
     assert tokens == [translator.translate_batch([s], beam_size=1, min_length=4)[0][0].tokens for s in sources]
 
 
+def test_generate_tokens_searches_on_the_host_whatever_search_on(model_dir):
+    """generate_tokens reads the host search's records a step at a time: a translator that
+    searches on the device (--search-on device) still gives it the host search, and the tokens
+    of its greedy translate_batch."""
+    translator = nmtdecode.Translator.load(str(model_dir), search_on="device", **OPTIONS)
+    source = "a dog and a cat sleep in the garden ."
+    tokens = [token.token_id for token in translator.generate_tokens(source, min_length=4)]
+    assert tokens == translator.translate_batch([source], beam_size=1, min_length=4)[0][0].tokens
+
+
 def test_generate_tokens_refuses_a_beam(translator):
     with pytest.raises(ConfigError, match="beam_size: generate_tokens.. decodes greedily or samples"):
         translator.generate_tokens("water", beam_size=4)

@@ -37,7 +37,7 @@ def test_jsonl_alignment_and_token_scores_have_one_entry_per_token(model_dir, cl
     loaded = load_model(str(model_dir))
     cfg = DecodingConfig(beam_size=3, n_best=2, coverage_penalty="wu", beta=0.2, alignment=True)
     sources = [loaded.tokenizer.encode(line) for line in LINES]
-    expected = BatchDecoder(loaded.model, cfg, loaded.rules).translate_batch(sources)
+    expected = BatchDecoder(loaded.model, cfg, loaded.rules).decode(sources).nbests
     for record, source, hyps in zip(map(json.loads, run.stdout.splitlines()), sources, expected):
         for entry, hyp in zip(record["hypotheses"], hyps):
             assert len(entry["tokens"]) == len(entry["token_scores"]) == len(entry["alignment"])

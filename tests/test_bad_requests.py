@@ -355,3 +355,17 @@ def test_running_out_of_memory_placing_the_model_names_what_asked_for_it(model_d
     line = one_line(run.stderr)
     assert line.startswith("nmtdecode: error: out of memory placing the model on cpu in bfloat16: its weights need ")
     assert line.endswith("most of them for decoder_layers 2 of d_model 32, ffn_dim 64")
+
+
+def test_every_path_option_of_a_config_file_is_read_relative_to_it(tmp_path):
+    """Each option that names a file (the table's FILE metavar) is resolved from the config file's
+    folder, the tokenizer of a CTranslate2 folder included."""
+    from nmtdecode.options.table import OPTIONS, PLAN_OPTIONS
+    from nmtdecode.options.yaml_file import PATH_KEYS, load_yaml
+
+    declared = {**OPTIONS, **PLAN_OPTIONS}.items()
+    named_files = {key for key, o in declared if (o.metavar or "").rstrip(".") in ("FILE", "DIR", "PATH")}
+    assert {"model", "src", "output", "tokenizer"} <= named_files
+    assert named_files <= set(PATH_KEYS), named_files - set(PATH_KEYS)
+    (tmp_path / "job.yaml").write_text("tokenizer: spm.model\n")
+    assert load_yaml(str(tmp_path / "job.yaml"))["tokenizer"] == str(tmp_path / "spm.model")

@@ -11,7 +11,6 @@ import pytest
 from nmtdecode.options.config import Config, ConfigError, DecodingConfig
 from nmtdecode.engine.decoding import BatchDecoder
 from nmtdecode.models.loading import load_model
-from nmtdecode.engine.resolve import check_torchrun
 from nmtdecode.show.tree import layout, path_tokens
 
 # unsorted lengths (batches are sorted longest first) and lines with nothing to decode
@@ -172,8 +171,9 @@ def test_nothing_more_is_kept_without_the_option(model_dir):
     loaded = load_model(str(model_dir))
     for trace in (False, True):
         decoder = BatchDecoder(loaded.model, DecodingConfig(beam_size=3, max_length=6), loaded.rules, trace=trace)
-        _, search = decoder.search_batch([loaded.tokenizer.encode("the house")])
+        *_, search = decoder.stepwise([loaded.tokenizer.encode("the house")])
         assert (search.beams[0].ended is None) == (not trace)
+        assert (decoder.decode([loaded.tokenizer.encode("the house")]).search is None) == (not trace)
         if trace:  # every ended hypothesis, the pool's best among them
             assert len(search.beams[0].ended) >= len(search.beams[0].finished) > 0
 
@@ -185,7 +185,7 @@ def test_a_failed_job_leaves_no_dump(cli, model_dir, tmp_path, lines_file, monke
         calls.append(1)
         raise RuntimeError("decoding failed")
 
-    monkeypatch.setattr(BatchDecoder, "search_batch", failing)
+    monkeypatch.setattr(BatchDecoder, "decode", failing)
     dump = tmp_path / "d.jsonl"
     run = cli(
         "translate",
@@ -226,7 +226,7 @@ def test_torchrun_refuses_the_dump(tmp_path, lines_file):
         {"src": str(lines_file(LINES)), "output": str(tmp_path / "o"), "dump_beam": str(tmp_path / "d")}
     )
     with pytest.raises(ConfigError, match="under torchrun leave it out"):
-        check_torchrun(config)
+        config.validate("torchrun")
 
 
 def test_the_dump_names_the_pieces_of_every_tokenizer():

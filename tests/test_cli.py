@@ -77,7 +77,7 @@ def test_config_file_with_override_and_formats_agree(model_dir, src_file, tmp_pa
 def test_cli_matches_library(model_dir, src_file, cli):
     loaded = load_model(str(model_dir))
     cfg = DecodingConfig(beam_size=3)
-    expected = BatchDecoder(loaded.model, cfg, loaded.rules).translate_batch([loaded.tokenizer.encode(LINES[0])])
+    expected = BatchDecoder(loaded.model, cfg, loaded.rules).decode([loaded.tokenizer.encode(LINES[0])]).nbests
     run = cli(
         "translate",
         "--model",
@@ -345,3 +345,17 @@ def test_help_texts_say_what_the_options_take(cli):
     assert "--prefix FILE" in cli("translate", "--help", text=True).stdout
     show = cli("show", "--help", text=True).stdout
     assert "required" not in show and "DUMP with .html" in " ".join(show.split())
+
+
+def test_the_device_search_refusal_is_told_with_the_jobs_notes(cli, model_dir):
+    """--search-on device with an option the device search does not hold: one warning, told after
+    the job's notes about options without effect (the resolved job's decoder adds it to them),
+    and the host search's output."""
+    args = ["translate", "--model", model_dir, "--max-length", 6, "--beam-size", 4, "--beam-groups", 2]
+    args += ["--diversity-penalty", 0.5, "--beta", 0.5, "-q"]
+    run = cli(*args, "--search-on", "device", stdin="the house\n", text=True)
+    warnings = run.stderr.splitlines()
+    assert run.returncode == 0 and len(warnings) == 2, run.stderr
+    assert warnings[0].startswith("nmtdecode: warning: beta: 0.5 has no effect")
+    assert warnings[1].startswith("nmtdecode: warning: the search runs on the host") and "--beam-groups" in warnings[1]
+    assert run.stdout == cli(*args, stdin="the house\n", text=True).stdout

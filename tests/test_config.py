@@ -25,7 +25,7 @@ from nmtdecode.options.config import (
     ConfigError,
     default_of,
 )
-from nmtdecode.jobs.plan import plan_jobs
+from nmtdecode.options.plan import plan_jobs
 from nmtdecode.options.option import in_range
 
 

@@ -21,8 +21,8 @@ def test_cuda_matches_cpu(beam):
     model = tiny_transformer(1, vocab=20, eos_bias=1.0)
     sources = random_sources(16, 20, seed=3)
     cfg = DecodingConfig(beam_size=beam, n_best=beam, max_length=30)
-    on_cpu = BatchDecoder(model, cfg).translate_batch(sources)
-    on_gpu = BatchDecoder(model.to("cuda"), cfg).translate_batch(sources)
+    on_cpu = BatchDecoder(model, cfg).decode(sources).nbests
+    on_gpu = BatchDecoder(model.to("cuda"), cfg).decode(sources).nbests
     assert [[h.tokens for h in n] for n in on_gpu] == [[h.tokens for h in n] for n in on_cpu]
     for a, b in zip(on_gpu, on_cpu):
         assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-4)
@@ -33,8 +33,8 @@ def test_half_precision_agrees_on_tokens(dtype):
     model = tiny_transformer(1, vocab=20, eos_bias=1.0)
     sources = random_sources(16, 20, seed=4)
     cfg = DecodingConfig(beam_size=4, max_length=30)
-    reference = BatchDecoder(model, cfg).translate_batch(sources)
-    half = BatchDecoder(model.to("cuda", dtype), cfg).translate_batch(sources)
+    reference = BatchDecoder(model, cfg).decode(sources).nbests
+    half = BatchDecoder(model.to("cuda", dtype), cfg).decode(sources).nbests
     same = sum(a[0].tokens == b[0].tokens for a, b in zip(half, reference))
     assert same >= 14  # rounding may flip a near-tie, not the bulk
 
@@ -43,7 +43,7 @@ def test_cuda_scores_equal_forced_decoding():
     model = tiny_transformer(1, vocab=20, eos_bias=1.0)
     sources = random_sources(4, 20, seed=5)
     decoder = BatchDecoder(model.to("cuda"), DecodingConfig(beam_size=3, n_best=3, max_length=30))
-    results = decoder.translate_batch(sources)
+    results = decoder.decode(sources).nbests
     model.to("cpu")
     for source, hyps in zip(sources, results):
         for hyp in hyps:
@@ -68,8 +68,8 @@ def test_cuda_matches_cpu_with_each_strategy_and_penalty(feature, prefixed):
     sources = random_sources(16, 20, seed=6)
     prefixes = [[5 + i % 4] * (i % 3) for i in range(16)] if prefixed else None
     cfg = DecodingConfig(max_length=30, **FEATURES[feature])
-    on_cpu = BatchDecoder(model, cfg).translate_batch(sources, prefixes=prefixes)
-    on_gpu = BatchDecoder(model.to("cuda"), cfg).translate_batch(sources, prefixes=prefixes)
+    on_cpu = BatchDecoder(model, cfg).decode(sources, prefixes=prefixes).nbests
+    on_gpu = BatchDecoder(model.to("cuda"), cfg).decode(sources, prefixes=prefixes).nbests
     assert [[h.tokens for h in n] for n in on_gpu] == [[h.tokens for h in n] for n in on_cpu]
     assert [[h.alignment for h in n] for n in on_gpu] == [[h.alignment for h in n] for n in on_cpu]
     for a, b in zip(on_gpu, on_cpu):
@@ -102,14 +102,14 @@ def test_a_real_cuda_out_of_memory_is_split_in_halves(capsys):
     model = tiny_transformer(1, vocab=32000, eos_bias=-5.0).to("cuda")  # no early EOS: every step is full
     sources = random_sources(64, 32000, seed=8)
     decoder = BatchDecoder(model, DecodingConfig(beam_size=8, max_length=12))
-    reference = [n[0].tokens for n in decoder.translate_batch(sources)]
+    reference = [n[0].tokens for n in decoder.decode(sources).nbests]
     batch = [Example(i, "", ids) for i, ids in enumerate(sources)]
     torch.cuda.empty_cache()
     total = torch.cuda.get_device_properties(0).total_memory
     torch.cuda.set_per_process_memory_fraction((torch.cuda.memory_reserved() + 48 * 2**20) / total)
     try:
         split = in_halves_when_out_of_memory(
-            batch, lambda part: [n[0].tokens for n in decoder.translate_batch([e.ids for e in part])]
+            batch, lambda part: [n[0].tokens for n in decoder.decode([e.ids for e in part]).nbests]
         )
     finally:
         torch.cuda.set_per_process_memory_fraction(1.0)
@@ -226,7 +226,7 @@ def test_the_device_search_gives_the_host_search_tokens_on_cuda(strategy, graphs
         steps = FixedShapeSteps(model, graphs=True, warn=refuse_to_fall_back) if graphs else None
         decoder = BatchDecoder(model, cfg, steps=steps, on_device=on_device)
         assert decoder.on_device == on_device and decoder.check_every == (4 if on_device else 1)
-        return decoder.translate_batch(sources, prefixes=prefixes)
+        return decoder.decode(sources, prefixes=prefixes).nbests
 
     assert_same(run(False), run(True))
 
@@ -251,9 +251,9 @@ def test_a_gpu_step_runs_the_fused_kernel():
     model = tiny_transformer(1, vocab=20, eos_bias=1.0).to("cuda")
     decoder = BatchDecoder(model, DecodingConfig(beam_size=3, max_length=4))
     sources = random_sources(3, 20, seed=2)
-    decoder.translate_batch(sources)
+    decoder.decode(sources)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        for _ in decoder.decode(decoder.make_search, sources):
+        for _ in decoder.stepwise(sources):
             pass
     names = {event.key for event in prof.key_averages()}
     assert "aten::scaled_dot_product_attention" in names and "aten::softmax" not in names, sorted(names)

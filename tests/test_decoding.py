@@ -13,7 +13,7 @@ from tests.helpers import random_sources, tiny_transformer
 def decode(translator, sources, batch_size):
     results = []
     for start in range(0, len(sources), batch_size):
-        results += translator.translate_batch(sources[start : start + batch_size])
+        results += translator.decode(sources[start : start + batch_size]).nbests
     return results
 
 
@@ -54,8 +54,8 @@ def test_input_order_does_not_change_results(setup, beam):
 def test_dropping_finished_sentences_changes_nothing(setup, beam, early_stopping):
     model, sources = setup
     cfg = DecodingConfig(beam_size=beam, n_best=beam, max_length=25, early_stopping=early_stopping)
-    shrinking = BatchDecoder(model, cfg).translate_batch(sources)
-    fixed = BatchDecoder(model, cfg, shrink=False).translate_batch(sources)
+    shrinking = BatchDecoder(model, cfg).decode(sources).nbests
+    fixed = BatchDecoder(model, cfg, shrink=False).decode(sources).nbests
     assert_same(shrinking, fixed)
 
 

@@ -21,7 +21,7 @@ def demo_decoder(beam: int):
     config = Config.from_values({"model": DEMO, "beam_size": beam})
     engine = Engine.load(config)
     job = resolve(config, engine)
-    return engine, engine.decoder(job.config.decoding, job.rules)
+    return engine, job.decoder
 
 
 def translate(lines, beam=5):
@@ -30,7 +30,7 @@ def translate(lines, beam=5):
     outputs = []
     for start in range(0, len(examples), 32):
         batch = examples[start : start + 32]
-        nbests = decoder.translate_batch([e.ids for e in batch])
+        nbests = decoder.decode([e.ids for e in batch]).nbests
         outputs += [engine.loaded.tokenizer.decode(n[0].tokens) for n in nbests]
     return outputs
 

@@ -152,15 +152,18 @@ def test_the_models_use_the_search_only_through_its_step_contract():
     assert used <= {"nmtdecode.search.base"}
 
 
-def test_the_options_import_nothing_but_their_peers_names():
-    """options/config.py is read by every layer and before torch: it imports only what an option
-    is (option.py) and the peers' option names (peers.py), which import nothing but how a message
-    shows a value (bounded.py)."""
-    assert GRAPH["nmtdecode.options.config"] == {
-        "nmtdecode.options.option",
-        "nmtdecode.options.peers",
-        "nmtdecode.options.bounded",
-    }
+# What options/config.py is made of: the option table and its checks, the peers' option names,
+# and how a message shows a value.
+CONFIG_PARTS = {
+    f"nmtdecode.options.{name}" for name in ("table", "option", "rules", "entries", "layers", "peers", "bounded")
+}
+
+
+def test_the_options_import_nothing_but_their_own_parts():
+    """options/config.py is read by every layer and before torch: it reaches only the option table
+    and the checks made of it (CONFIG_PARTS); what an option is (option.py) and the peers' option
+    names (peers.py) import nothing but how a message shows a value (bounded.py)."""
+    assert reachable(GRAPH, "nmtdecode.options.config") == CONFIG_PARTS
     assert GRAPH["nmtdecode.options.option"] == GRAPH["nmtdecode.options.peers"] == {"nmtdecode.options.bounded"}
 
 
@@ -177,10 +180,19 @@ WITHOUT_TORCH = {
     "nmtdecode.models.formats.opennmt_shared",
     "nmtdecode.models.formats.native_config",
     "nmtdecode.models.formats.hf_config",
+    "nmtdecode.models.formats.hf_fields",
+    "nmtdecode.models.formats.hf_t5",
+    "nmtdecode.models.formats.hf_spiece",
     "nmtdecode.models.formats.eole_config",
     "nmtdecode.models.formats.marian_config",
     "nmtdecode.models.formats.marian_vocab",
+    "nmtdecode.models.formats.marian_yaml",
     "nmtdecode.models.formats.marian_weights",
+    "nmtdecode.models.formats.ct2_binary",
+    "nmtdecode.models.formats.ct2_spec",
+    "nmtdecode.models.formats.ct2_t5",
+    "nmtdecode.models.formats.ct2_vocab",
+    "nmtdecode.models.formats.ct2_config",
 }
 
 
@@ -194,12 +206,22 @@ WITHOUT_TORCH = {
         "eole",
         "native_config",
         "hf_config",
+        "hf_fields",
+        "hf_t5",
+        "hf_spiece",
         "eole_config",
         "opennmt_shared",
         "marian",
         "marian_config",
         "marian_vocab",
+        "marian_yaml",
         "marian_weights",
+        "ct2",
+        "ct2_binary",
+        "ct2_spec",
+        "ct2_t5",
+        "ct2_vocab",
+        "ct2_config",
     ],
 )
 def test_formats_depend_only_on_the_checkpoint_the_transformer_and_the_tokenizers(name):
@@ -216,7 +238,7 @@ def test_formats_depend_only_on_the_checkpoint_the_transformer_and_the_tokenizer
 def test_what_reads_a_model_without_torch_imports_only_modules_without_torch(name):
     """What `nmtdecode inspect` reads a model with (tests/models/test_inspect.py checks that
     torch is not imported); config.py's own imports are pinned above."""
-    assert reachable(GRAPH, name) <= WITHOUT_TORCH | {"nmtdecode.options.option", "nmtdecode.options.peers"}
+    assert reachable(GRAPH, name) <= WITHOUT_TORCH | CONFIG_PARTS
 
 
 def test_what_a_message_may_show_is_a_leaf_every_layer_can_use():

@@ -48,7 +48,7 @@ def first_two_batches_meet(monkeypatch) -> list:
     """The first two batches wait for each other before decoding: decoded one at a time, the
     barrier times out (BrokenBarrierError). Returns the list of decode calls."""
     meeting, calls, lock = threading.Barrier(2, timeout=10), [], threading.Lock()
-    decode = BatchDecoder.translate_batch
+    decode = BatchDecoder.decode
 
     def meet_then_decode(self, *args, **kwargs):
         with lock:
@@ -58,7 +58,7 @@ def first_two_batches_meet(monkeypatch) -> list:
             meeting.wait()
         return decode(self, *args, **kwargs)
 
-    monkeypatch.setattr(BatchDecoder, "translate_batch", meet_then_decode)
+    monkeypatch.setattr(BatchDecoder, "decode", meet_then_decode)
     return calls
 
 
@@ -69,7 +69,7 @@ def test_batches_are_decoded_at_the_same_time(model_dir, tmp_path, monkeypatch):
 
 
 def test_a_failing_batch_fails_the_job_as_it_does_alone(model_dir, tmp_path, monkeypatch):
-    decode, calls = BatchDecoder.translate_batch, []
+    decode, calls = BatchDecoder.decode, []
 
     def fail_third(self, *args, **kwargs):
         calls.append(1)
@@ -77,7 +77,7 @@ def test_a_failing_batch_fails_the_job_as_it_does_alone(model_dir, tmp_path, mon
             raise RuntimeError("injected failure")
         return decode(self, *args, **kwargs)
 
-    monkeypatch.setattr(BatchDecoder, "translate_batch", fail_third)
+    monkeypatch.setattr(BatchDecoder, "decode", fail_third)
     with pytest.raises(RuntimeError, match="injected failure"):
         run_job(model_dir, tmp_path, "failed", inter_threads=2)
 

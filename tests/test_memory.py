@@ -59,14 +59,14 @@ def test_out_of_memory_splits_the_batch(model_dir, tmp_path, lines_file, capsys,
         }
     )
     translate_job(config)
-    original = BatchDecoder.translate_batch
+    original = BatchDecoder.decode
 
     def fragile(self, sources, *rest):
         if len(sources) > 2:
             raise error()
         return original(self, sources, *rest)
 
-    monkeypatch.setattr(BatchDecoder, "translate_batch", fragile)
+    monkeypatch.setattr(BatchDecoder, "decode", fragile)
     config.io.output = str(tmp_path / "split.txt")
     translate_job(config)
     assert (tmp_path / "split.txt").read_text() == (tmp_path / "plain.txt").read_text()

@@ -69,7 +69,7 @@ def interrupted_after(calls: int):
     """Ctrl-C instead of the decoding call after `calls` of them (32 calls per chunk of a file here)."""
     from nmtdecode.engine.decoding import BatchDecoder
 
-    original, count = BatchDecoder.translate_batch, 0
+    original, count = BatchDecoder.decode, 0
 
     def fragile(self, sources, *rest):
         nonlocal count
@@ -79,7 +79,7 @@ def interrupted_after(calls: int):
         return original(self, sources, *rest)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(BatchDecoder, "translate_batch", fragile)
+        patch.setattr(BatchDecoder, "decode", fragile)
         yield
 
 
@@ -153,7 +153,7 @@ def lock_removed_after(calls: int, out, second_job: bool):
     from nmtdecode.engine.decoding import BatchDecoder
     from nmtdecode.jobs.output_file import OutputFile
 
-    original, count, taken = BatchDecoder.translate_batch, 0, []
+    original, count, taken = BatchDecoder.decode, 0, []
 
     def meddled(self, sources, *rest):
         nonlocal count
@@ -170,7 +170,7 @@ def lock_removed_after(calls: int, out, second_job: bool):
         return original(self, sources, *rest)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(BatchDecoder, "translate_batch", meddled)
+        patch.setattr(BatchDecoder, "decode", meddled)
         yield taken
 
 
@@ -258,8 +258,8 @@ def test_a_stop_around_the_final_rename_is_not_a_job_to_redo(job, src, tmp_path,
         else:
             from nmtdecode.engine.decoding import BatchDecoder
 
-            original_batch = BatchDecoder.translate_batch
-            patch.setattr(BatchDecoder, "translate_batch", lambda *a, **k: decoded.append(1) or original_batch(*a, **k))
+            original_batch = BatchDecoder.decode
+            patch.setattr(BatchDecoder, "decode", lambda *a, **k: decoded.append(1) or original_batch(*a, **k))
         run = job(src, out, "--resume", "--no-quiet")
     assert run.returncode == 0, run.stderr
     assert out.read_bytes() == reference and not decoded and not journal_of(out).exists()

@@ -342,14 +342,14 @@ def test_out_of_memory_on_one_sentence_names_the_line(model_dir, tmp_path, lines
     config = Config.from_values(
         {"model": str(model_dir), "src": str(src), "quiet": True, "output": str(tmp_path / "out.txt")}
     )
-    original = BatchDecoder.translate_batch
+    original = BatchDecoder.decode
 
     def hopeless(self, sources, *rest):
         if any(len(s) > 8 for s in sources):
             raise RuntimeError("CUDA out of memory")
         return original(self, sources, *rest)
 
-    monkeypatch.setattr(BatchDecoder, "translate_batch", hopeless)
+    monkeypatch.setattr(BatchDecoder, "decode", hopeless)
     with pytest.raises(RuntimeError, match="out of memory on input line 2, even alone"):
         translate_job(config)
 
@@ -442,7 +442,7 @@ def test_a_stopped_job_says_what_it_left(cli, model_dir, lines_file, tmp_path, m
 
     src = lines_file(NORMAL)
     monkeypatch.setattr(BatchDecoder, "_forced", interrupted)  # score's decoding
-    monkeypatch.setattr(BatchDecoder, "translate_batch", interrupted)
+    monkeypatch.setattr(BatchDecoder, "decode", interrupted)
     args = [str(src) if a == "SRC" else str(tmp_path / "out.txt") if a == "OUT" else a for a in command]
     run = cli(args[0], "--model", model_dir, "--src", src, *args[1:])
     last = run.stderr.splitlines()[-1]

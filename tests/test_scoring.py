@@ -27,8 +27,9 @@ FORCED = {
     "bart": {"forced_bos_token_id": 0},
     "mbart": {"forced_bos_token_id": 60},
     "m2m_100": {"forced_bos_token_id": 30},
+    "pegasus": {},
 }
-BATCH = {"marian": 0, "bart": 3, "mbart": 0, "m2m_100": 2}
+BATCH = {"marian": 0, "bart": 3, "mbart": 0, "m2m_100": 2, "pegasus": 0}
 MAX_LENGTH = 20
 
 
@@ -40,7 +41,7 @@ def prefix_of(model, rules) -> list[int]:
 @pytest.mark.parametrize("family", FORCED)
 def test_score_of_own_translations_is_their_log_prob_and_transformers_sum(family, tmp_path):
     hf, ours, defaults, rules = build(family, tmp_path, num_beams=4, max_length=MAX_LENGTH, **FORCED[family])
-    assert (rules.forced_bos_id is None) == (family == "marian")
+    assert (rules.forced_bos_id is None) == (family in ("marian", "pegasus"))
     prefix = prefix_of(ours, rules)
     rows, _, _ = batch(BATCH[family])
     nbest = ours_generate(ours, defaults, rules, rows, n_best=4)

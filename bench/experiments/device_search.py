@@ -1,4 +1,4 @@
-"""Is the device search (search/device_beam.py: the bookkeeping as tensor operations, the host
+"""Is the device search (search/device/beam.py: the bookkeeping as tensor operations, the host
 reading a done flag) faster than the host search (search/beam.py: one host copy a step and a
 `Beam` object per sentence) on the CPU too?
 
@@ -143,7 +143,7 @@ def main():
         for r in range(args.rounds + 1):  # the first round warms up (traces, oneDNN kernels)
             for i, batch in enumerate(batches):
                 for name in names if (r + i) % 2 else names[::-1]:
-                    took, out = timed(lambda: [h[0].tokens for h in decoders[name].translate_batch(batch)])
+                    took, out = timed(lambda: [h[0].tokens for h in decoders[name].decode(batch).nbests])
                     if r:
                         seconds[name][i].append(took)
                     outputs[name][i] = out

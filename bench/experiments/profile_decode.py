@@ -71,10 +71,10 @@ def main():
     decoding = Config.from_values({"beam_size": beam, "length_penalty": "avg", "alpha": 1.0, **forced}).decoding
     translator = BatchDecoder(model, decoding, rules)
     with torch.inference_mode():
-        translator.translate_batch(sources[:4])  # warm-up
+        translator.decode(sources[:4])  # warm-up
         activities = [torch.profiler.ProfilerActivity.CPU]
         with torch.profiler.profile(activities=activities, record_shapes=args.shapes) as prof:
-            translator.translate_batch(sources)
+            translator.decode(sources)
     events = prof.key_averages()
     print(events.table(sort_by="self_cpu_time_total", row_limit=args.rows))
     if args.shapes:

@@ -95,11 +95,9 @@ class GatherModel:
 
 
 def decode(translator, sources) -> tuple[float, list]:
-    translator.translate_batch(sources[:4])  # warm-up
+    translator.decode(sources[:4])  # warm-up
     return timed(
-        lambda: [
-            n[0].tokens for i in range(0, len(sources), 32) for n in translator.translate_batch(sources[i : i + 32])
-        ]
+        lambda: [n[0].tokens for i in range(0, len(sources), 32) for n in translator.decode(sources[i : i + 32]).nbests]
     )
 
 

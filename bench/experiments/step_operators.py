@@ -12,7 +12,7 @@ metadata changes launch no kernel) apart. Variants:
     attention   `attend` (two products: the CPU's step) or the fused kernel (the GPU's step,
                 models/attention.py `step_attend`), forced here on the CPU
     runner      the model's own step (eager) or the fixed-shape step of CUDA graphs, run eagerly
-    search      the host search (search/beam.py) or the device search (search/device_beam.py)
+    search      the host search (search/beam.py) or the device search (search/device/beam.py)
 
 The counts, not the times, are the point: on a GPU each computing operator is at least one
 kernel (docs/speed.md has the table).
@@ -85,9 +85,9 @@ def count(
         attention.step_attend = lambda q, k, v, mask: attention.fused_attention(q, k, v, mask)
     try:
         with torch.inference_mode():
-            decoder.translate_batch(sources)  # warm-up
+            decoder.decode(sources)  # warm-up
             with labelled_parts(decoder), torch.profiler.profile() as prof:
-                decoder.translate_batch(sources)
+                decoder.decode(sources)
     finally:
         attention.step_attend = attend
     return {part: (calls / steps, computing / steps) for part, (calls, computing) in part_counts(prof).items()}

@@ -47,7 +47,7 @@ def main():
 
     from nmtdecode.models import memory
     from nmtdecode.models.gemm import cpu_description
-    from nmtdecode.search.beam import best_continuations, top_k
+    from nmtdecode.search.candidates import best_continuations, top_k
 
     torch.set_num_threads(args.threads)
     memory.tune_allocator()  # as the engine decodes: freed blocks reused, not mapped afresh

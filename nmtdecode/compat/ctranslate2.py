@@ -19,25 +19,39 @@ from __future__ import annotations
 
 import dataclasses
 import time
-import warnings
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from itertools import zip_longest
 from typing import Any, Callable, Generator, Iterable, Iterator
 
 from .. import api
-from ..engine.batching import chunk_size, chunks
 from ..jobs.output_file import written_whole
+from .ctranslate2_alternatives import alternatives
+from .ctranslate2_loading import ModelSlot
 from .ctranslate2_options import (
     DECODING_DEFAULTS,
+    GENERATE_KEYS,
     LOAD_DEFAULTS,
     UnsupportedArgument,
     batching_options,
+    check_alternatives,
     decoding_options,
     filled,
     load_options,
+    refuse_unsupported,
+    get_supported_compute_types,
+    windows,
+    start_groups,
 )
+from .ctranslate2_results import (
+    AsyncScoringResult,
+    AsyncTranslationResult,
+    ExecutionStats,
+    GenerationStepResult,
+    ScoringResult,
+    TranslationResult,
+)
+
+__version__ = "4.8.5"  # the CTranslate2 release whose Python API this module mirrors (tested against it)
 
 __all__ = [
     "Translator",
@@ -50,100 +64,12 @@ __all__ = [
     "UnsupportedArgument",
     "set_random_seed",
     "get_cuda_device_count",
+    "get_supported_compute_types",
     "contains_model",
+    "__version__",
 ]
 
-# generate_tokens' decoding arguments (a greedy search or a sample: no beam).
-GENERATE_KEYS = (
-    "max_decoding_length",
-    "min_decoding_length",
-    "sampling_topk",
-    "sampling_topp",
-    "sampling_temperature",
-    "repetition_penalty",
-    "no_repeat_ngram_size",
-    "disable_unk",
-    "suppress_sequences",
-    "end_token",
-    "max_input_length",
-    "use_vmap",
-)
 _random_seed = 0  # set_random_seed's, for sampling
-
-
-@dataclass
-class TranslationResult:
-    """One source's hypotheses (target pieces), best first; scores and attention when asked."""
-
-    hypotheses: list[list[str]]
-    scores: list[float]
-    attention: list[list[list[float]]]
-    logits: list = dataclasses.field(default_factory=list)
-
-    def __len__(self) -> int:
-        return len(self.hypotheses)
-
-    def __getitem__(self, i: int) -> dict:
-        """CTranslate2's old form, deprecated there too: result[i] = {"tokens", "score", "attention"}."""
-        warnings.warn(
-            "Reading the TranslationResult object as a list of dictionaries is deprecated: use its attributes",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        entry: dict[str, Any] = {"tokens": self.hypotheses[i]}
-        if self.scores:
-            entry["score"] = self.scores[i]
-        if self.attention:
-            entry["attention"] = self.attention[i]
-        return entry
-
-
-@dataclass
-class ScoringResult:
-    """A target's pieces (its EOS last) and the log-probability of each."""
-
-    tokens: list[str]
-    log_probs: list[float]
-
-
-@dataclass
-class GenerationStepResult:
-    """One token as generate_tokens yields it (and a callback receives it)."""
-
-    step: int
-    batch_id: int
-    token_id: int
-    hypothesis_id: int
-    token: str
-    log_prob: float | None
-    logits: None
-    is_last: bool
-
-
-@dataclass
-class ExecutionStats:
-    """What translate_file did."""
-
-    num_tokens: int
-    num_examples: int
-    total_time_in_ms: float
-
-
-class AsyncTranslationResult:
-    """One result of an asynchronous call: `result()` waits for it, `done()` says whether it is there."""
-
-    def __init__(self, future: Future, index: int) -> None:
-        self._future, self._index = future, index
-
-    def result(self) -> Any:
-        return self._future.result()[self._index]
-
-    def done(self) -> bool:
-        return self._future.done()
-
-
-class AsyncScoringResult(AsyncTranslationResult):
-    """One scoring result of an asynchronous score_batch."""
 
 
 def set_random_seed(seed: int) -> None:
@@ -173,16 +99,36 @@ class Translator:
     """CTranslate2's Translator over the model at `model_path`, a checkpoint nmtdecode reads."""
 
     def __init__(self, model_path: str, device: str = "cpu", **options: Any) -> None:
+        """device "auto" is a GPU where there is one; compute_type "auto" is CTranslate2's choice
+        for the device (int8 on a CPU that multiplies in int8 natively); `compute_type` says what
+        was chosen."""
         args = filled("Translator", options, LOAD_DEFAULTS)
-        self._api = api.Translator.load(model_path, **load_options(device, args))
-        loaded = self._api.engine.loaded
-        self._tokenizer, self._model = loaded.tokenizer, loaded.model.cfg
+        self._slot = ModelSlot(model_path, load_options(device, args))
+        engine = self._slot.api.engine
+        self._tokenizer, self._model = engine.loaded.tokenizer, engine.loaded.model.cfg
         self._work = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nmtdecode-ctranslate2")
-        self.model_path, self.device = model_path, device
-        self.device_index = args["device_index"]
-        self.compute_type = args["compute_type"]
+        self.model_path = model_path
+        self.device = engine.device.type  # "cpu" or "cuda", never "auto"
+        self.device_index = [engine.device.index or 0]
+        quantized = engine.loaded.gemm == "int8"  # --quantize int8, or a CTranslate2 folder stored in int8
+        self.compute_type = "int8_float32" if quantized else engine.config.runtime.dtype
         self.num_translators = args["inter_threads"]
-        self.model_is_loaded = True
+        self.tensor_parallel = False
+
+    @property
+    def model_is_loaded(self) -> bool:
+        """Whether the model is loaded and ready (False after unload_model)."""
+        return self._slot.loaded
+
+    def unload_model(self, to_cpu: bool = False) -> None:
+        """Free the model's memory until load_model; with to_cpu=True a GPU model's weights are kept
+        in host memory (on a CPU nothing changes). The calls made before it run first."""
+        self._work.submit(self._slot.unload, to_cpu).result()
+
+    def load_model(self, keep_cache: bool = False) -> None:
+        """Load the model back (from its files, or from the weights unload_model(to_cpu=True) kept,
+        which keep_cache=True keeps in host memory as well)."""
+        self._work.submit(self._slot.load, keep_cache).result()
 
     def translate_batch(
         self,
@@ -199,17 +145,18 @@ class Translator:
         asynchronous=True). With a callback (beam_size=1), each token is passed to it as the search
         chooses it; a True answer ends that source's hypothesis there."""
         args = self._decoding("translate_batch", decoding)
-        options = {
-            **self._options("translate_batch", args),
-            **batching_options(max_batch_size, batch_type, len(source)),
-        }
+        batching = batching_options(max_batch_size, batch_type, len(source))
         sources = [self._source(s) for s in source]
         prefixes = None if target_prefix is None else [list(p) if p else None for p in target_prefix]
-        if callback is None:
-            work = partial(self._translate, sources, prefixes, args, options)
+        if args["return_alternatives"]:
+            check_alternatives(args, callback)
+            work = partial(self._alternatives, sources, prefixes, args, batching)
+        elif callback is None:
+            work = partial(self._translate, sources, prefixes, args, self._call_options(batching, args))
         elif args["beam_size"] != 1 or args["num_hypotheses"] != 1:
             raise ValueError("The callback function is not compatible with beam_size > 1 or num_hypotheses > 1")
         else:
+            options = self._call_options(batching, args)
             work = partial(self._translate_stepwise, sources, prefixes, args, options, callback)
         return self._submit(work, asynchronous, AsyncTranslationResult, len(sources))
 
@@ -223,7 +170,7 @@ class Translator:
     ) -> Iterator[TranslationResult]:
         """translate_batch over an iterable, a window of sources at a time (sorted and batched
         inside it), each result yielded in input order."""
-        for sources, prefixes in _windows(source, target_prefix, max_batch_size, batch_type):
+        for sources, prefixes in windows(source, target_prefix, max_batch_size, batch_type):
             yield from self.translate_batch(
                 sources, prefixes, max_batch_size=max_batch_size, batch_type=batch_type, **options
             )
@@ -257,7 +204,7 @@ class Translator:
         **options: Any,
     ) -> Iterator[ScoringResult]:
         """score_batch over two iterables, a window at a time, in input order."""
-        for sources, targets in _windows(source, target, max_batch_size, batch_type):
+        for sources, targets in windows(source, target, max_batch_size, batch_type):
             yield from self.score_batch(
                 sources, targets, max_batch_size=max_batch_size, batch_type=batch_type, **options
             )
@@ -323,18 +270,47 @@ class Translator:
     # the work, on the worker thread
 
     def _submit(self, work: Callable[[], list], asynchronous: bool, wrapper: type, count: int) -> list:
+        self._slot.api  # noqa: B018 - a call to an unloaded model fails here, as CTranslate2's
         future = self._work.submit(work)
         return [wrapper(future, i) for i in range(count)] if asynchronous else future.result()
 
     def _translate(self, sources: list, prefixes: list | None, args: dict, options: dict) -> list[TranslationResult]:
-        nbests = self._api.translate_batch(sources, prefixes, **options)
+        nbests = self._by_start(self._slot.api.translate_batch, sources, prefixes, options)
         return [self._result(source, hyps, args) for source, hyps in zip(sources, nbests)]
 
-    def _result(self, source: list[str], hyps: list[api.Translation], args: dict) -> TranslationResult:
-        # attention over the source's pieces, as CTranslate2 gives it: not over the EOS the model adds
+    def _by_start(self, call: Callable[..., list], sources: list, firsts: list | None, options: dict) -> list:
+        """call(sources, prefixes or targets, **options) per group of start_groups (one group
+        unless the folder leaves its decoder start to each prefix's first token), the results in
+        the sources' order."""
+        results: list = [None] * len(sources)
+        for code, indices, rests in start_groups(self._tokenizer, firsts, len(sources)):
+            found = call([sources[i] for i in indices], rests, **options, **({"tgt_lang": code} if code else {}))
+            for i, result in zip(indices, found):
+                results[i] = result
+        return results
+
+    def _alternatives(
+        self, sources: list, prefixes: list | None, args: dict, batching: dict
+    ) -> list[TranslationResult]:
+        """return_alternatives: each source's alternatives after its prefix, in their order."""
+        given = [(p or []) for p in prefixes] if prefixes else [[] for _ in sources]
+        options_for = partial(self._call_options, batching)
+        found = alternatives(self._slot.api, sources, given, args, options_for, self._piece)
+        return [
+            self._result(source, [a.hypothesis for a in alts], args, [a.score for a in alts])
+            for source, alts in zip(sources, found)
+        ]
+
+    def _result(
+        self, source: list[str], hyps: list[api.Translation], args: dict, scores: list[float] | None = None
+    ) -> TranslationResult:
+        """A source's TranslationResult: its best num_hypotheses (of more samples, at beam_size > 1),
+        their scores (the hypotheses' own unless given), and their attention over the source's
+        pieces, as CTranslate2 gives it: not over the EOS the model adds."""
+        hyps = hyps[: args["num_hypotheses"]]
         return TranslationResult(
             [self._hypothesis(source, hyp, args) for hyp in hyps],
-            [hyp.score for hyp in hyps] if args["return_scores"] else [],
+            ([hyp.score for hyp in hyps] if scores is None else scores) if args["return_scores"] else [],
             [[row[: len(source)] for row in hyp.attention or []] for hyp in hyps] if args["return_attention"] else [],
         )
 
@@ -363,7 +339,7 @@ class Translator:
                 told = step if args["return_scores"] else dataclasses.replace(step, log_prob=None)
                 if callback(told) and not step.is_last:  # cut here: CTranslate2's score of what was chosen
                     steps.close()
-                    pieces = (prefix or []) + chosen
+                    pieces = (start_groups(self._tokenizer, [prefix], 1)[0][2][0] or []) + chosen
                     scores = [total / len(pieces) ** args["length_penalty"]] if args["return_scores"] else []
                     results.append(TranslationResult([pieces], scores, []))
                     break
@@ -375,7 +351,8 @@ class Translator:
         """One source's chosen tokens as CTranslate2's step results, its prefix's left out, the EOS
         that ends it last (is_last), or its last token when the step limit cuts it; returns the
         hypothesis."""
-        tokens = self._api.generate_tokens(source, prefix, **options)
+        code, _, (prefix,) = start_groups(self._tokenizer, [prefix], 1)[0]
+        tokens = self._slot.api.generate_tokens(source, prefix, **options, **({"tgt_lang": code} if code else {}))
         while True:
             try:
                 token = next(tokens)
@@ -399,18 +376,23 @@ class Translator:
             ScoringResult(
                 ([self._piece(t) for t in s.tokens] + [eos])[offset:], (s.token_scores + [s.eos_score])[offset:]
             )
-            for s in self._api.score_batch(sources, targets, **options)
+            for s in self._by_start(self._slot.api.score_batch, sources, targets, options)
         ]
 
     # CTranslate2's terms and ours
 
     def _decoding(self, method: str, given: dict) -> dict:
-        """The decoding arguments of a call with CTranslate2's defaults filled in; an end_token that is
-        the model's EOS is the default."""
+        """The decoding arguments of a call with CTranslate2's defaults filled in (an end_token that
+        is the model's EOS is the default), those nmtdecode does not support refused at once."""
         args = filled(method, given, DECODING_DEFAULTS)
         if args["end_token"] in ([self._piece(self._model.eos_id)], self._piece(self._model.eos_id)):
             args["end_token"] = None
+        refuse_unsupported(method, args, DECODING_DEFAULTS)
         return args
+
+    def _call_options(self, batching: dict, args: dict) -> dict:
+        """translate_batch's API options for these decoding arguments and this batching."""
+        return {**self._options("translate_batch", args), **batching}
 
     def _options(self, method: str, args: dict) -> dict:
         options = decoding_options(method, args, self._model.max_positions)
@@ -418,8 +400,11 @@ class Translator:
 
     def _source(self, pieces: list[str]) -> list[str]:
         """A source's pieces without the EOS a converted model may need given (CTranslate2's docs
-        append it for some): the model's tokenizer adds its own."""
+        append it for some): the model's tokenizer adds its own. A CTranslate2 folder's tokenizer
+        takes them as CTranslate2 does, as they are."""
         pieces = list(pieces)
+        if getattr(self._tokenizer, "pieces_as_given", False):
+            return pieces
         eos = self._tokenizer.source_piece(self._model.eos_id)
         return pieces[:-1] if pieces and pieces[-1] == eos else pieces
 
@@ -434,20 +419,6 @@ class Translator:
                 if token == self._model.unk_id and position is not None and position < len(source):
                     pieces[t] = source[position]
         return pieces
-
-
-def _windows(
-    first: Iterable, second: Iterable | None, max_batch_size: int, batch_type: str
-) -> Iterator[tuple[list, list | None]]:
-    """Windows of (first, second) items, as CTranslate2's iterables read them: a sort chunk at a time."""
-    if max_batch_size < 1:
-        raise ValueError("max_batch_size must be >= 1")
-    pairs = ((item, None) for item in first) if second is None else zip_longest(first, second)
-    window = chunk_size(max_batch_size, "sents" if batch_type == "examples" else "tokens")
-    for chunk in chunks(pairs, window):
-        if second is not None and any(a is None or b is None for a, b in chunk):
-            raise ValueError("Input iterables do not have the same length")
-        yield [a for a, _ in chunk], None if second is None else [b for _, b in chunk]
 
 
 def _lines(path: str) -> Iterator[str]:

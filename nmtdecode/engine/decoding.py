@@ -19,13 +19,15 @@ The search decides, the model computes, `BatchDecoder` only connects them
 may become true a few steps late); the loop is the same for both. How the model's steps run (eagerly, traced on
 a CPU, as CUDA graphs) is the step runner's (models/steps.py), which the engine chose
 when it loaded the model; the cache is a DecoderState (models/state.py). It knows
-nothing of files or jobs: the engine (engine.py) builds one per job and feeds it batches.
+nothing of files or jobs: resolve.py builds one per job and the engine (engine.py) feeds it
+batches. `decode` is the one entry (a batch's n-best lists, and with `trace` its search for
+--dump-beam); `stepwise` is the same loop a step at a time (the API's generate_tokens).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Protocol, Sequence, TypeVar, cast
+from typing import Any, Callable, Iterator, Protocol, Sequence, cast
 
 import torch
 
@@ -57,8 +59,8 @@ from ..search.processors import (
     RepetitionPenalty,
 )
 from ..search.sampling import Filters, SamplingSearch
+from ..search.stop_rules import beam_rule
 
-S = TypeVar("S", bound=Strategy)
 DeviceSearch = DeviceBeamSearch | DeviceGreedySearch | DeviceSampling
 
 
@@ -99,6 +101,14 @@ class Seq2SeqModel(Protocol):
     def decode_step(self, tokens: torch.Tensor, cache: DecoderState) -> torch.Tensor: ...
 
 
+@dataclass
+class Decoded:
+    """What `BatchDecoder.decode` found for a batch."""
+
+    nbests: list[list[Hypothesis]]  # each source's n-best hypotheses, best first, in the batch's order
+    search: Search | None = None  # with `trace`: the search, whose per-sentence records --dump-beam writes
+
+
 class BatchDecoder:
     """Decodes batches of source ids with one model and one job's decoding options."""
 
@@ -117,8 +127,8 @@ class BatchDecoder:
     ) -> None:
         """banned_ids, excluded_ids: the ids of --banned-tokens and --ignore-when-blocking (resolve.py).
         steps: how the model's steps run (models/steps.py; the engine's choice), default eagerly.
-        trace: the searches keep every hypothesis that ends, for `search_batch`'s caller (--dump-beam).
-        on_device: `translate_batch` searches with tensor operations on the device (--search-on device),
+        trace: the searches keep every hypothesis that ends, and `decode` returns the search (--dump-beam).
+        on_device: the search runs as tensor operations on the device (--search-on device),
         where it holds the options; else on the host, and `warn` is told which option it lacks."""
         self.model = model
         self.log_probs = getattr(model, "log_probs", log_softmax)
@@ -131,7 +141,8 @@ class BatchDecoder:
         offset = 0 if decoding.early_stopping == "ctranslate2" else self.rules.length_offset
         self.penalty = LengthPenalty(decoding.length_penalty, decoding.alpha, offset)
         mc = model.cfg
-        self.start_id, self.eos_id = mc.decoder_start_id, mc.eos_id
+        self.start_id = mc.decoder_start_id if self.rules.decoder_start_id is None else self.rules.decoder_start_id
+        self.eos_id = mc.eos_id
         self.pad_id, self.unk_id = mc.pad_id, mc.unk_id
         self.banned_ids, self.excluded_ids = list(banned_ids), list(excluded_ids)
         refusal = self.device_search_refusal() if on_device else None
@@ -243,11 +254,8 @@ class BatchDecoder:
         return search
 
     def stop_rule(self) -> tuple[str, bool]:
-        """Beam search's stop rule and whether it is OpenNMT-py's beam (search/beam.py)."""
-        rule, opennmt = self.cfg.early_stopping, self.rules.opennmt_beam
-        if rule == "ctranslate2":  # it refills ended slots, and exits at the top beam only unpenalised
-            rule, opennmt = ("true" if self.penalised() else "top"), False
-        return rule, opennmt
+        """Beam search's stop rule and whether it is OpenNMT-py's beam (search/stop_rules.py)."""
+        return beam_rule(self.cfg.early_stopping, self.rules.opennmt_beam, self.penalised())
 
     def penalised(self) -> bool:
         """Whether a length or coverage penalty changes scores (CTranslate2's early exit needs neither)."""
@@ -301,37 +309,29 @@ class BatchDecoder:
         return AttentionFacts(coverage, cfg.aligned, cfg.attention)
 
     def pad(self, sources: list[list[int]], pad_id: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """The padded ids (B, S) and their mask, True = real token. One tensor from padded lists: a
-        fifth of the time of filling a tensor row by row (docs/speed.md)."""
+        """The padded ids (B, S) and their mask, True = real token. One tensor from padded lists:
+        much faster than filling a tensor row by row
+        (docs/speed.md#measurements-behind-design-choices)."""
         longest, device = max(len(s) for s in sources), self.device
         pad_id = self.pad_id if pad_id is None else pad_id
         ids = torch.tensor([list(s) + [pad_id] * (longest - len(s)) for s in sources], dtype=torch.long, device=device)
         lengths = torch.tensor([len(s) for s in sources], device=device)
         return ids, torch.arange(longest, device=device)[None, :] < lengths[:, None]
 
-    def translate_batch(
+    @torch.inference_mode()  # the results are read from the search's inference tensors
+    def decode(
         self, sources: list[list[int]], line_ids: list[int] | None = None, prefixes: list[list[int]] | None = None
-    ) -> list[list[Hypothesis]]:
-        """Source id sequences (EOS included) -> the n-best hypotheses of each, in the same order.
+    ) -> Decoded:
+        """Source id sequences (EOS included) -> the n-best hypotheses of each, in the same order,
+        and with `trace` the search that found them (its per-sentence records, for --dump-beam).
 
         line_ids: each source's line in the input (sampling draws from streams keyed by it;
         default 0..B-1). prefixes: target token ids forced at the start of each output (after
         the model's forced first token), scored 0; may be empty."""
-        if not self.on_device:
-            return self.search_batch(sources, line_ids, prefixes)[0]
-        with torch.inference_mode():  # the results are read from the search's inference tensors
-            for search in self.decode(self.make_device_search, sources, line_ids, prefixes):  # noqa: B007
-                pass  # the last step leaves every sentence done
-            return self.trimmed(search.results(self.cfg.n_best), sources)
-
-    def search_batch(
-        self, sources: list[list[int]], line_ids: list[int] | None = None, prefixes: list[list[int]] | None = None
-    ) -> tuple[list[list[Hypothesis]], Search]:
-        """As `translate_batch` on the host search, and the search itself: its per-sentence
-        records (beam_dump.py)."""
-        for search in self.search_steps(sources, line_ids, prefixes):  # noqa: B007 - the last one is wanted
+        for search in self.stepwise(sources, line_ids, prefixes):  # noqa: B007 - the last one is wanted
             pass  # the last step leaves every sentence done
-        return self.trimmed(search.results(self.cfg.n_best), sources), search
+        nbests = self.trimmed(search.results(self.cfg.n_best), sources)
+        return Decoded(nbests, cast(Search, search) if self.trace else None)  # traced: on the host
 
     def trimmed(self, results: list[list[Hypothesis]], sources: list[list[int]]) -> list[list[Hypothesis]]:
         """Attention rows as long as each source, not the padded batch."""
@@ -341,27 +341,18 @@ class BatchDecoder:
                     hyp.attention = [row[: len(source)] for row in hyp.attention or []]
         return results
 
-    def search_steps(
-        self, sources: list[list[int]], line_ids: list[int] | None = None, prefixes: list[list[int]] | None = None
-    ) -> Iterator[Search]:
-        """The decoding loop of `search_batch`, step by step, on the host search: yields the
-        search after each step (its per-sentence records hold what was chosen so far), the last
-        time when every sentence is done. A caller that stops early leaves the batch unfinished."""
-        return self.decode(self.make_search, sources, line_ids, prefixes)
-
     @torch.inference_mode()
-    def decode(
-        self,
-        make_search: Callable[..., S],
-        sources: list[list[int]],
-        line_ids: list[int] | None = None,
-        prefixes: list[list[int]] | None = None,
-    ) -> Iterator[S]:
-        """The decoding loop with the strategy `make_search(batch_size, max_steps, line_ids,
-        prefixes)` makes: yields it after each step."""
+    def stepwise(
+        self, sources: list[list[int]], line_ids: list[int] | None = None, prefixes: list[list[int]] | None = None
+    ) -> Iterator[Search | DeviceSearch]:
+        """The decoding loop, a step at a time: yields the search (the host's, or the device's when
+        `on_device`) after each step, the last time when every sentence is done. A host search's
+        per-sentence records hold what was chosen so far (the API's generate_tokens reads them);
+        a caller that stops early leaves the batch unfinished."""
         memory, src_mask = self.encode(sources)
         max_steps = self.max_steps([len(s) for s in sources])
-        search = make_search(len(sources), max_steps, line_ids, prefixes)
+        make_search = self.make_device_search if self.on_device else self.make_search
+        search: Search | DeviceSearch = make_search(len(sources), max_steps, line_ids, prefixes)
         cache = self.steps.init_cache(memory, src_mask, max(max_steps), self.cfg.rows_per_sentence)
         processors = self.make_processors(search, max_steps, prefixes)
         attention = self.make_attention(cache, src_mask)
@@ -406,8 +397,8 @@ class BatchDecoder:
         """Forced decoding: total log-prob of each target (EOS appended) given its source.
 
         Targets are the tokens after any forced first token (as `encode_target` gives them). The
-        decoder input is what `translate_batch` feeds: the forced prefix, the target, then EOS is
-        predicted. The forced token counts 0, as in `translate_batch` (it is forced, not chosen),
+        decoder input is what `decode` feeds: the forced prefix, the target, then EOS is
+        predicted. The forced token counts 0, as in `decode` (it is forced, not chosen),
         so the score of a translation's own ended 1-best equals its `total`."""
         token_logprobs, gold_mask = self._forced(sources, targets)
         return token_logprobs.masked_fill(~gold_mask, 0.0).sum(dim=1).tolist()
@@ -416,7 +407,7 @@ class BatchDecoder:
     def score_tokens(
         self, sources: list[list[int]], targets: list[list[int]]
     ) -> list[tuple[list[int], list[float], float]]:
-        """Per token, as `translate_batch`'s hypotheses give them: (tokens, token_scores, eos_score)
+        """Per token, as `decode`'s hypotheses give them: (tokens, token_scores, eos_score)
         of each target; tokens with the forced first token and without EOS, token_scores one per
         token (the forced token's 0 first), eos_score the log-prob of the final EOS."""
         token_logprobs, _ = self._forced(sources, targets)

@@ -1,31 +1,32 @@
 """The engine: a model loaded once, and what every job does with it.
 
 The command line's jobs, each torchrun rank, `score` and the Python API all load through
-`Engine.load` and work through the same calls: `decoder` (the `BatchDecoder` of a job's
-resolved options, resolve.py), `make_example` / `make_pair` (a line tokenized and cut as
-every caller cuts it) and `decode_batch` / `score_batch` (one batch's results, split in
-halves when memory runs out). The job pipeline (pipeline.py) feeds it batches. Nothing here
-knows about files, locks or ranks: this module imports nothing from the job layer.
+`Engine.load` and work through the same calls: `make_example` (a line tokenized and cut as
+every caller cuts it) and `decode_batch` / `score_batch` (one batch's results with a job's
+decoder, which resolve.py builds on the loaded model; split in halves when memory runs out).
+The job pipeline (pipeline.py) feeds it batches. Nothing here knows about files, locks or
+ranks: this module imports nothing from the job layer.
 """
 
 from __future__ import annotations
 
 import gc
-from typing import Any, Callable, Protocol, Sequence, TypeVar
+from typing import Any, Callable, Protocol, TypeVar
 
 import torch
 
 from . import beam_dump
 from ..models import memory
 from .batching import Example, PairScore, Result
-from ..options.config import Config, ConfigError, DecodingConfig, RuntimeConfig
+from ..options.config import Config, ConfigError, DecodingConfig
 from .decoding import BatchDecoder
-from ..models.checkpoint import LoadedModel, ModelRules
+from ..models.checkpoint import LoadedModel
 from ..models.ensemble import MemberSources
 from ..models.loading import load_model
 from ..models.placement import Placement
 from ..models.steps import StepRunner, step_runner_for
 from .alignment import aligned_result
+from .system import device_for
 from ..search.base import Hypothesis
 from .messages import print_warning
 
@@ -40,14 +41,6 @@ Out = TypeVar("Out")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
-def resolve_device(runtime: RuntimeConfig) -> torch.device:
-    if runtime.device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if runtime.device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"device: {runtime.device} was asked for, but no CUDA device is available")
-    return torch.device(runtime.device)
-
-
 class Engine:
     """A loaded model on its device, with the options it was loaded with."""
 
@@ -57,6 +50,7 @@ class Engine:
         # `auto` is the host search everywhere until the device search has run and been measured on a GPU,
         # where the host's copy every step costs most (docs/speed.md#the-search-on-the-device)
         self.search_on_device = config.runtime.search_on == "device"
+        self.source_prefix = ""  # the job's --source-prefix, set with its languages (resolve.py)
 
     @classmethod
     def load(cls, config: Config) -> "Engine":
@@ -65,55 +59,44 @@ class Engine:
         threads = runtime.operation_threads()
         if threads:
             torch.set_num_threads(threads)
-        device = resolve_device(runtime)
-        if runtime.quantize == "int8" and device.type != "cpu":
-            raise ConfigError("quantize: int8 is for CPU decoding; on CUDA use --dtype float16 or bfloat16")
+        device = device_for(runtime)  # system.py: there, and computing in the options' precision
         # every weight read once, straight into its form on its device (models/placement.py)
         placement = Placement(device, DTYPES[runtime.dtype], "int8" if runtime.quantize == "int8" else runtime.gemm)
-        loaded = load_model(config.io.model, config.io.ensemble_rule, config.io.ensemble_weights, placement)
+        io = config.io
+        loaded = load_model(io.model, io.ensemble_rule, io.ensemble_weights, placement, io.tokenizer)
         memory.tune_allocator()
         # What is loaded now lives as long as the process: exempt it from the cyclic garbage
         # collector, whose full passes over the model's objects otherwise interrupt decoding. No
-        # collection first: it found ~20 unreachable objects among ~170,000 and took 80-100 ms.
+        # collection first: a freshly loaded model holds next to no garbage, and a full pass over its
+        # objects would delay every load (docs/speed.md#measurements-behind-design-choices).
         gc.freeze()
+        return cls.around(config, loaded, device)
+
+    @classmethod
+    def around(cls, config: Config, loaded: LoadedModel, device: torch.device) -> "Engine":
+        """The engine of a model loaded on `device` (by `load`, or moved back there after it was
+        kept in host memory: the CTranslate2 stand-in's unload_model), its step runner made for it."""
+        runtime = config.runtime
         steps = step_runner_for(
             loaded.model, device, runtime.cuda_graphs, runtime.traced_step, runtime.quantize, print_warning
         )
         return cls(config, loaded, device, steps)
-
-    def decoder(
-        self,
-        decoding: DecodingConfig,
-        rules: ModelRules,
-        banned_ids: Sequence[int] = (),
-        excluded_ids: Sequence[int] = (),
-        trace: bool = False,
-    ) -> BatchDecoder:
-        """The decoder of a job's resolved options (resolve.py): the search options, the model's
-        rules for its languages, the ids its options name; `trace` keeps every hypothesis that
-        ends, for --dump-beam."""
-        return BatchDecoder(
-            self.loaded.model,
-            decoding,
-            rules,
-            banned_ids=banned_ids,
-            excluded_ids=excluded_ids,
-            steps=self.steps,
-            trace=trace,
-            on_device=self.search_on_device,
-            warn=print_warning,
-        )
 
     def decoding_bytes(self, sentences: int, width: int, positions: int) -> int:
         """What decoding `sentences` sentences of `width` rows up to `positions` needs (models/transformer.py)."""
         return self.loaded.model.decoding_bytes(sentences, width, positions, DTYPES[self.config.runtime.dtype])
 
     def encode_source(self, text: str | list[str], max_src_length: int | None) -> tuple[list[int], bool]:
-        """A source line's ids, cut to the model's positions (or max_src_length) with its EOS kept,
-        and whether it was cut: the one rule translate and score share. A list is the line's
-        pieces, already tokenized (the Python API's token input)."""
+        """A source line's ids, the job's --source-prefix before its text, cut to the model's
+        positions (or max_src_length) with its EOS kept, and whether it was cut: the one rule
+        translate, score and the Python API share. A list is the line's pieces, already tokenized
+        (the Python API's token input), taken as they are."""
         tokenizer = self.loaded.tokenizer
-        ids = tokenizer.encode_pieces(text) if isinstance(text, list) else tokenizer.encode(text)
+        if isinstance(text, list) and self.source_prefix:
+            raise ConfigError(
+                "source_prefix: a source given as pieces is taken as it is; put the prefix's pieces in it"
+            )
+        ids = tokenizer.encode_pieces(text) if isinstance(text, list) else tokenizer.encode(self.source_prefix + text)
         cfg = self.loaded.model.cfg
         limit = min(max_src_length or cfg.max_positions, cfg.max_positions)
         if isinstance(ids, MemberSources):  # an ensemble's models, each with its own split
@@ -157,21 +140,17 @@ class Engine:
 
         def decode(part: list[Example]) -> list[Result]:
             prefixes = [e.prefix or [] for e in part] if any(e.prefix for e in part) else None
-            sources, line_ids = [e.ids for e in part], [e.index for e in part]
-            if decoder.trace:
-                nbests, search = decoder.search_batch(sources, line_ids, prefixes)
-            else:
-                nbests = decoder.translate_batch(sources, line_ids, prefixes)
-            results = [self.result(e, hyps, decoder.cfg) for e, hyps in zip(part, nbests)]
-            if decoder.trace:
+            decoded = decoder.decode([e.ids for e in part], [e.index for e in part], prefixes)
+            results = [self.result(e, hyps, decoder.cfg) for e, hyps in zip(part, decoded.nbests)]
+            if decoded.search is not None:  # --dump-beam
                 for i, (e, result) in enumerate(zip(part, results)):
-                    result.search = beam_dump.sentence_record(e, result, search, i, decoder, tokenizer)
+                    result.search = beam_dump.sentence_record(e, result, decoded.search, i, decoder, tokenizer)
             return results
 
         return in_halves_when_out_of_memory(batch, decode, lambda part: self.too_big(part, decoder))
 
     def score_batch(self, batch: list[Example], decoder: BatchDecoder, by_token: bool = False) -> list[PairScore]:
-        """Forced decoding of a batch of pairs (make_pair): each target's total log-probability, and
+        """Forced decoding of a batch of pairs (scoring.pair_examples): each target's total log-probability, and
         with `by_token` its tokens and per-token log-probabilities (BatchDecoder.score_tokens)."""
 
         def score(part: list[Example]) -> list[PairScore]:
@@ -197,7 +176,8 @@ class Engine:
         mc = self.loaded.model.cfg
         special = {mc.eos_id, mc.bos_id, mc.pad_id, mc.decoder_start_id, *getattr(tokenizer, "languages", {}).values()}
         source_ids = example.ids or []
-        source_pieces = tokenizer.source_pieces(example.text) if source_ids else []
+        text = example.text if isinstance(example.text, list) else self.source_prefix + example.text
+        source_pieces = tokenizer.source_pieces(text) if source_ids else []
         if example.truncated:  # cut as encode_source cuts the ids, its EOS kept
             source_pieces = source_pieces[: len(source_ids) - 1] + [tokenizer.source_piece(mc.eos_id) or ""]
         if len(source_pieces) != len(source_ids):

@@ -2,11 +2,14 @@
 
 Everything the options of a job mean for this model is worked out in one call right after
 the model loads (`resolve`): the model's own decoding defaults under the user's options, the
-rules that come with the model for these languages, the ids of the pieces that options name,
-the notes about options that change nothing, whether one sentence's beam fits in memory, and
-the resume signature. What needs no model is checked before it loads (`check_score`,
-`check_torchrun`). So an option error is raised here, named by its key, and the
-engine, the pipeline and the sinks take a `ResolvedJob` as it is.
+rules that come with the model for these languages (a language the model lacks is refused by
+its tokenizer, asked here), the ids of the pieces that options name, whether an ensemble's
+attention can be read, the notes about options that change nothing, whether one sentence's
+beam fits in memory, the resume signature, and the job's decoder (decoding.py) on the loaded
+model, which the job owns. This is the one place where options are checked against the model;
+what needs no model was checked before it loaded (options/: `Config.validate`), and files and
+the machine by jobs/files.py and engine/system.py. So an option error is raised here, named by
+its key, and the engine, the pipeline and the sinks take a `ResolvedJob` as it is.
 """
 
 from __future__ import annotations
@@ -15,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from ..options.bounded import shown
-from ..options.config import KEY_SECTION, PER_JOB_KEYS, SCORE_FORMATS, Config, ConfigError
-from ..models.checkpoint import ModelRules
+from ..options.config import Config, ConfigError, DecodingConfig
+from .messages import print_warning
 
 if TYPE_CHECKING:
     from .decoding import BatchDecoder
@@ -28,9 +31,7 @@ class ResolvedJob:
     """A job's options as they will run with this model, and what follows from them."""
 
     config: Config  # the user's options over the model's own decoding defaults
-    rules: ModelRules  # the model's rules for the job's languages
-    banned_ids: list[int] = field(default_factory=list)  # --banned-tokens as ids
-    excluded_ids: list[int] = field(default_factory=list)  # --ignore-when-blocking as ids
+    decoder: BatchDecoder  # the job's decoding loop on the loaded model (the engine decodes batches with it)
     notes: list[str] = field(default_factory=list)  # options that change nothing, in the caller's terms
     model_files: tuple[str, ...] = ()  # what the loader read: part of the resume signature (jobs/signature.py)
     device_type: str = "cpu"
@@ -41,10 +42,6 @@ class ResolvedJob:
         and when answering line by line (each line is answered before the next is read)."""
         return batches_at_once(self.config, self.device_type)
 
-    def decoder(self, engine: Engine, trace: bool = False) -> BatchDecoder:
-        """The engine's decoder for this job's options; `trace`: for --dump-beam."""
-        return engine.decoder(self.config.decoding, self.rules, self.banned_ids, self.excluded_ids, trace=trace)
-
 
 def resolve(
     config: Config,
@@ -53,31 +50,40 @@ def resolve(
     call_options: dict | None = None,
     scoring: bool = False,
 ) -> ResolvedJob:
-    """The job of `config` on the engine's model. `api_method`: the Python API's method the job
-    serves, with the options of that call (notes name keyword arguments); else the command line's
-    (notes name flags). `scoring`: forced decoding, which no search option affects (no notes, no
-    beam to fit)."""
+    """The job of `config` on the engine's model, with its decoder. `api_method`: the Python API's
+    method the job serves, with the options of that call (notes name keyword arguments); else the
+    command line's (notes name flags). `scoring`: forced decoding, which no search option affects
+    (no notes, no beam to fit)."""
+    from .decoding import BatchDecoder  # with torch: a job is resolved once its model is loaded
+
     loaded = engine.loaded
     config = config.with_model_defaults(loaded.defaults)
-    decoding = config.decoding
+    decoding, notes = config.decoding, []
     rules = loaded.rules_for(decoding.src_lang, decoding.tgt_lang)
+    engine.source_prefix = decoding.source_prefix  # what every source line of the job gets before it
     piece_id = getattr(loaded.tokenizer, "piece_id", None)
-    job = ResolvedJob(
-        config,
+    banned_ids = piece_ids("banned_tokens", decoding.banned_tokens, piece_id)
+    excluded_ids = piece_ids("ignore_when_blocking", decoding.ignore_when_blocking, piece_id)
+    if not scoring:
+        check_attention(decoding, loaded.shares_source_positions)
+        notes = ineffective(config, loaded.model.cfg.max_positions, engine.device.type, api_method, call_options)
+        check_fits(config, engine)
+    # generate_tokens() pauses between tokens while other calls may decode: it reads the host
+    # search's records, with its own step state where the engine's step shares buffers (CUDA graphs)
+    streams = api_method == "generate_tokens()"
+    command_line = api_method is None and not scoring  # its notes are told together, after resolving
+    decoder = BatchDecoder(
+        loaded.model,
+        decoding,
         rules,
-        piece_ids("banned_tokens", decoding.banned_tokens, piece_id),
-        piece_ids("ignore_when_blocking", decoding.ignore_when_blocking, piece_id),
-        model_files=tuple(loaded.files),
-        device_type=engine.device.type,
+        banned_ids=banned_ids,
+        excluded_ids=excluded_ids,
+        steps=None if streams and engine.steps.shares_buffers else engine.steps,  # None: eager, its own
+        trace=command_line and config.io.dump_beam is not None,
+        on_device=engine.search_on_device and not streams,
+        warn=notes.append if command_line else print_warning,  # --search-on device: what it does not hold
     )
-    if scoring:
-        return job
-    loaded.check_decoding(decoding)
-    job.notes = ineffective(config, loaded.model.cfg.max_positions, job.device_type, api_method, call_options)
-    check_fits(config, engine)
-    if api_method == "generate_tokens()":
-        check_generate_tokens(config)
-    return job
+    return ResolvedJob(config, decoder, notes, tuple(loaded.files), engine.device.type)
 
 
 def piece_ids(key: str, pieces: list[str], piece_id: Callable[[str], int | None] | None) -> list[int]:
@@ -96,6 +102,17 @@ def piece_ids(key: str, pieces: list[str], piece_id: Callable[[str], int | None]
             )
         ids.append(found)
     return ids
+
+
+def check_attention(decoding: DecodingConfig, shared_positions: bool) -> None:
+    """Options that read the cross-attention need one source position for every model: an
+    ensemble whose models split the source differently has none in common."""
+    asked = decoding.attention_readers
+    if asked and not shared_positions:
+        raise ConfigError(
+            f"{asked[0]}: the ensemble's models split the source differently, so their "
+            "attention has no common source positions to average or align to"
+        )
 
 
 def check_fits(config: Config, engine: Engine) -> None:
@@ -216,88 +233,3 @@ def cli_flag(key: str, *values: str) -> str:
 def keyword(key: str, *values: str) -> str:
     """An option as the Python API spells it: `coverage_penalty='wu' or 'summary'`."""
     return key + (f"={' or '.join(map(repr, values))}" if values else "")
-
-
-def check_score(config: Config, torchrun: bool) -> None:
-    """What `score` asks of its options, before the model loads."""
-    if torchrun:  # every rank would print every score
-        raise ConfigError("score runs in one process: start it without torchrun")
-    if config.io.format not in SCORE_FORMATS:
-        raise ConfigError(f"format: score writes {' or '.join(SCORE_FORMATS)}, not {config.io.format}")
-
-
-def check_translate(config: Config) -> None:
-    """What a translate job asks of its options, before the model loads: the text format writes one
-    line per input line, so n-best lists need a format that has room for them (a warning was easy
-    to miss, and onmt_translate users expect N lines: --format nbest gives them, with scores)."""
-    decoding, io_cfg = config.decoding, config.io
-    if decoding.n_best > 1 and io_cfg.format == "text" and io_cfg.dump_beam is None:
-        raise ConfigError(
-            f"n_best: {decoding.n_best} hypotheses do not fit --format text, which writes one line "
-            "per input line; --format nbest writes N lines per input (INDEX ||| TEXT ||| SCORE, as "
-            "onmt_translate -n_best N writes N lines), jsonl one record with all N"
-        )
-
-
-def check_torchrun(config: Config) -> None:
-    """What a job shared among torchrun processes asks of its options, before the model loads
-    (ranks.check_job checks its files)."""
-    io_cfg = config.io
-    if io_cfg.src == "-":
-        raise ConfigError("under torchrun every process reads the whole input: give --src FILE, not stdin")
-    if io_cfg.stream:
-        raise ConfigError("--stream answers each line as it arrives, in one process: under torchrun leave it out")
-    if io_cfg.dump_beam is not None:
-        raise ConfigError("--dump-beam writes one file in one process: under torchrun leave it out")
-
-
-# Options a Python API call may change; the others (model, device, dtype, ...) are fixed by its load().
-CALL_KEYS = PER_JOB_KEYS - {"src", "output"}
-
-
-def check_load_options(options: dict) -> None:
-    """What the Python API's Translator.load() may not be given: the model is its `path`, files go
-    to translate_file()."""
-    files = sorted(k for k in options if k in ("model", "src", "output"))
-    if files:
-        raise ConfigError(
-            f"{files[0]}: not an option of load(); give the model as `path` and files to translate_file()"
-        )
-
-
-def check_call_keys(options: dict) -> None:
-    """The options one Python API call may change (CALL_KEYS)."""
-    fixed = sorted(k for k in options if k not in CALL_KEYS)
-    if fixed:
-        what = (
-            "is fixed when the model loads: give it to Translator.load()"
-            if fixed[0] in KEY_SECTION
-            else "is not an option"
-        )
-        raise ConfigError(f"{fixed[0]}: {what}")
-
-
-def check_call_options(method: str, options: dict) -> None:
-    """What one Python API call may not be given (checked first, before its options are layered)."""
-    if "prefix" in options:  # a file, for translate_file
-        raise ConfigError(f"prefix: {method} takes its prefixes as a list, prefixes=[...]")
-
-
-def check_generate_tokens(config: Config) -> None:
-    """generate_tokens() yields one hypothesis a token at a time: no beam, one hypothesis."""
-    decoding = config.decoding
-    if decoding.beam_size > 1 and not decoding.sampling:
-        raise ConfigError(
-            "beam_size: generate_tokens() decodes greedily or samples (beam_size=1 or "
-            "sampling=True); translate_batch() runs a beam"
-        )
-    if decoding.n_best > 1:
-        raise ConfigError("n_best: generate_tokens() yields one hypothesis; translate_batch() gives n_best")
-
-
-def stream_typed_input(config: Config, stdin_is_terminal: bool) -> Config:
-    """The job, answering line by line (as --stream) when its input is typed at a terminal."""
-    io_cfg = config.io
-    if io_cfg.src == "-" and not io_cfg.stream and not io_cfg.resume and stdin_is_terminal:
-        return config.over({"stream": True})
-    return config

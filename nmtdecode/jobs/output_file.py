@@ -185,7 +185,7 @@ class OutputFile:
             self.stream = _Sink(_open_through(self.path), self.path)
             return 0
         self._check_held()
-        if resume and os.path.lexists(self.tmp) and os.path.lexists(self.journal):
+        if self.resumes(resume):
             self.resumed = self._read_journal()
             self._recorded = (self.resumed.lines, (self.resumed.input_bytes, self.resumed.input_hash))
             fd, digest = self._reopen_tmp(self.resumed)
@@ -194,6 +194,10 @@ class OutputFile:
         remove(self.journal)  # an earlier job's record must never describe this job's FILE.tmp
         self.stream = _Sink(_create(self.tmp), self.tmp, digest=hashlib.sha256())
         return 0
+
+    def resumes(self, resume: bool) -> bool:
+        """Whether `open(resume)` continues a partial output: FILE.tmp with its journal, under --resume."""
+        return resume and not self.direct and os.path.lexists(self.tmp) and os.path.lexists(self.journal)
 
     def checkpoint(self, lines_done: int, input_position: tuple[int, str], complete: bool = False) -> None:
         """Everything up to input line `lines_done` is written: make it durable and record it.

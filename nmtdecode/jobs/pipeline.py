@@ -3,15 +3,15 @@
     for chunk in source.chunks():                  # input lines as Examples, a chunk at a time
         for batch in mine(cut(chunk)):             # length-sorted batches; a torchrun rank's share
             results = work(batch)                  # the engine: decode (or score) one batch
-            sink.put(each result); observe(batch, results)
-        sink.checkpoint(lines done, input position)   # the chunk's output is final
+            put(each result); observe(batch, results)
+        checkpoint(lines done, input position)     # the chunk's output is final
 
 Every job runs through `run`: `nmtdecode translate` (a file's lines into its output file,
 run.py), each torchrun rank (its share of the batches into its part, ranks.py), `score`
 (pairs of lines, scoring.py) and the Python API (a list in memory, api.py). A source knows
 where the input starts (a resumed job's offset, checked against the input it was made from)
-and gives each line its --prefix line; a sink knows where results go, and makes each chunk
-durable when the pipeline says it is done.
+and gives each line its --prefix line; the sink's `put` knows where results go, and its
+`checkpoint`, when it has one (a translate job's output file), makes each chunk durable.
 """
 
 from __future__ import annotations
@@ -39,16 +39,6 @@ class Source(Protocol):
     def position(self) -> tuple[int, str]: ...  # the input read so far: (bytes, their hash)
 
 
-class Sink(Protocol):
-    """Where a job's results go."""
-
-    def put(self, result: Any) -> None: ...  # a result of one example (any order within a chunk)
-
-    def checkpoint(self, lines_done: int, input_position: tuple[int, str]) -> None: ...  # a chunk is done
-
-    def close(self) -> None: ...  # every chunk is done
-
-
 def load_engine(config: Config) -> Engine:
     """The model on its device. torch is imported here, once the inputs and outputs are checked and
     the model path is found to be a model (models/detect.py), so that a wrong path, an unreadable
@@ -63,31 +53,33 @@ def load_engine(config: Config) -> Engine:
 def run(
     source: Source,
     work: Callable[[list[Example]], list],
-    sink: Sink,
+    put: Callable[[Any], None],
     at_once: int = 1,
     mine: Callable[[Iterable[list[Example]]], list] = list,
     observe: Callable[[list[Example], list], None] | None = None,
+    checkpoint: Callable[[int, tuple[int, str]], None] | None = None,
 ) -> int:
     """Run a job: each chunk of `source` cut into batches, the batches `mine` keeps decoded by
-    `work` (`at_once` at the same time, in_order), their results put into `sink` and told to
-    `observe`, the chunk checkpointed. Returns the number of input lines done."""
+    `work` (`at_once` at the same time, in_order), each result `put` (any order within a chunk)
+    and each batch told to `observe`; after each chunk, `checkpoint(input lines done, input
+    position)`. Returns the number of input lines done."""
     batching, done = source.batching, source.done
     for chunk in source.chunks():
         batches = mine(cut(chunk, batching.batch_size, batching.batch_type))
         for batch, results in in_order(work, batches, at_once):
             for result in results:
-                sink.put(result)
+                put(result)
             if observe is not None:
                 observe(batch, results)
         done = chunk[-1].index + 1
-        sink.checkpoint(done, source.position())
-    sink.close()
+        if checkpoint is not None:
+            checkpoint(done, source.position())
     return done
 
 
 # --stream: the batches' worth of waiting lines sorted by length together. Batches in input order
-# decoded the demo's held-out lines about 20% slower than sorted ones (padding, and each batch
-# runs to its longest source's step limit); four batches sorted together, within 10% (speed.md).
+# are slower (more padding, and each batch runs to its longest source's step limit); four batches
+# sorted together come close to a whole chunk sorted (docs/speed.md#pipes-and---stream).
 STREAM_BATCHES = 4
 
 
@@ -131,18 +123,12 @@ class LineSource:
         return chunks(self.examples(), read_size(self.config), self.reader.ready)
 
     def examples(self) -> Iterator[Example]:
-        """The Examples of the lines not done yet, each with its prefix line (if any)."""
-        max_src_length, prefix = self.config.batching.max_src_length, self.config.io.prefix
-        prefixes = None if prefix is None else PrefixLines(prefix, self.config.io.on_invalid_utf8)
-        for index, line in self.lines():
-            yield self.make_example(index, line, max_src_length, None if prefixes is None else prefixes.line(index))
-        if prefixes is not None:
-            prefixes.check_end()
-
-    def lines(self) -> Iterator[tuple[int, str]]:
-        """(index, line) of the input lines after the first `done`, checking on the way that those
-        are the input the partial output was made from."""
-        done, seen = self.done, 0
+        """The Examples of the input lines after the first `done`, each with its prefix line (if
+        any), checking on the way that those first lines are the input the partial output was
+        made from."""
+        config, done, seen = self.config, self.done, 0
+        max_src_length, prefix = config.batching.max_src_length, config.io.prefix
+        prefixes = None if prefix is None else PrefixLines(prefix, config.io.on_invalid_utf8)
         for index, line in enumerate(self.reader):
             seen = index + 1
             if seen == done:
@@ -150,9 +136,11 @@ class LineSource:
                 if self.on_resume is not None:
                     self.on_resume(done)
             if index >= done:
-                yield index, line
+                yield self.make_example(index, line, max_src_length, None if prefixes is None else prefixes.line(index))
         if seen < done:  # the input ends before the lines done: not the one the output was made from
             self._check_input()
+        if prefixes is not None:
+            prefixes.check_end()
 
     def _check_input(self) -> None:
         if self.check_input is not None:
@@ -185,9 +173,3 @@ class ListSink:
 
     def put(self, result: Any) -> None:
         self.results[result.index - self.first] = result
-
-    def checkpoint(self, lines_done: int, input_position: tuple[int, str]) -> None:
-        pass
-
-    def close(self) -> None:
-        pass

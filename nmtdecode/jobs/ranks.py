@@ -42,7 +42,6 @@ import heapq
 import os
 import re
 import socket
-import stat
 import time
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping
@@ -52,7 +51,6 @@ from ..engine.batching import Result
 from ..options.config import Config, ConfigError
 from ..models.checkpoint import first_line
 from .output_file import OutputFile, OutputRefused, remove
-from .reading import check_prefix, check_readable
 from .writing import format_result
 
 WAIT = datetime.timedelta(days=7)  # a rank may wait for the others as long as their share takes
@@ -166,26 +164,6 @@ def device_for(config: Config, ranks: Ranks) -> str:
     if device in ("auto", "cuda") and torch.cuda.is_available():
         return f"cuda:{ranks.local_rank % torch.cuda.device_count()}"
     return device
-
-
-def check_job(config: Config) -> None:
-    """What torchrun needs of a job's files, checked before anything is written: a regular input
-    file (every process reads it whole) and an output file to put parts beside (its options:
-    resolve.check_torchrun)."""
-    io_cfg = config.io
-    check_readable(io_cfg.src)
-    if io_cfg.prefix is not None:
-        check_prefix(io_cfg.src, io_cfg.prefix, io_cfg.resume)
-    if not stat.S_ISREG(os.stat(io_cfg.src).st_mode):
-        raise ConfigError(
-            f"under torchrun every process reads the whole input: --src {io_cfg.src} must be a "
-            "regular file, not a pipe or device"
-        )
-    if OutputFile(io_cfg.output).direct:
-        raise ConfigError(
-            "under torchrun --output must be a file (each process writes FILE.part-RANK-of-WORLD "
-            "beside it), not stdout, a link or a device"
-        )
 
 
 class PeerLost(RuntimeError):
@@ -305,27 +283,27 @@ def owner(batch: int, world: int) -> int:
 
 
 class PartWriter:
-    """A rank's part: for each of its lines, in input order, a header `INDEX BYTES` and the line's
-    output in the job's format. A chunk's results come in batch order (longest first), so each
-    chunk's are sorted and written when the chunk ends, before the job checkpoints it."""
+    """A rank's sink: its part, for each of its lines in input order, a header `INDEX BYTES` and the
+    line's output in the job's format. A chunk's results come in batch order (longest first), so
+    each chunk's are sorted and written when the chunk ends, before the part is checkpointed."""
 
-    def __init__(self, stream: Any, fmt: str, token_scores: bool = False) -> None:  # the part's OutputFile stream
-        self.stream, self.fmt, self.token_scores = stream, fmt, token_scores
+    def __init__(self, part: OutputFile, fmt: str, token_scores: bool = False) -> None:
+        self.part, self.fmt, self.token_scores = part, fmt, token_scores
         self.chunk: list[Result] = []
 
     def put(self, result: Result) -> None:
         self.chunk.append(result)
 
-    def end_chunk(self) -> None:
+    def checkpoint(self, lines_done: int, input_position: tuple[int, str]) -> None:
         for result in sorted(self.chunk, key=lambda r: r.index):
             text = format_result(result, self.fmt, self.token_scores)
-            self.stream.write(f"{result.index} {len(text.encode('utf-8'))}\n{text}")
+            self.part.stream.write(f"{result.index} {len(text.encode('utf-8'))}\n{text}")
         self.chunk = []
+        self.part.checkpoint(lines_done, input_position)
 
     def close(self) -> None:
         """The part stays PART.tmp with its journal until rank 0 merges it."""
-        self.end_chunk()
-        self.stream.close()
+        self.part.stream.close()
 
 
 def _records(name: str, f: BinaryIO) -> Iterator[tuple[int, bytes]]:

@@ -14,15 +14,16 @@ blocked on input (`LineReader.waited`), which is not decoding time.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import select
 import stat
+import struct
 import sys
+import termios
 import time
 from typing import BinaryIO, Iterable, Iterator
-
-from ..options.config import ConfigError
 
 
 class InputError(RuntimeError):
@@ -161,7 +162,7 @@ def check_readable(path: str) -> None:
 class PrefixLines:
     """The --prefix file, read in step with the source: `line(i)` for increasing line indices i
     (lines a resumed job skips are read past). It must have exactly one line per source line:
-    checked before decoding when both are regular files (`check_prefix`), else as they are read."""
+    checked before decoding when both are regular files (files.check_prefix), else as they are read."""
 
     def __init__(self, path: str, on_invalid: str = "error") -> None:
         self.path, self.lines, self.read = path, iter(LineReader(path, on_invalid)), 0
@@ -184,23 +185,6 @@ class PrefixLines:
                 f"--prefix {self.path} has more lines than the source ({self.read}); "
                 "give one prefix line per source line"
             )
-
-
-def check_prefix(src: str, prefix: str, resume: bool = False) -> None:
-    """Before the model loads: the prefix file is readable and, when the source is a regular
-    file too, has as many lines. A pipe or FIFO is read once, as the job goes (it cannot be
-    counted, nor hashed for the resume signature, so it cannot be resumed)."""
-    check_readable(prefix)
-    if resume and not os.path.isfile(prefix):
-        raise ConfigError(
-            f"--resume: the prefixes come from {prefix}, a pipe or device, which cannot be read again "
-            "to check that they are the ones the partial output was made with; give a file"
-        )
-    counts = count_lines(src), count_lines(prefix)
-    if None not in counts and counts[0] != counts[1]:
-        raise ConfigError(
-            f"prefix: {prefix} has {counts[1]} lines but {src} has {counts[0]}; give one prefix line per source line"
-        )
 
 
 def count_lines(path: str) -> int | None:
@@ -241,3 +225,37 @@ def _open(path: str) -> BinaryIO:
         return open(path, "rb")
     except OSError as e:
         raise InputError(f"cannot read {path}: {e.strerror}") from None
+
+
+def has_ended_empty(path: str) -> bool:
+    """Whether the input `path` (`-`: stdin) is known, without reading or waiting, to hold no bytes:
+    an empty regular file (or the rest of one redirected to stdin), /dev/null, or stdin as a pipe,
+    FIFO or socket whose writer has closed it with nothing written; then the model need not load.
+    Anything else, a pipe still open included, is not known to be empty: False."""
+    try:
+        if path == "-":
+            if sys.stdin is None:
+                return False  # closed: reading it is the error
+            fd = sys.stdin.buffer.fileno()
+            offset = sys.stdin.buffer.tell() if stat.S_ISREG(os.fstat(fd).st_mode) else 0
+            return _ended(fd, offset)
+        if not os.path.isfile(path):
+            return False  # a FIFO is not opened before the job reads it; a device is read as it comes
+        return os.path.getsize(path) == 0
+    except (OSError, ValueError, AttributeError):  # stdin without a descriptor: read as it comes
+        return False
+
+
+def _ended(fd: int, offset: int) -> bool:
+    """Whether the descriptor `fd` holds nothing from `offset` on, and never will: a regular file
+    ends there, it is /dev/null, or it is a pipe, FIFO or socket that is readable with no byte
+    waiting in it (its writer closed it; FIONREAD counts the bytes without reading them)."""
+    st = os.fstat(fd)
+    if stat.S_ISREG(st.st_mode):
+        return st.st_size <= offset
+    if stat.S_ISCHR(st.st_mode):  # a terminal or another device: only /dev/null is known to be empty
+        return st.st_rdev == os.stat(os.devnull).st_rdev
+    if not select.select([fd], [], [], 0)[0]:
+        return False
+    waiting = fcntl.ioctl(fd, termios.FIONREAD, struct.pack("i", 0))
+    return struct.unpack("i", waiting)[0] == 0

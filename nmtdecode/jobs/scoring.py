@@ -24,8 +24,9 @@ from .output_file import NOT_RESUMABLE, OutputFile
 from .pipeline import ListSink, load_engine, run
 from .progress import progress_bar
 from .ranks import Ranks
-from .reading import InputError, LineReader, check_readable, count_lines
-from ..engine.resolve import check_score, resolve
+from .files import check_score_files
+from .reading import InputError, LineReader, has_ended_empty
+from ..engine.resolve import resolve
 from ..engine.messages import count, print_warning, say
 from .writing import OrderedWriter, TextStream
 
@@ -63,27 +64,30 @@ def score_job(config: Config, tgt: str, normalize: bool = False) -> ScoreSummary
     """Score the pairs of lines of config.io.src and `tgt` into config.io.output in config.io.format,
     each line's total log-probability or, with `normalize`, its mean per scored token. Input and
     output are checked, and the output locked, before the model loads."""
-    check_score(config, torchrun=Ranks.from_env() is not None)
+    if Ranks.from_env() is not None:  # every rank would print every score
+        raise ConfigError("score runs in one process: start it without torchrun")
+    config.validate("score")
     io_cfg = config.io
-    for path in (io_cfg.src, tgt):
-        check_readable(path)
-    counts = count_lines(io_cfg.src), count_lines(tgt)
-    if None not in counts and counts[0] != counts[1]:
-        raise ConfigError(f"--src has {counts[0]} lines but --tgt has {counts[1]}")
+    check_score_files(io_cfg.src, tgt)
     out = OutputFile(io_cfg.output)
     for path in (io_cfg.src, tgt):
         out.refuse_source(path)
     out.claim(False, resumable=False)
     try:
-        engine = load_engine(config)
-        job = resolve(config, engine, scoring=True)
-        signals.job_started()
-        out.open(False, signature="")  # no checkpoints: a complete file or none
-        try:
-            summary = _score_into(out, job.config, engine, job.decoder(engine), tgt, normalize)
-        except BaseException:
-            out.abandon()  # with no journal, FILE.tmp is removed
-            raise
+        if has_ended_empty(io_cfg.src) and has_ended_empty(tgt):  # no pair to score: no model to load
+            signals.job_started()
+            out.open(False, signature="")
+            summary = ScoreSummary()
+        else:
+            engine = load_engine(config)
+            job = resolve(config, engine, scoring=True)
+            signals.job_started()
+            out.open(False, signature="")  # no checkpoints: a complete file or none
+            try:
+                summary = _score_into(out, job.config, engine, job.decoder, tgt, normalize)
+            except BaseException:
+                out.abandon()  # with no journal, FILE.tmp is removed
+                raise
         out.finish()
     except (KeyboardInterrupt, signals.Terminated) as stop:
         setattr(
@@ -99,7 +103,7 @@ def score_job(config: Config, tgt: str, normalize: bool = False) -> ScoreSummary
             f"source {_lines(summary.truncated)} longer than the model's positions (or --max-src-length): "
             "cut, as translate cuts them"
         )
-    if not job.config.runtime.quiet:
+    if not config.runtime.quiet:
         say(summary.line())
     return summary
 
@@ -119,12 +123,9 @@ def _score_into(
             summary.add(batch, scores)
             bar.update(len(batch))
 
-        run(
-            source,
-            lambda batch: engine.score_batch(batch, decoder, by_token),
-            ScoreWriter(out.stream, by_token, normalize),
-            observe=counted,
-        )
+        writer = ScoreWriter(out.stream, by_token, normalize)
+        run(source, lambda batch: engine.score_batch(batch, decoder, by_token), writer.put, observe=counted)
+        writer.close()
     summary.truncated.sort()
     summary.seconds = time.perf_counter() - start
     return summary
@@ -147,8 +148,9 @@ class PairSource:
 
 
 class ScoreWriter:
-    """The pipeline's sink of a score job: each pair's total log-probability a line (with
-    `normalize` its mean per scored token), or with `by_token` its JSONL record, in input order."""
+    """Where a score job's results go: each pair's total log-probability a line (with `normalize`
+    its mean per scored token), or with `by_token` its JSONL record, in input order (the file is
+    written whole: no checkpoints)."""
 
     def __init__(self, stream: TextStream, by_token: bool, normalize: bool = False) -> None:
         self.lines, self.by_token, self.normalize = OrderedWriter(stream), by_token, normalize
@@ -158,9 +160,6 @@ class ScoreWriter:
             self.lines.put(score.index, _record(score, self.normalize))
         else:
             self.lines.put(score.index, f"{score.total / score.length if self.normalize else score.total:.6f}\n")
-
-    def checkpoint(self, lines_done: int, input_position: tuple[int, str]) -> None:
-        pass  # written whole
 
     def close(self) -> None:
         self.lines.close()
@@ -218,15 +217,14 @@ def score_pairs(
     """Each pair's PairScore in their order (the Python API), batched as `score` batches; a
     target is text or pieces (`Engine.target_ids`)."""
     job = resolve(config, engine, scoring=True)
-    decoder = job.decoder(engine)
     examples = pair_examples(
         engine,
-        decoder,
+        job.decoder,
         ((i, s, t) for i, (s, t) in enumerate(zip(sources, targets))),
         job.config.batching.max_src_length,
     )
     sink = ListSink(len(sources))
-    run(PairSource(examples, job.config), lambda batch: engine.score_batch(batch, decoder, by_token), sink)
+    run(PairSource(examples, job.config), lambda batch: engine.score_batch(batch, job.decoder, by_token), sink.put)
     return sink.results
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from ..engine.batching import Result, finite_or_null
 
@@ -121,48 +121,30 @@ class OrderedWriter:
 
 
 class ResultWriter:
-    """One process's results, formatted and written in input order (ranks.PartWriter is a
-    torchrun rank's); `end_chunk` marks where the job checkpoints."""
+    """A translate job's sink in one process: each result formatted and written in input order,
+    and with `dump` its search too, into the --dump-beam file (beam_dump.py), one JSON object a
+    line. `checkpoint`: the output file's own, given to the pipeline after each chunk (the
+    chunk's lines are all written then, in order; ranks.PartWriter is a torchrun rank's sink)."""
 
-    def __init__(self, stream: TextStream, fmt: str, token_scores: bool = False, first_index: int = 0) -> None:
+    def __init__(
+        self,
+        stream: TextStream,
+        fmt: str,
+        token_scores: bool = False,
+        first_index: int = 0,
+        dump: TextStream | None = None,
+        checkpoint: Callable[[int, tuple[int, str]], None] | None = None,
+    ) -> None:
         self.lines, self.fmt, self.token_scores = OrderedWriter(stream, first_index), fmt, token_scores
+        self.searches = None if dump is None else OrderedWriter(dump)
+        self.checkpoint = checkpoint
 
     def put(self, result: Result) -> None:
         self.lines.put(result.index, format_result(result, self.fmt, self.token_scores))
-
-    def end_chunk(self) -> None:
-        """Every line of the chunk is written (the chunk is complete and in order)."""
-
-    def close(self) -> None:
-        self.lines.close()
-
-
-class SearchWriter:
-    """--dump-beam: each line's search (beam_dump.py), one JSON object a line, in input order."""
-
-    def __init__(self, stream: TextStream) -> None:
-        self.lines = OrderedWriter(stream)
-
-    def put(self, result: Result) -> None:
-        self.lines.put(result.index, json.dumps(result.search, ensure_ascii=False) + "\n")
+        if self.searches is not None:
+            self.searches.put(result.index, json.dumps(result.search, ensure_ascii=False) + "\n")
 
     def close(self) -> None:
         self.lines.close()
-
-
-class BothWriters:
-    """The output's writer and the search dump's, fed the same results."""
-
-    def __init__(self, output: ResultWriter, dump: SearchWriter) -> None:
-        self.output, self.dump = output, dump
-
-    def put(self, result: Result) -> None:
-        self.output.put(result)
-        self.dump.put(result)
-
-    def end_chunk(self) -> None:
-        self.output.end_chunk()
-
-    def close(self) -> None:
-        self.output.close()
-        self.dump.close()
+        if self.searches is not None:
+            self.searches.close()

@@ -11,7 +11,10 @@ from typing import Any
 from ..options.bounded import shown
 
 ACTIVATION_NAMES = ("relu", "gelu", "gelu_tanh", "silu")  # transformer.ACTIVATIONS: the function of each
-POSITIONS = ("sinusoidal", "sinusoidal_interleaved", "sinusoidal_fairseq", "learned")
+# "relative": no position vector is added to the embeddings; every self-attention adds T5's bucketed
+# relative position bias to its scores instead (models/relative.py)
+POSITIONS = ("sinusoidal", "sinusoidal_interleaved", "sinusoidal_fairseq", "learned", "relative")
+NORMS = ("layernorm", "rmsnorm")  # transformer.NORMS: the layer of each
 # Bounds on what a model config may ask for, far above every published encoder-decoder (NLLB:
 # 256k pieces, d_model 2048, 24 layers, 1024 positions): a config beyond them is refused by name
 # before gigabytes are allocated for it (a position table of 300,000 x 4,096, 20,000 layers).
@@ -24,6 +27,8 @@ LIMITS = {
     "decoder_layers": 1 << 8,
     "ffn_dim": 1 << 17,
     "max_positions": 1 << 16,
+    "head_dim": 1 << 12,
+    "relative_buckets": 1 << 10,
 }
 
 
@@ -64,6 +69,18 @@ class TransformerConfig:
     # trained with guided alignment names its layer and heads (OpenNMT-py's alignment_layer/heads).
     alignment_layer: int = -1
     alignment_heads: int = 1
+    # T5's switches (t5, flan-T5, mT5, ByT5, MADLAD-400; CTranslate2's T5 spec has each of them):
+    norm: str = "layernorm"  # rmsnorm: x / sqrt(mean(x^2) + eps) * weight, no mean subtracted, no bias
+    # down(activation(gate(x)) * up(x)) instead of down(activation(up(x))): T5 v1.1's "gated-gelu"
+    gated_ffn: bool = False
+    head_dim: int = 0  # width of a head; 0: d_model / heads (T5's d_kv: heads * head_dim may differ from d_model)
+    scale_queries: bool = True  # scores q.k / sqrt(head width); False: T5's plain q.k
+    # positions "relative": the bias of a key at distance (key - query) is learned per head for each of
+    # `relative_buckets` buckets, exact up to a quarter (encoder) or half (decoder) of them, then
+    # logarithmic up to `relative_max_distance`; the encoder's is bidirectional, the decoder's looks back
+    relative_buckets: int = 32
+    relative_max_distance: int = 128
+    output_scale: float = 1.0  # the decoder output is multiplied by it before the output projection
 
     def __post_init__(self) -> None:
         """Every field checked by name (ValueError), so that a malformed model config fails
@@ -79,6 +96,7 @@ class TransformerConfig:
             "decoder_layers",
             "ffn_dim",
             "max_positions",
+            "relative_buckets",
         ):
             if getattr(self, key) < 1:
                 raise ValueError(f"{key}: must be >= 1, got {getattr(self, key)}")
@@ -106,14 +124,41 @@ class TransformerConfig:
             )
         if not 0 <= self.alignment_heads <= self.heads:
             raise ValueError(f"alignment_heads: must be in [0, heads={self.heads}], got {self.alignment_heads}")
-        if self.d_model % self.heads:
-            raise ValueError(f"d_model ({self.d_model}) must be divisible by heads ({self.heads})")
+        self._check_t5_switches()
         if self.activation not in ACTIVATION_NAMES:
             raise ValueError(f"activation {shown(self.activation)} is not one of {sorted(ACTIVATION_NAMES)}")
         if self.positions not in POSITIONS:
             raise ValueError(f"positions {shown(self.positions)} is not one of {list(POSITIONS)}")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError("share_embeddings needs equal source and target vocabulary sizes")
+
+    def _check_t5_switches(self) -> None:
+        if not 0 <= self.head_dim <= LIMITS["head_dim"]:
+            raise ValueError(
+                f"head_dim: must be in [0, {LIMITS['head_dim']:,}] (0: d_model / heads), got {self.head_dim}"
+            )
+        if not self.head_dim and self.d_model % self.heads:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by heads ({self.heads})")
+        if self.norm not in NORMS:
+            raise ValueError(f"norm {shown(self.norm)} is not one of {list(NORMS)}")
+        # the decoder's exact buckets are half of them (the encoder's a quarter): the logarithmic ones reach beyond
+        if self.relative_buckets < 4 or self.relative_max_distance <= self.relative_buckets // 2:
+            raise ValueError(
+                f"relative_buckets ({self.relative_buckets}) must be >= 4 and relative_max_distance "
+                f"({self.relative_max_distance}) more than half of them"
+            )
+        if self.output_scale <= 0:
+            raise ValueError(f"output_scale: must be > 0, got {self.output_scale}")
+
+    @property
+    def head_size(self) -> int:
+        """The width of one attention head."""
+        return self.head_dim or self.d_model // self.heads
+
+    @property
+    def attention_dim(self) -> int:
+        """The width of the attention's queries, keys and values, all heads side by side."""
+        return self.heads * self.head_size
 
     @classmethod
     def from_dict(cls, values: dict) -> "TransformerConfig":
@@ -141,3 +186,16 @@ def _check_type(key: str, value: Any, kind: Any) -> None:
     }[kind]
     if not valid:
         raise ValueError(f"{key}: expected {'a finite float' if kind == 'float' else kind}, got {shown(value)}")
+
+
+def precision_refusal(cfg: TransformerConfig, dtype: str) -> str | None:
+    """Why this model cannot compute in `dtype` (float32, float16, bfloat16), in one line, or None.
+    T5's stacks (relative positions), trained in bfloat16, grow their feed-forward layers' outputs
+    past float16's largest number (65,504) in real checkpoints: transformers keeps those layers in
+    float32 and clamps the rest; CTranslate2 keeps them in float32. Here float16 is refused."""
+    if dtype == "float16" and cfg.positions == "relative":
+        return (
+            "dtype: float16 overflows in T5's feed-forward layers (trained in bfloat16, their outputs "
+            "pass float16's 65,504); use --dtype bfloat16, or float32"
+        )
+    return None

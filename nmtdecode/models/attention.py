@@ -15,12 +15,13 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from .relative import StepBias
 from .state import AttentionProbe, LayerState
 
 # Every fused attention kernel but cuDNN's. torch picks cuDNN's for float16 on recent GPUs, and
 # cuDNN builds a plan for every new shape, which nearly every batch brings (a new source length):
-# a large share of a first pass over a file (docs/speed.md#gpus has the figures). The
-# memory-efficient kernel takes the same masks without a plan, flash attention the unmasked case.
+# a large share of a first pass over a file (docs/speed.md#measurements-behind-design-choices).
+# The memory-efficient kernel takes the same masks without a plan, flash attention the unmasked case.
 WITHOUT_CUDNN = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 # sdpa_kernel sets process-wide flags and restores them on leaving: two threads inside it at once
 # (API callers decoding on a GPU from several threads) could restore each other's. The CLI encodes
@@ -45,84 +46,157 @@ def fused_attention(
     mask: torch.Tensor | None = None,
     causal: bool = False,
     dropout: float = 0.0,
+    scale: float | None = None,
 ) -> torch.Tensor:
-    """scaled_dot_product_attention, on a GPU without cuDNN's kernel (WITHOUT_CUDNN)."""
+    """scaled_dot_product_attention, on a GPU without cuDNN's kernel (WITHOUT_CUDNN). mask: bool
+    (True = attend) or a float bias added to the scores (`with_bias`); scale None: 1/sqrt(hd)."""
     if not q.is_cuda:
-        return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, is_causal=causal, dropout_p=dropout)
+        return F.scaled_dot_product_attention(
+            q, keys, values, attn_mask=mask, is_causal=causal, dropout_p=dropout, scale=scale
+        )
     with SDPA_FLAGS, sdpa_kernel(WITHOUT_CUDNN):
-        return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, is_causal=causal, dropout_p=dropout)
+        return F.scaled_dot_product_attention(
+            q, keys, values, attn_mask=mask, is_causal=causal, dropout_p=dropout, scale=scale
+        )
 
 
-def attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+def with_bias(mask: torch.Tensor | None, bias: torch.Tensor) -> torch.Tensor:
+    """A bool mask (True = attend, or None) and a float bias added to the scores, as one float mask."""
+    return bias if mask is None else torch.where(mask, bias, float("-inf"))
+
+
+def attend(
+    q: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    scale: float | None = None,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Unmasked-in-time attention as two batched matmuls: q (N, H, Q, hd) over keys (N, H, T, hd);
-    mask (N, 1, 1, T) bool (True = attend) or None.
+    mask (N, 1, 1, T) bool (True = attend) or None; bias: added to the scores, or None.
 
     Same result as scaled_dot_product_attention; on CPU the fused kernel is
     slower for the few queries against cache slices that a decoding step has.
     """
-    return torch.matmul(attention_weights(q, keys, mask), values)  # (N, H, Q, hd)
+    return torch.matmul(attention_weights(q, keys, mask, scale, bias), values)  # (N, H, Q, hd)
 
 
-def step_attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+def step_attend(
+    q: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor | None,
+    scale: float | None = None,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:
     """A decoding step's attention, q (B, H, k, hd) over keys (B, H, T, hd), mask broadcast to
-    (B, H, k, T) (True = attend) or None: on a GPU one fused kernel instead of the five of
-    `attend` (scale, product, mask, softmax, product; every row attends somewhere, so no row is
-    all masked); on a CPU `attend`, faster there for a step's few queries (docs/speed.md)."""
-    return fused_attention(q, keys, values, mask) if q.is_cuda else attend(q, keys, values, mask)
+    (B, H, k, T) (True = attend) or None, bias (1, H, 1, T) or None: on a GPU one fused kernel
+    instead of the five of `attend` (scale, product, mask, softmax, product; every row attends
+    somewhere, so no row is all masked); on a CPU `attend`, faster there for a step's few queries
+    (docs/speed.md)."""
+    if not q.is_cuda:
+        return attend(q, keys, values, mask, scale, bias)
+    return fused_attention(q, keys, values, mask if bias is None else with_bias(mask, bias), scale=scale)
 
 
-def attention_weights(q: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """softmax(q k^T / sqrt(hd)) with masked keys at 0: (N, H, Q, T)."""
-    scores = torch.matmul(q * q.size(-1) ** -0.5, keys.transpose(-1, -2))  # (N, H, Q, T)
+def attention_weights(
+    q: torch.Tensor,
+    keys: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    scale: float | None = None,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """softmax(q k^T * scale + bias) with masked keys at 0: (N, H, Q, T); scale None: 1/sqrt(hd)."""
+    scale = q.size(-1) ** -0.5 if scale is None else scale
+    scores = torch.matmul(q if scale == 1 else q * scale, keys.transpose(-1, -2))  # (N, H, Q, T)
+    if bias is not None:
+        scores = scores + bias
     if mask is not None:
         scores.masked_fill_(~mask, float("-inf"))
     return torch.softmax(scores, dim=-1)
 
 
-class SelfAttention(nn.Module):
+class Attention(nn.Module):
+    """What both attentions are built from: heads `head_size` wide (d_model / heads unless given),
+    the projections of the input into them (INPUTS: each one's name and how many heads-wide
+    blocks it fuses in one product), `out` back to d_model; scale: what the scores q.k are
+    multiplied by (None: 1/sqrt(head_size); T5: 1)."""
+
+    INPUTS: dict[str, int] = {}
+
+    def __init__(
+        self,
+        d_model: int,
+        heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        head_size: int | None = None,
+        scale: float | None = None,
+    ) -> None:
+        super().__init__()
+        self.heads, self.dropout, self.scale = heads, dropout, scale
+        inner = heads * (head_size or d_model // heads)
+        for name, blocks in self.INPUTS.items():
+            setattr(self, name, nn.Linear(d_model, blocks * inner, bias=bias))
+        self.out = nn.Linear(inner, d_model, bias=bias)
+
+
+class SelfAttention(Attention):
     """Multi-head self-attention with the q, k and v projections fused in one matmul."""
 
-    def __init__(self, d_model: int, heads: int, dropout: float = 0.0, bias: bool = True) -> None:
-        super().__init__()
-        self.heads, self.dropout = heads, dropout
-        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
-        self.out = nn.Linear(d_model, d_model, bias=bias)
+    INPUTS = {"qkv": 3}
+    qkv: nn.Linear
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, causal: bool = False) -> torch.Tensor:
-        """Full-sequence attention; mask (B, 1, 1, T) bool, True = attend. The encoder's short
-        sentences go faster through two matmuls than through the fused kernel on CPUs."""
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        causal: bool = False,
+        position_bias: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Full-sequence attention; mask (B, 1, 1, T) bool, True = attend; position_bias (1, H, T, T)
+        added to the scores (models/relative.py), or None. The encoder's short sentences go faster
+        through two matmuls than through the fused kernel on CPUs."""
         q, k, v = (split_heads(t, self.heads) for t in self.qkv(x).chunk(3, dim=-1))
+        if position_bias is not None and causal:  # the future masked in the bias: one mask for the kernel
+            future = torch.ones(x.size(1), x.size(1), dtype=torch.bool, device=x.device).triu(1)
+            position_bias, causal = position_bias.masked_fill(future, float("-inf")), False
         if self.training or causal or x.is_cuda:
             p = self.dropout if self.training else 0.0
-            y = fused_attention(q, k, v, mask, causal, p)
+            if position_bias is not None:
+                mask = with_bias(mask, position_bias)
+            y = fused_attention(q, k, v, mask, causal, p, self.scale)
         else:
-            y = attend(q, k, v, mask)
+            y = attend(q, k, v, mask, self.scale, position_bias)
         return self.out(merge_heads(y))
 
-    def step(self, x: torch.Tensor, cache: LayerState, layer: int) -> torch.Tensor:
+    def step(
+        self, x: torch.Tensor, cache: LayerState, layer: int, position_bias: StepBias | None = None
+    ) -> torch.Tensor:
         """One new position per row, x (N, d): attend over the cached past and itself.
 
         As in cross-attention, the rows of a sentence ask together: the cache hands
         back every slot of the sentence, masked down to each row's own ancestors.
+        position_bias: the step's relative position bias, asked for the keys' layout.
         """
         n = x.size(0)
         qkv = self.qkv(x).view(n, 3, self.heads, -1)  # (N, 3, H, hd): one query, key and value per row
         keys, values, mask = cache.append_self(layer, qkv[:, 1:])  # (B, H, T*width, hd)
         sentences = keys.size(0)
-        q = qkv[:, 0].view(sentences, n // sentences, self.heads, -1).transpose(1, 2)  # (B, H, width, hd)
-        y = step_attend(q, keys, values, mask).transpose(1, 2)  # (B, width, H, hd)
+        width = n // sentences
+        q = qkv[:, 0].view(sentences, width, self.heads, -1).transpose(1, 2)  # (B, H, width, hd)
+        bias = None if position_bias is None else position_bias(keys.size(2), width)
+        y = step_attend(q, keys, values, mask, self.scale, bias).transpose(1, 2)  # (B, width, H, hd)
         return self.out(y.reshape(n, -1))
 
 
-class CrossAttention(nn.Module):
+class CrossAttention(Attention):
     """Decoder-to-encoder attention; keys/values of the memory are projected once per batch."""
 
-    def __init__(self, d_model: int, heads: int, dropout: float = 0.0, bias: bool = True) -> None:
-        super().__init__()
-        self.heads, self.dropout = heads, dropout
-        self.q = nn.Linear(d_model, d_model, bias=bias)
-        self.kv = nn.Linear(d_model, 2 * d_model, bias=bias)
-        self.out = nn.Linear(d_model, d_model, bias=bias)
+    INPUTS = {"q": 1, "kv": 2}
+    q: nn.Linear
+    kv: nn.Linear
 
     def project_memory(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """memory (B, S, d) -> keys, values (B, H, S, hd)."""
@@ -135,7 +209,7 @@ class CrossAttention(nn.Module):
         """x (B, T, d) against one sentence's memory per row; keys, values (B, H, S, hd)."""
         q = split_heads(self.q(x), self.heads)
         p = self.dropout if self.training else 0.0
-        return self.out(merge_heads(fused_attention(q, keys, values, mask, dropout=p)))
+        return self.out(merge_heads(fused_attention(q, keys, values, mask, dropout=p, scale=self.scale)))
 
     def step(
         self,
@@ -155,9 +229,9 @@ class CrossAttention(nn.Module):
         rows, sentences = x.size(0), keys.size(0)
         q = self.q(x).view(sentences, rows // sentences, self.heads, -1).transpose(1, 2)  # (B, H, k, hd)
         if probe is None:
-            y = step_attend(q, keys, values, mask)
+            y = step_attend(q, keys, values, mask, self.scale)
         else:
-            weights = attention_weights(q, keys, mask)  # (B, H, k, S)
+            weights = attention_weights(q, keys, mask, self.scale)  # (B, H, k, S)
             probe.keep_attention(weights)
             y = torch.matmul(weights, values)
         y = y.transpose(1, 2)  # (B, k, H, hd)

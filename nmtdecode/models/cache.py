@@ -63,9 +63,9 @@ def by_slot(kv: torch.Tensor, width: int) -> torch.Tensor:
 class Scratch:
     """Where a cache's copies of itself go on the CPU. A new tensor of the cache's size is new
     memory from the operating system, and each of its pages faults on its first write, which on
-    a small VM costs more than the copy (docs/speed.md, "Reused memory for the cache"). So each kind of
-    tensor ("self", "cross") alternates between two flat buffers: a copy goes into the one that
-    does not hold the current data. The buffers only grow; they are kept for the next batch
+    a small VM costs more than the copy (docs/speed.md#measurements-behind-design-choices). So
+    each kind of tensor ("self", "cross") alternates between two flat buffers: a copy goes into
+    the one that does not hold the current data. The buffers only grow; they are kept for the next batch
     (`borrow`), so a process holds up to twice its largest cache per batch decoded at once.
     A copy larger than KEPT_BYTES gets memory of its own instead, freed with the cache: a second
     copy of a real-size model's cache would be hundreds of megabytes held for a rare grow, and
@@ -252,7 +252,8 @@ class DecoderCache(AttentionRecord):
         """More rows per sentence (after the first step): same positions, more slots. The new
         slots of the positions already decoded start at zero, not uninitialised: masked-out keys
         must still be finite. Later positions are written whole before they are read, so the rest
-        of the buffer is left uninitialised (docs/speed.md: zeroing it all was measurable)."""
+        of the buffer is left uninitialised (zeroing it all was measurable:
+        docs/speed.md#measurements-behind-design-choices)."""
         if width < self.width:
             raise ValueError(f"rows per sentence went down from {self.width} to {width}")
         wider = self._resized("self", self.self_kv, SLOTS, width)

@@ -34,6 +34,9 @@ class ModelRules:
 
     banned_ids: tuple[int, ...] = ()  # never generated (e.g. pad)
     forced_bos_id: int | None = None  # first generated token (target-language tag)
+    # the decoder's first input where the job chooses it, not the model (a CTranslate2 folder whose
+    # decoder_start_token is null: mBART-25's target-language tag); None: the model's
+    decoder_start_id: int | None = None
     forced_eos: bool = False  # EOS forced at the step limit
     length_offset: int = 0  # added to the length the length penalty sees (OpenNMT-py: 1)
     opennmt_beam: bool = False  # OpenNMT-py's beam slots and `top` rule (search/beam.py)
@@ -50,8 +53,11 @@ class LoadedModel:
     gemm: str = "torch"  # how the CPU multiplies by its weights: torch, onednn or int8 (models/placement.py)
     files: tuple[str, ...] = ()  # every file the load read (real paths), for the resume signature
 
-    def check_decoding(self, decoding: Any) -> None:  # config.DecodingConfig (the options import nothing here)
-        """Refuse decoding options this model cannot serve (an ensemble's: models/ensemble.py)."""
+    @property
+    def shares_source_positions(self) -> bool:
+        """Whether every model reads the source at the same positions, so that their attention can
+        be averaged and aligned (an ensemble's models may split it differently: models/ensemble.py)."""
+        return True
 
     def rules_for(self, src_lang: str | None, tgt_lang: str | None) -> ModelRules:
         """Set the languages on the tokenizer; the model's rules, with the target-language
@@ -188,14 +194,15 @@ def _sized_by(cfg: TransformerConfig) -> list[tuple[str, tuple[str, ...]]]:
         sized.append(("tgt_embed.tokens.weight", ("tgt_vocab_size", "d_model")))
     if cfg.positions == "learned":
         sized += [(f"{side}_embed.positions.weight", ("max_positions", "d_model")) for side in ("src", "tgt")]
-    return sized + [
-        (f"{stack}.0.ffn.up.weight", ("ffn_dim", "d_model")) for stack in ("encoder_layers", "decoder_layers")
-    ]
+    # a gated feed-forward's first product is two matrices in one (transformer.GatedFeedForward): its second tells
+    ffn = ("ffn.down.weight", ("d_model", "ffn_dim")) if cfg.gated_ffn else ("ffn.up.weight", ("ffn_dim", "d_model"))
+    return sized + [(f"{stack}.0.{ffn[0]}", ffn[1]) for stack in ("encoder_layers", "decoder_layers")]
 
 
 def _demands(cfg: TransformerConfig) -> dict[str, int]:
     """The parameters each size of the config asks for (biases and norms aside), by what asks."""
-    d, ffn = cfg.d_model, cfg.ffn_dim
+    d, ffn, inner = cfg.d_model, cfg.ffn_dim, cfg.attention_dim
+    products = 3 if cfg.gated_ffn else 2  # matrices of d_model x ffn_dim in a feed-forward layer
     table = (cfg.max_positions + cfg.position_offset) * d * (2 if cfg.positions == "learned" else 0)
     vocab = (
         cfg.src_vocab_size
@@ -206,9 +213,9 @@ def _demands(cfg: TransformerConfig) -> dict[str, int]:
         f"src_vocab_size {cfg.src_vocab_size:,}, tgt_vocab_size {cfg.tgt_vocab_size:,} x d_model {d:,}": vocab,
         f"max_positions {cfg.max_positions:,} x d_model {d:,}": table,
         f"encoder_layers {cfg.encoder_layers:,} of d_model {d:,}, ffn_dim {ffn:,}": cfg.encoder_layers
-        * (4 * d * d + 2 * d * ffn),
+        * (4 * d * inner + products * d * ffn),
         f"decoder_layers {cfg.decoder_layers:,} of d_model {d:,}, ffn_dim {ffn:,}": cfg.decoder_layers
-        * (8 * d * d + 2 * d * ffn),
+        * (8 * d * inner + products * d * ffn),
     }
 
 

@@ -1,7 +1,8 @@
 """Which format a model path is, from its files alone: no torch, so that a wrong path fails at once.
 
 Tried in order (loading.py loads with the format named here): a native directory has a
-config.yaml; an eole directory a config.json with a `model:` section naming an
+config.yaml; a CTranslate2 folder a model.bin beside its vocabulary (its config.json is
+CTranslate2's); an eole directory a config.json with a `model:` section naming an
 architecture (a Hugging Face config.json has none); a Hugging Face directory a
 config.json; a Marian directory a decoder.yml (or it is Marian's `.npz` itself); an
 OpenNMT-py checkpoint is a `.pt` file.
@@ -17,7 +18,8 @@ from ..options.config import ConfigError
 
 
 def model_format(path: str | None) -> str:
-    """The format's name (native, eole, huggingface, marian, opennmt-py), or a ConfigError saying why none."""
+    """The format's name (native, ctranslate2, eole, huggingface, marian, opennmt-py), or a ConfigError
+    saying why none."""
     if path is None:
         raise ConfigError("model: no model given (--model PATH or `model:` in the config file)")
     if not os.path.exists(path):
@@ -31,11 +33,7 @@ def model_format(path: str | None) -> str:
     if os.path.isfile(os.path.join(path, "config.yaml")):
         return "native"
     if is_ctranslate2(path):
-        raise ConfigError(
-            f"model: {path} is a CTranslate2 model (model.bin and its vocabulary, converted for "
-            "CTranslate2); nmtdecode reads the checkpoint it was converted from (a Hugging Face "
-            "directory, an OpenNMT-py .pt, an eole directory): give that"
-        )
+        return "ctranslate2"
     if os.path.isdir(path) and eole_model_section(path) is not None:
         return "eole"
     if os.path.isfile(os.path.join(path, "config.json")):
@@ -46,7 +44,8 @@ def model_format(path: str | None) -> str:
         return "opennmt-py"
     raise ConfigError(
         f"model: {path} is not a model directory (no config.yaml for the native format, "
-        "no config.json for Hugging Face, no decoder.yml for Marian) nor an OpenNMT-py .pt "
+        "no config.json for Hugging Face, no decoder.yml for Marian, no model.bin for "
+        "CTranslate2) nor an OpenNMT-py .pt "
         "checkpoint or a Marian .npz"
     )
 
@@ -57,20 +56,12 @@ HUB_HINT = (
     "; it looks like a Hugging Face Hub id, and nmtdecode reads local directories only (no network): "
     "download it where there is internet (huggingface-cli download {0} --local-dir DIR) and give --model DIR"
 )
-# CTranslate2's converters write model.bin beside the vocabularies (ctranslate2/specs/model_spec.py).
-CTRANSLATE2_VOCABULARIES = (
-    "shared_vocabulary.json",
-    "source_vocabulary.json",
-    "shared_vocabulary.txt",
-    "source_vocabulary.txt",
-)
 
 
 def is_ctranslate2(path: str) -> bool:
-    """A directory CTranslate2 converted a model into: model.bin and its vocabulary files."""
-    return os.path.isfile(os.path.join(path, "model.bin")) and any(
-        os.path.isfile(os.path.join(path, name)) for name in CTRANSLATE2_VOCABULARIES
-    )
+    """A folder CTranslate2 converted a model into: its model.bin (with its vocabularies and
+    config.json, ctranslate2/specs/model_spec.py); Marian's decoder.yml names its own files."""
+    return os.path.isfile(os.path.join(path, "model.bin")) and not os.path.isfile(os.path.join(path, "decoder.yml"))
 
 
 def eole_model_section(path: str) -> dict | None:

@@ -36,7 +36,7 @@ from torch import nn
 
 from ..options.bounded import shown
 from ..options.config import ENSEMBLE_RULES as RULES
-from ..options.config import ConfigError, DecodingConfig
+from ..options.config import ConfigError
 from .checkpoint import LoadedModel, ModelError, ModelRules
 
 if TYPE_CHECKING:
@@ -173,7 +173,8 @@ class Ensemble(nn.Module):
 
     def combine(self, logits: list[torch.Tensor]) -> torch.Tensor:
         """The models' logits (each (..., V)) -> the rule's scores (..., V), in float32. Folded one
-        model at a time, in place: a stack and a reduction over it cost several times more."""
+        model at a time, in place: a stack and a reduction over it cost several times more
+        (docs/speed.md#measurements-behind-design-choices)."""
         combined = None
         for weight, log_weight, x in zip(self.weights, self.log_weights, logits):
             if self.rule == "opennmt":
@@ -273,7 +274,7 @@ class EnsembleLoaded(LoadedModel):
         generate what another bans. Whether they split the source alike is known from here."""
         rules = [m.rules_for(src_lang, tgt_lang) for m in self.members]
         for other, member in zip(rules[1:], self.members[1:]):
-            for key in ("forced_bos_id", "forced_eos"):
+            for key in ("forced_bos_id", "decoder_start_id", "forced_eos"):
                 if getattr(other, key) != getattr(rules[0], key):
                     raise ModelError(
                         f"ensemble: {member.path} and {self.members[0].path} differ in {key} "
@@ -284,13 +285,7 @@ class EnsembleLoaded(LoadedModel):
         banned = tuple(sorted({i for r in rules for i in r.banned_ids}))
         return replace(rules[0], banned_ids=banned)
 
-    def check_decoding(self, decoding: DecodingConfig) -> None:
-        """Options that read the cross-attention need the models' source positions to be the same."""
-        if self.tokenizer.alike:
-            return
-        asked = decoding.attention_readers
-        if asked:
-            raise ConfigError(
-                f"{asked[0]}: the ensemble's models split the source differently, so their "
-                "attention has no common source positions to average or align to"
-            )
+    @property
+    def shares_source_positions(self) -> bool:
+        """Known once `rules_for` has set the languages (a tag may split the source differently)."""
+        return self.tokenizer.alike

@@ -56,7 +56,7 @@ class StepBuffers:
     def __init__(self, model: "Transformer", sentences: int, width: int, positions: int, source: int) -> None:
         cfg, weight = model.cfg, model.tgt_embed.tokens.weight  # (the output layer may be a packed oneDNN one)
         device, dtype = weight.device, weight.dtype
-        layers, heads, hd = cfg.decoder_layers, cfg.heads, cfg.d_model // cfg.heads
+        layers, heads, hd = cfg.decoder_layers, cfg.heads, cfg.head_size
         self.sentences, self.width, self.positions, self.source = sentences, width, positions, source
         self.self_kv = torch.zeros((layers, 2, sentences, heads, positions, width, hd), device=device, dtype=dtype)
         self.cross_kv = torch.zeros((layers, 2, sentences, heads, source, hd), device=device, dtype=dtype)

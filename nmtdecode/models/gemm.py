@@ -12,7 +12,7 @@ oneDNN is chosen only when its products are clearly faster (ONEDNN_MARGIN),
 because it has costs the steady-state measurement does not see: the first
 product at each new row count compiles a kernel (a batch whose sentences
 finish one by one meets ~30 row counts), and the kernel cache takes memory.
-The measurements behind these choices are in docs/speed.md.
+The measurements behind these choices are in docs/speed.md#what-the-code-chooses-per-machine.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """`nmtdecode inspect PATH`: what a model directory (or OpenNMT-py `.pt` file) holds, without decoding anything.
 
-Without torch where the weights are safetensors or a .npz (the native format, Hugging Face, eole,
-Marian): the format's `describe`, the code its loader builds the model from, reads the weight
-files' headers (stored.py), whose shapes give the parameter count. A pickled checkpoint (an
+Without torch where the weights are safetensors, a .npz or a CTranslate2 model.bin (the native
+format, Hugging Face, eole, Marian, CTranslate2): the format's `describe`, the code its loader
+builds the model from, reads the weight files' headers (stored.py, formats/ct2_binary.py), whose
+shapes give the parameter count. A pickled checkpoint (an
 OpenNMT-py `.pt`, a `pytorch_model.bin`) needs torch to be read at all, so it is loaded whole.
 """
 
@@ -16,12 +17,13 @@ from typing import Any
 
 from .architecture import TransformerConfig
 from .checkpoint import ModelRules
-from .detect import model_format
-from .formats import eole_config, hf_config, marian_config, native_config
+from .detect import is_ctranslate2, model_format
+from .formats import ct2_config, eole_config, hf_config, marian_config, native_config
+from .formats.ct2_binary import read_model_bin
 from .stored import DTYPE_NAMES, HEADED, NeedsTorch, StoredHeaders, file_entries
 
 # Each format whose files can be read without torch, by its name: its describe(path, read).
-DESCRIBE = {fmt.FORMAT: fmt.describe for fmt in (native_config, eole_config, hf_config, marian_config)}
+DESCRIBE = {fmt.FORMAT: fmt.describe for fmt in (native_config, ct2_config, eole_config, hf_config, marian_config)}
 # A model is built in torch's default dtype, float32 (Transformer.uninitialised), and
 # load_weights converts the stored tensors to it.
 LOADED_DTYPES = ["float32"]
@@ -92,6 +94,9 @@ def _torch_dtypes(path: str) -> set[str]:
 
 def stored_dtypes(path: str) -> list[str]:
     """The dtypes of a model's weight files as stored (the loader computes in float32 unless --dtype says)."""
+    if is_ctranslate2(path):
+        variables = read_model_bin(os.path.join(path, "model.bin")).variables.values()
+        return sorted({DTYPE_NAMES[v.dtype] for v in variables if v.name.endswith(("weight", "gamma", "encodings"))})
     names = [path] if os.path.isfile(path) else [os.path.join(path, n) for n in sorted(os.listdir(path))]
     found: set[str] = set()
     for name in names:
@@ -120,18 +125,20 @@ def default_target_language(loaded: Any) -> str:
 
 def describe(path: str) -> str:
     model = summary(path)
-    cfg = model.cfg
+    cfg, stored = model.cfg, stored_dtypes(path)
     lines = [
         f"path:          {path}",
         f"format:        {model.format}",
         f"architecture:  Transformer {cfg.encoder_layers}+{cfg.decoder_layers} layers, d_model {cfg.d_model}, "
-        f"{cfg.heads} heads, ffn {cfg.ffn_dim}, {cfg.activation}, {'pre' if cfg.pre_norm else 'post'}-norm, "
-        f"{cfg.positions} positions",
+        f"{cfg.heads} heads{f' of {cfg.head_dim}' if cfg.head_dim else ''}, ffn {cfg.ffn_dim}, "
+        f"{'gated ' if cfg.gated_ffn else ''}{cfg.activation}, {'pre' if cfg.pre_norm else 'post'}-norm"
+        f"{' (RMS)' if cfg.norm == 'rmsnorm' else ''}, {cfg.positions} positions",
         f"vocabulary:    source {cfg.src_vocab_size}, target {cfg.tgt_vocab_size}"
         f"{' (shared embeddings)' if cfg.share_embeddings else ''}",
         f"parameters:    {model.parameters:,}",
-        f"dtype:         stored {', '.join(stored_dtypes(path)) or 'unknown'}; "
-        f"loaded as {', '.join(model.loaded_dtypes)} (--dtype chooses the compute precision)",
+        f"dtype:         stored {', '.join(stored) or 'unknown'}; "
+        f"loaded as {', '.join(model.loaded_dtypes)} (--dtype chooses the compute precision)"
+        + ("; int8 weights are decoded as stored on a CPU" if "int8" in stored else ""),
         f"special ids:   pad {cfg.pad_id}, unk {cfg.unk_id}, bos {cfg.bos_id}, eos {cfg.eos_id}, "
         f"decoder start {cfg.decoder_start_id}",
     ]
@@ -141,4 +148,7 @@ def describe(path: str) -> str:
     if codes:
         lines.append(f"languages:     {len(codes)} ({', '.join(codes[:10])}{', ...' if len(codes) > 10 else ''})")
     lines.append(f"target language: {default_target_language(model)}")
+    cuts = getattr(model.tokenizer, "cuts_text", None)  # a tokenizer that is not the model's own says which
+    if cuts:
+        lines.append(f"tokenizer:     {cuts}")
     return "\n".join(lines)

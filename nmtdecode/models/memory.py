@@ -113,12 +113,13 @@ def tune_allocator() -> bool:
     freed blocks up to REUSED_BLOCK for the next allocation.
 
     Loading reads, converts and frees blocks between the weights it keeps, and glibc keeps those
-    holes (300 MB of an int8 NLLB-600M load); `malloc_trim` returns them. And glibc gives a block
-    above 32 MB its own mapping and unmaps it when freed, so each decoding step's logits at a
-    256k vocabulary (65 MB at 64 rows) would be new pages, each faulted in on its first write:
-    15-20% of a step in a virtual machine (docs/speed.md). Blocks above REUSED_BLOCK (a real-size
-    model's cache) still get mappings of their own, given back when freed. Process-wide; only
-    where the C library is glibc (elsewhere nothing changes). Returns whether it was set."""
+    holes (hundreds of megabytes on a real-size model); `malloc_trim` returns them. And glibc
+    gives a block above 32 MB its own mapping and unmaps it when freed, so each decoding step's
+    logits at a 256k vocabulary (65 MB at 64 rows) would be new pages, each faulted in on its first
+    write: a large share of a step (docs/speed.md#real-size-models-on-the-cpu). Blocks above
+    REUSED_BLOCK (a real-size model's cache) still get mappings of their own, given back when
+    freed. Process-wide; only where the C library is glibc (elsewhere nothing changes). Returns
+    whether it was set."""
     libc = _glibc()
     if libc is None:
         return False

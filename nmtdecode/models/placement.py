@@ -23,6 +23,8 @@ from torch import nn
 
 from . import memory
 from . import gemm
+from ..options.config import ConfigError
+from .architecture import precision_refusal
 from .checkpoint import ModelError, largest_demand
 from .quantize import Int8Embedding, Int8TiedOutput, int8_linear, quantized_rows
 from .transformer import Transformer
@@ -30,8 +32,9 @@ from .weights import InMemoryTensor, Source, check_weights, in_memory, read, sha
 
 BACKENDS = ("torch", "onednn", "int8")
 # A tied output projection up to this size gets a packed copy beside the embeddings' plain matrix:
-# a product by the plain one costs 12-38% more on Transformer-base shapes (docs/speed.md), and a
-# second copy of 32k x 512 is 64 MB. Above it (NLLB's, mBART's 256k x 1024: 1 GB) the two share one.
+# a product by the plain one costs more on Transformer-base shapes, and a second copy of
+# 32k x 512 is 64 MB (docs/speed.md#real-size-models-on-the-cpu). Above it (NLLB's, mBART's
+# 256k x 1024: 1 GB) the two share one.
 PACKED_TIED_COPY_BYTES = 256 << 20
 MAX_READERS = 4  # threads filling layers at once (reading from the page cache gains little beyond that)
 
@@ -98,7 +101,11 @@ def load_weights(model: Transformer, sources: dict, source: str, placement: Plac
     """Give `model` its weights from `sources` (our parameter names -> stored tensors of
     models/weights.py, or plain tensors), strictly checked (names and shapes, before anything is
     read), each read once into the form `placement` gives it (default: float32 on the CPU).
-    Returns the placement with its backend decided."""
+    Returns the placement with its backend decided. A dtype the model cannot compute in is refused
+    first, in one line (architecture.precision_refusal: T5 in float16)."""
+    refusal = precision_refusal(model.cfg, str((placement or Placement()).dtype).removeprefix("torch."))
+    if refusal:
+        raise ConfigError(refusal)
     sources = {
         name: InMemoryTensor(t, name, source) if isinstance(t, torch.Tensor) else t for name, t in sources.items()
     }
@@ -149,9 +156,8 @@ def _fill_layer(
     replaced by its packed or int8 kind."""
     own = {key: sources.pop(f"{name}.{key}" if name else key) for key, p in module.named_parameters(recurse=False)}
     if type(module) is nn.Linear and placement.backend == "int8":
-        values, scales = quantized_rows(own["weight"], kept=False)  # int8_linear packs a copy
         bias = read(own["bias"], torch.float32) if "bias" in own else None
-        _replace(module, int8_linear(values, scales, bias), parents)
+        _replace(module, _int8_linear(own["weight"], bias), parents)
     elif type(module) is nn.Linear and placement.backend == "onednn":
         weight = read(own["weight"], placement.dtype)
         bias = read(own["bias"], placement.dtype) if "bias" in own else None
@@ -162,10 +168,29 @@ def _fill_layer(
         if fused:
             parent.activation = None  # applied inside the product
     elif type(module) is nn.Embedding and name.endswith("tokens") and placement.backend == "int8":
-        _replace(module, Int8Embedding(*quantized_rows(own["weight"])), parents)
+        _replace(module, Int8Embedding(*int8_rows(own["weight"])), parents)
     else:
         for key, source in own.items():
             setattr(module, key, _plain(source, placement))
+
+
+def int8_rows(source: Source) -> tuple[torch.Tensor, torch.Tensor]:
+    """A weight's int8 rows and their scales: as the checkpoint stores them where it holds int8 (a
+    CTranslate2 model's, formats/ct2.py: used as they are), else quantized as read."""
+    stored = getattr(source, "int8_rows", None)
+    return stored() if stored is not None else quantized_rows(source)
+
+
+def _int8_linear(weight: Source, bias: torch.Tensor | None) -> nn.Module:
+    """An int8 linear layer. Rows stored in int8 are CTranslate2's, whose products quantize each row
+    of activations alone: the product of Int8TiedOutput (here over the layer's own rows), which
+    gives its tokens (fbgemm's dynamic layers quantize a batch with one scale: 55-71% of CTranslate2's
+    int8 outputs on random models against 99-100%, docs/formats.md). Others are quantized as read
+    into fbgemm's layer."""
+    if getattr(weight, "int8_rows", None) is not None:
+        return Int8TiedOutput(Int8Embedding(*int8_rows(weight)), bias)
+    values, scales = quantized_rows(weight, kept=False)  # int8_linear packs a copy
+    return int8_linear(values, scales, bias)
 
 
 def _fill_tied(

@@ -15,7 +15,7 @@ A beam search reorders its hypotheses every step. No state copies a row's past t
 hypothesis went: keys and values stay where they were written, and each row keeps its
 ancestry, `ancestry[row, position, slot]` (bool), true at the slot (row of its sentence) that
 held its ancestor at that position. A row attends over all of its sentence's slots with that
-mask, which is the same attention (docs/speed.md#where-the-time-goes has the measurement).
+mask, which is the same attention (the measurement: docs/speed.md#measurements-behind-design-choices).
 """
 
 from __future__ import annotations

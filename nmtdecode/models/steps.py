@@ -65,11 +65,12 @@ def step_runner_for(
 ) -> StepRunner:
     """The runner for this model on this device: CUDA graphs on a GPU (--cuda-graphs auto), the
     traced step on a CPU (--traced-step auto, float weights: int8's quantized products step
-    eagerly), for one Transformer (an ensemble steps eagerly); else the eager step. `warn` is
+    eagerly, a model stored in int8 too), for one Transformer (an ensemble steps eagerly); else the
+    eager step. `warn` is
     told once if a graph or trace cannot be made (that runner then steps eagerly)."""
     if isinstance(model, Transformer):
         if device.type == "cuda" and cuda_graphs == "auto":
             return FixedShapeSteps(model, graphs=True, warn=warn)
-        if device.type == "cpu" and traced_step == "auto" and quantize == "none":
+        if device.type == "cpu" and traced_step == "auto" and quantize == "none" and model.backend != "int8":
             return TracedSteps(model, warn=warn)
     return EagerSteps(model)

@@ -1,474 +1,83 @@
-"""Every option, declared once: its section, type, default, choices, range and help
-(what a declaration holds, and how a value is checked against it, is option.py's).
+"""A job's options: `Config`, its four sections built from layers of options and checked once.
 
-The command line (cli.py) builds its flags from these declarations, YAML files use
-the same names (`-` -> `_`), and the Python API takes them as keyword arguments.
-A value comes from one of five layers; `Config.from_layers` merges them with one
-rule, each layer over the ones below it:
+Where an option is declared and checked, all before any model loads:
 
-    the model's defaults < config file < item of `jobs:` < command line < API call
+    table.py     each option once: section, type, default, choices, range, help (option.py checks
+                 a value against its declaration)
+    layers.py    each layer as it comes in (keys known, types, other tools' spellings, one
+                 strategy) and the one rule that merges the layers
+    rules.py     the rules between options, each with its message
+    entries.py   what each way in (translate, torchrun, score, an item of `jobs:`, each API
+                 method) refuses, as data
+    plan.py      how a config file's `jobs:` and the --src/--output lists become jobs
 
-One exception makes the strategy coherent: a layer that asks for a beam
-(beam_size or beam_groups above 1) drops sampling from the layers below it, and
-one that asks for sampling drops their beam; one layer asking for both is an
-error (there is no beam sampling).
+`Config.validate(entry)` is the one check of the options as they will run: every section's
+declarations and rules, then what `entry` refuses. Each error is a ConfigError naming the key
+(and the valid choices), which the CLI turns into exit code 2. What needs the loaded model is
+checked by engine/resolve.py; files and the machine by jobs/files.py and engine/system.py.
 
-Validation happens before any model is loaded: unknown keys, wrong types and
-impossible values raise `ConfigError`, whose message names the key and the
-valid choices; the CLI turns it into exit code 2.
+The rest of the package, and its users, import the table's names from here.
 """
 
 from __future__ import annotations
 
-import difflib
-import os
-import typing
 from typing import Any
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 
-from .bounded import shown
-from .peers import peer_option_message
-from .option import ConfigError, Option, check_option, coerce, option
-
-LENGTH_PENALTIES = ("none", "avg", "wu")  # search/penalties.py defines each
-COVERAGE_PENALTIES = ("none", "wu", "summary")
-EARLY_STOPPING = ("top", "true", "false", "never", "ctranslate2")  # search/beam.py defines each
-GEMM_BACKENDS = ("auto", "onednn", "torch")  # models/gemm.py
-ENSEMBLE_RULES = ("prob", "logprob", "opennmt")  # models/ensemble.py defines each
-FORMATS = ("text", "nbest", "nbest-marian", "jsonl")  # writing.py
-SCORE_FORMATS = ("text", "jsonl")  # scoring.py: a log-prob a line, or JSONL with per-token log-probs
-# Other tools' spellings of a dtype (PyTorch, Hugging Face, CTranslate2), each unambiguous.
-DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16"}
-
-
-class Section:
-    """A group of options (a dataclass of `option` fields)."""
-
-    def validate(self) -> None:
-        """Each option's declared choices and range, then the rules between options."""
-        for f in fields(self):  # type: ignore[arg-type]  # every Section is a dataclass
-            check_option(f.name, f.metadata["option"], getattr(self, f.name))
-        self.check()
-
-    def check(self) -> None:
-        """The rules between this section's options."""
-
-
-@dataclass
-class DecodingConfig(Section):
-    beam_size: int = option(5, "Beam width; 1 runs greedy search.", short="-k", range=">= 1")
-    n_best: int = option(1, "Hypotheses returned per input line (<= beam size).", range=">= 1")
-    max_length: int = option(256, "Most decoding steps (target tokens, EOS included).", range=">= 1")
-    max_len_a: float = option(0.0, "Step limit a*|src|+b: the a (with --max-len-b).", range=">= 0")
-    max_len_b: int | None = option(None, "Step limit a*|src|+b: the b; enables the relative limit.", range=">= 0")
-    min_length: int = option(0, "Fewest target tokens before EOS may be chosen.", range=">= 0")
-    length_penalty: str = option(
-        "avg",
-        "Score normalisation: none, avg (total/len^alpha), wu (GNMT); a number A means avg with alpha A.",
-        choices=LENGTH_PENALTIES,
-        aliases={},
-    )  # a number: expand_aliases
-    alpha: float = option(1.0, "Length penalty strength.")
-    early_stopping: str = option(
-        "top",
-        "When a sentence stops: top (OpenNMT-py's rule, CTranslate2's without a "
-        "length penalty), Hugging Face's true, false, never, or ctranslate2 (CTranslate2's "
-        "at every length penalty).",
-        choices=EARLY_STOPPING,
-    )
-    no_repeat_ngram_size: int = option(0, "Never repeat an n-gram of this size (0: off).", range=">= 0")
-    ban_unk: bool = option(False, "Never generate the unknown token.")
-    src_lang: str | None = option(None, "Source language code (mBART, M2M100, NLLB).")
-    tgt_lang: str | None = option(None, "Target language code for multilingual models.")
-    repetition_penalty: float = option(
-        1.0,
-        "CTRL penalty on the logits of tokens already generated (> 1 discourages repeats; 1: off).",
-        range="> 0",
-        hint="1 is off",
-    )
-    coverage_penalty: str = option(
-        "none",
-        "Penalise finished hypotheses by their cross-attention coverage of the source (OpenNMT-py).",
-        choices=COVERAGE_PENALTIES,
-    )
-    beta: float = option(0.0, "Coverage penalty strength.", range=">= 0")
-    alignment: bool = option(
-        False, "JSONL: add each target token's source token position (argmax of the cross-attention)."
-    )
-    attention: bool = option(False, "JSONL: add each target token's cross-attention weights over the source tokens.")
-    replace_unk: bool = option(
-        False, "Replace each generated <unk> by the source piece its step attended most (OpenNMT-py's -replace_unk)."
-    )
-    report_align: bool = option(
-        False,
-        "Text and n-best: add ' ||| ' and Pharaoh pairs SRC-TGT (of words when the "
-        "pieces mark word starts); JSONL: add the pieces and the pairs.",
-    )
-    beam_groups: int = option(
-        1, "Diverse beam search: split the beam into G groups (Hugging Face's group beam search).", range=">= 1"
-    )
-    diversity_penalty: float = option(
-        0.0, "Diverse beam search: subtracted per beam of an earlier group that chose the same token.", range=">= 0"
-    )
-    block_ngram_repeat: int = option(
-        0, "OpenNMT-py's blocking: a continuation repeating an n-gram of this size scores -1e21 (0: off).", range=">= 0"
-    )
-    ignore_when_blocking: list[str] = option(
-        [], "Target pieces, space-separated: an n-gram containing one may repeat (--block-ngram-repeat)."
-    )
-    banned_tokens: list[str] = option([], "Target pieces, space-separated, never generated (e.g. '\u2581the ,').")
-    sampling: bool = option(
-        False, "Random sampling instead of beam search: --n-best N samples per line, sorted by score."
-    )
-    temperature: float = option(
-        1.0,
-        "Sampling: divide the log-probs by T.",
-        range="> 0",
-        hint="for the most probable token at every step, leave out --sampling and use --beam-size 1",
-    )
-    top_k: int = option(0, "Sampling: only from the K most probable tokens (0: off).", range=">= 0")
-    top_p: float = option(
-        1.0, "Sampling: only from the most probable tokens holding mass P (1.0: off).", range="(0, 1]"
-    )
-    seed: int = option(
-        0,
-        "Sampling: the same seed and line give the same samples, whatever the batch or input order.",
-        range="[0, 2^64)",
-    )
-
-    @property
-    def rows_per_sentence(self) -> int:
-        """Hypotheses decoded side by side for each sentence: the beam, or the samples."""
-        return self.n_best if self.sampling else self.beam_size
-
-    @property
-    def aligned(self) -> bool:
-        """Whether the hypotheses record their alignment: asked for, or what --replace-unk and
-        --report-align are made of."""
-        return self.alignment or self.replace_unk or self.report_align
-
-    @property
-    def attention_readers(self) -> list[str]:
-        """The options asked for that read the cross-attention (empty: none is recorded): the
-        alignment and what is made of it, the attention itself, a coverage penalty that acts."""
-        asked = [key for key in ("alignment", "attention", "replace_unk", "report_align") if getattr(self, key)]
-        return asked + (["coverage_penalty"] if self.coverage_acts else [])
-
-    @property
-    def coverage_acts(self) -> bool:
-        """Whether a coverage penalty is asked for and changes scores (beta is never negative)."""
-        return self.coverage_penalty != "none" and self.beta > 0
-
-    def check(self) -> None:
-        if self.n_best > self.beam_size and not self.sampling:
-            raise ConfigError(f"n_best: {self.n_best} is greater than beam_size ({self.beam_size})")
-        if self.min_length > self.max_length:
-            raise ConfigError(f"min_length: {self.min_length} is greater than max_length ({self.max_length})")
-        if self.beam_size % self.beam_groups:
-            raise ConfigError(
-                f"beam_groups: beam_size ({self.beam_size}) is not divisible by beam_groups ({self.beam_groups})"
-            )
-        if self.beam_groups > 1 and self.early_stopping == "ctranslate2":
-            raise ConfigError(
-                "early_stopping: ctranslate2 is CTranslate2's rule for its beam search, which has no "
-                "groups; with beam_groups use top, true, false or never"
-            )
-        if self.beam_groups > 1 and self.diversity_penalty == 0:
-            raise ConfigError(
-                "diversity_penalty: must be > 0 with beam_groups > 1 (without it every group finds the same hypotheses)"
-            )
-
-
-@dataclass
-class BatchingConfig(Section):
-    batch_size: int = option(32, "Sentences (or tokens) per batch.", range=">= 1")
-    batch_type: str = option("sents", "Unit of --batch-size.", choices=("sents", "tokens"))
-    max_src_length: int | None = option(None, "Cut longer sources (tokens) with a warning.", range=">= 1")
-
-
-@dataclass
-class RuntimeConfig(Section):
-    device: str = option("auto", "auto, cpu, cuda or cuda:N.")
-    dtype: str = option(
-        "float32",
-        "Compute precision: float32 (fp32), float16 (fp16, half) or bfloat16 (bf16).",
-        choices=("float32", "float16", "bfloat16"),
-        aliases=DTYPE_ALIASES,
-    )
-    quantize: str = option(
-        "none",
-        "int8: int8 weights with a scale per row (CPU): the linear layers, the token "
-        "embeddings and a tied output projection.",
-        choices=("none", "int8"),
-    )
-    gemm: str = option(
-        "auto",
-        "CPU matrix products: oneDNN with prepacked weights, torch's linear (MKL on x86), "
-        "or auto: the faster on this machine, measured once and remembered.",
-        choices=GEMM_BACKENDS,
-    )
-    cuda_graphs: str = option(
-        "auto",
-        "CUDA: each decoding step replayed as a captured CUDA graph (auto), or run operator by operator (off).",
-        choices=("auto", "off"),
-    )
-    traced_step: str = option(
-        "auto",
-        "CPU: the decoding step recorded once by TorchScript and replayed without "
-        "Python between its operators (auto), or run operator by operator (off). Same "
-        "tokens.",
-        choices=("auto", "off"),
-    )
-    search_on: str = option(
-        "auto",
-        "Where the search keeps its records: as tensor operations on the model's "
-        "device, the host reading a done flag every few steps (device), or per sentence on the "
-        "host after a copy every step (host); auto: the host, until a GPU check has measured the "
-        "device search. Same tokens.",
-        choices=("auto", "device", "host"),
-    )
-    threads: int | None = option(
-        None,
-        "CPU threads of each operation (torch.set_num_threads); default: the CPUs, shared among --inter-threads.",
-        range=">= 1",
-    )
-    inter_threads: int = option(
-        1,
-        "CPU: batches decoded at once, each by a thread of its own (CTranslate2's "
-        "inter_threads); their results are written in input order.",
-        range=">= 1",
-    )
-    quiet: bool = option(False, "No progress bar or summary on stderr.", short="-q")
-
-    def operation_threads(self, processes: int = 1) -> int | None:
-        """Threads for each operation: --threads, or the CPUs shared among the processes on this
-        machine and the batches each decodes at once; None (torch's default: every core) for one
-        process decoding one batch at a time."""
-        if self.threads:
-            return self.threads
-        if processes == 1 and self.inter_threads == 1:
-            return None
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        return max(1, cpus // (processes * self.inter_threads))
-
-    def check(self) -> None:
-        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
-            raise ConfigError(f"device: {shown(self.device)} is not one of auto, cpu, cuda, cuda:N")
-        if self.quantize == "int8" and self.dtype != "float32":
-            raise ConfigError("quantize: int8 works with --dtype float32 (activations stay float32)")
-
-
-@dataclass
-class IOConfig(Section):
-    model: str | list[str] | None = option(
-        None,
-        "Model directory (native, Hugging Face, eole, Marian) or OpenNMT-py .pt checkpoint or Marian .npz. "
-        "Several: --model A B, an ensemble decoded as one model.",
-        short="-m",
-        many=True,
-        metavar="PATH...",
-    )
-    ensemble_rule: str | None = option(
-        None,
-        "How an ensemble combines its models' next-token scores: prob (mean of "
-        "probabilities, fairseq), logprob (weighted sum of log-probs, Marian), "
-        "opennmt (mean of logits, OpenNMT-py); unset: opennmt for OpenNMT-py and eole "
-        "models, else prob.",
-        choices=ENSEMBLE_RULES,
-    )
-    ensemble_weights: list[float] | None = option(
-        None, "One weight per model of the ensemble (default: equal; logprob: 1 each).", many=True, metavar="W..."
-    )
-    src: str = option(
-        "-",
-        "Input file(s), one sentence per line; - is stdin. Several: --src a.en b.en, one job each, one model load.",
-        short="-s",
-        many=True,
-        metavar="FILE...",
-    )
-    output: str = option("-", "Output file(s), one per --src; - is stdout.", short="-o", many=True, metavar="FILE...")
-    format: str = option("text", "Output format.", choices=FORMATS)
-    token_scores: bool = option(
-        False, "JSONL: add tokens and per-token log-probs; nbest-marian: Marian's WordScores field (--word-scores)."
-    )
-    on_invalid_utf8: str = option(
-        "error", "Invalid UTF-8 input: stop with the line number, or decode it as U+FFFD.", choices=("error", "replace")
-    )
-    resume: bool = option(False, "Continue an interrupted job from its partial --output.")
-    stream: bool = option(False, "Answer each input line as soon as it arrives.")
-    prefix: str | None = option(
-        None,
-        "File of target prefixes, one per --src line (may be empty): each output starts with its prefix.",
-        metavar="FILE",
-    )
-    dump_beam: str | None = option(
-        None,
-        "Write each line's search (beam tree, finished hypotheses, n-best) as "
-        "JSONL to this file, for `nmtdecode show` (OpenNMT-py's -dump_beam).",
-        metavar="FILE",
-    )
-
-    @property
-    def models(self) -> list[str | None]:
-        """The model paths: one, or an ensemble's."""
-        return list(self.model) if isinstance(self.model, list) else [self.model]
-
-    def check(self) -> None:
-        models = len(self.models)
-        if self.ensemble_weights is not None:
-            if models == 1:
-                raise ConfigError("ensemble_weights: weights are for an ensemble (several models: --model A B)")
-            if len(self.ensemble_weights) != models:
-                raise ConfigError(
-                    f"ensemble_weights: {len(self.ensemble_weights)} weights for {models} models; give one per model"
-                )
-            if any(w <= 0 for w in self.ensemble_weights):
-                raise ConfigError(f"ensemble_weights: each must be > 0, got {self.ensemble_weights}")
-        if self.ensemble_rule is not None and models == 1:
-            raise ConfigError("ensemble_rule: a rule is for an ensemble (several models: --model A B)")
-        if self.resume and self.output == "-":
-            raise ConfigError("resume: needs an output file (--output FILE); stdout cannot be resumed")
-        if self.stream and self.resume:
-            raise ConfigError("stream: cannot be combined with resume")
-        if self.prefix == "-":
-            raise ConfigError("prefix: needs a file (stdin is the source's)")
-        if self.dump_beam is not None:
-            if self.dump_beam in ("-", ""):
-                raise ConfigError("dump_beam: needs a file name (stdout is the output's)")
-            if self.resume:
-                raise ConfigError(
-                    "dump_beam: cannot be combined with resume (the dump is written whole, by one uninterrupted run)"
-                )
-
-
-SECTIONS = {"decoding": DecodingConfig, "batching": BatchingConfig, "runtime": RuntimeConfig, "io": IOConfig}
-KEY_SECTION = {f.name: name for name, cls in SECTIONS.items() for f in fields(cls)}
-OPTIONS: dict[str, Option] = {f.name: f.metadata["option"] for cls in SECTIONS.values() for f in fields(cls)}
-TYPES = {key: hint for cls in SECTIONS.values() for key, hint in typing.get_type_hints(cls).items()}  # int, str | None
-# What may differ between the jobs of one model load (an item of `jobs:`, one API call): its files and
-# what needs no other model load.
-PER_JOB_KEYS = frozenset(
-    {"src", "output", "format", "token_scores", "on_invalid_utf8", "prefix", "dump_beam"}
-    | {f.name for f in fields(DecodingConfig)}
-    | {f.name for f in fields(BatchingConfig)}
+from .entries import ENTRIES
+from .layers import checked_defaults, checked_layer, layered
+from .option import ConfigError, Option
+from .rules import check
+from .table import (
+    COVERAGE_PENALTIES,
+    DTYPE_ALIASES,
+    EARLY_STOPPING,
+    ENSEMBLE_RULES,
+    FORMATS,
+    GEMM_BACKENDS,
+    KEY_SECTION,
+    LENGTH_PENALTIES,
+    OPTIONS,
+    PER_JOB_KEYS,
+    PLAN_KEYS,
+    PLAN_OPTIONS,
+    SCORE_FORMATS,
+    SCORE_KEYS,
+    SECTIONS,
+    TYPES,
+    BatchingConfig,
+    DecodingConfig,
+    IOConfig,
+    RuntimeConfig,
+    default_of,
 )
-# The options `score` shares with translate; from a config file it takes these (and the model) only.
-SCORE_KEYS = (
-    "model",
-    "ensemble_rule",
-    "ensemble_weights",
-    "batch_size",
-    "batch_type",
-    "max_src_length",
-    "on_invalid_utf8",
-    "device",
-    "dtype",
-    "quantize",
-    "gemm",
-    "cuda_graphs",
-    "traced_step",
-    "threads",
-    "quiet",
-    "src_lang",
-    "tgt_lang",
-)
-# Keys a config file may hold besides the options: they plan a run of many files (jobs.py).
-PLAN_OPTIONS = {
-    "output_dir": Option(
-        "Instead of --output: each input's output is DIR/its name (its extension replaced with "
-        "--suffix), DIR created if missing.  [default: the input's directory]",
-        metavar="DIR",
-    ),
-    "suffix": Option(
-        "Instead of --output: the input name's last extension replaced by SUFFIX (a.en -> a.de with "
-        "de or .de; _de.txt is appended as it is: a_de.txt).",
-        metavar="SUFFIX",
-    ),
-}
-PLAN_KEYS = ("jobs", *PLAN_OPTIONS)
-# Sampling and a beam exclude each other: what a layer asking for one drops from the layers below.
-BEAM_KEYS = ("beam_size", "beam_groups", "diversity_penalty")
 
-
-def unknown_key_message(key: str) -> str:
-    """Why `key` is not an option: our equivalent where it is another tool's name, else the
-    nearest spellings among every option and plan key."""
-    message = peer_option_message(key)
-    if message is not None:
-        return message
-    close = difflib.get_close_matches(key, sorted([*KEY_SECTION, *PLAN_KEYS]), n=3, cutoff=0.6)
-    hint = f"did you mean {' or '.join(close)}?" if close else "nmtdecode translate --help lists the options"
-    return f"unknown option {shown(key)} ({hint})"
-
-
-def unknown_keys_error(keys: list[str]) -> ConfigError:
-    """One error for every unknown key of a layer (`unknown_key_message` of each)."""
-    return ConfigError("; ".join(unknown_key_message(key) for key in keys))
-
-
-def _number(value: object) -> float | None:
-    """A number given as one (YAML) or as text (a flag), else None."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        return None
-
-
-def expand_aliases(values: dict) -> dict:
-    """One layer of options with other tools' spellings made ours: `dtype: fp16` -> float16, and
-    a numeric `length_penalty: 0.6` (as transformers, CTranslate2 and fairseq give it) ->
-    `length_penalty: avg, alpha: 0.6`."""
-    values = dict(values)
-    for key, value in values.items():
-        aliases = OPTIONS[key].aliases if key in OPTIONS else None
-        if aliases and isinstance(value, str) and value.lower() in aliases:
-            values[key] = aliases[value.lower()]
-    alpha = _number(values.get("length_penalty"))
-    if alpha is not None:
-        if values.get("alpha") is not None:
-            raise ConfigError(
-                f"length_penalty: a number ({values['length_penalty']}) means avg with that alpha; "
-                "give it or alpha, not both"
-            )
-        values["length_penalty"], values["alpha"] = "avg", alpha
-    return values
-
-
-def asks_for(layer: dict) -> str | None:
-    """'beam', 'sampling' or None: the strategy one layer of options chooses."""
-    beam = [k for k in ("beam_size", "beam_groups") if (layer.get(k) or 1) > 1]
-    if layer.get("sampling") and beam:
-        hint = (
-            "sampling draws --n-best independent samples (no beam sampling): leave out --beam-size or give 1"
-            if beam[0] == "beam_size"
-            else "diverse groups are a beam search"
-        )
-        raise ConfigError(f"{beam[0]}: {layer[beam[0]]} with sampling; {hint}")
-    return "beam" if beam else "sampling" if layer.get("sampling") else None
-
-
-def layered(layers: list[dict]) -> dict:
-    """Checked layers of options (`checked_layer`), lowest first, as one {key: value}: each layer's
-    keys over the ones below, a layer asking for a beam or for sampling dropping the other."""
-    merged: dict = {}
-    for layer in layers:
-        strategy = asks_for(layer)
-        for key in BEAM_KEYS if strategy == "sampling" else ("sampling",) if strategy == "beam" else ():
-            merged.pop(key, None)
-        merged.update(layer)
-    return merged
-
-
-def checked_layer(values: dict) -> dict:
-    """One layer of options (a config file, an item, the flags, a call) with aliases expanded,
-    every key known and every value of its option's type."""
-    values = expand_aliases(values)
-    unknown = sorted(k for k in values if k not in KEY_SECTION)
-    if unknown:
-        raise unknown_keys_error(unknown)
-    return {key: coerce(key, TYPES[key], value) for key, value in values.items()}
+__all__ = [  # the table's names, as the package imports them
+    "COVERAGE_PENALTIES",
+    "DTYPE_ALIASES",
+    "EARLY_STOPPING",
+    "ENSEMBLE_RULES",
+    "FORMATS",
+    "GEMM_BACKENDS",
+    "KEY_SECTION",
+    "LENGTH_PENALTIES",
+    "OPTIONS",
+    "PER_JOB_KEYS",
+    "PLAN_KEYS",
+    "PLAN_OPTIONS",
+    "SCORE_FORMATS",
+    "SCORE_KEYS",
+    "TYPES",
+    "BatchingConfig",
+    "Config",
+    "ConfigError",
+    "DecodingConfig",
+    "IOConfig",
+    "Option",
+    "RuntimeConfig",
+    "default_of",
+    "flat_values",
+]
 
 
 @dataclass
@@ -489,10 +98,7 @@ class Config:
         """Build and validate a config from layers of options, lowest first, over the model's
         own decoding defaults (when known) and the declared defaults."""
         checked = tuple(checked_layer(layer) for layer in layers)
-        defaults = checked_layer(model_defaults or {})
-        unknown = sorted(k for k in defaults if KEY_SECTION[k] != "decoding")
-        if unknown:
-            raise ConfigError(f"model defaults name options that are not decoding options: {', '.join(unknown)}")
+        defaults = checked_defaults(model_defaults or {})
         grouped: dict[str, dict] = {name: {} for name in SECTIONS}
         for key, value in layered([defaults, *checked]).items():
             grouped[KEY_SECTION[key]][key] = value
@@ -509,9 +115,15 @@ class Config:
         """This config with more layers of options over it (a job item, an API call)."""
         return Config.from_layers([*self.layers, *layers])
 
-    def validate(self) -> None:
+    def validate(self, entry: str | None = None) -> None:
+        """The one check of options that needs no model, file or device: each section's options
+        against their declarations and the rules that name them (rules.py), then what `entry`
+        (entries.py: "translate", "torchrun", "score", an API method) refuses of them."""
+        everything = flat_values(self)
         for name in SECTIONS:
-            getattr(self, name).validate()
+            getattr(self, name).validate(everything)
+        if entry is not None:
+            check(everything, {}, ENTRIES[entry].rules)
 
     @property
     def user_keys(self) -> frozenset:
@@ -522,21 +134,6 @@ class Config:
         return getattr(getattr(self, KEY_SECTION[key]), key)
 
 
-def option_names(data: dict, where: str) -> dict:
-    """Keys as option names (`-` -> `_`); `beam-size` and `beam_size` together are one key twice."""
-    values = {str(k).replace("-", "_"): v for k, v in data.items()}
-    if len(values) < len(data):
-        twice = next(k for k in values if sum(str(o).replace("-", "_") == k for o in data) > 1)
-        raise ConfigError(f"{where}: {shown(twice)} is given twice (spelt with - and with _)")
-    return values
-
-
 def flat_values(config: Config) -> dict:
     """Every option and its value, by section order: what `--dump-config` prints (a valid `-c` file)."""
     return {key: config.value(key) for key in KEY_SECTION}
-
-
-def default_of(key: str) -> Any:
-    """The built-in default of an option (for --help)."""
-    f = next(f for f in fields(SECTIONS[KEY_SECTION[key]]) if f.name == key)
-    return None if f.default is MISSING else f.default  # a list's default (a factory's) is empty

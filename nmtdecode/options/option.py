@@ -1,6 +1,6 @@
 """What an option is: its declaration (`Option`, made by `option` on a config field), and how a
 value given for it is checked: its type (`coerce`), its choices and its range (`check_option`).
-The options themselves are declared in config.py."""
+The options themselves are declared in table.py."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 A file is a flat mapping of option names to values. A key given twice is an error
 naming its line, and relative file names are resolved from the file's own directory,
 so that a config works from any working directory. What the values mean is
-config.py's; how a file's `jobs:` list runs is jobs.py's.
+config.py's; how a file's `jobs:` list becomes jobs is plan.py's.
 """
 
 from __future__ import annotations
@@ -13,10 +13,13 @@ import os
 import yaml
 
 from .bounded import TooLarge, check_size, shown
-from .config import KEY_SECTION, PLAN_KEYS, Config, ConfigError, flat_values, option_names, unknown_key_message
+from .config import Config, flat_values
+from .layers import option_names, unknown_key_message
+from .option import ConfigError
+from .table import KEY_SECTION, PLAN_KEYS
 
 # Options naming files: in a config file, a relative path is relative to that file's directory.
-PATH_KEYS = ("model", "src", "output", "output_dir", "prefix", "dump_beam")
+PATH_KEYS = ("model", "src", "output", "output_dir", "prefix", "dump_beam", "tokenizer")
 
 
 class _KeyTwice(Exception):

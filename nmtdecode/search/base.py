@@ -97,21 +97,26 @@ def facts_by_sentence(facts: RowFacts | None, sentences: int, rows: torch.Tensor
     return {name: (value if rows is None else value[rows]).reshape(sentences, -1) for name, value in picked.items()}
 
 
-def attached_per_slot(host: dict, prefix: str, slots: int) -> list[dict] | None:
-    """One sentence's share of the host copy -> for each of its `slots` candidates, what is
-    attached to it: {"alignment": int, "attention": [float] * S}, the names present only;
-    None when nothing is attached (the default: no work per sentence).
-    host[prefix + name] is that sentence's flat list (slots values, or slots * S weights)."""
+def attached_by_sentence(host: dict[str, list], prefix: str, slots: int) -> list[list[dict] | None]:
+    """The attached facts of the host copy, as lists -> for each sentence, for each of its
+    `slots` candidates, what is attached to it: {"alignment": int, "attention": [float] * S},
+    the names present only; None for every sentence when nothing is attached (the default: no
+    work per sentence). host[prefix + name][i] is sentence i's flat list (slots values, or
+    slots * S weights)."""
     names = [name for name in ATTACHED if prefix + name in host]
+    sentences = len(next(iter(host.values())))
     if not names:
-        return None
-    per_slot: list[dict] = [{} for _ in range(slots)]
-    for name in names:
-        values = host[prefix + name]
-        size = len(values) // slots
-        for j, slot in enumerate(per_slot):
-            slot[name] = values[j * size : (j + 1) * size] if name == "attention" else values[j]
-    return per_slot
+        return [None] * sentences
+    by_sentence: list[list[dict] | None] = []
+    for i in range(sentences):
+        per_slot: list[dict] = [{} for _ in range(slots)]
+        for name in names:
+            values = host[prefix + name][i]
+            size = len(values) // slots
+            for j, slot in enumerate(per_slot):
+                slot[name] = values[j * size : (j + 1) * size] if name == "attention" else values[j]
+        by_sentence.append(per_slot)
+    return by_sentence
 
 
 class RowState(Protocol):
@@ -198,11 +203,19 @@ def unreachable(n: int) -> list[Hypothesis]:
     return [Hypothesis([], NEG_INF, NEG_INF, [], False) for _ in range(n)]
 
 
+class Compacting(Protocol):
+    """State kept for the sentences in the batch alone (endings.py), compacted when some leave."""
+
+    def compact(self, keep: torch.Tensor) -> None: ...
+
+
 class SentenceRecords:
-    """Shared by the strategies: one record per input sentence (search/beam.py:Beam) and the
-    sentence index of each sentence still in the batch."""
+    """Shared by the host strategies: one record per input sentence (search/beam.py:Beam), the
+    sentence index of each sentence still in the batch, and the end of their steps as tensors
+    on the host (`ends`, endings.py), one row per sentence in the batch."""
 
     beams: list
+    ends: Compacting
     active: list[int]
     eos_id: int
     start_tokens: torch.Tensor  # (batch,) on the search's device
@@ -219,18 +232,20 @@ class SentenceRecords:
         still searching, topped up with finished ones to the next of BATCH_SIZES. The batch
         shrinks only when it falls to a smaller size of that list, so a batch meets a handful
         of row counts, not one per finished sentence: every new row count costs oneDNN a kernel
-        compilation per matrix shape (docs/speed.md) and every shrink a copy of the cache."""
+        compilation per matrix shape and every shrink a copy of the cache
+        (docs/speed.md#measurements-behind-design-choices)."""
         return survivors([self.beams[s].done for s in self.active], self.shrink)
 
     def leaving(self) -> torch.Tensor | None:
         """After this step: the positions (kept,) in the batch of the sentences that stay
         (`survivors`), `active` following them; None when the batch stays as it is. The device
-        search's records answer the same (device_records.py), so a strategy's next rows are one
+        search's records answer the same (device/records.py), so a strategy's next rows are one
         function for both."""
         still = self.survivors()
         if len(still) == len(self.active):
             return None
         self.active = [self.active[i] for i in still]
+        self.ends.compact(torch.tensor(still, dtype=torch.long))
         return torch.tensor(still, dtype=torch.long, device=self.start_tokens.device)
 
     @property
@@ -265,16 +280,15 @@ class SentenceRecords:
         return [(0, f) for f in self.beams[sentence].finished[:n_best]]
 
 
-def to_host(**tensors: torch.Tensor) -> dict[str, list[list]]:
-    """One device->host copy of several (n, m_i) tensors; returns each, by name, as nested lists.
-
-    Values travel as float64, which holds every token id and float32 score exactly; integer
-    tensors come back as ints.
-    """
+def to_host(**tensors: torch.Tensor) -> dict[str, torch.Tensor]:
+    """One device->host copy of several (n, m_i) tensors; returns each, by name, on the host:
+    floating ones as float64, which holds every float32 value exactly, the others in their dtype.
+    Tensors on the CPU (a search's are on one device) are there already, and come back as they are."""
+    if next(iter(tensors.values())).device.type == "cpu":
+        return tensors
     widths = [t.size(1) for t in tensors.values()]
     packed = torch.cat([t.double() for t in tensors.values()], dim=1).cpu()
     parts = packed.split(widths, dim=1)
     return {
-        name: (part.tolist() if t.is_floating_point() else part.long().tolist())
-        for (name, t), part in zip(tensors.items(), parts)
+        name: part if t.is_floating_point() else part.to(t.dtype) for (name, t), part in zip(tensors.items(), parts)
     }

@@ -43,7 +43,8 @@ from __future__ import annotations
 import torch
 
 from .base import NEG_INF, RowFacts, StepOutput
-from .beam import BeamSearch, Candidates, top_candidates
+from .beam import BeamSearch
+from .candidates import Candidates, top_candidates
 from .penalties import LengthPenalty
 
 
@@ -175,9 +176,9 @@ class DiverseBeamSearch(BeamSearch):
             for values in (self.alive_scores, self.alive_totals):
                 values.view(len(self.active), self.k)[index] = NEG_INF
 
-    def stop_bound(self, row: dict) -> float:
+    def stop_bound(self, host: dict[str, torch.Tensor]) -> torch.Tensor:
         """transformers' group search bounds with the best candidate of the step, EOS included."""
-        return row["top_scores"][0]
+        return host["top_scores"][:, 0]
 
     @property
     def sentences(self) -> int:

@@ -1,17 +1,19 @@
-"""Ended hypotheses in fixed-size buffers, one pool per sentence: `Beam.finished` as tensors.
+"""Each sentence's pool of finished hypotheses: its `size` best ended ones, best first, as
+(sentences, size) tensors. The one definition of the pool for the host search and the device
+search (endings.py applies it at the end of every step).
 
-The host search keeps each sentence's best finished hypotheses in a sorted Python list
-(search/beam.py, `Beam.add_finished`: `bisect.insort_right` on the score, then cut to the
-pool's size). The device search (device_beam.py) keeps the same records for every sentence of
-a batch in (sentences, size) tensors and merges a step's ended candidates in with one stable
-sort, so that the pools hold the same hypotheses in the same order:
+A step's ended candidates are merged in with one stable sort:
 
     both  = pool entries, then this step's ended candidates in rank order   (n, size + c)
     order = stable sort of `both` by score, best first; entries that are not hypotheses last
     pool  = the first `size` of `both` in that order
 
-A stable sort puts a new hypothesis after an old one of equal score, as `insort_right` does.
-Nothing here reads a value on the host.
+so a new hypothesis goes after an old one of equal score, as `bisect.insort_right` puts it.
+What the pool keeps of each hypothesis beside its score is the caller's: the device search
+keeps every fact of it (its total, step, backpointer, token, attached facts: `Ended`) and walks
+them back at the end (history.py); the host search keeps the scores alone, and each sentence's
+`Beam` (beam.py) orders its own records by its row of `order`. Nothing here reads a value on
+the host.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from .base import NEG_INF
 
 @dataclass
 class Ended:
-    """Ended hypotheses, each field (n, c); those of `attached` (n, c) or (n, c, S)."""
+    """Ended hypotheses as the device search keeps them, each field (n, c); those of `attached`
+    (n, c) or (n, c, S)."""
 
     score: torch.Tensor  # float64: the ranking score (length-penalised total, less the coverage penalty)
     total: torch.Tensor  # float32: the sum of the token log-probabilities
@@ -51,80 +54,70 @@ class Ended:
 
 class FinishedPool:
     """The `size` best ended hypotheses of each sentence in the batch, best first, on `device`:
-    `entries` (n, size) for the n sentences still in the batch, and `stored` (sentences, size) by
-    the batch's first numbering, where a sentence's pool goes when it leaves the batch."""
+    `entries` (n, size[, ...]) by name for the n sentences still in the batch: "score"
+    (float64), "valid" (bool: a hypothesis; the hypotheses come first) and whatever else the
+    caller keeps (`kept`: name -> dtype, zeros until filled; or added by the first `add`)."""
 
-    def __init__(self, sentences: int, size: int, device: torch.device | str) -> None:
+    def __init__(
+        self, sentences: int, size: int, device: torch.device | str, kept: dict[str, torch.dtype] | None = None
+    ) -> None:
         def zeros(dtype: torch.dtype) -> torch.Tensor:
             return torch.zeros((sentences, size), dtype=dtype, device=device)
 
-        self.size = size
-        self.entries = Ended(
-            score=zeros(torch.float64).fill_(NEG_INF),
-            total=zeros(torch.float32),
-            step=zeros(torch.long),
-            prev=zeros(torch.long),
-            token=zeros(torch.long),
-            valid=zeros(torch.bool),
-        )
-        self.stored = Ended.of({name: value.clone() for name, value in self.entries.values().items()})
+        self.sentences, self.size = sentences, size
+        self.entries = {"score": zeros(torch.float64).fill_(NEG_INF), "valid": zeros(torch.bool)}
+        self.entries.update({name: zeros(dtype) for name, dtype in (kept or {}).items()})
+        self.stored: dict[str, torch.Tensor] = {}  # by the batch's first numbering (`store`)
 
-    def add(self, new: Ended) -> None:
-        """Merge each sentence's candidates `new` (n, c) into its pool; those not `valid` are not
-        hypotheses and change nothing."""
-        pool = self.entries.values()
-        both = {
-            name: torch.cat([pool[name], value], dim=1)
-            if name in pool
-            else torch.cat(
-                [value.new_zeros((value.size(0), self.size, *value.shape[2:])), value], dim=1
-            )  # first attached
-            for name, value in new.values().items()
-        }
+    def add(self, score: torch.Tensor, valid: torch.Tensor, **kept: torch.Tensor) -> torch.Tensor:
+        """Merge each sentence's candidates (n, c) into its pool: their `score` (float64), whether
+        each is a hypothesis (`valid`: those that are not change nothing), and what the pool
+        keeps of them (n, c[, ...]), every call the same names. Returns `order` (n, size): each
+        entry of the new pool as a position in [the pool before, then the candidates]."""
+        both = {}
+        for name, value in dict(score=score, valid=valid, **kept).items():
+            old = self.entries.get(name)
+            if old is None:  # the first step's attached facts
+                old = value.new_zeros((value.size(0), self.size, *value.shape[2:]))
+            both[name] = torch.cat([old, value], dim=1)
         order = ranked(both["score"], both["valid"])[:, : self.size]
-        self.entries = Ended.of({name: value.gather(1, spread(order, value)) for name, value in both.items()})
+        self.entries = {name: value.gather(1, spread(order, value)) for name, value in both.items()}
+        return order
 
-    def first(self, new: Ended) -> None:
-        """For pools of one hypothesis that each sentence ends once (greedy search): the `valid`
-        ones of `new` (n, 1) become their sentence's pool, without a merge."""
-        pool = self.entries.values()
-        self.entries = Ended.of(
-            {
-                name: torch.where(
-                    new.valid.view(-1, 1, *[1] * (value.dim() - 2)),
-                    value,
-                    pool[name] if name in pool else torch.zeros_like(value),
-                )
-                for name, value in new.values().items()
-            }
-        )
+    def first(self, score: torch.Tensor, valid: torch.Tensor, **kept: torch.Tensor) -> None:
+        """`add` for pools of one that each sentence fills once (greedy search): the `valid`
+        candidates (n, 1) become their sentence's pool, the others leave it as it is."""
+        for name, value in dict(score=score, valid=valid, **kept).items():
+            old = self.entries.get(name)
+            chosen = valid.view(-1, 1, *[1] * (value.dim() - 2))
+            self.entries[name] = torch.where(chosen, value, torch.zeros_like(value) if old is None else old)
 
-    def count(self) -> torch.Tensor:
-        """(n,) how many hypotheses each pool holds."""
-        return self.entries.valid.sum(dim=1)
+    def holds(self, m: int) -> torch.Tensor:
+        """(n,) bool: each pool holds m hypotheses or more (they come first: its m-th entry is one)."""
+        return self.entries["valid"][:, m - 1]
 
     def worst(self) -> torch.Tensor:
         """(n,) float64 the score of the last entry of each pool (a hypothesis when full)."""
-        return self.entries.score[:, -1]
+        return self.entries["score"][:, -1]
 
-    def keep(self, rows: torch.Tensor, keep: torch.Tensor) -> None:
-        """The batch's sentences, `rows` by their first numbering, are about to become those at
-        positions `keep`: every pool is stored, the kept ones stay."""
-        self.store(rows)
-        self.entries = Ended.of({name: value[keep] for name, value in self.entries.values().items()})
+    def keep(self, keep: torch.Tensor) -> None:
+        """Only the sentences at positions `keep` stay in the batch."""
+        self.entries = {name: value[keep] for name, value in self.entries.items()}
 
     def store(self, rows: torch.Tensor) -> Ended:
-        """Every pool of the batch, `rows` by their first numbering, into `stored`; returns it."""
-        stored = self.stored.values()
-        for name, value in self.entries.values().items():
-            if name not in stored:
-                stored[name] = self.stored.attached[name] = value.new_zeros((stored["valid"].size(0), *value.shape[1:]))
-            stored[name].index_copy_(0, rows, value)
-        return self.stored
+        """Every pool of the batch, `rows` by their first numbering, into `stored`, kept when
+        they leave the batch (the device search's); returns all of them."""
+        for name, value in self.entries.items():
+            if name not in self.stored:
+                self.stored[name] = value.new_zeros((self.sentences, *value.shape[1:]))
+            self.stored[name].index_copy_(0, rows, value)
+        return Ended.of(self.stored)
 
 
 def spread(index: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
     """index (n, m) expanded over the trailing axes of value (n, c, ...), for a gather on axis 1."""
+    if value.dim() == 2:
+        return index
     return index.view(*index.shape, *[1] * (value.dim() - 2)).expand(*index.shape, *value.shape[2:])
 
 

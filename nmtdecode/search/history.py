@@ -1,22 +1,39 @@
-"""The backpointers of a whole batch in fixed-size buffers, and `get_hyp` as a gather over them.
+"""Backtracking: a hypothesis' tokens and attached facts read along its backpointers.
 
 OpenNMT's `Beam` keeps, per sentence, the token of every step and slot (`next_ys`) and the
-slot of the previous step it extends (`prev_ks`), and `get_hyp` walks those backwards
-(search/beam.py). The device search (device_beam.py) writes the same records for every
-sentence at once into (steps, sentences, slots) tensors, one write per step, at the step
-number it holds on the device; `paths` walks them back for every finished hypothesis of the
-batch at once: one gather per step, once per batch.
+slot of the previous step it extends (`prev_ks`); `get_hyp` follows them back. `walk_back` is
+that walk, once, for both searches: the host's `Beam.get_hyp` (beam.py) follows its lists for
+one hypothesis, and the device search (device/records.py) follows `StepHistory`, the same
+records for every sentence of a batch in (steps, sentences, slots) tensors, for every
+finished hypothesis of the batch at once: one gather per step, once per batch.
 
-Rows are the batch's sentences as it started (sentence i is row i however the batch
-shrinks), so nothing is copied when finished sentences leave the batch.
+A `StepHistory` is written once per step, at the step number it holds on the device. Its rows
+are the batch's sentences as it started (sentence i is row i however the batch shrinks), so
+nothing is copied when finished sentences leave the batch.
 """
 
 from __future__ import annotations
+
+from typing import Callable, TypeVar
 
 import torch
 
 from .base import Hypothesis, path_hypothesis, unreachable
 from .finished import Ended
+
+
+Slot = TypeVar("Slot", int, torch.Tensor)
+
+
+def walk_back(step: int, slot: Slot, prev_of: Callable[[int, Slot], Slot]) -> list[Slot]:
+    """The slot a hypothesis held at each step 0..`step`, given the one it holds at `step`:
+    `prev_of(t, slot)` is the slot of step t - 1 that `slot` extends at step t (prev_ks[t][slot])."""
+    slots = [slot]
+    for t in range(step, 0, -1):
+        slot = prev_of(t, slot)
+        slots.append(slot)
+    slots.reverse()
+    return slots
 
 
 class StepHistory:
@@ -54,11 +71,11 @@ class StepHistory:
         {"tokens", "totals", and each attached name} as (sentences, P, length[, S]), position t
         the token chosen at step t (up to the hypothesis' own step, which holds its last token;
         later positions are meaningless)."""
-        slot = ended.prev  # the slot held at step t - 1, walking back from each hypothesis' step
-        slots = torch.empty((length, *slot.shape), dtype=torch.long, device=slot.device)
-        for t in range(length - 1, -1, -1):
-            slots[t] = slot
-            slot = torch.where(t < ended.step, self.prev[t].gather(1, slot), slot)
+
+        def prev_of(t: int, slot: torch.Tensor) -> torch.Tensor:  # up to its own step, a hypothesis stays at `prev`
+            return torch.where(t < ended.step, self.prev[t].gather(1, slot), slot)
+
+        slots = torch.stack(walk_back(length - 1, ended.prev, prev_of))  # (length, sentences, P)
         own = {"tokens": ended.token, "totals": ended.total, **ended.attached}
         buffers = {"tokens": self.tokens, "totals": self.totals, **self.attached}
         return {name: along(buffers[name][:length], slots, ended.step, own[name]) for name in own}

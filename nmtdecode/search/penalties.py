@@ -7,9 +7,9 @@ Length penalties.
 decoder start token is not counted), the convention of Hugging Face's
 `BeamHypotheses`; a hypothesis cut at the step limit counts its tokens only.
 Each penalty divides the total by a number that depends on the length alone:
-each function is (length, alpha) -> that divisor, chosen by name. The device
-search (device_beam.py) reads the same divisors from a table, so that both
-searches compute every score with the same division.
+each function is (length, alpha) -> that divisor, chosen by name. Both searches
+read the divisors from one table (`divisors`, endings.py), so that they compute
+every score with the same division.
 """
 
 from __future__ import annotations
@@ -62,15 +62,6 @@ class LengthPenalty:
         return torch.tensor(
             [1.0] + [self.divisor(length) for length in range(1, longest + 1)], dtype=torch.float64, device=device
         )
-
-    def best_possible(self, total: float, length: int, max_length: int) -> float:
-        """Highest score a hypothesis at `total` after `length` tokens can still reach.
-
-        Log-probabilities only lower `total`, so the bound is the penalty of
-        `total` itself at the most favourable length: every penalty here is
-        monotone in the length, so one of the two ends of [length, max_length].
-        """
-        return max(self(total, length), self(total, max_length))
 
 
 # Coverage penalties. `coverage` (N, S) is, per hypothesis, the sum over its decoding steps (the

@@ -10,7 +10,7 @@ every other token -inf, so reported scores are those of the processed
 distribution (as in Hugging Face's beam search).
 
 The option values reaching the processors were checked where options are
-declared (config.py), so the processors do not check them again.
+declared (options/table.py, options/rules.py), so the processors do not check them again.
 """
 
 from __future__ import annotations

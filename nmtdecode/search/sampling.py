@@ -32,8 +32,9 @@ from typing import Protocol
 
 import torch
 
-from .base import NEG_INF, RowFacts, SentenceRecords, StepOutput, attached_per_slot, facts_by_sentence, to_host
-from .beam import Beam
+from .base import NEG_INF, RowFacts, SentenceRecords, StepOutput, attached_by_sentence, facts_by_sentence, to_host
+from .beam import HOST, Beam
+from .endings import Endings
 from .penalties import LengthPenalty
 
 MASK32 = 0xFFFFFFFF
@@ -107,8 +108,8 @@ class Filters:
         renormalised over what top-k kept (ties at its boundary included).
 
         Only the most probable tokens up to the mass P matter. Sorting the whole vocabulary is
-        slow on CPU (docs/speed.md), so there each row looks at its best 64
-        tokens first, and the rows whose look has not reached P at 4 times more, and so on
+        slow on CPU (docs/speed.md#measurements-behind-design-choices), so there each row looks at its
+        best 64 tokens first, and the rows whose look has not reached P at 4 times more, and so on
         (translation distributions are peaked: most rows stop at once); elsewhere one sort."""
         total = scores.masked_fill(scores < top_k_threshold, NEG_INF).logsumexp(dim=1, keepdim=True)
         if best is not None or scores.device.type != "cpu":
@@ -155,7 +156,7 @@ def draw(cdf: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 class Draws:
     """The draws of N samples per sentence, as the module docstring defines them: each row's
     random stream, whether its sample is still going and its total. Shared by the host search
-    (`SamplingSearch`) and the device one (device_sampling.py)."""
+    (`SamplingSearch`) and the device one (device/sampling.py)."""
 
     def __init__(
         self, *, samples: int, filters: Filters, seed: int, line_ids: list[int], eos_id: int, device: torch.device | str
@@ -198,6 +199,7 @@ class SamplingSearch(SentenceRecords):
     one `Beam` of N slots: slot j is sample j, finished samples in its pool, sorted by score."""
 
     kind = "sampling"
+    ends: Endings
 
     def __init__(
         self,
@@ -216,35 +218,41 @@ class SamplingSearch(SentenceRecords):
         self.n = samples
         self.eos_id = eos_id
         self.draws = Draws(samples=samples, filters=filters, seed=seed, line_ids=line_ids, eos_id=eos_id, device=device)
-        self.beams = [Beam(samples, m, penalty) for m in max_steps]
+        self.beams = [Beam(samples, m) for m in max_steps]
+        self.ends = Endings(sentences=batch_size, size=samples, max_steps=max_steps, penalty=penalty, device=HOST)
         self.active = list(range(batch_size))
         self.start_tokens = torch.full((batch_size,), start_id, dtype=torch.long, device=device)
-        self.ended = [[False] * samples for _ in range(batch_size)]  # per sentence and sample, on the host
 
     def advance(self, logprobs: torch.Tensor, step: int, facts: RowFacts | None = None) -> StepOutput:
         """logprobs (n, V) at step 0, (n*N, V) after: one token per sample. facts: what to record
         with each row's token (coverage penalty, alignment, attention), per row of logprobs."""
         n = len(self.active)
+        going = self.draws.alive.view(n, self.n)  # the samples not ended before this step's draw
         tokens, totals, origin = self.draws(logprobs, step)
         host = to_host(
-            tokens=tokens.view(n, self.n), totals=totals.view(n, self.n), **facts_by_sentence(facts, n, origin)
+            tokens=tokens.view(n, self.n),
+            totals=totals.view(n, self.n),
+            going=going,
+            alive=self.draws.alive.view(n, self.n),
+            **facts_by_sentence(facts, n, origin),
         )
-        for i, sentence in enumerate(self.active):
-            self._record(sentence, step, {name: rows[i] for name, rows in host.items()})
+        last = self.ends.at_limit(step + 1)
+        ends = host["going"] & ((host["tokens"] == self.eos_id) | last[:, None])
+        merged = self.ends.end(step + 1, host["totals"], ends, host.get("penalty"))
+        self.ends.done |= last | ~host["alive"].any(dim=1)
+        rows = {name: host[name].tolist() for name in host if name not in ("going", "alive", "penalty")}
+        prev = [0] * self.n if step == 0 else list(range(self.n))  # sample j continues slot j (the start row at 0)
+        ended = zip(merged.valid.tolist(), merged.score.tolist(), merged.order.tolist())
+        along = attached_by_sentence(rows, "", self.n)
+        for sentence, sampled, running, attached, (valid, score, order), done in zip(
+            self.active, rows["tokens"], rows["totals"], along, ended, self.ends.done.tolist()
+        ):
+            beam = self.beams[sentence]
+            if True in valid:
+                beam.finish(step, valid, score, running, prev, sampled, attached, order)
+            beam.extend(sampled, prev, running, attached)
+            beam.done = done
         return next_sample_rows(self, tokens, origin)
-
-    def _record(self, sentence: int, step: int, row: dict) -> None:
-        """One sentence's N samples at this step (its share of the host copy) -> its Beam."""
-        beam, ended = self.beams[sentence], self.ended[sentence]
-        last = beam.is_last_step(step)
-        attached = attached_per_slot(row, "", self.n)
-        for j, (token, total) in enumerate(zip(row["tokens"], row["totals"])):
-            if not ended[j] and (token == self.eos_id or last):
-                penalty = row["penalty"][j] if "penalty" in row else 0.0
-                beam.add_finished(step, 0 if step == 0 else j, token, total, penalty, attached[j] if attached else None)
-                ended[j] = True
-        beam.extend(row["tokens"], [0] * self.n if step == 0 else list(range(self.n)), row["totals"], attached)
-        beam.done = all(ended)
 
 
 class SampleRows(Protocol):

@@ -111,7 +111,7 @@ def probe(model, sp, texts=PROBES) -> str:
     was_training = model.training
     model.eval()
     translator = BatchDecoder(model, DecodingConfig(beam_size=1, max_length=32), ModelRules(banned_ids=(PAD, BOS)))
-    hyps = translator.translate_batch([sp.encode(t) + [EOS] for t in texts])
+    hyps = translator.decode([sp.encode(t) + [EOS] for t in texts]).nbests
     model.train(was_training)
     return "; ".join(f"{t} -> {sp.decode(h[0].tokens)}" for t, h in zip(texts, hyps))
 

@@ -61,15 +61,11 @@ def test_results_are_the_apis_under_ctranslate2s_defaults(translator, sources, s
 
 def test_unsupported_arguments_are_named_in_one_error_unless_at_their_defaults(translator, sources):
     with pytest.raises(UnsupportedArgument) as refused:
-        translator.translate_batch(sources, patience=2, return_alternatives=True, prefix_bias_beta=0.5)
-    assert all(
-        name in str(refused.value) for name in ("patience=2", "return_alternatives=True", "prefix_bias_beta=0.5")
-    )
-    assert translator.translate_batch(sources[:1], patience=1, return_alternatives=False, end_token="</s>")
+        translator.translate_batch(sources, patience=2, use_vmap=True, prefix_bias_beta=0.5, return_alternatives=True)
+    assert all(name in str(refused.value) for name in ("patience=2", "use_vmap=True", "prefix_bias_beta=0.5"))
+    assert translator.translate_batch(sources[:1], patience=1, use_vmap=False, end_token="</s>")
     with pytest.raises(UnsupportedArgument, match="suppress_sequences"):
         translator.translate_batch(sources, suppress_sequences=[["\u2581Guten", "\u2581Morgen"]])
-    with pytest.raises(UnsupportedArgument, match="sampling_topk=10 with beam_size=4"):
-        translator.translate_batch(sources, sampling_topk=10, beam_size=4)
     with pytest.raises(TypeError, match="unexpected keyword argument 'num_beams'"):
         translator.translate_batch(sources, num_beams=4)
     with pytest.raises(UnsupportedArgument, match="flash_attention=True"):
@@ -78,12 +74,16 @@ def test_unsupported_arguments_are_named_in_one_error_unless_at_their_defaults(t
         ctranslate2.Translator(str(DEMO), compute_type="int8_float16")
 
 
-def test_a_converted_model_is_refused_naming_the_original(tmp_path):
+def test_a_damaged_converted_model_is_refused_in_one_line(tmp_path):
+    """A CTranslate2 folder is read (test_ctranslate2_folders.py); an empty model.bin says so."""
+    from nmtdecode.models.checkpoint import ModelError
+
     (tmp_path / "model.bin").write_bytes(b"")
     (tmp_path / "config.json").write_text("{}")
     (tmp_path / "shared_vocabulary.json").write_text("[]")
-    with pytest.raises(ValueError, match="CTranslate2 model.*the checkpoint it was converted from"):
+    with pytest.raises(ModelError, match="model.bin is incomplete: it ends inside the binary version"):
         ctranslate2.Translator(str(tmp_path))
+    assert ctranslate2.contains_model(str(tmp_path))
 
 
 def test_suppressed_tokens_and_the_eos_a_converted_model_needs(translator, sources):

@@ -66,9 +66,9 @@ def test_what_an_earlier_batch_left_in_the_scratch_is_never_read(config):
     decoder = BatchDecoder(model, DecodingConfig(max_length=40, **config))
     sources = random_sources(11, 16, seed=3, max_len=12)
     with torch.inference_mode():
-        first = decoder.translate_batch(sources)
+        first = decoder.decode(sources).nbests
         poison_free_scratches()
-        again = decoder.translate_batch(sources)
+        again = decoder.decode(sources).nbests
     assert [[h.tokens for h in n] for n in again] == [[h.tokens for h in n] for n in first]
     assert [[h.score for h in n] for n in again] == [[h.score for h in n] for n in first]
     assert [[h.alignment for h in n] for n in again] == [[h.alignment for h in n] for n in first]
@@ -85,14 +85,14 @@ def test_a_copy_too_large_to_keep_gets_memory_of_its_own(monkeypatch):
     decoder = BatchDecoder(model, DecodingConfig(max_length=40, beam_size=4, n_best=4))
     sources = random_sources(11, 16, seed=3, max_len=12)
     with torch.inference_mode():
-        kept = decoder.translate_batch(sources)
+        kept = decoder.decode(sources).nbests
     given_back = []
     monkeypatch.setattr(Scratch, "KEPT_BYTES", 0)
     monkeypatch.setattr(memory, "give_back_freed", lambda: given_back.append(1))
     scratch = Scratch()
     assert scratch.next("self", torch.zeros(1), (2, 3)).shape == (2, 3) and not scratch.pairs
     with torch.inference_mode():
-        own = decoder.translate_batch(sources)
+        own = decoder.decode(sources).nbests
     assert [[(h.tokens, h.score) for h in n] for n in own] == [[(h.tokens, h.score) for h in n] for n in kept]
     assert len(given_back) >= 3  # the widening, the growth past 16 positions, the finished sentences leaving
 

@@ -25,7 +25,7 @@ TABLE_B = {(): {A: 0.05, B: 0.35, C: 0.6}}
 
 def greedy(model, sources=([0, EOS],), **options):
     cfg = DecodingConfig(beam_size=1, max_length=4, **options)
-    return [hyps[0] for hyps in BatchDecoder(model, cfg, BAN_SPECIALS).translate_batch([list(s) for s in sources])]
+    return [hyps[0] for hyps in BatchDecoder(model, cfg, BAN_SPECIALS).decode([list(s) for s in sources]).nbests]
 
 
 def tables(rule, weights=None):
@@ -83,8 +83,8 @@ def test_an_ensemble_of_one_model_is_the_model(rule):
     model = tiny_transformer(3, vocab=12, eos_bias=1.5)
     sources = random_sources(5, 12, seed=2)
     cfg = Config.from_values({"beam_size": 4, "n_best": 4, "max_length": 12}).decoding
-    ours = BatchDecoder(Ensemble([model], rule, None), cfg, BAN_SPECIALS).translate_batch(sources)
-    plain = BatchDecoder(model, cfg, BAN_SPECIALS).translate_batch(sources)
+    ours = BatchDecoder(Ensemble([model], rule, None), cfg, BAN_SPECIALS).decode(sources).nbests
+    plain = BatchDecoder(model, cfg, BAN_SPECIALS).decode(sources).nbests
     assert [[h.tokens for h in n] for n in ours] == [[h.tokens for h in n] for n in plain]
     assert [h.score for n in ours for h in n] == pytest.approx([h.score for n in plain for h in n], abs=1e-5)
 
@@ -104,9 +104,9 @@ def test_two_copies_of_a_model_decode_as_the_model(options):
     model = tiny_transformer(4, vocab=12, eos_bias=1.5)
     sources = random_sources(4, 12, seed=3)
     cfg = Config.from_values({"beam_size": 3, "n_best": 2, "max_length": 10, **options}).decoding
-    plain = BatchDecoder(model, cfg, BAN_SPECIALS).translate_batch(sources)
+    plain = BatchDecoder(model, cfg, BAN_SPECIALS).decode(sources).nbests
     for rule in ("prob", "opennmt"):
-        ours = BatchDecoder(Ensemble([model, model], rule, None), cfg, BAN_SPECIALS).translate_batch(sources)
+        ours = BatchDecoder(Ensemble([model, model], rule, None), cfg, BAN_SPECIALS).decode(sources).nbests
         assert [[(h.tokens, h.alignment) for h in n] for n in ours] == [
             [(h.tokens, h.alignment) for h in n] for n in plain
         ]

@@ -9,7 +9,7 @@ from nmtdecode.options.config import DecodingConfig
 from nmtdecode.engine.decoding import BatchDecoder
 from nmtdecode.models.fixed_step import FixedShapeSteps, bucket
 
-from tests.helpers import placed, random_sources, tiny_transformer
+from tests.helpers import T5_LIKE, placed, random_sources, tiny_transformer
 
 STRATEGIES = {
     "greedy": dict(beam_size=1),
@@ -25,7 +25,7 @@ STRATEGIES = {
 
 
 def decode(model, cfg, sources, prefixes=None, fixed_steps=None):
-    return BatchDecoder(model, cfg, steps=fixed_steps).translate_batch(sources, prefixes=prefixes)
+    return BatchDecoder(model, cfg, steps=fixed_steps).decode(sources, prefixes=prefixes).nbests
 
 
 def assert_same(eager, fixed):
@@ -88,6 +88,7 @@ def test_buffers_serve_smaller_batches_and_grow_for_larger_ones():
             alignment_layer=0,
             alignment_heads=0,
         ),  # M2M100-like, another alignment layer
+        T5_LIKE,
     ],
 )
 def test_fixed_shape_step_follows_each_model_family(family):

@@ -76,8 +76,8 @@ def test_onednn_model_decodes_like_the_plain_model():
         torch.testing.assert_close(packed(src, mask, tgt), plain(src, mask, tgt), rtol=1e-5, atol=1e-5)
     sources = random_sources(12, 24, seed=3)
     cfg = DecodingConfig(beam_size=4, n_best=4, max_length=20)
-    expected = BatchDecoder(plain, cfg).translate_batch(sources)
-    got = BatchDecoder(packed, cfg).translate_batch(sources)
+    expected = BatchDecoder(plain, cfg).decode(sources).nbests
+    got = BatchDecoder(packed, cfg).decode(sources).nbests
     assert [[h.tokens for h in n] for n in got] == [[h.tokens for h in n] for n in expected]
 
 

@@ -89,10 +89,9 @@ def test_inspect_of_a_native_model_matches_the_load(model_dir, monkeypatch, whic
     assert_inspect_matches_the_loaded_model(str(DEMO) if which == "demo" else model_dir, monkeypatch)
 
 
-@pytest.mark.subprocess
-def test_inspect_of_the_demo_never_imports_torch(tmp_path):
-    """The whole command in a fresh interpreter: nothing on the way (the package, the CLI, the
-    format, the tokenizer) imports torch."""
+def inspect_without_torch(path) -> str:
+    """`nmtdecode inspect PATH` in a fresh interpreter, which checks that nothing on the way (the
+    package, the CLI, the format, the tokenizer) imported torch: what it printed."""
     script = (
         "import sys\nfrom nmtdecode import cli\n"
         "cli.exit_now = sys.exit  # main ends the process at once: here it raises, so the check runs\n"
@@ -100,9 +99,15 @@ def test_inspect_of_the_demo_never_imports_torch(tmp_path):
         "except SystemExit as e:\n    assert not e.code, e.code\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\nprint('checked')\n"
     )
-    run = subprocess.run([sys.executable, "-c", script, str(DEMO)], capture_output=True, text=True, cwd=REPO)
+    run = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, cwd=REPO)
     assert run.returncode == 0, run.stderr
-    assert "format:        native" in run.stdout and run.stdout.endswith("checked\n")
+    assert run.stdout.endswith("checked\n")
+    return run.stdout
+
+
+@pytest.mark.subprocess
+def test_inspect_of_the_demo_never_imports_torch():
+    assert "format:        native" in inspect_without_torch(DEMO)
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16])

@@ -10,7 +10,7 @@ from nmtdecode.options.config import ConfigError
 from nmtdecode.models import loading
 from nmtdecode.models.checkpoint import ModelError
 from nmtdecode.models.detect import model_format
-from nmtdecode.models.formats import eole, huggingface, marian, native, opennmt
+from nmtdecode.models.formats import ct2, eole, huggingface, marian, native, opennmt
 
 from tests.helpers import build_native_model
 
@@ -25,6 +25,7 @@ def test_a_load_names_every_file_it_read(model_dir):
 def test_each_format_is_loaded_by_its_name():
     assert loading.FORMATS == {
         "native": native,
+        "ctranslate2": ct2,
         "eole": eole,
         "huggingface": huggingface,
         "marian": marian,
@@ -40,9 +41,9 @@ def test_load_model_dispatches_on_the_file_each_format_detects(tmp_path):
     assert loading.load_model(str(model_dir)).format == "native"  # config.yaml wins over config.json
     hf_dir = tmp_path / "hf"
     hf_dir.mkdir()
-    (hf_dir / "config.json").write_text(json.dumps({"model_type": "t5", "d_model": 8}))
+    (hf_dir / "config.json").write_text(json.dumps({"model_type": "umt5", "d_model": 8}))
     assert model_format(str(hf_dir)) == "huggingface"
-    with pytest.raises(ModelError, match="model_type 't5' is not supported"):  # only the HF format says this
+    with pytest.raises(ModelError, match="model_type 'umt5' is not supported"):  # only the HF format says this
         loading.load_model(str(hf_dir))
 
 
@@ -57,22 +58,26 @@ def test_load_model_error_texts(tmp_path):
             loading.load_model(str(path))
         assert str(error.value) == (
             f"model: {path} is not a model directory (no config.yaml for the native format, "
-            "no config.json for Hugging Face, no decoder.yml for Marian) nor an OpenNMT-py "
-            ".pt checkpoint or a Marian .npz"
+            "no config.json for Hugging Face, no decoder.yml for Marian, no model.bin for "
+            "CTranslate2) nor an OpenNMT-py .pt checkpoint or a Marian .npz"
         )
 
 
 @pytest.mark.parametrize("vocabulary", ["shared_vocabulary.json", "source_vocabulary.txt"])
-def test_a_ctranslate2_directory_says_so_in_one_line(tmp_path, vocabulary, cli):
+def test_a_ctranslate2_folder_is_recognised_and_a_damaged_one_says_so_in_one_line(tmp_path, vocabulary, cli):
     """What CTranslate2's converters write (ctranslate2/specs/model_spec.py: model.bin, config.json
-    without model_type, {shared,source,target}_vocabulary.json; .txt before 3.0)."""
+    without model_type, {shared,source,target}_vocabulary.json; .txt before 3.0) is read as such,
+    before its config.json could pass for a Hugging Face one; a Marian directory's model.bin is not."""
     (tmp_path / "model.bin").write_bytes(b"\x00" * 16)
     (tmp_path / "config.json").write_text(json.dumps({"add_source_bos": False, "unk_token": "<unk>"}))
     (tmp_path / vocabulary).write_text('["<unk>", "<s>", "</s>"]')
-    with pytest.raises(ConfigError, match="is a CTranslate2 model .* reads the checkpoint it was converted from"):
-        model_format(str(tmp_path))
+    assert model_format(str(tmp_path)) == "ctranslate2"
     run = cli("translate", "--model", tmp_path, stdin="a\n", text=True)
-    assert run.returncode == 2 and run.stderr.count("\n") == 1 and "CTranslate2" in run.stderr
+    assert run.returncode == 1 and run.stderr.count("\n") == 1
+    assert "model.bin: binary version 0 is not one CTranslate2 has written" in run.stderr
+    (tmp_path / "config.json").unlink()
+    (tmp_path / "decoder.yml").write_text("models: [model.bin]\n")
+    assert model_format(str(tmp_path)) == "marian"
 
 
 def test_a_hub_id_that_is_not_here_says_how_to_get_it(tmp_path):

@@ -41,6 +41,6 @@ def test_a_cpu_step_runs_the_two_products():
     model = tiny_transformer(1, vocab=20, eos_bias=1.0)
     decoder = BatchDecoder(model, DecodingConfig(beam_size=3, max_length=4), steps=FixedShapeSteps(model, False))
     with torch.profiler.profile() as prof:
-        decoder.translate_batch(random_sources(3, 20, seed=2))
+        decoder.decode(random_sources(3, 20, seed=2))
     names = {event.key for event in prof.key_averages()}
     assert "aten::softmax" in names and "aten::scaled_dot_product_attention" not in names

@@ -11,7 +11,7 @@ from nmtdecode.engine.decoding import BatchDecoder
 from nmtdecode.models.steps import EagerSteps
 from nmtdecode.models.traced_step import TracedSteps
 
-from tests.helpers import placed, random_sources, tiny_transformer
+from tests.helpers import T5_LIKE, placed, random_sources, tiny_transformer
 from tests.models.test_fixed_step import STRATEGIES
 
 pytestmark = pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")  # sizes read as the trace means to
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")  # si
 
 def decode(model, cfg, sources, prefixes=None, traced_steps=None):
     with torch.inference_mode():
-        return BatchDecoder(model, cfg, steps=traced_steps).translate_batch(sources, prefixes=prefixes)
+        return BatchDecoder(model, cfg, steps=traced_steps).decode(sources, prefixes=prefixes).nbests
 
 
 def assert_identical(eager, traced):
@@ -96,6 +96,7 @@ def test_a_plain_output_projection_is_traced_once_for_each_form_of_its_product(m
             embed_scale=32**0.5,
             activation="silu",
         ),  # M2M100-like
+        T5_LIKE,
     ],
 )
 @pytest.mark.parametrize("backend", ["onednn", "torch"])

@@ -51,10 +51,10 @@ def test_the_decoder_only_meets_those_sizes_and_the_outputs_do_not_change(beam_s
         return step(tokens, cache)
 
     model.decode_step = counting
-    shrinking = BatchDecoder(model, cfg).translate_batch(sources)
+    shrinking = BatchDecoder(model, cfg).decode(sources).nbests
     sizes = {n // beam_size for n in rows[1:]} | {rows[0]}  # step 0: one row per sentence
     assert sizes <= set(BATCH_SIZES) | {20}
     assert len(sizes) > 2  # it did shrink
     model.decode_step = step
-    kept = BatchDecoder(model, cfg, shrink=False).translate_batch(sources)
+    kept = BatchDecoder(model, cfg, shrink=False).decode(sources).nbests
     assert [[(h.tokens, h.score) for h in n] for n in shrinking] == [[(h.tokens, h.score) for h in n] for n in kept]

@@ -3,11 +3,12 @@
 import math
 
 import pytest
+import torch
 
 from nmtdecode.options.config import DecodingConfig
 from nmtdecode.engine.decoding import BatchDecoder
 from nmtdecode.models.checkpoint import ModelRules
-from nmtdecode.search.beam import Beam
+from nmtdecode.search.endings import BeamEndings
 from nmtdecode.search.penalties import LengthPenalty
 
 from tests.helpers import EOS, TableModel
@@ -31,7 +32,7 @@ TABLE_LENGTH = {(): {EOS: 0.45, A: 0.55}, (A,): {EOS: 0.1, A: 0.9}, (A, A): {EOS
 def run(tables, sources, beam_size=2, n_best=2, **decoding):
     model = TableModel(6, tables)
     cfg = DecodingConfig(beam_size=beam_size, n_best=n_best, max_length=10, **decoding)
-    return BatchDecoder(model, cfg, BAN_SPECIALS).translate_batch(sources)
+    return BatchDecoder(model, cfg, BAN_SPECIALS).decode(sources).nbests
 
 
 @pytest.mark.parametrize("penalty", ["none", "avg"])
@@ -73,12 +74,25 @@ def test_two_sentences_in_one_batch_keep_their_own_results():
     assert [[h.tokens for h in n] for n in both] == [[h.tokens for h in n] for n in alone]
 
 
+def pool_of(mode, totals, penalty, n_best=1):
+    """One sentence of beam 2 (step limit 10) whose finished hypotheses have these (length, total)."""
+    ends = BeamEndings(
+        rule=mode, n_best=n_best, eos_id=EOS, sentences=1, size=2, max_steps=[10], penalty=penalty, device="cpu"
+    )
+    for length, total in totals:
+        ends.end(length, torch.tensor([[total]]), torch.tensor([[True]]))
+    return ends
+
+
+def stops_at_step_3(ends, best_alive):
+    """After step 3 (4 tokens), where no candidate ends and the best alive total is `best_alive`."""
+    ends.step(4, torch.tensor([[-50.0, -51.0]]), torch.tensor([[A, B]]), best=torch.tensor([best_alive]))
+    return bool(ends.done[0])
+
+
 def make_pool(mode):
     """Pool of 2 finished: totals -2.0 (2 tokens: -1.0 avg) and -4.5 (3 tokens: -1.5 avg)."""
-    beam = Beam(2, max_steps=10, penalty=LengthPenalty("avg", 1.0), early_stopping=mode)
-    beam.add_finished(step=1, prev=0, token=EOS, total=-2.0)
-    beam.add_finished(step=2, prev=0, token=EOS, total=-4.5)
-    return beam
+    return pool_of(mode, [(2, -2.0), (3, -4.5)], LengthPenalty("avg", 1.0))
 
 
 @pytest.mark.parametrize(
@@ -87,18 +101,18 @@ def make_pool(mode):
         ("true", -1.0, True),  # full pool is enough
         ("false", -5.0, False),  # -5/4 = -1.25 beats the worst, -1.5
         ("false", -7.0, True),  # -7/4 = -1.75 does not
+        ("false", -6.0, True),  # -6/4 = -1.5 only ties it
         ("never", -7.0, False),  # at the step limit -7/10 = -0.7 still could
         ("never", -16.0, True),  # -16/10 = -1.6 cannot, at any length
     ],
 )
 def test_early_stopping_modes(mode, best_alive, stops):
-    assert make_pool(mode).cannot_improve(step=3, best_alive=best_alive) is stops
+    assert stops_at_step_3(make_pool(mode), best_alive) is stops
 
 
 def test_pool_not_full_never_stops():
-    beam = Beam(2, max_steps=10, penalty=LengthPenalty("none"), early_stopping="true")
-    beam.add_finished(step=1, prev=0, token=EOS, total=-2.0)
-    assert not beam.cannot_improve(step=3, best_alive=-100.0)
+    ends = pool_of("true", [(2, -2.0)], LengthPenalty("none"))
+    assert not stops_at_step_3(ends, best_alive=-100.0)
 
 
 def test_more_than_k_eos_candidates_keep_k_alive():
@@ -114,7 +128,7 @@ def test_step_limit_returns_cut_hypotheses():
     model = TableModel(6, [table])
     for beam in (1, 2):
         cfg = DecodingConfig(beam_size=beam, n_best=1, max_length=3)
-        [[hyp]] = BatchDecoder(model, cfg, BAN_SPECIALS).translate_batch([[0, EOS]])
+        [[hyp]] = BatchDecoder(model, cfg, BAN_SPECIALS).decode([[0, EOS]]).nbests
         assert hyp.tokens == [A, A, A] and not hyp.ended
 
 
@@ -123,7 +137,7 @@ def test_min_length_prevents_early_eos(beam):
     table = {(): {EOS: 0.9, A: 0.1}, (A,): {EOS: 0.9, A: 0.1}, (A, A): {EOS: 0.9, A: 0.1}}
     model = TableModel(6, [table])
     cfg = DecodingConfig(beam_size=beam, n_best=1, max_length=10, min_length=2)
-    [[hyp]] = BatchDecoder(model, cfg, BAN_SPECIALS).translate_batch([[0, EOS]])
+    [[hyp]] = BatchDecoder(model, cfg, BAN_SPECIALS).decode([[0, EOS]]).nbests
     assert hyp.tokens == [A, A]
     assert hyp.total == pytest.approx(math.log(0.1 * 0.1 * 0.9))
 
@@ -164,11 +178,9 @@ def test_top_ignores_endings_below_the_top_candidate():
 
 @pytest.mark.parametrize("top_ended, finished, stops", [(False, 2, False), (True, 0, False), (True, 1, True)])
 def test_top_rule_needs_both_conditions(top_ended, finished, stops):
-    beam = Beam(2, max_steps=10, penalty=LengthPenalty("none"), early_stopping="top", n_best=1)
-    beam.top_ended = top_ended
-    for i in range(finished):
-        beam.add_finished(step=1, prev=i, token=EOS, total=-1.0 - i)
-    assert beam.cannot_improve(step=3, best_alive=0.0) is stops
+    ends = pool_of("top", [(2, -1.0 - i) for i in range(finished)], LengthPenalty("none"))
+    ends.top_ended[0] = top_ended
+    assert stops_at_step_3(ends, best_alive=0.0) is stops
 
 
 def test_greedy_takes_the_first_of_equal_maxima_with_its_log_prob():

@@ -81,7 +81,7 @@ def decode(table, beam, **options):
         banned_ids=piece_ids("banned_tokens", cfg.banned_tokens, PIECES.get),
         excluded_ids=piece_ids("ignore_when_blocking", cfg.ignore_when_blocking, PIECES.get),
     )
-    [[hyp]] = translator.translate_batch([[0, EOS]])
+    [[hyp]] = translator.decode([[0, EOS]]).nbests
     return hyp
 
 

@@ -31,7 +31,7 @@ LOGPROB = {A: math.log(0.6), B: math.log(0.4)}
 def decode(beam=2, tables=(TABLE,), attention=(ATTENTION,), sources=(SOURCE,), **options):
     cfg = DecodingConfig(**{"beam_size": beam, "n_best": beam, "max_length": 5, "length_penalty": "none", **options})
     model = TableModel(8, list(tables), list(attention))
-    return BatchDecoder(model, cfg, BAN_SPECIALS).translate_batch(list(sources))
+    return BatchDecoder(model, cfg, BAN_SPECIALS).decode(list(sources)).nbests
 
 
 def test_penalty_functions_by_hand():
@@ -136,10 +136,10 @@ def test_coverage_and_alignment_do_not_depend_on_the_batch(beam):
     cfg = DecodingConfig(
         beam_size=beam, n_best=beam, max_length=12, coverage_penalty="summary", beta=0.4, alignment=True
     )
-    together = BatchDecoder(model, cfg).translate_batch(sources)
+    together = BatchDecoder(model, cfg).decode(sources).nbests
     for source, hyps in zip(sources, together):
-        [alone] = BatchDecoder(model, cfg).translate_batch([source])
+        [alone] = BatchDecoder(model, cfg).decode([source]).nbests
         assert [(h.tokens, h.alignment) for h in hyps] == [(h.tokens, h.alignment) for h in alone]
         assert [h.score for h in hyps] == pytest.approx([h.score for h in alone], abs=1e-5)
-    plain = BatchDecoder(model, DecodingConfig(beam_size=beam, n_best=beam, max_length=12)).translate_batch(sources)
+    plain = BatchDecoder(model, DecodingConfig(beam_size=beam, n_best=beam, max_length=12)).decode(sources).nbests
     assert [[h.score for h in n] for n in plain] != [[h.score for h in n] for n in together]

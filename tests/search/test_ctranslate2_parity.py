@@ -49,7 +49,7 @@ def test_top_rule_agrees_with_ctranslate2(converted, beam, n_best):
     ours = [
         [h.tokens for h in n]
         for start in range(0, len(sources), 25)
-        for n in translator.translate_batch(sources[start : start + 25])
+        for n in translator.decode(sources[start : start + 25]).nbests
     ]
     banned = [[tokens[t]] for t in loaded.rules.banned_ids]
     results = ct2.translate_batch(
@@ -92,7 +92,7 @@ def test_ctranslate2_rule_gives_ctranslate2s_nbest_at_its_defaults(converted, be
         }
     )  # CTranslate2's default min_decoding_length
     translator = BatchDecoder(loaded.model, config.decoding, loaded.rules)
-    ours = [n for start in range(0, len(sources), 25) for n in translator.translate_batch(sources[start : start + 25])]
+    ours = [n for start in range(0, len(sources), 25) for n in translator.decode(sources[start : start + 25]).nbests]
     results = ct2.translate_batch(
         [[tokens[i] for i in s] for s in sources],
         beam_size=beam,

@@ -1,11 +1,13 @@
-"""The device search (search/device_beam.py, device_sampling.py) gives the host search's
+"""The device search (search/device/: beam.py, greedy.py, sampling.py) gives the host search's
 hypotheses exactly: tokens, scores, totals, per-token scores, alignment and attention, for
 every strategy it holds, every stop rule and penalty, with prefixes, n-best and min length;
-with late checks of the done flags (as on a GPU) and without dropping finished sentences. Its
-parts against oracles: the pools against `Beam.add_finished`, the backtracking against a walk
-of the backpointers, the stop rules against `Beam.cannot_improve`. And a step reads nothing
-on the host between two checks."""
+with late checks of the done flags (as on a GPU) and without dropping finished sentences. The
+rules both share, against oracles: the pools (the host's and the device's) against
+`bisect.insort_right`, the backtracking of both against `Beam.get_hyp`, the stop rules
+against their definitions on hand-made pool facts. And a step reads nothing on the host
+between two checks."""
 
+import bisect
 import random
 
 import pytest
@@ -15,8 +17,9 @@ from nmtdecode.options.config import DecodingConfig
 from nmtdecode.engine.decoding import BatchDecoder
 from nmtdecode.models.checkpoint import ModelRules
 from nmtdecode.models.fixed_step import FixedShapeSteps
-from nmtdecode.search.beam import Beam
+from nmtdecode.search.beam import Beam, Finished
 from nmtdecode.search.device.done_flags import DoneFlags
+from nmtdecode.search.device.records import KEPT
 from nmtdecode.search.finished import Ended, FinishedPool
 from nmtdecode.search.history import StepHistory
 from nmtdecode.search.penalties import LengthPenalty
@@ -41,12 +44,12 @@ def everything(results):
 
 
 def both(model, cfg, prefixes=None, rules=None, check_every=None, **options):
-    host = BatchDecoder(model, cfg, rules, **options).translate_batch(SOURCES, prefixes=prefixes)
+    host = BatchDecoder(model, cfg, rules, **options).decode(SOURCES, prefixes=prefixes).nbests
     device = BatchDecoder(model, cfg, rules, on_device=True, **options)
     assert device.on_device
     if check_every:
         device.check_every = check_every
-    return everything(host), everything(device.translate_batch(SOURCES, prefixes=prefixes))
+    return everything(host), everything(device.decode(SOURCES, prefixes=prefixes).nbests)
 
 
 @pytest.mark.parametrize("rule", ["top", "true", "false", "never", "ctranslate2"])
@@ -131,7 +134,7 @@ def test_a_step_reads_nothing_on_the_host_between_checks(model, monkeypatch, opt
     decoder = BatchDecoder(model, DecodingConfig(max_length=15, **OPTIONS[options]), on_device=True)
     decoder.check_every = 100  # never within the 15 steps
     steps = []
-    for _ in decoder.decode(decoder.make_device_search, SOURCES):
+    for _ in decoder.stepwise(SOURCES):
         steps.append(len(reads))
     assert len(steps) == 15 and steps[-1] == steps[0]  # the first step's reads are the loop's (encoding, masks)
 
@@ -150,49 +153,62 @@ def test_an_option_it_does_not_hold_runs_on_the_host_with_one_warning(model):
 # The parts, against oracles ------------------------------------------------------------------------
 
 
-def test_the_pools_hold_what_beam_add_finished_keeps():
+def test_the_host_and_device_pools_hold_what_insort_right_keeps():
     """Random steps of ended candidates, ties included (scores on a coarse grid, -inf among
     them: a hypothesis under an infinite coverage penalty), some not hypotheses; a sentence
-    leaves the batch half-way. The pools equal `Beam.finished` entry for entry."""
+    leaves the batch half-way. The device's pools (every fact kept, stored by the batch's first
+    numbering) and the host's (scores only, each Beam ordering its records by its row) both hold
+    what `bisect.insort_right` on the score, cut to the pool's size, keeps, entry for entry."""
     rng, sentences, size = random.Random(0), 3, 4
-    pool = FinishedPool(sentences, size, "cpu")
-    beams = [Beam(size, 50, LengthPenalty()) for _ in range(sentences)]
+    device = FinishedPool(sentences, size, "cpu", kept=KEPT)
+    host = FinishedPool(sentences, size, "cpu")
+    beams = [Beam(size, 50) for _ in range(sentences)]
+    expected: list[list[tuple[float, int]]] = [[] for _ in range(sentences)]  # (score, token), best first
     rows = [0, 1, 2]
     for step in range(12):
         if step == 6:  # sentence 1 leaves
-            pool.keep(torch.tensor(rows), torch.tensor([0, 2]))
+            device.store(torch.tensor(rows))
+            for pool in (device, host):
+                pool.keep(torch.tensor([0, 2]))
             rows = [0, 2]
         scores = [[rng.choice([-1.0, -1.5, -2.0, float("-inf")]) for _ in range(3)] for _ in rows]
         valid = [[rng.random() < 0.7 for _ in range(3)] for _ in rows]
-        n = len(rows)
-        pool.add(
-            Ended(
-                torch.tensor(scores, dtype=torch.float64),
-                torch.tensor(scores),
-                torch.full((n, 3), step),
-                torch.tensor([[0, 1, 2]] * n),
-                torch.tensor([[step * 10 + j for j in range(3)]] * n),
-                torch.tensor(valid),
-            )
+        tokens = [[step * 10 + j for j in range(3)] for _ in rows]
+        score, ok = torch.tensor(scores, dtype=torch.float64), torch.tensor(valid)
+        prev = torch.tensor([[0, 1, 2]] * len(rows))
+        device.add(
+            score, ok, total=score.float(), step=torch.full_like(prev, step), prev=prev, token=torch.tensor(tokens)
         )
+        order = host.add(score, ok).tolist()
         for i, row in enumerate(rows):
+            new = [Finished(scores[i][j], 0.0, step, j, tokens[i][j]) if valid[i][j] else None for j in range(3)]
+            beams[row].rank(order[i], new)
             for j in range(3):
-                if valid[i][j] and scores[i][j] > float("-inf"):
-                    beams[row].add_finished(step, j, step * 10 + j, scores[i][j])
-                elif valid[i][j]:  # a finite total under an infinite coverage penalty: kept, and it counts
-                    beams[row].add_finished(step, j, step * 10 + j, -1.0, coverage_penalty=float("inf"))
-    stored = pool.store(torch.tensor(rows))
+                if valid[i][j]:
+                    bisect.insort_right(expected[row], (scores[i][j], tokens[i][j]), key=lambda e: -e[0])
+            del expected[row][size:]
+    stored = device.store(torch.tensor(rows))
     for row, beam in enumerate(beams):
         count = int(stored.valid[row].sum())
-        assert count == len(beam.finished)
-        assert stored.token[row, :count].tolist() == [f.token for f in beam.finished]
-        assert stored.score[row, :count].tolist() == [f.score for f in beam.finished]
+        assert list(zip(stored.score[row, :count].tolist(), stored.token[row, :count].tolist())) == expected[row]
+        assert [(f.score, f.token) for f in beam.finished] == expected[row]
+    assert any(len(set(s for s, _ in pool)) < len(pool) for pool in expected)  # ties were met
+
+
+def test_a_pool_of_one_filled_once_is_the_merged_pool():
+    """`FinishedPool.first` (greedy search) keeps what `add` would: the one hypothesis."""
+    once, merged = FinishedPool(3, 1, "cpu"), FinishedPool(3, 1, "cpu")
+    for valid in ([False, True, False], [True, False, False], [False, False, True]):
+        score, ok = torch.tensor([[-1.0], [-2.0], [-3.0]], dtype=torch.float64), torch.tensor(valid)[:, None]
+        once.first(score, ok & ~once.entries["valid"])
+        merged.add(score, ok & ~merged.entries["valid"])
+    assert once.entries["score"].tolist() == merged.entries["score"].tolist() == [[-1.0], [-2.0], [-3.0]]
 
 
 def test_paths_walk_the_backpointers_as_get_hyp_does():
     rng, steps, sentences, slots = random.Random(1), 7, 2, 3
     history = StepHistory(steps, sentences, slots, "cpu")
-    beams = [Beam(slots, steps, LengthPenalty()) for _ in range(sentences)]
+    beams = [Beam(slots, steps) for _ in range(sentences)]
     for t in range(steps):
         tokens = [[rng.randrange(100) for _ in range(slots)] for _ in range(sentences)]
         prev = [[rng.randrange(slots) for _ in range(slots)] for _ in range(sentences)]
@@ -224,31 +240,43 @@ def test_paths_walk_the_backpointers_as_get_hyp_does():
             assert paths["totals"][b, j, : step + 1].tolist() == totals + [-60.0 - j]
 
 
+def stop_by_definition(rule, finished, best, top_ended, penalty, length, limit, size=2, n_best=1):
+    """Each rule as docs/search.md states it, for one sentence: `finished` its pool's scores,
+    best first; `best` the best alive total; hypotheses of `length` tokens, its step limit `limit`."""
+    if rule == "top":
+        return top_ended and len(finished) >= n_best
+    if len(finished) < size:
+        return False
+    if rule == "true":
+        return True
+    bound = penalty(best, length)
+    if rule == "never":
+        bound = max(bound, penalty(best, limit))
+    return bound <= finished[-1]
+
+
 @pytest.mark.parametrize("rule", ["top", "true", "false", "never"])
 @pytest.mark.parametrize("penalty", ["none", "avg", "wu"])
-def test_the_stop_rules_decide_as_cannot_improve(rule, penalty):
+def test_the_stop_rules_decide_by_their_definitions(rule, penalty):
     """Every combination of a full or partial pool, an alive total above or below the worst
     finished score at the current length and at the step limit, and the top candidate ended."""
     length_penalty = LengthPenalty(penalty, 0.8)
     cases = []
-    for finished in ([-4.0], [-3.0, -5.0]):
+    for totals in ([-4.0], [-3.0, -5.0]):
+        finished = [length_penalty(total, 1) for total in totals]
         for best in (-1.0, -2.4, -3.2, -6.0, -12.0, float("-inf")):
             for top_ended in (False, True):
-                beam = Beam(2, 9, length_penalty, rule, n_best=1)
-                for score in finished:
-                    beam.add_finished(0, 0, 5, score)
-                beam.top_ended = top_ended
-                cases.append((beam, best, top_ended, beam.cannot_improve(2, best)))
+                stops = stop_by_definition(rule, finished, best, top_ended, length_penalty, length=3, limit=9)
+                cases.append((finished, best, top_ended, stops))
     divisors = length_penalty.divisors(9, "cpu")
     facts = PoolFacts(
-        count=torch.tensor([len(b.finished) for b, *_ in cases]),
-        full=torch.tensor([len(b.finished) == 2 for b, *_ in cases]),
-        worst=torch.tensor([b.finished[-1].score for b, *_ in cases], dtype=torch.float64),
+        full=torch.tensor([len(finished) == 2 for finished, *_ in cases]),
+        has_n_best=torch.tensor([len(finished) >= 1 for finished, *_ in cases]),
+        worst=torch.tensor([finished[-1] for finished, *_ in cases], dtype=torch.float64),
         best=torch.tensor([best for _, best, *_ in cases], dtype=torch.float64),
         divisor_now=divisors[3].expand(len(cases)),
         divisor_limit=divisors[9].expand(len(cases)),
         top_ended=torch.tensor([t for _, _, t, _ in cases]),
-        n_best=1,
     )
     assert STOP_RULES[rule](facts).tolist() == [expected for *_, expected in cases]
     assert len(set(STOP_RULES[rule](facts).tolist())) == 2  # the cases tell the rule's two answers apart

@@ -110,7 +110,7 @@ def decode(tables, k, groups, diversity, max_steps=5, n_best=None, **options):
         **options,
     )
     sources = [[s, EOS] for s in range(len(tables))]
-    return BatchDecoder(TableModel(VOCAB, tables), cfg, ModelRules(banned_ids=BANNED)).translate_batch(sources)
+    return BatchDecoder(TableModel(VOCAB, tables), cfg, ModelRules(banned_ids=BANNED)).decode(sources).nbests
 
 
 @pytest.mark.parametrize("k, groups", [(4, 2), (6, 3), (6, 2), (3, 3)])
@@ -131,9 +131,15 @@ def test_groups_differ_from_plain_beam_search():
     """The test above can fail: on these tables diversity changes the n-best."""
     tables = [random_table(seed) for seed in range(4)]
     diverse = decode(tables, 4, 2, 0.7)
-    plain = BatchDecoder(
-        TableModel(VOCAB, tables), DecodingConfig(beam_size=4, n_best=4, max_length=5), ModelRules(banned_ids=BANNED)
-    ).translate_batch([[s, EOS] for s in range(4)])
+    plain = (
+        BatchDecoder(
+            TableModel(VOCAB, tables),
+            DecodingConfig(beam_size=4, n_best=4, max_length=5),
+            ModelRules(banned_ids=BANNED),
+        )
+        .decode([[s, EOS] for s in range(4)])
+        .nbests
+    )
     assert [[h.tokens for h in n] for n in diverse] != [[h.tokens for h in n] for n in plain]
 
 
@@ -177,8 +183,8 @@ def test_one_group_is_beam_search(seed, early_stopping):
     model = tiny_transformer(seed, vocab=20, eos_bias=1.0)
     sources = random_sources(8, 20, seed=seed)
     cfg = DecodingConfig(beam_size=4, n_best=4, max_length=12, early_stopping=early_stopping)
-    plain = BatchDecoder(model, cfg).translate_batch(sources)
-    grouped = Grouped(model, cfg).translate_batch(sources)
+    plain = BatchDecoder(model, cfg).decode(sources).nbests
+    grouped = Grouped(model, cfg).decode(sources).nbests
     assert [[h.tokens for h in n] for n in grouped] == [[h.tokens for h in n] for n in plain]
     assert [[h.score for h in n] for n in grouped] == [pytest.approx([h.score for h in n]) for n in plain]
 
@@ -190,14 +196,18 @@ def test_zero_penalty_groups_each_run_beam_search_of_k_over_g(early_stopping):
     sources = random_sources(6, 20, seed=2)
     Grouped.groups, Grouped.diversity = 2, 0.0
     try:
-        grouped = Grouped(
-            model, DecodingConfig(beam_size=4, n_best=4, max_length=12, early_stopping=early_stopping)
-        ).translate_batch(sources)
+        grouped = (
+            Grouped(model, DecodingConfig(beam_size=4, n_best=4, max_length=12, early_stopping=early_stopping))
+            .decode(sources)
+            .nbests
+        )
     finally:
         Grouped.groups = 1
-    plain = BatchDecoder(
-        model, DecodingConfig(beam_size=2, n_best=2, max_length=12, early_stopping=early_stopping)
-    ).translate_batch(sources)
+    plain = (
+        BatchDecoder(model, DecodingConfig(beam_size=2, n_best=2, max_length=12, early_stopping=early_stopping))
+        .decode(sources)
+        .nbests
+    )
     for g, p in zip(grouped, plain):
         assert [h.tokens for h in g] == [h.tokens for h in p for _ in range(2)]
 
@@ -206,9 +216,9 @@ def test_batch_order_and_shrinking_change_nothing():
     model = tiny_transformer(5, vocab=20, eos_bias=1.0)
     sources = random_sources(7, 20, seed=5)
     cfg = DecodingConfig(beam_size=6, n_best=6, max_length=15, beam_groups=3, diversity_penalty=0.8)
-    together = BatchDecoder(model, cfg).translate_batch(sources)
-    alone = [BatchDecoder(model, cfg).translate_batch([s])[0] for s in sources]
-    kept = BatchDecoder(model, cfg, shrink=False).translate_batch(sources)
+    together = BatchDecoder(model, cfg).decode(sources).nbests
+    alone = [BatchDecoder(model, cfg).decode([s]).nbests[0] for s in sources]
+    kept = BatchDecoder(model, cfg, shrink=False).decode(sources).nbests
     for results in (alone, kept):
         assert [[h.tokens for h in n] for n in results] == [[h.tokens for h in n] for n in together]
 
@@ -220,7 +230,7 @@ def test_reported_totals_are_model_log_probs():
     model = tiny_transformer(1, vocab=20, eos_bias=1.0)
     sources = random_sources(4, 20, seed=3)
     cfg = DecodingConfig(beam_size=4, n_best=4, max_length=30, beam_groups=2, diversity_penalty=0.3)
-    outputs = BatchDecoder(model, cfg).translate_batch(sources)
+    outputs = BatchDecoder(model, cfg).decode(sources).nbests
     for source, hyps in zip(sources, outputs):
         for hyp in hyps:
             assert hyp.ended
@@ -246,7 +256,7 @@ def test_forced_first_token_is_not_penalised():
         early_stopping="never",
     )
     rules = ModelRules(banned_ids=BANNED, forced_bos_id=a)
-    [hyps] = BatchDecoder(TableModel(VOCAB, [table]), cfg, rules).translate_batch([[0, EOS]])
+    [hyps] = BatchDecoder(TableModel(VOCAB, [table]), cfg, rules).decode([[0, EOS]]).nbests
     # forced a (0), then group 0 keeps a, b; group 1 sees both penalised by 1
     scores = sorted(h.score for h in hyps)
     assert scores == pytest.approx(sorted([math.log(0.6), math.log(0.4), math.log(0.6) - 1, math.log(0.4) - 1]))
@@ -269,8 +279,10 @@ def test_prefix_steps_are_not_penalised_per_sentence():
         early_stopping="never",
     )
     model = TableModel(VOCAB, [forced, free])
-    with_prefix, without = BatchDecoder(model, cfg, ModelRules(banned_ids=BANNED)).translate_batch(
-        [[0, EOS], [1, EOS]], prefixes=[[a, b], []]
+    with_prefix, without = (
+        BatchDecoder(model, cfg, ModelRules(banned_ids=BANNED))
+        .decode([[0, EOS], [1, EOS]], prefixes=[[a, b], []])
+        .nbests
     )
     assert all(h.tokens[:2] == [a, b] for h in with_prefix)
     # the prefix scores 0; then group 0 keeps a, b and group 1 sees both penalised by 1
@@ -359,10 +371,12 @@ def test_alignment_and_coverage_follow_the_groups():
     model = tiny_transformer(2, vocab=20, eos_bias=1.0)
     sources = random_sources(4, 20, seed=4)
     cfg = DecodingConfig(beam_size=4, n_best=4, max_length=12, beam_groups=2, diversity_penalty=0.5, alignment=True)
-    plain = BatchDecoder(
-        model, DecodingConfig(beam_size=4, n_best=4, max_length=12, beam_groups=2, diversity_penalty=0.5)
-    ).translate_batch(sources)
-    aligned = BatchDecoder(model, cfg).translate_batch(sources)
+    plain = (
+        BatchDecoder(model, DecodingConfig(beam_size=4, n_best=4, max_length=12, beam_groups=2, diversity_penalty=0.5))
+        .decode(sources)
+        .nbests
+    )
+    aligned = BatchDecoder(model, cfg).decode(sources).nbests
     for source, hyps, plain_hyps in zip(sources, aligned, plain):
         assert [(h.tokens, h.score) for h in hyps] == [(h.tokens, h.score) for h in plain_hyps]
         for hyp in hyps:

@@ -5,11 +5,12 @@ candidate ends, and the length penalty counts one token more than were generated
 import math
 
 import pytest
+import torch
 
 from nmtdecode.options.config import DecodingConfig
 from nmtdecode.engine.decoding import BatchDecoder
 from nmtdecode.models.checkpoint import ModelRules
-from nmtdecode.search.beam import Beam
+from nmtdecode.search.endings import BeamEndings
 from nmtdecode.search.penalties import LengthPenalty
 
 from tests.helpers import EOS, TableModel
@@ -26,7 +27,7 @@ TABLE = {(): {A: 0.5, EOS: 0.3, B: 0.2}, (A,): {A: 0.36, C: 0.34, EOS: 0.30}, (B
 def nbest(opennmt: bool):
     rules = ModelRules(banned_ids=(0, 1, 2), opennmt_beam=opennmt)
     cfg = DecodingConfig(beam_size=2, n_best=2, max_length=10, length_penalty="none")
-    [hyps] = BatchDecoder(TableModel(7, [TABLE]), cfg, rules).translate_batch([[0, EOS]])
+    [hyps] = BatchDecoder(TableModel(7, [TABLE]), cfg, rules).decode([[0, EOS]]).nbests
     return [(h.tokens, h.score) for h in hyps]
 
 
@@ -47,13 +48,22 @@ def test_top_rule_with_n_best_2(at_stop_step, done):
     """The top candidate ended at step 0 with a pool of 1; at step 1 a second hypothesis ends but
     the top candidate goes on: ours stops (the top has ended), OpenNMT-py's waits for a step
     whose top candidate ends."""
-    beam = Beam(
-        2, max_steps=10, penalty=LengthPenalty("none"), early_stopping="top", n_best=2, top_at_stop_step=at_stop_step
+    ends = BeamEndings(
+        rule="top",
+        n_best=2,
+        eos_id=EOS,
+        top_sticks=not at_stop_step,
+        sentences=1,
+        size=2,
+        max_steps=[10],
+        penalty=LengthPenalty("none"),
+        device="cpu",
     )
-    beam.advance(0, [A, B], [0, 0], [-1.0, -2.0], ended=[(0, EOS, -0.5)], top_ended=True)
-    assert not beam.done
-    beam.advance(1, [A, B], [0, 1], [-1.5, -2.5], ended=[(0, EOS, -1.2)], top_ended=False)
-    assert beam.done is done
+    # step 0: the top candidate (eos -0.5) ends; step 1: the second one (eos -1.2) ends, the top goes on
+    ends.step(1, torch.tensor([[-0.5, -1.0]]), torch.tensor([[EOS, A]]), best=torch.tensor([-1.0]))
+    assert not ends.done[0]
+    ends.step(2, torch.tensor([[-1.1, -1.2]]), torch.tensor([[A, EOS]]), best=torch.tensor([-1.1]))
+    assert bool(ends.done[0]) is done
 
 
 def test_length_offset_counts_one_more_token():

@@ -42,13 +42,13 @@ def test_outputs_start_with_their_prefix(model, strategy, forced_tag):
     translator = BatchDecoder(
         model, DecodingConfig(max_length=20, **STRATEGIES[strategy]), ModelRules(forced_bos_id=forced_tag)
     )
-    batch = translator.translate_batch(sources, list(range(12)), prefixes)
+    batch = translator.decode(sources, list(range(12)), prefixes).nbests
     head = [] if forced_tag is None else [forced_tag]
     for prefix, hyps in zip(prefixes, batch):
         for h in hyps:
             assert h.tokens[: len(head) + len(prefix)] == head + prefix
             assert h.token_scores[: len(head) + len(prefix)] == [0.0] * (len(head) + len(prefix))
-    alone = [translator.translate_batch([s], [i], [p])[0] for i, (s, p) in enumerate(zip(sources, prefixes))]
+    alone = [translator.decode([s], [i], [p]).nbests[0] for i, (s, p) in enumerate(zip(sources, prefixes))]
     assert [[h.tokens for h in n] for n in batch] == [[h.tokens for h in n] for n in alone]
 
 
@@ -60,7 +60,7 @@ def test_total_is_the_forced_decoding_log_prob_after_the_prefix(strategy):
     model = tiny_transformer(5, vocab=24, eos_bias=2.5)  # outputs that end
     translator = BatchDecoder(model, DecodingConfig(max_length=40, **STRATEGIES[strategy]))
     checked = 0
-    for source, prefix, hyps in zip(sources, prefixes, translator.translate_batch(sources, None, prefixes)):
+    for source, prefix, hyps in zip(sources, prefixes, translator.decode(sources, None, prefixes).nbests):
         for h in hyps[:1]:
             if not h.ended:
                 continue
@@ -79,7 +79,7 @@ def test_total_is_the_forced_decoding_log_prob_after_the_prefix(strategy):
 @pytest.mark.parametrize("strategy", list(STRATEGIES))
 def test_a_prefix_past_the_step_limit_is_cut_there(model, strategy):
     translator = BatchDecoder(model, DecodingConfig(max_length=3, **STRATEGIES[strategy]))
-    [hyps] = translator.translate_batch(random_sources(1, 24, seed=2), None, [[7, 8, 9, 10, 11]])
+    [hyps] = translator.decode(random_sources(1, 24, seed=2), None, [[7, 8, 9, 10, 11]]).nbests
     possible = [h for h in hyps if h.score != -math.inf]  # a beam's other slots had no other path
     assert possible and all(h.tokens == [7, 8, 9] and not h.ended and h.total == 0.0 for h in possible)
 
@@ -125,7 +125,7 @@ def test_continuation_is_the_brute_force_best(length_penalty, tag, seed):
     # a beam of 16 keeps every a/b continuation alive (at most 2^4 after the prefix): exact
     cfg = DecodingConfig(beam_size=16, n_best=1, max_length=12, length_penalty=length_penalty, early_stopping="never")
     translator = BatchDecoder(TableModel(7, [table]), cfg, ModelRules(banned_ids=(0, 1, 2), forced_bos_id=tag))
-    [[h]] = translator.translate_batch([[0, EOS]], None, [prefix])
+    [[h]] = translator.decode([[0, EOS]], None, [prefix]).nbests
     body, score = best_continuation(table, list(head) + prefix, LengthPenalty(length_penalty, 1.0))
     assert h.tokens == list(head) + prefix + body
     assert h.score == pytest.approx(score)

@@ -76,7 +76,7 @@ def test_no_repeat_ngram_in_decoding(beam):
 
     model = tiny_transformer(3, vocab=8, eos_bias=-3.0)  # long outputs over 4 content tokens: repeats likely
     cfg = DecodingConfig(beam_size=beam, n_best=beam, max_length=12)
-    plain = BatchDecoder(model, cfg).translate_batch(random_sources(6, 8, seed=3))
+    plain = BatchDecoder(model, cfg).decode(random_sources(6, 8, seed=3)).nbests
 
     def bigrams(tokens):
         seq = [BOS] + tokens
@@ -84,7 +84,7 @@ def test_no_repeat_ngram_in_decoding(beam):
 
     assert any(len(set(bigrams(h.tokens))) < len(bigrams(h.tokens)) for n in plain for h in n)
     cfg.no_repeat_ngram_size = 2
-    blocked = BatchDecoder(model, cfg).translate_batch(random_sources(6, 8, seed=3))
+    blocked = BatchDecoder(model, cfg).decode(random_sources(6, 8, seed=3)).nbests
     for hyps in blocked:
         for h in hyps:
             assert len(set(bigrams(h.tokens))) == len(bigrams(h.tokens))
@@ -132,11 +132,11 @@ def test_a_stateful_logits_processor_follows_the_search(beam):
     sources = random_sources(len(favourites), 12, seed=5)
     decoder = Biased(model, DecodingConfig(beam_size=beam, n_best=beam, max_length=10))
     decoder.favourites = favourites
-    together = decoder.translate_batch(sources)
+    together = decoder.decode(sources).nbests
     alone = []
     for source, favourite in zip(sources, favourites):
         decoder.favourites = [favourite]
-        alone += decoder.translate_batch([source])
+        alone += decoder.decode([source]).nbests
     assert [[h.tokens for h in n] for n in together] == [[h.tokens for h in n] for n in alone]
     assert all(favourite in n[0].tokens for favourite, n in zip(favourites, together))
     assert len({len(n[0].tokens) for n in together}) > 1  # sentences end at different steps: rows are dropped

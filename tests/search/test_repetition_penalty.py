@@ -72,7 +72,7 @@ def test_repetition_penalty_in_decoding(beam):
     def decode(**options):
         cfg = DecodingConfig(beam_size=beam, n_best=1, max_length=5, **options)
         decoder = BatchDecoder(TableModel(6, [TABLE]), cfg, ModelRules(banned_ids=(0, 1, 2)))
-        [[hyp]] = decoder.translate_batch([[0, EOS]])
+        [[hyp]] = decoder.decode([[0, EOS]]).nbests
         return hyp
 
     assert decode().tokens == [A, A]

@@ -167,7 +167,7 @@ OUTCOMES = {(A, A): 0.3, (A,): 0.2, (B,): 0.3, (): 0.2}
 def sample_table(lines=500, n_best=4, seed=3, **decoding):
     cfg = DecodingConfig(sampling=True, n_best=n_best, max_length=10, seed=seed, length_penalty="none", **decoding)
     translator = BatchDecoder(TableModel(6, [TABLE]), cfg, BAN_SPECIALS)
-    return translator.translate_batch([[0, EOS]] * lines, list(range(lines)))
+    return translator.decode([[0, EOS]] * lines, list(range(lines))).nbests
 
 
 def chi_square(nbests, probabilities):
@@ -233,8 +233,8 @@ def setup():
 @pytest.mark.parametrize("decoding", [dict(top_k=1), dict(temperature=1e-6), dict(top_p=1e-6)])
 def test_sampling_limits_equal_greedy(setup, decoding):
     model, sources = setup
-    greedy = BatchDecoder(model, DecodingConfig(beam_size=1, max_length=20)).translate_batch(sources)
-    sampled = BatchDecoder(model, DecodingConfig(sampling=True, max_length=20, **decoding)).translate_batch(sources)
+    greedy = BatchDecoder(model, DecodingConfig(beam_size=1, max_length=20)).decode(sources).nbests
+    sampled = BatchDecoder(model, DecodingConfig(sampling=True, max_length=20, **decoding)).decode(sources).nbests
     assert [n[0].tokens for n in sampled] == [n[0].tokens for n in greedy]
     assert [n[0].total for n in sampled] == pytest.approx([n[0].total for n in greedy], abs=1e-5)
 
@@ -243,7 +243,7 @@ def decode(translator, sources, line_ids, batch_size):
     results = []
     for start in range(0, len(sources), batch_size):
         end = start + batch_size
-        results += translator.translate_batch(sources[start:end], line_ids[start:end])
+        results += translator.decode(sources[start:end], line_ids[start:end]).nbests
     return results
 
 
@@ -267,8 +267,8 @@ def test_samples_do_not_depend_on_batch_size_or_order(setup):
 def test_dropping_finished_sentences_changes_no_sample(setup):
     model, sources = setup
     cfg = DecodingConfig(sampling=True, n_best=3, max_length=20, seed=1)
-    shrinking = BatchDecoder(model, cfg).translate_batch(sources)
-    fixed = BatchDecoder(model, cfg, shrink=False).translate_batch(sources)
+    shrinking = BatchDecoder(model, cfg).decode(sources).nbests
+    fixed = BatchDecoder(model, cfg, shrink=False).decode(sources).nbests
     assert [[h.tokens for h in n] for n in shrinking] == [[h.tokens for h in n] for n in fixed]
 
 
@@ -276,10 +276,7 @@ def test_sample_scores_equal_forced_decoding(setup):
     model, sources = setup
     translator = BatchDecoder(model, DecodingConfig(sampling=True, n_best=2, max_length=20, temperature=1.5))
     ended = [
-        (source, h)
-        for source, hyps in zip(sources[:8], translator.translate_batch(sources[:8]))
-        for h in hyps
-        if h.ended
+        (source, h) for source, hyps in zip(sources[:8], translator.decode(sources[:8]).nbests) for h in hyps if h.ended
     ]
     assert len(ended) >= 4
     for source, h in ended:
@@ -410,8 +407,8 @@ def test_samples_carry_alignment_and_attention_per_token(setup):
     facts = BatchDecoder(
         model, DecodingConfig(sampling=True, n_best=3, max_length=20, seed=2, alignment=True, attention=True)
     )
-    with_facts = facts.translate_batch(sources[:10])
-    without = plain.translate_batch(sources[:10])
+    with_facts = facts.decode(sources[:10]).nbests
+    without = plain.decode(sources[:10]).nbests
     assert [[h.tokens for h in n] for n in with_facts] == [[h.tokens for h in n] for n in without]
     for source, hyps in zip(sources, with_facts):
         for h in hyps:

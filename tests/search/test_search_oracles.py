@@ -39,7 +39,7 @@ def test_large_beam_equals_brute_force(seed, penalty, alpha):
     cfg = DecodingConfig(
         beam_size=32, n_best=1, max_length=4, length_penalty=penalty, alpha=alpha, early_stopping="never"
     )
-    [[hyp]] = BatchDecoder(model, cfg, BAN_SPECIALS).translate_batch([source])
+    [[hyp]] = BatchDecoder(model, cfg, BAN_SPECIALS).decode([source]).nbests
     best_tokens, best_score = brute_force(model, source, [EOS, 4, 5], 4, LengthPenalty(penalty, alpha))
     assert hyp.tokens == best_tokens
     assert hyp.score == pytest.approx(best_score, abs=1e-5)
@@ -50,8 +50,8 @@ def test_beam1_equals_greedy(seed):
     model = tiny_transformer(seed, vocab=20, eos_bias=1.0)
     sources = random_sources(8, 20, seed=seed)
     cfg = DecodingConfig(beam_size=1, max_length=12)
-    greedy = BatchDecoder(model, cfg).translate_batch(sources)
-    beam = BeamOfOne(model, cfg).translate_batch(sources)
+    greedy = BatchDecoder(model, cfg).decode(sources).nbests
+    beam = BeamOfOne(model, cfg).decode(sources).nbests
     assert [g[0].tokens for g in greedy] == [b[0].tokens for b in beam]
     assert [g[0].total for g in greedy] == pytest.approx([b[0].total for b in beam], abs=1e-5)
 
@@ -60,7 +60,7 @@ def test_greedy_equals_argmax_of_full_passes():
     """Greedy with the KV cache picks what re-running the whole prefix (no cache) picks."""
     model = tiny_transformer(4, vocab=20, eos_bias=1.0)
     sources = random_sources(5, 20, seed=4)
-    outputs = BatchDecoder(model, DecodingConfig(beam_size=1, max_length=10)).translate_batch(sources)
+    outputs = BatchDecoder(model, DecodingConfig(beam_size=1, max_length=10)).decode(sources).nbests
     for source, [hyp] in zip(sources, outputs):
         prefix = []
         src = torch.tensor([source])
@@ -79,7 +79,7 @@ def test_reported_scores_equal_forced_decoding(beam):
     model = tiny_transformer(1, vocab=20, eos_bias=1.0)  # seed and bias: every hypothesis ends, at varied steps
     sources = random_sources(6, 20, seed=5)
     cfg = DecodingConfig(beam_size=beam, n_best=beam, max_length=30)
-    results = BatchDecoder(model, cfg).translate_batch(sources)
+    results = BatchDecoder(model, cfg).decode(sources).nbests
     assert len({len(h.tokens) for hyps in results for h in hyps}) > 1  # hypotheses of several lengths
     for source, hyps in zip(sources, results):
         for hyp in hyps:
@@ -96,7 +96,7 @@ def test_nbest_is_sorted_distinct_and_complete():
     sources = random_sources(6, 20, seed=6)
     for n_best in (3, 5):
         cfg = DecodingConfig(beam_size=5, n_best=n_best, max_length=20)
-        for hyps in BatchDecoder(model, cfg).translate_batch(sources):
+        for hyps in BatchDecoder(model, cfg).decode(sources).nbests:
             assert len(hyps) == n_best
             assert len({tuple(h.tokens) for h in hyps}) == n_best
             scores = [h.score for h in hyps]
@@ -106,8 +106,8 @@ def test_nbest_is_sorted_distinct_and_complete():
 def test_nbest_top1_equals_1best_run():
     model = tiny_transformer(7, vocab=20, eos_bias=1.0)
     sources = random_sources(6, 20, seed=7)
-    one = BatchDecoder(model, DecodingConfig(beam_size=5, n_best=1)).translate_batch(sources)
-    five = BatchDecoder(model, DecodingConfig(beam_size=5, n_best=5)).translate_batch(sources)
+    one = BatchDecoder(model, DecodingConfig(beam_size=5, n_best=1)).decode(sources).nbests
+    five = BatchDecoder(model, DecodingConfig(beam_size=5, n_best=5)).decode(sources).nbests
     assert [h[0].tokens for h in one] == [h[0].tokens for h in five]
 
 
@@ -116,6 +116,6 @@ def test_relative_step_limit():
     model = tiny_transformer(8, vocab=20, eos_bias=-20.0)  # EOS never wins: every output hits its limit
     sources = [[5, EOS], [5, 6, 7, 8, 9, EOS]]
     cfg = DecodingConfig(beam_size=3, max_length=100, max_len_a=2.0, max_len_b=1)
-    outputs = BatchDecoder(model, cfg).translate_batch(sources)
+    outputs = BatchDecoder(model, cfg).decode(sources).nbests
     assert [len(h[0].tokens) for h in outputs] == [2 * 2 + 1, 2 * 6 + 1]
     assert not any(h[0].ended for h in outputs)

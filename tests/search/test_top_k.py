@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from nmtdecode.search.beam import BLOCK, top_k
+from nmtdecode.search.candidates import BLOCK, top_k
 
 
 @pytest.mark.parametrize(

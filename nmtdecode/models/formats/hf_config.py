@@ -1,4 +1,5 @@
-"""Hugging Face seq2seq directories (Marian, BART, mBART, M2M100/NLLB), read without torch.
+"""Hugging Face seq2seq directories (Marian, BART, mBART, M2M100/NLLB, Pegasus; T5 through
+hf_t5.py), read without torch.
 
 Read without importing `transformers`: `config.json` gives the architecture,
 `generation_config.json` the decoding defaults, the weights' names and shapes
@@ -22,6 +23,8 @@ from typing import Callable, TypedDict
 from ...options.bounded import shown
 from ..architecture import TransformerConfig
 from ..checkpoint import ModelError, ModelFacts, ModelRules, check_dimensions, read_json
+from . import hf_spiece, hf_t5
+from .hf_fields import ACTIVATIONS, check_positive, check_token_ids
 from .hf_tokenizers import HFTokenizer, load_tokenizer
 
 FORMAT = "huggingface"  # ModelFacts.format adds the family: "huggingface/marian", ...
@@ -42,14 +45,8 @@ FAMILIES: dict[str, Family] = {
     "bart": dict(pre_norm=False, positions="learned", position_offset=2, layernorm_embedding=True),
     "mbart": dict(pre_norm=True, positions="learned", position_offset=2, layernorm_embedding=True),
     "m2m_100": dict(pre_norm=True, positions="sinusoidal_fairseq", position_offset=None, layernorm_embedding=False),
-}
-ACTIVATIONS = {
-    "relu": "relu",
-    "gelu": "gelu",
-    "gelu_new": "gelu_tanh",
-    "gelu_pytorch_tanh": "gelu_tanh",
-    "swish": "silu",
-    "silu": "silu",
+    # Pegasus's sinusoids are Marian's (sines in the first half, cosines in the second)
+    "pegasus": dict(pre_norm=True, positions="sinusoidal", position_offset=0, layernorm_embedding=False),
 }
 # Fields that must agree because our layers use one value for encoder and decoder.
 SAME_FOR_BOTH = [("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")]
@@ -68,38 +65,12 @@ REQUIRED_SIZES = (
 )
 
 
-# Token ids a config.json or generation_config.json may give: each an integer, or null.
-TOKEN_IDS = (
-    "pad_token_id",
-    "bos_token_id",
-    "eos_token_id",
-    "unk_token_id",
-    "decoder_start_token_id",
-    "forced_bos_token_id",
-    "forced_eos_token_id",
-)
-
-
-def check_token_ids(values: dict, where: str) -> None:
-    for key in TOKEN_IDS:
-        value = values.get(key)
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-            raise ModelError(f"{where}: {key}: expected a token id (an integer >= 0) or null, got {shown(value)}")
-
-
 def check_sizes(hf: dict, path: str) -> None:
     """The architecture's sizes and token ids, by their config.json names, before anything is
     built from them."""
     where = os.path.join(path, "config.json")
     check_token_ids(hf, where)
-    for key in REQUIRED_SIZES + ("max_position_embeddings", "decoder_vocab_size"):
-        value = hf.get(key)
-        if value is None and key not in REQUIRED_SIZES:
-            continue
-        if value is None:
-            raise ModelError(f"{where}: {key} is missing")
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ModelError(f"{where}: {key}: expected a positive integer, got {shown(value)}")
+    check_positive(hf, where, REQUIRED_SIZES, ("max_position_embeddings", "decoder_vocab_size"))
     if hf["d_model"] % hf["encoder_attention_heads"]:
         raise ModelError(
             f"{where}: d_model ({hf['d_model']}) is not divisible by "
@@ -109,8 +80,11 @@ def check_sizes(hf: dict, path: str) -> None:
 
 def model_config(hf: dict, path: str) -> TransformerConfig:
     family = hf.get("model_type")
+    if family in hf_t5.MODEL_TYPES:
+        return hf_t5.model_config(hf, path)
     if family not in FAMILIES:
-        raise ModelError(f"{path}: model_type {shown(family)} is not supported (supported: {', '.join(FAMILIES)})")
+        supported = ", ".join([*FAMILIES, *hf_t5.MODEL_TYPES])
+        raise ModelError(f"{path}: model_type {shown(family)} is not supported (supported: {supported})")
     check_sizes(hf, path)
     for enc, dec in SAME_FOR_BOTH:
         if hf.get(enc) != hf.get(dec):
@@ -238,9 +212,11 @@ def _feed_forward(ours: str, theirs: str, norms: dict[str, str]) -> dict[str, li
     return names
 
 
-def weight_sources(cfg: TransformerConfig, stored: dict, path: str) -> dict[str, list[str]]:
+def weight_sources(cfg: TransformerConfig, stored: dict, path: str, model_type: str = "") -> dict[str, list[str]]:
     """Our parameter name -> the stored tensors it is made of (concatenated on dim 0), by the names
-    they are stored under; tied parameters once."""
+    they are stored under; tied parameters once. `model_type`: config.json's."""
+    if model_type in hf_t5.MODEL_TYPES:
+        return hf_t5.weight_sources(cfg, stored, path)
     # Some checkpoints (a bare BartModel, old exports) store names without the "model." prefix.
     named = {(k if k.startswith(("model.", "lm_head", "final_logits_bias")) else f"model.{k}"): k for k in stored}
     ours: dict[str, list[str]] = {}
@@ -318,7 +294,7 @@ def generation_settings(gen: dict, cfg: TransformerConfig) -> tuple[dict, ModelR
     forced_eos = gen.get("forced_eos_token_id")
     if forced_eos not in (None, cfg.eos_id):
         raise ModelError(f"forced_eos_token_id {forced_eos} differs from eos_token_id {cfg.eos_id}: not supported")
-    rules = ModelRules(tuple(banned), gen.get("forced_bos_token_id"), forced_eos is not None)
+    rules = ModelRules(tuple(banned), forced_bos_id=gen.get("forced_bos_token_id"), forced_eos=forced_eos is not None)
     return defaults, rules
 
 
@@ -335,10 +311,12 @@ def describe(path: str, read: Callable, hf: dict | None = None) -> ModelFacts:
     if isinstance(generation.get("decoder_start_token_id"), int):  # generation_config.json wins, as in transformers
         cfg.decoder_start_id = generation["decoder_start_token_id"]
     stored = read(weight_files(path))
+    if hf["model_type"] in hf_t5.MODEL_TYPES:  # T5's output is its own where the checkpoint stores one
+        cfg.tie_output = "lm_head.weight" not in stored.shapes
     bias = next((name for name in ("final_logits_bias", "model.final_logits_bias") if name in stored.shapes), None)
     # Most checkpoints store an all-zero final_logits_bias: adding it would cost a pass over every step's logits.
     cfg.final_logits_bias = bias is not None and any(stored.values(bias))
-    shapes = joined_shapes(weight_sources(cfg, stored.shapes, path), stored.shapes)
+    shapes = joined_shapes(weight_sources(cfg, stored.shapes, path, hf["model_type"]), stored.shapes)
     check_dimensions(cfg, shapes, path)
     defaults, rules = generation_settings(generation, cfg)
     return ModelFacts(
@@ -353,6 +331,9 @@ def describe(path: str, read: Callable, hf: dict | None = None) -> ModelFacts:
 
 
 def _tokenizer(path: str, hf: dict, cfg: TransformerConfig) -> HFTokenizer:
-    tokenizer = load_tokenizer(path, hf, cfg)
+    if hf.get("model_type") in hf_spiece.MODEL_TYPES:
+        tokenizer = hf_spiece.load_tokenizer(path, hf, cfg)
+    else:
+        tokenizer = load_tokenizer(path, hf, cfg)
     cfg.unk_id = tokenizer.unk_id  # the tokenizer's <unk> wins over config.json's
     return tokenizer

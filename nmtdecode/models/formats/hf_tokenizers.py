@@ -123,23 +123,26 @@ class _Backend(Protocol):
 
 
 class _Pieces:
-    """SentencePiece pieces mapped through vocab.json (Marian, M2M100), as transformers' Python
+    """SentencePiece pieces mapped through vocab.json (Marian, M2M100; T5 and Pegasus through their
+    own numbering, hf_spiece.py), as transformers' Python
     tokenizers do: added-token strings (`</s>`, ...) are cut out of the text first and become their
     ids; every other stretch is encoded on its own, and a piece missing from the vocabulary is <unk>.
     Marian also takes a leading `>>xx<<` of a stretch as one token."""
 
     def __init__(
         self,
-        model: str,
+        model: str | spm.SentencePieceProcessor,
         vocab: dict[str, int],
         unk_id: int,
         added: dict[str, int],
         marian: bool = False,
         detok: spm.SentencePieceProcessor | None = None,
+        strip: bool = True,
     ) -> None:
-        self.sp = _load_spm(model)
+        self.sp = model if isinstance(model, spm.SentencePieceProcessor) else _load_spm(model)
         self.detok = detok or self.sp  # Marian decodes with source.spm when the vocabulary is shared
         self.vocab, self.unk_id, self.added, self.marian = vocab, unk_id, added, marian
+        self.strip = strip  # decoded text without its outer spaces (T5's and Pegasus's keep a trailing one)
         self.pieces = {i: p for p, i in vocab.items()}
         self.added_pieces = {i: p for p, i in added.items()}
         alternatives = "|".join(re.escape(t) for t in sorted(added, key=len, reverse=True))
@@ -186,7 +189,8 @@ class _Pieces:
         pieces = [self.pieces[i] for i in ids if i in self.pieces]
         if self.marian:
             return self.detok.decode_pieces(pieces).replace("\u2581", " ").strip()
-        return self.detok.decode(pieces).strip()
+        text = self.detok.decode(pieces)
+        return text.strip() if self.strip else text
 
 
 class _FairseqPieces:
@@ -267,16 +271,17 @@ class _TokenizerJson:
         return self.tok.decode(ids, skip_special_tokens=True)
 
 
-def _tokenizers_library() -> ModuleType:
+def _tokenizers_library(path: str) -> ModuleType:
+    """The optional `tokenizers` library (the `tokenizers` extra), which the tokenizer at `path` needs."""
     try:
         import tokenizers
     except ImportError:
-        raise ModelError("this tokenizer needs the `tokenizers` library: pip install tokenizers") from None
+        raise ModelError(f"{path} needs the `tokenizers` library: pip install tokenizers") from None
     return tokenizers
 
 
 def _read_tokenizer_json(path: str) -> _TokenizerJson:
-    tokenizers = _tokenizers_library()
+    tokenizers = _tokenizers_library(path)
     try:
         return _TokenizerJson(tokenizers.Tokenizer.from_file(note_read(path)))
     except Exception as e:  # the library raises plain Exceptions for bad files
@@ -600,7 +605,7 @@ def _bart(path: str, config: dict) -> HFTokenizer:
 def _byte_level_bpe(
     vocab_file: str, merges_file: str, specials: Iterable[str], add_prefix_space: bool
 ) -> _TokenizerJson:
-    tokenizers = _tokenizers_library()
+    tokenizers = _tokenizers_library(vocab_file)
     try:
         tok = tokenizers.Tokenizer(tokenizers.models.BPE.from_file(note_read(vocab_file), note_read(merges_file)))
     except Exception as e:

@@ -1,4 +1,4 @@
-"""Hugging Face seq2seq directories (Marian, BART, mBART, M2M100/NLLB) loaded onto our Transformer.
+"""Hugging Face seq2seq directories (Marian, BART, mBART, M2M100/NLLB, Pegasus, T5) loaded onto our Transformer.
 
 The torch half: hf_config.py reads the directory (architecture, decoding
 defaults, which stored tensors make each of our parameters); here the tensors
@@ -39,7 +39,8 @@ def _network(
     facts = describe(path, read_tensors, hf)
     model = allocate(facts.cfg, path)
     tensors = facts.stored.tensors
-    placed = load_weights(model, convert_weights(weight_sources(facts.cfg, tensors, path), tensors), path, placement)
+    sources = weight_sources(facts.cfg, tensors, path, facts.format.partition("/")[2])
+    placed = load_weights(model, convert_weights(sources, tensors), path, placement)
     return model.eval(), facts, placed
 
 

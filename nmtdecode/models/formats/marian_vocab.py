@@ -10,32 +10,28 @@ decoder.yml names two vocabularies, source then target (the same file when they 
   .spm              a SentencePiece model whose ids are the model's (Marian's SentencePieceVocab)
 
 A factored vocabulary (.fsv) is refused by name. Every key of a YAML vocabulary is read as the
-text it spells (YAML's base loader: `yes`, `null` or `1` stay strings, as yaml-cpp reads them for
-Marian), and the ids must be those of the model's embedding rows.
+text it spells (`yes`, `null` or `1` stay strings, as yaml-cpp reads them for Marian), whatever
+characters it holds (marian_yaml.py reads the file line by line), and the ids must be those of
+the model's embedding rows.
 """
 
 from __future__ import annotations
 
 import os
-import re
 
 import sentencepiece as spm
-import yaml
 
 from ...options.bounded import shown
 from ..tokenizer import SentencePieceTokenizer
-from ..checkpoint import ModelError, note_read, one_line
+from ..checkpoint import ModelError, note_read
 from .hf_tokenizers import SPECIALS, HFTokenizer, marian_tokenizer
+from .marian_yaml import read_entries
 
 YAML_VOCABULARY = (".yml", ".yaml", ".json")
 EOS, UNK = "</s>", "<unk>"
 # Pieces of a SentencePiece byte fallback that Marian never writes unless --allow-special: the
 # control characters <0x00> .. <0x1F> (DefaultVocab::addSpecialWords).
 CONTROL_PIECES = tuple(f"<0x{i:02X}>" for i in range(32))
-BASE_LOADER = getattr(yaml, "CBaseLoader", yaml.BaseLoader)  # libyaml's when pyyaml has it: 10x faster
-# `piece: id` where YAML reads the piece as the text it spells: no indicator first (- ? : , [ ] { } # & * ! |
-# > ' " % @ `), no space, colon, comma, bracket or hash after (a line that is not is left to YAML).
-PLAIN_ENTRY = re.compile(r"([^\s\-?:,\[\]{}#&*!|>'\"%@`][^\s:,\[\]{}#]*): (\d+)")
 
 
 class Vocabulary:
@@ -89,29 +85,12 @@ def _sentencepiece(path: str) -> spm.SentencePieceProcessor:
 
 
 def read_vocabulary(path: str) -> dict[str, int]:
-    """A YAML (or JSON) vocabulary: piece -> id, every id a distinct integer >= 0. The lines
-    `piece: id` whose piece YAML reads as the text itself (most of Marian's) are split here; the
-    others (quoted pieces, comments, JSON) go to YAML's base loader, which builds strings, lists
-    and dicts only (reading a whole OPUS-MT vocabulary with it takes ten times as long)."""
-    try:
-        with open(note_read(path), encoding="utf-8-sig") as f:
-            lines = f.read().splitlines()
-        plain = [m.groups() for m in map(PLAIN_ENTRY.fullmatch, lines) if m]
-        rest = "\n".join(line for line in lines if not PLAIN_ENTRY.fullmatch(line))
-        data = yaml.load(rest, Loader=BASE_LOADER) if rest.strip() else {}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise ModelError(f"{path} cannot be read: {one_line(str(e))}") from None
-    except RecursionError:
-        raise ModelError(f"{path} cannot be read: it nests too deeply for a vocabulary") from None
-    if not isinstance(data, dict):
-        raise ModelError(f"{path}: a Marian vocabulary maps pieces to ids; this file holds no mapping")
+    """A YAML (or JSON) vocabulary: piece -> id, every id a distinct integer >= 0."""
     vocabulary: dict[str, int] = {}
-    for piece, value in [*plain, *data.items()]:
-        if not isinstance(piece, str) or not isinstance(value, str) or not value.isdigit():
-            raise ModelError(f"{path}: {shown(piece)}: expected an id (an integer >= 0), got {shown(value)}")
+    for piece, index in read_entries(path):
         if piece in vocabulary:
             raise ModelError(f"{path}: {shown(piece)} is listed twice")
-        vocabulary[piece] = int(value)
+        vocabulary[piece] = index
     if len(set(vocabulary.values())) != len(vocabulary):
         raise ModelError(f"{path}: two pieces have the same id")
     return vocabulary

@@ -5,7 +5,7 @@ One row per sentence, which never reorders: each takes its most probable token, 
 sentence ends at its first EOS or at its step limit, its one hypothesis then recorded:
 
     best, tokens = max of each row's log-probs                greedy.py
-    pool      = the hypothesis of each sentence that ends      finished.py: a pool of one, filled once
+    pool      = the hypothesis of each sentence that ends      endings.py: a pool of one, filled once
     history  += each row's token and total                     history.py
     done     |= EOS | step limit
 
@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import torch
 
-from ..base import NEG_INF, RowFacts, StepOutput
-from .records import DeviceRecords
-from ..finished import Ended
+from ..base import RowFacts, StepOutput
+from ..endings import Endings
 from ..greedy import next_greedy_rows
 from ..penalties import LengthPenalty
+from .records import KEPT, DeviceRecords
 
 
 class DeviceGreedySearch(DeviceRecords):
@@ -39,12 +39,11 @@ class DeviceGreedySearch(DeviceRecords):
         check_every: int = 1,
     ) -> None:
         super().__init__(
-            batch_size=batch_size,
+            ends=Endings(sentences=batch_size, size=1, max_steps=max_steps, penalty=penalty, device=device, kept=KEPT),
             slots=1,
             max_steps=max_steps,
             start_id=start_id,
             eos_id=eos_id,
-            penalty=penalty,
             device=device,
             check_every=check_every,
         )
@@ -55,21 +54,20 @@ class DeviceGreedySearch(DeviceRecords):
         """logprobs (n, V): each row takes its arg-max (the first of equal maxima, as greedy.py)."""
         best, tokens = logprobs.max(dim=1)
         totals = self.alive_scores + best
-        ends = (tokens == self.eos_id) | self.at_limit()
-        valid = ends & (totals > NEG_INF) & ~self.finished
+        ends = (tokens == self.eos_id) | self.ends.at_limit(self.length)
         attached = {} if facts is None else {name: fact[:, None] for name, fact in facts.attached().items()}
-        penalty = None if facts is None or facts.penalty is None else facts.penalty[:, None]
         slot = self.slot[: len(self.active)]
-        self.pool.first(
-            Ended(
-                self.scored(totals[:, None], penalty),
-                totals[:, None],
-                self.step.expand_as(slot),
-                slot,
-                tokens[:, None],
-                valid[:, None],
-                attached,
-            )
+        self.ends.end_once(
+            self.length,
+            totals[:, None],
+            ends[:, None],
+            None if facts is None or facts.penalty is None else facts.penalty[:, None],
+            total=totals[:, None],
+            step=self.step.expand_as(slot),
+            prev=slot,
+            token=tokens[:, None],
+            **attached,
         )
-        self.commit(tokens[:, None], slot, totals[:, None], attached, ends)
+        self.ends.done |= ends
+        self.commit(tokens[:, None], slot, totals[:, None], attached)
         return next_greedy_rows(self, tokens, totals)

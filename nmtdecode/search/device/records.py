@@ -1,12 +1,13 @@
 """What the device strategies share: a batch's records as tensors, and the host's view of them.
 
 The host strategies keep one `Beam` per sentence, Python lists, and copy each step's choices
-to the host to fill them (base.py: SentenceRecords). The device strategies (device_beam.py,
-device_sampling.py) keep the same records for the whole batch on the device:
+to the host to fill them (base.py: SentenceRecords). The device strategies (device/beam.py,
+greedy.py, sampling.py) keep the same records for the whole batch on the device:
 
-    pool      the best ended hypotheses of each sentence         finished.py
-    history   the token, backpointer and total of every step     history.py
-    finished  which sentences are done                           read every few steps: done_flags.py
+    ends      each sentence's pool of finished hypotheses, and     endings.py (the same as the
+              whether it is done                                   host search's, on the device)
+    history   the token, backpointer and total of every step       history.py
+    flags     the host's view of who is done, every few steps      done_flags.py
 
 and rows are sentence-major as in the host search. The step number is a tensor on the device
 as well, so that a step's operations depend on no value read on the host.
@@ -17,39 +18,39 @@ from __future__ import annotations
 import torch
 
 from ..base import Hypothesis, survivors
-from .done_flags import DoneFlags
-from ..finished import FinishedPool
+from ..endings import Endings
 from ..history import StepHistory, finished_hypotheses
-from ..penalties import LengthPenalty
+from .done_flags import DoneFlags
+
+KEPT = {"total": torch.float32, "step": torch.long, "prev": torch.long, "token": torch.long}
+"""What a pool keeps of each hypothesis beside its score, to walk it back at the end (finished.py:
+Ended); attached facts join at the first step that records them."""
 
 
 class DeviceRecords:
-    """The records of `batch_size` sentences of `slots` hypotheses each, up to their `max_steps`.
+    """The records of a batch's sentences, `slots` hypotheses each, up to their step limits.
 
     State of the sentences in the batch is kept for them alone, (n, ...), position i being the
     batch's i-th sentence, as the rows are; it is compacted with them when finished sentences
     leave (at a check), so that a step indexes nothing by sentence. `rows` (n,) numbers them as
-    the batch first did, which the history and the results are kept by."""
+    the batch first did, which the history and the results are kept by. `ends`: the strategy's
+    Endings, made with KEPT on the device."""
 
     def __init__(
         self,
         *,
-        batch_size: int,
+        ends: Endings,
         slots: int,
         max_steps: list[int],
         start_id: int,
         eos_id: int,
-        penalty: LengthPenalty,
         device: torch.device | str,
         check_every: int,
     ) -> None:
+        batch_size = len(max_steps)
         self.eos_id = eos_id
-        self.divisors = penalty.divisors(max(max_steps), device)  # float64, by length
-        self.max_steps = torch.tensor(max_steps, device=device)  # (n,)
-        self.divisor_limit = self.divisors[self.max_steps]  # (n,) each sentence's divisor at its step limit
-        self.pool = FinishedPool(batch_size, slots, device)
+        self.ends = ends
         self.history = StepHistory(max(max_steps), batch_size, slots, device)
-        self.finished = torch.zeros(batch_size, dtype=torch.bool, device=device)  # (n,) done, on the device
         self.flags = DoneFlags(batch_size, check_every, device)
         self.step = torch.zeros(1, dtype=torch.long, device=device)  # the step being decoded
         self.length = self.step + 1  # the hypotheses' length after it
@@ -64,29 +65,12 @@ class DeviceRecords:
     def done(self) -> bool:
         return self.all_done
 
-    def at_limit(self) -> torch.Tensor:
-        """(n,) bool: this step is each sentence's step limit (`Beam.is_last_step`)."""
-        return self.max_steps <= self.length
-
-    def scored(self, totals: torch.Tensor, coverage_penalty: torch.Tensor | None) -> torch.Tensor:
-        """The ranking score (float64) of hypotheses ending at this step with `totals` (n, c):
-        `Beam.add_finished`'s arithmetic, in the same precision."""
-        score = totals.double() / self.divisors[self.length]
-        return score if coverage_penalty is None else score - coverage_penalty.double()
-
     def commit(
-        self,
-        tokens: torch.Tensor,
-        prev: torch.Tensor,
-        totals: torch.Tensor,
-        attached: dict[str, torch.Tensor],
-        done: torch.Tensor,
+        self, tokens: torch.Tensor, prev: torch.Tensor, totals: torch.Tensor, attached: dict[str, torch.Tensor]
     ) -> None:
-        """The end of a step (its ended hypotheses in the pools): each slot's token, backpointer,
-        total and attached facts (n, slots[, S]) into the history, and `done` (n,) into the flags
-        (a sentence stays done)."""
+        """The end of a step (its ended hypotheses in the pools, the done flags set): each slot's
+        token, backpointer, total and attached facts (n, slots[, S]) into the history."""
         self.history.write(self.step, self.rows, tokens, prev, totals, attached)
-        self.finished |= done
         self.step += 1
         self.length += 1
         self.steps += 1
@@ -95,7 +79,7 @@ class DeviceRecords:
         """At a check of the done flags: the positions (kept,) in the batch of the sentences that
         stay (as the host search's `survivors`), every piece of state here compacted to them
         (`compact`); None when the batch stays as it is."""
-        known = self.flags.check(self.steps, self.finished)
+        known = self.flags.check(self.steps, self.ends.done)
         if known is None:
             return None
         self.all_done = all(known)
@@ -105,14 +89,15 @@ class DeviceRecords:
             keep = torch.tensor(still, dtype=torch.long, device=self.rows.device)
             self.compact(keep)
             self.active = [self.active[i] for i in still]
-        self.flags.post(self.finished)
+        self.flags.post(self.ends.done)
         return keep
 
     def compact(self, keep: torch.Tensor) -> None:
-        """Only the sentences at positions `keep` stay in the batch (a strategy adds its own state)."""
-        self.pool.keep(self.rows, keep)
-        self.rows, self.max_steps, self.finished = self.rows[keep], self.max_steps[keep], self.finished[keep]
-        self.divisor_limit = self.divisor_limit[keep]
+        """Only the sentences at positions `keep` stay in the batch (a strategy adds its own state);
+        the pools of all of them are stored first, by the batch's first numbering."""
+        self.ends.pool.store(self.rows)
+        self.ends.compact(keep)
+        self.rows = self.rows[keep]
 
     def results(self, n_best: int) -> list[list[Hypothesis]]:
-        return finished_hypotheses(self.pool.store(self.rows), self.history, self.steps, n_best, self.eos_id)
+        return finished_hypotheses(self.ends.pool.store(self.rows), self.history, self.steps, n_best, self.eos_id)

@@ -7,7 +7,7 @@ of its records, its rows never reorder (each continues itself), and a sentence i
 every sample has ended, EOS or its step limit (`SamplingSearch._record`):
 
     tokens, totals = draws(logprobs)                     sampling.py
-    pool      += the samples that end at this step        finished.py, in sample order
+    pool      += the samples that end at this step        endings.py, in sample order
     history   += each sample's token and total            history.py
     done      |= step limit | no sample going
 """
@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import torch
 
-from ..base import NEG_INF, RowFacts, StepOutput
-from .records import DeviceRecords
-from ..finished import Ended
+from ..base import RowFacts, StepOutput
+from ..endings import Endings
 from ..penalties import LengthPenalty
 from ..sampling import Draws, Filters, next_sample_rows
+from .records import KEPT, DeviceRecords
 
 
 class DeviceSampling(DeviceRecords):
@@ -42,12 +42,13 @@ class DeviceSampling(DeviceRecords):
         check_every: int = 1,
     ) -> None:
         super().__init__(
-            batch_size=batch_size,
+            ends=Endings(
+                sentences=batch_size, size=samples, max_steps=max_steps, penalty=penalty, device=device, kept=KEPT
+            ),
             slots=samples,
             max_steps=max_steps,
             start_id=start_id,
             eos_id=eos_id,
-            penalty=penalty,
             device=device,
             check_every=check_every,
         )
@@ -57,22 +58,22 @@ class DeviceSampling(DeviceRecords):
 
     def advance(self, logprobs: torch.Tensor, step: int, facts: RowFacts | None = None) -> StepOutput:
         """logprobs (n, V) at step 0, (n*N, V) after: one token per sample."""
-        n, last = len(self.active), self.at_limit()
-        going = self.draws.alive.view(n, self.n)  # before this step's draw
+        n, last = len(self.active), self.ends.at_limit(self.length)
+        going = self.draws.alive.view(n, self.n)  # the samples not ended before this step's draw
         tokens, totals, origin = self.draws(logprobs, step)
         tokens, totals = tokens.view(n, self.n), totals.view(n, self.n)
-        ends = going & ((tokens == self.eos_id) | last[:, None])
-        valid = ends & (totals > NEG_INF) & ~self.finished[:, None]
         attached = (
             {} if facts is None else {name: self.per_sample(fact, n, origin) for name, fact in facts.attached().items()}
         )
         penalty = None if facts is None or facts.penalty is None else self.per_sample(facts.penalty, n, origin)
         prev = self.slots.expand(n, self.n)
-        self.pool.add(
-            Ended(self.scored(totals, penalty), totals, self.step.expand_as(prev), prev, tokens, valid, attached)
+        ends = going & ((tokens == self.eos_id) | last[:, None])
+        step_of = self.step.expand_as(prev)
+        self.ends.end(
+            self.length, totals, ends, penalty, total=totals, step=step_of, prev=prev, token=tokens, **attached
         )
-        done = last | ~self.draws.alive.view(n, self.n).any(dim=1)  # the draw has just ended its EOS rows
-        self.commit(tokens, prev, totals, attached, done)
+        self.ends.done |= last | ~self.draws.alive.view(n, self.n).any(dim=1)  # the draw has just ended its EOS rows
+        self.commit(tokens, prev, totals, attached)
         return next_sample_rows(self, tokens.view(-1), origin)  # at a check of the done flags, finished ones leave
 
     def per_sample(self, fact: torch.Tensor, n: int, origin: torch.Tensor | None) -> torch.Tensor:

@@ -86,6 +86,49 @@ def write_vocabulary(path, tokens: list[str]):
     )
 
 
+# What yaml-cpp's emitter (Marian's DefaultVocab::save) writes in double quotes as an escape: newer
+# releases also escape C1 controls and U+00A0 (\x..), older ones write them as they are.
+YAML_CPP_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r", "\b": "\\b", "\f": "\\f"}
+YAML_INDICATORS = "-?:,[]{}#&*!|>'\"%@`"
+
+
+def yaml_cpp_scalar(piece: str, escape_c1: bool) -> str:
+    """A vocabulary key as yaml-cpp's emitter writes it: plain where YAML reads it back as the same
+    text, else double-quoted with its escapes."""
+    special = piece.lower() in ("", "~", "null", "true", "false", "yes", "no", "on", "off", "y", "n")
+    plain = (
+        not special
+        and piece[0] not in YAML_INDICATORS
+        and piece == piece.strip(" ")
+        and ": " not in piece
+        and " #" not in piece
+        and not piece.endswith(":")
+        and all(0x20 <= ord(c) < 0x7F or ord(c) > 0xA0 for c in piece)
+        and "\ufeff" not in piece
+    )
+    if plain:
+        return piece
+    out = []
+    for c in piece:
+        if c in YAML_CPP_ESCAPES:
+            out.append(YAML_CPP_ESCAPES[c])
+        elif ord(c) < 0x20 or (escape_c1 and 0x80 <= ord(c) <= 0xA0) or c == "\ufeff":
+            out.append(f"\\x{ord(c):02x}" if ord(c) < 0xFF else f"\\u{ord(c):04x}")
+        else:
+            out.append(c)
+    return '"' + "".join(out) + '"'
+
+
+def write_vocabulary_as_marian(path, tokens: list[str], escape_c1: bool = False):
+    """The vocabulary as Marian writes it (yaml-cpp's emitter, `yaml_cpp_scalar`); keys longer than
+    1024 characters in YAML's long-key form (`? key`, then `: id`)."""
+    lines = []
+    for i, token in enumerate(tokens):
+        key = yaml_cpp_scalar(token, escape_c1)
+        lines += [f"? {key}", f": {i}"] if len(key) > 1024 else [f"{key}: {i}"]
+    path.write_bytes(("\n".join(lines) + "\n").encode("utf-8"))
+
+
 def hf_names(layer: str, side: str, n: int) -> dict[str, str]:
     """Marian's name prefix -> Hugging Face's module of each block of layer n (from 1)."""
     blocks = {f"{side}_l{n}_self": f"{layer}.self_attn"}

@@ -78,10 +78,10 @@ def test_prob_rule_matches_a_transformers_reference(tmp_path, beams):
         src, src_mask = src[None, : len(row)], src_mask[None, : len(row)]
         mix = LogitsProcessorList([MixInSecondModel(hf_b, src, src_mask.long())])
         expected, expected_scores = hf_generate(hf_a, src, src_mask, num_return_sequences=beams, logits_processor=mix)
-        got = ensemble.translate_batch([row])[0]
+        got = ensemble.decode([row]).nbests[0]
         assert [h.tokens for h in got] == expected
         if beams > 1:
             assert [h.score for h in got] == pytest.approx(expected_scores.tolist(), rel=1e-5, abs=1e-4)
-        differs |= [h.tokens for h in alone.translate_batch([row])[0]] != expected
+        differs |= [h.tokens for h in alone.decode([row]).nbests[0]] != expected
     assert differs, "the second model changes nothing on these sources: the test could not fail"
     assert EOS not in [t for h in got for t in h.tokens]

@@ -69,11 +69,17 @@ FAMILIES = {
         "M2M100ForConditionalGeneration",
         dict(decoder_start_token_id=EOS, scale_embedding=True, activation_function="relu"),
     ),
+    "pegasus": (  # starts decoding with pad, as its checkpoints do
+        "PegasusConfig",
+        "PegasusForConditionalGeneration",
+        dict(decoder_start_token_id=PAD, scale_embedding=True, activation_function="relu", forced_eos_token_id=None),
+    ),
 }
 # Random models fall into repeating one token; these EOS biases (found by a sweep) make greedy
 # outputs end at different steps for the batch below. M2M100 has no final_logits_bias: its
 # EOS embedding row (tied to the output) is scaled instead.
-EOS_BIAS = {"marian": 4.0, "bart": 6.0, "mbart": 4.0, "m2m_100": 1.25}
+EOS_BIAS = {"marian": 4.0, "bart": 6.0, "mbart": 4.0, "m2m_100": 1.25, "pegasus": 8.0}
+SINUSOIDS = ("marian", "pegasus")  # families whose position table is fixed, not learned
 
 
 def build(family, tmp_path, seed=0, **generation):
@@ -86,7 +92,7 @@ def build(family, tmp_path, seed=0, **generation):
         for name, p in hf.named_parameters():
             if "norm" in name:
                 p.normal_(1.0 if name.endswith("weight") else 0.0, 0.1)
-            elif "embed_positions" not in name or family != "marian":  # Marian's fixed sinusoids stay
+            elif "embed_positions" not in name or family not in SINUSOIDS:  # fixed sinusoids stay
                 p.normal_(0.0, 0.4)
         if family == "m2m_100":
             hf.model.shared.weight[EOS] *= EOS_BIAS[family]
@@ -130,19 +136,19 @@ def test_encoder_and_every_step_logit_match(family, tmp_path):
     torch.testing.assert_close(steps, hf_logits, rtol=0, atol=1e-4)
 
 
-def hf_generate(hf, ids, mask, **kwargs):
+def hf_generate(hf, ids, mask, eos=EOS, **kwargs):
     out = hf.generate(
         input_ids=ids, attention_mask=mask.long(), return_dict_in_generate=True, output_scores=True, **kwargs
     )
     sequences = []
     for row in out.sequences[:, 1:].tolist():  # drop the decoder start token
-        sequences.append(row[: row.index(EOS)] if EOS in row else row)
+        sequences.append(row[: row.index(eos)] if eos in row else row)
     return sequences, out.get("sequences_scores")
 
 
 def ours_generate(ours, defaults, rules, rows, **overrides):
     config = Config.from_values(overrides).with_model_defaults(defaults)
-    return BatchDecoder(ours, config.decoding, rules).translate_batch(rows)
+    return BatchDecoder(ours, config.decoding, rules).decode(rows).nbests
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -224,11 +230,11 @@ def test_marian_bans_pad_through_bad_words(tmp_path):
 
 
 def test_unsupported_architecture_fails_by_name(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "t5", "d_model": 8}))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "umt5", "d_model": 8}))
     from nmtdecode.models.checkpoint import ModelError
     from nmtdecode.models.loading import load_model
 
-    with pytest.raises(ModelError, match="model_type 't5' is not supported"):
+    with pytest.raises(ModelError, match="model_type 'umt5' is not supported"):
         load_model(str(tmp_path))
 
 

@@ -77,3 +77,43 @@ def test_inspect_of_a_sharded_m2m100_without_tokenizer_fails_as_the_load_does(tm
 def test_inspect_of_an_eole_directory_matches_the_load(tmp_path, monkeypatch, variant):
     _, path = peer_eole.build(tmp_path / "model", seed=0, **VARIANTS[variant])
     assert_inspect_matches_the_loaded_model(str(path), monkeypatch)
+
+
+def _t5_directory(root, variant):
+    """A T5 `variant` saved with its tokenizer files (ByT5: none; its config names ByT5Tokenizer)."""
+    from tests.models.formats import t5_models
+    from tests.models.formats.test_hf_spiece import MADLAD_TAGS, _t5
+
+    if variant == "byt5":
+        t5_models.build("byt5", root / "model", config={"tokenizer_class": "ByT5Tokenizer"})
+        return root / "model"
+    tags = MADLAD_TAGS if variant == "madlad" else ()
+    saved, _, tokenizer = _t5(root, extra_ids=0 if tags else 5, user_defined=tags)
+    t5_models.build(variant, root / "model", config={"vocab_size": len(tokenizer)})
+    shutil.copytree(saved, root / "model", dirs_exist_ok=True)
+    return root / "model"
+
+
+@pytest.mark.parametrize("variant", ["t5", "t5-v1.1", "byt5", "madlad"])
+def test_inspect_of_a_t5_directory_matches_the_load(tmp_path, monkeypatch, variant):
+    from nmtdecode.models import inspect
+
+    path = _t5_directory(tmp_path, variant)
+    model = assert_inspect_matches_the_loaded_model(str(path), monkeypatch)
+    assert model.cfg.tie_output is (variant == "t5")  # v1.0 ties its output, the others store lm_head
+    text = inspect.describe(str(path))
+    assert ", 4 heads of 12, ffn 48, " in text and "pre-norm (RMS), relative positions" in text
+
+
+def test_inspect_of_a_pegasus_directory_matches_the_load(tmp_path, monkeypatch):
+    from tests.models.formats.test_t5_cli import pegasus_directory
+
+    model_dir, _, _ = pegasus_directory(tmp_path)
+    assert_inspect_matches_the_loaded_model(str(model_dir), monkeypatch)
+
+
+@pytest.mark.subprocess
+def test_inspect_of_a_t5_directory_never_imports_torch(tmp_path):
+    from tests.models.test_inspect import inspect_without_torch
+
+    assert "format:        huggingface/t5" in inspect_without_torch(_t5_directory(tmp_path, "t5-v1.1"))

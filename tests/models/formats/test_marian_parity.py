@@ -158,7 +158,7 @@ def sources(vocab: int, seed: int = 2, sizes=(9, 3, 6, 1, 12, 7, 4, 10)) -> list
 def ours(loaded, rows, beam: int, n_best: int):
     overrides = {"beam_size": beam, "n_best": n_best, "max_length": STEPS, "max_len_a": 0, "max_len_b": STEPS}
     config = Config.from_values(overrides).with_model_defaults(loaded.defaults)  # decoder.yml's: normalize 1, true
-    found = BatchDecoder(loaded.model, config.decoding, loaded.rules).translate_batch(rows)
+    found = BatchDecoder(loaded.model, config.decoding, loaded.rules).decode(rows).nbests
     return [[h.tokens for h in n] for n in found], [[h.score for h in n] for n in found]
 
 

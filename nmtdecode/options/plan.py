@@ -4,26 +4,20 @@ A config file's values, each item of its `jobs:` list (or its lists of `src:` an
 `output:`, or the --output-dir/--suffix rule), and the command line's flags are
 planned into jobs that one model load serves, each job's options layered as config.py
 layers them (file < item < command line); an item may set only options that need no
-other model load.
+other model load (entries.py). Nothing here touches a file: whether the inputs can be
+read and the outputs written is jobs/files.py's.
 """
 
 from __future__ import annotations
 
 import os
 
-from ..options.bounded import shown
-from ..options.config import KEY_SECTION, PER_JOB_KEYS, PLAN_KEYS, Config, ConfigError, option_names
-from .output_file import side_files
-
-
-def file_identity(path: str) -> tuple:
-    """What names one file however it is spelt: (device, inode) when it exists (through links,
-    and hard links alike), else its path with every link and `..` resolved."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return ("path", os.path.realpath(path))
-    return ("inode", st.st_dev, st.st_ino)
+from .bounded import shown
+from .config import Config
+from .entries import check_given
+from .layers import option_names
+from .option import ConfigError
+from .table import PLAN_KEYS
 
 
 def _as_list(key: str, value: object) -> list[str]:
@@ -89,13 +83,7 @@ def _job_item(n: int, item: object, output_dir: str | None, suffix: str | None) 
     if not isinstance(item, dict) or "src" not in item:
         raise ConfigError(f"jobs: item {n} must be a mapping with at least src: FILE")
     item = option_names(item, f"jobs: item {n}")
-    refused = sorted(k for k in item if k not in PER_JOB_KEYS)
-    if refused:
-        where = "set it at the top of the file" if refused[0] in KEY_SECTION else "unknown option"
-        raise ConfigError(
-            f"jobs: item {n} sets {shown(refused[0])}, which cannot differ between the jobs of "
-            f"one run (one model load): {where}; an item may set {', '.join(sorted(PER_JOB_KEYS))}"
-        )
+    check_given("jobs: item", item, item=n)
     if "output" not in item:
         if output_dir is None and suffix is None:
             raise ConfigError(f"jobs: item {n} has no output (give output:, or output_dir:/suffix: at the top)")
@@ -127,54 +115,3 @@ def plan_jobs(file_values: dict, flags: dict) -> list[Config]:
             "src: with several inputs each needs its own output file; stdin and stdout serve only a single job"
         )
     return jobs
-
-
-def check_written_files(jobs: list[Config]) -> None:
-    """No file is written twice in a run: by two jobs (their outputs, their --dump-beam files, the
-    files each keeps beside them: FILE.tmp, its journal, FILE.lock) or by one job twice. Files
-    are compared as files, not as names: `--output x.de.tmp x.de` would have the second job
-    take the first one's finished output for its own temporary file."""
-    seen: dict[tuple, tuple] = {}  # file -> (the key, what it is, the name that named it first, its job)
-    for number, job in enumerate(jobs):
-        for key, path, what in written_files(job):
-            identity = file_identity(path)
-            if identity not in seen:
-                seen[identity] = (key, what, path, number)
-                continue
-            first_key, first_what, first_path, first_job = seen[identity]
-            if first_job == number:
-                raise ConfigError(
-                    f"{key}: {path} is the job's --{first_key.replace('_', '-')}"
-                    + ("" if first_what == WRITTEN[first_key] else f" ({first_what})")
-                    + "; give it a file of its own"
-                )
-            alias = (
-                "" if first_path == path else f" (it is {first_path}, through a link or another spelling of the path)"
-            )
-            whose = "two jobs" if (first_key, first_what) == (key, what) else "another job"
-            raise ConfigError(f"{key}: {path} is {first_what} of {whose}{alias}")
-
-
-WRITTEN = {"output": "the output", "dump_beam": "the beam dump"}  # the files a job writes
-
-
-def written_files(job: Config) -> list[tuple[str, str, str]]:
-    """(option, name, what it is) of every file `job` writes: its output and beam dump, and beside
-    each the files the job keeps there while it runs (output_file.side_files)."""
-    files = []
-    for key, what in WRITTEN.items():
-        path = getattr(job.io, key)
-        if path is not None and path != "-":
-            files.append((key, path, what))
-            files += [(key, side, f"a file kept beside {what} {path}") for side in side_files(path)]
-    return files
-
-
-def make_output_dir(file_values: dict, flags: dict) -> None:
-    """Create the --output-dir (the command line's, else the config file's) if it is missing."""
-    output_dir = flags.get("output_dir", file_values.get("output_dir"))
-    if isinstance(output_dir, str) and not os.path.isdir(output_dir):
-        try:
-            os.makedirs(output_dir, exist_ok=True)
-        except OSError as e:
-            raise ConfigError(f"output_dir: cannot create {output_dir}: {e.strerror}") from None

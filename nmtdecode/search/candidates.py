@@ -1,0 +1,139 @@
+"""A beam step's arithmetic, batched over the sentences, the same for the host search (beam.py,
+diverse.py) and the device search (device/beam.py):
+
+1. `best_continuations`: add each row's running score to its log-probs and take, with one
+   `topk`, the 2k best continuations of every sentence (`Candidates`, best first).
+2. `keep_alive`: the k best candidates not ending in EOS stay alive; the search records the
+   top k (those that end finish: endings.py).
+3. `next_beam_rows`: the rows of the next step, k per sentence still searched.
+
+Why 2k candidates: a candidate that ends in EOS leaves the beam for the `finished` pool, and
+its slot is refilled from the next best non-EOS candidate, so k hypotheses stay alive. Each
+slot has a single EOS continuation, hence at most k of the 2k candidates end, and at least k
+go on. As in Hugging Face, only EOS candidates ranked within the top k are kept as finished
+hypotheses. OpenNMT-py's own beam (`refill` off) keeps its k best candidates as the slots, an
+ended one as an empty slot for the next step (k-1 go on, not refilled from the 2k).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+
+from .base import NEG_INF, StepOutput
+
+
+@dataclass
+class Candidates:
+    """Continuations of each active sentence, best first; every field (n, c)."""
+
+    scores: torch.Tensor  # total log-prob of the extended hypothesis: what the search ranks by
+    tokens: torch.Tensor  # the token it adds
+    prev: torch.Tensor  # the slot (row of its sentence) of this step that it extends
+    totals: torch.Tensor | None = None  # the model's log-prob total, where `scores` add more (diverse.py)
+
+    def take(self, index: torch.Tensor) -> "Candidates":
+        """Columns `index` (n, c') of each row."""
+        return Candidates(*(None if t is None else t.gather(1, index) for t in self._fields()))
+
+    def first(self, k: int) -> "Candidates":
+        """The k best of each row."""
+        return Candidates(*(None if t is None else t[:, :k] for t in self._fields()))
+
+    def rows(self, index: torch.Tensor) -> "Candidates":
+        """Rows (sentences) `index`."""
+        return Candidates(*(None if t is None else t[index] for t in self._fields()))
+
+    def _fields(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        return self.scores, self.tokens, self.prev, self.totals
+
+
+def top_candidates(totals: torch.Tensor, wanted: int, vocab: int, eos_id: int) -> Candidates:
+    """The `wanted` best of each row of totals (n, width*V), best first (top_k). A vocabulary
+    smaller than that is padded with impossible EOS candidates."""
+    scores, ids = top_k(totals, min(wanted, totals.size(1)))
+    tokens, prev = ids % vocab, ids // vocab
+    if scores.size(1) < wanted:
+        missing = (0, wanted - scores.size(1))
+        scores = F.pad(scores, missing, value=NEG_INF)
+        tokens, prev = F.pad(tokens, missing, value=eos_id), F.pad(prev, missing, value=0)
+    return Candidates(scores, tokens, prev)
+
+
+def keep_alive(candidates: Candidates, k: int, eos_id: int, refill: bool) -> Candidates:
+    """The k best candidates not ending in EOS (a stable sort keeps rank order); an EOS candidate
+    only fills a slot when fewer than k could go on, as an empty slot (-inf). Without `refill`
+    (OpenNMT-py), simply the k best, each EOS one as an empty slot."""
+    ends = candidates.tokens == eos_id
+    if refill:
+        order = ends.to(torch.uint8).argsort(dim=1, stable=True)[:, :k]
+    else:
+        order = torch.arange(k, device=ends.device).expand(ends.size(0), k)
+    alive = candidates.take(order)
+    for values in (alive.scores, alive.totals):
+        if values is not None:
+            values.masked_fill_(alive.tokens == eos_id, NEG_INF)
+    return alive
+
+
+BLOCK = 32  # top_k's block width
+
+
+def top_k(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """values.topk(k, dim=1) (values and column indices, best first) for long rows, in two small
+    topks instead of one long one. Each row is cut into blocks of BLOCK columns; the k blocks
+    with the largest maxima hold the row's k largest values (each block ranked above them has a
+    value at least as large), so the topk of those k * BLOCK candidates is the row's. On CPU that
+    is faster than one topk over a long row (docs/speed.md#measurements-behind-design-choices).
+    Ties between equal values may come out in another order than one topk's; the values are the
+    same."""
+    n, m = values.shape
+    whole = m // BLOCK * BLOCK
+    if whole < 4 * k * BLOCK or values.device.type != "cpu" or values.stride(1) != 1:
+        return values.topk(k, dim=1)  # short rows: one topk is as fast; a GPU's topk is one fast kernel
+    blocks = values.as_strided((n, whole // BLOCK, BLOCK), (values.stride(0), BLOCK, 1))  # a view: no copy
+    chosen = blocks.amax(dim=2).topk(k, dim=1).indices  # (n, k) the blocks with the k largest maxima
+    candidates = blocks.gather(1, chosen[:, :, None].expand(n, k, BLOCK)).view(n, k * BLOCK)
+    columns = (chosen[:, :, None] * BLOCK + torch.arange(BLOCK, device=values.device)).view(n, k * BLOCK)
+    if whole < m:  # the last, partial block: always a candidate
+        candidates = torch.cat([candidates, values[:, whole:]], dim=1)
+        columns = torch.cat([columns, torch.arange(whole, m, device=values.device).expand(n, m - whole)], dim=1)
+    best, at = candidates.topk(k, dim=1)
+    return best, columns.gather(1, at)
+
+
+def best_continuations(logprobs: torch.Tensor, alive_scores: torch.Tensor, n: int, k: int, eos_id: int) -> Candidates:
+    """The 2k best continuations of each of n sentences over all its rows: each row's running
+    score added to its log-probs (in place), then the topk of (n, width*V)."""
+    totals = logprobs.add_(alive_scores[:, None]).view(n, -1)
+    return top_candidates(totals, 2 * k, logprobs.size(1), eos_id)
+
+
+def extended_rows(prev: torch.Tensor, width: int) -> torch.Tensor:
+    """The row each candidate extends: slots prev (n, c) of sentences of `width` rows -> rows (n, c)."""
+    return torch.arange(prev.size(0), device=prev.device)[:, None] * width + prev
+
+
+class BeamRows(Protocol):
+    """What `next_beam_rows` reads and sets of a beam search, the host's or the device's."""
+
+    k: int
+    width: int
+    alive_scores: torch.Tensor
+
+    def leaving(self) -> torch.Tensor | None: ...
+
+
+def next_beam_rows(search: BeamRows, alive: Candidates) -> tuple[StepOutput, Candidates]:
+    """Rows of the next step: k per sentence that stays (`search.leaving()`), each continuing the
+    row it extends; also the alive slots of the sentences kept."""
+    origin = extended_rows(alive.prev, search.width)  # (n, k)
+    keep = search.leaving()
+    if keep is not None:
+        origin, alive = origin[keep], alive.rows(keep)
+    search.width = search.k
+    search.alive_scores = alive.scores.reshape(-1)
+    return StepOutput(tokens=alive.tokens.reshape(-1), origin=origin.reshape(-1), keep=keep), alive
