@@ -1,8 +1,8 @@
 """A beam step's arithmetic, batched over the sentences, the same for the host search (beam.py,
 diverse.py) and the device search (device/beam.py):
 
-1. `best_continuations`: add each row's running score to its log-probs and take, with one
-   `topk`, the 2k best continuations of every sentence (`Candidates`, best first).
+1. `best_continuations`: the 2k best continuations of every sentence (`Candidates`, best first),
+   each row's running score added to its log-probs; on the CPU each row's own 2k best first.
 2. `keep_alive`: the k best candidates not ending in EOS stay alive; the search records the
    top k (those that end finish: endings.py).
 3. `next_beam_rows`: the rows of the next step, k per sentence still searched.
@@ -55,11 +55,17 @@ def top_candidates(totals: torch.Tensor, wanted: int, vocab: int, eos_id: int) -
     """The `wanted` best of each row of totals (n, width*V), best first (top_k). A vocabulary
     smaller than that is padded with impossible EOS candidates."""
     scores, ids = top_k(totals, min(wanted, totals.size(1)))
-    tokens, prev = ids % vocab, ids // vocab
-    if scores.size(1) < wanted:
-        missing = (0, wanted - scores.size(1))
-        scores = F.pad(scores, missing, value=NEG_INF)
-        tokens, prev = F.pad(tokens, missing, value=eos_id), F.pad(prev, missing, value=0)
+    return padded(Candidates(scores, ids % vocab, ids // vocab), wanted, eos_id)
+
+
+def padded(candidates: Candidates, wanted: int, eos_id: int) -> Candidates:
+    """`wanted` candidates in each row: those given, then impossible EOS ones (a vocabulary
+    smaller than the candidates a step asks for)."""
+    missing = (0, wanted - candidates.scores.size(1))
+    if not missing[1]:
+        return candidates
+    scores = F.pad(candidates.scores, missing, value=NEG_INF)
+    tokens, prev = F.pad(candidates.tokens, missing, value=eos_id), F.pad(candidates.prev, missing, value=0)
     return Candidates(scores, tokens, prev)
 
 
@@ -106,10 +112,41 @@ def top_k(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def best_continuations(logprobs: torch.Tensor, alive_scores: torch.Tensor, n: int, k: int, eos_id: int) -> Candidates:
-    """The 2k best continuations of each of n sentences over all its rows: each row's running
-    score added to its log-probs (in place), then the topk of (n, width*V)."""
-    totals = logprobs.add_(alive_scores[:, None]).view(n, -1)
-    return top_candidates(totals, 2 * k, logprobs.size(1), eos_id)
+    """The 2k best continuations of each of n sentences over all its rows (n*width, V): the best
+    of logprobs + each row's running score. On the CPU, equal scores come by row, then token
+    (as a stable sort of (n, width*V) orders them), and a sentence's 2k best are found among its
+    rows' own 2k best (row_best): the running score is added to those alone, without a pass over
+    every row's vocabulary. Elsewhere the score is added to every log-prob (in place) and one
+    topk of (n, width*V) chooses, its ties in the device's order: no step waits for the host."""
+    if logprobs.device.type != "cpu":
+        totals = logprobs.add_(alive_scores[:, None]).view(n, -1)
+        return top_candidates(totals, 2 * k, logprobs.size(1), eos_id)
+    totals, tokens = row_best(logprobs, alive_scores, min(2 * k, logprobs.size(1)))
+    scores, ids = totals.view(n, -1).sort(dim=1, descending=True, stable=True)
+    wanted = min(2 * k, ids.size(1))
+    ids = ids[:, :wanted]
+    candidates = Candidates(scores[:, :wanted], tokens.view(n, -1).gather(1, ids), ids // tokens.size(1))
+    return padded(candidates, 2 * k, eos_id)
+
+
+def row_best(logprobs: torch.Tensor, alive_scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The k best totals (logprobs + the row's running score) of each row and their tokens, best
+    first, equal totals by token. top_k finds them in its own order of ties: they are sorted
+    again, and a row whose k-th total equals its (k+1)-th (a tie cut by the boundary: -inf
+    entries, mostly) is sorted whole, so that its lowest tokens are those kept."""
+    vocab = logprobs.size(1)
+    best, tokens = top_k(logprobs, min(k + 1, vocab))
+    totals = best + alive_scores[:, None]
+    if k < vocab:
+        cut = (totals[:, k - 1] == totals[:, k]).nonzero().squeeze(1)
+        if len(cut):
+            whole = (logprobs[cut] + alive_scores[cut, None]).sort(dim=1, descending=True, stable=True)
+            totals[cut], tokens[cut] = whole.values[:, : k + 1], whole.indices[:, : k + 1]
+        totals, tokens = totals[:, :k], tokens[:, :k]
+    by_token = tokens.argsort(dim=1)
+    totals, tokens = totals.gather(1, by_token), tokens.gather(1, by_token)
+    by_total = totals.argsort(dim=1, descending=True, stable=True)
+    return totals.gather(1, by_total), tokens.gather(1, by_total)
 
 
 def extended_rows(prev: torch.Tensor, width: int) -> torch.Tensor:

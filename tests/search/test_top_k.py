@@ -1,9 +1,10 @@
-"""search/beam.py:top_k, the topk of long rows through block maxima, against torch.topk."""
+"""search/candidates.py: top_k, the topk of long rows through block maxima, against torch.topk;
+best_continuations, each row's best first, against a full stable sort."""
 
 import pytest
 import torch
 
-from nmtdecode.search.candidates import BLOCK, top_k
+from nmtdecode.search.candidates import BLOCK, best_continuations, top_k
 
 
 @pytest.mark.parametrize(
@@ -39,3 +40,38 @@ def test_ties_give_the_same_values_and_columns_holding_them():
 def test_a_view_of_longer_rows():
     values = torch.randn(6, 9000, generator=torch.Generator().manual_seed(2))[:, 1000:8000]
     assert torch.equal(top_k(values, 10)[1], values.topk(10, dim=1).indices)
+
+
+def full_stable_top(logprobs, alive, n, wanted):
+    """The reference best_continuations is held to: the running scores added to every log-prob,
+    then a stable descending sort of each sentence's (width*V): equal totals by row, then token."""
+    vocab = logprobs.size(1)
+    totals, ids = (logprobs + alive[:, None]).view(n, -1).sort(dim=1, descending=True, stable=True)
+    return totals[:, :wanted], ids[:, :wanted] % vocab, ids[:, :wanted] // vocab
+
+
+@pytest.mark.parametrize("vocab", [3, 24, 300, 20 * BLOCK + 5])
+@pytest.mark.parametrize("offset", [0.0, -3e7])  # -3e7: a float32 sum rounds distinct log-probs to one total
+def test_row_bests_first_equal_a_full_sort_ties_included(vocab, offset):
+    """best_continuations takes each row's 2k best before adding its running score: the same
+    candidates, in the same order, as the full sort, when many totals are equal (few distinct
+    values, -inf entries and rows, ties cut by a row's 2k-th place)."""
+    n, k = 3, 4
+    generator = torch.Generator().manual_seed(vocab)
+    for _ in range(20):
+        logprobs = torch.randint(0, 6, (n * k, vocab), generator=generator).float() * -0.5
+        logprobs[torch.rand(n * k, vocab, generator=generator) < 0.3] = float("-inf")
+        alive = torch.randint(0, 3, (n * k,), generator=generator).float() * -0.5 + offset
+        alive[torch.rand(n * k, generator=generator) < 0.2] = float("-inf")
+        found = best_continuations(logprobs.clone(), alive, n, k, eos_id=2)
+        scores, tokens, prev = full_stable_top(logprobs, alive, n, 2 * k)
+        assert torch.equal(found.scores, scores)
+        assert torch.equal(found.tokens, tokens) and torch.equal(found.prev, prev)
+
+
+def test_a_sentence_with_fewer_candidates_than_2k_is_padded_with_impossible_eos():
+    logprobs = torch.log_softmax(torch.randn(2, 3, generator=torch.Generator().manual_seed(0)), dim=-1)
+    found = best_continuations(logprobs.clone(), torch.zeros(2), n=2, k=2, eos_id=1)  # width 1, V 3 < 2k
+    scores, tokens, _ = full_stable_top(logprobs, torch.zeros(2), 2, 3)
+    assert torch.equal(found.scores[:, :3], scores) and torch.equal(found.tokens[:, :3], tokens)
+    assert found.scores[:, 3].eq(float("-inf")).all() and found.tokens[:, 3].eq(1).all()
