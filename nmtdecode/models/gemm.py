@@ -95,8 +95,9 @@ class PackedLinear(nn.Module):
 
     def swaps(self, rows: int) -> bool:
         """Whether a product of this many rows runs with the roles swapped (a plain weight's, with
-        few rows); a recorded step (traced_step.py) is recorded once for each answer."""
-        return not self.packed and rows <= SWAPPED_MAX_ROWS
+        few rows, and no activation to fuse); a recorded step (traced_step.py) is recorded once
+        for each answer."""
+        return not self.packed and self.activation is None and rows <= SWAPPED_MAX_ROWS
 
     def _product(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         if torch.jit.is_tracing():  # the same product, in the form the tracer records (per thread)
