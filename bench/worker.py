@@ -97,7 +97,7 @@ def run_nmtdecode(args, task):
 
     def translate(batch):
         with torch.inference_mode():  # in the thread that decodes it
-            return [n[0].tokens for n in translator.translate_batch(batch)]
+            return [n[0].tokens for n in translator.decode(batch).nbests]
 
     times, outputs = decode_in_batches(translate, task["sources"], args.batch, args.inter_threads)
     return times, outputs, backend, load_seconds
