@@ -2,7 +2,8 @@
 diverse.py) and the device search (device/beam.py):
 
 1. `best_continuations`: the 2k best continuations of every sentence (`Candidates`, best first),
-   each row's running score added to its log-probs; on the CPU each row's own 2k best first.
+   each row's running score added to its log-probs; with a large vocabulary on the CPU, to each
+   row's own 2k best only.
 2. `keep_alive`: the k best candidates not ending in EOS stay alive; the search records the
    top k (those that end finish: endings.py).
 3. `next_beam_rows`: the rows of the next step, k per sentence still searched.
@@ -111,42 +112,61 @@ def top_k(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     return best, columns.gather(1, at)
 
 
-def best_continuations(logprobs: torch.Tensor, alive_scores: torch.Tensor, n: int, k: int, eos_id: int) -> Candidates:
+# From this vocabulary size on, each row's own best are taken before the running scores are added
+# (best_continuations): a pass over every log-prob saved, against two small topks a row.
+ROW_FIRST_VOCAB = 65536
+
+
+def best_continuations(
+    logprobs: torch.Tensor, alive_scores: torch.Tensor, n: int, k: int, eos_id: int, host: bool = True
+) -> Candidates:
     """The 2k best continuations of each of n sentences over all its rows (n*width, V): the best
-    of logprobs + each row's running score. On the CPU, equal scores come by row, then token
-    (as a stable sort of (n, width*V) orders them), and a sentence's 2k best are found among its
-    rows' own 2k best (row_best): the running score is added to those alone, without a pass over
-    every row's vocabulary. Elsewhere the score is added to every log-prob (in place) and one
-    topk of (n, width*V) chooses, its ties in the device's order: no step waits for the host."""
-    if logprobs.device.type != "cpu":
+    of logprobs + each row's running score. The host search on the CPU (`host`) reads where the
+    ties are: equal scores come by row, then token (as a stable sort of (n, width*V) orders
+    them), and from ROW_FIRST_VOCAB tokens a sentence's 2k best are found among its rows' own 2k
+    best (top_in_order), the running score added to those alone. Below it the score is added to
+    every log-prob (in place) and the 2k best of (n, width*V) are taken; so too on a GPU and in
+    the device search, by top_k without a read on the host, ties in its own order."""
+    vocab = logprobs.size(1)
+    if logprobs.device.type != "cpu" or not host:
         totals = logprobs.add_(alive_scores[:, None]).view(n, -1)
-        return top_candidates(totals, 2 * k, logprobs.size(1), eos_id)
-    totals, tokens = row_best(logprobs, alive_scores, min(2 * k, logprobs.size(1)))
+        return top_candidates(totals, 2 * k, vocab, eos_id)
+    if vocab < ROW_FIRST_VOCAB:
+        scores, ids = top_in_order(logprobs.add_(alive_scores[:, None]).view(n, -1), 2 * k)
+        return padded(Candidates(scores, ids % vocab, ids // vocab), 2 * k, eos_id)
+    totals, tokens = top_in_order(logprobs, 2 * k, alive_scores)
     scores, ids = totals.view(n, -1).sort(dim=1, descending=True, stable=True)
-    wanted = min(2 * k, ids.size(1))
-    ids = ids[:, :wanted]
-    candidates = Candidates(scores[:, :wanted], tokens.view(n, -1).gather(1, ids), ids // tokens.size(1))
+    ids = ids[:, : 2 * k]
+    candidates = Candidates(scores[:, : 2 * k], tokens.view(n, -1).gather(1, ids), ids // tokens.size(1))
     return padded(candidates, 2 * k, eos_id)
 
 
-def row_best(logprobs: torch.Tensor, alive_scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The k best totals (logprobs + the row's running score) of each row and their tokens, best
-    first, equal totals by token. top_k finds them in its own order of ties: they are sorted
-    again, and a row whose k-th total equals its (k+1)-th (a tie cut by the boundary: -inf
-    entries, mostly) is sorted whole, so that its lowest tokens are those kept."""
-    vocab = logprobs.size(1)
-    best, tokens = top_k(logprobs, min(k + 1, vocab))
-    totals = best + alive_scores[:, None]
-    if k < vocab:
-        cut = (totals[:, k - 1] == totals[:, k]).nonzero().squeeze(1)
+def top_in_order(
+    values: torch.Tensor, k: int, offsets: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The k best of each row of values (+ its offset, given one) and their columns, best first,
+    equal ones by column: the first k of a stable descending sort. top_k finds ties in its own
+    order: where there are any, they are sorted again, and a row whose k-th value equals its
+    (k+1)-th (a tie cut by the boundary: -inf entries, mostly) is sorted whole, so that its
+    first columns are those kept."""
+    k = min(k, values.size(1))
+    best, columns = top_k(values, min(k + 1, values.size(1)))
+    if offsets is not None:
+        best = best + offsets[:, None]
+    ties = best[:, 1:] == best[:, :-1]
+    if not ties.any():  # distinct values (float32 log-probs, mostly): top_k's order is the order
+        return best[:, :k], columns[:, :k]
+    if k < values.size(1):
+        cut = ties[:, k - 1].nonzero().squeeze(1)
         if len(cut):
-            whole = (logprobs[cut] + alive_scores[cut, None]).sort(dim=1, descending=True, stable=True)
-            totals[cut], tokens[cut] = whole.values[:, : k + 1], whole.indices[:, : k + 1]
-        totals, tokens = totals[:, :k], tokens[:, :k]
-    by_token = tokens.argsort(dim=1)
-    totals, tokens = totals.gather(1, by_token), tokens.gather(1, by_token)
-    by_total = totals.argsort(dim=1, descending=True, stable=True)
-    return totals.gather(1, by_total), tokens.gather(1, by_total)
+            whole = values[cut] if offsets is None else values[cut] + offsets[cut, None]
+            whole_sorted = whole.sort(dim=1, descending=True, stable=True)
+            best[cut], columns[cut] = whole_sorted.values[:, : k + 1], whole_sorted.indices[:, : k + 1]
+        best, columns = best[:, :k], columns[:, :k]
+    by_column = columns.argsort(dim=1)
+    best, columns = best.gather(1, by_column), columns.gather(1, by_column)
+    by_value = best.argsort(dim=1, descending=True, stable=True)
+    return best.gather(1, by_value), columns.gather(1, by_value)
 
 
 def extended_rows(prev: torch.Tensor, width: int) -> torch.Tensor:

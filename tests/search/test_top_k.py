@@ -1,9 +1,10 @@
 """search/candidates.py: top_k, the topk of long rows through block maxima, against torch.topk;
-best_continuations, each row's best first, against a full stable sort."""
+best_continuations, with each row's best first or not, against a full stable sort."""
 
 import pytest
 import torch
 
+from nmtdecode.search import candidates
 from nmtdecode.search.candidates import BLOCK, best_continuations, top_k
 
 
@@ -50,12 +51,15 @@ def full_stable_top(logprobs, alive, n, wanted):
     return totals[:, :wanted], ids[:, :wanted] % vocab, ids[:, :wanted] // vocab
 
 
+@pytest.mark.parametrize("row_first", [True, False])
 @pytest.mark.parametrize("vocab", [3, 24, 300, 20 * BLOCK + 5])
 @pytest.mark.parametrize("offset", [0.0, -3e7])  # -3e7: a float32 sum rounds distinct log-probs to one total
-def test_row_bests_first_equal_a_full_sort_ties_included(vocab, offset):
-    """best_continuations takes each row's 2k best before adding its running score: the same
-    candidates, in the same order, as the full sort, when many totals are equal (few distinct
-    values, -inf entries and rows, ties cut by a row's 2k-th place)."""
+def test_best_continuations_equal_a_full_sort_ties_included(vocab, offset, row_first, monkeypatch):
+    """Each row's 2k best taken before its running score is added (a large vocabulary), or the
+    score added to every log-prob first: the candidates, in the order, of the full stable sort,
+    when many totals are equal (few distinct values, -inf entries and rows, ties cut by a row's
+    2k-th place, sums that round together)."""
+    monkeypatch.setattr(candidates, "ROW_FIRST_VOCAB", 0 if row_first else vocab + 1)
     n, k = 3, 4
     generator = torch.Generator().manual_seed(vocab)
     for _ in range(20):
@@ -69,7 +73,9 @@ def test_row_bests_first_equal_a_full_sort_ties_included(vocab, offset):
         assert torch.equal(found.tokens, tokens) and torch.equal(found.prev, prev)
 
 
-def test_a_sentence_with_fewer_candidates_than_2k_is_padded_with_impossible_eos():
+@pytest.mark.parametrize("row_first", [True, False])
+def test_a_sentence_with_fewer_candidates_than_2k_is_padded_with_impossible_eos(row_first, monkeypatch):
+    monkeypatch.setattr(candidates, "ROW_FIRST_VOCAB", 0 if row_first else 4)
     logprobs = torch.log_softmax(torch.randn(2, 3, generator=torch.Generator().manual_seed(0)), dim=-1)
     found = best_continuations(logprobs.clone(), torch.zeros(2), n=2, k=2, eos_id=1)  # width 1, V 3 < 2k
     scores, tokens, _ = full_stable_top(logprobs, torch.zeros(2), 2, 3)
