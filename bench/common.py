@@ -8,6 +8,7 @@ finds this module with one line first: `sys.path.insert(0, <bench/>)`.
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import sys
@@ -55,6 +56,32 @@ def run_with_isa(isa: str) -> None:
     if any(os.environ.get(name) != value for name, value in ISA_CAPS[isa].items()):
         cap_children(isa)
         os.execv(sys.executable, [sys.executable, *sys.argv])
+
+
+def kernel_experiment_parser(doc: str | None, repeat: int) -> argparse.ArgumentParser:
+    """The options of an experiment that times kernels in one process: --threads, --isa,
+    --repeat (the best of so many calls is kept) and --cpu-time."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--isa", default="native", choices=sorted(ISA_CAPS), help="cap the instruction set")
+    parser.add_argument("--repeat", type=int, default=repeat, help="the best of this many calls is kept")
+    parser.add_argument("--cpu-time", action="store_true", help="CPU seconds of all threads, not wall seconds")
+    return parser
+
+
+def start_kernel_experiment(args: argparse.Namespace) -> Callable[[], float]:
+    """The caps of --isa (this script re-executed with them), torch on --threads threads with
+    the engine's allocator (freed blocks reused, not mapped afresh); the clock to read: CPU
+    seconds of all threads with --cpu-time (on a shared machine, the share of a core a process
+    gets varies from run to run, the work it does much less), else wall seconds."""
+    run_with_isa(args.isa)
+    import torch
+
+    from nmtdecode.models import memory
+
+    torch.set_num_threads(args.threads)
+    memory.tune_allocator()
+    return time.process_time if args.cpu_time else time.perf_counter
 
 
 def timed(work: Callable[[], T]) -> tuple[float, T]:

@@ -19,44 +19,33 @@ beam 1 and at beam 4), the best time of each way to multiply by it:
   onednn packed copy      a packed copy of the whole weight: the bound the others are held
                           against (it costs the gigabyte).
 
---cpu-time reports the CPU seconds of all threads instead of wall seconds: on a shared machine
-the share of a core a process gets varies from run to run, the work it does much less.
+--cpu-time reports the CPU seconds of all threads instead of wall seconds (bench/common.py).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/, for common
-from common import ISA_CAPS, run_with_isa  # noqa: E402
+from common import kernel_experiment_parser, start_kernel_experiment  # noqa: E402
 
 TODAY = "onednn blocks of 4096"  # what models/gemm.py did before the swapped product
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--isa", default="native", choices=sorted(ISA_CAPS), help="cap the instruction set")
+    parser = kernel_experiment_parser(__doc__, repeat=5)
     parser.add_argument("--rows", default="16,64", help="rows of a step, comma-separated")
     parser.add_argument("--vocab", type=int, default=256206)
     parser.add_argument("--width", type=int, default=1024)
-    parser.add_argument("--repeat", type=int, default=5, help="the best of this many calls is kept")
-    parser.add_argument("--cpu-time", action="store_true", help="CPU seconds of all threads, not wall seconds")
     parser.add_argument("--ways", default="", help="only the ways whose names hold one of these, comma-separated")
     args = parser.parse_args()
-    run_with_isa(args.isa)
+    clock = start_kernel_experiment(args)
     import torch
     import torch.nn.functional as F
 
-    from nmtdecode.models import memory
     from nmtdecode.models.gemm import cpu_description
 
-    torch.set_num_threads(args.threads)
-    memory.tune_allocator()  # as the engine decodes: freed blocks reused, not mapped afresh
-    clock = time.process_time if args.cpu_time else time.perf_counter
     weight = torch.randn(args.vocab, args.width, generator=torch.Generator().manual_seed(0)) * 0.02
     product = torch.ops.mkldnn._linear_pointwise
 

@@ -23,35 +23,25 @@ same random logits, best of --repeat, and checked against one plain `topk` (same
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/, for common
-from common import ISA_CAPS, run_with_isa  # noqa: E402
+from common import kernel_experiment_parser, start_kernel_experiment  # noqa: E402
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--isa", default="native", choices=sorted(ISA_CAPS), help="cap the instruction set")
+    parser = kernel_experiment_parser(__doc__, repeat=20)
     parser.add_argument("--sentences", type=int, default=16)
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--vocab", type=int, default=256206)
-    parser.add_argument("--repeat", type=int, default=20, help="the best of this many calls is kept")
-    parser.add_argument("--cpu-time", action="store_true", help="CPU seconds of all threads, not wall seconds")
     args = parser.parse_args()
-    run_with_isa(args.isa)
+    clock = start_kernel_experiment(args)
     import torch
 
-    from nmtdecode.models import memory
     from nmtdecode.models.gemm import cpu_description
     from nmtdecode.search.candidates import best_continuations, top_k
 
-    torch.set_num_threads(args.threads)
-    memory.tune_allocator()  # as the engine decodes: freed blocks reused, not mapped afresh
-    clock = time.process_time if args.cpu_time else time.perf_counter
     n, k, vocab = args.sentences, args.beam, args.vocab
     generator = torch.Generator().manual_seed(0)
     logits = torch.randn(n * k, vocab, generator=generator) * 3
