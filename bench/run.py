@@ -401,7 +401,8 @@ def main():
     parser.add_argument(
         "--rows",
         default="",
-        help="only these rows, by their system label (e.g. ctranslate2: with the row it is compared with)",
+        help="only these rows, by their system label (e.g. ctranslate2: with the row it is compared with); "
+        "the demo's whole jobs and memory rows run only without it",
     )
     parser.add_argument("--demo", default=os.path.join(ROOT, "data", "demo"), help="the demo model directory")
     parser.add_argument(
@@ -444,8 +445,9 @@ def main():
             else:
                 dirs, task, loaded, references = prepare_natural(name, n_natural, args.demo)
                 rows += benchmark_model(name, dirs, task, beam, args, loaded, references)
-    jobs = whole_job_rows(args, n_natural) if "demo" in args.models.split(",") else []
-    memory = memory_rows(args) if "demo" in args.models.split(",") else []
+    whole = "demo" in args.models.split(",") and not args.rows  # --rows: those rows only
+    jobs = whole_job_rows(args, n_natural) if whole else []
+    memory = memory_rows(args) if whole else []
     path = os.path.join(OUT, "results-quick.md") if args.quick else args.output
     write_results(path, machine_lines(args), rows, jobs, memory, notes)
 
