@@ -135,9 +135,9 @@ def best_continuations(
         scores, ids = top_in_order(logprobs.add_(alive_scores[:, None]).view(n, -1), 2 * k)
         return padded(Candidates(scores, ids % vocab, ids // vocab), 2 * k, eos_id)
     totals, tokens = top_in_order(logprobs, 2 * k, alive_scores)
-    scores, ids = totals.view(n, -1).sort(dim=1, descending=True, stable=True)
+    scores, ids = totals.reshape(n, -1).sort(dim=1, descending=True, stable=True)
     ids = ids[:, : 2 * k]
-    candidates = Candidates(scores[:, : 2 * k], tokens.view(n, -1).gather(1, ids), ids // tokens.size(1))
+    candidates = Candidates(scores[:, : 2 * k], tokens.reshape(n, -1).gather(1, ids), ids // tokens.size(1))
     return padded(candidates, 2 * k, eos_id)
 
 

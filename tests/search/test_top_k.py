@@ -74,6 +74,20 @@ def test_best_continuations_equal_a_full_sort_ties_included(vocab, offset, row_f
 
 
 @pytest.mark.parametrize("row_first", [True, False])
+def test_distinct_scores_as_the_full_sort_gives_them(row_first, monkeypatch):
+    """No ties (float32 log-probs, mostly): top_k's order is kept as it found it."""
+    monkeypatch.setattr(candidates, "ROW_FIRST_VOCAB", 0 if row_first else 10**9)
+    n, k, vocab = 4, 3, 40 * BLOCK
+    generator = torch.Generator().manual_seed(1)
+    logprobs = torch.log_softmax(torch.randn(n * k, vocab, generator=generator) * 3, dim=-1)
+    alive = -torch.rand(n * k, generator=generator) * 5
+    found = best_continuations(logprobs.clone(), alive, n, k, eos_id=2)
+    scores, tokens, prev = full_stable_top(logprobs, alive, n, 2 * k)
+    assert torch.equal(found.scores, scores)
+    assert torch.equal(found.tokens, tokens) and torch.equal(found.prev, prev)
+
+
+@pytest.mark.parametrize("row_first", [True, False])
 def test_a_sentence_with_fewer_candidates_than_2k_is_padded_with_impossible_eos(row_first, monkeypatch):
     monkeypatch.setattr(candidates, "ROW_FIRST_VOCAB", 0 if row_first else 4)
     logprobs = torch.log_softmax(torch.randn(2, 3, generator=torch.Generator().manual_seed(0)), dim=-1)
