@@ -95,3 +95,22 @@ def test_a_sentence_with_fewer_candidates_than_2k_is_padded_with_impossible_eos(
     scores, tokens, _ = full_stable_top(logprobs, torch.zeros(2), 2, 3)
     assert torch.equal(found.scores[:, :3], scores) and torch.equal(found.tokens[:, :3], tokens)
     assert found.scores[:, 3].eq(float("-inf")).all() and found.tokens[:, 3].eq(1).all()
+
+
+def test_a_beam_decoding_is_the_same_with_each_rows_best_first_or_not(monkeypatch):
+    """The row-first path is a speed change only: whole beam decodings (n-best lists, scores)
+    are the same bit for bit whichever path chooses the candidates."""
+    from nmtdecode.engine.decoding import BatchDecoder
+    from nmtdecode.options.config import DecodingConfig
+
+    from tests.helpers import random_sources, tiny_transformer
+
+    model = tiny_transformer(3, vocab=40, eos_bias=-1.0)
+    cfg = DecodingConfig(beam_size=4, n_best=4, max_length=12)
+    sources = random_sources(6, 40, seed=4)
+    found = {}
+    for row_first in (True, False):
+        monkeypatch.setattr(candidates, "ROW_FIRST_VOCAB", 0 if row_first else 10**9)
+        nbests = BatchDecoder(model, cfg).decode(sources).nbests
+        found[row_first] = [[(h.tokens, h.score) for h in nbest] for nbest in nbests]
+    assert found[True] == found[False]
