@@ -51,6 +51,13 @@ def full_stable_top(logprobs, alive, n, wanted):
     return totals[:, :wanted], ids[:, :wanted] % vocab, ids[:, :wanted] // vocab
 
 
+def assert_as_the_full_sort(logprobs, alive, n, k):
+    found = best_continuations(logprobs.clone(), alive, n, k, eos_id=2)
+    scores, tokens, prev = full_stable_top(logprobs, alive, n, 2 * k)
+    assert torch.equal(found.scores, scores)
+    assert torch.equal(found.tokens, tokens) and torch.equal(found.prev, prev)
+
+
 @pytest.mark.parametrize("row_first", [True, False])
 @pytest.mark.parametrize("vocab", [3, 24, 300, 20 * BLOCK + 5])
 @pytest.mark.parametrize("offset", [0.0, -3e7])  # -3e7: a float32 sum rounds distinct log-probs to one total
@@ -67,10 +74,7 @@ def test_best_continuations_equal_a_full_sort_ties_included(vocab, offset, row_f
         logprobs[torch.rand(n * k, vocab, generator=generator) < 0.3] = float("-inf")
         alive = torch.randint(0, 3, (n * k,), generator=generator).float() * -0.5 + offset
         alive[torch.rand(n * k, generator=generator) < 0.2] = float("-inf")
-        found = best_continuations(logprobs.clone(), alive, n, k, eos_id=2)
-        scores, tokens, prev = full_stable_top(logprobs, alive, n, 2 * k)
-        assert torch.equal(found.scores, scores)
-        assert torch.equal(found.tokens, tokens) and torch.equal(found.prev, prev)
+        assert_as_the_full_sort(logprobs, alive, n, k)
 
 
 @pytest.mark.parametrize("row_first", [True, False])
@@ -81,10 +85,7 @@ def test_distinct_scores_as_the_full_sort_gives_them(row_first, monkeypatch):
     generator = torch.Generator().manual_seed(1)
     logprobs = torch.log_softmax(torch.randn(n * k, vocab, generator=generator) * 3, dim=-1)
     alive = -torch.rand(n * k, generator=generator) * 5
-    found = best_continuations(logprobs.clone(), alive, n, k, eos_id=2)
-    scores, tokens, prev = full_stable_top(logprobs, alive, n, 2 * k)
-    assert torch.equal(found.scores, scores)
-    assert torch.equal(found.tokens, tokens) and torch.equal(found.prev, prev)
+    assert_as_the_full_sort(logprobs, alive, n, k)
 
 
 @pytest.mark.parametrize("row_first", [True, False])
