@@ -8,6 +8,7 @@ finds this module with one line first: `sys.path.insert(0, <bench/>)`.
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import sys
@@ -25,6 +26,62 @@ for _path in (BENCH, ROOT):
         sys.path.insert(0, _path)
 
 T = TypeVar("T")
+
+# What caps each library below the CPU's own instruction set: oneDNN (torch's and CTranslate2's
+# copies), torch's own kernels, MKL, CTranslate2's own kernels. Each reads its variable once, when
+# it loads, so a process is started with them. On a CPU with AVX-512 this emulates an AVX2 one,
+# with this CPU's caches, clock and memory.
+ISA_CAPS: dict[str, dict[str, str]] = {
+    "native": {},
+    "avx2": {
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+        "CT2_FORCE_CPU_ISA": "AVX2",
+    },
+}
+
+
+def cap_children(isa: str) -> None:
+    """Every process this one starts from now on runs with `isa`'s caps; nmtdecode's measured
+    kernel choices (`--gemm auto`) are kept apart from the CPU's own, in bench/out/cache-ISA."""
+    os.environ.update(ISA_CAPS[isa])
+    if isa != "native":
+        os.environ["NMTDECODE_CACHE"] = os.path.join(OUT, f"cache-{isa}")
+
+
+def run_with_isa(isa: str) -> None:
+    """Re-executes this script with `isa`'s caps, unless they are set already (call it before
+    torch or CTranslate2 loads: they read the caps once)."""
+    if any(os.environ.get(name) != value for name, value in ISA_CAPS[isa].items()):
+        cap_children(isa)
+        os.execv(sys.executable, [sys.executable, *sys.argv])
+
+
+def kernel_experiment_parser(doc: str | None, repeat: int) -> argparse.ArgumentParser:
+    """The options of an experiment that times kernels in one process: --threads, --isa,
+    --repeat (the best of so many calls is kept) and --cpu-time."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--isa", default="native", choices=sorted(ISA_CAPS), help="cap the instruction set")
+    parser.add_argument("--repeat", type=int, default=repeat, help="the best of this many calls is kept")
+    parser.add_argument("--cpu-time", action="store_true", help="CPU seconds of all threads, not wall seconds")
+    return parser
+
+
+def start_kernel_experiment(args: argparse.Namespace) -> Callable[[], float]:
+    """The caps of --isa (this script re-executed with them), torch on --threads threads with
+    the engine's allocator (freed blocks reused, not mapped afresh); the clock to read: CPU
+    seconds of all threads with --cpu-time (on a shared machine, the share of a core a process
+    gets varies from run to run, the work it does much less), else wall seconds."""
+    run_with_isa(args.isa)
+    import torch
+
+    from nmtdecode.models import memory
+
+    torch.set_num_threads(args.threads)
+    memory.tune_allocator()
+    return time.process_time if args.cpu_time else time.perf_counter
 
 
 def timed(work: Callable[[], T]) -> tuple[float, T]:

@@ -6,7 +6,7 @@ import os
 import platform
 import time
 
-import common  # noqa: F401  (the repository on sys.path)
+from common import ISA_CAPS  # (first: the repository on sys.path)
 from nmtdecode.models.gemm import cpu_description  # noqa: E402
 
 FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile")  # what the kernels can use
@@ -22,6 +22,27 @@ def cpu_flags() -> list[str]:
     except OSError:
         pass
     return []
+
+
+def own_isa() -> str:
+    """The widest vector instruction set of this CPU that the kernels use."""
+    flags = cpu_flags()
+    return "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "below AVX2"
+
+
+def isa_short(isa: str) -> str:
+    """A row's instruction set: the CPU's own, or a cap below it ("emulated")."""
+    if isa == "native":
+        return own_isa()
+    return isa.upper() + ("" if own_isa() == isa.upper() else " (emulated)")
+
+
+def isa_line(isa: str) -> str:
+    if isa == "native":
+        return f"ISA: the CPU's own ({own_isa()})"
+    caps = " ".join(f"{name}={value}" for name, value in ISA_CAPS[isa].items())
+    where = "this CPU's own" if own_isa() == isa.upper() else f"emulated on a CPU with {own_isa()}"
+    return f"ISA: {isa.upper()}, {where}: every process runs with {caps}"
 
 
 def versions() -> str:
@@ -42,19 +63,21 @@ def machine_lines(args) -> list[str]:
     return [
         f"CPU: {cpu_description()}; {os.cpu_count()} logical CPUs; flags: {', '.join(cpu_flags()) or 'none'}; "
         f"{platform.machine()}",
+        isa_line(args.isa),
         f"Threads: {args.threads}; {versions()}; {time.strftime('%Y-%m-%d')}",
         f"Command: `python bench/run.py --threads {args.threads} --repeat {args.repeat}"
-        f" --models {args.models}{' --quick' if args.quick else ''}` "
+        f" --models {args.models}{' --rows ' + args.rows if args.rows else ''}{' --quick' if args.quick else ''}"
+        f"{'' if args.isa == 'native' else ' --isa ' + args.isa}` "
         f"(fastest of {args.repeat} interleaved runs per system)",
     ]
 
 
 def speed_table(rows) -> list[str]:
     lines = [
-        "| model | beam | system | sentences/s | target tokens/s | load s | process s | peak RSS MB | "
+        "| model | beam | ISA | system | sentences/s | target tokens/s | CPU s | load s | process s | peak RSS MB | "
         "CPU matrix products | compared with | its speed ÷ this speed | its process ÷ this process | "
         "same 1-best | BLEU | chrF |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         vs = (
@@ -64,22 +87,40 @@ def speed_table(rows) -> list[str]:
         )
         quality = f"{r['bleu']:.1f} | {r['chrf']:.1f}" if "bleu" in r else "– | –"
         lines.append(
-            f"| {r['model']} | {r['beam']} | {r['system']} | {r['sent_s']:.2f} | {r['tok_s']:.1f} | "
-            f"{r['load_s']:.2f} | {r['process_s']:.1f} | {r['rss']:.0f} | {r['gemm']} | {vs} | {quality} |"
+            f"| {r['model']} | {r['beam']} | {isa_short(r['isa'])} | {r['system']} | {r['sent_s']:.2f} | "
+            f"{r['tok_s']:.1f} | {r['cpu_s']:.1f} | {r['load_s']:.2f} | {r['process_s']:.1f} | {r['rss']:.0f} | "
+            f"{r['gemm']} | {vs} | {quality} |"
         )
     return lines
 
 
+def load_line(rows) -> str:
+    """How busy the machine was when the kept runs started (other processes share its CPUs)."""
+    loads = [r["load"] for r in rows if "load" in r]
+    if not loads:
+        return ""
+    return (
+        f"Machine load: the 1-minute load average was {min(loads):.1f}-{max(loads):.1f} when the kept runs "
+        f"started ({os.cpu_count()} logical CPUs; above that, processes waited for a core)."
+    )
+
+
 def write_results(path, machine, rows, jobs, memory, notes):
-    lines = machine + [
-        "",
-        'Decoding (token ids in, token ids out; tokenization not timed). "load s": from '
-        'the model\'s path to a model ready to decode, after `import torch`; "process s": the whole '
-        "worker process (start, imports, load, a warm-up on 4 sentences, decoding). "
-        'Each compared row is measured against an nmtdecode row ("compared with"); '
-        '"its speed ÷ this speed" above 1 means that nmtdecode row is faster.',
-        "",
-    ]
+    lines = (
+        machine
+        + [load_line(rows)] * bool(load_line(rows))
+        + [
+            "",
+            'Decoding (token ids in, token ids out; tokenization not timed). "load s": from '
+            'the model\'s path to a model ready to decode, after `import torch`; "process s": the whole '
+            "worker process (start, imports, load, a warm-up on 4 sentences, decoding). "
+            '"CPU s": the CPU seconds of the decoding, every thread of the process (on a shared machine, '
+            "what the decoding cost apart from the time it waited for a core). "
+            'Each compared row is measured against an nmtdecode row ("compared with"); '
+            '"its speed ÷ this speed" above 1 means that nmtdecode row is faster.',
+            "",
+        ]
+    )
     lines += speed_table(rows)
     if jobs:
         lines += [

@@ -1,6 +1,6 @@
 """Speed benchmark: nmtdecode against CTranslate2, `transformers` `generate` and OpenNMT-py, in one run.
 
-    make bench                     # or: python bench/run.py [--quick] [--threads 2] [--repeat 3]
+    make bench                     # or: python bench/run.py [--quick] [--threads 2] [--repeat 3] [--isa avx2]
 
 Models, each converted to every system (bench/convert.py):
   marian-base    Transformer-base shaped Marian with seeded random weights; every hypothesis
@@ -25,7 +25,9 @@ Hugging Face's stop rule (`--early-stopping false`) against `transformers`; and,
 natural-length models, both with the `top` rule and no length penalty (CTranslate2 applies
 its early exit only then), where the outputs should agree.
 
-Also the whole command-line job on the demo test set (process start, model load, reading,
+--isa avx2 caps every process's instruction set at AVX2 (oneDNN, torch, MKL and CTranslate2's own
+kernels: bench/common.py ISA_CAPS): on a CPU with AVX-512 it emulates an AVX2 one, and the results
+say so. Also the whole command-line job on the demo test set (process start, model load, reading,
 decoding, writing) and peak memory against input size. Writes --output (bench/results/results.md;
 bench/out/results-quick.md with --quick). The figures in README.md and docs/speed.md come from the per-CPU copies
 kept in bench/results/ (results-intel-xeon-amx.md, results-amd-epyc-zen5.md, results-amd-epyc-zen4.md).
@@ -41,7 +43,7 @@ import sys
 
 import torch
 
-from common import BENCH as HERE, OUT, RESULTS, ROOT, timed  # noqa: E402  (first: the repository on sys.path)
+from common import BENCH as HERE, ISA_CAPS, OUT, RESULTS, ROOT, cap_children, timed  # noqa: E402  (first: the repository on sys.path)
 from convert import (
     VOCAB_600M,
     VOCAB_BASE,
@@ -237,9 +239,21 @@ def prepare_natural(name: str, n: int, demo: str):
     return dirs, task, loaded, [references[i] for i in order]
 
 
+def read_through(path: str) -> None:
+    """Every file of a model (a directory or one file) read once, so that each system's load reads
+    from the page cache, as a model used every day is read, not from the disk."""
+    files = [path] if os.path.isfile(path) else [os.path.join(path, name) for name in sorted(os.listdir(path))]
+    for name in files:
+        if os.path.isfile(name):
+            with open(name, "rb", buffering=0) as f:
+                while f.read(64 << 20):
+                    pass
+
+
 def measure(system, model_dir, task_file, beam, threads, options, fixed_length=0, batch=32):
     """One worker process's result, with the wall time of the whole process (`process_seconds`:
-    start, imports, load, a warm-up on 4 sentences, decoding)."""
+    start, imports, load, a warm-up on 4 sentences, decoding), its model's files read beforehand
+    (read_through), and the machine's 1-minute load average as it started (`load`)."""
     cmd = [
         sys.executable,
         os.path.join(HERE, "worker.py"),
@@ -257,10 +271,12 @@ def measure(system, model_dir, task_file, beam, threads, options, fixed_length=0
     if fixed_length:
         cmd += ["--fixed-length", str(fixed_length)]
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS=str(threads))
+    read_through(model_dir)
+    load = os.getloadavg()[0]
     seconds, run = timed(lambda: subprocess.run(cmd, capture_output=True, text=True, env=env))
     if run.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{run.stderr[-3000:]}")
-    return {**json.loads(run.stdout.splitlines()[-1]), "process_seconds": seconds}
+    return {**json.loads(run.stdout.splitlines()[-1]), "process_seconds": seconds, "load": load}
 
 
 def bleu_chrf(outputs, loaded, references):
@@ -274,10 +290,20 @@ def agreement(a, b):
     return sum(x == y for x, y in zip(a, b)) / len(a)
 
 
+def only(rows, labels: str):
+    """The rows named in `labels` (comma-separated; all when empty), with the rows they are
+    compared with."""
+    if not labels:
+        return rows
+    wanted = set(labels.split(","))
+    wanted |= {reference for label, _, _, reference in rows if label in wanted and reference}
+    return [row for row in rows if row[0] in wanted]
+
+
 def benchmark_model(name, dirs, task, beam, args, loaded=None, references=None, fixed=0, rows=None, batch=32):
     """One model at one beam size: every row of `rows` (rows_for's by default), interleaved,
     fastest of --repeat. A row's model is dirs[label] where there is one, else dirs[system]."""
-    rows = rows or rows_for(beam, natural=not fixed, threads=args.threads)
+    rows = only(rows or rows_for(beam, natural=not fixed, threads=args.threads), args.rows)
     task_file = os.path.join(OUT, f"{name}-task.json")
     with open(task_file, "w", encoding="utf-8") as f:
         json.dump(task, f)
@@ -294,8 +320,11 @@ def benchmark_model(name, dirs, task, beam, args, loaded=None, references=None, 
         row = {
             "model": name,
             "beam": beam,
+            "isa": args.isa,
             "system": label,
             "sent_s": r["sentences"] / r["seconds"],
+            "cpu_s": r["cpu_seconds"],
+            "load": r["load"],
             "tok_s": r["target_tokens"] / r["seconds"],
             "rss": r["peak_rss_mb"],
             "gemm": r["gemm"],
@@ -369,13 +398,28 @@ def main():
     parser.add_argument("--quick", action="store_true", help="few sentences: a smoke test of the harness")
     parser.add_argument("--repeat", type=int, default=3, help="runs per system; the fastest is reported")
     parser.add_argument("--models", default="marian-base,nllb-600m,demo,marian-demo,opennmt-base")
+    parser.add_argument(
+        "--rows",
+        default="",
+        help="only these rows, by their system label (e.g. ctranslate2: with the row it is compared with); "
+        "the demo's whole jobs and memory rows run only without it",
+    )
     parser.add_argument("--demo", default=os.path.join(ROOT, "data", "demo"), help="the demo model directory")
     parser.add_argument(
+        "--isa",
+        default="native",
+        choices=sorted(ISA_CAPS),
+        help="cap every system's instruction set (avx2: an AVX2 CPU, emulated on one with AVX-512)",
+    )
+    parser.add_argument(
         "--output",
-        default=os.path.join(RESULTS, "results.md"),
-        help="the results file (one per CPU is kept in bench/results/: results-VENDOR-MODEL.md)",
+        help="the results file (default bench/results/results.md, results-avx2.md with --isa avx2; one per "
+        "CPU and ISA is kept in bench/results/: results-VENDOR-MODEL[-ISA].md)",
     )
     args = parser.parse_args()
+    default_name = "results.md" if args.isa == "native" else f"results-{args.isa}.md"
+    args.output = args.output or os.path.join(RESULTS, default_name)
+    cap_children(args.isa)  # every worker and job process from here on
     os.makedirs(OUT, exist_ok=True)
     rows, notes = [], []
     n_marian, n_natural = (8, 16) if args.quick else (64, 1000)
@@ -401,8 +445,9 @@ def main():
             else:
                 dirs, task, loaded, references = prepare_natural(name, n_natural, args.demo)
                 rows += benchmark_model(name, dirs, task, beam, args, loaded, references)
-    jobs = whole_job_rows(args, n_natural) if "demo" in args.models.split(",") else []
-    memory = memory_rows(args) if "demo" in args.models.split(",") else []
+    whole = "demo" in args.models.split(",") and not args.rows  # --rows: those rows only
+    jobs = whole_job_rows(args, n_natural) if whole else []
+    memory = memory_rows(args) if whole else []
     path = os.path.join(OUT, "results-quick.md") if args.quick else args.output
     write_results(path, machine_lines(args), rows, jobs, memory, notes)
 

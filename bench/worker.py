@@ -41,18 +41,22 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def clocked(work):
+    """`work()`'s wall seconds, its CPU seconds (every thread of this process: on a shared machine,
+    what the work cost apart from the time it waited for a core), and what it returned."""
+    start, cpu_start = time.perf_counter(), time.process_time()
+    result = work()
+    return {"seconds": time.perf_counter() - start, "cpu_seconds": time.process_time() - cpu_start}, result
+
+
 def decode_in_batches(translate, sources, batch_size, at_once=1):
     """Warm up on a few sentences, then time `translate` over the batches, `at_once` of them at the
-    same time (nmtdecode's --inter-threads: batch_threads.in_order); returns (seconds, outputs)."""
+    same time (nmtdecode's --inter-threads: batch_threads.in_order); returns (clocked's times, outputs)."""
     from nmtdecode.jobs.batch_threads import in_order
 
     translate(sources[: min(4, len(sources))])
-    start = time.perf_counter()
-    outputs = []
     batches = [sources[i : i + batch_size] for i in range(0, len(sources), batch_size)]
-    for _, translated in in_order(translate, batches, at_once):
-        outputs += translated
-    return time.perf_counter() - start, outputs
+    return clocked(lambda: [out for _, translated in in_order(translate, batches, at_once) for out in translated])
 
 
 def run_nmtdecode(args, task):
@@ -93,10 +97,10 @@ def run_nmtdecode(args, task):
 
     def translate(batch):
         with torch.inference_mode():  # in the thread that decodes it
-            return [n[0].tokens for n in translator.translate_batch(batch)]
+            return [n[0].tokens for n in translator.decode(batch).nbests]
 
-    seconds, outputs = decode_in_batches(translate, task["sources"], args.batch, args.inter_threads)
-    return seconds, outputs, backend, load_seconds
+    times, outputs = decode_in_batches(translate, task["sources"], args.batch, args.inter_threads)
+    return times, outputs, backend, load_seconds
 
 
 def generate(
@@ -148,8 +152,8 @@ def run_transformers(args, task):
     load_seconds = time.perf_counter() - start
     translate = generate(model, args.beam, task["max_length"], task["banned"], args.fixed_length, args.length_penalty)
     with torch.inference_mode():
-        seconds, outputs = decode_in_batches(translate, task["sources"], args.batch)
-    return seconds, outputs, "torch", load_seconds
+        times, outputs = decode_in_batches(translate, task["sources"], args.batch)
+    return times, outputs, "torch", load_seconds
 
 
 def run_ctranslate2(args, task):
@@ -177,10 +181,8 @@ def run_ctranslate2(args, task):
     if args.fixed_length:
         kwargs.update(min_decoding_length=args.fixed_length, max_decoding_length=args.fixed_length)
     translator.translate_batch(sources[:4], **kwargs)
-    start = time.perf_counter()
-    results = translator.translate_batch(sources, **kwargs)  # sources are length-sorted: its batches are ours
-    seconds = time.perf_counter() - start
-    return seconds, [[index[t] for t in r.hypotheses[0]] for r in results], "ctranslate2's own", load_seconds
+    times, results = clocked(lambda: translator.translate_batch(sources, **kwargs))  # length-sorted: our batches
+    return times, [[index[t] for t in r.hypotheses[0]] for r in results], "ctranslate2's own", load_seconds
 
 
 def run_opennmt(args, task):
@@ -202,8 +204,8 @@ def run_opennmt(args, task):
     onmt = translator(args.model, **options)
     load_seconds = time.perf_counter() - start
     with torch.no_grad():  # as onmt_translate runs (its translate_batch also sets no_grad)
-        seconds, outputs = decode_in_batches(lambda batch: translate_batch(onmt, batch), task["sources"], args.batch)
-    return seconds, outputs, "torch", load_seconds
+        times, outputs = decode_in_batches(lambda batch: translate_batch(onmt, batch), task["sources"], args.batch)
+    return times, outputs, "torch", load_seconds
 
 
 def run_file_job(args):
@@ -283,11 +285,11 @@ def main():
         "ctranslate2": run_ctranslate2,
         "opennmt-py": run_opennmt,
     }
-    seconds, outputs, backend, load_seconds = runner[args.system](args, task)
+    times, outputs, backend, load_seconds = runner[args.system](args, task)
     json.dump(
         {
             "system": args.system,
-            "seconds": seconds,
+            **times,
             "load_seconds": load_seconds,
             "sentences": len(outputs),
             "gemm": backend,

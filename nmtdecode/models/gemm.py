@@ -53,18 +53,23 @@ def packed_linear(x: Tensor, w: Tensor, b: Optional[Tensor], post_op: str, algor
 """)
 
 
-# A plain weight is multiplied by this many bytes of it at a time: oneDNN reorders what it is given
-# at every product, and a whole 256k-token projection would be a gigabyte of scratch each step.
+# A plain weight is multiplied a block of its rows at a time: one of this many bytes of it, which
+# oneDNN reorders at every product (a whole 256k-token projection would be a gigabyte of scratch
+# each step), or, swapped, one that makes this many bytes of the transposed result.
 PLAIN_BLOCK_BYTES = 16 << 20
+# Up to this many rows (a decoding step's: 16 sentences at beam 4), a plain weight's product runs
+# with the roles swapped (PackedLinear._swapped); above it, by blocks (docs/speed.md).
+SWAPPED_MAX_ROWS = 64
 
 
 class PackedLinear(nn.Module):
     """y = activation(x W^T + b) through oneDNN (CPU, float32 or bfloat16); `activation` is one of
     POST_OPS or None. With `pack` (the rule) W is held in oneDNN's packed layout, which replaces
     the plain weight; without it W stays the plain tensor given, shared with what else reads it
-    (an output projection tied to the token embeddings, whose lookup needs plain rows), and
-    oneDNN reorders it at each product, a block of rows at a time: slower than packed, much
-    faster than torch's MKL product where MKL does not know the CPU (docs/speed.md)."""
+    (an output projection tied to the token embeddings, whose lookup needs plain rows): a
+    decoding step's few rows multiply it with the roles swapped, more rows by blocks of it that
+    oneDNN reorders at each product; either is much faster than torch's MKL product where MKL
+    does not know the CPU (docs/speed.md)."""
 
     packed_weight: torch.Tensor  # a buffer (register_buffer), with `pack`
 
@@ -85,14 +90,36 @@ class PackedLinear(nn.Module):
         self.post_op, self.algorithm = POST_OPS[activation] if activation else ("none", "")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.packed:
-            return self._by_blocks(x)
-        return self._product(x, self.packed_weight, self.bias)
+        if self.packed:
+            return self._product(x, self.packed_weight, self.bias)
+        if self.swaps(x.numel() // self.in_features):
+            return self._swapped(x)
+        return self._by_blocks(x)
+
+    def swaps(self, rows: int) -> bool:
+        """Whether a product of this many rows runs with the roles swapped (a plain weight's, with
+        few rows, and no activation to fuse); a recorded step (traced_step.py) is recorded once
+        for each answer."""
+        return not self.packed and self.activation is None and rows <= SWAPPED_MAX_ROWS
 
     def _product(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         if torch.jit.is_tracing():  # the same product, in the form the tracer records (per thread)
             return _TRACEABLE.packed_linear(x, weight, bias, self.post_op, self.algorithm)
         return torch.ops.mkldnn._linear_pointwise(x, weight, bias, self.post_op, [], self.algorithm)
+
+    def _swapped(self, x: torch.Tensor) -> torch.Tensor:
+        """The plain weight's product as (W x^T)^T: oneDNN reads W as its input, as it lies in
+        memory, and reorders only the few rows of x, its "weight"; each block's (block, rows)
+        result is transposed into place. Reordering W instead reads and writes the whole weight
+        at every step, a gigabyte for a 256k-token projection, for a product that reads it once."""
+        rows = x.reshape(-1, self.in_features)
+        block = max(1, PLAIN_BLOCK_BYTES // (rows.size(0) * rows.element_size()))
+        out = rows.new_empty(rows.size(0), self.out_features)
+        for first in range(0, self.out_features, block):
+            out[:, first : first + block] = self._product(self.plain_weight[first : first + block], rows, None).t()
+        if self.bias is not None:
+            out.add_(self.bias)
+        return out if x.dim() == 2 else out.view(*x.shape[:-1], self.out_features)
 
     def _by_blocks(self, x: torch.Tensor) -> torch.Tensor:
         """The plain weight's product, PLAIN_BLOCK_BYTES of its rows at a time, into one output."""

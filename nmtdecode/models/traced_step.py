@@ -9,7 +9,8 @@ A trace keeps as constants the Python numbers it saw, so the recorded step reads
 changes from its inputs (`StepInputs`): the tokens, the position as a tensor, the encoder's keys
 and values, the masks, and per layer a view of the self-attention cache that ends at this step's
 position. So one trace serves every row count, position and source length; one is recorded per
-kind of step (beam width; whether rows need an ancestry mask), once that kind has run
+kind of step (beam width; whether rows need an ancestry mask; the form of a plain output
+projection's product, gemm.PackedLinear.swaps), once that kind has run
 `EAGER_STEPS` times eagerly, so that a job of a few lines does not pay for the recording. Steps
 that record attention, and every step after a failed trace, run eagerly. Replays run without
 TorchScript's graph optimizations, which cost once per kind of step on the CPU and save nothing;
@@ -87,11 +88,13 @@ class TracedSteps:
         self, model: Transformer, warn: Callable[[str], None] | None = None, eager_steps: int = EAGER_STEPS
     ) -> None:
         self.model, self.warn, self.eager_steps = model, warn, eager_steps
-        self.traced: dict[tuple, Callable[..., torch.Tensor]] = {}  # (width, masked) -> the recorded step
-        self.seen: dict[tuple, int] = {}  # (width, masked) -> steps run eagerly so far
+        self.traced: dict[tuple, Callable[..., torch.Tensor]] = {}  # (width, masked[, swapped]) -> the recorded step
+        self.seen: dict[tuple, int] = {}  # (width, masked[, swapped]) -> steps run eagerly so far
         self.failed = False
         self.lock = threading.Lock()  # --inter-threads: batches decoded at once share the traces
         self.packed = [m for m in model.modules() if isinstance(m, PackedLinear) and m.packed]
+        output = model.output
+        self.plain_output = output if isinstance(output, PackedLinear) and not output.packed else None
 
     def init_cache(
         self, memory: torch.Tensor, src_mask: torch.Tensor, positions: int = 0, width: int = 1
@@ -101,7 +104,9 @@ class TracedSteps:
     def decode_step(self, tokens: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
         if self.failed or cache.record_attention:
             return self.model.decode_step(tokens, cache)
-        key = (tokens.numel() // cache.cross_kv.size(SENTENCES), cache.self_mask() is not None)  # (width, masked)
+        key: tuple = (tokens.numel() // cache.cross_kv.size(SENTENCES), cache.self_mask() is not None)
+        if self.plain_output is not None:  # and the form of its product
+            key += (self.plain_output.swaps(tokens.numel()),)
         step = self.traced.get(key)
         if step is None:
             self.seen[key] = self.seen.get(key, 0) + 1
@@ -133,7 +138,7 @@ class TracedSteps:
 
     def _trace(self, key: tuple, example: StepInputs) -> Callable[..., torch.Tensor] | None:
         """The step of this key recorded on `example` (None, after one warning, if it cannot be)."""
-        width, masked = key
+        width, masked = key[:2]
         model, weights = self.model, [layer.packed_weight for layer in self.packed]
 
         # StepInputs.flat(), then the packed weights (inputs: the tracer cannot hold them as constants)

@@ -8,7 +8,7 @@ it extends (`prev_ks[t][j]`); `get_hyp` walks these backpointers to rebuild a hy
 The arithmetic is batched as in fairseq / Hugging Face / CTranslate2, and the same as the
 device search's (device/beam.py). A step is
 
-1. `select_candidates`: the 2k best continuations of every sentence, with one `topk`
+1. `select_candidates`: the 2k best continuations of every sentence
    (candidates.py). This is the part another strategy (diverse groups) replaces.
 2. `commit`: the k best candidates not ending in EOS stay alive (candidates.py); one small
    device->host copy; the end of the step for every sentence at once, on the host (endings.py:
@@ -175,11 +175,11 @@ class BeamSearch(SentenceRecords):
         self.start_tokens = torch.full((batch_size,), start_id, dtype=torch.long, device=device)
 
     def advance(self, logprobs: torch.Tensor, step: int, facts: RowFacts | None = None) -> StepOutput:
-        """logprobs (n*width, V) of this step; consumed (turned into totals in place)."""
+        """logprobs (n*width, V) of this step; consumed (on a GPU, turned into totals in place)."""
         return self.commit(self.select_candidates(logprobs), step, facts)
 
     def select_candidates(self, logprobs: torch.Tensor) -> Candidates:
-        """The 2k best continuations of every sentence over all its rows: the topk of (n, width*V)."""
+        """The 2k best continuations of every sentence over all its rows (candidates.py)."""
         return best_continuations(logprobs, self.alive_scores, len(self.active), self.k, self.eos_id)
 
     def commit(self, candidates: Candidates, step: int, facts: RowFacts | None = None) -> StepOutput:

@@ -1,8 +1,9 @@
 """A beam step's arithmetic, batched over the sentences, the same for the host search (beam.py,
 diverse.py) and the device search (device/beam.py):
 
-1. `best_continuations`: add each row's running score to its log-probs and take, with one
-   `topk`, the 2k best continuations of every sentence (`Candidates`, best first).
+1. `best_continuations`: the 2k best continuations of every sentence (`Candidates`, best first),
+   each row's running score added to its log-probs; with a large vocabulary on the CPU, to each
+   row's own 2k best only.
 2. `keep_alive`: the k best candidates not ending in EOS stay alive; the search records the
    top k (those that end finish: endings.py).
 3. `next_beam_rows`: the rows of the next step, k per sentence still searched.
@@ -57,11 +58,17 @@ def top_candidates(totals: torch.Tensor, wanted: int, vocab: int, eos_id: int) -
     """The `wanted` best of each row of totals (n, width*V), best first (top_k). A vocabulary
     smaller than that is padded with impossible EOS candidates."""
     scores, ids = top_k(totals, min(wanted, totals.size(1)))
-    tokens, prev = ids % vocab, ids // vocab
-    if scores.size(1) < wanted:
-        missing = (0, wanted - scores.size(1))
-        scores = F.pad(scores, missing, value=NEG_INF)
-        tokens, prev = F.pad(tokens, missing, value=eos_id), F.pad(prev, missing, value=0)
+    return padded(Candidates(scores, ids % vocab, ids // vocab), wanted, eos_id)
+
+
+def padded(candidates: Candidates, wanted: int, eos_id: int) -> Candidates:
+    """`wanted` candidates in each row: those given, then impossible EOS ones (a vocabulary
+    smaller than the candidates a step asks for)."""
+    missing = (0, wanted - candidates.scores.size(1))
+    if not missing[1]:
+        return candidates
+    scores = F.pad(candidates.scores, missing, value=NEG_INF)
+    tokens, prev = F.pad(candidates.tokens, missing, value=eos_id), F.pad(candidates.prev, missing, value=0)
     return Candidates(scores, tokens, prev)
 
 
@@ -107,11 +114,61 @@ def top_k(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     return best, columns.gather(1, at)
 
 
-def best_continuations(logprobs: torch.Tensor, alive_scores: torch.Tensor, n: int, k: int, eos_id: int) -> Candidates:
-    """The 2k best continuations of each of n sentences over all its rows: each row's running
-    score added to its log-probs (in place), then the topk of (n, width*V)."""
-    totals = logprobs.add_(alive_scores[:, None]).view(n, -1)
-    return top_candidates(totals, 2 * k, logprobs.size(1), eos_id)
+# From this vocabulary size on, each row's own best are taken before the running scores are added
+# (best_continuations): a pass over every log-prob saved, against two small topks a row.
+ROW_FIRST_VOCAB = 65536
+
+
+def best_continuations(
+    logprobs: torch.Tensor, alive_scores: torch.Tensor, n: int, k: int, eos_id: int, host: bool = True
+) -> Candidates:
+    """The 2k best continuations of each of n sentences over all its rows (n*width, V): the best
+    of logprobs + each row's running score. The host search on the CPU (`host`) reads where the
+    ties are: equal scores come by row, then token (as a stable sort of (n, width*V) orders
+    them), and from ROW_FIRST_VOCAB tokens a sentence's 2k best are found among its rows' own 2k
+    best (top_in_order), the running score added to those alone. Below it the score is added to
+    every log-prob (in place) and the 2k best of (n, width*V) are taken; so too on a GPU and in
+    the device search, by top_k without a read on the host, ties in its own order."""
+    vocab = logprobs.size(1)
+    if logprobs.device.type != "cpu" or not host:
+        totals = logprobs.add_(alive_scores[:, None]).view(n, -1)
+        return top_candidates(totals, 2 * k, vocab, eos_id)
+    if vocab < ROW_FIRST_VOCAB:
+        scores, ids = top_in_order(logprobs.add_(alive_scores[:, None]).view(n, -1), 2 * k)
+        return padded(Candidates(scores, ids % vocab, ids // vocab), 2 * k, eos_id)
+    totals, tokens = top_in_order(logprobs, 2 * k, alive_scores)
+    scores, ids = totals.reshape(n, -1).sort(dim=1, descending=True, stable=True)
+    ids = ids[:, : 2 * k]
+    candidates = Candidates(scores[:, : 2 * k], tokens.reshape(n, -1).gather(1, ids), ids // tokens.size(1))
+    return padded(candidates, 2 * k, eos_id)
+
+
+def top_in_order(
+    values: torch.Tensor, k: int, offsets: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The k best of each row of values (+ its offset, given one) and their columns, best first,
+    equal ones by column: the first k of a stable descending sort. top_k finds ties in its own
+    order: where there are any, they are sorted again, and a row whose k-th value equals its
+    (k+1)-th (a tie cut by the boundary: -inf entries, mostly) is sorted whole, so that its
+    first columns are those kept."""
+    k = min(k, values.size(1))
+    best, columns = top_k(values, min(k + 1, values.size(1)))
+    if offsets is not None:
+        best = best + offsets[:, None]
+    ties = best[:, 1:] == best[:, :-1]
+    if not ties.any():  # distinct values (float32 log-probs, mostly): top_k's order is the order
+        return best[:, :k], columns[:, :k]
+    if k < values.size(1):
+        cut = ties[:, k - 1].nonzero().squeeze(1)
+        if len(cut):
+            whole = values[cut] if offsets is None else values[cut] + offsets[cut, None]
+            whole_sorted = whole.sort(dim=1, descending=True, stable=True)
+            best[cut], columns[cut] = whole_sorted.values[:, : k + 1], whole_sorted.indices[:, : k + 1]
+        best, columns = best[:, :k], columns[:, :k]
+    by_column = columns.argsort(dim=1)
+    best, columns = best.gather(1, by_column), columns.gather(1, by_column)
+    by_value = best.argsort(dim=1, descending=True, stable=True)
+    return best.gather(1, by_value), columns.gather(1, by_value)
 
 
 def extended_rows(prev: torch.Tensor, width: int) -> torch.Tensor:

@@ -31,6 +31,54 @@ def test_packed_linear_equals_linear_in_float32(shape, bias):
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
+@needs_onednn
+@pytest.mark.parametrize("activation", [None, "relu"])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("shape", [(1, 32), (9, 32), (3, 3, 32), (10, 32), (40, 32), (5, 8, 32)])
+def test_a_plain_weights_product_equals_linear_with_few_rows_and_many(shape, bias, activation, monkeypatch):
+    """Kept plain (an output projection tied to the embeddings), the weight multiplies up to
+    SWAPPED_MAX_ROWS rows with the roles swapped, more rows by blocks of it (7 of its rows at a
+    time here): both give nn.Linear's product, from the very tensor given. An activation to
+    fuse keeps the blocks."""
+    monkeypatch.setattr(gemm, "SWAPPED_MAX_ROWS", 9)
+    monkeypatch.setattr(gemm, "PLAIN_BLOCK_BYTES", 32 * 4 * 7)
+    ran = []
+    for form in ("_swapped", "_by_blocks"):
+        original = getattr(gemm.PackedLinear, form)
+        monkeypatch.setattr(gemm.PackedLinear, form, lambda self, x, f=original, n=form: ran.append(n) or f(self, x))
+    torch.manual_seed(0)
+    linear = nn.Linear(32, 48, bias=bias)
+    x = torch.randn(*shape, 32)
+    plain = gemm.PackedLinear(linear.weight, linear.bias, activation=activation, pack=False)
+    assert plain.plain_weight is linear.weight
+    with torch.inference_mode():
+        expected, got = linear(x), plain(x)
+    if activation:
+        expected = torch.relu(expected)
+    swapped = x.numel() // 32 <= 9 and activation is None
+    assert ran == ["_swapped" if swapped else "_by_blocks"] and plain.swaps(x.numel() // 32) == swapped
+    assert got.shape == expected.shape and got.is_contiguous()
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@needs_onednn
+def test_a_tied_projection_kept_plain_decodes_the_same_tokens_swapped_or_by_blocks(monkeypatch):
+    """The swapped product is a speed change only: a decoding whose plain output projection
+    multiplies with the roles swapped gives the tokens of one that multiplies it by blocks."""
+    from nmtdecode.models import placement
+
+    monkeypatch.setattr(placement, "PACKED_TIED_COPY_BYTES", 0)
+    model = placed(tiny_transformer(3, vocab=40, eos_bias=-1.0, tie_output=True), "onednn")
+    assert not model.output.packed and model.output.swaps(6 * 4)
+    cfg = DecodingConfig(beam_size=4, n_best=2, max_length=12)
+    sources = random_sources(6, 40, seed=5)
+    with torch.inference_mode():
+        swapped = BatchDecoder(model, cfg).decode(sources).nbests
+        monkeypatch.setattr(gemm, "SWAPPED_MAX_ROWS", 0)
+        by_blocks = BatchDecoder(model, cfg).decode(sources).nbests
+    assert [[h.tokens for h in hyps] for hyps in swapped] == [[h.tokens for h in hyps] for hyps in by_blocks]
+
+
 @pytest.mark.skipif(
     "onednn" not in gemm.candidates(torch.bfloat16), reason="oneDNN runs bfloat16 natively only with AVX512_BF16 or AMX"
 )

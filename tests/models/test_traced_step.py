@@ -59,6 +59,23 @@ def test_one_trace_per_kind_of_step_serves_every_batch():
     assert sorted(steps.traced) == [(1, False), (3, True)]
 
 
+def test_a_plain_output_projection_is_traced_once_for_each_form_of_its_product(monkeypatch):
+    """A tied output projection kept plain (a large vocabulary's) multiplies a step's few rows with
+    the roles swapped and more rows by blocks (models/gemm.py): each form gets its own trace,
+    and both give the eager step's results bit for bit."""
+    from nmtdecode.models import gemm, placement
+
+    monkeypatch.setattr(placement, "PACKED_TIED_COPY_BYTES", 0)
+    monkeypatch.setattr(gemm, "SWAPPED_MAX_ROWS", 6)
+    model = placed(tiny_transformer(2, vocab=24, eos_bias=-1.0, tie_output=True), "onednn")
+    assert not model.output.packed
+    steps = TracedSteps(model, eager_steps=0)
+    cfg = DecodingConfig(beam_size=3, n_best=3, max_length=12)
+    for sources in (random_sources(2, 24, seed=1), random_sources(9, 24, seed=2)):  # 6 rows, then 27
+        assert_identical(decode(model, cfg, sources), decode(model, cfg, sources, traced_steps=steps))
+    assert sorted(steps.traced) == [(1, False, False), (1, False, True), (3, True, False), (3, True, True)]
+
+
 @pytest.mark.parametrize(
     "family",
     [

@@ -83,9 +83,9 @@ class DeviceBeamSearch(DeviceRecords):
         self.alive_scores = torch.zeros(batch_size, device=device)
 
     def advance(self, logprobs: torch.Tensor, step: int, facts: RowFacts | None = None) -> StepOutput:
-        """logprobs (n*width, V) of this step, consumed (turned into totals in place); the step
-        number is the device's own."""
-        candidates = best_continuations(logprobs, self.alive_scores, len(self.active), self.k, self.eos_id)
+        """logprobs (n*width, V) of this step, consumed (turned into totals in place); the step number
+        is the device's own."""
+        candidates = best_continuations(logprobs, self.alive_scores, len(self.active), self.k, self.eos_id, host=False)
         alive = keep_alive(candidates, self.k, self.eos_id, self.refill)
         self.record(candidates.first(self.k), alive, facts)
         return next_beam_rows(self, alive)[0]  # at a check of the done flags, finished sentences leave
