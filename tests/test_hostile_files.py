@@ -292,3 +292,60 @@ def test_a_job_config_larger_than_any_config_is_refused(model_dir, tmp_path, cli
         f"nmtdecode: error: config file {job}: larger than any config: it holds {job.stat().st_size:,} bytes; "
         "no such file needs more than 4,194,304"
     )
+
+
+@pytest.mark.parametrize("how", ["rewritten in place", "replaced by a rename", "truncated"])
+def test_weights_saved_again_while_the_load_reads_them_fail_the_load(how, model_dir, tmp_path, cli, monkeypatch):
+    """The threads that read a model's weights each open the file; a model saved again meanwhile
+    (the same size, other values) would give the model half of each, and decode with exit 0."""
+    from nmtdecode.models import weights
+
+    model = tmp_path / "model"
+    shutil.copytree(model_dir, model)
+    path = model / "model.safetensors"
+    other = {name: tensor + 0.5 for name, tensor in load_file(path).items()}
+    reads, read_rows = [], weights.StoredTensor.read_rows
+
+    def saved_again_at_the_third_read(self, first, out):
+        reads.append(self.name)
+        if len(reads) == 3:
+            if how == "replaced by a rename":
+                save_file(other, tmp_path / "new.safetensors")
+                os.replace(tmp_path / "new.safetensors", path)
+            elif how == "truncated":
+                os.truncate(path, 100)
+            else:
+                data = path.read_bytes()
+                path.write_bytes(data[:-8] + bytes(8))  # the same size, the last values zero
+        return read_rows(self, first, out)
+
+    monkeypatch.setattr(weights.StoredTensor, "read_rows", saved_again_at_the_third_read)
+    run = cli("translate", "-m", model, stdin="a b\n", text=True)
+    assert run.returncode == 1 and run.stdout == ""
+    expected = "(truncated?)" if how == "truncated" else "the file changed while it was read"
+    assert expected in one_line(run.stderr)
+
+
+@pytest.mark.parametrize("where", ["cli", "config", "model"])
+def test_an_integer_of_400_digits_is_refused_by_name(where, model_dir, tmp_path, cli):
+    """A beam of 10^400 reached float arithmetic (the memory a beam needs) and ended in Python's
+    "integer division result too large for a float", naming nothing; a length of 10^400 in
+    `max_len_b`, "int too large to convert to float"."""
+    huge = "1" + "0" * 400
+    args = ["translate", "-m", model_dir, "-q"]
+    if where == "cli":
+        args += ["--beam-size", huge]
+    elif where == "config":
+        (tmp_path / "job.yaml").write_text(f"max_len_b: {huge}\n")
+        args += ["--config", tmp_path / "job.yaml"]
+    else:
+        model = tmp_path / "model"
+        shutil.copytree(model_dir, model)
+        config = yaml.safe_load((model / "config.yaml").read_text())
+        config["decoding"] = {"beam_size": int(huge)}
+        (model / "config.yaml").write_text(yaml.safe_dump(config))
+        args[2] = model
+    run = cli(*args, stdin="a b\n", text=True)
+    line = one_line(run.stderr)
+    assert run.returncode == (1 if where == "model" else 2) and run.stdout == ""
+    assert "is larger than any setting of it (each is below 2^64)" in line and len(line) < 200 + len(str(tmp_path))

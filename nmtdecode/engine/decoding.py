@@ -26,24 +26,25 @@ batches. `decode` is the one entry (a batch's n-best lists, and with `trace` its
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Protocol, Sequence, cast
 
 import torch
 
-from ..options.config import DecodingConfig
 from ..models.architecture import TransformerConfig
 from ..models.checkpoint import ModelRules
 from ..models.ensemble import Ensemble, MemberSources
 from ..models.state import DecoderState
 from ..models.steps import EagerSteps, StepRunner
+from ..options.config import DecodingConfig
 from ..search.base import Hypothesis, RowFacts, Search, SentenceRecords, StepOutput, Strategy
 from ..search.beam import BeamSearch
 from ..search.device.beam import DeviceBeamSearch
+from ..search.device.done_flags import check_interval
 from ..search.device.greedy import DeviceGreedySearch
 from ..search.device.sampling import DeviceSampling
 from ..search.diverse import DiverseBeamSearch
-from ..search.device.done_flags import check_interval
 from ..search.greedy import GreedySearch
 from ..search.penalties import Coverage, LengthPenalty
 from ..search.processors import (
@@ -360,6 +361,8 @@ class BatchDecoder:
         tokens = search.start_tokens
         for step in range(max(max_steps)):
             logits = self.steps.decode_step(tokens, cache)
+            if step == 0 and not bool((logits < math.inf).all()):  # NaN or +inf; -inf may be a bias's ban
+                raise NonFiniteValues("the first step's logits")
             logits = processors.on_logits(logits.float(), step)  # nothing unless a rule acts on logits
             logprobs = processors(self.log_probs(logits), step)
             out = search.advance(logprobs, step, None if attention is None else attention.facts(cache.attention))
@@ -377,7 +380,11 @@ class BatchDecoder:
             each = self.pad_each(cast("list[MemberSources]", sources))
             return cast(Ensemble, self.model).encode_each(each), each[0][1]
         src, src_mask = self.pad(sources)
-        return self.model.encode(src, src_mask), src_mask
+        memory = self.model.encode(src, src_mask)
+        # checked once a batch, as the first step's logits are (which an ensemble's memories reach)
+        if isinstance(memory, torch.Tensor) and not bool(torch.isfinite(memory).all()):
+            raise NonFiniteValues("the encoder's output")
+        return memory, src_mask
 
     def pad_each(self, sources: list[MemberSources]) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Each ensemble model's own ids of the batch, padded with its own pad id, and their masks."""
@@ -428,6 +435,11 @@ class BatchDecoder:
         logits = logits[:, len(prefix) - 1 :]  # the positions that predict gold
         logprobs = self.log_probs(logits.float())
         return logprobs.gather(2, gold[:, :, None])[:, :, 0], gold_mask
+
+
+class NonFiniteValues(RuntimeError):
+    """The model computed NaN or infinity from finite weights and ids: weights out of any trained
+    range (a tampered int8 scale of 1e30), which would decode lines of nothing that look decoded."""
 
 
 def log_softmax(logits: torch.Tensor) -> torch.Tensor:

@@ -10,25 +10,27 @@ ranks: this module imports nothing from the job layer.
 
 from __future__ import annotations
 
+import contextlib
 import gc
-from typing import Any, Callable, Protocol, TypeVar
+import math
+from typing import Any, Callable, Iterator, Protocol, TypeVar
 
 import torch
 
-from . import beam_dump
 from ..models import memory
-from .batching import Example, PairScore, Result
-from ..options.config import Config, ConfigError, DecodingConfig
-from .decoding import BatchDecoder
 from ..models.checkpoint import LoadedModel
 from ..models.ensemble import MemberSources
 from ..models.loading import load_model
 from ..models.placement import Placement
 from ..models.steps import StepRunner, step_runner_for
-from .alignment import aligned_result
-from .system import device_for
+from ..options.config import Config, ConfigError, DecodingConfig
 from ..search.base import Hypothesis
+from . import beam_dump
+from .alignment import aligned_result
+from .batching import Example, PairScore, Result
+from .decoding import BatchDecoder, NonFiniteValues
 from .messages import print_warning
+from .system import device_for
 
 
 class Indexed(Protocol):
@@ -145,7 +147,9 @@ class Engine:
 
         def decode(part: list[Example]) -> list[Result]:
             prefixes = [e.prefix or [] for e in part] if any(e.prefix for e in part) else None
-            decoded = decoder.decode([e.ids_to_decode() for e in part], [e.index for e in part], prefixes)
+            with nonfinite_named(part):
+                decoded = decoder.decode([e.ids_to_decode() for e in part], [e.index for e in part], prefixes)
+            check_numbers(part, [[h.total for h in hyps] for hyps in decoded.nbests])
             results = [self.result(e, hyps, decoder.cfg) for e, hyps in zip(part, decoded.nbests)]
             if decoded.search is not None:  # --dump-beam
                 for i, (e, result) in enumerate(zip(part, results)):
@@ -160,15 +164,21 @@ class Engine:
 
         def score(part: list[Example]) -> list[PairScore]:
             sources, targets = [e.ids_to_decode() for e in part], [e.target_to_score() for e in part]
-            if not by_token:
-                return [
-                    PairScore(e.index, total, len(target) + 1)
-                    for e, target, total in zip(part, targets, decoder.score(sources, targets))
-                ]
-            return [
-                PairScore(e.index, sum(token_scores) + eos, len(target) + 1, tokens, token_scores, eos)
-                for e, target, (tokens, token_scores, eos) in zip(part, targets, decoder.score_tokens(sources, targets))
-            ]
+            with nonfinite_named(part):
+                if not by_token:
+                    scores = [
+                        PairScore(e.index, total, len(target) + 1)
+                        for e, target, total in zip(part, targets, decoder.score(sources, targets))
+                    ]
+                else:
+                    scores = [
+                        PairScore(e.index, sum(token_scores) + eos, len(target) + 1, tokens, token_scores, eos)
+                        for e, target, (tokens, token_scores, eos) in zip(
+                            part, targets, decoder.score_tokens(sources, targets)
+                        )
+                    ]
+            check_numbers(part, [[s.total] for s in scores])
+            return scores
 
         return in_halves_when_out_of_memory(batch, score)
 
@@ -234,6 +244,38 @@ class Engine:
         )
         hyps = [Hypothesis(list(tokens), 0.0, 0.0, [0.0] * len(tokens), **arrays) for _ in range(cfg.n_best)]
         return self.result(example, hyps, cfg)
+
+
+# fbgemm's message when the activations it quantizes hold NaN or infinity (int8 decoding)
+FBGEMM_NONFINITE = "ChooseQuantizationParams"
+
+
+def damaged(examples: list[Example]) -> str:
+    lines = sorted(e.index + 1 for e in examples)
+    where = f"input line {lines[0]}" if len(lines) == 1 else f"the batch of input lines {lines[0]} to {lines[-1]}"
+    return (
+        f"{where}: the model computed NaN or infinite values; its weights are damaged "
+        "(a tampered file, or a checkpoint saved after training diverged)"
+    )
+
+
+def check_numbers(part: list[Example], totals: list[list[float]]) -> None:
+    """A model whose weights are finite but out of range (a scale of 1e30) computes NaN: its
+    log-probabilities rank nothing, and the line written would only look decoded."""
+    for example, numbers in zip(part, totals):
+        if any(math.isnan(n) for n in numbers):
+            raise RuntimeError(damaged([example]))
+
+
+@contextlib.contextmanager
+def nonfinite_named(part: list[Example]) -> Iterator[None]:
+    """int8 products refuse NaN or infinite activations in fbgemm's words: said as check_numbers says it."""
+    try:
+        yield
+    except RuntimeError as error:
+        if not isinstance(error, NonFiniteValues) and FBGEMM_NONFINITE not in str(error):
+            raise
+        raise RuntimeError(damaged(part)) from None
 
 
 def in_halves_when_out_of_memory(

@@ -37,6 +37,8 @@ from .transformer import Transformer
 # integers in a weight's place is not converted to float: its bytes mean something else.
 FLOAT_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
 CHUNK_BYTES = 16 << 20  # read and checked in pieces that stay in the CPU's cache
+# A row's scale is its largest |value| / 127 (models/quantize.py): larger, its values are past float32's.
+MAX_SCALE = torch.finfo(torch.float32).max / 127
 
 
 class Source(Protocol):
@@ -89,6 +91,7 @@ class StoredTensor:
             ) from None
         self.dtype_name, self.dtype = DTYPE_NAMES.get(code, str(code)), FLOAT_DTYPES.get(code)
         self.start, self.size = offset + begin, end - begin
+        self.identity = file_identity(os.stat(path))  # as the header was read: each read checks it
 
     def check(self) -> None:
         """A weight must hold floating-point numbers, as many bytes as its shape needs."""
@@ -127,6 +130,7 @@ class StoredTensor:
                 check_finite(chunk, self)
                 if chunk is not rows:
                     rows.copy_(chunk)
+            self.check_unchanged(f)
 
     def mapped(self) -> torch.Tensor:
         """The int8 tensor's bytes where they lie in the file, memory-mapped rather than read
@@ -139,6 +143,7 @@ class StoredTensor:
             return torch.empty(self.shape, dtype=torch.int8)
         start = self.start - self.start % mmap.ALLOCATIONGRANULARITY
         with open(note_read(self.path), "rb") as f:
+            self.check_unchanged(f)
             mapping = mmap.mmap(f.fileno(), self.start + self.size - start, access=mmap.ACCESS_COPY, offset=start)
         values = torch.frombuffer(mapping, dtype=torch.int8, count=self.size, offset=self.start - start).view(
             self.shape
@@ -146,6 +151,15 @@ class StoredTensor:
         key = id(values)
         _mapped[key] = weakref.ref(values, lambda _: _mapped.pop(key, None))
         return values
+
+    def check_unchanged(self, f: io.IOBase) -> None:
+        """The file open as `f` is the one whose header was read, unchanged: a model saved again (in
+        place, or a new file renamed onto it) while the load reads it would mix two models' weights."""
+        if file_identity(os.fstat(f.fileno())) != self.identity:
+            raise ModelError(
+                f"cannot read weights {self.path}: the file changed while it was read (saved again during "
+                "the load?); load it again once it is complete"
+            )
 
     def _read_into(self, f: io.RawIOBase, position: int, tensor: torch.Tensor) -> None:
         size = tensor.numel() * tensor.element_size()
@@ -159,6 +173,11 @@ class StoredTensor:
                     f"cannot read weights {self.path}: the file ends inside tensor {self.name} (truncated?)"
                 )
             done += got
+
+
+def file_identity(status: os.stat_result) -> tuple[int, ...]:
+    """What changes when a file is written or replaced: its device and inode, size and time of change."""
+    return status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns
 
 
 _mapped: dict[int, weakref.ref] = {}  # the tensors StoredTensor.mapped made, by id, while they live
@@ -255,7 +274,8 @@ class QuantizedSource:
         self._scales: torch.Tensor | None = None
 
     def check(self) -> None:
-        """int8 rows, as many bytes as their shape, and a positive finite scale for each row."""
+        """int8 rows, as many bytes as their shape, and a positive scale for each row that a row of
+        float32 values gives (MAX_SCALE)."""
         where = f"cannot read weights {self.values.path}: tensor {self.name}"
         if self.values.dtype_name != "int8" or len(self.shape) != 2:
             stored = f"{self.values.dtype_name} {self.shape}"
@@ -268,8 +288,12 @@ class QuantizedSource:
             raise ModelError(
                 f"{where}: {self.scales.name} holds {tuple(self.scales.shape)} scales for {self.shape[0]} rows"
             )
-        if not bool((self.row_scales() > 0).all()):
-            raise ModelError(f"{where}: {self.scales.name} holds a scale that is not positive; the file is damaged")
+        scales = self.row_scales()
+        if not bool(((scales > 0) & (scales <= MAX_SCALE)).all()):
+            raise ModelError(
+                f"{where}: {self.scales.name} holds a scale that is not positive, or larger than any "
+                "float32 row gives; the file is damaged"
+            )
 
     def row_scales(self) -> torch.Tensor:
         if self._scales is None:

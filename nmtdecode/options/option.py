@@ -12,6 +12,10 @@ from typing import Any
 
 from .bounded import shown
 
+# No option's value reaches 2^64 (the largest, --seed, is below it): a larger integer (YAML's
+# `beam_size: 1000...0` of 400 digits) is refused by name before anything converts it to a float.
+MAX_INT = 1 << 64
+
 
 class ConfigError(ValueError):
     """A usage or configuration mistake (exit code 2)."""
@@ -57,6 +61,8 @@ def coerce(key: str, hint: Any, value: Any) -> Any:
         return list(value) if len(value) > 1 else value[0]
     if bool in allowed and isinstance(value, bool):
         return value
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= MAX_INT:
+        raise ConfigError(f"{key}: {shown(value)} is larger than any setting of it (each is below 2^64)")
     if int in allowed and isinstance(value, int) and not isinstance(value, bool):
         return value
     if float in allowed and isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -116,4 +122,4 @@ def check_option(key: str, declared: Option, value: Any) -> None:
     if declared.range is not None and value is not None and not in_range(value, declared.range):
         where = declared.range if declared.range[0] in "<>" else f"in {declared.range}"
         hint = f" ({declared.hint})" if declared.hint else ""
-        raise ConfigError(f"{key}: must be {where}, got {value}{hint}")
+        raise ConfigError(f"{key}: must be {where}, got {shown(value)}{hint}")

@@ -187,12 +187,13 @@ def damage(path, how):
         weights.write_bytes(data[: len(data) - 1000])
     elif how == "header":
         weights.write_bytes(data[:8] + b"{not json" + data[17:])
-    else:  # a scale of the first quantized weight made negative
+    else:  # the scales of the token embeddings: the first made negative or too large, or all 1e30
         header_size = int.from_bytes(data[:8], "little")
         header = json.loads(data[8 : 8 + header_size])
-        begin, _ = header["src_embed.tokens.weight_scale"]["data_offsets"]
+        begin, end = header["src_embed.tokens.weight_scale"]["data_offsets"]
         start = 8 + header_size + begin
-        weights.write_bytes(data[:start] + torch.tensor([-1.0]).numpy().tobytes() + data[start + 4 :])
+        scales = {"scale": [-1.0], "huge scale": [1e38], "overflowing scales": [1e30] * ((end - begin) // 4)}[how]
+        weights.write_bytes(data[:start] + torch.tensor(scales).numpy().tobytes() + data[start + 4 * len(scales) :])
 
 
 @pytest.mark.parametrize(
@@ -200,7 +201,8 @@ def damage(path, how):
     [
         ("truncated", "(truncated?)"),
         ("header", "cannot read weights"),
-        ("scale", "src_embed.tokens.weight_scale holds a scale that is not positive; the file is damaged"),
+        ("scale", "src_embed.tokens.weight_scale holds a scale that is not positive, or larger than"),
+        ("huge scale", "src_embed.tokens.weight_scale holds a scale that is not positive, or larger than"),
     ],
 )
 def test_a_damaged_converted_model_fails_in_one_line(how, message, model_dir, tmp_path, cli):
@@ -208,6 +210,18 @@ def test_a_damaged_converted_model_fails_in_one_line(how, message, model_dir, tm
     damage(out, how)
     run = cli("translate", "-m", out, "--quantize", "int8", stdin="good morning\n", text=True)
     assert run.returncode == 1 and message in one_line(run.stderr)
+
+
+@pytest.mark.parametrize("gemm", ["auto", "torch"])
+def test_scales_that_overflow_the_model_s_numbers_fail_at_the_first_batch(gemm, model_dir, tmp_path, cli):
+    """Scales of 1e30 are finite and positive, but no trained row gives them: the encoder computes
+    infinities, and each line would be written empty with exit 0 (float products) or end in
+    fbgemm's own words (int8); one line naming the input lines instead."""
+    out = converted(cli, model_dir, tmp_path / "int8", "int8")
+    damage(out, "overflowing scales")
+    run = cli("translate", "-m", out, "--gemm", gemm, stdin="good morning\nwater\n", text=True)
+    assert run.returncode == 1 and run.stdout == ""
+    assert "input lines 1 to 2: the model computed NaN or infinite values" in one_line(run.stderr)
 
 
 def test_convert_refuses_an_existing_output_and_a_missing_model(model_dir, tmp_path, cli):
