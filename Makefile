@@ -37,7 +37,7 @@ EMULATE_AVX2 := ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 FBGEMM_ENABLE_I
 
 # everything, then the precision and kernel-choice tests again as an AVX2 CPU runs them
 test: setup browser
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto
 	$(EMULATE_AVX2) $(PY) -m pytest -q -m "precision and not subprocess and not parity"
 
 # tests/test_show.py renders `nmtdecode show`'s page in headless Chromium: installed with apt where
@@ -48,8 +48,8 @@ browser:
 	    apt-get install -y -qq chromium >/dev/null; } || \
 	  echo "nmtdecode: the browser test needs Chromium, which this user cannot install: install the chromium package (apt-get install chromium) and rerun"
 
-# the inner loop, on every core (pytest-xdist): make test runs these too, one at a time, with the
-# real processes and the peers' parity tests
+# the inner loop, on every core (pytest-xdist): make test runs these too, with the real processes
+# and the peers' parity tests
 test-fast: setup
 	$(PY) -m pytest -n auto -m "not slow and not subprocess and not parity"
 
