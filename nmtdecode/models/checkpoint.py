@@ -151,13 +151,26 @@ def read_yaml(path: str, required: bool = True, limit: int | None = None) -> dic
     return _read_mapping(path, required, yaml.safe_load, yaml.YAMLError, "a YAML mapping", limit)
 
 
+def read_vocabulary_json(path: str, kind: type, limit: int) -> Any:
+    """A vocabulary's JSON list (`kind` list) or object (dict), at most `limit` bytes, required."""
+    what = "a JSON list" if kind is list else "a JSON object"
+    return _read_mapping(path, True, json.load, json.JSONDecodeError, what, limit, kind, "a vocabulary")
+
+
 def _read_mapping(
-    path: str, required: bool, parse: Callable, error: type[Exception], what: str, limit: int | None
-) -> dict:
+    path: str,
+    required: bool,
+    parse: Callable,
+    error: type[Exception],
+    what: str,
+    limit: int | None,
+    kind: type = dict,
+    role: str = "a config",
+) -> Any:
     if not os.path.lexists(path):  # a FIFO or folder in its place is not missing: note_read refuses it
         if required:
             raise ModelError(f"{path} is missing")
-        return {}
+        return kind()
     note_read(path)
     size = os.path.getsize(path)
     if limit is not None and size > limit:
@@ -168,8 +181,8 @@ def _read_mapping(
     except (OSError, UnicodeDecodeError, error) as e:
         raise ModelError(f"{path} cannot be read: {one_line(str(e))}") from None
     except RecursionError:
-        raise ModelError(f"{path} cannot be read: it nests too deeply for a config") from None
-    if not isinstance(data, dict):
+        raise ModelError(f"{path} cannot be read: it nests too deeply for {role}") from None
+    if not isinstance(data, kind):
         raise ModelError(f"{path} cannot be read: expected {what}")
     return data
 

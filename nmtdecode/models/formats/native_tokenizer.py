@@ -21,9 +21,9 @@ import os
 import shutil
 from typing import Any
 
-from ...options.bounded import MAX_CONFIG_BYTES, TooLarge, check_bytes, shown, vocabulary_bytes
+from ...options.bounded import MAX_CONFIG_BYTES, shown, vocabulary_bytes
 from ..architecture import TransformerConfig
-from ..checkpoint import ModelError, note_read, read_json
+from ..checkpoint import ModelError, note_read, read_json, read_vocabulary_json
 from ..tokenizer import SentencePieceTokenizer
 from .hf_tokenizers import HFTokenizer, load_tokenizer, marian_tokenizer
 from .opennmt_shared import VocabTokenizer
@@ -113,20 +113,7 @@ def _typed(section: dict, key: str, kind: type, where: str) -> Any:
 
 def _json(directory: str, name: str, kind: type, limit: int) -> Any:
     """A vocabulary's JSON list or object, measured against `limit` (bytes) before it is parsed."""
-    path = os.path.join(directory, name)
-    if not os.path.lexists(path):
-        raise ModelError(f"{path} is missing")
-    try:
-        with open(note_read(path), encoding="utf-8") as f:
-            check_bytes(os.fstat(f.fileno()).st_size, limit)
-            value = json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, TooLarge) as e:
-        raise ModelError(f"{path} cannot be read: {e}") from None
-    except RecursionError:
-        raise ModelError(f"{path} cannot be read: it nests too deeply for a vocabulary") from None
-    if not isinstance(value, kind):
-        raise ModelError(f"{path}: expected a JSON {'list' if kind is list else 'object'}")
-    return value
+    return read_vocabulary_json(os.path.join(directory, name), kind, limit)
 
 
 def _file(directory: str, name: object) -> str | None:
