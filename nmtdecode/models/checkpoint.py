@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterable, Iterator, Protocol
 
 import yaml
 
+from ..options.bounded import safe_load
 from .architecture import TransformerConfig
 
 
@@ -148,7 +149,7 @@ def read_json(path: str, required: bool = True, limit: int | None = None) -> dic
 def read_yaml(path: str, required: bool = True, limit: int | None = None) -> dict:
     """A YAML mapping from a model directory (safe_load: plain values only); a missing optional file
     is {}; `limit` as read_json's."""
-    return _read_mapping(path, required, yaml.safe_load, yaml.YAMLError, "a YAML mapping", limit)
+    return _read_mapping(path, required, safe_load, yaml.YAMLError, "a YAML mapping", limit)
 
 
 def read_vocabulary_json(path: str, kind: type, limit: int) -> Any:

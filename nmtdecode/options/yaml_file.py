@@ -30,7 +30,7 @@ class _KeyTwice(Exception):
         self.key, self.line = key, line
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
+class _UniqueKeyLoader(yaml.SafeLoader):  # PyYAML's own parser: one file read once, its messages kept
     """yaml.safe_load, except that a key given twice in a mapping is an error (naming it and its
     line) instead of the last one silently winning, as on the command line."""
 

@@ -27,7 +27,7 @@ from typing import Callable
 
 import yaml
 
-from ...options.bounded import MAX_CONFIG_BYTES, TooLarge, check_bytes, check_size, shown, vocabulary_bytes
+from ...options.bounded import MAX_CONFIG_BYTES, TooLarge, check_bytes, check_size, safe_load, shown, vocabulary_bytes
 from ..architecture import TransformerConfig, check_limit
 from ..checkpoint import ModelError, ModelFacts, ModelRules, check_dimensions, one_line, read_yaml
 from ..defaults import checked_defaults
@@ -155,7 +155,7 @@ def model_options(npz: str, entries: dict) -> dict:
         raise ModelError(f"{npz}: special:model.yml cannot be read: {e}") from None
     raw = array_bytes(npz, entries, "special:model.yml").rstrip(b"\0")
     try:
-        options = yaml.safe_load(raw.decode("utf-8"))
+        options = safe_load(raw.decode("utf-8"))
     except (UnicodeDecodeError, yaml.YAMLError, RecursionError) as e:
         raise ModelError(f"{npz}: special:model.yml cannot be read: {one_line(str(e))}") from None
     if not isinstance(options, dict):

@@ -21,7 +21,7 @@ from typing import Callable
 
 import yaml
 
-from ...options.bounded import MAX_CONFIG_BYTES, TooLarge, check_bytes, check_size, shown
+from ...options.bounded import MAX_CONFIG_BYTES, TooLarge, check_bytes, check_size, safe_load, shown
 from ..architecture import TransformerConfig
 from ..checkpoint import ModelError, ModelFacts, ModelRules, check_dimensions, note_read
 from ..defaults import checked_defaults
@@ -43,7 +43,7 @@ def read_config(path: str) -> dict:
     try:
         with open(note_read(os.path.join(path, "config.yaml")), encoding="utf-8") as f:
             check_bytes(os.fstat(f.fileno()).st_size, MAX_CONFIG_BYTES)
-            data = yaml.safe_load(f)
+            data = safe_load(f.read())
         check_size(data)
     except (OSError, UnicodeDecodeError, yaml.YAMLError, TooLarge) as e:
         raise ModelError(f"{path}/config.yaml cannot be read: {e}") from None
