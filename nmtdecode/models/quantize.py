@@ -71,25 +71,8 @@ def quantized_rows(
     return values, scales
 
 
-# fbgemm packs a weight in a time that grows faster than its rows: a 256k x 1024 table takes 6.2 s
-# whole and 1.2 s in blocks of 8192 rows, whose products together cost the same
-# (bench/experiments/int8_packing.py).
-PACKED_ROWS = 8192
-
-
 def int8_linear(values: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None) -> nn.Module:
-    """A dynamic-quantization linear layer (fbgemm) of int8 rows with per-row scales; a taller one
-    (an output projection over the vocabulary) as blocks of PACKED_ROWS rows (`RowBlocks`)."""
-    if values.size(0) <= PACKED_ROWS:
-        return _fbgemm_linear(values, scales, bias)
-    blocks = [
-        _fbgemm_linear(values[rows], scales[rows], None if bias is None else bias[rows])
-        for rows in (slice(first, first + PACKED_ROWS) for first in range(0, values.size(0), PACKED_ROWS))
-    ]
-    return RowBlocks(blocks)
-
-
-def _fbgemm_linear(values: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None) -> nn.Module:
+    """A dynamic-quantization linear layer (fbgemm) of int8 rows with per-row scales."""
     out_features, in_features = values.shape
     with warnings.catch_warnings():  # torch.ao.quantization announces its move to torchao
         warnings.simplefilter("ignore")
@@ -101,18 +84,6 @@ def _fbgemm_linear(values: torch.Tensor, scales: torch.Tensor, bias: torch.Tenso
         )
         layer.set_weight_bias(weight, bias)
     return layer
-
-
-class RowBlocks(nn.Module):
-    """A linear layer as layers over consecutive blocks of its output rows: their outputs side by
-    side. Each block quantizes the same activations the same way, so the result is the one layer's."""
-
-    def __init__(self, blocks: list[nn.Module]) -> None:
-        super().__init__()
-        self.blocks = nn.ModuleList(blocks)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.cat([block(x) for block in self.blocks], dim=-1)
 
 
 class Int8Embedding(nn.Module):

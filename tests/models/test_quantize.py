@@ -9,16 +9,8 @@ import torch
 from torch.ao.nn.quantized.dynamic import Linear as QuantizedLinear
 
 from nmtdecode.options.config import Config, ConfigError
-from nmtdecode.models import cpu, placement, quantize
-from nmtdecode.models.quantize import (
-    Int8Embedding,
-    Int8TiedOutput,
-    RowBlocks,
-    int8_linear,
-    quantize_rows,
-    quantized_rows,
-    tied_output,
-)
+from nmtdecode.models import cpu, placement
+from nmtdecode.models.quantize import Int8Embedding, Int8TiedOutput, quantize_rows, quantized_rows, tied_output
 from nmtdecode.models.weights import InMemoryTensor
 
 from tests.helpers import placed, random_sources, tiny_transformer
@@ -125,20 +117,3 @@ def test_tied_output_in_blocks_of_tokens_equals_one_block(monkeypatch):
     whole = output(x)
     monkeypatch.setattr(Int8TiedOutput, "TOKENS_AT_ONCE", 7)  # 8 blocks, the last one short
     assert torch.equal(output(x), whole)
-
-
-def test_a_tall_int8_layer_packs_in_blocks_of_rows_and_multiplies_as_one_layer(monkeypatch):
-    """fbgemm packs a tall weight (an output projection over a large vocabulary) block by block:
-    the same logits, bit for bit, as the layer packed whole, and the dequantized product's."""
-    torch.manual_seed(0)
-    values, scales = quantize_rows(torch.randn(50, 16))
-    bias = torch.randn(50)
-    x = torch.randn(2, 3, 16)
-    whole = int8_linear(values, scales, bias)
-    monkeypatch.setattr(quantize, "PACKED_ROWS", 16)  # 4 blocks, the last one short
-    blocks = int8_linear(values, scales, bias)
-    assert isinstance(whole, QuantizedLinear) and isinstance(blocks, RowBlocks)
-    assert [block.weight().shape[0] for block in blocks.blocks] == [16, 16, 16, 2]
-    assert torch.equal(blocks(x), whole(x))
-    exact = x @ (values.float() * scales[:, None]).t() + bias
-    assert (blocks(x) - exact).abs().max() < 0.03 * exact.abs().max()  # only x's own rounding to int8 differs
