@@ -143,7 +143,8 @@ class InlinePool:
     def submit(self, job: Callable[..., None], *args: object) -> Future:
         done: Future = Future()
         try:
-            done.set_result(job(*args))
+            job(*args)
+            done.set_result(None)
         except Exception as error:  # out of memory included: raised by result(), as a thread's would be
             done.set_exception(error)
         return done
