@@ -182,3 +182,26 @@ def test_the_auto_probe_times_a_wide_product_on_a_block_of_it():
         (4096, 1024): 2 + 256_000 / 4096,
         (1024, 1024): 4.0,
     }
+
+
+@pytest.mark.parametrize("backend", ["torch", "int8"])
+def test_layers_filled_by_threads_or_on_the_loading_thread_are_the_same(tmp_path, monkeypatch, backend):
+    """A model above THREADED_FILL_WEIGHTS has its layers filled by threads, a tied projection after
+    the embeddings it reads; a smaller one on the loading thread: the same weights either way, and
+    a layer's error comes out of the load in both."""
+    source, sources = model_and_sources(tmp_path, tie_output=True)
+    loaded = {}
+    for threads in (True, False):
+        monkeypatch.setattr(placement, "THREADED_FILL_WEIGHTS", 0 if threads else 1 << 40)
+        model = Transformer.uninitialised(source.cfg).eval()
+        load_weights(model, dict(sources), "test", Placement(backend=backend))
+        loaded[threads] = model
+    assert torch.equal(outputs(loaded[True]), outputs(loaded[False]))
+    if backend == "torch":
+        torch.testing.assert_close(outputs(loaded[True]), outputs(source), rtol=1e-5, atol=1e-5)
+    for threads in (True, False):
+        monkeypatch.setattr(placement, "THREADED_FILL_WEIGHTS", 0 if threads else 1 << 40)
+        monkeypatch.setattr(placement, "_plain", lambda *args: (_ for _ in ()).throw(MemoryError("no room")))
+        with pytest.raises(ModelError, match="out of memory placing the model"):
+            load_weights(Transformer.uninitialised(source.cfg).eval(), dict(sources), "test", Placement())
+        monkeypatch.undo()
