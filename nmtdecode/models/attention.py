@@ -161,18 +161,40 @@ class SelfAttention(Attention):
         """Full-sequence attention; mask (B, 1, 1, T) bool, True = attend; position_bias (1, H, T, T)
         added to the scores (models/relative.py), or None. The encoder's short sentences go faster
         through two matmuls than through the fused kernel on CPUs."""
-        q, k, v = (split_heads(t, self.heads) for t in self.qkv(x).chunk(3, dim=-1))
+        return self.out(self._attend(self.qkv(x), mask, causal, position_bias))
+
+    def forward_unpadded(
+        self,
+        x: torch.Tensor,
+        places: torch.Tensor,
+        shape: tuple[int, int],
+        mask: torch.Tensor | None,
+        position_bias: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The encoder's attention over a batch held without its padding: x (N, d), the real
+        positions' rows, `places` their rows in the padded batch of `shape` (B, S). The projections
+        multiply the N rows only; the attention sees them padded (zeros where the mask hides)."""
+        qkv = self.qkv(x)
+        padded = qkv.new_zeros(shape[0] * shape[1], qkv.size(-1)).index_copy_(0, places, qkv)
+        y = self._attend(padded.view(*shape, -1), mask, False, position_bias)
+        return self.out(y.reshape(-1, y.size(-1)).index_select(0, places))
+
+    def _attend(
+        self, qkv: torch.Tensor, mask: torch.Tensor | None, causal: bool, position_bias: torch.Tensor | None
+    ) -> torch.Tensor:
+        """qkv (B, T, 3d) -> the heads' attention, merged: (B, T, d)."""
+        q, k, v = (split_heads(t, self.heads) for t in qkv.chunk(3, dim=-1))
         if position_bias is not None and causal:  # the future masked in the bias: one mask for the kernel
-            future = torch.ones(x.size(1), x.size(1), dtype=torch.bool, device=x.device).triu(1)
+            future = torch.ones(qkv.size(1), qkv.size(1), dtype=torch.bool, device=qkv.device).triu(1)
             position_bias, causal = position_bias.masked_fill(future, float("-inf")), False
-        if self.training or causal or x.is_cuda:
+        if self.training or causal or qkv.is_cuda:
             p = self.dropout if self.training else 0.0
             if position_bias is not None:
                 mask = with_bias(mask, position_bias)
             y = fused_attention(q, k, v, mask, causal, p, self.scale)
         else:
             y = attend(q, k, v, mask, self.scale, position_bias)
-        return self.out(merge_heads(y))
+        return merge_heads(y)
 
     def step(
         self, x: torch.Tensor, cache: LayerState, layer: int, position_bias: StepBias | None = None

@@ -247,6 +247,19 @@ class EncoderLayer(nn.Module):
         x = self.attn_block(x, lambda h: self.self_attn(h, mask=mask, position_bias=position_bias))
         return self.ffn_block(x, self.ffn)
 
+    def forward_unpadded(
+        self,
+        x: torch.Tensor,
+        places: torch.Tensor,
+        shape: tuple[int, int],
+        mask: torch.Tensor,
+        position_bias: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The layer on the real positions' rows x (N, d) of a padded batch of `shape`: every part
+        but the attention works row by row, so only the attention sees the padding."""
+        x = self.attn_block(x, lambda h: self.self_attn.forward_unpadded(h, places, shape, mask, position_bias))
+        return self.ffn_block(x, self.ffn)
+
 
 class DecoderLayer(nn.Module):
     def __init__(self, cfg: TransformerConfig) -> None:
@@ -322,11 +335,21 @@ class Transformer(nn.Module):
     def encode(self, src_ids: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
         """src_ids (B, S), src_mask (B, S) bool -> memory (B, S, d)."""
         x = self.src_embed(src_ids)
-        mask = None if bool(src_mask.all()) else padding_mask(src_mask)  # no padding: the unmasked kernel
         bias = None if self.encoder_bias is None else self.encoder_bias(x.size(1), x.size(1))
+        if bool(src_mask.all()):  # no padding: the unmasked kernel
+            for layer in self.encoder_layers:
+                x = layer(x, None, bias)
+            return self.encoder_norm(x) if self.encoder_norm is not None else x
+        # Padded: the layers hold the real positions' rows only, as CTranslate2's encoder does
+        # (its pull request 251): the products, norms and feed-forward layers skip the padding.
+        mask, shape = padding_mask(src_mask), (x.size(0), x.size(1))
+        places = src_mask.reshape(-1).nonzero().squeeze(1)
+        rows = x.reshape(-1, x.size(-1)).index_select(0, places)
         for layer in self.encoder_layers:
-            x = layer(x, mask, bias)
-        return self.encoder_norm(x) if self.encoder_norm is not None else x
+            rows = layer.forward_unpadded(rows, places, shape, mask, bias)
+        if self.encoder_norm is not None:
+            rows = self.encoder_norm(rows)
+        return rows.new_zeros(shape[0] * shape[1], rows.size(-1)).index_copy_(0, places, rows).view(*shape, -1)
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         if self.decoder_norm is not None:

@@ -169,3 +169,26 @@ def test_every_activation_a_config_accepts_has_a_function():
     from nmtdecode.models.transformer import ACTIVATIONS
 
     assert set(ACTIVATIONS) == set(ACTIVATION_NAMES)
+
+
+@pytest.mark.parametrize("pre_norm", [True, False])
+@pytest.mark.parametrize("relative", [False, True])
+def test_a_padded_batch_encodes_each_sentence_as_alone_and_multiplies_only_real_rows(pre_norm, relative):
+    """The encoder holds a padded batch's real positions only (as CTranslate2's encoder does): each
+    sentence's memory is what it gets encoded alone, and the layers' products see no padding row."""
+    from tests.helpers import tiny_transformer
+
+    extra = dict(positions="relative", relative_buckets=8, relative_max_distance=16) if relative else {}
+    model = tiny_transformer(3, vocab=40, pre_norm=pre_norm, **extra)
+    lengths = [7, 2, 5, 1]
+    src = torch.randint(4, 40, (len(lengths), max(lengths)), generator=torch.Generator().manual_seed(1))
+    mask = torch.arange(max(lengths))[None, :] < torch.tensor(lengths)[:, None]
+    rows_seen = []
+    hook = model.encoder_layers[0].ffn.up.register_forward_hook(lambda m, args, out: rows_seen.append(args[0].shape))
+    with torch.no_grad():
+        memory = model.encode(src, mask)
+        hook.remove()
+        alone = [model.encode(src[i : i + 1, :n], mask[i : i + 1, :n])[0] for i, n in enumerate(lengths)]
+    assert rows_seen == [torch.Size([sum(lengths), model.cfg.d_model])]
+    for i, n in enumerate(lengths):
+        torch.testing.assert_close(memory[i, :n], alone[i], rtol=1e-5, atol=1e-5)
