@@ -39,6 +39,16 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(1, 2).reshape(b, t, h * hd)  # (B, T, d)
 
 
+def without_padding(x: torch.Tensor, places: torch.Tensor) -> torch.Tensor:
+    """x (B, S, w) -> the rows (N, w) at `places` of its (B*S) positions: a batch without its padding."""
+    return x.reshape(-1, x.size(-1)).index_select(0, places)
+
+
+def with_padding(rows: torch.Tensor, places: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
+    """`without_padding` undone: rows (N, w) back at their places in (B, S, w), zeros elsewhere."""
+    return rows.new_zeros(shape[0] * shape[1], rows.size(-1)).index_copy_(0, places, rows).view(*shape, -1)
+
+
 def fused_attention(
     q: torch.Tensor,
     keys: torch.Tensor,
@@ -174,10 +184,8 @@ class SelfAttention(Attention):
         """The encoder's attention over a batch held without its padding: x (N, d), the real
         positions' rows, `places` their rows in the padded batch of `shape` (B, S). The projections
         multiply the N rows only; the attention sees them padded (zeros where the mask hides)."""
-        qkv = self.qkv(x)
-        padded = qkv.new_zeros(shape[0] * shape[1], qkv.size(-1)).index_copy_(0, places, qkv)
-        y = self._attend(padded.view(*shape, -1), mask, False, position_bias)
-        return self.out(y.reshape(-1, y.size(-1)).index_select(0, places))
+        y = self._attend(with_padding(self.qkv(x), places, shape), mask, False, position_bias)
+        return self.out(without_padding(y, places))
 
     def _attend(
         self, qkv: torch.Tensor, mask: torch.Tensor | None, causal: bool, position_bias: torch.Tensor | None

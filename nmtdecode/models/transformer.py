@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .architecture import TransformerConfig
-from .attention import CrossAttention, SelfAttention
+from .attention import CrossAttention, SelfAttention, with_padding, without_padding
 from .cache import DecoderCache
 from .relative import RelativePositionBias, StepBias
 from .state import LayerState
@@ -344,12 +344,12 @@ class Transformer(nn.Module):
         # (its pull request 251): the products, norms and feed-forward layers skip the padding.
         mask, shape = padding_mask(src_mask), (x.size(0), x.size(1))
         places = src_mask.reshape(-1).nonzero().squeeze(1)
-        rows = x.reshape(-1, x.size(-1)).index_select(0, places)
+        rows = without_padding(x, places)
         for layer in self.encoder_layers:
             rows = layer.forward_unpadded(rows, places, shape, mask, bias)
         if self.encoder_norm is not None:
             rows = self.encoder_norm(rows)
-        return rows.new_zeros(shape[0] * shape[1], rows.size(-1)).index_copy_(0, places, rows).view(*shape, -1)
+        return with_padding(rows, places, shape)
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         if self.decoder_norm is not None:
