@@ -94,9 +94,12 @@ def test_summaries_target_works_on_a_fresh_checkout(tmp_path, cli):
 
 
 def fresh_checkout(tmp_path):
-    """A copy of the checkout as a clone has it: no .venv, no build outputs, nothing written by tests."""
+    """A copy of the checkout as a clone has it: no .venv, no build outputs (bench/out and scripts/out
+    can hold gigabytes of converted models), nothing written by tests."""
     ignored = shutil.ignore_patterns(
         ".venv",
+        "out",
+        "scratch",
         ".git",
         "build",
         "dist",
