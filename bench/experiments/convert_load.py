@@ -7,7 +7,8 @@ Builds (once, in bench/out/) the NLLB-600M shaped checkpoint and CTranslate2's i
 as bench/run.py --models nllb-600m does, and our int8 conversion of it (models/convert.py; the
 shape has no tokenizer, so its token strings serve as a whitespace vocabulary). Each load runs
 in a process of its own, the three alternated: seconds from after the import (torch, or
-ctranslate2) to the weights in place, and resident memory after the import, after the load and
+ctranslate2) to the weights in place (ours ending as Engine.load does: what loading freed given
+back to the system, memory.tune_allocator), and resident memory after the import, after the load and
 at the peak (VmRSS, VmHWM). The page cache is warm after the first round for all three.
 """
 
@@ -49,6 +50,8 @@ else:
         from nmtdecode.models.checkpoint import read_json
         from nmtdecode.models.formats.huggingface import load_network
         model = load_network(path, read_json(path + "/config.json"), Placement(backend="int8"))[0]
+    from nmtdecode.models import memory
+    memory.tune_allocator()  # as Engine.load: the heap's holes that loading left go back to the system
 loaded = time.perf_counter()
 print(json.dumps({"import_s": imported - start, "load_s": loaded - imported, "import_mb": imported_mb,
                   "loaded_mb": rss("VmRSS"), "peak_mb": rss("VmHWM")}))
