@@ -38,7 +38,7 @@ EMULATE_AVX2 := ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 FBGEMM_ENABLE_I
 # everything, then the precision and kernel-choice tests again as an AVX2 CPU runs them
 test: setup browser
 	$(PY) -m pytest -n auto
-	$(EMULATE_AVX2) $(PY) -m pytest -q -m "precision and not subprocess and not parity"
+	$(EMULATE_AVX2) $(PY) -m pytest -q -n auto -m "precision and not subprocess and not parity"
 
 # tests/test_show.py renders `nmtdecode show`'s page in headless Chromium: installed with apt where
 # this runs as root (as CI does), else one line says what to install (the test fails without it).
