@@ -82,6 +82,10 @@ def int8_linear(values: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor |
         weight = torch._make_per_channel_quantized_tensor(
             values, scales.double(), torch.zeros(out_features, dtype=torch.long), 0
         )
+        # `weight` is a copy: rows mapped from a converted model's file can leave this process
+        # before the packing (they come back from the file if read again, as a tied table's
+        # lookups do), so that the file's pages, the copy and the packed layer are not all held
+        release_pages(values)
         layer.set_weight_bias(weight, bias)
     return layer
 
@@ -142,6 +146,4 @@ def tied_output(embedding: Int8Embedding, bias: torch.Tensor | None, copy_bytes:
     large = embedding.values.numel() > copy_bytes
     if cpu.current().int8_dot and (large or embedding.activations_per_row):
         return Int8TiedOutput(embedding, bias)
-    copy = int8_linear(embedding.values, embedding.scales, bias)
-    release_pages(embedding.values)  # a table mapped from a converted model: read whole once, now a few rows a step
-    return copy
+    return int8_linear(embedding.values, embedding.scales, bias)  # the mapped table's pages released
