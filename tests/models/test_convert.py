@@ -265,9 +265,9 @@ def test_a_mapped_table_s_pages_are_let_go_and_read_again_and_a_heap_tensor_is_l
 
 def test_mapped_rows_leave_the_process_before_fbgemm_packs_their_copy(model_dir, tmp_path, cli, monkeypatch):
     """int8_linear lets a mapped weight's pages go once its quantized copy is made and before the
-    packing, so that the file's pages, the copy and the packed layer are never held at once (the
-    converted NLLB-600M shape's peak RSS under AVX2: 1,417 -> 1,171 MB). The layer is the one the
-    same rows give from memory, and the rows read back from the file unchanged."""
+    packing, so that the file's pages, the copy and the packed layer are never held at once (what
+    that saves: docs/speed.md, "A model stored in int8"). The layer is the one the same rows give
+    from memory, and the rows read back from the file unchanged."""
     from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
 
     from nmtdecode.models import quantize
