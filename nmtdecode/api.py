@@ -23,6 +23,7 @@ options is the same.
 
 from __future__ import annotations
 
+import os
 import warnings
 from dataclasses import dataclass, field
 from itertools import islice
@@ -94,11 +95,28 @@ class IneffectiveOptionWarning(UserWarning):
     """An option given to the Python API changes nothing in that call (`warnings` can filter it)."""
 
 
-class Translator:
-    """A loaded model with its options. Build it with `Translator.load(path, **options)`."""
+def _loaded(method: str, path: str | os.PathLike | list, options: dict) -> Engine:
+    """The engine of the model at `path` (paths: an ensemble) with `options`, as `method` loads it."""
+    from .engine.engine import Engine  # torch is imported here, not by `import nmtdecode`
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    check_given(method, options)
+    return Engine.load(Config.from_layers([{"quiet": True}, {**options, "model": path}]))
+
+
+class Translator:
+    """A loaded model with its options: `Translator(path, **options)`, or `Translator.load`."""
+
+    def __init__(self, model: str | os.PathLike | list | Engine, **options: Any) -> None:
+        """`Translator(path, **options)` loads as `Translator.load(path, **options)` does (a
+        path, as CTranslate2's constructor takes it); an `Engine` already loaded (compat/'s)
+        is taken as it is."""
+        from .engine.engine import Engine  # torch is imported here, not by `import nmtdecode`
+
+        if not isinstance(model, Engine):
+            model = _loaded("Translator()", model, options)
+        elif options:
+            raise TypeError(f"Translator(): options go with a model path, not a loaded engine: {sorted(options)}")
+        self.engine = model
 
     @property
     def config(self) -> Config:
@@ -108,14 +126,11 @@ class Translator:
         return self.engine.config.with_model_defaults(self.engine.loaded.defaults)
 
     @classmethod
-    def load(cls, path: str | list[str], **options) -> "Translator":
+    def load(cls, path: str | os.PathLike | list, **options) -> "Translator":
         """Load the model at `path` (a native, Hugging Face or eole directory, or an OpenNMT-py
         `.pt` checkpoint; a list of them: an ensemble, with `ensemble_rule` and `ensemble_weights`)
         with `options`, the config file's keys; `quiet` defaults to True (no summary on stderr)."""
-        from .engine.engine import Engine  # torch is imported here, not by `import nmtdecode`
-
-        check_given("load()", options)
-        return cls(Engine.load(Config.from_layers([{"quiet": True}, {**options, "model": path}])))
+        return cls(_loaded("load()", path, options))
 
     def translate(
         self, sources: list, prefixes: list | None = None, scores: bool | None = None, **options

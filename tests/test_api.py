@@ -104,6 +104,22 @@ def test_translate_file_is_the_command_lines_job(translator, cli, model_dir, src
     assert again.sentences == 0  # complete: skipped
 
 
+def test_the_constructor_and_path_objects_load_as_load_does(translator, model_dir, src_file, tmp_path):
+    """`Translator(path, **options)` (CTranslate2's spelling) is `Translator.load`; a pathlib.Path
+    goes wherever a path does: the model, an ensemble's models, translate_file's files."""
+    expected = translator.translate(LINES)
+    assert nmtdecode.Translator(str(model_dir), **OPTIONS).translate(LINES) == expected
+    assert nmtdecode.Translator.load(model_dir, **OPTIONS).translate(LINES) == expected
+    ensemble = nmtdecode.Translator([model_dir, str(model_dir)], **OPTIONS)
+    assert ensemble.translate(LINES) == nmtdecode.Translator.load([str(model_dir)] * 2, **OPTIONS).translate(LINES)
+    translator.translate_file(src_file, tmp_path / "out.txt")
+    assert (tmp_path / "out.txt").read_text(encoding="utf-8").split("\n")[:-1] == expected
+    with pytest.raises(ConfigError, match=r"src: not an option of Translator\(\)"):
+        nmtdecode.Translator(model_dir, src="in.txt")
+    with pytest.raises(TypeError, match="options go with a model path, not a loaded engine"):
+        nmtdecode.Translator(translator.engine, beam_size=2)
+
+
 def test_translate_file_refuses_a_beam_dump_that_is_its_output(translator, src_file, tmp_path):
     out = tmp_path / "out.txt"
     with pytest.raises(ConfigError, match="dump_beam: .*out.txt is the job's --output; give it a file of its own"):

@@ -144,14 +144,17 @@ ENTRIES: dict[str, Entry] = {
         "(one model load): {why}; an item may set {takes}",
         why_fixed="set it at the top of the file",
     ),
-    # The Python API's load(): the model is its `path`, files go to translate_file().
-    "load()": Entry(
-        refused={
-            key: "{key}: not an option of load(); give the model as `path` and files to translate_file()"
-            for key in ("model", "src", "output")
-        },
-        keywords=True,
-    ),
+    # The Python API's load() and Translator(): the model is their `path`, files go to translate_file().
+    **{
+        name: Entry(
+            refused={
+                key: "{key}: not an option of " + name + "; give the model as `path` and files to translate_file()"
+                for key in ("model", "src", "output")
+            },
+            keywords=True,
+        )
+        for name in ("load()", "Translator()")
+    },
     "translate()": _api_call(refuses_prefix=True),
     "translate_batch()": _api_call(refuses_prefix=True),
     "translate_iterable()": _api_call(refuses_prefix=True),

@@ -5,6 +5,7 @@ The options themselves are declared in table.py."""
 from __future__ import annotations
 
 import math
+import os
 import types
 import typing
 from dataclasses import dataclass, field
@@ -47,7 +48,12 @@ def option(default: Any, help: str, **declaration: Any) -> Any:
 
 
 def coerce(key: str, hint: Any, value: Any) -> Any:
-    """Check a YAML/CLI value of option `key` against its type `hint`; ints are accepted for floats."""
+    """Check a YAML/CLI value of option `key` against its type `hint`; ints are accepted for floats,
+    and the Python API's `pathlib.Path`s (any os.PathLike) as the paths they name."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    elif isinstance(value, (list, tuple)) and any(isinstance(v, os.PathLike) for v in value):
+        value = [os.fspath(v) if isinstance(v, os.PathLike) else v for v in value]
     if hint == list[str]:
         return _pieces(key, value)
     allowed = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
