@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Iterator, Protocol
 
 import yaml
 
-from ..options.bounded import safe_load
+from ..options.bounded import TooLarge, check_size, safe_load
 from .architecture import TransformerConfig
 
 
@@ -143,26 +143,33 @@ def read_json(path: str, required: bool = True, limit: int | None = None) -> dic
     """A JSON object from a model directory; a missing optional file is {}. `limit`: the most bytes
     it may hold (options/bounded.py: MAX_CONFIG_BYTES for a config, vocabulary_bytes for a
     vocabulary), checked before it is parsed."""
-    return _read_mapping(path, required, json.load, json.JSONDecodeError, "a JSON object", limit)
+    return _read_mapping(path, required, json.load, (json.JSONDecodeError,), "a JSON object", limit)
 
 
 def read_yaml(path: str, required: bool = True, limit: int | None = None) -> dict:
-    """A YAML mapping from a model directory (safe_load: plain values only); a missing optional file
-    is {}; `limit` as read_json's."""
-    return _read_mapping(path, required, safe_load, yaml.YAMLError, "a YAML mapping", limit)
+    """A YAML mapping from a model directory (safe_load: plain values only), refused when its
+    aliases expand beyond any config (bounded.check_size); a missing optional file is {}; `limit`
+    as read_json's."""
+    return _read_mapping(path, required, _sized_yaml, (yaml.YAMLError, TooLarge), "a YAML mapping", limit)
+
+
+def _sized_yaml(f: Any) -> object:
+    data = safe_load(f.read())
+    check_size(data)
+    return data
 
 
 def read_vocabulary_json(path: str, kind: type, limit: int) -> Any:
     """A vocabulary's JSON list (`kind` list) or object (dict), at most `limit` bytes, required."""
     what = "a JSON list" if kind is list else "a JSON object"
-    return _read_mapping(path, True, json.load, json.JSONDecodeError, what, limit, kind, "a vocabulary")
+    return _read_mapping(path, True, json.load, (json.JSONDecodeError,), what, limit, kind, "a vocabulary")
 
 
 def _read_mapping(
     path: str,
     required: bool,
     parse: Callable,
-    error: type[Exception],
+    errors: tuple[type[Exception], ...],  # what `parse` raises for a file it refuses
     what: str,
     limit: int | None,
     kind: type = dict,
@@ -176,10 +183,11 @@ def _read_mapping(
     size = os.path.getsize(path)
     if limit is not None and size > limit:
         raise ModelError(f"{path} cannot be read: it holds {size:,} bytes; no such file needs more than {limit:,}")
+    unreadable: tuple[type[Exception], ...] = (OSError, UnicodeDecodeError, *errors)
     try:
         with open(path, encoding="utf-8") as f:
             data = parse(f)
-    except (OSError, UnicodeDecodeError, error) as e:
+    except unreadable as e:
         raise ModelError(f"{path} cannot be read: {one_line(str(e))}") from None
     except RecursionError:
         raise ModelError(f"{path} cannot be read: it nests too deeply for {role}") from None

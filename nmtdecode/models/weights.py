@@ -17,6 +17,7 @@ decoding one word for every line.
 from __future__ import annotations
 
 import ctypes
+import functools
 import io
 import math
 import mmap
@@ -185,14 +186,22 @@ _mapped: dict[int, weakref.ref] = {}  # the tensors StoredTensor.mapped made, by
 
 def release_pages(tensor: torch.Tensor) -> None:
     """Let the kernel drop a memory-mapped tensor's pages from this process (MADV_DONTNEED; they
-    come back from the file when next read): for a table read whole once (an int8 embedding table
-    packed into a copy) and then only a few rows at a time. Nothing for a tensor not mapped."""
+    come back from the file when next read): for a weight read whole once into a copy (an int8
+    layer's rows, which fbgemm packs; a tied table, read a few rows at a time after). Nothing for a
+    tensor not mapped."""
     known = _mapped.get(id(tensor))
     if known is None or known() is not tensor or not hasattr(mmap, "MADV_DONTNEED"):
         return
     first = tensor.data_ptr() - tensor.data_ptr() % mmap.PAGESIZE  # in the same mapping (page-aligned)
     size = tensor.data_ptr() + tensor.numel() * tensor.element_size() - first
-    ctypes.CDLL(None).madvise(ctypes.c_void_p(first), ctypes.c_size_t(size), mmap.MADV_DONTNEED)
+    _c_library().madvise(ctypes.c_void_p(first), ctypes.c_size_t(size), mmap.MADV_DONTNEED)
+
+
+@functools.cache
+def _c_library() -> ctypes.CDLL:
+    """The C library this process runs with (its madvise), opened once: a load releases the
+    pages of every int8 layer's weight."""
+    return ctypes.CDLL(None)
 
 
 class InMemoryTensor:

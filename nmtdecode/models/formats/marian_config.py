@@ -132,8 +132,8 @@ def model_files(path: str) -> tuple[str, str, dict]:
 
 
 def read_options(path: str) -> dict:
-    """decoder.yml, its size checked as loaded (bounded.py: a YAML alias bomb is one line)."""
-    return bounded(read_yaml(path, limit=MAX_CONFIG_BYTES), path)
+    """decoder.yml (read_yaml checks its size as loaded: bounded.py, a YAML alias bomb is one line)."""
+    return read_yaml(path, limit=MAX_CONFIG_BYTES)
 
 
 def bounded(options: dict, where: str) -> dict:

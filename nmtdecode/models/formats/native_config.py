@@ -19,11 +19,10 @@ import functools
 import os
 from typing import Callable
 
-import yaml
 
-from ...options.bounded import MAX_CONFIG_BYTES, TooLarge, check_bytes, check_size, safe_load, shown
+from ...options.bounded import MAX_CONFIG_BYTES, shown
 from ..architecture import TransformerConfig
-from ..checkpoint import ModelError, ModelFacts, ModelRules, check_dimensions, note_read
+from ..checkpoint import ModelError, ModelFacts, ModelRules, check_dimensions, read_yaml
 from ..defaults import checked_defaults
 from ..stored import SCALE_SUFFIX
 from .native_tokenizer import build
@@ -40,16 +39,9 @@ RULES: dict[str, type | tuple[type, ...]] = {
 
 
 def read_config(path: str) -> dict:
-    try:
-        with open(note_read(os.path.join(path, "config.yaml")), encoding="utf-8") as f:
-            check_bytes(os.fstat(f.fileno()).st_size, MAX_CONFIG_BYTES)
-            data = safe_load(f.read())
-        check_size(data)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, TooLarge) as e:
-        raise ModelError(f"{path}/config.yaml cannot be read: {e}") from None
-    except RecursionError:
-        raise ModelError(f"{path}/config.yaml cannot be read: it nests too deeply") from None
-    if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
+    """config.yaml, read as every model's config is (checkpoint.read_yaml), its sections checked."""
+    data = read_yaml(os.path.join(path, "config.yaml"), limit=MAX_CONFIG_BYTES)
+    if not isinstance(data.get("model"), dict):
         raise ModelError(f"{path}/config.yaml has no `model:` section")
     for key in ("tokenizer", "decoding", "rules"):
         if not isinstance(data.get(key) or {}, dict):
