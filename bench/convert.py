@@ -138,6 +138,22 @@ def token_strings(size: int, specials: dict[int, str]) -> list[str]:
     return [specials.get(i, f"t{i}") for i in range(size)]
 
 
+def to_native_int8(hf_dir: str, tokens: list[str], path: str) -> str:
+    """The Hugging Face checkpoint at `hf_dir` as `nmtdecode convert --quantize int8` stores it
+    (the native format, int8 rows and scales), with a vocabulary of `tokens`; kept once written."""
+    from nmtdecode.models.checkpoint import LoadedModel, read_json
+    from nmtdecode.models.convert import write
+    from nmtdecode.models.formats.huggingface import load_network
+    from nmtdecode.models.formats.opennmt_shared import VocabTokenizer
+
+    if not os.path.isdir(path):
+        model, defaults, rules = load_network(hf_dir, read_json(os.path.join(hf_dir, "config.json")))
+        tokenizer = VocabTokenizer(tokens, tokens, None, None, {"unk": "<unk>", "eos": "</s>"})
+        with torch.no_grad():
+            write(path, LoadedModel(model, tokenizer, "huggingface", hf_dir, rules, defaults), "int8")
+    return path
+
+
 def to_ctranslate2(model: Transformer, tokens: list[str], path: str, quantization: str | None = None) -> str:
     import ctranslate2
     from ctranslate2.specs import common_spec, transformer_spec

@@ -12,7 +12,10 @@ Models, each converted to every system (bench/convert.py):
   opennmt-base   Transformer-base shaped OpenNMT-py 3.5.1 checkpoint (.pt) with seeded random weights
                  (bench/opennmt_py.py), every output forced to 32 tokens, against OpenNMT-py's own
                  Translator and CTranslate2's converter on the same file, after a check that
-                 nmtdecode and OpenNMT-py give the same tokens at beam 5.
+                 nmtdecode and OpenNMT-py give the same tokens at beam 5;
+  nllb-600m      an M2M100 of NLLB-200-distilled-600M's sizes with seeded random weights, 16
+                 sentences of 32 tokens, beam 1 and 4; in int8 each system reads the model its
+                 own converter stored in int8, and nmtdecode quantizing at load is a row too.
 Beam 1 and 5, batches of 32 cut from the length-sorted input, float32, int8 and bfloat16, on
 CPU with --threads threads; on the natural-length models also each system at its best use of
 the cores, --threads batches at once with one thread each (nmtdecode --inter-threads,
@@ -51,6 +54,7 @@ from convert import (
     nllb_600m_shape,
     to_ctranslate2,
     to_marian,  # noqa: E402
+    to_native_int8,
     to_transformers,
     token_strings,
 )
@@ -90,13 +94,16 @@ OPENNMT_ROWS = [
 ]
 
 
-# nllb-600m: a real-size model, where load time and memory count as much as decoding; CTranslate2
-# reads a model converted to its precision (as its users store one), nmtdecode converts at load
+# nllb-600m: a real-size model, where load time and memory count as much as decoding. In int8 each
+# system reads the model its converter stored in int8 (as their users store one: `nmtdecode
+# convert --quantize int8`, ct2-transformers-converter --quantization int8); `--quantize int8`
+# quantizing the float32 checkpoint at load is a row of its own
 BIG_ROWS = [
     ("nmtdecode", "nmtdecode", {}, None),
     ("ctranslate2", "ctranslate2", {}, "nmtdecode"),
     ("nmtdecode int8", "nmtdecode", {"precision": "int8"}, "nmtdecode"),  # "same 1-best": int8's agreement
-    ("ctranslate2 int8", "ctranslate2", {"precision": "int8"}, "nmtdecode int8"),
+    ("nmtdecode int8 (converted)", "nmtdecode", {"precision": "int8"}, "nmtdecode int8"),
+    ("ctranslate2 int8", "ctranslate2", {"precision": "int8"}, "nmtdecode int8 (converted)"),
     ("nmtdecode bf16", "nmtdecode", {"precision": "bfloat16"}, "nmtdecode"),
     ("nmtdecode --early-stopping false", "nmtdecode", {"rule": "false"}, None),
     ("transformers", "transformers", {}, "nmtdecode --early-stopping false"),
@@ -160,6 +167,7 @@ def prepare_nllb(n_sentences: int):
     hf_dir = nllb_600m_shape(os.path.join(OUT, "nllb-600m"))
     tokens = token_strings(VOCAB_600M, {0: "<s>", 1: "<pad>", 2: "</s>", 3: "<unk>"})
     dirs = {"nmtdecode": hf_dir, "transformers": hf_dir}
+    dirs["nmtdecode int8 (converted)"] = to_native_int8(hf_dir, tokens, os.path.join(OUT, "nllb-600m-native-int8"))
     for label, quantization in (("ctranslate2", None), ("ctranslate2 int8", "int8")):
         dirs[label] = os.path.join(OUT, "nllb-600m-ct2" + (f"-{quantization}" if quantization else ""))
         if not os.path.isfile(os.path.join(dirs[label], "model.bin")):
@@ -252,8 +260,9 @@ def read_through(path: str) -> None:
 
 def measure(system, model_dir, task_file, beam, threads, options, fixed_length=0, batch=32):
     """One worker process's result, with the wall time of the whole process (`process_seconds`:
-    start, imports, load, a warm-up on 4 sentences, decoding), its model's files read beforehand
-    (read_through), and the machine's 1-minute load average as it started (`load`)."""
+    start, imports, load, a warm-up on 4 sentences, decoding, exit: worker.end_as_the_cli_does), its
+    model's files read beforehand (read_through), and the machine's 1-minute load average as it
+    started (`load`)."""
     cmd = [
         sys.executable,
         os.path.join(HERE, "worker.py"),
@@ -296,8 +305,11 @@ def only(rows, labels: str):
     if not labels:
         return rows
     wanted = set(labels.split(","))
-    wanted |= {reference for label, _, _, reference in rows if label in wanted and reference}
-    return [row for row in rows if row[0] in wanted]
+    while True:  # and theirs, down the chain
+        more = {reference for label, _, _, reference in rows if label in wanted and reference} - wanted
+        if not more:
+            return [row for row in rows if row[0] in wanted]
+        wanted |= more
 
 
 def benchmark_model(name, dirs, task, beam, args, loaded=None, references=None, fixed=0, rows=None, batch=32):

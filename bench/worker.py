@@ -64,6 +64,7 @@ def run_nmtdecode(args, task):
 
     from nmtdecode.options.config import Config
     from nmtdecode.models.checkpoint import read_json
+    from nmtdecode.models.detect import model_format
     from nmtdecode.models.formats.huggingface import load_network
     from nmtdecode.models import memory
     from nmtdecode.models.loading import load_model
@@ -74,7 +75,7 @@ def run_nmtdecode(args, task):
     start = time.perf_counter()
     dtype = torch.bfloat16 if args.precision == "bfloat16" else torch.float32
     placement = Placement(dtype=dtype, backend="int8" if args.precision == "int8" else args.gemm)  # as Engine.load
-    if task["format"] in ("native", "opennmt-py"):
+    if model_format(args.model) in ("native", "opennmt-py"):  # a converted model, whatever the task's source
         loaded = load_model(args.model, placement=placement)
         model, rules = loaded.model, loaded.rules
     else:

@@ -60,26 +60,19 @@ print(json.dumps({"import_s": imported - start, "load_s": loaded - imported, "im
 
 def prepare() -> dict[str, str]:
     """The three models: the float32 checkpoint, CTranslate2's int8 conversion, ours."""
-    import torch
+    from convert import VOCAB_600M, nllb_600m_shape, to_ctranslate2, to_native_int8, token_strings
 
-    from convert import VOCAB_600M, nllb_600m_shape, to_ctranslate2, token_strings
-
-    from nmtdecode.models.checkpoint import LoadedModel, read_json
-    from nmtdecode.models.convert import write
+    from nmtdecode.models.checkpoint import read_json
     from nmtdecode.models.formats.huggingface import load_network
-    from nmtdecode.models.formats.opennmt_shared import VocabTokenizer
 
     hf_dir = nllb_600m_shape(os.path.join(OUT, "nllb-600m"))
     ct2_dir = os.path.join(OUT, "nllb-600m-ct2-int8")
     tokens = token_strings(VOCAB_600M, {0: "<s>", 1: "<pad>", 2: "</s>", 3: "<unk>"})
-    if not os.path.isfile(os.path.join(ct2_dir, "model.bin")) or not os.path.isdir(NATIVE_INT8):
-        model, defaults, rules = load_network(hf_dir, read_json(os.path.join(hf_dir, "config.json")))
-        if not os.path.isfile(os.path.join(ct2_dir, "model.bin")):
-            to_ctranslate2(model, tokens, ct2_dir, "int8")
-        if not os.path.isdir(NATIVE_INT8):
-            tokenizer = VocabTokenizer(tokens, tokens, None, None, {"unk": "<unk>", "eos": "</s>"})
-            with torch.no_grad():
-                write(NATIVE_INT8, LoadedModel(model, tokenizer, "huggingface", hf_dir, rules, defaults), "int8")
+    if not os.path.isfile(os.path.join(ct2_dir, "model.bin")):
+        model, _, _ = load_network(hf_dir, read_json(os.path.join(hf_dir, "config.json")))
+        to_ctranslate2(model, tokens, ct2_dir, "int8")
+        del model
+    to_native_int8(hf_dir, tokens, NATIVE_INT8)
     return {"nmtdecode converted": NATIVE_INT8, "nmtdecode quantizing at load": hf_dir, "ctranslate2": ct2_dir}
 
 

@@ -8,6 +8,11 @@ exist, an output in a folder that does not exist, a directory that is not a mode
 key typo, `inspect` on the demo model, and one line translated by it. The errors are found
 before torch is imported (pipeline.py, `load_engine`); `inspect` reads the demo's files without torch
 (models/inspect.py), the translation imports it.
+
+Then what ending costs: the seconds from a process's last statement to its exit, after `import
+torch` (and after `import ctranslate2` where it is installed), ended by the interpreter's teardown or
+by `os._exit` as `nmtdecode translate` ends (cli.exit_now). The clock is time.monotonic, the same in
+both processes on Linux.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/, for common
 from common import DEMO, ROOT, timed  # noqa: E402
@@ -70,6 +76,22 @@ def main():
                 times.append(seconds)
                 code = run.returncode
             print(f"| {label} | {code} | {statistics.median(times):.2f} |", flush=True)
+    print("\n| after | exit | seconds to exit (median) |\n|---|---|---|")
+    for module in ("torch", "ctranslate2"):
+        for ending in ("the interpreter's teardown", "os._exit"):
+            times = [exit_seconds(module, ending == "os._exit") for _ in range(args.repeat)]
+            if all(t is not None for t in times):
+                print(f"| import {module} | {ending} | {statistics.median(times):.3f} |", flush=True)
+
+
+def exit_seconds(module: str, quick: bool) -> float | None:
+    """Seconds from the last statement of a process that imported `module` to its end (None
+    where the module is not installed)."""
+    end = "sys.stdout.flush(); os._exit(0)" if quick else "pass"
+    code = f"import os, sys, time, {module}; print(time.monotonic()); {end}"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    ended = time.monotonic()
+    return ended - float(run.stdout) if run.returncode == 0 else None
 
 
 if __name__ == "__main__":
