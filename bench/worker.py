@@ -307,7 +307,7 @@ def main():
 def end_as_the_cli_does() -> None:
     """End an nmtdecode worker as `nmtdecode translate` ends (cli.exit_now: the output flushed, no
     interpreter teardown), so that its process time is the command's. The teardown of a process
-    that imported torch takes about 0.35 s (docs/speed.md#the-whole-process); the other systems'
+    that imported torch takes 0.3-0.65 s (docs/speed.md#the-whole-process); the other systems'
     workers end as their users' scripts do."""
     from nmtdecode.cli import exit_now
 
