@@ -269,6 +269,10 @@ def main():
     parser.add_argument("--length-penalty", type=float, default=1.0)
     parser.add_argument("--max-length", type=int, default=0, help="output limit instead of the task's")
     args = parser.parse_args()
+    if args.system in ("nmtdecode", "nmtdecode-file"):  # torch comes as `nmtdecode translate` imports it
+        from nmtdecode.engine.importing import import_engine
+
+        import_engine(own_process=True)
     if args.system != "ctranslate2":  # a CTranslate2 process does not pay for importing torch
         import torch
 

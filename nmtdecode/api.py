@@ -95,12 +95,12 @@ class IneffectiveOptionWarning(UserWarning):
     """An option given to the Python API changes nothing in that call (`warnings` can filter it)."""
 
 
-def _loaded(method: str, path: str | os.PathLike | list, options: dict) -> Engine:
+def _loaded(method: str, path: object, options: dict) -> Engine:
     """The engine of the model at `path` (paths: an ensemble) with `options`, as `method` loads it."""
-    from .engine.engine import Engine  # torch is imported here, not by `import nmtdecode`
+    from .engine.importing import import_engine  # torch is imported here, not by `import nmtdecode`
 
     check_given(method, options)
-    return Engine.load(Config.from_layers([{"quiet": True}, {**options, "model": path}]))
+    return import_engine().load(Config.from_layers([{"quiet": True}, {**options, "model": path}]))
 
 
 class Translator:
@@ -110,13 +110,14 @@ class Translator:
         """`Translator(path, **options)` loads as `Translator.load(path, **options)` does (a
         path, as CTranslate2's constructor takes it); an `Engine` already loaded (compat/'s)
         is taken as it is."""
-        from .engine.engine import Engine  # torch is imported here, not by `import nmtdecode`
+        from .engine.importing import import_engine  # torch is imported here, not by `import nmtdecode`
 
-        if not isinstance(model, Engine):
-            model = _loaded("Translator()", model, options)
+        if not isinstance(model, import_engine()):
+            self.engine = _loaded("Translator()", model, options)  # a wrong path: the load's own message
         elif options:
             raise TypeError(f"Translator(): options go with a model path, not a loaded engine: {sorted(options)}")
-        self.engine = model
+        else:
+            self.engine = model
 
     @property
     def config(self) -> Config:
