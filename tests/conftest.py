@@ -7,8 +7,11 @@ one `python -m nmtdecode` smoke test) are marked `subprocess`.
 """
 
 import atexit
+import functools
 import io
+import itertools
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -16,9 +19,8 @@ import traceback
 from dataclasses import dataclass
 
 import pytest
-import torch
 
-from nmtdecode.cli import run
+from nmtdecode.cli import run  # torch-free: torch comes with the first model load
 
 # The test models are tiny: threads only add synchronisation, which on a busy machine costs
 # more than the work itself. Subprocesses (the CLI tests) inherit the variable.
@@ -27,11 +29,22 @@ os.environ["OMP_NUM_THREADS"] = "1"
 # Removed when this process ends (each xdist worker has its own).
 os.environ["NMTDECODE_CACHE"] = tempfile.mkdtemp(prefix="nmtdecode-test-cache-")
 atexit.register(shutil.rmtree, os.environ["NMTDECODE_CACHE"], ignore_errors=True)
-torch.set_num_threads(1)
+
+
+def pytest_configure(config):
+    """torch in each process that runs tests, one thread each. pytest-xdist's controller loads
+    this file too but only hands out tests: it does not import torch (1-1.5 s of every run)."""
+    if getattr(config, "workerinput", None) is None and getattr(config.option, "dist", "no") != "no":
+        return
+    import torch
+
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)
 def _deterministic():
+    import torch
+
     if torch.cuda.is_available():
         torch.manual_seed(0)
     else:  # the CPU's generator is all there is; torch.manual_seed would also queue a seed for each device
@@ -41,7 +54,38 @@ def _deterministic():
     yield
 
 
+MARKS = ("slow", "subprocess", "cuda", "parity", "precision")  # pyproject.toml's markers
+PARITY_MODULE = re.compile(r"^pytestmark = pytest\.mark\.parity\b", re.MULTILINE)
+
+
+def pytest_ignore_collect(collection_path, config):
+    """A module marked parity as a whole is not even imported when the run's `-m` deselects every
+    parity test (make test-fast, make test's AVX2 pass): its peers' imports (OpenNMT-py, eole,
+    CTranslate2, transformers) cost 1-2 s in each worker."""
+    if collection_path.suffix != ".py" or not _deselects_parity(config.option.markexpr or ""):
+        return None
+    return True if PARITY_MODULE.search(collection_path.read_text(encoding="utf-8")) else None
+
+
+@functools.cache
+def _deselects_parity(markexpr: str) -> bool:
+    """Whether `-m markexpr` refuses every test marked parity, whatever its other marks."""
+    if not markexpr:
+        return False
+    from _pytest.mark.expression import Expression
+
+    expression = Expression.compile(markexpr)
+    others = [mark for mark in MARKS if mark != "parity"]
+    return not any(
+        expression.evaluate(lambda name, **_: name == "parity" or name in chosen)
+        for size in range(len(others) + 1)
+        for chosen in itertools.combinations(others, size)
+    )
+
+
 def pytest_collection_modifyitems(config, items):
+    import torch
+
     skip = pytest.mark.skip(reason="needs a CUDA device")
     if not torch.cuda.is_available():
         for item in items:
