@@ -270,9 +270,10 @@ def main():
     parser.add_argument("--max-length", type=int, default=0, help="output limit instead of the task's")
     args = parser.parse_args()
     if args.system in ("nmtdecode", "nmtdecode-file"):  # torch comes as `nmtdecode translate` imports it
-        from nmtdecode.engine.importing import import_engine
+        from nmtdecode.engine.importing import import_engine, own_the_process
 
-        import_engine(own_process=True)
+        own_the_process()
+        import_engine()
     if args.system != "ctranslate2":  # a CTranslate2 process does not pay for importing torch
         import torch
 

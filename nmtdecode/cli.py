@@ -45,6 +45,7 @@ from .options.plan import plan_jobs
 from .jobs.files import make_output_dir
 from .options.foreign import flag_problems, listed
 from .jobs.signals import STOPPED_NOTE, Terminated
+from .engine.importing import own_the_process
 from .engine.messages import say
 
 
@@ -448,6 +449,7 @@ def distributed_log_environment(environ: Mapping[str, str], torch_loaded: bool) 
 
 def main(argv: list[str] | None = None) -> None:
     """The `nmtdecode` program: process-wide signal handling around `run` (signals.py)."""
+    own_the_process()  # what importing torch makes is frozen for the collector (engine/importing.py)
     torch_loaded = "torch" in sys.modules
     os.environ.update(openmp_environment(os.environ, torch_loaded))
     os.environ.update(distributed_log_environment(os.environ, torch_loaded))

@@ -42,13 +42,12 @@ class Source(Protocol):
 def load_engine(config: Config) -> Engine:
     """The model on its device. torch is imported here, once the inputs and outputs are checked and
     the model path is found to be a model (models/detect.py), so that a wrong path, an unreadable
-    input or a locked output fails in a fraction of a second. Only the command line loads here
-    (the Python API hands its engine to the job), so the process is nmtdecode's own."""
+    input or a locked output fails in a fraction of a second."""
     for path in config.io.models:
         model_format(path)
     from ..engine.importing import import_engine
 
-    return import_engine(own_process=True).load(config)
+    return import_engine().load(config)
 
 
 def run(
