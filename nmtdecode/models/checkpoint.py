@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Iterator, Protocol
 
 import yaml
 
-from ..options.bounded import TooLarge, check_size, safe_load
+from ..options.bounded import TooLarge, safe_load
 from .architecture import TransformerConfig
 
 
@@ -148,15 +148,11 @@ def read_json(path: str, required: bool = True, limit: int | None = None) -> dic
 
 def read_yaml(path: str, required: bool = True, limit: int | None = None) -> dict:
     """A YAML mapping from a model directory (safe_load: plain values only), refused when its
-    aliases expand beyond any config (bounded.check_size); a missing optional file is {}; `limit`
+    aliases expand beyond any config (bounded.safe_load); a missing optional file is {}; `limit`
     as read_json's."""
-    return _read_mapping(path, required, _sized_yaml, (yaml.YAMLError, TooLarge), "a YAML mapping", limit)
-
-
-def _sized_yaml(f: Any) -> object:
-    data = safe_load(f.read())
-    check_size(data)
-    return data
+    return _read_mapping(
+        path, required, lambda f: safe_load(f.read()), (yaml.YAMLError, TooLarge), "a YAML mapping", limit
+    )
 
 
 def read_vocabulary_json(path: str, kind: type, limit: int) -> Any:

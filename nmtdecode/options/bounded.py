@@ -88,5 +88,8 @@ def check_size(data: object, max_values: int = MAX_VALUES, max_depth: int = MAX_
 
 
 def safe_load(text: str | bytes) -> object:
-    """yaml.safe_load, by libyaml's parser where PyYAML has it."""
-    return yaml.load(text, Loader=FAST_LOADER)
+    """yaml.safe_load, by libyaml's parser where PyYAML has it; TooLarge when what it loaded
+    expands beyond any config (`check_size`)."""
+    data = yaml.load(text, Loader=FAST_LOADER)
+    check_size(data)
+    return data

@@ -27,7 +27,7 @@ from typing import Callable
 
 import yaml
 
-from ...options.bounded import MAX_CONFIG_BYTES, TooLarge, check_bytes, check_size, safe_load, shown, vocabulary_bytes
+from ...options.bounded import MAX_CONFIG_BYTES, TooLarge, check_bytes, safe_load, shown, vocabulary_bytes
 from ..architecture import TransformerConfig, check_limit
 from ..checkpoint import ModelError, ModelFacts, ModelRules, check_dimensions, one_line, read_yaml
 from ..defaults import checked_defaults
@@ -132,16 +132,8 @@ def model_files(path: str) -> tuple[str, str, dict]:
 
 
 def read_options(path: str) -> dict:
-    """decoder.yml (read_yaml checks its size as loaded: bounded.py, a YAML alias bomb is one line)."""
+    """decoder.yml (its size checked as loaded by bounded.safe_load: a YAML alias bomb is one line)."""
     return read_yaml(path, limit=MAX_CONFIG_BYTES)
-
-
-def bounded(options: dict, where: str) -> dict:
-    try:
-        check_size(options)
-    except TooLarge as e:
-        raise ModelError(f"{where} cannot be read: {e}") from None
-    return options
 
 
 def model_options(npz: str, entries: dict) -> dict:
@@ -156,11 +148,11 @@ def model_options(npz: str, entries: dict) -> dict:
     raw = array_bytes(npz, entries, "special:model.yml").rstrip(b"\0")
     try:
         options = safe_load(raw.decode("utf-8"))
-    except (UnicodeDecodeError, yaml.YAMLError, RecursionError) as e:
+    except (UnicodeDecodeError, yaml.YAMLError, RecursionError, TooLarge) as e:  # TooLarge: an alias bomb
         raise ModelError(f"{npz}: special:model.yml cannot be read: {one_line(str(e))}") from None
     if not isinstance(options, dict):
         raise ModelError(f"{npz}: special:model.yml is not a mapping of Marian options")
-    return {**MODEL_DEFAULTS, **bounded(options, f"{npz}: special:model.yml")}
+    return {**MODEL_DEFAULTS, **options}
 
 
 def check_options(options: dict, where: str) -> None:
