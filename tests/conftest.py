@@ -54,7 +54,6 @@ def _deterministic():
     yield
 
 
-MARKS = ("slow", "subprocess", "cuda", "parity", "precision")  # pyproject.toml's markers
 PARITY_MODULE = re.compile(r"^pytestmark = pytest\.mark\.parity\b", re.MULTILINE)
 
 
@@ -62,20 +61,21 @@ def pytest_ignore_collect(collection_path, config):
     """A module marked parity as a whole is not even imported when the run's `-m` deselects every
     parity test (make test-fast, make test's AVX2 pass): its peers' imports (OpenNMT-py, eole,
     CTranslate2, transformers) cost 1-2 s in each worker."""
-    if collection_path.suffix != ".py" or not _deselects_parity(config.option.markexpr or ""):
+    marks = tuple(line.split(":")[0].strip() for line in config.getini("markers"))  # pyproject.toml's
+    if collection_path.suffix != ".py" or not _deselects_parity(config.option.markexpr or "", marks):
         return None
     return True if PARITY_MODULE.search(collection_path.read_text(encoding="utf-8")) else None
 
 
 @functools.cache
-def _deselects_parity(markexpr: str) -> bool:
-    """Whether `-m markexpr` refuses every test marked parity, whatever its other marks."""
+def _deselects_parity(markexpr: str, marks: tuple[str, ...]) -> bool:
+    """Whether `-m markexpr` refuses every test marked parity, whatever its other `marks`."""
     if not markexpr:
         return False
     from _pytest.mark.expression import Expression
 
     expression = Expression.compile(markexpr)
-    others = [mark for mark in MARKS if mark != "parity"]
+    others = [mark for mark in marks if mark != "parity"]
     return not any(
         expression.evaluate(lambda name, **_: name == "parity" or name in chosen)
         for size in range(len(others) + 1)
