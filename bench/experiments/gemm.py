@@ -4,8 +4,11 @@
 
 For every weight shape of the model and a few row counts (one sentence at beam 1,
 a batch of 32 at beam 1 and at beam 5, an encoder batch), the best time of each
-backend, its GFLOP/s and the ratio. This is the measurement `--gemm auto` makes in
-short at load (models/gemm.py), printed in full, with the CPU it ran on.
+backend, its GFLOP/s and the ratio, with the CPU it ran on. Then the two ways of
+summing a step from such products: each product timed alone, again and again (how
+`--gemm auto` probed before), and a step's layers in turn, each its own weight
+(models/gemm.py:measure, the probe `--gemm auto` makes at load). On a small model the
+two differ: a product timed alone finds its weight in the cache, a step's does not.
 """
 
 from __future__ import annotations
@@ -20,7 +23,15 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/, for common
 from common import DEMO  # noqa: E402
 
-from nmtdecode.models.gemm import _best_of_both, cpu_description, linear_shapes, onednn_available  # noqa: E402
+from nmtdecode.models.gemm import (  # noqa: E402
+    PROBE_ROWS,
+    _best_of_both,
+    cpu_description,
+    linear_shapes,
+    measure,
+    onednn_available,
+    probed_shapes,
+)
 
 ROWS = (1, 32, 160, 1024)
 
@@ -52,8 +63,9 @@ def main():
     print("| weight (out x in) | rows | torch µs | GFLOP/s | onednn µs | GFLOP/s | torch ÷ onednn |")
     print("|---|---|---|---|---|---|---|")
     g = torch.Generator().manual_seed(0)
+    shapes = model_shapes(args.model)
     with torch.inference_mode():
-        for out_features, in_features in sorted(model_shapes(args.model)):
+        for out_features, in_features in sorted(shapes):
             weight = torch.randn(out_features, in_features, generator=g)
             bias = torch.randn(out_features, generator=g)
             packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
@@ -69,6 +81,34 @@ def main():
                     f"| {out_features} x {in_features} | {rows} | {plain * 1e6:.0f} | {flop / plain / 1e9:.0f} | "
                     f"{onednn * 1e6:.0f} | {flop / onednn / 1e9:.0f} | {plain / onednn:.2f} |"
                 )
+    print(f"\nA step's products at {', '.join(map(str, PROBE_ROWS))} rows, summed:\n")
+    print("| timed | torch ms | onednn ms | onednn ÷ torch |")
+    print("|---|---|---|---|")
+    for way, seconds in (
+        ("each product alone", alone(shapes)),
+        ("layers in turn (`--gemm auto`)", measure(shapes, torch.float32)),
+    ):
+        plain, onednn = seconds["torch"], seconds["onednn"]
+        print(f"| {way} | {plain * 1e3:.2f} | {onednn * 1e3:.2f} | {onednn / plain:.2f} |")
+
+
+def alone(shapes: dict) -> dict:
+    """A step's products summed from each shape's product timed again and again on its own weight."""
+    totals = {"torch": 0.0, "onednn": 0.0}
+    g = torch.Generator().manual_seed(0)
+    with torch.inference_mode():
+        for (out_features, in_features), count in probed_shapes(shapes).items():
+            weight, bias = torch.randn(out_features, in_features, generator=g), torch.randn(out_features, generator=g)
+            packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
+            for rows in PROBE_ROWS:
+                x = torch.randn(rows, in_features, generator=g)
+                plain, onednn = _best_of_both(
+                    lambda: F.linear(x, weight, bias),
+                    lambda: torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], ""),
+                )
+                totals["torch"] += count * plain
+                totals["onednn"] += count * onednn
+    return totals
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ The measurements behind these choices are in docs/speed.md#what-the-code-chooses
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from typing import Callable, TypeGuard
@@ -32,6 +33,10 @@ PROBE_ROWS = (8, 32, 160)  # decoder rows per step: a few sentences, a batch of 
 # A wider product is measured on this many of its rows and counted as many times as it holds such
 # blocks: a 256k-token output projection costs one 4k block's random weights, not a gigabyte's.
 PROBE_WIDTH = 4096
+# The probe cycles through this many bytes of weights at most (per backend): a small model's every
+# layer, and for a larger one more than a last-level cache holds, so that each product reads its
+# weight from where the step's would come (measure).
+PROBE_BYTES = 64 << 20
 ONEDNN_MARGIN = 0.9  # auto picks oneDNN when its products take at most 90% of torch's time
 
 
@@ -176,23 +181,64 @@ def probed_shapes(shapes: dict[tuple[int, int], int]) -> dict[tuple[int, int], f
     return probed
 
 
-def measure(shapes: dict[tuple[int, int], int], dtype: torch.dtype) -> dict[str, float]:
-    """Seconds one decoding step's products would take with each backend, on random data."""
-    totals = {"torch": 0.0, "onednn": 0.0}
+def probe_copies(probed: dict[tuple[int, int], float], itemsize: int) -> dict[tuple[int, int], int]:
+    """How many distinct weights of each probed shape `measure` cycles through: one per layer
+    (a wide product's blocks counted up), scaled down alike where they would pass PROBE_BYTES."""
+    wanted = {shape: math.ceil(count) for shape, count in probed.items()}
+    total = sum(n * math.prod(shape) * itemsize for shape, n in wanted.items())
+    scale = min(1.0, PROBE_BYTES / total) if total else 1.0
+    return {shape: max(1, round(n * scale)) for shape, n in wanted.items()}
+
+
+def measure(shapes: dict[tuple[int, int], int], dtype: torch.dtype, budget: float = 0.02) -> dict[str, float]:
+    """Seconds one decoding step's products would take with each backend, on random data.
+
+    A pass multiplies every probed weight once, shapes taken in turn, as a step goes through
+    its layers: each product finds in the cache what the ones before it left, not its own
+    weight of a moment ago (timing one product again and again favoured torch on small
+    models: docs/speed.md#what-the-code-chooses-per-machine). Passes of the two backends
+    alternate, at least 3 each and about `budget` seconds per row count; a pass's time per
+    shape is counted as many times as the step has that shape (`probed_shapes`)."""
+    probed = probed_shapes(shapes)
+    copies = probe_copies(probed, torch.empty((), dtype=dtype).element_size())
     generator = torch.Generator().manual_seed(0)
+    layers = []  # (shape, weight, bias, packed weight), shapes in turn
     with torch.inference_mode():
-        for (out_features, in_features), count in probed_shapes(shapes).items():
-            weight = torch.randn(out_features, in_features, generator=generator).to(dtype)
-            bias = torch.randn(out_features, generator=generator).to(dtype)
-            packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
-            for rows in PROBE_ROWS:
-                x = torch.randn(rows, in_features, generator=generator).to(dtype)
-                plain, onednn = _best_of_both(
-                    lambda: torch.nn.functional.linear(x, weight, bias),
-                    lambda: torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], ""),
-                )
-                totals["torch"] += count * plain
-                totals["onednn"] += count * onednn
+        for i in range(max(copies.values(), default=0)):
+            for (out_features, in_features), n in copies.items():
+                if i < n:
+                    weight = torch.randn(out_features, in_features, generator=generator).to(dtype)
+                    bias = torch.randn(out_features, generator=generator).to(dtype)
+                    packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
+                    layers.append(((out_features, in_features), weight, bias, packed))
+
+        def one_pass(backend: str, inputs: dict[int, torch.Tensor]) -> float:
+            per_shape = dict.fromkeys(copies, 0.0)
+            for shape, weight, bias, packed in layers:
+                x = inputs[shape[1]]
+                start = time.perf_counter()
+                if backend == "torch":
+                    torch.nn.functional.linear(x, weight, bias)
+                else:
+                    torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+                per_shape[shape] += time.perf_counter() - start
+            return sum(probed[shape] * seconds / copies[shape] for shape, seconds in per_shape.items())
+
+        totals = {"torch": 0.0, "onednn": 0.0}
+        for rows in PROBE_ROWS:
+            inputs = {n: torch.randn(rows, n, generator=generator).to(dtype) for _, n in copies}
+            best = {backend: float("inf") for backend in totals}
+            spent, passes = 0.0, -1  # pass -1 warms up (first-call allocations, kernel selection)
+            while passes < 3 or spent < budget:
+                for backend in totals:
+                    start = time.perf_counter()
+                    seconds = one_pass(backend, inputs)
+                    if passes >= 0:
+                        best[backend] = min(best[backend], seconds)
+                        spent += time.perf_counter() - start
+                passes += 1
+            for backend in totals:
+                totals[backend] += best[backend]
     return totals
 
 
@@ -238,6 +284,7 @@ def auto_backend(model: nn.Module, dtype: torch.dtype) -> str:
             str(dtype),
             f"threads {torch.get_num_threads()}",
             "rows " + ",".join(map(str, PROBE_ROWS)),
+            f"layers in turn, {PROBE_BYTES >> 20} MB",  # how `measure` probes: a new way measures again
             ",".join(f"{o}x{i}" for o, i in sorted(shapes)),
         ]
     )

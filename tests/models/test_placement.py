@@ -184,6 +184,16 @@ def test_the_auto_probe_times_a_wide_product_on_a_block_of_it():
     }
 
 
+def test_the_auto_probe_cycles_through_a_weight_per_layer_up_to_its_budget():
+    # The demo's size: every layer its own weight (the 6,000-token projection is two 4,096-row blocks).
+    small = {(768, 256): 10.0, (256, 256): 9.0, (4096, 256): 6000 / 4096}
+    assert gemm.probe_copies(small, 4) == {(768, 256): 10, (256, 256): 9, (4096, 256): 2}
+    # NLLB's: 65 blocks of 16 MB and four 4 MB weights want 1,056 MB; 64 MB keeps 64/1056 of each.
+    large = {(4096, 1024): 2 + 256_000 / 4096, (1024, 1024): 4.0}
+    assert gemm.PROBE_BYTES == 64 << 20
+    assert gemm.probe_copies(large, 4) == {(4096, 1024): 4, (1024, 1024): 1}
+
+
 @pytest.mark.parametrize("backend", ["torch", "int8"])
 def test_layers_filled_by_threads_or_on_the_loading_thread_are_the_same(tmp_path, monkeypatch, backend):
     """A model above THREADED_FILL_WEIGHTS has its layers filled by threads, a tied projection after
