@@ -66,6 +66,7 @@ def test_supported_compute_types_are_what_this_cpu_runs_natively(native):
             ctranslate2.get_supported_compute_types("cuda")
 
 
+@pytest.mark.subprocess  # a Python started with the ISA capped: 1.5-1.7 s
 def test_a_cpu_without_avx512_has_no_bfloat16_and_keeps_int8():
     """torch's own answers, on this CPU capped at AVX2 (as the AVX2 runs of the benchmark do)."""
     query = "from nmtdecode.compat import ctranslate2; print(sorted(ctranslate2.get_supported_compute_types('cpu')))"
