@@ -109,14 +109,14 @@ class ModelFacts:
         return LoadedModel(model.eval(), self.tokenizer(), self.format, path, self.rules, self.defaults, gemm)
 
 
-_loads: list[list[str]] = []  # the files each model load in progress has read (`recording_reads`)
+_loads: list[dict[str, str]] = []  # per model load in progress, the paths it read -> their real paths
 
 
 @contextmanager
-def recording_reads() -> Iterator[list[str]]:
-    """The files a model load reads, noted by `note_read` as it goes (in the order read; the
-    resume signature hashes them: signature.py)."""
-    files: list[str] = []
+def recording_reads() -> Iterator[dict[str, str]]:
+    """The files a model load reads, noted by `note_read` as it goes: each path as given (in the
+    order first read) -> its real path, which the resume signature hashes (signature.py)."""
+    files: dict[str, str] = {}
     _loads.append(files)
     try:
         yield files
@@ -135,7 +135,8 @@ def note_read(path: str) -> str:
     if not regular:
         raise ModelError(f"{path} is not a regular file (a FIFO, device or folder): a model's files must be files")
     for files in _loads:
-        files.append(os.path.realpath(path))
+        if path not in files:  # a weights file is read once per tensor: its real path is looked up once
+            files[path] = os.path.realpath(path)
     return path
 
 

@@ -47,5 +47,5 @@ def load_model(
         )
     with recording_reads() as files:
         loaded = FORMATS[name].load(path, placement, tokenizer) if tokenizer else FORMATS[name].load(path, placement)
-    loaded.files = tuple(dict.fromkeys(files))
+    loaded.files = tuple(dict.fromkeys(files.values()))
     return loaded
