@@ -21,7 +21,7 @@ import json
 import math
 import os
 import time
-from typing import Callable, TypeGuard
+from typing import TypeGuard
 
 import torch
 from torch import nn
@@ -152,23 +152,6 @@ def linear_shapes(model: nn.Module) -> dict[tuple[int, int], int]:
             key = (module.out_features, module.in_features)
             shapes[key] = shapes.get(key, 0) + 1
     return shapes
-
-
-def _best_of_both(
-    first: Callable[[], object], second: Callable[[], object], budget: float = 0.01
-) -> tuple[float, float]:
-    """Best time of each of two calls, alternated (so both see the same machine load) for
-    about `budget` seconds, at least 3 times each."""
-    first(), second()  # warm-up: first-call allocations and kernel selection
-    best, spent, calls = [float("inf"), float("inf")], 0.0, 0
-    while calls < 3 or spent < budget:
-        for i, function in enumerate((first, second)):
-            start = time.perf_counter()
-            function()
-            elapsed = time.perf_counter() - start
-            best[i], spent = min(best[i], elapsed), spent + elapsed
-        calls += 1
-    return best[0], best[1]
 
 
 def probed_shapes(shapes: dict[tuple[int, int], int]) -> dict[tuple[int, int], float]:
