@@ -51,3 +51,23 @@ def test_make_test_sets_up_the_browser_or_says_in_one_line_what_to_install(tmp_p
         "nmtdecode: the browser test needs Chromium, which this user cannot install: "
         "install the chromium package (apt-get install chromium) and rerun"
     ]
+
+
+MARKS = ("slow", "subprocess", "cuda", "parity", "precision")
+
+
+@pytest.mark.parametrize(
+    "markexpr, skips",
+    [
+        ("not slow and not subprocess and not parity", True),  # make test-fast
+        ("not parity", True),
+        ("precision", False),  # a test marked both precision and parity would be chosen
+        ("not parity or slow", False),
+        ("parity", False),
+        ("", False),
+    ],
+)
+def test_parity_modules_are_left_uncollected_only_when_every_parity_test_is_deselected(markexpr, skips):
+    from tests.conftest import _deselects_parity
+
+    assert _deselects_parity(markexpr, MARKS) is skips
