@@ -21,7 +21,7 @@ import json
 import math
 import os
 import time
-from typing import TypeGuard
+from typing import NamedTuple, TypeGuard
 
 import torch
 from torch import nn
@@ -173,7 +173,7 @@ def probe_copies(probed: dict[tuple[int, int], float], itemsize: int) -> dict[tu
     return {shape: max(1, round(n * scale)) for shape, n in wanted.items()}
 
 
-def measure(shapes: dict[tuple[int, int], int], dtype: torch.dtype, budget: float = 0.02) -> dict[str, float]:
+def measure(shapes: dict[tuple[int, int], int], dtype: torch.dtype, budget: float = 0.05) -> dict[str, float]:
     """Seconds one decoding step's products would take with each backend, on random data.
 
     A pass multiplies every probed weight once, shapes taken in turn, as a step goes through
@@ -185,44 +185,61 @@ def measure(shapes: dict[tuple[int, int], int], dtype: torch.dtype, budget: floa
     probed = probed_shapes(shapes)
     copies = probe_copies(probed, torch.empty((), dtype=dtype).element_size())
     generator = torch.Generator().manual_seed(0)
-    layers = []  # (shape, weight, bias, packed weight), shapes in turn
+    totals = {"torch": 0.0, "onednn": 0.0}
     with torch.inference_mode():
-        for i in range(max(copies.values(), default=0)):
-            for (out_features, in_features), n in copies.items():
-                if i < n:
-                    weight = torch.randn(out_features, in_features, generator=generator).to(dtype)
-                    bias = torch.randn(out_features, generator=generator).to(dtype)
-                    packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
-                    layers.append(((out_features, in_features), weight, bias, packed))
-
-        def one_pass(backend: str, inputs: dict[int, torch.Tensor]) -> float:
-            per_shape = dict.fromkeys(copies, 0.0)
-            for shape, weight, bias, packed in layers:
-                x = inputs[shape[1]]
-                start = time.perf_counter()
-                if backend == "torch":
-                    torch.nn.functional.linear(x, weight, bias)
-                else:
-                    torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
-                per_shape[shape] += time.perf_counter() - start
-            return sum(probed[shape] * seconds / copies[shape] for shape, seconds in per_shape.items())
-
-        totals = {"torch": 0.0, "onednn": 0.0}
+        layers = _probe_layers(copies, dtype, generator)
         for rows in PROBE_ROWS:
             inputs = {n: torch.randn(rows, n, generator=generator).to(dtype) for _, n in copies}
-            best = {backend: float("inf") for backend in totals}
+            best = dict.fromkeys(totals, float("inf"))
             spent, passes = 0.0, -1  # pass -1 warms up (first-call allocations, kernel selection)
             while passes < 3 or spent < budget:
                 for backend in totals:
                     start = time.perf_counter()
-                    seconds = one_pass(backend, inputs)
+                    per_shape = _pass(layers, backend, inputs)
                     if passes >= 0:
-                        best[backend] = min(best[backend], seconds)
+                        step = sum(probed[shape] * seconds / copies[shape] for shape, seconds in per_shape.items())
+                        best[backend] = min(best[backend], step)
                         spent += time.perf_counter() - start
                 passes += 1
             for backend in totals:
                 totals[backend] += best[backend]
     return totals
+
+
+class _ProbeLayer(NamedTuple):
+    shape: tuple[int, int]  # (out_features, in_features)
+    weight: torch.Tensor
+    bias: torch.Tensor
+    packed: torch.Tensor  # the weight in oneDNN's layout
+
+
+def _probe_layers(
+    copies: dict[tuple[int, int], int], dtype: torch.dtype, generator: torch.Generator
+) -> list[_ProbeLayer]:
+    """`copies` random weights of each shape, the shapes taken in turn (as a step's layers)."""
+    layers = []
+    for i in range(max(copies.values(), default=0)):
+        for (out_features, in_features), n in copies.items():
+            if i < n:
+                weight = torch.randn(out_features, in_features, generator=generator).to(dtype)
+                bias = torch.randn(out_features, generator=generator).to(dtype)
+                packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
+                layers.append(_ProbeLayer((out_features, in_features), weight, bias, packed))
+    return layers
+
+
+def _pass(layers: list[_ProbeLayer], backend: str, inputs: dict[int, torch.Tensor]) -> dict[tuple[int, int], float]:
+    """One pass over `layers` with `backend`'s products: seconds spent on each shape."""
+    seconds: dict[tuple[int, int], float] = {}
+    for layer in layers:
+        x = inputs[layer.shape[1]]
+        start = time.perf_counter()
+        if backend == "torch":
+            torch.nn.functional.linear(x, layer.weight, layer.bias)
+        else:
+            torch.ops.mkldnn._linear_pointwise(x, layer.packed, layer.bias, "none", [], "")
+        seconds[layer.shape] = seconds.get(layer.shape, 0.0) + time.perf_counter() - start
+    return seconds
 
 
 def cache_dir() -> str:
