@@ -274,6 +274,11 @@ def _write_cache(path: str, data: dict) -> None:
 
 def auto_backend(model: nn.Module, dtype: torch.dtype) -> str:
     """The faster backend for this model's shapes on this machine, measured once and remembered."""
+    return faster_backend(measured(model, dtype))  # decided from the times: a new rule needs no new probe
+
+
+def measured(model: nn.Module, dtype: torch.dtype) -> dict[str, float]:
+    """`measure`'s seconds for this model's shapes on this machine: remembered, or measured now."""
     shapes = linear_shapes(model)
     caps = cpu.current()
     key = "|".join(
@@ -295,7 +300,7 @@ def auto_backend(model: nn.Module, dtype: torch.dtype) -> str:
         seconds = measure(shapes, dtype)
         cached[key] = {"backend": faster_backend(seconds), "seconds": seconds}
         _write_cache(path, cached)
-    return faster_backend(seconds)  # decided from the times, so a change of rule needs no new measurement
+    return seconds
 
 
 def faster_backend(seconds: dict[str, float]) -> str:

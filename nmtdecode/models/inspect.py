@@ -16,7 +16,7 @@ import argparse
 import math
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .architecture import TransformerConfig
 from .checkpoint import ModelRules, Tokenizer
@@ -24,6 +24,11 @@ from .detect import is_ctranslate2, model_format
 from .formats import ct2_config, eole_config, hf_config, marian_config, native_config
 from .formats.ct2_binary import read_model_bin
 from .stored import DTYPE_NAMES, HEADED, NeedsTorch, StoredHeaders, file_entries
+
+if TYPE_CHECKING:  # torch is imported only where kernels are asked for
+    import torch
+
+    from .transformer import Transformer
 
 # Each format whose files can be read without torch, by its name: its describe(path, read).
 DESCRIBE = {fmt.FORMAT: fmt.describe for fmt in (native_config, ct2_config, eole_config, hf_config, marian_config)}
@@ -178,11 +183,24 @@ def cpu_report(path: str | None = None) -> str:
     return "\n".join(lines)
 
 
+def _float_products(model: Transformer, dtype: torch.dtype) -> str:
+    """The products --gemm auto gives `model` in `dtype`, and the measurement it chose them by."""
+    from . import gemm
+
+    if "onednn" not in gemm.candidates(dtype):
+        return "torch linear (--gemm auto: oneDNN has no native kernels for it here)"
+    seconds = gemm.measured(model, dtype)
+    ratio = f"oneDNN's products took {seconds['onednn'] / seconds['torch']:.2f} of torch's time on this machine"
+    if gemm.faster_backend(seconds) == "onednn":
+        return f"oneDNN, packed weights (--gemm auto: {ratio})"
+    return f"torch linear (--gemm auto: {ratio}; oneDNN is taken at {gemm.ONEDNN_MARGIN:.2f} or less)"
+
+
 def chosen_kernels(cfg: TransformerConfig) -> list[str]:
     """The products a load in each native precision would use for a model of `cfg`'s shapes."""
     import torch
 
-    from . import cpu, gemm, placement
+    from . import cpu, placement
     from .transformer import Transformer
 
     with torch.device("meta"):  # the shapes alone: nothing allocated
@@ -190,10 +208,7 @@ def chosen_kernels(cfg: TransformerConfig) -> list[str]:
     lines = []
     for name, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
         if cpu.verdict(name).native:
-            backend = gemm.choose_backend(model, "auto", torch.device("cpu"), dtype)
-            lines.append(
-                f"  {name:<9} {'oneDNN, packed weights' if backend == 'onednn' else 'torch linear'} (--gemm auto)"
-            )
+            lines.append(f"  {name:<9} {_float_products(model, dtype)}")
     if cpu.verdict("int8").native:
         table = cfg.tgt_vocab_size * cfg.d_model
         shared = cfg.tie_output and cpu.current().int8_dot and table > placement.INT8_TIED_COPY_BYTES

@@ -144,6 +144,29 @@ def test_inspect_device_cpu_names_the_kernels_chosen_for_a_model(
     run = cli("inspect", "--device", "cpu", model_dir, text=True)
     assert run.returncode == 0, run.stderr
     kernels = run.stdout.split(f"kernels for {model_dir}:\n")[1].splitlines()
-    assert kernels[0] == "  float32   oneDNN, packed weights (--gemm auto)"
+    assert kernels[0] == (
+        "  float32   oneDNN, packed weights (--gemm auto: oneDNN's products took 0.50 of torch's time on this machine)"
+    )
     assert kernels[-1].startswith("  int8      fbgemm linear layers; output projection: " + products)
     assert not any(line.split()[0] == "bfloat16" for line in kernels)  # not native on either
+
+
+@pytest.mark.parametrize(
+    "seconds, line",
+    [
+        ({"torch": 1.0, "onednn": 0.9}, "oneDNN, packed weights (--gemm auto: oneDNN's products took 0.90 of torch's"),
+        ({"torch": 1.0, "onednn": 0.95}, "torch linear (--gemm auto: oneDNN's products took 0.95 of torch's"),
+    ],
+)
+def test_inspect_says_what_the_float32_products_were_chosen_by(
+    seconds, line, as_cpu, cli, model_dir, monkeypatch, tmp_path
+):
+    """The probe's times as remembered, and the margin when torch's products are kept."""
+    as_cpu("avx2")
+    monkeypatch.setenv("NMTDECODE_CACHE", str(tmp_path))
+    monkeypatch.setattr(gemm, "measure", lambda shapes, dtype: seconds)
+    run = cli("inspect", "--device", "cpu", model_dir, text=True)
+    assert run.returncode == 0, run.stderr
+    float32 = run.stdout.split(f"kernels for {model_dir}:\n")[1].splitlines()[0]
+    assert float32.startswith(f"  float32   {line}"), float32
+    assert float32.endswith("or less)") == (line.startswith("torch"))
