@@ -17,7 +17,7 @@ import argparse
 import os
 import sys
 import time
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -84,16 +84,7 @@ def main():
     shapes = model_shapes(args.model)
     with torch.inference_mode():
         for out_features, in_features in sorted(shapes):
-            weight = torch.randn(out_features, in_features, generator=g)
-            bias = torch.randn(out_features, generator=g)
-            packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
-            for rows in ROWS:
-                x = torch.randn(rows, in_features, generator=g)
-                plain, onednn = best_of_both(
-                    lambda: F.linear(x, weight, bias),
-                    lambda: torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], ""),
-                    budget=0.1,
-                )
+            for rows, plain, onednn in timed_by_rows((out_features, in_features), ROWS, g, budget=0.1):
                 flop = 2 * rows * in_features * out_features
                 print(
                     f"| {out_features} x {in_features} | {rows} | {plain * 1e6:.0f} | {flop / plain / 1e9:.0f} | "
@@ -115,18 +106,27 @@ def alone(shapes: dict) -> dict:
     totals = {"torch": 0.0, "onednn": 0.0}
     g = torch.Generator().manual_seed(0)
     with torch.inference_mode():
-        for (out_features, in_features), count in probed_shapes(shapes).items():
-            weight, bias = torch.randn(out_features, in_features, generator=g), torch.randn(out_features, generator=g)
-            packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
-            for rows in PROBE_ROWS:
-                x = torch.randn(rows, in_features, generator=g)
-                plain, onednn = best_of_both(
-                    lambda: F.linear(x, weight, bias),
-                    lambda: torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], ""),
-                )
+        for shape, count in probed_shapes(shapes).items():
+            for _, plain, onednn in timed_by_rows(shape, PROBE_ROWS, g, budget=0.01):
                 totals["torch"] += count * plain
                 totals["onednn"] += count * onednn
     return totals
+
+
+def timed_by_rows(shape: tuple, row_counts: tuple, g: torch.Generator, budget: float) -> Iterator[tuple]:
+    """One random weight of `shape` (out, in), plain and packed: at each row count, (rows, torch's
+    best seconds, oneDNN's), the product timed again and again (`best_of_both`)."""
+    out_features, in_features = shape
+    weight, bias = torch.randn(out_features, in_features, generator=g), torch.randn(out_features, generator=g)
+    packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
+    for rows in row_counts:
+        x = torch.randn(rows, in_features, generator=g)
+        plain, onednn = best_of_both(
+            lambda: F.linear(x, weight, bias),
+            lambda: torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], ""),
+            budget=budget,
+        )
+        yield rows, plain, onednn
 
 
 if __name__ == "__main__":
