@@ -272,11 +272,6 @@ def _write_cache(path: str, data: dict) -> None:
         pass
 
 
-def auto_backend(model: nn.Module, dtype: torch.dtype) -> str:
-    """The faster backend for this model's shapes on this machine, measured once and remembered."""
-    return faster_backend(measured(model, dtype))  # decided from the times: a new rule needs no new probe
-
-
 def measured(model: nn.Module, dtype: torch.dtype) -> dict[str, float]:
     """`measure`'s seconds for this model's shapes on this machine: remembered, or measured now."""
     shapes = linear_shapes(model)
@@ -322,11 +317,19 @@ def candidates(dtype: torch.dtype) -> tuple[str, ...]:
     return ("torch", "onednn") if onednn else ("torch",)
 
 
+def auto_choice(model: nn.Module, dtype: torch.dtype) -> tuple[str, dict[str, float] | None]:
+    """`--gemm auto`'s backend for this model's shapes in `dtype` on this CPU, and the probe's
+    seconds it was chosen by (remembered, or measured now); torch's, unmeasured (None), where
+    oneDNN has no native kernels for `dtype` (`candidates`)."""
+    if "onednn" not in candidates(dtype):
+        return "torch", None
+    seconds = measured(model, dtype)
+    return faster_backend(seconds), seconds  # decided from the times: a new rule needs no new probe
+
+
 def choose_backend(model: nn.Module, requested: str, device: torch.device, dtype: torch.dtype) -> str:
     """The backend the products will use: `torch` off the CPU or where oneDNN has no native kernels
     for `dtype` (`candidates`); otherwise the one asked for, or `auto`'s measurement."""
     if device.type != "cpu" or "onednn" not in candidates(dtype):
         return "torch"
-    if requested == "auto":
-        return auto_backend(model, dtype)
-    return requested
+    return auto_choice(model, dtype)[0] if requested == "auto" else requested

@@ -187,11 +187,11 @@ def _float_products(model: Transformer, dtype: torch.dtype) -> str:
     """The products --gemm auto gives `model` in `dtype`, and the measurement it chose them by."""
     from . import gemm
 
-    if "onednn" not in gemm.candidates(dtype):
+    backend, seconds = gemm.auto_choice(model, dtype)
+    if seconds is None:
         return "torch linear (--gemm auto: oneDNN has no native kernels for it here)"
-    seconds = gemm.measured(model, dtype)
     ratio = f"oneDNN's products took {seconds['onednn'] / seconds['torch']:.2f} of torch's time on this machine"
-    if gemm.faster_backend(seconds) == "onednn":
+    if backend == "onednn":
         return f"oneDNN, packed weights (--gemm auto: {ratio})"
     return f"torch linear (--gemm auto: {ratio}; oneDNN is taken at {gemm.ONEDNN_MARGIN:.2f} or less)"
 
