@@ -183,7 +183,7 @@ def measure(shapes: dict[tuple[int, int], int], dtype: torch.dtype, budget: floa
     alternate, at least 3 each and about `budget` seconds per row count; a pass's time per
     shape is counted as many times as the step has that shape (`probed_shapes`)."""
     probed = probed_shapes(shapes)
-    copies = probe_copies(probed, torch.empty((), dtype=dtype).element_size())
+    copies = probe_copies(probed, dtype.itemsize)
     generator = torch.Generator().manual_seed(0)
     totals = {"torch": 0.0, "onednn": 0.0}
     with torch.inference_mode():
