@@ -5,8 +5,8 @@
 For every weight shape of the model and a few row counts (one sentence at beam 1,
 a batch of 32 at beam 1 and at beam 5, an encoder batch), the best time of each
 backend, its GFLOP/s and the ratio, with the CPU it ran on. Then the two ways of
-summing a step from such products: each product timed alone, again and again (how
-`--gemm auto` probed before), and a step's layers in turn, each its own weight
+summing a step from such products: each product timed alone, again and again on
+one weight, and a step's layers in turn, each its own weight
 (models/gemm.py:measure, the probe `--gemm auto` makes at load). On a small model the
 two differ: a product timed alone finds its weight in the cache, a step's does not.
 """
