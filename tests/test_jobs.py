@@ -10,7 +10,8 @@ import os
 import pytest
 import yaml
 
-from tests.test_output_file import ARGS, LINES, interrupted_after
+from tests.test_output_file import ARGS, IN_SECOND_CHUNK, LINES, interrupted_after
+from tests.test_output_file import small_chunks  # noqa: F401 (autouse: here too)
 from tests.test_reliability import NORMAL
 
 
@@ -133,10 +134,10 @@ def test_an_input_that_another_job_writes_is_refused(translate, two_inputs, load
 
 
 def test_each_file_resumes_on_its_own_and_complete_ones_are_skipped(translate, lines_file, tmp_path, loads):
-    a, b = lines_file(NORMAL, "a.en"), lines_file(LINES, "b.en")  # b: 70 lines, chunks of 32
+    a, b = lines_file(NORMAL, "a.en"), lines_file(LINES, "b.en")  # b: several chunks (small_chunks)
     expected = single(translate, b, tmp_path / "ref-b.de")
     outputs = [tmp_path / "a.de", tmp_path / "b.de"]
-    with interrupted_after(len(NORMAL) + 40):  # a completes, b stops after its first chunk
+    with interrupted_after(len(NORMAL) + IN_SECOND_CHUNK):  # a completes, b stops after its first chunk
         assert translate("--src", a, b, "--output", *outputs).returncode == 130
     assert outputs[0].exists() and not outputs[1].exists()
     loads[0] = 0
@@ -155,7 +156,7 @@ def test_resume_redoes_every_file_a_stopped_run_had_not_finished(translate, line
     outputs = [tmp_path / "a.de", tmp_path / "b.de", tmp_path / "c.de"]
     for out in outputs:
         out.write_bytes(b"an older output\n")
-    with interrupted_after(len(NORMAL) + 5):
+    with interrupted_after(len(NORMAL) + 2):
         assert translate("--src", *sources, "--output", *outputs).returncode == 130
     assert outputs[0].read_bytes() == expected[0]
     run = translate("--src", *sources, "--output", *outputs, "--resume", "--no-quiet")

@@ -23,8 +23,19 @@ import pytest
 
 from tests.test_reliability import NORMAL, command, count_lines
 
-LINES = NORMAL * 10  # 70 lines: with --batch-size 1, chunks (32 batches) of 32, 32 and 6 lines
+CHUNK = 4  # batches sorted together (SORT_CHUNK_BATCHES, 32 in use): a checkpoint every 4 lines here
+LINES = NORMAL * 2  # 14 lines: with --batch-size 1, chunks of 4, 4, 4 and 2 lines
+IN_SECOND_CHUNK = CHUNK + 2  # decoding calls before a stop that comes after the first checkpoint
 ARGS = ["--beam-size", 2, "--batch-size", 1, "--max-length", 2, "--quiet"]  # 2 steps: the files are the point
+
+
+@pytest.fixture(autouse=True)
+def small_chunks(monkeypatch):
+    """CHUNK batches to a chunk: the journal's rules do not depend on the size, and a file of a
+    few chunks decodes in a fifth of the time it took at 32 (these tests decode ~2,000 batches)."""
+    from nmtdecode.engine import batching
+
+    monkeypatch.setattr(batching, "SORT_CHUNK_BATCHES", CHUNK)
 
 
 @pytest.fixture()
@@ -68,7 +79,7 @@ def short(model_dir, tmp_path_factory):
 
 @contextlib.contextmanager
 def interrupted_after(calls: int):
-    """Ctrl-C instead of the decoding call after `calls` of them (32 calls per chunk of a file here)."""
+    """Ctrl-C instead of the decoding call after `calls` of them (CHUNK calls per chunk of a file here)."""
     from nmtdecode.engine.decoding import BatchDecoder
 
     original, count = BatchDecoder.decode, 0
@@ -119,7 +130,7 @@ def test_second_job_on_a_locked_output_fails_at_once(job, src, tmp_path, no_mode
 
 def test_lock_is_released_when_a_job_ends(job, src, tmp_path, reference):
     out = tmp_path / "out.txt"
-    with interrupted_after(40):
+    with interrupted_after(IN_SECOND_CHUNK):
         assert job(src, out).returncode == 130
     assert not (tmp_path / "out.txt.lock").exists()
     run = job(src, out, "--resume")
@@ -182,7 +193,7 @@ def test_a_lock_removed_while_the_job_runs_stops_it_without_harm(job, src, tmp_p
     the lock gone it stops (exit 1). Nobody else came: its partial output resumes. A second job
     came: its FILE.tmp and lock are left as they are, and FILE is not made from them."""
     out = tmp_path / "out.txt"
-    with lock_removed_after(40, out, second_job) as taken:
+    with lock_removed_after(IN_SECOND_CHUNK, out, second_job) as taken:
         run = job(src, out)
     assert run.returncode == 1 and one_line(run.stderr), run.stderr
     assert f"{out}.lock was removed while this job ran".encode() in run.stderr and not out.exists()
@@ -201,10 +212,10 @@ def test_a_lock_removed_while_the_job_runs_stops_it_without_harm(job, src, tmp_p
 
 def test_new_job_removes_a_stale_journal(job, src, tmp_path, reference):
     out = tmp_path / "out.txt"
-    with interrupted_after(40):  # an earlier job, interrupted after its first checkpoint
+    with interrupted_after(IN_SECOND_CHUNK):  # an earlier job, interrupted after its first checkpoint
         assert job(src, out).returncode == 130
-    assert json.loads(journal_of(out).read_text())["lines"] == 32
-    with interrupted_after(5):  # a new job, interrupted before its first checkpoint
+    assert json.loads(journal_of(out).read_text())["lines"] == CHUNK
+    with interrupted_after(2):  # a new job, interrupted before its first checkpoint
         assert job(src, out).returncode == 130
     assert not journal_of(out).exists()
     run = job(src, out, "--resume")  # starts over: nothing of either job is final
@@ -212,7 +223,7 @@ def test_new_job_removes_a_stale_journal(job, src, tmp_path, reference):
     assert b"resuming" not in run.stderr and out.read_bytes() == reference
 
 
-@pytest.mark.parametrize("calls", [0, 5])  # stopped at its first batch, or within its first chunk
+@pytest.mark.parametrize("calls", [0, 2])  # stopped at its first batch, or within its first chunk
 def test_a_new_job_stopped_before_its_first_checkpoint_is_redone_by_resume(job, src, tmp_path, reference, calls):
     """An older FILE (other options) and a new job that stops before it has anything final:
     `--resume` must redo the new job, not take the older FILE for its output."""
@@ -487,11 +498,11 @@ def test_a_new_file_in_the_model_s_directory_is_written(own_model, src, cli, ref
 
 def test_resume_refuses_another_quantization(job, src, tmp_path):
     out = tmp_path / "out.txt"
-    with interrupted_after(40):
+    with interrupted_after(IN_SECOND_CHUNK):
         assert job(src, out).returncode == 130
     run = job(src, out, "--resume", "--quantize", "int8")
     assert run.returncode == 2 and b"written with other options" in run.stderr
-    assert json.loads(journal_of(out).read_text())["lines"] == 32  # still resumable as it was
+    assert json.loads(journal_of(out).read_text())["lines"] == CHUNK  # still resumable as it was
 
 
 def other_sentencepiece(directory, vocab_size: int = 48) -> str:
@@ -539,7 +550,7 @@ def test_resume_refuses_a_tokenizer_changed_outside_the_model_folder(model_dir, 
     (model / "config.yaml").write_text(yaml.safe_dump(config))
     out = tmp_path / "out.txt"
     args = ["translate", "--model", model, "--src", src, "--output", out, *ARGS]
-    with interrupted_after(40):
+    with interrupted_after(IN_SECOND_CHUNK):
         assert cli(*args).returncode == 130
     shutil.copy(other_sentencepiece(tmp_path), spm_file)
     run = cli(*args, "--resume")
@@ -548,7 +559,7 @@ def test_resume_refuses_a_tokenizer_changed_outside_the_model_folder(model_dir, 
 
 def test_resume_refuses_an_input_edited_in_place(job, src, tmp_path):
     out = tmp_path / "out.txt"
-    with interrupted_after(40):
+    with interrupted_after(IN_SECOND_CHUNK):
         assert job(src, out).returncode == 130
     before = src.stat()
     data = src.read_bytes()
@@ -558,18 +569,18 @@ def test_resume_refuses_an_input_edited_in_place(job, src, tmp_path):
     os.utime(src, ns=(before.st_atime_ns, before.st_mtime_ns))  # size and time as before
     run = job(src, out, "--resume")
     assert run.returncode == 2 and one_line(run.stderr), run.stderr
-    assert b"the input is not the one" in run.stderr and b"first 32 lines" in run.stderr
+    assert b"the input is not the one" in run.stderr and f"first {CHUNK} lines".encode() in run.stderr
 
 
 def test_resume_from_stdin_checks_the_lines_fed_again(job, src, tmp_path):
     out = tmp_path / "out.txt"
     data = src.read_bytes()
-    with interrupted_after(40):
+    with interrupted_after(IN_SECOND_CHUNK):
         assert job("-", out, stdin=data).returncode == 130
     other = data.replace(b"good morning", b"good evening", 1)
     run = job("-", out, "--resume", stdin=other)
     assert run.returncode == 2 and b"the input is not the one" in run.stderr
-    run = job("-", out, "--resume", stdin=data[:100])  # fewer lines than were done
+    run = job("-", out, "--resume", stdin=data[: data.index(b"\n") + 1])  # fewer lines than were done
     assert run.returncode == 2 and b"the input is not the one" in run.stderr
     run = job("-", out, "--resume", stdin=data)
     assert run.returncode == 0, run.stderr
@@ -584,11 +595,11 @@ def test_interrupted_job_resumes_byte_identical(job, src, tmp_path):
     more = ["--format", "jsonl", "--token-scores"]
     jsonl_reference = tmp_path / "reference.jsonl"
     assert job(src, jsonl_reference, *more).returncode == 0
-    with interrupted_after(40):
+    with interrupted_after(IN_SECOND_CHUNK):
         assert job(src, out, *more).returncode == 130
-    with interrupted_after(35):  # interrupted again, in the third chunk
+    with interrupted_after(CHUNK + 1):  # interrupted again, in the third chunk
         assert job(src, out, *more, "--resume").returncode == 130
-    assert json.loads(journal_of(out).read_text())["lines"] == 64
+    assert json.loads(journal_of(out).read_text())["lines"] == 2 * CHUNK
     run = job(src, out, *more, "--resume")
     assert run.returncode == 0, run.stderr
     assert out.read_bytes() == jsonl_reference.read_bytes()
@@ -639,7 +650,7 @@ def test_corrupt_journal_is_named(job, src, tmp_path, content):
 
 def test_journal_missing_a_field_is_named(job, src, tmp_path):
     out = tmp_path / "out.txt"
-    with interrupted_after(40):
+    with interrupted_after(IN_SECOND_CHUNK):
         assert job(src, out).returncode == 130
     record = json.loads(journal_of(out).read_text())
     del record["bytes"]
@@ -656,9 +667,9 @@ CHECKSUM, OUTPUT = b"checksum does not match", b"does not hold the output its pr
     [
         (lambda r: r.update(bytes=100), False, None, CHECKSUM),  # the record edited by hand
         (lambda r: r.update(bytes=r["bytes"] - 5), False, None, CHECKSUM),
-        (lambda r: r.update(lines=31), False, None, CHECKSUM),
+        (lambda r: r.update(lines=CHUNK - 1), False, None, CHECKSUM),
         (lambda r: r.update(bytes=r["bytes"] - 5), True, None, OUTPUT),  # ... with its checksum made anew
-        (lambda r: r.update(lines=31), True, None, b"the input is not the one"),
+        (lambda r: r.update(lines=CHUNK - 1), True, None, b"the input is not the one"),
         (None, False, lambda data: data[:10] + bytes([data[10] ^ 1]) + data[11:], OUTPUT),  # FILE.tmp edited
         (None, False, lambda data: data + b"not final\n", None),  # past the record: cut, and the job resumes
     ],
@@ -680,10 +691,10 @@ def test_the_journal_is_checked_against_itself_and_the_temporary_file(
     from nmtdecode.jobs.output_file import _checksum
 
     out, tmp = tmp_path / "out.txt", tmp_path / "out.txt.tmp"
-    with interrupted_after(40):
+    with interrupted_after(IN_SECOND_CHUNK):
         assert job(src, out).returncode == 130
     record = json.loads(journal_of(out).read_text())
-    assert record["lines"] == 32
+    assert record["lines"] == CHUNK
     if edit is not None:
         edit(record)
     if consistent:
