@@ -114,7 +114,8 @@ def write_results(path, machine, rows, jobs, memory, notes):
             'Decoding (token ids in, token ids out; tokenization not timed). "load s": from '
             'the model\'s path to a model ready to decode, after `import torch`; "process s": the whole '
             "worker process (start, imports, load, a warm-up on 4 sentences, decoding, exit; an nmtdecode "
-            "worker exits as `nmtdecode translate` does, without the interpreter's teardown). "
+            "worker starts as `nmtdecode translate` does, OpenMP's idle threads spinning briefly, and exits "
+            "as it does, without the interpreter's teardown). "
             '"CPU s": the CPU seconds of the decoding, every thread of the process (on a shared machine, '
             "what the decoding cost apart from the time it waited for a core). "
             'Each compared row is measured against an nmtdecode row ("compared with"); '

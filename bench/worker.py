@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import sys
 import time
@@ -269,11 +270,8 @@ def main():
     parser.add_argument("--length-penalty", type=float, default=1.0)
     parser.add_argument("--max-length", type=int, default=0, help="output limit instead of the task's")
     args = parser.parse_args()
-    if args.system in ("nmtdecode", "nmtdecode-file"):  # torch comes as `nmtdecode translate` imports it
-        from nmtdecode.engine.importing import import_engine, own_the_process
-
-        own_the_process()
-        import_engine()
+    if args.system in ("nmtdecode", "nmtdecode-file"):
+        start_as_the_command()
     if args.system != "ctranslate2":  # a CTranslate2 process does not pay for importing torch
         import torch
 
@@ -307,6 +305,18 @@ def main():
     )
     if args.system == "nmtdecode":
         end_as_the_cli_does()
+
+
+def start_as_the_command() -> None:
+    """Start an nmtdecode worker as `nmtdecode translate` starts (cli.main): OpenMP's idle workers
+    spinning briefly (GOMP_SPINCOUNT, unless this environment chose), then the engine, and torch
+    with it, imported with the garbage collector paused and what it made frozen."""
+    from nmtdecode.cli import openmp_environment
+    from nmtdecode.engine.importing import import_engine, own_the_process
+
+    own_the_process()
+    os.environ.update(openmp_environment(os.environ, "torch" in sys.modules))
+    import_engine()
 
 
 def end_as_the_cli_does() -> None:

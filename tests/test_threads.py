@@ -10,6 +10,8 @@ import pytest
 
 from nmtdecode.cli import openmp_environment
 
+from tests.helpers import REPO
+
 
 @pytest.mark.parametrize(
     "environ, added",
@@ -46,6 +48,23 @@ def test_the_program_sets_it_before_torch_loads(preset, seen):
     done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == seen
+
+
+@pytest.mark.subprocess
+def test_a_benchmark_worker_starts_as_the_program_does():
+    """bench/worker.py's nmtdecode process spins as `nmtdecode` does, so its figures are the
+    command's (before: libgomp's 300,000 rounds in the benchmark, 10,000 in the command)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")}
+    probe = (
+        "import os, sys\n"
+        f"sys.path.insert(0, {str(REPO / 'bench')!r})\n"
+        "import worker\n"
+        "worker.start_as_the_command()\n"
+        "print(os.environ.get('GOMP_SPINCOUNT'), 'torch' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["10000", "True"]
 
 
 def test_more_threads_than_cpus_are_as_many_as_the_cpus(monkeypatch):
