@@ -17,7 +17,10 @@ beam 1 and at beam 4), the best time of each way to multiply by it:
                           a block of N rows of the weight at a time, or as many rows as make
                           a result of 16 MB;
   onednn packed copy      a packed copy of the whole weight: the bound the others are held
-                          against (it costs the gigabyte).
+                          against (it costs the gigabyte);
+  models/gemm.py          PackedLinear on the plain weight, as the engine multiplies it: swapped
+                          up to SWAPPED_MAX_ROWS, each 16 MB result transposed into place in
+                          pieces of TRANSPOSE_CHUNK_BYTES (`transpose_into`), by blocks above.
 
 --cpu-time reports the CPU seconds of all threads instead of wall seconds (bench/common.py).
 """
@@ -44,10 +47,11 @@ def main():
     import torch
     import torch.nn.functional as F
 
-    from nmtdecode.models.gemm import cpu_description
+    from nmtdecode.models.gemm import PackedLinear, cpu_description
 
     weight = torch.randn(args.vocab, args.width, generator=torch.Generator().manual_seed(0)) * 0.02
     product = torch.ops.mkldnn._linear_pointwise
+    plain_layer = PackedLinear(weight, pack=False)  # what the engine runs for a tied projection kept plain
 
     def best(work):
         work()
@@ -81,6 +85,7 @@ def main():
             ways[f"onednn swapped, blocks of {block}"] = lambda block=block: swapped(x, block)
         results_of_16_mb = max(1, (16 << 20) // (4 * x.size(0)))
         ways["onednn swapped, results of 16 MB"] = lambda: swapped(x, results_of_16_mb)
+        ways["models/gemm.py (swapped up to 64 rows, transposed in pieces)"] = lambda: plain_layer(x)
         packed = []  # made on first use: a second gigabyte
 
         def packed_copy():

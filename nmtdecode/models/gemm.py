@@ -65,6 +65,9 @@ PLAIN_BLOCK_BYTES = 16 << 20
 # Up to this many rows (a decoding step's: 16 sentences at beam 4), a plain weight's product runs
 # with the roles swapped (PackedLinear._swapped); above it, by blocks (docs/speed.md).
 SWAPPED_MAX_ROWS = 64
+# A swapped product's result is transposed into place this many bytes of it at a time: pieces
+# that stay in a core's cache while they are written out (docs/speed.md).
+TRANSPOSE_CHUNK_BYTES = 512 << 10
 
 
 class PackedLinear(nn.Module):
@@ -121,7 +124,8 @@ class PackedLinear(nn.Module):
         block = max(1, PLAIN_BLOCK_BYTES // (rows.size(0) * rows.element_size()))
         out = rows.new_empty(rows.size(0), self.out_features)
         for first in range(0, self.out_features, block):
-            out[:, first : first + block] = self._product(self.plain_weight[first : first + block], rows, None).t()
+            result = self._product(self.plain_weight[first : first + block], rows, None)
+            transpose_into(out[:, first : first + result.size(0)], result)
         if self.bias is not None:
             out.add_(self.bias)
         return out if x.dim() == 2 else out.view(*x.shape[:-1], self.out_features)
@@ -142,6 +146,16 @@ class PackedLinear(nn.Module):
         fused = f", then {self.activation}" if self.activation else ""
         layout = "packed" if self.packed else "plain (shared)"
         return f"in_features={self.in_features}, out_features={self.out_features}, onednn {layout}{fused}"
+
+
+def transpose_into(target: torch.Tensor, source: torch.Tensor) -> None:
+    """target[:] = source.t(), TRANSPOSE_CHUNK_BYTES of source at a time. A whole 16 MB result
+    scatters each of its rows across all of target's (a 256k-token row is a megabyte long), and
+    was copied 1.5-3x slower than in pieces."""
+    chunk = max(1, TRANSPOSE_CHUNK_BYTES // (source.size(1) * source.element_size()))
+    for first in range(0, source.size(0), chunk):
+        piece = source[first : first + chunk]
+        target[:, first : first + piece.size(0)] = piece.t()
 
 
 def linear_shapes(model: nn.Module) -> dict[tuple[int, int], int]:

@@ -31,6 +31,19 @@ def test_packed_linear_equals_linear_in_float32(shape, bias):
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
+def test_a_result_is_transposed_into_place_piece_by_piece(monkeypatch):
+    """transpose_into writes source.t() into its target, TRANSPOSE_CHUNK_BYTES of source at a time
+    (3 of its rows here, the last piece shorter), and nothing beside the target."""
+    monkeypatch.setattr(gemm, "TRANSPOSE_CHUNK_BYTES", 3 * 5 * 4)
+    pieces = []
+    original = torch.Tensor.t
+    monkeypatch.setattr(torch.Tensor, "t", lambda self: pieces.append(self.size(0)) or original(self))
+    source, target = torch.randn(11, 5), torch.full((5, 13), float("nan"))
+    gemm.transpose_into(target[:, 1:12], source)
+    assert pieces == [3, 3, 3, 2]
+    assert torch.equal(target[:, 1:12], original(source)) and target[:, [0, 12]].isnan().all()
+
+
 @needs_onednn
 @pytest.mark.parametrize("activation", [None, "relu"])
 @pytest.mark.parametrize("bias", [True, False])
@@ -38,10 +51,11 @@ def test_packed_linear_equals_linear_in_float32(shape, bias):
 def test_a_plain_weights_product_equals_linear_with_few_rows_and_many(shape, bias, activation, monkeypatch):
     """Kept plain (an output projection tied to the embeddings), the weight multiplies up to
     SWAPPED_MAX_ROWS rows with the roles swapped, more rows by blocks of it (7 of its rows at a
-    time here): both give nn.Linear's product, from the very tensor given. An activation to
-    fuse keeps the blocks."""
+    time here; swapped, each block's result transposed into place 80 bytes at a time): both give
+    nn.Linear's product, from the very tensor given. An activation to fuse keeps the blocks."""
     monkeypatch.setattr(gemm, "SWAPPED_MAX_ROWS", 9)
     monkeypatch.setattr(gemm, "PLAIN_BLOCK_BYTES", 32 * 4 * 7)
+    monkeypatch.setattr(gemm, "TRANSPOSE_CHUNK_BYTES", 80)
     ran = []
     for form in ("_swapped", "_by_blocks"):
         original = getattr(gemm.PackedLinear, form)
