@@ -31,8 +31,8 @@ ARGS = ["--beam-size", 2, "--batch-size", 1, "--max-length", 2, "--quiet"]  # 2 
 
 @pytest.fixture(autouse=True)
 def small_chunks(monkeypatch):
-    """CHUNK batches to a chunk: the journal's rules do not depend on the size, and a file of a
-    few chunks decodes in a fifth of the time it took at 32 (these tests decode ~2,000 batches)."""
+    """CHUNK batches to a chunk: the journal's rules do not depend on its size, and an input that
+    spans several chunks is then 14 lines long, not 70."""
     from nmtdecode.engine import batching
 
     monkeypatch.setattr(batching, "SORT_CHUNK_BATCHES", CHUNK)

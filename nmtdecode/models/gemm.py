@@ -149,9 +149,9 @@ class PackedLinear(nn.Module):
 
 
 def transpose_into(target: torch.Tensor, source: torch.Tensor) -> None:
-    """target[:] = source.t(), TRANSPOSE_CHUNK_BYTES of source at a time. A whole 16 MB result
-    scatters each of its rows across all of target's (a 256k-token row is a megabyte long), and
-    was copied 1.5-3x slower than in pieces."""
+    """target[:] = source.t(), TRANSPOSE_CHUNK_BYTES of source at a time: copied whole, a 16 MB
+    result scatters each of its rows across all of target's rows, each a megabyte long for a
+    256k-token vocabulary, and the copy is several times slower (docs/speed.md)."""
     chunk = max(1, TRANSPOSE_CHUNK_BYTES // (source.size(1) * source.element_size()))
     for first in range(0, source.size(0), chunk):
         piece = source[first : first + chunk]
