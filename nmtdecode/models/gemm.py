@@ -66,7 +66,8 @@ PLAIN_BLOCK_BYTES = 16 << 20
 # with the roles swapped (PackedLinear._swapped); above it, by blocks (docs/speed.md).
 SWAPPED_MAX_ROWS = 64
 # A swapped product's result is transposed into place this many bytes of it at a time: pieces
-# that stay in a core's cache while they are written out (docs/speed.md).
+# that stay in a core's cache while they are written out (docs/speed.md). A traced step keeps
+# the blocks and pieces of the rows it was recorded with (traced_step.py).
 TRANSPOSE_CHUNK_BYTES = 512 << 10
 
 
