@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import sys
 import time
@@ -308,14 +307,13 @@ def main():
 
 
 def start_as_the_command() -> None:
-    """Start an nmtdecode worker as `nmtdecode translate` starts (cli.main): OpenMP's idle workers
-    spinning briefly (GOMP_SPINCOUNT, unless this environment chose), then the engine, and torch
-    with it, imported with the garbage collector paused and what it made frozen."""
-    from nmtdecode.cli import openmp_environment
-    from nmtdecode.engine.importing import import_engine, own_the_process
+    """Start an nmtdecode worker as `nmtdecode translate` starts (cli.prepare_process: among
+    others, OpenMP's idle workers spinning briefly), then import the engine, and torch with it,
+    as its first model load does."""
+    from nmtdecode.cli import prepare_process
+    from nmtdecode.engine.importing import import_engine
 
-    own_the_process()
-    os.environ.update(openmp_environment(os.environ, "torch" in sys.modules))
+    prepare_process()
     import_engine()
 
 

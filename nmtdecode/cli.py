@@ -447,12 +447,19 @@ def distributed_log_environment(environ: Mapping[str, str], torch_loaded: bool) 
     return {"TORCH_CPP_LOG_LEVEL": "FATAL"}
 
 
-def main(argv: list[str] | None = None) -> None:
-    """The `nmtdecode` program: process-wide signal handling around `run` (signals.py)."""
-    own_the_process()  # what importing torch makes is frozen for the collector (engine/importing.py)
+def prepare_process() -> None:
+    """What the program does to its process before torch loads: says the process is its own (what
+    importing torch makes is then frozen for the collector, engine/importing.py) and adds to the
+    environment what torch reads when it loads. The benchmark's worker starts the same way."""
+    own_the_process()
     torch_loaded = "torch" in sys.modules
     os.environ.update(openmp_environment(os.environ, torch_loaded))
     os.environ.update(distributed_log_environment(os.environ, torch_loaded))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The `nmtdecode` program: process-wide signal handling around `run` (signals.py)."""
+    prepare_process()
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends quietly
     signals.install()
     try:

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from nmtdecode.cli import openmp_environment
+from nmtdecode.cli import OPENMP_WAIT_SETTINGS, openmp_environment
 
 from tests.helpers import REPO
 
@@ -31,11 +31,16 @@ def test_nothing_added_once_torch_is_loaded():
     assert openmp_environment({}, torch_loaded=True) == {}
 
 
+def without_a_wait_choice() -> dict:
+    """This process's environment without the variables by which a user chooses OpenMP's wait."""
+    return {k: v for k, v in os.environ.items() if k not in OPENMP_WAIT_SETTINGS}
+
+
 @pytest.mark.subprocess
 @pytest.mark.parametrize("preset, seen", [(None, "10000"), ("ACTIVE", "None")])
 def test_the_program_sets_it_before_torch_loads(preset, seen):
     """`main` sets it before any command runs, and importing the CLI does not load torch."""
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")}
+    env = without_a_wait_choice()
     if preset:
         env["OMP_WAIT_POLICY"] = preset  # the user's choice: no GOMP_SPINCOUNT added
     probe = (
@@ -52,9 +57,9 @@ def test_the_program_sets_it_before_torch_loads(preset, seen):
 
 @pytest.mark.subprocess
 def test_a_benchmark_worker_starts_as_the_program_does():
-    """bench/worker.py's nmtdecode process spins as `nmtdecode` does, so its figures are the
-    command's (before: libgomp's 300,000 rounds in the benchmark, 10,000 in the command)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")}
+    """bench/worker.py's nmtdecode process is prepared as `nmtdecode`'s (cli.prepare_process), so
+    that its figures are the command's: OpenMP's short spin, torch imported after it."""
+    env = without_a_wait_choice()
     probe = (
         "import os, sys\n"
         f"sys.path.insert(0, {str(REPO / 'bench')!r})\n"
