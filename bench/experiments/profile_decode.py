@@ -50,21 +50,12 @@ def main():
     import torch
 
     torch.set_num_threads(args.threads)
-    from run import prepare_marian, prepare_nllb
-
     from nmtdecode.options.config import Config
-    from nmtdecode.models.checkpoint import read_json
-    from nmtdecode.models.formats.huggingface import load_network
     from nmtdecode.models.gemm import cpu_description
     from nmtdecode.models.placement import Placement, place_model
     from nmtdecode.engine.decoding import BatchDecoder
 
-    if args.model == "demo":
-        model, rules, sources, forced = demo_batch()
-    else:
-        dirs, task = prepare_nllb(16) if args.model == "nllb-600m" else prepare_marian(32)
-        model, _, rules = load_network(dirs["nmtdecode"], read_json(os.path.join(dirs["nmtdecode"], "config.json")))
-        sources, forced = task["sources"], {"min_length": 32, "max_length": 32}
+    model, rules, sources, forced = profiled_batch(args.model)
     place_model(model, Placement(backend="int8" if args.int8 else args.gemm))
     print(f"gemm: {model.backend} ({cpu_description()})")
     beam = args.beam or (4 if args.model == "nllb-600m" else 5)
@@ -90,6 +81,22 @@ def main():
             f"{steps} decoding steps, {total / steps / 1000:.2f} ms and ~{calls / steps:.0f} operator calls "
             "(nested ones included) per step"
         )
+
+
+def profiled_batch(name: str):
+    """(model, rules, sources, forced lengths) of the batch profiled for model `name`: the demo's
+    (`demo_batch`), or the benchmark's batch of 16 (NLLB-600M shape) or 32 (marian-base), every
+    hypothesis 32 tokens long. The model is not yet placed."""
+    if name == "demo":
+        return demo_batch()
+    from run import prepare_marian, prepare_nllb
+
+    from nmtdecode.models.checkpoint import read_json
+    from nmtdecode.models.formats.huggingface import load_network
+
+    dirs, task = prepare_nllb(16) if name == "nllb-600m" else prepare_marian(32)
+    model, _, rules = load_network(dirs["nmtdecode"], read_json(os.path.join(dirs["nmtdecode"], "config.json")))
+    return model, rules, task["sources"], {"min_length": 32, "max_length": 32}
 
 
 def demo_batch():

@@ -3,7 +3,7 @@
     python bench/experiments/transpose_pieces.py [--beam 4] [--threads 2] [--isa native|avx2]
         [--repeat 3] [--cpu-time]
 
-The benchmark's batch of 16 sentences on the NLLB-600M shape (bench/run.py builds it), 32
+The benchmark's batch of 16 sentences on the NLLB-600M shape (profile_decode.py's batch), 32
 tokens each, decoded by the eager step: its tied 256k x 1024 output projection is kept plain
 and multiplied with the roles swapped (models/gemm.py). Each round decodes the batch once with
 every 16 MB result transposed into the logits whole (the former way) and once in pieces of
@@ -26,31 +26,28 @@ def main() -> None:
     args = parser.parse_args()
     clock = start_kernel_experiment(args)
     import torch
-    from run import prepare_nllb
+    from profile_decode import profiled_batch
 
     from nmtdecode.engine.decoding import BatchDecoder
     from nmtdecode.models import gemm
-    from nmtdecode.models.checkpoint import read_json
-    from nmtdecode.models.formats.huggingface import load_network
     from nmtdecode.models.placement import Placement, place_model
     from nmtdecode.options.config import Config
 
-    dirs, task = prepare_nllb(16)
-    model, _, rules = load_network(dirs["nmtdecode"], read_json(os.path.join(dirs["nmtdecode"], "config.json")))
+    model, rules, sources, forced = profiled_batch("nllb-600m")
     place_model(model, Placement(backend="onednn"))
-    values = {"beam_size": args.beam, "length_penalty": "avg", "alpha": 1.0, "min_length": 32, "max_length": 32}
+    values = {"beam_size": args.beam, "length_penalty": "avg", "alpha": 1.0, **forced}
     decoder = BatchDecoder(model, Config.from_values(values).decoding, rules)
     ways = {"whole": 1 << 60, f"pieces of {gemm.TRANSPOSE_CHUNK_BYTES >> 10} KB": gemm.TRANSPOSE_CHUNK_BYTES}
     seconds: dict[str, list[float]] = {way: [] for way in ways}
     print(f"{gemm.cpu_description()}, --isa {args.isa}, {args.threads} threads, beam {args.beam}")
     with torch.inference_mode():
-        decoder.decode(task["sources"][:4])  # warm-up
+        decoder.decode(sources[:4])  # warm-up
         outputs = {}
         for _ in range(args.repeat):
             for way, size in ways.items():
                 gemm.TRANSPOSE_CHUNK_BYTES = size
                 start = clock()
-                nbests = decoder.decode(task["sources"]).nbests
+                nbests = decoder.decode(sources).nbests
                 seconds[way].append(clock() - start)
                 outputs[way] = [[(h.tokens, h.score) for h in n] for n in nbests]
                 print(f"{way}: {seconds[way][-1]:.2f} s", flush=True)
