@@ -140,7 +140,7 @@ def make_decoder(task: Task, model, beam: int, fixed_steps=None, on_device: bool
     1), which makes it do the same work as `generate`; the forced-length tasks set both limits.
     fixed_steps: the fixed-shape step (CUDA graphs on a GPU, what the engine uses there), or None
     for the model's own step (`--cuda-graphs off`); on_device: the search on the device
-    (`--search-on device`, measured here on a GPU before it becomes `auto`'s choice there) rather
+    (`--search-on device`, measured here against the host search that `auto` takes) rather
     than the host."""
     from nmtdecode.options.config import Config
     from nmtdecode.engine.decoding import BatchDecoder
@@ -264,7 +264,7 @@ def benchmark(
         "Tokens are output tokens (EOS not counted) over decoding time (encoder included, tokenization "
         "not), the fastest of two timed passes over the same batches after warm-up passes (`run_batches`). "
         "nmtdecode: the fixed-shape step, "
-        "replayed as CUDA graphs on a GPU, with the search on the device (the defaults there); eager: "
+        "replayed as CUDA graphs on a GPU, with the search on the device (`--search-on device`); eager: "
         "`--cuda-graphs off`, the same search. Step ms is nmtdecode's "
         "(graphs); floor: the decoder's weights and caches read once per step at the measured "
         f"{facts.get('bandwidth_gbs', 0):.0f} GB/s. nmtdecode runs Hugging Face's stop rule "
@@ -370,7 +370,7 @@ def step_profile(report: Report, device: torch.device, sizes: Sizes, out: str) -
     would take with no launch gaps), kernel launches and operator calls; and the launches of the
     model's step (per decoder layer) and of the search apart (bench/operators.py: kernels on a GPU,
     computing operators on a CPU). The eager step, then the graphed one with the search on the host
-    and on the device (the defaults on a GPU)."""
+    and on the device (`--search-on host|device`)."""
     from torch.autograd import DeviceType
 
     task = marian_task(sizes, out)
