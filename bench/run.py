@@ -33,7 +33,8 @@ kernels: bench/common.py ISA_CAPS): on a CPU with AVX-512 it emulates an AVX2 on
 say so. Also the whole command-line job on the demo test set (process start, model load, reading,
 decoding, writing) and peak memory against input size. Writes --output (bench/results/results.md;
 bench/out/results-quick.md with --quick). The figures in README.md and docs/speed.md come from the per-CPU copies
-kept in bench/results/ (results-intel-xeon-amx.md, results-amd-epyc-zen5.md, results-amd-epyc-zen4.md, results-amd-epyc-zen3.md).
+kept in bench/results/ (results-intel-xeon-amx.md, results-amd-epyc-zen5.md, results-amd-epyc-zen4.md,
+results-amd-epyc-zen3.md).
 """
 
 from __future__ import annotations
