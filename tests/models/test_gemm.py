@@ -175,6 +175,34 @@ def test_auto_wants_onednn_clearly_faster(onednn_seconds, expected, tmp_path, mo
 
 
 @needs_onednn
+@pytest.mark.parametrize(
+    "ratios, probes, expected",
+    [
+        ([0.5], 1, "onednn"),  # clear: one probe
+        ([1.2], 1, "torch"),
+        ([0.92, 0.70, 0.70], 3, "onednn"),  # close: (0.92 + 0.70 + 0.70) / 3 = 0.77
+        ([0.85, 0.60], 2, "onednn"),  # (0.85 + 0.60) / 2 = 0.725, no longer close
+        ([0.88, 0.95, 0.99], 3, "torch"),  # close every time: three probes at most, 0.94
+    ],
+)
+def test_a_close_call_is_probed_again_and_summed(ratios, probes, expected, tmp_path, monkeypatch):
+    """A probe within CLOSE_CALL (0.1) of the margin is noise-prone: more probes, their times summed."""
+    monkeypatch.setenv("NMTDECODE_CACHE", str(tmp_path / "cache"))
+    answers = iter(ratios)
+    calls = []
+
+    def fake_measure(shapes, dtype):
+        calls.append(1)
+        return {"torch": 1.0, "onednn": next(answers)}
+
+    monkeypatch.setattr(gemm, "measure", fake_measure)
+    assert gemm.choose_backend(tiny_transformer(0), "auto", torch.device("cpu"), torch.float32) == expected
+    assert len(calls) == probes
+    [entry] = json.loads((tmp_path / "cache" / "gemm.json").read_text()).values()
+    assert entry["seconds"] == pytest.approx({"torch": probes, "onednn": sum(ratios)})
+
+
+@needs_onednn
 def test_auto_decides_from_remembered_times(tmp_path, monkeypatch):
     """A cache written under an older rule (backend recorded, times kept) is decided by today's rule."""
     monkeypatch.setenv("NMTDECODE_CACHE", str(tmp_path / "cache"))
