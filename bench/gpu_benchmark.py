@@ -387,9 +387,8 @@ def step_profile(report: Report, device: torch.device, sizes: Sizes, out: str) -
     steps = FixedShapeSteps(model, graphs=device.type == "cuda", warn=report.log)
     graphs = "graphs" if device.type == "cuda" else "fixed shape"
     modes = (("eager", None, False), (graphs, steps, False), (graphs, steps, True))
-    for (beam, batch), (mode, stepper, on_device) in itertools.product(
-        ((5, sizes.batches[0]), (5, sizes.batches[-1]), (1, sizes.batches[-1])), modes
-    ):
+    shapes = dict.fromkeys([(5, sizes.batches[0]), (5, sizes.batches[-1]), (1, sizes.batches[-1])])  # once each
+    for (beam, batch), (mode, stepper, on_device) in itertools.product(shapes, modes):
         decoder = make_decoder(task, model, beam, stepper, on_device)
         sources = task.sources[:batch]
         with torch.inference_mode(), StepCounter(stepper or model) as counter:
