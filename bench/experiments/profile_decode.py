@@ -54,9 +54,11 @@ def main():
     from nmtdecode.models.gemm import cpu_description
     from nmtdecode.models.placement import Placement, place_model
     from nmtdecode.engine.decoding import BatchDecoder
+    from nmtdecode.models import memory
 
     model, rules, sources, forced = profiled_batch(args.model)
     place_model(model, Placement(backend="int8" if args.int8 else args.gemm))
+    memory.tune_allocator()  # as Engine.load: a step's large logits reuse freed memory, not fresh pages
     print(f"gemm: {model.backend} ({cpu_description()})")
     beam = args.beam or (4 if args.model == "nllb-600m" else 5)
     decoding = Config.from_values({"beam_size": beam, "length_penalty": "avg", "alpha": 1.0, **forced}).decoding
