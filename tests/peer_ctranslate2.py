@@ -16,6 +16,7 @@ import pytest
 import torch
 import transformers
 
+from nmtdecode.models import cpu
 from tests.models.formats import t5_models
 from tests.models.formats.test_huggingface_parity import COMMON as PARITY_MODELS
 
@@ -215,6 +216,12 @@ def same_share(theirs: list, ours: list) -> float:
 
 SEARCHES = [{"beam_size": 1}, {"beam_size": 4, "num_hypotheses": 2, "return_scores": True}]
 INT8_SAME = 0.95  # the share of identical n-best lists required in int8 (measured: docs/formats.md)
+# CTranslate2's int8 outputs come from its per-row int8 products, which nmtdecode makes the same
+# way only where the CPU has int8 dot products (AVX512-VNNI: torch._int_mm); without them fbgemm's
+# products (one scale for a batch's activations) decide these random models' near-ties otherwise
+# (docs/formats.md), and an int8 test asserts fidelity to the float32 outputs instead
+# (assert_int8_as_faithful_as_theirs).
+EXACT_INT8 = cpu.current().int8_dot
 
 
 def assert_int8_as_faithful_as_theirs(float_folder, int8_folder, batch: list[list[str]], steps: int = 20) -> None:

@@ -13,21 +13,15 @@ import sys
 import pytest
 
 from nmtdecode.compat import ctranslate2 as compat
-from nmtdecode.models import cpu
 
 from tests import peer_ctranslate2, peer_opennmt
 from tests.helpers import REPO
-from tests.peer_ctranslate2 import INT8_SAME, same_share, sources
+from tests.peer_ctranslate2 import EXACT_INT8, INT8_SAME, same_share, sources
 
 pytestmark = pytest.mark.parity  # against a peer library: in make test, not in make test-fast
 ctranslate2 = pytest.importorskip("ctranslate2")  # in the test extra: never skipped by `make test`
 
 STEPS = 20
-# CTranslate2's int8 outputs come from its per-row int8 products, which nmtdecode makes the same
-# way only where the CPU has int8 dot products (AVX512-VNNI: torch._int_mm); without them fbgemm's
-# products (one scale for a batch's activations) decide these random models' near-ties otherwise
-# (docs/formats.md), and an int8 test asserts fidelity to the float32 outputs instead.
-EXACT_INT8 = cpu.current().int8_dot
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,6 @@ import torch
 
 from nmtdecode.compat import ctranslate2 as compat
 from nmtdecode.models.formats.ct2_binary import read_model_bin
-from nmtdecode.models import cpu
 from nmtdecode.models.loading import load_model
 
 from tests import peer_ctranslate2
@@ -52,7 +51,7 @@ def words(variant: str) -> list[str]:
 def test_a_script_gets_ctranslate2s_outputs_on_a_t5_folder(folders, variant, quantization):
     path = str(folders[variant, quantization])
     batch = sources(words(variant), ["</s>"], count=100)
-    if quantization and not cpu.current().int8_dot:
+    if quantization and not peer_ctranslate2.EXACT_INT8:
         peer_ctranslate2.assert_int8_as_faithful_as_theirs(folders[variant, None], path, batch, STEPS)
         return
     theirs = ctranslate2.Translator(path, device="cpu", intra_threads=1)
