@@ -156,7 +156,7 @@ class PackedLinear(nn.Module):
 def transpose_into(target: torch.Tensor, source: torch.Tensor) -> None:
     """target[:] = source.t(), TRANSPOSE_CHUNK_BYTES of source at a time: copied whole, a 16 MB
     result scatters each of its rows across all of target's rows, each a megabyte long for a
-    256k-token vocabulary, and the copy is several times slower (docs/speed.md)."""
+    256k-token vocabulary, and the copy is up to 3 times slower (docs/speed.md)."""
     chunk = max(1, TRANSPOSE_CHUNK_BYTES // (source.size(1) * source.element_size()))
     for first in range(0, source.size(0), chunk):
         piece = source[first : first + chunk]
@@ -292,7 +292,7 @@ def _write_cache(path: str, data: dict) -> None:
 
 
 def measured(model: nn.Module, dtype: torch.dtype) -> dict[str, float]:
-    """`measure`'s seconds for this model's shapes on this machine: remembered, or measured now."""
+    """`probe`'s seconds for this model's shapes on this machine: remembered, or measured now."""
     shapes = linear_shapes(model)
     caps = cpu.current()
     key = "|".join(
