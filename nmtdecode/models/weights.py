@@ -190,17 +190,30 @@ def release_pages(tensor: torch.Tensor) -> None:
     layer's rows, which fbgemm packs; a tied table, read a few rows at a time after). Nothing for a
     tensor not mapped."""
     known = _mapped.get(id(tensor))
-    if known is None or known() is not tensor or not hasattr(mmap, "MADV_DONTNEED"):
+    if known is not None and known() is tensor:
+        _advise(tensor, "MADV_DONTNEED")
+
+
+def on_huge_pages(tensor: torch.Tensor) -> None:
+    """Ask the kernel to back a new, not yet written tensor with 2 MB pages (MADV_HUGEPAGE, where
+    transparent huge pages are on or `madvise`): one page-table entry for 512 of 4 KB. For a copy
+    read across its rows, where every row would cost a TLB miss: fbgemm packing a large table."""
+    _advise(tensor, "MADV_HUGEPAGE")
+
+
+def _advise(tensor: torch.Tensor, advice: str) -> None:
+    """madvise(2) over the pages that hold `tensor`'s elements; nothing where the system lacks `advice`."""
+    if not hasattr(mmap, advice):
         return
     first = tensor.data_ptr() - tensor.data_ptr() % mmap.PAGESIZE  # in the same mapping (page-aligned)
     size = tensor.data_ptr() + tensor.numel() * tensor.element_size() - first
-    _c_library().madvise(ctypes.c_void_p(first), ctypes.c_size_t(size), mmap.MADV_DONTNEED)
+    _c_library().madvise(ctypes.c_void_p(first), ctypes.c_size_t(size), getattr(mmap, advice))
 
 
 @functools.cache
 def _c_library() -> ctypes.CDLL:
-    """The C library this process runs with (its madvise), opened once: a load releases the
-    pages of every int8 layer's weight."""
+    """The C library this process runs with (its madvise), opened once: a load advises the pages
+    of every int8 layer's weight."""
     return ctypes.CDLL(None)
 
 

@@ -4,6 +4,9 @@ computes nearly the same distribution (the benchmark measures 1-best agreement o
 and a tied projection multiplies by the embeddings' int8 table: a packed fbgemm copy of it, or the
 table itself where the CPU has int8 dot products (AVX512-VNNI)."""
 
+import warnings
+from pathlib import Path
+
 import pytest
 import torch
 from torch.ao.nn.quantized.dynamic import Linear as QuantizedLinear
@@ -117,3 +120,60 @@ def test_tied_output_in_blocks_of_tokens_equals_one_block(monkeypatch):
     whole = output(x)
     monkeypatch.setattr(Int8TiedOutput, "TOKENS_AT_ONCE", 7)  # 8 blocks, the last one short
     assert torch.equal(output(x), whole)
+
+
+def test_a_large_weight_is_packed_from_a_copy_on_huge_pages_with_its_rows_and_scales(monkeypatch):
+    """fbgemm's input for a weight of HUGE_PAGES_FROM elements or more is advised onto 2 MB pages
+    (MADV_HUGEPAGE, over the copy's own bytes) before it is written, and holds the same rows and
+    scales: the layer gives the smaller path's outputs bit for bit. Where the kernel has
+    transparent huge pages on, the copy's mapping holds some."""
+    import mmap
+
+    from nmtdecode.models import quantize, weights
+
+    torch.manual_seed(0)
+    values, scales = quantize_rows(torch.randn(8192, 1024))  # 8 MiB: whole 2 MiB-aligned runs inside it
+    small = quantize.int8_linear(values, scales, None)
+    advised, madvise = [], weights._c_library().madvise
+
+    def recorded(at, size, advice):
+        advised.append((at.value, size.value, advice))
+        return madvise(at, size, advice)
+
+    spy = type("Libc", (), {"madvise": staticmethod(recorded)})
+    monkeypatch.setattr(weights, "_c_library", lambda: spy)
+    monkeypatch.setattr(quantize, "HUGE_PAGES_FROM", values.numel())
+    with warnings.catch_warnings():  # torch's quantized tensors announce their deprecation
+        warnings.simplefilter("ignore")
+        weight = quantize._packing_input(values, scales)
+    assert torch.equal(weight.int_repr(), values) and torch.equal(weight.q_per_channel_scales(), scales.double())
+    ((at, size, advice),) = advised
+    assert advice == mmap.MADV_HUGEPAGE and at <= weight.data_ptr() < weight.data_ptr() + values.numel() <= at + size
+    large = quantize.int8_linear(values, scales, None)
+    x = torch.randn(5, 1024)
+    assert torch.equal(large(x), small(x))
+    if "[never]" not in Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text():
+        mapping = _smaps_entry(weight.data_ptr())
+        assert int(mapping["AnonHugePages"].split()[0]) > 0, mapping
+    monkeypatch.setattr(quantize, "HUGE_PAGES_FROM", values.numel() + 1)
+    advised.clear()
+    quantize.int8_linear(values, scales, None)
+    assert advised == []  # a smaller one is left as malloc gives it
+
+
+def _smaps_entry(address: int) -> dict[str, str]:
+    """/proc/self/smaps's fields for the mapping that holds `address`."""
+    entry: dict[str, str] = {}
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                start, end = (int(part, 16) for part in head.split("-"))
+                if inside:
+                    break
+                inside = start <= address < end
+            elif inside:
+                key, _, value = line.partition(":")
+                entry[key] = value.strip()
+    return entry
