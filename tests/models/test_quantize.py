@@ -5,7 +5,6 @@ and a tied projection multiplies by the embeddings' int8 table: a packed fbgemm 
 table itself where the CPU has int8 dot products (AVX512-VNNI)."""
 
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
@@ -124,9 +123,8 @@ def test_tied_output_in_blocks_of_tokens_equals_one_block(monkeypatch):
 
 def test_a_large_weight_is_packed_from_a_copy_on_huge_pages_with_its_rows_and_scales(monkeypatch):
     """fbgemm's input for a weight of HUGE_PAGES_FROM elements or more is advised onto 2 MB pages
-    (MADV_HUGEPAGE, over the copy's own bytes) before it is written, and holds the same rows and
-    scales: the layer gives the smaller path's outputs bit for bit. Where the kernel has
-    transparent huge pages on, the copy's mapping holds some."""
+    (MADV_HUGEPAGE, over the copy's own bytes), and holds the same rows and scales: the layer gives the smaller path's outputs bit for bit. (Whether the kernel finds 2 MB
+    pages is its own affair: with memory fragmented it falls back to 4 KB ones.)"""
     import mmap
 
     from nmtdecode.models import quantize, weights
@@ -152,28 +150,7 @@ def test_a_large_weight_is_packed_from_a_copy_on_huge_pages_with_its_rows_and_sc
     large = quantize.int8_linear(values, scales, None)
     x = torch.randn(5, 1024)
     assert torch.equal(large(x), small(x))
-    if "[never]" not in Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text():
-        mapping = _smaps_entry(weight.data_ptr())
-        assert int(mapping["AnonHugePages"].split()[0]) > 0, mapping
     monkeypatch.setattr(quantize, "HUGE_PAGES_FROM", values.numel() + 1)
     advised.clear()
     quantize.int8_linear(values, scales, None)
     assert advised == []  # a smaller one is left as malloc gives it
-
-
-def _smaps_entry(address: int) -> dict[str, str]:
-    """/proc/self/smaps's fields for the mapping that holds `address`."""
-    entry: dict[str, str] = {}
-    inside = False
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            head = line.split()[0]
-            if "-" in head and not head.endswith(":"):
-                start, end = (int(part, 16) for part in head.split("-"))
-                if inside:
-                    break
-                inside = start <= address < end
-            elif inside:
-                key, _, value = line.partition(":")
-                entry[key] = value.strip()
-    return entry
