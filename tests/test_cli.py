@@ -1,6 +1,7 @@
 """The command line, end to end: in this process (the `cli` fixture), and once as `python -m nmtdecode`."""
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -313,11 +314,20 @@ def test_nbest_marian_word_scores_are_each_tokens_log_prob_then_eos(model_dir, s
 
 @pytest.mark.subprocess
 def test_path_errors_fail_before_torch_is_imported(tmp_path, model_dir):
-    """A wrong model path, an input that cannot be read or an output that cannot be created fails
-    before torch loads (which takes 1-2 s of every process): seen by what the process imported."""
+    """A wrong model path, a model whose config or weight file's header is broken, an input that
+    cannot be read or an output that cannot be created fails before torch loads (which takes 1-2.5 s
+    of every process): seen by what the process imported."""
     lines = tmp_path / "in.txt"
     lines.write_text("hello\n", encoding="utf-8")
+    broken_config, broken_header = tmp_path / "broken-config", tmp_path / "broken-header"
+    for broken in (broken_config, broken_header):
+        shutil.copytree(model_dir, broken)
+    (broken_config / "config.yaml").write_text("model: [\n", encoding="utf-8")
+    weights = (broken_header / "model.safetensors").read_bytes()
+    (broken_header / "model.safetensors").write_bytes(weights[:8] + b"{not json" + weights[17:])
     cases = [
+        ["translate", "--model", str(broken_config), "--src", str(lines)],
+        ["translate", "--model", str(broken_header), "--src", str(lines)],
         ["translate", "--model", str(tmp_path / "missing"), "--src", str(lines)],
         ["translate", "--model", str(lines), "--src", str(lines)],  # a file, not a model
         ["translate", "--model", str(model_dir), "--src", str(tmp_path / "missing.en")],

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol
 from .batch_threads import in_order
 from ..engine.batching import Example, chunk_size, chunks, cut
 from ..options.config import BatchingConfig, Config
-from ..models.detect import model_format
+from ..models.inspect import check_without_torch
 from .reading import LineReader, PrefixLines
 
 if TYPE_CHECKING:
@@ -41,10 +41,11 @@ class Source(Protocol):
 
 def load_engine(config: Config) -> Engine:
     """The model on its device. torch is imported here, once the inputs and outputs are checked and
-    the model path is found to be a model (models/detect.py), so that a wrong path, an unreadable
-    input or a locked output fails in a fraction of a second."""
+    the model path is found to be a model (models/detect.py) whose configuration and weight files'
+    headers read (models/inspect.py), so that a wrong path, a broken model, an unreadable input or a
+    locked output fails in a fraction of a second."""
     for path in config.io.models:
-        model_format(path)
+        check_without_torch(path)
     from ..engine.importing import import_engine
 
     return import_engine().load(config)
