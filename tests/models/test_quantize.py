@@ -123,8 +123,9 @@ def test_tied_output_in_blocks_of_tokens_equals_one_block(monkeypatch):
 
 def test_a_large_weight_is_packed_from_a_copy_on_huge_pages_with_its_rows_and_scales(monkeypatch):
     """fbgemm's input for a weight of HUGE_PAGES_FROM elements or more is advised onto 2 MB pages
-    (MADV_HUGEPAGE, over the copy's own bytes), and holds the same rows and scales: the layer gives the smaller path's outputs bit for bit. (Whether the kernel finds 2 MB
-    pages is its own affair: with memory fragmented it falls back to 4 KB ones.)"""
+    (MADV_HUGEPAGE, over the copy's own bytes), and holds the same rows and scales: the layer gives
+    the smaller path's outputs bit for bit. (Whether the kernel finds 2 MB pages is its own affair:
+    with memory fragmented it falls back to 4 KB ones.)"""
     import mmap
 
     from nmtdecode.models import quantize, weights
