@@ -16,10 +16,10 @@ import argparse
 import math
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from .architecture import TransformerConfig
-from .checkpoint import ModelRules, Tokenizer
+from .checkpoint import ModelFacts, ModelRules, Tokenizer
 from .detect import is_ctranslate2, model_format
 from .formats import ct2_config, eole_config, hf_config, marian_config, native_config
 from .formats.ct2_binary import read_model_bin
@@ -72,7 +72,7 @@ def check_without_torch(path: str) -> None:
     _described(path, {name: DESCRIBE[name] for name in CHECKED_BEFORE_TORCH})
 
 
-def _described(path: str, formats: dict[str, Any]) -> Any:
+def _described(path: str, formats: dict[str, Callable[..., ModelFacts]]) -> ModelFacts | None:
     """The facts `formats`' describe of the model's format reads from its files without torch;
     None for another format, or weight files that only torch reads."""
     describe = formats.get(model_format(path))
