@@ -32,11 +32,10 @@ if TYPE_CHECKING:  # torch is imported only where kernels are asked for
 
 # Each format whose files can be read without torch, by its name: its describe(path, read).
 DESCRIBE = {fmt.FORMAT: fmt.describe for fmt in (native_config, ct2_config, eole_config, hf_config, marian_config)}
-# Those whose describe reads configurations and weight files' headers only (2-9 ms on the benchmark's
-# models): a job reads them before it imports torch (`check_without_torch`). A CTranslate2 folder's and
-# a Marian model's describe parse their vocabularies too (0.13 s for NLLB's 256k tokens), which the
-# load would do a second time.
-CHECKED_BEFORE_TORCH = {fmt.FORMAT for fmt in (native_config, eole_config, hf_config)}
+# Those whose describe reads configurations and weight files' headers only: a job reads them before it
+# imports torch (`check_without_torch`). A CTranslate2 folder's and a Marian model's describe parse their
+# vocabularies too, which the load would do a second time (docs/speed.md#whole-jobs-and-model-loading).
+CHECKED_BEFORE_TORCH = {fmt.FORMAT: DESCRIBE[fmt.FORMAT] for fmt in (native_config, eole_config, hf_config)}
 # A model is built in torch's default dtype, float32 (Transformer.uninitialised), and
 # load_weights converts the stored tensors to it.
 LOADED_DTYPES = ["float32"]
@@ -66,10 +65,9 @@ def summary(path: str) -> Summary:
 
 def check_without_torch(path: str) -> None:
     """What the load would refuse in the model's configuration or in its weight files' headers,
-    refused before torch is imported (1-2.5 s): a broken model fails a job in a fraction of a
-    second. A format read otherwise (`CHECKED_BEFORE_TORCH`) or weights only torch reads are
-    left to the load."""
-    _described(path, {name: DESCRIBE[name] for name in CHECKED_BEFORE_TORCH})
+    refused before torch is imported: a broken model fails a job in a fraction of a second. A
+    format read otherwise (`CHECKED_BEFORE_TORCH`) or weights only torch reads are left to the load."""
+    _described(path, CHECKED_BEFORE_TORCH)
 
 
 def _described(path: str, formats: dict[str, Callable[..., ModelFacts]]) -> ModelFacts | None:

@@ -92,15 +92,16 @@ def int8_linear(values: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor |
 def _packing_input(values: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
     """What fbgemm packs: a per-row quantized copy of `values`. A large one is put on 2 MB pages
     before it is written: fbgemm reads it across every row for each group of columns, a TLB miss
-    a row on 4 KB pages (NLLB's 256k x 1024 table packed in 0.8 of the time on an AVX2 EPYC,
-    docs/speed.md#precisions-per-cpu-class). The packed layer does not keep it."""
-    zero_points = torch.zeros(values.size(0), dtype=torch.long)
-    if values.numel() < HUGE_PAGES_FROM:
-        return torch._make_per_channel_quantized_tensor(values, scales.double(), zero_points, 0)
+    a row on 4 KB pages (docs/speed.md#precisions-per-cpu-class). The packed layer does not keep it."""
     weight = torch._empty_per_channel_affine_quantized(
-        tuple(values.shape), scales=scales.double(), zero_points=zero_points, axis=0, dtype=torch.qint8
+        tuple(values.shape),
+        scales=scales.double(),
+        zero_points=torch.zeros(values.size(0), dtype=torch.long),
+        axis=0,
+        dtype=torch.qint8,
     )
-    on_huge_pages(weight)
+    if values.numel() >= HUGE_PAGES_FROM:
+        on_huge_pages(weight)
     as_int8 = torch.empty(0, dtype=torch.int8).set_(weight.untyped_storage(), 0, values.shape, weight.stride())
     as_int8.copy_(values)  # its bytes are the int8 rows
     return weight
