@@ -138,9 +138,9 @@ def token_strings(size: int, specials: dict[int, str]) -> list[str]:
     return [specials.get(i, f"t{i}") for i in range(size)]
 
 
-def to_native_int8(hf_dir: str, tokens: list[str], path: str) -> str:
-    """The Hugging Face checkpoint at `hf_dir` as `nmtdecode convert --quantize int8` stores it
-    (the native format, int8 rows and scales), with a vocabulary of `tokens`; kept once written."""
+def to_native(hf_dir: str, tokens: list[str], path: str, precision: str = "int8") -> str:
+    """The Hugging Face checkpoint at `hf_dir` as `nmtdecode convert` stores it (the native format;
+    in int8: its rows and scales), with a vocabulary of `tokens`; kept once written."""
     from nmtdecode.models.checkpoint import LoadedModel, read_json
     from nmtdecode.models.convert import write
     from nmtdecode.models.formats.huggingface import load_network
@@ -150,8 +150,17 @@ def to_native_int8(hf_dir: str, tokens: list[str], path: str) -> str:
         model, defaults, rules = load_network(hf_dir, read_json(os.path.join(hf_dir, "config.json")))
         tokenizer = VocabTokenizer(tokens, tokens, None, None, {"unk": "<unk>", "eos": "</s>"})
         with torch.no_grad():
-            write(path, LoadedModel(model, tokenizer, "huggingface", hf_dir, rules, defaults), "int8")
+            write(path, LoadedModel(model, tokenizer, "huggingface", hf_dir, rules, defaults), precision)
     return path
+
+
+def marian_base_native(out: str) -> str:
+    """marian-base (`marian_base`, the GPU check's copy in `out`/gpu-check) in the native format, with a
+    vocabulary of placeholder tokens ("t5 t17 ..." as input): a model the command line and
+    `Translator.load` load as a user's."""
+    hf_dir = marian_base(os.path.join(out, "gpu-check", "marian-base"))
+    tokens = token_strings(VOCAB_BASE, {0: "</s>", 1: "<unk>", VOCAB_BASE - 1: "<pad>"})
+    return to_native(hf_dir, tokens, os.path.join(out, "marian-base-native"), "float32")
 
 
 def to_ctranslate2(model: Transformer, tokens: list[str], path: str, quantization: str | None = None) -> str:

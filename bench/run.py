@@ -55,7 +55,7 @@ from convert import (
     nllb_600m_shape,
     to_ctranslate2,
     to_marian,  # noqa: E402
-    to_native_int8,
+    to_native,
     to_transformers,
     token_strings,
 )
@@ -168,7 +168,7 @@ def prepare_nllb(n_sentences: int):
     hf_dir = nllb_600m_shape(os.path.join(OUT, "nllb-600m"))
     tokens = token_strings(VOCAB_600M, {0: "<s>", 1: "<pad>", 2: "</s>", 3: "<unk>"})
     dirs = {"nmtdecode": hf_dir, "transformers": hf_dir}
-    dirs["nmtdecode int8 (converted)"] = to_native_int8(hf_dir, tokens, os.path.join(OUT, "nllb-600m-native-int8"))
+    dirs["nmtdecode int8 (converted)"] = to_native(hf_dir, tokens, os.path.join(OUT, "nllb-600m-native-int8"))
     for label, quantization in (("ctranslate2", None), ("ctranslate2 int8", "int8")):
         dirs[label] = os.path.join(OUT, "nllb-600m-ct2" + (f"-{quantization}" if quantization else ""))
         if not os.path.isfile(os.path.join(dirs[label], "model.bin")):

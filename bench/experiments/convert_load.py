@@ -60,7 +60,7 @@ print(json.dumps({"import_s": imported - start, "load_s": loaded - imported, "im
 
 def prepare() -> dict[str, str]:
     """The three models: the float32 checkpoint, CTranslate2's int8 conversion, ours."""
-    from convert import VOCAB_600M, nllb_600m_shape, to_ctranslate2, to_native_int8, token_strings
+    from convert import VOCAB_600M, nllb_600m_shape, to_ctranslate2, to_native, token_strings
 
     from nmtdecode.models.checkpoint import read_json
     from nmtdecode.models.formats.huggingface import load_network
@@ -72,7 +72,7 @@ def prepare() -> dict[str, str]:
         model, _, _ = load_network(hf_dir, read_json(os.path.join(hf_dir, "config.json")))
         to_ctranslate2(model, tokens, ct2_dir, "int8")
         del model
-    to_native_int8(hf_dir, tokens, NATIVE_INT8)
+    to_native(hf_dir, tokens, NATIVE_INT8)
     return {"nmtdecode converted": NATIVE_INT8, "nmtdecode quantizing at load": hf_dir, "ctranslate2": ct2_dir}
 
 
