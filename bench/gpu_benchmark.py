@@ -140,7 +140,7 @@ def make_decoder(task: Task, model, beam: int, fixed_steps=None, on_device: bool
     1), which makes it do the same work as `generate`; the forced-length tasks set both limits.
     fixed_steps: the fixed-shape step (CUDA graphs on a GPU, what the engine uses there), or None
     for the model's own step (`--cuda-graphs off`); on_device: the search on the device
-    (`--search-on device`, measured here against the host search that `auto` takes) rather
+    (`--search-on device`, which `auto` takes from 64 sentences on a GPU) rather
     than the host."""
     from nmtdecode.options.config import Config
     from nmtdecode.engine.decoding import BatchDecoder
@@ -154,7 +154,8 @@ def make_decoder(task: Task, model, beam: int, fixed_steps=None, on_device: bool
     }
     if task.fixed:
         values.update(min_length=task.fixed, max_length=task.fixed)
-    return BatchDecoder(model, Config.from_values(values).decoding, task.rules, steps=fixed_steps, on_device=on_device)
+    where = "device" if on_device else "host"
+    return BatchDecoder(model, Config.from_values(values).decoding, task.rules, steps=fixed_steps, search_on=where)
 
 
 def transformers_decoder(task: Task, model, beam: int, device: torch.device):

@@ -224,8 +224,8 @@ def test_the_device_search_gives_the_host_search_tokens_on_cuda(strategy, graphs
 
     def run(on_device):
         steps = FixedShapeSteps(model, graphs=True, warn=refuse_to_fall_back) if graphs else None
-        decoder = BatchDecoder(model, cfg, steps=steps, on_device=on_device)
-        assert decoder.on_device == on_device and decoder.check_every == 4  # the device's; unused on the host
+        decoder = BatchDecoder(model, cfg, steps=steps, search_on="device" if on_device else "host")
+        assert decoder.on_device(32) == on_device and decoder.check_every == 4  # the device's; unused on the host
         return decoder.decode(sources, prefixes=prefixes).nbests
 
     assert_same(run(False), run(True))

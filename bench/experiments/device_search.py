@@ -1,9 +1,9 @@
 """Is the device search (search/device/beam.py: the bookkeeping as tensor operations, the host
 reading a done flag) faster than the host search (search/beam.py: one host copy a step and a
-`Beam` object per sentence) on the CPU too?
+`Beam` object per sentence), on a GPU and on the CPU too?
 
     python bench/experiments/device_search.py [--lines 1000] [--beam 5] [--batch 32] [--rounds 3]
-        [--model demo|nllb-shape] [--threads N] [--advance-only VOCAB]
+        [--model demo|nllb-shape|marian-base] [--threads N] [--advance-only VOCAB] [--device cuda]
 
 Decodes the lines with each search in turn, batch by batch (alternating, in one process: the
 machine is shared), through the step runner the engine chooses on a CPU (the traced step), and
@@ -11,7 +11,11 @@ prints each variant's total over the batches of each batch's fastest and median 
 whether the outputs agree. The
 demo model decodes its test lines; `--model nllb-shape` a small-vocabulary-free NLLB-600M
 shape (bench/convert.py, seeded random weights) on random sources, few lines: it measures the
-search against a real-size step, where the search's share is small.
+search against a real-size step, where the search's share is small. `--model marian-base`: a
+Transformer-base Marian of seeded random weights (bench/convert.py) on random sources, every
+output 32 tokens. On `--device cuda` the model runs in float16 through the step runner the engine
+chooses there (CUDA graphs); `--search-on auto` takes the device search from
+`DEVICE_SEARCH_FROM` sentences on (engine/decoding.py).
 """
 
 from __future__ import annotations
@@ -57,6 +61,21 @@ def nllb_task(lines: int):
         for _ in range(lines)
     ]
     return model, rules, sources, dict(max_length=24, min_length=24)  # forced lengths: both do the same work
+
+
+def marian_task(lines: int):
+    from convert import marian_base_native
+
+    from nmtdecode.models.loading import load_model
+
+    loaded = load_model(marian_base_native(OUT))
+    vocab = loaded.model.cfg.tgt_vocab_size
+    g = torch.Generator().manual_seed(1)
+    sources = [
+        torch.randint(2, vocab - 1, (int(torch.randint(10, 40, (1,), generator=g)),), generator=g).tolist() + [0]
+        for _ in range(lines)
+    ]
+    return loaded.model, loaded.rules, sources, dict(max_length=32, min_length=32)
 
 
 def advance_only(batch: int, beam: int, vocab: int, steps: int = 40, repeat: int = 15):
@@ -110,7 +129,8 @@ def main():
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--model", default="demo", choices=("demo", "nllb-shape"))
+    parser.add_argument("--model", default="demo", choices=("demo", "nllb-shape", "marian-base"))
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda (float16, CUDA graphs)")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument(
         "--advance-only",
@@ -124,15 +144,19 @@ def main():
         torch.set_num_threads(args.threads)
     if args.advance_only:
         return advance_only(args.batch, args.beam, args.advance_only)
-    model, rules, sources, values = (demo_task if args.model == "demo" else nllb_task)(args.lines)
+    tasks = {"demo": demo_task, "nllb-shape": nllb_task, "marian-base": marian_task}
+    model, rules, sources, values = tasks[args.model](args.lines)
     values.update(beam_size=args.beam)
     decoding = Config.from_values({k: v for k, v in values.items() if v is not None}).decoding
-    steps = step_runner_for(model, torch.device("cpu"))
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        model = model.to(device, torch.float16)
+    steps = step_runner_for(model, device)
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))  # length-sorted batches, as the CLI's
     batches = [[sources[i] for i in order[s : s + args.batch]] for s in range(0, len(order), args.batch)]
     decoders = {
         "host": BatchDecoder(model, decoding, rules, steps=steps),
-        "device": BatchDecoder(model, decoding, rules, steps=steps, on_device=True),
+        "device": BatchDecoder(model, decoding, rules, steps=steps, search_on="device"),
     }
     # per batch and variant, its seconds in each round; the variants alternate batch by batch (which
     # goes first too), so that what else runs on a shared machine falls on both alike
@@ -147,8 +171,9 @@ def main():
                     if r:
                         seconds[name][i].append(took)
                     outputs[name][i] = out
+    where = torch.cuda.get_device_name() if device.type == "cuda" else cpu_description()
     print(
-        f"{cpu_description()}, torch {torch.__version__}, {torch.get_num_threads()} threads; {args.model}, "
+        f"{where}, torch {torch.__version__}, {torch.get_num_threads()} threads; {args.model}, "
         f"{len(sources)} lines, beam {args.beam}, batch {args.batch}, {args.rounds} rounds"
     )
     totals = {}

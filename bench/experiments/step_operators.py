@@ -78,7 +78,10 @@ def count(
     """(operators, computing operators) per step of each part, over `steps` steps of one batch."""
     runner = FixedShapeSteps(model, graphs=False) if fixed else None
     decoder = BatchDecoder(
-        model, DecodingConfig(beam_size=beam, max_length=steps, min_length=steps), steps=runner, on_device=on_device
+        model,
+        DecodingConfig(beam_size=beam, max_length=steps, min_length=steps),
+        steps=runner,
+        search_on="device" if on_device else "host",
     )
     attend = attention.step_attend
     if fused:  # the GPU's choice, forced on the CPU

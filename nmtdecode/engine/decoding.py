@@ -65,6 +65,12 @@ from ..search.stop_rules import beam_rule
 DeviceSearch = DeviceBeamSearch | DeviceGreedySearch | DeviceSampling
 
 
+# Sentences in a batch from which `--search-on auto` searches on a GPU: there the two searches tied at
+# 32 sentences and the device search led from 64 (docs/speed.md#the-search-on-the-device).
+DEVICE_SEARCH_FROM = 64
+AUTO_DEVICE_SEARCH_ON = ("cuda",)  # device types where `auto` may choose it (on a CPU both searches tie)
+
+
 @dataclass(frozen=True)
 class Strategies:
     """The search classes of one place the search runs: the host's bookkeeping or the device's
@@ -123,14 +129,16 @@ class BatchDecoder:
         excluded_ids: Sequence[int] = (),
         steps: StepRunner | None = None,
         trace: bool = False,
-        on_device: bool = False,
+        search_on: str = "host",
         warn: Callable[[str], None] | None = None,
     ) -> None:
         """banned_ids, excluded_ids: the ids of --banned-tokens and --ignore-when-blocking (resolve.py).
         steps: how the model's steps run (models/steps.py; the engine's choice), default eagerly.
         trace: the searches keep every hypothesis that ends, and `decode` returns the search (--dump-beam).
-        on_device: the search runs as tensor operations on the device (--search-on device),
-        where it holds the options; else on the host, and `warn` is told which option it lacks."""
+        search_on: where the search runs (--search-on): `device`, as tensor operations on the device
+        where it holds the options (else on the host, and `warn` is told which option it lacks);
+        `host`; `auto`, the device for batches of DEVICE_SEARCH_FROM sentences or more on a GPU
+        where it holds the options, else the host (`on_device`)."""
         self.model = model
         self.log_probs = getattr(model, "log_probs", log_softmax)  # optional in Seq2SeqModel (an ensemble's rule)
         self.trace = trace
@@ -146,11 +154,17 @@ class BatchDecoder:
         self.eos_id = mc.eos_id
         self.pad_id, self.unk_id = mc.pad_id, mc.unk_id
         self.banned_ids, self.excluded_ids = list(banned_ids), list(excluded_ids)
-        refusal = self.device_search_refusal() if on_device else None
-        if refusal and warn:
+        refusal = self.device_search_refusal() if search_on != "host" else None
+        if refusal and warn and search_on == "device":
             warn(f"the search runs on the host: the device search does not hold {refusal} (docs/search.md)")
-        self.on_device = on_device and refusal is None
+        self.search_on = "host" if refusal else search_on
         self.check_every = check_interval(self.device)  # steps between the device search's done checks
+
+    def on_device(self, sentences: int) -> bool:
+        """Whether a batch of `sentences` searches on the device."""
+        if self.search_on == "auto":
+            return self.device.type in AUTO_DEVICE_SEARCH_ON and sentences >= DEVICE_SEARCH_FROM
+        return self.search_on == "device"
 
     def device_search_refusal(self) -> str | None:
         """The option asked for that the device search (search/device_beam.py) does not hold, or None."""
@@ -347,12 +361,12 @@ class BatchDecoder:
         self, sources: list[list[int]], line_ids: list[int] | None = None, prefixes: list[list[int]] | None = None
     ) -> Iterator[Search | DeviceSearch]:
         """The decoding loop, a step at a time: yields the search (the host's, or the device's when
-        `on_device`) after each step, the last time when every sentence is done. A host search's
+        `on_device` for the batch) after each step, the last time when every sentence is done. A host search's
         per-sentence records hold what was chosen so far (the API's generate_tokens reads them);
         a caller that stops early leaves the batch unfinished."""
         memory, src_mask = self.encode(sources)
         max_steps = self.max_steps([len(s) for s in sources])
-        make_search = self.make_device_search if self.on_device else self.make_search
+        make_search = self.make_device_search if self.on_device(len(sources)) else self.make_search
         search: Search | DeviceSearch = make_search(len(sources), max_steps, line_ids, prefixes)
         cache = self.steps.init_cache(memory, src_mask, max(max_steps), self.cfg.rows_per_sentence)
         processors = self.make_processors(search, max_steps, prefixes)

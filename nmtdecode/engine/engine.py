@@ -49,9 +49,6 @@ class Engine:
     def __init__(self, config: Config, loaded: LoadedModel, device: torch.device, steps: StepRunner) -> None:
         self.config, self.loaded, self.device = config, loaded, device
         self.steps = steps  # how decoding steps run (models/steps.py), chosen at load, kept across batches and jobs
-        # `auto` is the host search everywhere: measured ahead at the default batch on CPUs and on an H200,
-        # and it holds every option (docs/speed.md#the-search-on-the-device)
-        self.search_on_device = config.runtime.search_on == "device"
         self.source_prefix = ""  # the job's --source-prefix, set with its languages (resolve.py)
 
     @classmethod

@@ -80,7 +80,7 @@ def resolve(
         excluded_ids=excluded_ids,
         steps=None if streams and engine.steps.shares_buffers else engine.steps,  # None: eager, its own
         trace=command_line and config.io.dump_beam is not None,
-        on_device=engine.search_on_device and not streams,
+        search_on="host" if streams else engine.config.runtime.search_on,
         warn=notes.append if command_line else print_warning,  # --search-on device: what it does not hold
     )
     return ResolvedJob(config, decoder, notes, tuple(loaded.files), engine.device.type)

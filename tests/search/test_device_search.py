@@ -45,8 +45,8 @@ def everything(results):
 
 def both(model, cfg, prefixes=None, rules=None, check_every=None, **options):
     host = BatchDecoder(model, cfg, rules, **options).decode(SOURCES, prefixes=prefixes).nbests
-    device = BatchDecoder(model, cfg, rules, on_device=True, **options)
-    assert device.on_device
+    device = BatchDecoder(model, cfg, rules, search_on="device", **options)
+    assert device.search_on == "device"
     if check_every:
         device.check_every = check_every
     return everything(host), everything(device.decode(SOURCES, prefixes=prefixes).nbests)
@@ -131,7 +131,7 @@ def test_a_step_reads_nothing_on_the_host_between_checks(model, monkeypatch, opt
             return _original(self, *args, **kwargs)
 
         monkeypatch.setattr(torch.Tensor, name, counted)
-    decoder = BatchDecoder(model, DecodingConfig(max_length=15, **OPTIONS[options]), on_device=True)
+    decoder = BatchDecoder(model, DecodingConfig(max_length=15, **OPTIONS[options]), search_on="device")
     decoder.check_every = 100  # never within the 15 steps
     steps = []
     for _ in decoder.stepwise(SOURCES):
@@ -142,12 +142,48 @@ def test_a_step_reads_nothing_on_the_host_between_checks(model, monkeypatch, opt
 def test_an_option_it_does_not_hold_runs_on_the_host_with_one_warning(model):
     warnings = []
     diverse = DecodingConfig(beam_size=4, beam_groups=2, diversity_penalty=0.5, max_length=10)
-    decoder = BatchDecoder(model, diverse, on_device=True, warn=warnings.append)
-    assert not decoder.on_device and len(warnings) == 1 and "--beam-groups" in warnings[0]
-    traced = BatchDecoder(model, DecodingConfig(max_length=10), on_device=True, trace=True, warn=warnings.append)
-    assert not traced.on_device and len(warnings) == 2 and "--dump-beam" in warnings[1]
+    decoder = BatchDecoder(model, diverse, search_on="device", warn=warnings.append)
+    assert decoder.search_on == "host" and len(warnings) == 1 and "--beam-groups" in warnings[0]
+    traced = BatchDecoder(model, DecodingConfig(max_length=10), search_on="device", trace=True, warn=warnings.append)
+    assert traced.search_on == "host" and len(warnings) == 2 and "--dump-beam" in warnings[1]
     BatchDecoder(model, diverse, warn=warnings.append)  # the host search asked for: nothing to say
     assert len(warnings) == 2
+
+
+def test_auto_searches_on_a_gpu_from_64_sentences_where_the_device_search_holds_the_options(model, monkeypatch):
+    """--search-on auto: the host on a CPU; on a GPU (here the CPU counted as one), the device for
+    batches of 64 sentences or more, silently the host for an option the device search lacks."""
+    import nmtdecode.engine.decoding as decoding
+
+    warnings = []
+    auto = BatchDecoder(model, DecodingConfig(max_length=10), search_on="auto", warn=warnings.append)
+    assert not auto.on_device(32) and not auto.on_device(128)  # a CPU
+    monkeypatch.setattr(decoding, "AUTO_DEVICE_SEARCH_ON", ("cpu",))
+    assert [auto.on_device(n) for n in (1, 32, 63, 64, 128, 500)] == [False, False, False, True, True, True]
+    diverse = DecodingConfig(beam_size=4, beam_groups=2, diversity_penalty=0.5, max_length=10)
+    held_back = BatchDecoder(model, diverse, search_on="auto", warn=warnings.append)
+    assert not held_back.on_device(128) and warnings == []
+    host = BatchDecoder(model, DecodingConfig(max_length=10), search_on="host")
+    device = BatchDecoder(model, DecodingConfig(max_length=10), search_on="device")
+    assert not host.on_device(128) and device.on_device(1)
+
+
+def test_auto_decodes_each_batch_with_the_search_its_size_chooses(model, monkeypatch):
+    """The choice is per batch: with the CPU counted as a GPU and the threshold at 10 sentences,
+    a batch of 19 takes the device search and one of 5 the host's, each giving the host search's
+    hypotheses."""
+    import nmtdecode.engine.decoding as decoding
+
+    monkeypatch.setattr(decoding, "AUTO_DEVICE_SEARCH_ON", ("cpu",))
+    monkeypatch.setattr(decoding, "DEVICE_SEARCH_FROM", 10)
+    cfg = DecodingConfig(beam_size=3, max_length=12, n_best=2)
+    auto, host, made = BatchDecoder(model, cfg, search_on="auto"), BatchDecoder(model, cfg), []
+    for name in ("make_search", "make_device_search"):
+        make = getattr(auto, name)
+        monkeypatch.setattr(auto, name, lambda *a, make=make, name=name, **k: made.append(name) or make(*a, **k))
+    for sources in (SOURCES, SOURCES[:5]):
+        assert everything(auto.decode(sources).nbests) == everything(host.decode(sources).nbests)
+    assert made == ["make_device_search", "make_search"]
 
 
 # The parts, against oracles ------------------------------------------------------------------------
