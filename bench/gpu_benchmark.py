@@ -129,19 +129,18 @@ def opennmt_task(sizes: Sizes, out: str) -> Task:
     )
 
 
-def nmtdecode_decoder(task: Task, model, beam: int, fixed_steps=None, on_device: bool = False):
+def nmtdecode_decoder(task: Task, model, beam: int, fixed_steps=None, search_on: str = "auto"):
     """A function from a batch of source ids to nmtdecode's 1-best outputs (`make_decoder`'s)."""
-    decoder = make_decoder(task, model, beam, fixed_steps, on_device)
+    decoder = make_decoder(task, model, beam, fixed_steps, search_on)
     return lambda batch: [n[0].tokens for n in decoder.decode(batch).nbests]
 
 
-def make_decoder(task: Task, model, beam: int, fixed_steps=None, on_device: bool = False):
+def make_decoder(task: Task, model, beam: int, fixed_steps=None, search_on: str = "auto"):
     """nmtdecode's decoder with Hugging Face's stop rule (`--early-stopping false`, length penalty
     1), which makes it do the same work as `generate`; the forced-length tasks set both limits.
     fixed_steps: the fixed-shape step (CUDA graphs on a GPU, what the engine uses there), or None
-    for the model's own step (`--cuda-graphs off`); on_device: the search on the device
-    (`--search-on device`, which `auto` takes from 64 sentences on a GPU) rather
-    than the host."""
+    for the model's own step (`--cuda-graphs off`); search_on: where the search runs
+    (`--search-on`: `auto`, the engine's default, takes the device from 64 sentences on a GPU)."""
     from nmtdecode.options.config import Config
     from nmtdecode.engine.decoding import BatchDecoder
 
@@ -154,8 +153,7 @@ def make_decoder(task: Task, model, beam: int, fixed_steps=None, on_device: bool
     }
     if task.fixed:
         values.update(min_length=task.fixed, max_length=task.fixed)
-    where = "device" if on_device else "host"
-    return BatchDecoder(model, Config.from_values(values).decoding, task.rules, steps=fixed_steps, search_on=where)
+    return BatchDecoder(model, Config.from_values(values).decoding, task.rules, steps=fixed_steps, search_on=search_on)
 
 
 def transformers_decoder(task: Task, model, beam: int, device: torch.device):
@@ -265,7 +263,8 @@ def benchmark(
         "Tokens are output tokens (EOS not counted) over decoding time (encoder included, tokenization "
         "not), the fastest of two timed passes over the same batches after warm-up passes (`run_batches`). "
         "nmtdecode: the fixed-shape step, "
-        "replayed as CUDA graphs on a GPU, with the search on the device (`--search-on device`); eager: "
+        "replayed as CUDA graphs on a GPU, with the search where `--search-on auto` puts it (on a GPU the host "
+        "below 64 sentences, the device from 64); eager: "
         "`--cuda-graphs off`, the same search. Step ms is nmtdecode's "
         "(graphs); floor: the decoder's weights and caches read once per step at the measured "
         f"{facts.get('bandwidth_gbs', 0):.0f} GB/s. nmtdecode runs Hugging Face's stop rule "
@@ -321,18 +320,17 @@ def benchmark_row(report, device, task, ours, steps, peer, dtype, dtype_name, be
     its eager step (--cuda-graphs off) and transformers on the same sentences and batches."""
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    on_device = device.type == "cuda"  # the device search, to be measured there
     with StepCounter(steps) as counter:
         seconds, outputs, made = run_batches(
             device,
-            nmtdecode_decoder(task, ours, beam, steps, on_device),
+            nmtdecode_decoder(task, ours, beam, steps),
             task.sources,
             batch,
             captures=lambda: steps.captures,
             passes=passes,
         )
     eager_seconds, eager_outputs, _ = run_batches(
-        device, nmtdecode_decoder(task, ours, beam, None, on_device), task.sources, batch, passes=passes
+        device, nmtdecode_decoder(task, ours, beam, None), task.sources, batch, passes=passes
     )
     steps = counter.steps / made  # one pass's
     peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else 0
@@ -390,7 +388,7 @@ def step_profile(report: Report, device: torch.device, sizes: Sizes, out: str) -
     modes = (("eager", None, False), (graphs, steps, False), (graphs, steps, True))
     shapes = dict.fromkeys([(5, sizes.batches[0]), (5, sizes.batches[-1]), (1, sizes.batches[-1])])  # once each
     for (beam, batch), (mode, stepper, on_device) in itertools.product(shapes, modes):
-        decoder = make_decoder(task, model, beam, stepper, on_device)
+        decoder = make_decoder(task, model, beam, stepper, "device" if on_device else "host")
         sources = task.sources[:batch]
         with torch.inference_mode(), StepCounter(stepper or model) as counter:
             seconds = timed(device, lambda: decoder.decode(sources).nbests, repeat=3)

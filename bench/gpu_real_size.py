@@ -102,7 +102,7 @@ def real_size(
 
 def real_row(report, device, task, ours, steps, peer, dtype, dtype_name, beam, batch, facts, passes) -> str:
     """One row: nmtdecode as the engine runs it on a GPU, then `generate`, on the same batches."""
-    translate = nmtdecode_decoder(task, ours, beam, steps, on_device=device.type == "cuda")
+    translate = nmtdecode_decoder(task, ours, beam, steps)
     with StepCounter(steps) as counter:
         (seconds, outputs, made), our_peak = peak_while(
             device,
