@@ -12,7 +12,14 @@ from torch.ao.nn.quantized.dynamic import Linear as QuantizedLinear
 
 from nmtdecode.options.config import Config, ConfigError
 from nmtdecode.models import cpu, placement
-from nmtdecode.models.quantize import Int8Embedding, Int8TiedOutput, quantize_rows, quantized_rows, tied_output
+from nmtdecode.models.quantize import (
+    Int8Embedding,
+    Int8TiedOutput,
+    quantize_block_in_place,
+    quantize_rows,
+    quantized_rows,
+    tied_output,
+)
 from nmtdecode.models.weights import InMemoryTensor
 
 from tests.helpers import placed, random_sources, tiny_transformer
@@ -78,6 +85,25 @@ def test_quantizing_a_stored_weight_in_blocks_equals_quantizing_it_whole():
     values, scales = quantized_rows(InMemoryTensor(weight, "w", "test"), rows_at_once=5)
     whole_values, whole_scales = quantize_rows(weight)
     assert torch.equal(values, whole_values) and torch.equal(scales, whole_scales)
+
+
+def test_a_block_quantized_in_place_gets_quantize_rows_bits():
+    """The load's in-place quantizer against the reference, on rows that test its edges: all zero,
+    below float32's smallest normal, halves that round to even, a row whose largest magnitude is
+    negative, and random rows of many scales."""
+    torch.manual_seed(0)
+    rows = torch.randn(64, 33) * torch.rand(64, 1) * 10
+    rows[0] = 0.0
+    rows[1] = 1e-40
+    rows[2] = torch.arange(33) * 0.5 - 8.0  # x / scale lands on halves
+    rows[3] = -rows[3].abs()
+    rows[3, 5] = -20.0
+    values, scales = torch.empty(rows.shape, dtype=torch.int8), torch.empty(len(rows))
+    block = rows.clone()
+    quantize_block_in_place(block, values, scales)
+    expected_values, expected_scales = quantize_rows(rows)
+    assert torch.equal(values, expected_values) and torch.equal(scales, expected_scales)
+    assert values[3, 5] == -127 and values[0].eq(0).all()
 
 
 def test_int8_embedding_looks_up_scaled_rows():
