@@ -133,6 +133,21 @@ def saved_random(path: str, seed: int, model_class, config) -> str:
     return path
 
 
+def random_sources(n: int, low: int, high: int, eos: list[int]) -> list[list[int]]:
+    """`n` seeded random sources of 10-39 ids in [low, high), each followed by `eos`, shortest first."""
+    g = torch.Generator().manual_seed(1)
+    sources = [
+        torch.randint(low, high, (int(torch.randint(10, 40, (1,), generator=g)),), generator=g).tolist() + eos
+        for _ in range(n)
+    ]
+    return sorted(sources, key=len)
+
+
+def marian_base_tokens() -> list[str]:
+    """marian-base's vocabulary as placeholder strings, with Marian's specials where they sit."""
+    return token_strings(VOCAB_BASE, {0: "</s>", 1: "<unk>", VOCAB_BASE - 1: "<pad>"})
+
+
 def token_strings(size: int, specials: dict[int, str]) -> list[str]:
     """Vocabulary strings for CTranslate2 when a model has no tokenizer (ids are fed as tokens)."""
     return [specials.get(i, f"t{i}") for i in range(size)]
@@ -159,8 +174,7 @@ def marian_base_native(out: str) -> str:
     vocabulary of placeholder tokens ("t5 t17 ..." as input): a model the command line and
     `Translator.load` load as a user's."""
     hf_dir = marian_base(os.path.join(out, "gpu-check", "marian-base"))
-    tokens = token_strings(VOCAB_BASE, {0: "</s>", 1: "<unk>", VOCAB_BASE - 1: "<pad>"})
-    return to_native(hf_dir, tokens, os.path.join(out, "marian-base-native"), "float32")
+    return to_native(hf_dir, marian_base_tokens(), os.path.join(out, "marian-base-native"), "float32")
 
 
 def to_ctranslate2(model: Transformer, tokens: list[str], path: str, quantization: str | None = None) -> str:

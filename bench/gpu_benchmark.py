@@ -85,15 +85,6 @@ def demo_task(sizes: Sizes, out: str) -> Task:
     )
 
 
-def random_sources(n: int, low: int, high: int, eos: list[int]) -> list[list[int]]:
-    g = torch.Generator().manual_seed(1)
-    sources = [
-        torch.randint(low, high, (int(torch.randint(10, 40, (1,), generator=g)),), generator=g).tolist() + eos
-        for _ in range(n)
-    ]
-    return sorted(sources, key=len)
-
-
 def marian_task(sizes: Sizes, out: str) -> Task:
     from nmtdecode.models.checkpoint import read_json
     from nmtdecode.models.formats.huggingface import load_network
@@ -103,7 +94,7 @@ def marian_task(sizes: Sizes, out: str) -> Task:
     vocab = model.cfg.tgt_vocab_size
     return Task(
         "marian-base",
-        random_sources(sizes.sentences, 2, vocab - 1, [0]),
+        convert.random_sources(sizes.sentences, 2, vocab - 1, [0]),
         model,
         rules,
         hf_dir,
@@ -120,7 +111,7 @@ def opennmt_task(sizes: Sizes, out: str) -> Task:
     vocab = loaded.model.cfg.tgt_vocab_size
     return Task(
         "opennmt-base",
-        random_sources(sizes.sentences, len(opennmt_py.SPECIALS), vocab, []),
+        convert.random_sources(sizes.sentences, len(opennmt_py.SPECIALS), vocab, []),
         loaded.model,
         loaded.rules,
         None,

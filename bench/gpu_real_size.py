@@ -24,7 +24,6 @@ from gpu_benchmark import (
     Task,
     floor_ms,
     nmtdecode_decoder,
-    random_sources,
     run_batches,
     same,
     synchronize,
@@ -49,7 +48,7 @@ def real_task(name: str, sizes: Sizes, out: str) -> Task:
     hf_dir = build(os.path.join(out, name), **sizes.real_shape)
     model, _, rules = load_network(hf_dir, read_json(os.path.join(hf_dir, "config.json")))
     rules = dataclasses.replace(rules, banned_ids=(PAD,))
-    sources = random_sources(sizes.real_sentences, 4, model.cfg.src_vocab_size, [2])
+    sources = convert.random_sources(sizes.real_sentences, 4, model.cfg.src_vocab_size, [2])
     return Task(name, sources, model, rules, hf_dir, max_length=sizes.fixed, fixed=sizes.fixed, banned=[PAD])
 
 

@@ -52,7 +52,9 @@ from convert import (
     VOCAB_600M,
     VOCAB_BASE,
     marian_base,
+    marian_base_tokens,
     nllb_600m_shape,
+    random_sources,
     to_ctranslate2,
     to_marian,  # noqa: E402
     to_native,
@@ -146,15 +148,11 @@ def prepare_marian(n_sentences: int):
 
     hf_dir = marian_base(os.path.join(OUT, "marian-base"))
     model, _, _ = load_network(hf_dir, read_json(os.path.join(hf_dir, "config.json")))
-    tokens = token_strings(VOCAB_BASE, {0: "</s>", 1: "<unk>", VOCAB_BASE - 1: "<pad>"})
+    tokens = marian_base_tokens()
     ct2_dir = os.path.join(OUT, "marian-base-ct2")
     if not os.path.isfile(os.path.join(ct2_dir, "model.bin")):
         to_ctranslate2(model, tokens, ct2_dir)
-    g = torch.Generator().manual_seed(1)
-    sources = [
-        torch.randint(2, VOCAB_BASE - 1, (int(torch.randint(10, 40, (1,), generator=g)),), generator=g).tolist() + [0]
-        for _ in range(n_sentences)
-    ]
+    sources = random_sources(n_sentences, 2, VOCAB_BASE - 1, [0])
     task, _ = sorted_task(sources, format="huggingface", tokens=tokens, max_length=256, banned=[VOCAB_BASE - 1])
     return {"nmtdecode": hf_dir, "transformers": hf_dir, "ctranslate2": ct2_dir}, task
 
@@ -175,11 +173,7 @@ def prepare_nllb(n_sentences: int):
             model, _, _ = load_network(hf_dir, read_json(os.path.join(hf_dir, "config.json")))
             to_ctranslate2(model, tokens, dirs[label], quantization)
             del model
-    g = torch.Generator().manual_seed(1)
-    sources = [
-        torch.randint(4, VOCAB_600M, (int(torch.randint(10, 40, (1,), generator=g)),), generator=g).tolist() + [2]
-        for _ in range(n_sentences)
-    ]
+    sources = random_sources(n_sentences, 4, VOCAB_600M, [2])
     task, _ = sorted_task(sources, format="huggingface", tokens=tokens, max_length=256, banned=[])
     return dirs, task
 

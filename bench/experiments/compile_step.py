@@ -58,21 +58,34 @@ def load(gemm: str):
     return nmtdecode.Translator.load(DEMO, beam_size=1, gemm=gemm).engine.loaded.model
 
 
-def best_ms(step, steps: int) -> float:
-    """Milliseconds per call of `step`: the best of 5 runs of `steps` calls."""
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+CPU = torch.device("cpu")
+
+
+def best_ms(step, steps: int, device: torch.device = CPU) -> float:
+    """Milliseconds per call of `step`: the best of 5 runs of `steps` calls (after one more), each
+    run ending when `device` has done its work."""
 
     def run():
         for _ in range(steps):
             step()
+        synchronize(device)
 
+    run()
     return best_seconds(run, 5) / steps * 1e3
 
 
 def encoded(model, rows: int):
-    """The encoder output and source mask of `rows` random sources of SOURCE_LENGTH tokens."""
+    """The encoder output and source mask of `rows` random sources of SOURCE_LENGTH tokens, on the
+    model's device."""
+    device = next(model.parameters()).device
     generator = torch.Generator().manual_seed(0)
-    src = torch.randint(4, model.cfg.src_vocab_size, (rows, SOURCE_LENGTH), generator=generator)
-    mask = torch.ones(rows, SOURCE_LENGTH, dtype=torch.bool)
+    src = torch.randint(4, model.cfg.src_vocab_size, (rows, SOURCE_LENGTH), generator=generator).to(device)
+    mask = torch.ones(rows, SOURCE_LENGTH, dtype=torch.bool, device=device)
     return model.encode(src, mask), mask
 
 
@@ -89,9 +102,11 @@ def eager_step(model, rows: int, steps: int) -> float:
     return best_ms(step, steps)
 
 
-def fixed_steps(model, rows: int):
+def fixed_steps(model, rows: int, width: int = 1):
+    """The fixed-shape step (not captured) and its cache for `rows` sentences of `width` rows each,
+    every step at position WARM_STEPS."""
     steps = FixedShapeSteps(model, graphs=False)
-    cache = steps.init_cache(*encoded(model, rows), positions=2 * WARM_STEPS, width=1)
+    cache = steps.init_cache(*encoded(model, rows), positions=2 * WARM_STEPS, width=width)
     cache.__class__ = StillCache
     steps.buffers.position.fill_(WARM_STEPS)
     return steps, cache
@@ -111,23 +126,6 @@ def gpu_model(name: str, dtype: torch.dtype, device: torch.device):
     return load_model(path).model.to(device, dtype).eval()
 
 
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def device_ms(step, steps: int, device: torch.device) -> float:
-    """Milliseconds per call of `step`: the best of 5 runs of `steps` calls, the device waited for."""
-
-    def run():
-        for _ in range(steps):
-            step()
-        synchronize(device)
-
-    run()
-    return best_seconds(run, 5) / steps * 1e3
-
-
 def kernels_per_call(step, calls: int = 5) -> float:
     """CUDA kernels one call of `step` launches (torch.profiler; a graph's replay: the kernels in it)."""
     from torch.autograd import DeviceType
@@ -141,17 +139,15 @@ def kernels_per_call(step, calls: int = 5) -> float:
     return sum(e.count for e in prof.key_averages() if e.device_type == DeviceType.CUDA) / calls
 
 
-def captured(step):
-    """`step` recorded as one CUDA graph (after a warm run on a side stream, as FixedShapeSteps
-    captures): the graph's replay, and the logits it writes."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        logits = step()
+def captured(steps: FixedShapeSteps, cache, step=None):
+    """`step` (default: the fixed-shape step itself) recorded as one CUDA graph as decoding records
+    it (FixedShapeSteps._capture): the graph's replay, and the logits it writes."""
+    if step is not None:
+        steps._step = step  # what _capture records (an attribute of the instance, for this capture)
+    try:
+        graph, logits = steps._capture(cache)
+    finally:
+        vars(steps).pop("_step", None)
     return graph.replay, logits
 
 
@@ -173,13 +169,7 @@ def beam_main(args) -> None:
     on_gpu = device.type == "cuda"
     model = gpu_model(args.model, dtype, device)
     layers = model.cfg.decoder_layers
-    steps = FixedShapeSteps(model, graphs=False)
-    generator = torch.Generator().manual_seed(0)
-    src = torch.randint(4, model.cfg.src_vocab_size, (args.rows, SOURCE_LENGTH), generator=generator).to(device)
-    mask = torch.ones(args.rows, SOURCE_LENGTH, dtype=torch.bool, device=device)
-    cache = steps.init_cache(model.encode(src, mask), mask, positions=2 * WARM_STEPS, width=args.width)
-    cache.__class__ = StillCache
-    steps.buffers.position.fill_(WARM_STEPS)
+    steps, cache = fixed_steps(model, args.rows, args.width)
     where = torch.cuda.get_device_name() if on_gpu else cpu_description()
     print(
         f"{where}; torch {torch.__version__}; {tools()}; {args.model}, {args.dtype}, "
@@ -190,7 +180,7 @@ def beam_main(args) -> None:
     reference = steps._step(cache).float().clone()
 
     def row(label, first, step, logits):
-        ms = device_ms(step, args.steps, device)
+        ms = best_ms(step, args.steps, device)
         kernels = kernels_per_call(step) if on_gpu else float("nan")
         diff = (logits.float() - reference).abs().max().item()
         first_s = "–" if first is None else f"{first:.1f}"
@@ -198,7 +188,7 @@ def beam_main(args) -> None:
 
     row("fixed-shape, eager", None, lambda: steps._step(cache), steps._step(cache))
     if on_gpu:
-        replay, logits = captured(lambda: steps._step(cache))
+        replay, logits = captured(steps, cache)
         row("fixed-shape, CUDA graph (as decoding)", None, replay, logits)
     for mode in args.modes.split(","):
         torch._dynamo.reset()
@@ -207,7 +197,7 @@ def beam_main(args) -> None:
             first, logits = timed(lambda: (compiled(cache), synchronize(device))[0])
             row(f"torch.compile {mode}", first, lambda: compiled(cache), logits)
             if on_gpu and mode != "reduce-overhead":  # that mode records CUDA graphs itself
-                replay, logits = captured(lambda: compiled(cache))
+                replay, logits = captured(steps, cache, compiled)
                 row(f"torch.compile {mode}, CUDA graph", None, replay, logits)
         except Exception as error:  # noqa: BLE001  (a compiler missing or failing is an answer too)
             print(f"| torch.compile {mode} | failed: {type(error).__name__}: {str(error).splitlines()[0][:200]} |")

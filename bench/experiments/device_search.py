@@ -64,17 +64,12 @@ def nllb_task(lines: int):
 
 
 def marian_task(lines: int):
-    from convert import marian_base_native
+    from convert import marian_base_native, random_sources
 
     from nmtdecode.models.loading import load_model
 
     loaded = load_model(marian_base_native(OUT))
-    vocab = loaded.model.cfg.tgt_vocab_size
-    g = torch.Generator().manual_seed(1)
-    sources = [
-        torch.randint(2, vocab - 1, (int(torch.randint(10, 40, (1,), generator=g)),), generator=g).tolist() + [0]
-        for _ in range(lines)
-    ]
+    sources = random_sources(lines, 2, loaded.model.cfg.tgt_vocab_size - 1, [0])
     return loaded.model, loaded.rules, sources, dict(max_length=32, min_length=32)
 
 

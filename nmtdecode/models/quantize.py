@@ -36,15 +36,18 @@ HUGE_PAGES_FROM = 16 << 20  # int8 elements from which fbgemm's input goes on 2 
 
 
 def quantize_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """rows (n, d) float -> int8 (n, d) and float32 scales (n,), symmetric per row."""
-    scales = rows.abs().amax(dim=1).float().clamp_min(torch.finfo(torch.float32).tiny) / 127
-    return torch.round(rows / scales[:, None]).clamp_(-127, 127).to(torch.int8), scales
+    """rows (n, d) float -> int8 (n, d) and float32 scales (n,), symmetric per row (`rows` left as
+    they are: quantized in a float32 copy)."""
+    values = torch.empty(rows.shape, dtype=torch.int8, device=rows.device)
+    scales = torch.empty(len(rows), device=rows.device)
+    quantize_block_in_place(rows.to(torch.float32, copy=True), values, scales)
+    return values, scales
 
 
 def quantize_block_in_place(block: torch.Tensor, values: torch.Tensor, scales: torch.Tensor) -> None:
-    """`quantize_rows` of a float32 block (n, d), bit for bit, into values (n, d) int8 and scales (n,),
-    the block overwritten: a load's scratch block, quantized in fewer passes and no temporaries
-    (docs/speed.md#precisions-per-cpu-class)."""
+    """The one quantization rule: a float32 block (n, d) into values (n, d) int8 and scales (n,),
+    each row over its largest magnitude / 127, rounded half to even; the block is overwritten (a
+    load's scratch block: no temporaries, docs/speed.md#precisions-per-cpu-class)."""
     # each row's largest magnitude (two reductions: torch.aminmax took 10x their time here)
     torch.maximum(block.amax(dim=1), block.amin(dim=1).neg_(), out=scales)
     scales.clamp_min_(torch.finfo(torch.float32).tiny).div_(127)

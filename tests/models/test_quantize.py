@@ -87,10 +87,11 @@ def test_quantizing_a_stored_weight_in_blocks_equals_quantizing_it_whole():
     assert torch.equal(values, whole_values) and torch.equal(scales, whole_scales)
 
 
-def test_a_block_quantized_in_place_gets_quantize_rows_bits():
-    """The load's in-place quantizer against the reference, on rows that test its edges: all zero,
-    below float32's smallest normal, halves that round to even, a row whose largest magnitude is
-    negative, and random rows of many scales."""
+def test_a_block_quantized_in_place_gets_the_rules_bits():
+    """The in-place quantizer (the load's, and `quantize_rows`' in a copy) against the rule written
+    out in six plain passes, on rows that test its edges: all zero, below float32's smallest
+    normal, halves that round to even, a row whose largest magnitude is negative, and random rows
+    of many scales."""
     torch.manual_seed(0)
     rows = torch.randn(64, 33) * torch.rand(64, 1) * 10
     rows[0] = 0.0
@@ -98,11 +99,14 @@ def test_a_block_quantized_in_place_gets_quantize_rows_bits():
     rows[2] = torch.arange(33) * 0.5 - 8.0  # x / scale lands on halves
     rows[3] = -rows[3].abs()
     rows[3, 5] = -20.0
+    expected_scales = rows.abs().amax(dim=1).clamp_min(torch.finfo(torch.float32).tiny) / 127
+    expected_values = torch.round(rows / expected_scales[:, None]).clamp(-127, 127).to(torch.int8)
     values, scales = torch.empty(rows.shape, dtype=torch.int8), torch.empty(len(rows))
     block = rows.clone()
     quantize_block_in_place(block, values, scales)
-    expected_values, expected_scales = quantize_rows(rows)
     assert torch.equal(values, expected_values) and torch.equal(scales, expected_scales)
+    copied_values, copied_scales = quantize_rows(rows)
+    assert torch.equal(copied_values, expected_values) and torch.equal(copied_scales, expected_scales)
     assert values[3, 5] == -127 and values[0].eq(0).all()
 
 
