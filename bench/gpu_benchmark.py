@@ -128,10 +128,10 @@ def nmtdecode_decoder(task: Task, model, beam: int, fixed_steps=None, search_on:
 
 def make_decoder(task: Task, model, beam: int, fixed_steps=None, search_on: str = "auto"):
     """nmtdecode's decoder with Hugging Face's stop rule (`--early-stopping false`, length penalty
-    1), which makes it do the same work as `generate`; the forced-length tasks set both limits.
-    fixed_steps: the fixed-shape step (CUDA graphs on a GPU, what the engine uses there), or None
-    for the model's own step (`--cuda-graphs off`); search_on: where the search runs
-    (`--search-on`: `auto`, the engine's default, takes the device from 64 sentences on a GPU)."""
+    1), which makes it do the same work as `generate`; the forced-length tasks ban EOS up to their
+    step limit. fixed_steps: the fixed-shape step (CUDA graphs on a GPU, what the engine uses
+    there), or None for the model's own step (`--cuda-graphs off`); search_on: where the search
+    runs (`--search-on`: `auto`, the engine's default: engine/decoding.py, `on_device`)."""
     from nmtdecode.options.config import Config
     from nmtdecode.engine.decoding import BatchDecoder
 
@@ -142,9 +142,12 @@ def make_decoder(task: Task, model, beam: int, fixed_steps=None, search_on: str 
         "length_penalty": "avg",
         "alpha": 1.0,
     }
-    if task.fixed:
-        values.update(min_length=task.fixed, max_length=task.fixed)
-    return BatchDecoder(model, Config.from_values(values).decoding, task.rules, steps=fixed_steps, search_on=search_on)
+    banned = []
+    if task.fixed:  # EOS banned, not --min-length: a ban acts alike at every step, so the search's steps replay as
+        values.update(max_length=task.fixed)  # CUDA graphs (search/device/graphs.py), as they would for a user
+        banned = [model.cfg.eos_id]
+    decoding = Config.from_values(values).decoding
+    return BatchDecoder(model, decoding, task.rules, banned_ids=banned, steps=fixed_steps, search_on=search_on)
 
 
 def transformers_decoder(task: Task, model, beam: int, device: torch.device):
@@ -254,8 +257,9 @@ def benchmark(
         "Tokens are output tokens (EOS not counted) over decoding time (encoder included, tokenization "
         "not), the fastest of two timed passes over the same batches after warm-up passes (`run_batches`). "
         "nmtdecode: the fixed-shape step, "
-        "replayed as CUDA graphs on a GPU, with the search where `--search-on auto` puts it (on a GPU the host "
-        "below 64 sentences, the device from 64); eager: "
+        "replayed as CUDA graphs on a GPU, with the search where `--search-on auto` puts it (on a GPU the device "
+        "search, its steps replayed as CUDA graphs too, for these rows; outputs of a fixed length ban EOS up "
+        "to it); eager: "
         "`--cuda-graphs off`, the same search. Step ms is nmtdecode's "
         "(graphs); floor: the decoder's weights and caches read once per step at the measured "
         f"{facts.get('bandwidth_gbs', 0):.0f} GB/s. nmtdecode runs Hugging Face's stop rule "

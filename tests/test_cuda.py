@@ -231,6 +231,42 @@ def test_the_device_search_gives_the_host_search_tokens_on_cuda(strategy, graphs
     assert_same(run(False), run(True))
 
 
+@pytest.mark.parametrize(
+    "strategy, options",
+    [
+        ("greedy", {}),
+        ("beam", {}),
+        ("beam_opennmt_rules", {}),
+        ("beam", dict(min_length=3, ban_unk=True, early_stopping="ctranslate2")),  # graphed from step 3
+    ],
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_the_device_search_replays_its_steps_as_cuda_graphs(strategy, options, dtype):
+    """The device search's steps replayed as CUDA graphs (search/device/graphs.py) give the tokens
+    and scores of the same search run eagerly, bit for bit, batch after batch: the second batch,
+    of another size, captures its own shapes; the third, the first's again, only replays (each
+    batch's search taking up the graphs' state), and the host search agrees with all of them."""
+    model = tiny_transformer(1, vocab=20, eos_bias=1.0).to("cuda", dtype)
+    sources = random_sources(19, 20, seed=6)
+    cfg = DecodingConfig(max_length=30, **STRATEGIES[strategy], **options)
+    steps = FixedShapeSteps(model, graphs=True, warn=refuse_to_fall_back)
+    graphed = BatchDecoder(model, cfg, steps=steps, search_on="device", warn=refuse_to_fall_back)
+    eager = BatchDecoder(model, cfg, steps=steps, search_on="device")
+    eager.search_graphs = None
+    graphs = graphed.search_graphs
+    assert graphs is not None
+    for batch in (sources, sources[:13], sources, sources):  # a shape is captured the second time it is seen
+        before = graphs.captures
+        replayed = graphed.decode(batch).nbests
+        expected = eager.decode(batch).nbests
+        assert [[(h.tokens, h.score) for h in n] for n in replayed] == [
+            [(h.tokens, h.score) for h in n] for n in expected
+        ]
+        if dtype == torch.float32:
+            assert_same(BatchDecoder(model, cfg, search_on="host").decode(batch).nbests, replayed)
+    assert graphs.on and graphs.captures == before and graphs.replays > 2 * graphs.captures > 0
+
+
 def test_the_done_flags_reach_the_host_one_check_late_on_cuda():
     from nmtdecode.search.device.done_flags import DoneFlags
 

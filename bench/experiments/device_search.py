@@ -15,7 +15,9 @@ search against a real-size step, where the search's share is small. `--model mar
 Transformer-base Marian of seeded random weights (bench/convert.py) on random sources, every
 output 32 tokens. On `--device cuda` the model runs in float16 through the step runner the engine
 chooses there (CUDA graphs); `--search-on auto` takes the device search from
-`DEVICE_SEARCH_FROM` sentences on (engine/decoding.py).
+`DEVICE_SEARCH_FROM` sentences on (engine/decoding.py). There a third variant, `graphed`, is
+the device search with its steps replayed as CUDA graphs too (search/device/graphs.py), which
+`device` runs without.
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ def marian_task(lines: int):
 
     loaded = load_model(marian_base_native(OUT))
     sources = random_sources(lines, 2, loaded.model.cfg.tgt_vocab_size - 1, [0])
-    return loaded.model, loaded.rules, sources, dict(max_length=32, min_length=32)
+    return loaded.model, loaded.rules, sources, dict(max_length=32)  # EOS banned (main): 32 tokens each
 
 
 def advance_only(batch: int, beam: int, vocab: int, steps: int = 40, repeat: int = 15):
@@ -147,12 +149,18 @@ def main():
     if device.type == "cuda":
         model = model.to(device, torch.float16)
     steps = step_runner_for(model, device)
+    # marian-base's outputs run to their step limit: EOS banned, which (unlike --min-length) acts
+    # alike at every step, so that the graphed variant replays every step but the first ones
+    banned = [model.cfg.eos_id] if args.model == "marian-base" else []
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))  # length-sorted batches, as the CLI's
     batches = [[sources[i] for i in order[s : s + args.batch]] for s in range(0, len(order), args.batch)]
     decoders = {
-        "host": BatchDecoder(model, decoding, rules, steps=steps),
-        "device": BatchDecoder(model, decoding, rules, steps=steps, search_on="device"),
+        "host": BatchDecoder(model, decoding, rules, steps=steps, banned_ids=banned),
+        "device": BatchDecoder(model, decoding, rules, steps=steps, banned_ids=banned, search_on="device"),
     }
+    if device.type == "cuda":
+        decoders["graphed"] = BatchDecoder(model, decoding, rules, steps=steps, banned_ids=banned, search_on="device")
+        decoders["device"].search_graphs = None
     # per batch and variant, its seconds in each round; the variants alternate batch by batch (which
     # goes first too), so that what else runs on a shared machine falls on both alike
     seconds = {name: [[] for _ in batches] for name in decoders}
@@ -175,11 +183,15 @@ def main():
     for name, per_batch in seconds.items():
         totals[name] = (sum(map(min, per_batch)), sum(map(statistics.median, per_batch)))
         print(f"{name:6s} sum of each batch's fastest {totals[name][0]:.3f} s, of its median {totals[name][1]:.3f} s")
-    same = sum(a == b for x, y in zip(outputs["host"], outputs["device"]) for a, b in zip(x, y))
-    print(
-        f"host / device: {totals['host'][0] / totals['device'][0]:.2f} (fastest), "
-        f"{totals['host'][1] / totals['device'][1]:.2f} (median); same 1-best: {same}/{len(sources)}"
-    )
+    for name in names[1:]:
+        same = sum(a == b for x, y in zip(outputs["host"], outputs[name]) for a, b in zip(x, y))
+        print(
+            f"host / {name}: {totals['host'][0] / totals[name][0]:.2f} (fastest), "
+            f"{totals['host'][1] / totals[name][1]:.2f} (median); same 1-best: {same}/{len(sources)}"
+        )
+    graphs = getattr(decoders.get("graphed"), "search_graphs", None)
+    if graphs is not None:
+        print(f"graphed search steps: {graphs.captures} captured, {graphs.replays} replayed, on: {graphs.on}")
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ from ..search.base import Hypothesis, RowFacts, Search, SentenceRecords, StepOut
 from ..search.beam import BeamSearch
 from ..search.device.beam import DeviceBeamSearch
 from ..search.device.done_flags import check_interval
+from ..search.device.graphs import GraphedSearch, SearchGraphs
 from ..search.device.greedy import DeviceGreedySearch
 from ..search.device.sampling import DeviceSampling
 from ..search.diverse import DiverseBeamSearch
@@ -58,6 +59,7 @@ from ..search.processors import (
     Processor,
     Processors,
     RepetitionPenalty,
+    steady_from,
 )
 from ..search.sampling import Filters, SamplingSearch
 from ..search.stop_rules import beam_rule
@@ -68,6 +70,8 @@ DeviceSearch = DeviceBeamSearch | DeviceGreedySearch | DeviceSampling
 # Sentences in a batch from which `--search-on auto` searches on a GPU: there the two searches tied at
 # 32 sentences and the device search led from 64 (docs/speed.md#the-search-on-the-device).
 DEVICE_SEARCH_FROM = 64
+# With its steps replayed as CUDA graphs (search/device/graphs.py) it led at every size measured.
+GRAPHED_DEVICE_SEARCH_FROM = 1
 AUTO_DEVICE_SEARCH_ON = ("cuda",)  # device types where `auto` may choose it (on a CPU both searches tie)
 
 
@@ -159,12 +163,31 @@ class BatchDecoder:
             warn(f"the search runs on the host: the device search does not hold {refusal} (docs/search.md)")
         self.search_on = "host" if refusal else search_on
         self.check_every = check_interval(self.device)  # steps between the device search's done checks
+        # the model's own bans and those asked for, made once: a captured search step reads their ids
+        self.ban_rules = self.bans(self.rule_stage)
+        # the device search's steps as CUDA graphs, where the model's steps are (search/device/graphs.py);
+        # a failed capture is told as the step runner tells its own, at once
+        graphed = self.device.type == "cuda" and getattr(self.steps, "graphs", False)
+        self.search_graphs = SearchGraphs(getattr(self.steps, "warn", None)) if graphed else None
 
     def on_device(self, sentences: int) -> bool:
         """Whether a batch of `sentences` searches on the device."""
         if self.search_on == "auto":
-            return self.device.type in AUTO_DEVICE_SEARCH_ON and sentences >= DEVICE_SEARCH_FROM
+            smallest = GRAPHED_DEVICE_SEARCH_FROM if self.graphs_hold_the_options() else DEVICE_SEARCH_FROM
+            return self.device.type in AUTO_DEVICE_SEARCH_ON and sentences >= smallest
         return self.search_on == "device"
+
+    def graphs_hold_the_options(self) -> bool:
+        """Whether the device search's steps replay as CUDA graphs with these options, once the
+        processors act alike (`graphed`): a beam or greedy search without attention facts."""
+        cfg = self.cfg
+        return (
+            self.search_graphs is not None
+            and not cfg.sampling
+            and not cfg.attention_readers
+            and self.log_probs is log_softmax
+            and steady_from(self.processor_chain()) is not None
+        )
 
     def device_search_refusal(self) -> str | None:
         """The option asked for that the device search (search/device_beam.py) does not hold, or None."""
@@ -280,17 +303,20 @@ class BatchDecoder:
     def make_processors(
         self, search: Strategy, max_steps: list[int], prefixes: list[list[int]] | None = None
     ) -> Processors:
-        cfg, rules = self.cfg, self.rules
+        last_step = torch.tensor(max_steps, device=self.device) - 1
+        return Processors(self.processor_chain(prefixes), search.start_tokens, last_step)
+
+    def processor_chain(self, prefixes: list[list[int]] | None = None) -> list[Processor]:
+        """The rules on each step's scores that the options ask for, in the order they apply."""
+        cfg, rules, stage = self.cfg, self.rules, self.rule_stage
         chain: list[Processor] = []
-        # CTranslate2 bans on the logits: the log-probs it scores are renormalised over what is allowed
-        stage = "logits" if cfg.early_stopping == "ctranslate2" else "logprobs"
         if cfg.repetition_penalty != 1.0:
             chain.append(RepetitionPenalty(cfg.repetition_penalty))
         if cfg.no_repeat_ngram_size:
             chain.append(NoRepeatNgram(cfg.no_repeat_ngram_size, stage))
         if cfg.block_ngram_repeat:
             chain.append(BlockNgramRepeat(cfg.block_ngram_repeat, self.excluded_ids, self.device))
-        chain += self.bans(stage)
+        chain += self.ban_rules
         if cfg.min_length:
             chain.append(MinLength(cfg.min_length, self.eos_id, stage))
         if rules.forced_bos_id is not None:
@@ -299,8 +325,13 @@ class BatchDecoder:
             chain.append(ForceEosAtLimit(self.eos_id))
         if prefixes and any(prefixes):  # last: a prefix longer than the step limit is cut there, not ended
             chain.append(ForcePrefix(prefixes, int(rules.forced_bos_id is not None), self.device))
-        last_step = torch.tensor(max_steps, device=self.device) - 1
-        return Processors(chain, search.start_tokens, last_step)
+        return chain
+
+    @property
+    def rule_stage(self) -> str:
+        """Where the bans and the length rules act: CTranslate2's on the logits (the log-probs it
+        scores are renormalised over what is allowed), else on the log-probs."""
+        return "logits" if self.cfg.early_stopping == "ctranslate2" else "logprobs"
 
     def bans(self, stage: str) -> list[BanTokens]:
         """The tokens never generated: the model's own (pad, its start token) and those asked for
@@ -377,15 +408,38 @@ class BatchDecoder:
             logits = self.steps.decode_step(tokens, cache)
             if step == 0 and not bool((logits < math.inf).all()):  # NaN or +inf; -inf may be a bias's ban
                 raise NonFiniteValues("the first step's logits")
-            logits = processors.on_logits(logits.float(), step)  # nothing unless a rule acts on logits
-            logprobs = processors(self.log_probs(logits), step)
-            out = search.advance(logprobs, step, None if attention is None else attention.facts(cache.attention))
+
+            def score(logits: torch.Tensor) -> torch.Tensor:  # float32 logits -> processed log-probs, in place
+                return processors(self.log_probs(processors.on_logits(logits, step)), step)  # on_logits: mostly none
+
+            graphs = self.search_graphs
+            if graphs is not None and self.graphed(search, processors, attention, step):
+                graphed = cast(GraphedSearch, search)
+                out = graphed.next_rows(graphs.choose(graphed, logits, score))
+            else:
+                facts = None if attention is None else attention.facts(cache.attention)
+                out = search.advance(score(logits.float()), step, facts)
             yield search
             if search.done:
                 break
             for state in states:
                 state.follow(out)
             tokens = out.tokens
+
+    def graphed(self, search: Any, processors: Processors, attention: AttentionFacts | None, step: int) -> bool:
+        """Whether this step's search replays as a CUDA graph (search/device/graphs.py): a device
+        beam or greedy search where the model's steps are graphs, with no attention facts, the
+        log-softmax of one model, and every processor doing the same work from this step on."""
+        steady = processors.steady_from
+        return (
+            self.search_graphs is not None
+            and self.search_graphs.on
+            and hasattr(search, "choose")
+            and attention is None
+            and self.log_probs is log_softmax
+            and steady is not None
+            and step >= steady
+        )
 
     def encode(self, sources: list[list[int]]) -> tuple[Any, torch.Tensor]:
         """The batch's memory and source mask: the padded ids through the model's encoder, or, for

@@ -193,8 +193,9 @@ class RuntimeConfig(Section):
         "auto",
         "Where the search keeps its records: as tensor operations on the model's "
         "device, the host reading a done flag every few steps (device), or per sentence on the "
-        "host after a copy every step (host); auto: the host on a CPU, and on a GPU the device for "
-        "batches of 64 sentences or more (docs/search.md). Same tokens.",
+        "host after a copy every step (host); auto: the host on a CPU; on a GPU the device, its "
+        "steps replayed as CUDA graphs where the options allow, else from 64 sentences "
+        "(docs/search.md). Same tokens.",
         choices=("auto", "device", "host"),
     )
     threads: int | None = option(

@@ -34,6 +34,8 @@ class Endings:
     batch, position i its i-th, compacted with it when finished sentences leave. `kept`: what
     the pools keep of a hypothesis beside its score (finished.py)."""
 
+    STATE: tuple[str, ...] = ("divisors", "max_steps", "divisor_limit", "done")  # besides the pool's entries
+
     def __init__(
         self,
         *,
@@ -100,6 +102,18 @@ class Endings:
         valid = ends & (totals > NEG_INF)
         return valid.masked_fill_(self.done[:, None], False), self.scored(totals, length, coverage_penalty)
 
+    def state(self) -> dict[str, torch.Tensor]:
+        """The tensors a step reads or writes, by name (the device search's `state`)."""
+        own = {name: getattr(self, name) for name in self.STATE}
+        return own | {"pool." + name: value for name, value in self.pool.entries.items()}
+
+    def bind(self, state: dict[str, torch.Tensor]) -> None:
+        for name, value in state.items():
+            if name.startswith("pool."):
+                self.pool.entries[name.removeprefix("pool.")] = value
+            else:
+                setattr(self, name, value)
+
     def compact(self, keep: torch.Tensor) -> None:
         """Only the sentences at positions `keep` stay in the batch."""
         self.pool.keep(keep)
@@ -110,6 +124,8 @@ class BeamEndings(Endings):
     """`Endings` of a beam search: its stop rule (`rule`, a name of STOP_RULES; `n_best` at most
     the pool's size), and what rule `top` remembers, whether the top-ranked candidate of a step
     has ended: since any earlier step (`top_sticks`), or at this one only (OpenNMT-py's beam)."""
+
+    STATE = (*Endings.STATE, "top_ended")
 
     def __init__(self, *, rule: str, n_best: int, eos_id: int, top_sticks: bool = True, **common) -> None:
         super().__init__(**common)

@@ -33,6 +33,9 @@ class Processor(Protocol):
     A processor with row state of its own also has `follow(out: StepOutput)`: row r of the next
     step continues row out.origin[r] (rows reordered, widened after step 0, finished sentences
     dropped), exactly as the decoder cache follows the search.
+    steady_from: the first step from which it does the same operations at every step (reads
+        neither the step number nor the growing history), so that a CUDA graph captured at one
+        step may replay it at the next (search/device/graphs.py); None (or absent): never.
     """
 
     def __call__(self, scores: torch.Tensor, step: int, rows: RowHistory, /) -> torch.Tensor: ...
@@ -75,6 +78,7 @@ class MinLength:
 
     def __init__(self, min_length: int, eos_id: int, stage: str = "logprobs") -> None:
         self.min_length, self.eos_id = min_length, eos_id
+        self.steady_from = min_length  # nothing to do from there on
         self.stage = stage  # or "logits": then the log-probs are renormalised over what is allowed (CTranslate2)
 
     def __call__(self, logprobs: torch.Tensor, step: int, rows: RowHistory) -> torch.Tensor:
@@ -89,6 +93,7 @@ class BanTokens:
     def __init__(self, token_ids: Iterable[int], device: torch.device | str = "cpu", stage: str = "logprobs") -> None:
         self.index = torch.tensor(sorted(set(token_ids)), dtype=torch.long, device=device)
         self.stage = stage  # as MinLength's
+        self.steady_from = 0
 
     def __call__(self, logprobs: torch.Tensor, step: int, rows: RowHistory) -> torch.Tensor:
         return logprobs.index_fill_(1, self.index, NEG_INF)
@@ -100,6 +105,7 @@ class ForceFirstToken:
 
     def __init__(self, token_id: int) -> None:
         self.token_id = token_id
+        self.steady_from = 1
 
     def __call__(self, logprobs: torch.Tensor, step: int, rows: RowHistory) -> torch.Tensor:
         if step == 0:
@@ -233,6 +239,7 @@ class ForcePrefix:
         self.tokens = self.tokens.to(device)
         self.lengths = torch.tensor([len(p) for p in prefixes], device=device)
         self.offset = offset
+        self.steady_from = offset + longest
 
     def __call__(self, logprobs: torch.Tensor, step: int, rows: RowHistory) -> torch.Tensor:
         position = step - self.offset
@@ -248,6 +255,12 @@ class ForcePrefix:
             self.lengths = self.lengths.index_select(0, out.origin)
 
 
+def steady_from(processors: list[Processor]) -> int | None:
+    """The step from which every processor does the same work at each step; None if one never does."""
+    steady = [getattr(p, "steady_from", None) for p in processors]
+    return None if None in steady else max([s for s in steady if s is not None], default=0)
+
+
 class Processors:
     """The processors of one batch, applied in order, and the row state they share: those of
     stage "logits" by `on_logits`, the others by calling it on the log-probabilities. All of
@@ -261,6 +274,7 @@ class Processors:
         self.following = [p for p in processors if hasattr(p, "follow")]
         keep_history = any(getattr(p, "needs_history", False) for p in processors)
         self.rows = RowHistory(start_tokens, last_step, keep_history)
+        self.steady_from = steady_from(processors)
 
     def on_logits(self, logits: torch.Tensor, step: int) -> torch.Tensor:
         for processor in self.on_logits_chain:

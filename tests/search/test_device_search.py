@@ -19,6 +19,7 @@ from nmtdecode.models.checkpoint import ModelRules
 from nmtdecode.models.fixed_step import FixedShapeSteps
 from nmtdecode.search.beam import Beam, Finished
 from nmtdecode.search.device.done_flags import DoneFlags
+from nmtdecode.search.device.graphs import Captured, SearchGraphs
 from nmtdecode.search.device.records import KEPT
 from nmtdecode.search.finished import Ended, FinishedPool
 from nmtdecode.search.history import StepHistory
@@ -119,6 +120,81 @@ def test_on_the_fixed_shape_step(model, options):
     assert device == host
 
 
+def spoiled(value):
+    """A tensor's values made wrong in place: NaN, an index out of every range, flipped flags."""
+    if value.dtype == torch.bool:
+        return value.logical_not_()
+    return value.fill_(float("nan") if value.is_floating_point() else -(10**6))
+
+
+@pytest.mark.parametrize("options", ["beam_nbest_all", "greedy", "coverage_alignment_attention", "banned"])
+@pytest.mark.parametrize("rules", ["plain", "opennmt"])
+def test_a_search_handed_new_state_tensors_every_step_decodes_as_before(model, options, rules):
+    """What a step replayed as a CUDA graph relies on (search/device/graphs.py): `state()` names
+    every tensor a step reads or writes that outlives it. Before each step the search hands its
+    state over to new tensors (`Captured.adopt`, as when a batch takes up a graph's) and the old
+    ones are spoiled: a tensor that `state()` left out would still be read, and change the result."""
+    cfg = DecodingConfig(max_length=15, **OPTIONS[options])
+    host, _ = both(model, cfg, rules=RULES[rules])
+    decoder = BatchDecoder(model, cfg, RULES[rules], search_on="device")
+    decoder.check_every = 4
+    handed = 0
+    for search in decoder.stepwise(SOURCES):
+        with torch.inference_mode():  # the search's tensors are inference tensors
+            old = search.state()
+            Captured(graph=None, state={name: value.clone() for name, value in old.items()}, chosen=None).adopt(search)
+            assert all(search.state()[name] is not value for name, value in old.items())
+            for value in old.values():
+                spoiled(value)
+        handed += 1
+    with torch.inference_mode():
+        assert handed > 5 and everything(decoder.trimmed(search.results(cfg.n_best), SOURCES)) == host
+
+
+def tensors_of(value, path=""):
+    """Every tensor reachable from a search's attributes, by path ("ends.pool.entries.score")."""
+    if isinstance(value, torch.Tensor):
+        yield path, value
+    elif isinstance(value, (dict, list, tuple)):
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in items:
+            yield from tensors_of(item, f"{path}.{key}")
+    elif type(value).__module__.startswith("nmtdecode.search"):
+        for key, item in vars(value).items():
+            yield from tensors_of(item, f"{path}.{key}" if path else key)
+
+
+# what a step neither reads nor writes: the first step's tokens, the pools of sentences that left
+# the batch, the host's copy of the done flags; the sampler's random state is out of the graphs' scope
+NOT_STEP_STATE = ("start_tokens", "ends.pool.stored.", "flags.copy.")
+
+
+@pytest.mark.parametrize("options", ["beam_nbest_all", "greedy", "coverage_alignment_attention"])
+@pytest.mark.parametrize("rules", ["plain", "opennmt"])
+def test_the_state_of_a_search_is_every_tensor_it_holds(model, options, rules):
+    """A tensor a search holds outside `state()` would be read by a replayed graph where its
+    capture found it, whatever the step or the batch."""
+    decoder = BatchDecoder(model, DecodingConfig(max_length=15, **OPTIONS[options]), RULES[rules], search_on="device")
+    decoder.check_every = 4
+    for step, search in enumerate(decoder.stepwise(SOURCES)):
+        state = {id(value) for value in search.state().values()}
+        held = [path for path, value in tensors_of(search) if id(value) not in state]
+        assert [path for path in held if not path.startswith(NOT_STEP_STATE)] == [], step
+
+
+def test_a_graph_captures_from_the_step_where_every_processor_acts_alike(model):
+    """Processors.steady_from: the first step from which a captured step may replay them."""
+    decoder = BatchDecoder(model, DecodingConfig(beam_size=2, min_length=3), ModelRules(forced_bos_id=7))
+    search = decoder.make_device_search(2, [10, 10])
+    assert decoder.make_processors(search, [10, 10]).steady_from == 3  # MinLength's, after ForceFirstToken's 1
+    assert decoder.make_processors(search, [10, 10], [[5, 6, 7, 8], []]).steady_from == 5  # the prefix: 1 + 4
+    blocking = BatchDecoder(model, DecodingConfig(beam_size=2, no_repeat_ngram_size=2))
+    assert blocking.make_processors(search, [10, 10]).steady_from is None  # it reads the growing history
+    forced_eos = BatchDecoder(model, DecodingConfig(beam_size=2), ModelRules(forced_eos=True))
+    assert forced_eos.make_processors(search, [10, 10]).steady_from is None  # it compares the step
+    assert BatchDecoder(model, DecodingConfig(beam_size=2)).make_processors(search, [10, 10]).steady_from == 0
+
+
 @pytest.mark.parametrize("options", ["coverage_alignment_attention", "greedy_coverage_alignment", "sampling"])
 def test_a_step_reads_nothing_on_the_host_between_checks(model, monkeypatch, options):
     """Between two checks of the done flags, a step converts no tensor to a host value."""
@@ -166,6 +242,30 @@ def test_auto_searches_on_a_gpu_from_64_sentences_where_the_device_search_holds_
     host = BatchDecoder(model, DecodingConfig(max_length=10), search_on="host")
     device = BatchDecoder(model, DecodingConfig(max_length=10), search_on="device")
     assert not host.on_device(128) and device.on_device(1)
+
+
+@pytest.mark.parametrize(
+    "options, graphed",
+    [
+        (dict(beam_size=4), True),
+        (dict(beam_size=1, min_length=3, ban_unk=True), True),  # replayed once the min length is passed
+        (dict(sampling=True, top_k=5), False),
+        (dict(beam_size=4, coverage_penalty="wu", beta=0.2), False),
+        (dict(beam_size=4, no_repeat_ngram_size=2), False),
+    ],
+)
+def test_auto_searches_on_a_gpu_at_every_size_where_its_steps_replay_as_graphs(model, monkeypatch, options, graphed):
+    """Where the device search's steps replay as CUDA graphs (a GPU with graphs on: here the CPU
+    counted as one, with an unused SearchGraphs) it led at every batch size measured; with options
+    the graphs do not hold, auto keeps the 64-sentence rule."""
+    import nmtdecode.engine.decoding as decoding
+
+    monkeypatch.setattr(decoding, "AUTO_DEVICE_SEARCH_ON", ("cpu",))
+    auto = BatchDecoder(model, DecodingConfig(max_length=10, **options), search_on="auto")
+    assert auto.search_graphs is None and not auto.graphs_hold_the_options()  # a CPU: no graphs
+    auto.search_graphs = SearchGraphs()
+    assert auto.graphs_hold_the_options() == graphed
+    assert [auto.on_device(n) for n in (1, 32, 64)] == [graphed, graphed, True]
 
 
 def test_auto_decodes_each_batch_with_the_search_its_size_chooses(model, monkeypatch):

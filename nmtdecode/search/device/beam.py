@@ -85,10 +85,23 @@ class DeviceBeamSearch(DeviceRecords):
     def advance(self, logprobs: torch.Tensor, step: int, facts: RowFacts | None = None) -> StepOutput:
         """logprobs (n*width, V) of this step, consumed (turned into totals in place); the step number
         is the device's own."""
+        return self.next_rows(self.choose(logprobs, facts))
+
+    def choose(self, logprobs: torch.Tensor, facts: RowFacts | None = None) -> Candidates:
+        """The step's work on the device, which reads nothing on the host: the candidates, the
+        pools, the done flags and the history; returns the alive slots (n, k). A CUDA graph may
+        replay it (device/graphs.py)."""
         candidates = best_continuations(logprobs, self.alive_scores, len(self.active), self.k, self.eos_id, host=False)
         alive = keep_alive(candidates, self.k, self.eos_id, self.refill)
         self.record(candidates.first(self.k), alive, facts)
-        return next_beam_rows(self, alive)[0]  # at a check of the done flags, finished sentences leave
+        return alive
+
+    def next_rows(self, alive: Candidates) -> StepOutput:
+        """The step's end on the host: at a check of the done flags, finished sentences leave."""
+        return next_beam_rows(self, alive)[0]
+
+    def state(self) -> dict[str, torch.Tensor]:
+        return dict(super().state(), alive_scores=self.alive_scores)
 
     def record(self, top: Candidates, alive: Candidates, facts: RowFacts | None) -> None:
         """The end of the step for every sentence in the batch (endings.py, as the host search's):

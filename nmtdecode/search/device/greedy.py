@@ -52,6 +52,10 @@ class DeviceGreedySearch(DeviceRecords):
 
     def advance(self, logprobs: torch.Tensor, step: int, facts: RowFacts | None = None) -> StepOutput:
         """logprobs (n, V): each row takes its arg-max (the first of equal maxima, as greedy.py)."""
+        return self.next_rows(self.choose(logprobs, facts))
+
+    def choose(self, logprobs: torch.Tensor, facts: RowFacts | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The step's work on the device (as device/beam.py's): each row's token and total (n,)."""
         best, tokens = logprobs.max(dim=1)
         totals = self.alive_scores + best
         ends = (tokens == self.eos_id) | self.ends.at_limit(self.length)
@@ -70,4 +74,11 @@ class DeviceGreedySearch(DeviceRecords):
         )
         self.ends.done |= ends
         self.commit(tokens[:, None], slot, totals[:, None], attached)
-        return next_greedy_rows(self, tokens, totals)
+        return tokens, totals
+
+    def next_rows(self, chosen: tuple[torch.Tensor, torch.Tensor]) -> StepOutput:
+        """The step's end on the host: at a check of the done flags, finished sentences leave."""
+        return next_greedy_rows(self, *chosen)
+
+    def state(self) -> dict[str, torch.Tensor]:
+        return dict(super().state(), alive_scores=self.alive_scores, slot=self.slot)

@@ -73,12 +73,13 @@ class DeviceRecords:
         self.history.write(self.step, self.rows, tokens, prev, totals, attached)
         self.step += 1
         self.length += 1
-        self.steps += 1
 
     def leaving(self) -> torch.Tensor | None:
         """At a check of the done flags: the positions (kept,) in the batch of the sentences that
         stay (as the host search's `survivors`), every piece of state here compacted to them
-        (`compact`); None when the batch stays as it is."""
+        (`compact`); None when the batch stays as it is. The host's count of the steps is kept
+        here, after the step's device work, which a CUDA graph may replay (device/graphs.py)."""
+        self.steps += 1
         known = self.flags.check(self.steps, self.ends.done)
         if known is None:
             return None
@@ -98,6 +99,26 @@ class DeviceRecords:
         self.ends.pool.store(self.rows)
         self.ends.compact(keep)
         self.rows = self.rows[keep]
+
+    def state(self) -> dict[str, torch.Tensor]:
+        """Every tensor a step reads or writes that outlives it, by name: what a captured step
+        holds in place (device/graphs.py); `bind` puts such tensors in their places."""
+        history = {"history." + name: getattr(self.history, name) for name in ("tokens", "prev", "totals")}
+        history.update({"history.attached." + name: value for name, value in self.history.attached.items()})
+        ends = {"ends." + name: value for name, value in self.ends.state().items()}
+        return dict(step=self.step, length=self.length, rows=self.rows, **history, **ends)
+
+    def bind(self, state: dict[str, torch.Tensor]) -> None:
+        for name, value in state.items():
+            owner, _, field = name.partition(".")
+            if owner == "ends":
+                self.ends.bind({field: value})
+            elif field.startswith("attached."):
+                self.history.attached[field.removeprefix("attached.")] = value
+            elif owner == "history":
+                setattr(self.history, field, value)
+            else:
+                setattr(self, name, value)
 
     def results(self, n_best: int) -> list[list[Hypothesis]]:
         return finished_hypotheses(self.ends.pool.store(self.rows), self.history, self.steps, n_best, self.eos_id)
