@@ -179,7 +179,8 @@ class RuntimeConfig(Section):
     )
     cuda_graphs: str = option(
         "auto",
-        "CUDA: each decoding step replayed as a captured CUDA graph (auto), or run operator by operator (off).",
+        "CUDA: each decoding step (and the device search's) replayed as a captured CUDA graph (auto), "
+        "or run operator by operator (off).",
         choices=("auto", "off"),
     )
     traced_step: str = option(
