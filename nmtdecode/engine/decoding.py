@@ -15,10 +15,13 @@
 The search decides, the model computes, `BatchDecoder` only connects them
 (search/base.py has the step contract). The search keeps its records on the host
 (search/beam.py: a `Beam` per sentence, one copy a step) or as tensors on the device
-(search/device_beam.py: the host reads a done flag every few steps, so `search.done`
+(search/device/beam.py: the host reads a done flag every few steps, so `search.done`
 may become true a few steps late); the loop is the same for both. How the model's steps run (eagerly, traced on
 a CPU, as CUDA graphs) is the step runner's (models/steps.py), which the engine chose
-when it loaded the model; the cache is a DecoderState (models/state.py). It knows
+when it loaded the model; the cache is a DecoderState (models/state.py). Where the
+model's steps are CUDA graphs, the device search's share of a step (the processors, the
+log-softmax, `advance` up to its host part) is replayed as one too (`graphed`:
+search/device/graphs.py). It knows
 nothing of files or jobs: resolve.py builds one per job and the engine (engine.py) feeds it
 batches. `decode` is the one entry (a batch's n-best lists, and with `trace` its search for
 --dump-beam); `stepwise` is the same loop a step at a time (the API's generate_tokens).
@@ -190,7 +193,7 @@ class BatchDecoder:
         )
 
     def device_search_refusal(self) -> str | None:
-        """The option asked for that the device search (search/device_beam.py) does not hold, or None."""
+        """The option asked for that the device search (search/device/beam.py) does not hold, or None."""
         if self.trace:
             return "--dump-beam"
         if self.cfg.beam_groups > 1:
@@ -238,8 +241,8 @@ class BatchDecoder:
         line_ids: list[int] | None = None,
         prefixes: list[list[int]] | None = None,
     ) -> DeviceSearch:
-        """The strategy as tensor operations on the device (search/device_beam.py, device_greedy.py,
-        device_sampling.py), for what `device_search_refusal` accepts."""
+        """The strategy as tensor operations on the device (search/device/beam.py, greedy.py,
+        sampling.py), for what `device_search_refusal` accepts."""
         options = dict(self._search_options(batch_size, max_steps), check_every=self.check_every)
         return self._strategy(ON_DEVICE, options, line_ids, prefixes)
 

@@ -1,6 +1,6 @@
 """What the host knows of which sentences are done, when the search runs on the device.
 
-The device search keeps each sentence's done flag in a tensor (device_beam.py). Reading it on
+The device search keeps each sentence's done flag in a tensor (beam.py). Reading it on
 the host every step would be the device-to-host copy (and the wait for the step to finish)
 that the device search exists to remove, so the host asks every `every` steps. On a GPU the
 copy goes into pinned memory asynchronously and is read at the next check, one interval
