@@ -416,6 +416,8 @@ def step_profile(report: Report, device: torch.device, sizes: Sizes, out: str) -
     notes = [
         "",
         "Launches: kernels on a GPU, computing operators on a CPU (bench/operators.py); a model step's are "
-        "divided by its decoder layers (the embedding and output layer included).",
+        "divided by its decoder layers (the embedding and output layer included). The search's are those "
+        "it launches one by one: a search step replayed as a CUDA graph (search/device/graphs.py) launches "
+        "its kernels in the replay, counted in kernels/step, not here.",
     ]
     return f"marian-base {str(dtype).removeprefix('torch.')}", table + notes

@@ -182,6 +182,22 @@ def test_the_state_of_a_search_is_every_tensor_it_holds(model, options, rules):
         assert [path for path in held if not path.startswith(NOT_STEP_STATE)] == [], step
 
 
+def test_a_search_step_that_cannot_be_captured_is_told_once_and_runs_eagerly(model):
+    """On a CPU no CUDA graph can be captured: the second sighting of a shape tries, fails, says
+    so once, and every step of this job and the next batches runs eagerly, from the graphs' input
+    buffer on the first sightings, with the host search's hypotheses."""
+    warnings = []
+    cfg = DecodingConfig(max_length=15, **OPTIONS["beam_nbest_all"])
+    host, _ = both(model, cfg)
+    decoder = BatchDecoder(model, cfg, search_on="device")
+    decoder.check_every = 4
+    decoder.search_graphs = graphs = SearchGraphs(warnings.append)
+    for _ in range(2):
+        assert everything(decoder.decode(SOURCES).nbests) == host
+    assert not graphs.on and graphs.captures == graphs.replays == 0 and len(graphs.seen) > 1
+    assert len(warnings) == 1 and "capturing its step failed" in warnings[0]
+
+
 def test_a_graph_captures_from_the_step_where_every_processor_acts_alike(model):
     """Processors.steady_from: the first step from which a captured step may replay them."""
     decoder = BatchDecoder(model, DecodingConfig(beam_size=2, min_length=3), ModelRules(forced_bos_id=7))

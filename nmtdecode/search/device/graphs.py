@@ -124,10 +124,10 @@ class SearchGraphs:
         no graph is tried again in this job, and the caller runs the step eagerly)."""
         state = {name: value.clone() for name, value in search.state().items()}
         search.bind(state)
-        if self.pool is None:
-            self.pool = torch.cuda.graph_pool_handle()
-        graph = torch.cuda.CUDAGraph()
         try:
+            if self.pool is None:
+                self.pool = torch.cuda.graph_pool_handle()
+            graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=self.pool):
                 chosen = search.choose(score(scores))
                 for name, value in search.state().items():
@@ -135,7 +135,7 @@ class SearchGraphs:
                         raise NotCapturable(f"the step changed the shape of {name}")
                     if value is not state[name]:
                         state[name].copy_(value)
-        except RuntimeError as error:  # an operation that reads the host, or NotCapturable
+        except RuntimeError as error:  # an operation that reads the host, NotCapturable, no CUDA
             search.bind(state)  # nothing ran: the copy holds the state before the step
             self.on = False
             if self.warn:
