@@ -8,6 +8,7 @@ from nmtdecode.engine.batching import Example
 from nmtdecode.options.config import DecodingConfig
 from nmtdecode.engine.decoding import BatchDecoder
 from nmtdecode.engine.engine import in_halves_when_out_of_memory
+from nmtdecode.models.checkpoint import ModelRules
 from nmtdecode.models.fixed_step import FixedShapeSteps
 
 from tests.helpers import forced_total, random_sources, tiny_transformer
@@ -238,6 +239,8 @@ def test_the_device_search_gives_the_host_search_tokens_on_cuda(strategy, graphs
         ("beam", {}),
         ("beam_opennmt_rules", {}),
         ("beam", dict(min_length=3, ban_unk=True, early_stopping="ctranslate2")),  # graphed from step 3
+        ("beam", "forced_first_and_last"),  # Hugging Face's forced BOS and EOS (Marian's, BART's, NLLB's configs)
+        ("greedy", "forced_first_and_last"),
     ],
 )
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
@@ -248,10 +251,11 @@ def test_the_device_search_replays_its_steps_as_cuda_graphs(strategy, options, d
     batch's search taking up the graphs' state), and the host search agrees with all of them."""
     model = tiny_transformer(1, vocab=20, eos_bias=1.0).to("cuda", dtype)
     sources = random_sources(19, 20, seed=6)
-    cfg = DecodingConfig(max_length=30, **STRATEGIES[strategy], **options)
+    rules = ModelRules(forced_bos_id=7, forced_eos=True) if options == "forced_first_and_last" else None
+    cfg = DecodingConfig(max_length=30, **STRATEGIES[strategy], **(options if rules is None else {}))
     steps = FixedShapeSteps(model, graphs=True, warn=refuse_to_fall_back)
-    graphed = BatchDecoder(model, cfg, steps=steps, search_on="device", warn=refuse_to_fall_back)
-    eager = BatchDecoder(model, cfg, steps=steps, search_on="device")
+    graphed = BatchDecoder(model, cfg, rules, steps=steps, search_on="device", warn=refuse_to_fall_back)
+    eager = BatchDecoder(model, cfg, rules, steps=steps, search_on="device")
     eager.search_graphs = None
     graphs = graphed.search_graphs
     assert graphs is not None
@@ -263,7 +267,7 @@ def test_the_device_search_replays_its_steps_as_cuda_graphs(strategy, options, d
             [(h.tokens, h.score) for h in n] for n in expected
         ]
         if dtype == torch.float32:
-            assert_same(BatchDecoder(model, cfg, search_on="host").decode(batch).nbests, replayed)
+            assert_same(BatchDecoder(model, cfg, rules, search_on="host").decode(batch).nbests, replayed)
     assert graphs.on and graphs.captures == before and graphs.replays > 2 * graphs.captures > 0
 
 

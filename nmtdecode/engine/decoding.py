@@ -45,7 +45,7 @@ from ..search.base import Hypothesis, RowFacts, Search, SentenceRecords, StepOut
 from ..search.beam import BeamSearch
 from ..search.device.beam import DeviceBeamSearch
 from ..search.device.done_flags import check_interval
-from ..search.device.graphs import GraphedSearch, SearchGraphs
+from ..search.device.graphs import GraphedSearch, GraphedStep, SearchGraphs
 from ..search.device.greedy import DeviceGreedySearch
 from ..search.device.sampling import DeviceSampling
 from ..search.diverse import DiverseBeamSearch
@@ -418,7 +418,7 @@ class BatchDecoder:
             graphs = self.search_graphs
             if graphs is not None and self.graphed(search, processors, attention, step):
                 graphed = cast(GraphedSearch, search)
-                out = graphed.next_rows(graphs.choose(graphed, logits, score))
+                out = graphed.next_rows(graphs.choose(GraphedStep(graphed, processors), logits, score))
             else:
                 facts = None if attention is None else attention.facts(cache.attention)
                 out = search.advance(score(logits.float()), step, facts)

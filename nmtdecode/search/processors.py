@@ -46,12 +46,15 @@ class RowHistory:
 
     history (N, step+1): the decoder start token then every token chosen so
     far, kept only when a processor asks for it. last_step (N,): the step at
-    which each row's sentence reaches its step limit.
+    which each row's sentence reaches its step limit. step (1,): the step being
+    decoded, on the device (`follow` counts it), which a rule compares with
+    without reading a host value, as a step replayed as a CUDA graph needs.
     """
 
     def __init__(self, start_tokens: torch.Tensor, last_step: torch.Tensor, keep_history: bool) -> None:
         self._history = start_tokens[:, None] if keep_history else None
         self.last_step = last_step
+        self.step = torch.zeros(1, dtype=torch.long, device=last_step.device)
 
     @property
     def history(self) -> torch.Tensor:
@@ -64,8 +67,18 @@ class RowHistory:
     def history(self, tokens: torch.Tensor) -> None:
         self._history = tokens
 
+    def state(self) -> dict[str, torch.Tensor]:
+        """Its tensors by name (Processors.state)."""
+        own = {"last_step": self.last_step, "step": self.step}
+        return own if self._history is None else own | {"history": self._history}
+
+    def bind(self, state: dict[str, torch.Tensor]) -> None:
+        for name, value in state.items():
+            setattr(self, "_history" if name == "history" else name, value)
+
     def follow(self, out: StepOutput) -> None:
         """Row r of the next step continues row out.origin[r] and adds out.tokens[r]."""
+        self.step += 1
         if out.origin is not None:
             self.last_step = self.last_step.index_select(0, out.origin)
         if self._history is not None:
@@ -114,13 +127,15 @@ class ForceFirstToken:
 
 
 class ForceEosAtLimit:
-    """A row at its last step must end with EOS (Hugging Face's `forced_eos_token_id`)."""
+    """A row at its last step must end with EOS (Hugging Face's `forced_eos_token_id`). The step is
+    compared on the device (`rows.step`), so the same operations serve every step."""
 
     def __init__(self, eos_id: int) -> None:
         self.eos_id = eos_id
+        self.steady_from = 0
 
     def __call__(self, logprobs: torch.Tensor, step: int, rows: RowHistory) -> torch.Tensor:
-        at_limit = (rows.last_step == step)[:, None]  # (N, 1)
+        at_limit = (rows.last_step == rows.step)[:, None]  # (N, 1)
         forced = torch.full_like(logprobs[:1], NEG_INF)
         forced[0, self.eos_id] = 0.0
         return torch.where(at_limit, forced, logprobs, out=logprobs)
@@ -275,6 +290,15 @@ class Processors:
         keep_history = any(getattr(p, "needs_history", False) for p in processors)
         self.rows = RowHistory(start_tokens, last_step, keep_history)
         self.steady_from = steady_from(processors)
+
+    def state(self) -> dict[str, torch.Tensor]:
+        """The row state the rules read, by name (what a step replayed as a CUDA graph holds in
+        place, search/device/graphs.py); `bind` puts such tensors in their places. A rule's own
+        tensors are either the job's (the bans' ids) or read only before its `steady_from`."""
+        return self.rows.state()
+
+    def bind(self, state: dict[str, torch.Tensor]) -> None:
+        self.rows.bind(state)
 
     def on_logits(self, logits: torch.Tensor, step: int) -> torch.Tensor:
         for processor in self.on_logits_chain:

@@ -19,7 +19,8 @@ from nmtdecode.models.checkpoint import ModelRules
 from nmtdecode.models.fixed_step import FixedShapeSteps
 from nmtdecode.search.beam import Beam, Finished
 from nmtdecode.search.device.done_flags import DoneFlags
-from nmtdecode.search.device.graphs import Captured, SearchGraphs
+from nmtdecode.search.device.graphs import Captured, GraphedStep, SearchGraphs
+from nmtdecode.search.processors import ForcePrefix
 from nmtdecode.search.device.records import KEPT
 from nmtdecode.search.finished import Ended, FinishedPool
 from nmtdecode.search.history import StepHistory
@@ -127,23 +128,37 @@ def spoiled(value):
     return value.fill_(float("nan") if value.is_floating_point() else -(10**6))
 
 
+def with_processors(decoder):
+    """The decoder, keeping each batch's Processors in `decoder.made` as it makes them."""
+    decoder.made, make = [], decoder.make_processors
+
+    def making(*args, **kwargs):
+        decoder.made.append(make(*args, **kwargs))
+        return decoder.made[-1]
+
+    decoder.make_processors = making
+    return decoder
+
+
 @pytest.mark.parametrize("options", ["beam_nbest_all", "greedy", "coverage_alignment_attention", "banned"])
-@pytest.mark.parametrize("rules", ["plain", "opennmt"])
+@pytest.mark.parametrize("rules", ["plain", "opennmt", "forced_first_and_last"])
 def test_a_search_handed_new_state_tensors_every_step_decodes_as_before(model, options, rules):
     """What a step replayed as a CUDA graph relies on (search/device/graphs.py): `state()` names
-    every tensor a step reads or writes that outlives it. Before each step the search hands its
-    state over to new tensors (`Captured.adopt`, as when a batch takes up a graph's) and the old
-    ones are spoiled: a tensor that `state()` left out would still be read, and change the result."""
+    every tensor a step reads or writes that outlives it, the search's and its processors'. Before
+    each step both hand their state over to new tensors (`Captured.adopt`, as when a batch takes
+    up a graph's) and the old ones are spoiled: a tensor left out would still be read, and change
+    the result."""
     cfg = DecodingConfig(max_length=15, **OPTIONS[options])
     host, _ = both(model, cfg, rules=RULES[rules])
-    decoder = BatchDecoder(model, cfg, RULES[rules], search_on="device")
+    decoder = with_processors(BatchDecoder(model, cfg, RULES[rules], search_on="device"))
     decoder.check_every = 4
     handed = 0
     for search in decoder.stepwise(SOURCES):
+        step = GraphedStep(search, decoder.made[-1])
         with torch.inference_mode():  # the search's tensors are inference tensors
-            old = search.state()
-            Captured(graph=None, state={name: value.clone() for name, value in old.items()}, chosen=None).adopt(search)
-            assert all(search.state()[name] is not value for name, value in old.items())
+            old = step.state()
+            Captured(graph=None, state={name: value.clone() for name, value in old.items()}, chosen=None).adopt(step)
+            assert all(step.state()[name] is not value for name, value in old.items())
             for value in old.values():
                 spoiled(value)
         handed += 1
@@ -158,28 +173,35 @@ def tensors_of(value, path=""):
     elif isinstance(value, (dict, list, tuple)):
         items = value.items() if isinstance(value, dict) else enumerate(value)
         for key, item in items:
-            yield from tensors_of(item, f"{path}.{key}")
+            yield from tensors_of(item, f"{path}.{key}" if path else str(key))
     elif type(value).__module__.startswith("nmtdecode.search"):
         for key, item in vars(value).items():
             yield from tensors_of(item, f"{path}.{key}" if path else key)
 
 
 # what a step neither reads nor writes: the first step's tokens, the pools of sentences that left
-# the batch, the host's copy of the done flags; the sampler's random state is out of the graphs' scope
-NOT_STEP_STATE = ("start_tokens", "ends.pool.stored.", "flags.copy.")
+# the batch, the host's copy of the done flags, the rows' first tokens
+NOT_STEP_STATE = ("search.start_tokens", "search.ends.pool.stored.", "search.flags.copy.", "rows.start_tokens")
 
 
-@pytest.mark.parametrize("options", ["beam_nbest_all", "greedy", "coverage_alignment_attention"])
-@pytest.mark.parametrize("rules", ["plain", "opennmt"])
-def test_the_state_of_a_search_is_every_tensor_it_holds(model, options, rules):
-    """A tensor a search holds outside `state()` would be read by a replayed graph where its
-    capture found it, whatever the step or the batch."""
-    decoder = BatchDecoder(model, DecodingConfig(max_length=15, **OPTIONS[options]), RULES[rules], search_on="device")
+@pytest.mark.parametrize("options", ["beam_nbest_all", "greedy", "coverage_alignment_attention", "banned"])
+@pytest.mark.parametrize("rules", ["plain", "opennmt", "forced_first_and_last"])
+def test_the_state_of_a_step_is_every_tensor_its_search_and_processors_hold(model, options, rules):
+    """A tensor held outside `state()` would be read by a replayed graph where its capture found
+    it, whatever the step or the batch. The rules' own tensors are the bans' ids, the job's (one
+    tensor for every batch), and a prefix's, read only before the step its graphs start from."""
+    decoder = with_processors(
+        BatchDecoder(model, DecodingConfig(max_length=15, **OPTIONS[options]), RULES[rules], search_on="device")
+    )
     decoder.check_every = 4
-    for step, search in enumerate(decoder.stepwise(SOURCES)):
-        state = {id(value) for value in search.state().values()}
-        held = [path for path, value in tensors_of(search) if id(value) not in state]
-        assert [path for path in held if not path.startswith(NOT_STEP_STATE)] == [], step
+    for number, search in enumerate(decoder.stepwise(SOURCES, prefixes=PREFIXES)):
+        processors = decoder.made[-1]
+        state = {id(value) for value in GraphedStep(search, processors).state().values()}
+        held = [p for p, value in tensors_of({"search": search, "rows": processors.rows}) if id(value) not in state]
+        assert [path for path in held if not path.startswith(NOT_STEP_STATE)] == [], number
+    rules_with_tensors = [p for p in processors.on_logits_chain + processors.processors if list(tensors_of(p))]
+    assert all(p in decoder.ban_rules or isinstance(p, ForcePrefix) for p in rules_with_tensors)
+    assert any(isinstance(p, ForcePrefix) for p in rules_with_tensors)  # the walk saw them
 
 
 def test_a_search_step_that_cannot_be_captured_is_told_once_and_runs_eagerly(model):
@@ -207,7 +229,7 @@ def test_a_graph_captures_from_the_step_where_every_processor_acts_alike(model):
     blocking = BatchDecoder(model, DecodingConfig(beam_size=2, no_repeat_ngram_size=2))
     assert blocking.make_processors(search, [10, 10]).steady_from is None  # it reads the growing history
     forced_eos = BatchDecoder(model, DecodingConfig(beam_size=2), ModelRules(forced_eos=True))
-    assert forced_eos.make_processors(search, [10, 10]).steady_from is None  # it compares the step
+    assert forced_eos.make_processors(search, [10, 10]).steady_from == 0  # it compares the rows' step on the device
     assert BatchDecoder(model, DecodingConfig(beam_size=2)).make_processors(search, [10, 10]).steady_from == 0
 
 
@@ -268,6 +290,7 @@ def test_auto_searches_on_a_gpu_from_64_sentences_where_the_device_search_holds_
         (dict(sampling=True, top_k=5), False),
         (dict(beam_size=4, coverage_penalty="wu", beta=0.2), False),
         (dict(beam_size=4, no_repeat_ngram_size=2), False),
+        (dict(beam_size=4, repetition_penalty=1.2), False),
     ],
 )
 def test_auto_searches_on_a_gpu_at_every_size_where_its_steps_replay_as_graphs(model, monkeypatch, options, graphed):

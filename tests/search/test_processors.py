@@ -18,9 +18,10 @@ from nmtdecode.search.processors import (
 NEG_INF = -math.inf
 
 
-def rows(history=None, last_step=None, n=3):
+def rows(history=None, last_step=None, n=3, step=0):
     state = RowHistory(torch.zeros(n, dtype=torch.long), torch.tensor(last_step or [9] * n), history is not None)
     state.history = history
+    state.step.fill_(step)  # as `follow` counts it
     return state
 
 
@@ -62,8 +63,13 @@ def test_force_first_token():
 
 
 def test_force_eos_only_on_rows_at_their_limit():
-    got = ForceEosAtLimit(eos_id=1)(torch.full((3, 3), -1.0), step=4, rows=rows(last_step=[4, 7, 4]))
+    got = ForceEosAtLimit(eos_id=1)(torch.full((3, 3), -1.0), step=4, rows=rows(last_step=[4, 7, 4], step=4))
     assert got.tolist() == [[NEG_INF, 0.0, NEG_INF], [-1.0, -1.0, -1.0], [NEG_INF, 0.0, NEG_INF]]
+    assert (
+        ForceEosAtLimit(eos_id=1)(torch.full((3, 3), -1.0), step=4, rows=rows(last_step=[4, 7, 4], step=3))
+        .eq(-1.0)
+        .all()
+    )  # the rows' own count of the steps decides
 
 
 @pytest.mark.parametrize("beam", [1, 4])

@@ -15,11 +15,12 @@ as before.
 
 A graph replays fixed memory, while the search rebinds some of its tensors every step (its
 pools, its running scores) and a new batch comes with new ones. So each graph holds its own
-copy of the search's state (`search.state()`, device/records.py): the captured step ends by
-copying what it rebound into that copy, and a search whose tensors are not the graph's writes
-their values into the graph's and takes them up (`Captured.adopt`) before the replay. A batch
-adopts a graph when it starts and each time its sentences shrink, and the same graph serves
-every batch of that shape in the job.
+copy of the step's state (`GraphedStep.state()`: the search's, device/records.py, and the
+row state its processors read, processors.py): the captured step ends by copying what it
+rebound into that copy, and a step whose tensors are not the graph's writes their values into
+the graph's and takes them up (`Captured.adopt`) before the replay. A batch adopts a graph
+when it starts and each time its sentences shrink, and the same graph serves every batch of
+that shape in the job.
 
 A shape is captured the second time it is seen (the first ran its kernels eagerly), and only
 where every processor does the same work at every later step (`Processors.steady_from`).
@@ -37,7 +38,15 @@ from ..base import StepOutput
 Score = Callable[[torch.Tensor], torch.Tensor]  # float32 logits (rows, V) -> log-probs, in place
 
 
-class GraphedSearch(Protocol):
+class Stateful(Protocol):
+    """Tensors by name that outlive a step, and a way to put others in their places."""
+
+    def state(self) -> dict[str, torch.Tensor]: ...
+
+    def bind(self, state: dict[str, torch.Tensor]) -> None: ...
+
+
+class GraphedSearch(Stateful, Protocol):
     """What a captured step needs of a device search (device/beam.py, device/greedy.py)."""
 
     active: list[int]
@@ -46,9 +55,27 @@ class GraphedSearch(Protocol):
 
     def next_rows(self, chosen: Any) -> StepOutput: ...
 
-    def state(self) -> dict[str, torch.Tensor]: ...
 
-    def bind(self, state: dict[str, torch.Tensor]) -> None: ...
+@dataclass
+class GraphedStep:
+    """One step's search and processors, as a capture sees them: one state for both."""
+
+    search: GraphedSearch
+    processors: Stateful
+
+    @property
+    def sentences(self) -> int:
+        return len(self.search.active)
+
+    def state(self) -> dict[str, torch.Tensor]:
+        search, processors = self.search.state(), self.processors.state()
+        return {f"search.{name}": value for name, value in search.items()} | {
+            f"processors.{name}": value for name, value in processors.items()
+        }
+
+    def bind(self, state: dict[str, torch.Tensor]) -> None:
+        for prefix, part in (("search.", self.search), ("processors.", self.processors)):
+            part.bind({name.removeprefix(prefix): value for name, value in state.items() if name.startswith(prefix)})
 
 
 class NotCapturable(RuntimeError):
@@ -64,17 +91,17 @@ class Captured:
     state: dict[str, torch.Tensor]
     chosen: Any
 
-    def adopt(self, search: GraphedSearch) -> None:
-        """The search's state written into the graph's, and the graph's bound to the search,
-        where they are not already the same tensors (a new batch, or a new running score)."""
+    def adopt(self, step: Stateful) -> None:
+        """The step's state written into the graph's, and the graph's bound to the step, where
+        they are not already the same tensors (a new batch, or a new running score)."""
         moved = False
-        for name, value in search.state().items():
+        for name, value in step.state().items():
             mine = self.state[name]
             if value is not mine:
                 mine.copy_(value)
                 moved = True
         if moved:
-            search.bind(self.state)
+            step.bind(self.state)
 
 
 class SearchGraphs:
@@ -89,18 +116,19 @@ class SearchGraphs:
         self.pool: Any = None  # the graphs' memory pool
         self.captures = self.replays = 0
 
-    def choose(self, search: GraphedSearch, logits: torch.Tensor, score: Score) -> Any:
-        """search.choose(score(logits as float32)), by a graph's replay once its shape is captured."""
+    def choose(self, step: GraphedStep, logits: torch.Tensor, score: Score) -> Any:
+        """step.search.choose(score(logits as float32)), by a graph's replay once its shape is
+        captured; `score` applies the step's processors."""
         scores = self._input(logits)
-        state = search.state()
-        key = (len(search.active), *scores.shape, *((name, value.shape, value.dtype) for name, value in state.items()))
+        state = step.state()
+        key = (step.sentences, *scores.shape, *((name, value.shape, value.dtype) for name, value in state.items()))
         captured = self.captured.get(key)
         if captured is None and self.on and key in self.seen:
-            captured = self._capture(key, search, scores, score)
+            captured = self._capture(key, step, scores, score)
         if captured is None:
             self.seen.add(key)
-            return search.choose(score(scores))
-        captured.adopt(search)
+            return step.search.choose(score(scores))
+        captured.adopt(step)
         captured.graph.replay()
         self.replays += 1
         return captured.chosen
@@ -118,32 +146,32 @@ class SearchGraphs:
         scores.copy_(logits)
         return scores
 
-    def _capture(self, key: tuple, search: GraphedSearch, scores: torch.Tensor, score: Score) -> Captured | None:
-        """Record the step with the search bound to a copy of its state, which the step's end
-        overwrites in place of every tensor it rebinds; None if it cannot be captured (then
-        no graph is tried again in this job, and the caller runs the step eagerly)."""
-        state = {name: value.clone() for name, value in search.state().items()}
-        search.bind(state)
+    def _capture(self, key: tuple, step: GraphedStep, scores: torch.Tensor, score: Score) -> Captured | None:
+        """Record the step bound to a copy of its state, which the step's end overwrites in
+        place of every tensor it rebinds; None if it cannot be captured (then no graph is tried
+        again in this job, and the caller runs the step eagerly)."""
+        state = {name: value.clone() for name, value in step.state().items()}
+        step.bind(state)
         try:
             if self.pool is None:
                 self.pool = torch.cuda.graph_pool_handle()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=self.pool):
-                chosen = search.choose(score(scores))
-                for name, value in search.state().items():
+                chosen = step.search.choose(score(scores))
+                for name, value in step.state().items():
                     if name not in state or value.shape != state[name].shape:
                         raise NotCapturable(f"the step changed the shape of {name}")
                     if value is not state[name]:
                         state[name].copy_(value)
         except RuntimeError as error:  # an operation that reads the host, NotCapturable, no CUDA
-            search.bind(state)  # nothing ran: the copy holds the state before the step
+            step.bind(state)  # nothing ran: the copy holds the state before the step
             self.on = False
             if self.warn:
                 self.warn(
                     f"the device search runs without CUDA graphs for this job: capturing its step failed ({error})"
                 )
             return None
-        search.bind(state)
+        step.bind(state)
         self.captures += 1
         self.captured[key] = captured = Captured(graph, state, chosen)
         return captured
