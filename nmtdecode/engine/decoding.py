@@ -144,8 +144,9 @@ class BatchDecoder:
         trace: the searches keep every hypothesis that ends, and `decode` returns the search (--dump-beam).
         search_on: where the search runs (--search-on): `device`, as tensor operations on the device
         where it holds the options (else on the host, and `warn` is told which option it lacks);
-        `host`; `auto`, the device for batches of DEVICE_SEARCH_FROM sentences or more on a GPU
-        where it holds the options, else the host (`on_device`)."""
+        `host`; `auto`, on a GPU the device where it holds the options, for every batch where its
+        steps replay as CUDA graphs, else for batches of DEVICE_SEARCH_FROM sentences or more;
+        else the host (`on_device`)."""
         self.model = model
         self.log_probs = getattr(model, "log_probs", log_softmax)  # optional in Seq2SeqModel (an ensemble's rule)
         self.trace = trace
@@ -168,25 +169,25 @@ class BatchDecoder:
         self.check_every = check_interval(self.device)  # steps between the device search's done checks
         # the model's own bans and those asked for, made once: a captured search step reads their ids
         self.ban_rules = self.bans(self.rule_stage)
-        # the device search's steps as CUDA graphs, where the model's steps are (search/device/graphs.py);
-        # a failed capture is told as the step runner tells its own, at once
-        graphed = self.device.type == "cuda" and getattr(self.steps, "graphs", False)
+        # the device search's steps as CUDA graphs, where the model's steps are and the options allow
+        # (search/device/graphs.py); a failed capture is told as the step runner tells its own, at once
+        graphed = self.device.type == "cuda" and getattr(self.steps, "graphs", False) and self.graphs_hold_the_options()
         self.search_graphs = SearchGraphs(getattr(self.steps, "warn", None)) if graphed else None
 
     def on_device(self, sentences: int) -> bool:
         """Whether a batch of `sentences` searches on the device."""
         if self.search_on == "auto":
-            smallest = GRAPHED_DEVICE_SEARCH_FROM if self.graphs_hold_the_options() else DEVICE_SEARCH_FROM
+            smallest = DEVICE_SEARCH_FROM if self.search_graphs is None else GRAPHED_DEVICE_SEARCH_FROM
             return self.device.type in AUTO_DEVICE_SEARCH_ON and sentences >= smallest
         return self.search_on == "device"
 
     def graphs_hold_the_options(self) -> bool:
-        """Whether the device search's steps replay as CUDA graphs with these options, once the
-        processors act alike (`graphed`): a beam or greedy search without attention facts."""
+        """Whether with these options the device search's steps can replay as CUDA graphs, once the
+        processors act alike (`graphed`): a beam or greedy search without attention facts (then
+        the loop records no attention), with one model's log-softmax."""
         cfg = self.cfg
         return (
-            self.search_graphs is not None
-            and not cfg.sampling
+            not cfg.sampling
             and not cfg.attention_readers
             and self.log_probs is log_softmax
             and steady_from(self.processor_chain()) is not None
@@ -416,7 +417,7 @@ class BatchDecoder:
                 return processors(self.log_probs(processors.on_logits(logits, step)), step)  # on_logits: mostly none
 
             graphs = self.search_graphs
-            if graphs is not None and self.graphed(search, processors, attention, step):
+            if graphs is not None and graphs.on and self.graphed(search, processors, step):
                 graphed = cast(GraphedSearch, search)
                 out = graphed.next_rows(graphs.choose(GraphedStep(graphed, processors), logits, score))
             else:
@@ -429,20 +430,12 @@ class BatchDecoder:
                 state.follow(out)
             tokens = out.tokens
 
-    def graphed(self, search: Any, processors: Processors, attention: AttentionFacts | None, step: int) -> bool:
-        """Whether this step's search replays as a CUDA graph (search/device/graphs.py): a device
-        beam or greedy search where the model's steps are graphs, with no attention facts, the
-        log-softmax of one model, and every processor doing the same work from this step on."""
+    def graphed(self, search: Any, processors: Processors, step: int) -> bool:
+        """Whether this step's search replays as a CUDA graph (search/device/graphs.py), given
+        search graphs (made where the options allow them): a device beam or greedy search, every
+        processor doing the same work from this step on."""
         steady = processors.steady_from
-        return (
-            self.search_graphs is not None
-            and self.search_graphs.on
-            and hasattr(search, "choose")
-            and attention is None
-            and self.log_probs is log_softmax
-            and steady is not None
-            and step >= steady
-        )
+        return hasattr(search, "choose") and steady is not None and step >= steady
 
     def encode(self, sources: list[list[int]]) -> tuple[Any, torch.Tensor]:
         """The batch's memory and source mask: the padded ids through the model's encoder, or, for
