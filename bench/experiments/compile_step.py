@@ -35,6 +35,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/, for common
 from common import DEMO, best_seconds, timed  # noqa: E402
+from gpu_benchmark import synchronize  # noqa: E402
 
 from nmtdecode.models.fixed_step import FixedShapeCache, FixedShapeSteps  # noqa: E402
 from nmtdecode.models.gemm import cpu_description  # noqa: E402
@@ -56,11 +57,6 @@ def load(gemm: str):
     import nmtdecode
 
     return nmtdecode.Translator.load(DEMO, beam_size=1, gemm=gemm).engine.loaded.model
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
 
 
 CPU = torch.device("cpu")
