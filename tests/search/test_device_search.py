@@ -157,7 +157,9 @@ def test_a_search_handed_new_state_tensors_every_step_decodes_as_before(model, o
         step = GraphedStep(search, decoder.made[-1])
         with torch.inference_mode():  # the search's tensors are inference tensors
             old = step.state()
-            Captured(graph=None, state={name: value.clone() for name, value in old.items()}, chosen=None).adopt(step)
+            Captured(graph=None, state={name: value.clone() for name, value in old.items()}, chosen=None).adopt(
+                step, old
+            )
             assert all(step.state()[name] is not value for name, value in old.items())
             for value in old.values():
                 spoiled(value)

@@ -49,8 +49,6 @@ class Stateful(Protocol):
 class GraphedSearch(Stateful, Protocol):
     """What a captured step needs of a device search (device/beam.py, device/greedy.py)."""
 
-    active: list[int]
-
     def choose(self, logprobs: torch.Tensor) -> Any: ...
 
     def next_rows(self, chosen: Any) -> StepOutput: ...
@@ -62,10 +60,6 @@ class GraphedStep:
 
     search: GraphedSearch
     processors: Stateful
-
-    @property
-    def sentences(self) -> int:
-        return len(self.search.active)
 
     def state(self) -> dict[str, torch.Tensor]:
         search, processors = self.search.state(), self.processors.state()
@@ -91,11 +85,12 @@ class Captured:
     state: dict[str, torch.Tensor]
     chosen: Any
 
-    def adopt(self, step: Stateful) -> None:
-        """The step's state written into the graph's, and the graph's bound to the step, where
-        they are not already the same tensors (a new batch, or a new running score)."""
+    def adopt(self, step: Stateful, state: dict[str, torch.Tensor]) -> None:
+        """The step's state (`state`, as step.state() gives it) written into the graph's, and the
+        graph's bound to the step, where they are not already the same tensors (a new batch, or a
+        new running score)."""
         moved = False
-        for name, value in step.state().items():
+        for name, value in state.items():
             mine = self.state[name]
             if value is not mine:
                 mine.copy_(value)
@@ -121,14 +116,15 @@ class SearchGraphs:
         captured; `score` applies the step's processors."""
         scores = self._input(logits)
         state = step.state()
-        key = (step.sentences, *scores.shape, *((name, value.shape, value.dtype) for name, value in state.items()))
+        # the state's shapes name the batch's sentences and rows (the options are the job's, one for all)
+        key = (*scores.shape, *((name, value.shape, value.dtype) for name, value in state.items()))
         captured = self.captured.get(key)
         if captured is None and self.on and key in self.seen:
             captured = self._capture(key, step, scores, score)
         if captured is None:
             self.seen.add(key)
             return step.search.choose(score(scores))
-        captured.adopt(step)
+        captured.adopt(step, state)
         captured.graph.replay()
         self.replays += 1
         return captured.chosen
