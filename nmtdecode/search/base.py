@@ -292,3 +292,14 @@ def to_host(**tensors: torch.Tensor) -> dict[str, torch.Tensor]:
     return {
         name: part if t.is_floating_point() else part.to(t.dtype) for (name, t), part in zip(tensors.items(), parts)
     }
+
+
+def named(prefix: str, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A part's tensors by `prefix` + name, inside its owner's state (the tensors a step replayed
+    as a CUDA graph holds in place: search/device/graphs.py)."""
+    return {prefix + name: value for name, value in tensors.items()}
+
+
+def part(prefix: str, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The entries of `state` under `prefix`, by the part's own names (`named` undone)."""
+    return {name.removeprefix(prefix): value for name, value in state.items() if name.startswith(prefix)}

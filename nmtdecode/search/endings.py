@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import torch
 
-from .base import NEG_INF
+from .base import NEG_INF, named, part
 from .finished import FinishedPool
 from .penalties import LengthPenalty
 from .stop_rules import STOP_RULES, PoolFacts
@@ -104,15 +104,12 @@ class Endings:
 
     def state(self) -> dict[str, torch.Tensor]:
         """The tensors a step reads or writes, by name (the device search's `state`)."""
-        own = {name: getattr(self, name) for name in self.STATE}
-        return own | {"pool." + name: value for name, value in self.pool.entries.items()}
+        return {name: getattr(self, name) for name in self.STATE} | named("pool.", self.pool.entries)
 
     def bind(self, state: dict[str, torch.Tensor]) -> None:
-        for name, value in state.items():
-            if name.startswith("pool."):
-                self.pool.entries[name.removeprefix("pool.")] = value
-            else:
-                setattr(self, name, value)
+        self.pool.entries.update(part("pool.", state))
+        for name in self.STATE:
+            setattr(self, name, state[name])
 
     def compact(self, keep: torch.Tensor) -> None:
         """Only the sentences at positions `keep` stay in the batch."""

@@ -33,7 +33,7 @@ from typing import Any, Callable, Protocol
 
 import torch
 
-from ..base import StepOutput
+from ..base import StepOutput, named, part
 
 Score = Callable[[torch.Tensor], torch.Tensor]  # float32 logits (rows, V) -> log-probs, in place
 
@@ -62,14 +62,11 @@ class GraphedStep:
     processors: Stateful
 
     def state(self) -> dict[str, torch.Tensor]:
-        search, processors = self.search.state(), self.processors.state()
-        return {f"search.{name}": value for name, value in search.items()} | {
-            f"processors.{name}": value for name, value in processors.items()
-        }
+        return named("search.", self.search.state()) | named("processors.", self.processors.state())
 
     def bind(self, state: dict[str, torch.Tensor]) -> None:
-        for prefix, part in (("search.", self.search), ("processors.", self.processors)):
-            part.bind({name.removeprefix(prefix): value for name, value in state.items() if name.startswith(prefix)})
+        self.search.bind(part("search.", state))
+        self.processors.bind(part("processors.", state))
 
 
 class NotCapturable(RuntimeError):

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import torch
 
-from ..base import Hypothesis, survivors
+from ..base import Hypothesis, named, part, survivors
 from ..endings import Endings
 from ..history import StepHistory, finished_hypotheses
 from .done_flags import DoneFlags
 
+HISTORY = ("tokens", "prev", "totals")  # StepHistory's own buffers, beside those of attached facts
 KEPT = {"total": torch.float32, "step": torch.long, "prev": torch.long, "token": torch.long}
 """What a pool keeps of each hypothesis beside its score, to walk it back at the end (finished.py:
 Ended); attached facts join at the first step that records them."""
@@ -103,21 +104,19 @@ class DeviceRecords:
     def state(self) -> dict[str, torch.Tensor]:
         """Every tensor a step reads or writes that outlives it, by name: what a captured step
         holds in place (device/graphs.py); `bind` puts such tensors in their places."""
-        history = {"history." + name: getattr(self.history, name) for name in ("tokens", "prev", "totals")}
-        history.update({"history.attached." + name: value for name, value in self.history.attached.items()})
-        ends = {"ends." + name: value for name, value in self.ends.state().items()}
-        return dict(step=self.step, length=self.length, rows=self.rows, **history, **ends)
+        history = {name: getattr(self.history, name) for name in HISTORY} | named("attached.", self.history.attached)
+        own = dict(step=self.step, length=self.length, rows=self.rows)
+        return own | named("history.", history) | named("ends.", self.ends.state())
 
     def bind(self, state: dict[str, torch.Tensor]) -> None:
+        """`state` as `state()` names it; a name without a part is an attribute of the search's own."""
+        history = part("history.", state)
+        self.history.attached.update(part("attached.", history))
+        for name in HISTORY:
+            setattr(self.history, name, history[name])
+        self.ends.bind(part("ends.", state))
         for name, value in state.items():
-            owner, _, field = name.partition(".")
-            if owner == "ends":
-                self.ends.bind({field: value})
-            elif field.startswith("attached."):
-                self.history.attached[field.removeprefix("attached.")] = value
-            elif owner == "history":
-                setattr(self.history, field, value)
-            else:
+            if "." not in name:
                 setattr(self, name, value)
 
     def results(self, n_best: int) -> list[list[Hypothesis]]:
